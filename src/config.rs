@@ -1,0 +1,339 @@
+//! The TOML configuration. Constraints live in the types (non-zero numbers, closed enums,
+//! required fields) so that a bad value is refused by the parser itself, whose error names
+//! the key and the line. The few rules that span several keys are checked in `validate`,
+//! which reports the line of the offending key through `toml::Spanned`.
+
+use std::net::SocketAddr;
+use std::num::{NonZeroU64, NonZeroUsize};
+use std::path::{Path, PathBuf};
+
+use ipnet::IpNet;
+use serde::Deserialize;
+use toml::Spanned;
+
+/// A configuration that could not be used; the text says which key and where.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub smtp: SmtpConfig,
+    pub upstream: UpstreamConfig,
+    #[serde(default)]
+    pub throttle: Vec<ThrottleConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SmtpConfig {
+    pub listen: Vec<SocketAddr>,
+    #[serde(default = "default_hostname")]
+    pub hostname: String,
+    #[serde(default = "default_max_message_bytes")]
+    pub max_message_bytes: NonZeroUsize,
+    #[serde(default = "default_max_recipients")]
+    pub max_recipients: NonZeroUsize,
+    #[serde(default = "default_max_connections")]
+    pub max_connections: NonZeroUsize,
+    /// Longest command or data line, CRLF included. RFC 5321 4.5.3.1.6 asks for at least
+    /// 1000 for text lines; we default higher because real mail has longer lines.
+    #[serde(default = "default_max_line_bytes")]
+    pub max_line_bytes: NonZeroUsize,
+    /// Seconds a client may stay silent before `421 4.4.2`. RFC 5321 4.5.3.2.7 suggests 5
+    /// minutes for a server.
+    #[serde(default = "default_idle_timeout_ms")]
+    pub idle_timeout_ms: NonZeroU64,
+    /// Time given to transactions in flight at SIGTERM before the process exits anyway.
+    #[serde(default = "default_shutdown_grace_ms")]
+    pub shutdown_grace_ms: u64,
+    /// Clients allowed to relay without AUTH. Absent means loopback only.
+    #[serde(default = "default_trusted_networks")]
+    pub trusted_networks: Vec<IpNet>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum UpstreamTls {
+    None,
+    #[default]
+    Opportunistic,
+    Required,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamConfig {
+    /// `smtp://host:port`, `smtps://host:port` or `file://DIR`.
+    pub url: Spanned<String>,
+    #[serde(default)]
+    pub tls: UpstreamTls,
+    pub username: Option<String>,
+    pub password: Option<String>,
+    /// Name of the environment variable that holds the password, so it stays out of files.
+    pub password_env: Option<String>,
+    #[serde(default = "default_pool_size")]
+    pub pool_size: NonZeroUsize,
+    /// Timeout for connecting and for each SMTP command upstream.
+    #[serde(default = "default_upstream_timeout_ms")]
+    pub timeout_ms: NonZeroU64,
+    /// Name this relay gives itself in EHLO upstream; defaults to `smtp.hostname`.
+    pub helo_name: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Cost {
+    Recipients,
+    Message,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    #[default]
+    Wait,
+    Reject,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Refill {
+    #[default]
+    Drip,
+    FixedWindow,
+    None,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreKind {
+    #[default]
+    Local,
+    Redis,
+}
+
+/// A layer applies only to messages whose header `header` equals `value` (case-insensitive).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MatchSpec {
+    pub header: String,
+    pub value: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ThrottleConfig {
+    pub name: Spanned<String>,
+    pub key: Spanned<String>,
+    #[serde(default = "default_key")]
+    pub default_key: String,
+    #[serde(default = "default_cost")]
+    pub cost: Cost,
+    pub limit: NonZeroU64,
+    #[serde(default = "default_interval_ms")]
+    pub interval_ms: NonZeroU64,
+    pub burst: Option<NonZeroU64>,
+    #[serde(default)]
+    pub mode: Mode,
+    #[serde(default = "default_max_wait_ms")]
+    pub max_wait_ms: u64,
+    #[serde(default = "default_max_queue")]
+    pub max_queue: NonZeroUsize,
+    #[serde(default = "default_max_keys")]
+    pub max_keys: NonZeroUsize,
+    #[serde(default)]
+    pub refill: Refill,
+    #[serde(default = "default_idle_ttl_ms")]
+    pub idle_ttl_ms: NonZeroU64,
+    #[serde(rename = "match")]
+    pub match_: Option<MatchSpec>,
+    #[serde(default)]
+    pub store: StoreKind,
+    #[serde(default)]
+    pub charge_failures: bool,
+    #[serde(default = "default_true")]
+    pub strip_key_header: bool,
+}
+
+impl ThrottleConfig {
+    pub fn burst(&self) -> u64 {
+        self.burst.unwrap_or(self.limit).get()
+    }
+}
+
+fn default_hostname() -> String {
+    "mailsluice.localhost".into()
+}
+fn default_max_message_bytes() -> NonZeroUsize {
+    NonZeroUsize::new(26_214_400).unwrap()
+}
+fn default_max_recipients() -> NonZeroUsize {
+    NonZeroUsize::new(100).unwrap()
+}
+fn default_max_connections() -> NonZeroUsize {
+    NonZeroUsize::new(10_000).unwrap()
+}
+fn default_max_line_bytes() -> NonZeroUsize {
+    NonZeroUsize::new(4096).unwrap()
+}
+fn default_idle_timeout_ms() -> NonZeroU64 {
+    NonZeroU64::new(300_000).unwrap()
+}
+fn default_shutdown_grace_ms() -> u64 {
+    30_000
+}
+fn default_trusted_networks() -> Vec<IpNet> {
+    vec!["127.0.0.0/8".parse().unwrap(), "::1/128".parse().unwrap()]
+}
+fn default_pool_size() -> NonZeroUsize {
+    NonZeroUsize::new(16).unwrap()
+}
+fn default_upstream_timeout_ms() -> NonZeroU64 {
+    NonZeroU64::new(60_000).unwrap()
+}
+fn default_key() -> String {
+    "default".into()
+}
+fn default_cost() -> Cost {
+    Cost::Recipients
+}
+fn default_interval_ms() -> NonZeroU64 {
+    NonZeroU64::new(1000).unwrap()
+}
+fn default_max_wait_ms() -> u64 {
+    25_000
+}
+fn default_max_queue() -> NonZeroUsize {
+    NonZeroUsize::new(10_000).unwrap()
+}
+fn default_max_keys() -> NonZeroUsize {
+    NonZeroUsize::new(10_000).unwrap()
+}
+fn default_idle_ttl_ms() -> NonZeroU64 {
+    NonZeroU64::new(604_800_000).unwrap()
+}
+fn default_true() -> bool {
+    true
+}
+
+impl Config {
+    /// Reads, parses and validates the file at `path`.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Config::parse(&text).map_err(|message| ConfigError::Invalid {
+            path: path.to_owned(),
+            message,
+        })
+    }
+
+    /// Parses and validates a TOML document; the error text names the key and the line.
+    pub fn parse(text: &str) -> Result<Config, String> {
+        let config: Config = toml::from_str(text).map_err(|e| e.to_string())?;
+        config.validate(text)?;
+        Ok(config)
+    }
+
+    fn validate(&self, text: &str) -> Result<(), String> {
+        if self.smtp.listen.is_empty() {
+            return Err("key `smtp.listen`: at least one address is needed".into());
+        }
+        crate::upstream::UpstreamUrl::parse(self.upstream.url.get_ref()).map_err(|e| {
+            located(
+                text,
+                self.upstream.url.span(),
+                &format!("key `upstream.url`: {e}"),
+            )
+        })?;
+        let mut names = std::collections::HashSet::new();
+        for layer in &self.throttle {
+            let span = layer.name.span();
+            if !names.insert(layer.name.get_ref().clone()) {
+                return Err(located(
+                    text,
+                    span,
+                    "key `throttle.name`: duplicate layer name",
+                ));
+            }
+            crate::policy::KeySource::parse(layer.key.get_ref()).map_err(|e| {
+                located(text, layer.key.span(), &format!("key `throttle.key`: {e}"))
+            })?;
+            if layer.refill == Refill::FixedWindow && layer.burst.is_some_and(|b| b != layer.limit)
+            {
+                return Err(located(
+                    text,
+                    span,
+                    "key `throttle.burst`: a fixed_window layer holds `limit`; leave burst out",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Formats `message` with the line of `span` in `text`, as the parser's own errors do.
+fn located(text: &str, span: std::ops::Range<usize>, message: &str) -> String {
+    let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
+    format!("{message} (at line {line})")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"file://out\"\n";
+
+    #[test]
+    fn minimal_config_gets_defaults() {
+        let c = Config::parse(MINIMAL).unwrap();
+        assert_eq!(c.smtp.max_recipients.get(), 100);
+        assert_eq!(c.smtp.trusted_networks.len(), 2);
+        assert!(c.throttle.is_empty());
+    }
+
+    #[test]
+    fn unknown_key_is_named_with_its_line() {
+        let err = Config::parse(&format!("{MINIMAL}bogus = 1\n")).unwrap_err();
+        assert!(err.contains("bogus"), "{err}");
+        assert!(err.contains("line 5"), "{err}");
+    }
+
+    #[test]
+    fn zero_limit_is_refused_with_its_line() {
+        let text = format!("{MINIMAL}[[throttle]]\nname = \"t\"\nkey = \"none\"\nlimit = 0\n");
+        let err = Config::parse(&text).unwrap_err();
+        assert!(err.contains("line 8"), "{err}");
+    }
+
+    #[test]
+    fn bad_key_source_is_refused_with_its_line() {
+        let text = format!("{MINIMAL}[[throttle]]\nname = \"t\"\nkey = \"moon\"\nlimit = 1\n");
+        let err = Config::parse(&text).unwrap_err();
+        assert!(
+            err.contains("throttle.key") && err.contains("line 7"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn bad_upstream_url_is_refused() {
+        let err =
+            Config::parse("[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"gopher://x\"\n")
+                .unwrap_err();
+        assert!(
+            err.contains("upstream.url") && err.contains("line 4"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,1 @@
+//! The throttle engine (to be written).

@@ -1,0 +1,1 @@
+//! `file://DIR` upstream (to be written).

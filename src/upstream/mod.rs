@@ -1,0 +1,147 @@
+//! Where a message goes once it may go. One trait so the session never knows whether it talks
+//! to SES, another relay or a directory: it only needs the upstream's verdict, which it relays.
+
+pub mod file;
+pub mod smtp;
+
+use std::future::Future;
+use std::pin::Pin;
+
+/// The SMTP envelope as the client gave it. `from` is `None` for the null sender `<>`
+/// (bounces), which must stay null upstream.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Envelope {
+    pub from: Option<String>,
+    pub rcpts: Vec<String>,
+    /// The client asked for SMTPUTF8 at MAIL.
+    pub smtputf8: bool,
+    /// The client declared BODY=8BITMIME at MAIL.
+    pub body_8bit: bool,
+}
+
+/// Upstream took the message; `text` is its reply text (carries the upstream's message id,
+/// which users grep for in their provider's logs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Accepted {
+    pub text: String,
+}
+
+/// Why upstream did not take a message. The session maps each variant to the client's reply,
+/// keeping the class of upstream's own answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UpstreamError {
+    /// Upstream answered with a 4xx or 5xx at some step; its code and text are passed on.
+    #[error("upstream replied {code} {text}")]
+    Rejected {
+        code: u16,
+        /// Enhanced status code such as `4.2.1`, when upstream gave one.
+        enhanced: Option<String>,
+        text: String,
+    },
+    /// No answer to relay: connection refused, dropped, TLS failed, or timed out.
+    #[error("upstream unavailable: {0}")]
+    Unavailable(String),
+}
+
+pub type ForwardFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Accepted, UpstreamError>> + Send + 'a>>;
+
+/// Hands one complete message to the next hop. `message` is the exact bytes to deliver
+/// (headers and body, CRLF line endings, not dot-stuffed, without the final `.`).
+pub trait Forwarder: Send + Sync {
+    fn forward<'a>(&'a self, envelope: &'a Envelope, message: &'a [u8]) -> ForwardFuture<'a>;
+}
+
+/// The parsed `[upstream] url`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UpstreamUrl {
+    /// `smtp://host:port`: plain connection, STARTTLS per `tls`.
+    Smtp { host: String, port: u16 },
+    /// `smtps://host:port`: TLS from the first byte (port 465).
+    Smtps { host: String, port: u16 },
+    /// `file://DIR`: one `.eml` per message, the embedded default.
+    File { dir: std::path::PathBuf },
+}
+
+impl UpstreamUrl {
+    pub fn parse(url: &str) -> Result<UpstreamUrl, String> {
+        let (scheme, rest) = url
+            .split_once("://")
+            .ok_or_else(|| format!("`{url}` is not a URL (smtp://, smtps:// or file://)"))?;
+        match scheme {
+            "file" if !rest.is_empty() => Ok(UpstreamUrl::File { dir: rest.into() }),
+            "smtp" | "smtps" => {
+                let default_port = if scheme == "smtp" { 25 } else { 465 };
+                let (host, port) = split_host_port(rest.trim_end_matches('/'), default_port)?;
+                Ok(if scheme == "smtp" {
+                    UpstreamUrl::Smtp { host, port }
+                } else {
+                    UpstreamUrl::Smtps { host, port }
+                })
+            }
+            _ => Err(format!(
+                "`{url}`: scheme must be smtp://, smtps:// or file://DIR"
+            )),
+        }
+    }
+}
+
+fn split_host_port(authority: &str, default_port: u16) -> Result<(String, u16), String> {
+    if authority.is_empty() {
+        return Err("missing host".into());
+    }
+    // Bracketed IPv6 literal: [::1]:25
+    if let Some(rest) = authority.strip_prefix('[') {
+        let (host, after) = rest.split_once(']').ok_or("unclosed [ in host")?;
+        let port = match after.strip_prefix(':') {
+            Some(p) => p.parse().map_err(|_| format!("bad port `{p}`"))?,
+            None => default_port,
+        };
+        return Ok((host.to_string(), port));
+    }
+    match authority.rsplit_once(':') {
+        Some((host, p)) => Ok((
+            host.to_string(),
+            p.parse().map_err(|_| format!("bad port `{p}`"))?,
+        )),
+        None => Ok((authority.to_string(), default_port)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_parse_with_default_ports() {
+        assert_eq!(
+            UpstreamUrl::parse("smtp://email-smtp.eu-west-1.amazonaws.com:587").unwrap(),
+            UpstreamUrl::Smtp {
+                host: "email-smtp.eu-west-1.amazonaws.com".into(),
+                port: 587
+            }
+        );
+        assert_eq!(
+            UpstreamUrl::parse("smtps://mail.example").unwrap(),
+            UpstreamUrl::Smtps {
+                host: "mail.example".into(),
+                port: 465
+            }
+        );
+        assert_eq!(
+            UpstreamUrl::parse("smtp://[::1]:2526").unwrap(),
+            UpstreamUrl::Smtp {
+                host: "::1".into(),
+                port: 2526
+            }
+        );
+        assert_eq!(
+            UpstreamUrl::parse("file://outbox").unwrap(),
+            UpstreamUrl::File {
+                dir: "outbox".into()
+            }
+        );
+        assert!(UpstreamUrl::parse("gopher://x").is_err());
+        assert!(UpstreamUrl::parse("smtp://host:notaport").is_err());
+    }
+}

@@ -1,0 +1,1 @@
+//! `smtp://` and `smtps://` upstream through lettre (to be written).
