@@ -14,5 +14,10 @@
 
 pub mod config;
 pub mod policy;
+pub mod server;
+pub mod shutdown;
+pub mod smtp;
 pub mod throttle;
 pub mod upstream;
+
+pub use server::{run, Context, Deps};

@@ -1,1 +1,116 @@
-fn main() {}
+//! The `mailsluice` command: parse the command line, load the config, build the parts, run
+//! until SIGTERM/SIGINT. Everything else is in the library.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand, ValueEnum};
+use mailsluice::config::Config;
+use tokio::net::TcpListener;
+
+#[derive(Parser)]
+#[command(version, about = "SMTP relay proxy with per-tenant throttling")]
+struct Cli {
+    /// The configuration file.
+    #[arg(
+        long,
+        global = true,
+        env = "MAILSLUICE_CONFIG",
+        default_value = "config/mailsluice.toml"
+    )]
+    config: PathBuf,
+    /// Log lines for people (text) or for machines (json, one object per line).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Validate the configuration and exit: 0 when valid, 1 with the key and line otherwise.
+    Check,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logs(cli.log_format);
+    let result = match cli.command {
+        Some(Command::Check) => check(&cli.config),
+        None => serve(&cli.config),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("mailsluice: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logs(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn check(path: &std::path::Path) -> anyhow::Result<()> {
+    Config::load(path)?;
+    println!("{}: ok", path.display());
+    Ok(())
+}
+
+fn serve(path: &std::path::Path) -> anyhow::Result<()> {
+    let config = Arc::new(Config::load(path)?);
+    tokio::runtime::Runtime::new()
+        .context("starting the async runtime")?
+        .block_on(serve_async(config))
+}
+
+async fn serve_async(config: Arc<Config>) -> anyhow::Result<()> {
+    let hostname = config.smtp.hostname.clone();
+    let forwarder = mailsluice::upstream::build_forwarder(&config.upstream, &hostname)
+        .map_err(anyhow::Error::msg)
+        .context("setting up the upstream")?;
+    let mut listeners = Vec::new();
+    for addr in &config.smtp.listen {
+        let listener = TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("listening on {addr}"))?;
+        tracing::info!(%addr, "listening for SMTP");
+        listeners.push(listener);
+    }
+    let (trigger, shutdown) = mailsluice::shutdown::channel();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("shutting down: no new connections, finishing transactions in flight");
+        trigger.trigger();
+    });
+    let deps = mailsluice::Deps { config, forwarder };
+    mailsluice::run(listeners, deps, shutdown).await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}

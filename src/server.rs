@@ -1,0 +1,128 @@
+//! Accepting connections: the connection bound, one task per session, and graceful shutdown.
+//! Everything a session needs is in `Context`, built once from `Deps`; nothing is global, so
+//! tests run several relays in one process.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tokio_util::task::TaskTracker;
+
+use crate::config::{Config, Cost};
+use crate::shutdown::Shutdown;
+use crate::smtp::{self, reply};
+use crate::upstream::Forwarder;
+
+/// What `run` needs from outside: the config and the upstream. Built by `main` (or a test).
+pub struct Deps {
+    pub config: Arc<Config>,
+    pub forwarder: Arc<dyn Forwarder>,
+}
+
+/// Shared by every session of one relay.
+pub struct Context {
+    pub config: Arc<Config>,
+    pub forwarder: Arc<dyn Forwarder>,
+    /// What EHLO advertises as `LIMITS RCPTMAX` (RFC 9422).
+    pub rcpt_max: usize,
+}
+
+impl Context {
+    pub fn new(deps: Deps) -> Context {
+        let rcpt_max = rcpt_max(&deps.config);
+        Context {
+            config: deps.config,
+            forwarder: deps.forwarder,
+            rcpt_max,
+        }
+    }
+}
+
+/// The smallest of `max_recipients` and the bursts of recipient-cost layers that apply to
+/// every message: more recipients than that could never pass in one message.
+fn rcpt_max(config: &Config) -> usize {
+    config
+        .throttle
+        .iter()
+        .filter(|l| l.cost == Cost::Recipients && l.match_.is_none())
+        .map(|l| usize::try_from(l.burst()).unwrap_or(usize::MAX))
+        .fold(config.smtp.max_recipients.get(), usize::min)
+}
+
+/// Serves SMTP on `listeners` until `shutdown` fires, then stops accepting, lets sessions in
+/// flight finish within `shutdown_grace_ms`, and returns. Sessions still running after the
+/// grace period are left to the caller, which is about to exit the process.
+pub async fn run(listeners: Vec<TcpListener>, deps: Deps, shutdown: Shutdown) {
+    let ctx = Arc::new(Context::new(deps));
+    let limit = Arc::new(Semaphore::new(ctx.config.smtp.max_connections.get()));
+    let sessions = TaskTracker::new();
+    let accepts = TaskTracker::new();
+    for listener in listeners {
+        let (ctx, limit) = (ctx.clone(), limit.clone());
+        let (sessions, shutdown) = (sessions.clone(), shutdown.clone());
+        accepts.spawn(accept_loop(listener, ctx, limit, sessions, shutdown));
+    }
+    accepts.close();
+    accepts.wait().await;
+    sessions.close();
+    let grace = Duration::from_millis(ctx.config.smtp.shutdown_grace_ms);
+    if tokio::time::timeout(grace, sessions.wait()).await.is_err() {
+        tracing::warn!(
+            left = sessions.len(),
+            "grace period over with sessions in flight"
+        );
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    ctx: Arc<Context>,
+    limit: Arc<Semaphore>,
+    sessions: TaskTracker,
+    mut shutdown: Shutdown,
+) {
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = shutdown.wait() => return,
+        };
+        match accepted {
+            Ok((stream, peer)) => start_session(&sessions, stream, peer, &ctx, &limit, &shutdown),
+            Err(e) => {
+                // Out of file descriptors and the like: back off instead of spinning.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+fn start_session(
+    sessions: &TaskTracker,
+    stream: TcpStream,
+    peer: SocketAddr,
+    ctx: &Arc<Context>,
+    limit: &Arc<Semaphore>,
+    shutdown: &Shutdown,
+) {
+    let _ = stream.set_nodelay(true);
+    let ctx = ctx.clone();
+    let shutdown = shutdown.clone();
+    match limit.clone().try_acquire_owned() {
+        Ok(permit) => {
+            sessions.spawn(async move {
+                smtp::serve(ctx, Box::new(stream), peer, shutdown).await;
+                drop(permit);
+            });
+        }
+        Err(_) => {
+            tracing::warn!(%peer, "connection refused: max_connections reached");
+            sessions.spawn(async move {
+                let mut stream = stream;
+                smtp::refuse(&mut stream, &reply::too_many_connections()).await;
+            });
+        }
+    }
+}

@@ -1,0 +1,202 @@
+//! The client connection: an input buffer read in lines or DATA chunks, and an output buffer
+//! flushed only when the session has to wait for input. Replies to pipelined commands are thus
+//! written together, in order (RFC 2920), and nothing is written twice.
+
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use super::data_reader::DataReader;
+use super::reply::Reply;
+use crate::shutdown::Shutdown;
+
+/// Any byte stream a session can run on: plain TCP now, TLS after STARTTLS.
+pub trait AsyncStream: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> AsyncStream for T {}
+
+/// Why no line (or no DATA) could be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// The client closed the connection or it failed.
+    Closed,
+    /// The client stayed silent for longer than the idle timeout.
+    Idle,
+    /// The relay is shutting down.
+    Shutdown,
+}
+
+/// One command line, or a line over the length bound (already skipped up to its end).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Line {
+    Command(Vec<u8>),
+    TooLong,
+}
+
+/// How much a waiting client may send before the relay stops reading it: enough for any
+/// pipelined tail (QUIT, RSET, a next MAIL), not enough to make a wait cost memory.
+const WATCH_LIMIT: usize = 64 * 1024;
+
+pub struct Conn {
+    stream: Box<dyn AsyncStream>,
+    input: Vec<u8>,
+    /// Bytes of `input` already consumed.
+    start: usize,
+    output: Vec<u8>,
+    idle: Duration,
+    max_line: usize,
+    /// Inside an over-long line: drop bytes until its LF.
+    skipping: bool,
+}
+
+impl Conn {
+    pub fn new(stream: Box<dyn AsyncStream>, idle: Duration, max_line: usize) -> Conn {
+        Conn {
+            stream,
+            input: Vec::with_capacity(1024),
+            start: 0,
+            output: Vec::with_capacity(512),
+            idle,
+            max_line,
+            skipping: false,
+        }
+    }
+
+    pub fn reply(&mut self, reply: &Reply) {
+        reply.write_to(&mut self.output);
+    }
+
+    /// Writes out pending replies. A failed write is not reported here: the next read sees
+    /// the closed connection.
+    pub async fn flush(&mut self) {
+        if self.output.is_empty() {
+            return;
+        }
+        let ok = self.stream.write_all(&self.output).await.is_ok();
+        self.output.clear();
+        if ok {
+            let _ = self.stream.flush().await;
+        }
+    }
+
+    /// Whether more input is already buffered (a pipelined command after the current one).
+    pub fn has_buffered_input(&self) -> bool {
+        self.start < self.input.len()
+    }
+
+    /// The next command line, without its line ending. A line longer than `max_line` is
+    /// reported once as `TooLong` and skipped to its end, so the session can go on.
+    pub async fn read_line(&mut self, shutdown: &mut Shutdown) -> Result<Line, Stop> {
+        loop {
+            if let Some(line) = self.take_line() {
+                return Ok(line);
+            }
+            self.fill(shutdown).await?;
+        }
+    }
+
+    fn take_line(&mut self) -> Option<Line> {
+        loop {
+            let pending = &self.input[self.start..];
+            match memchr(b'\n', pending) {
+                // The tail of a line already reported as too long: drop it, look further.
+                Some(pos) if self.skipping => {
+                    self.start += pos + 1;
+                    self.skipping = false;
+                }
+                Some(pos) => {
+                    let end = self.start + pos + 1;
+                    let line = self.input[self.start..end].to_vec();
+                    self.start = end;
+                    if line.len() > self.max_line {
+                        return Some(Line::TooLong);
+                    }
+                    return Some(Line::Command(line));
+                }
+                None if self.skipping || pending.len() > self.max_line => {
+                    self.start = self.input.len();
+                    let first = !std::mem::replace(&mut self.skipping, true);
+                    return first.then_some(Line::TooLong);
+                }
+                None => return None,
+            }
+        }
+    }
+
+    /// Reads DATA into `reader` until its terminator; bytes after it stay buffered.
+    /// A message in flight is read to its end even during shutdown; the grace period bounds it.
+    pub async fn read_data(&mut self, reader: &mut DataReader) -> Result<(), Stop> {
+        loop {
+            let pending = &self.input[self.start..];
+            match reader.feed(pending) {
+                Some(used) => {
+                    self.start += used;
+                    return Ok(());
+                }
+                None => self.start = self.input.len(),
+            }
+            self.flush().await;
+            self.read_some_timed().await?;
+        }
+    }
+
+    /// Resolves when the client closes the connection (or fails), while the relay holds it
+    /// waiting. Bytes it sends meanwhile are kept for later, up to `WATCH_LIMIT`; past that
+    /// the relay stops reading, and thus stops noticing a close, rather than grow.
+    pub async fn closed(&mut self) {
+        self.flush().await;
+        loop {
+            if self.input.len() - self.start >= WATCH_LIMIT {
+                return std::future::pending().await;
+            }
+            if self.read_some().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    async fn fill(&mut self, shutdown: &mut Shutdown) -> Result<(), Stop> {
+        self.flush().await;
+        tokio::select! {
+            biased;
+            r = self.read_some_timed() => r,
+            _ = shutdown.wait() => Err(Stop::Shutdown),
+        }
+    }
+
+    async fn read_some_timed(&mut self) -> Result<(), Stop> {
+        match tokio::time::timeout(self.idle, self.read_some()).await {
+            Ok(r) => r,
+            Err(_) => Err(Stop::Idle),
+        }
+    }
+
+    /// Reads once into the buffer (cancel-safe: a cancelled read has read nothing).
+    async fn read_some(&mut self) -> Result<(), Stop> {
+        if self.start > 0 && self.start * 2 >= self.input.len() {
+            self.input.drain(..self.start);
+            self.start = 0;
+        }
+        // Read straight into the buffer's spare room: a stack buffer would sit in every
+        // session's future, and thousands of waiting sessions would pay for it.
+        self.input.reserve(4096);
+        match self.stream.read_buf(&mut self.input).await {
+            Ok(0) | Err(_) => Err(Stop::Closed),
+            Ok(_) => Ok(()),
+        }
+    }
+
+    /// Gives the stream back, e.g. to wrap it in TLS. Buffered input is discarded: after
+    /// STARTTLS, plaintext sent ahead must not be taken as encrypted (RFC 3207, CVE-2011-0411).
+    pub fn into_stream(self) -> Box<dyn AsyncStream> {
+        self.stream
+    }
+
+    pub async fn shutdown_write(&mut self) {
+        self.flush().await;
+        let _ = self.stream.shutdown().await;
+    }
+}
+
+fn memchr(needle: u8, haystack: &[u8]) -> Option<usize> {
+    haystack.iter().position(|&b| b == needle)
+}

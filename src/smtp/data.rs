@@ -1,0 +1,45 @@
+//! DATA: read the message to its final dot, check its bounds, then hand it to `deliver`.
+//! Nothing is forwarded unless the final `<CRLF>.<CRLF>` arrived: a client that drops the
+//! connection mid-DATA has sent no message.
+
+use super::conn::Stop;
+use super::data_reader::{DataProblem, DataReader};
+use super::reply::{self, Reply};
+use super::session::{Flow, Session};
+
+impl Session {
+    pub async fn data(&mut self) -> Flow {
+        match &self.envelope {
+            None => {
+                self.reply(reply::bad_sequence("Need MAIL and RCPT before DATA"));
+                return Flow::Continue;
+            }
+            Some(envelope) if envelope.rcpts.is_empty() => {
+                self.reply(Reply::new(554, "5.5.1", "No valid recipients"));
+                return Flow::Continue;
+            }
+            Some(_) => {}
+        }
+        self.reply(reply::start_data());
+        let smtp = &self.ctx.config.smtp;
+        let (max_bytes, max_line) = (smtp.max_message_bytes.get(), smtp.max_line_bytes.get());
+        let mut reader = DataReader::new(max_bytes, max_line);
+        match self.conn.read_data(&mut reader).await {
+            Ok(()) => {}
+            Err(Stop::Idle) => {
+                self.reply(reply::idle_timeout());
+                return Flow::Close;
+            }
+            Err(_) => return Flow::Close,
+        }
+        // The transaction ends at the final dot, whatever its outcome (RFC 5321 4.1.1.4).
+        let envelope = self.envelope.take().expect("checked above");
+        match reader.finish() {
+            Ok(body) => return self.deliver(envelope, body).await,
+            Err(DataProblem::TooBig) => self.reply(reply::message_too_big(max_bytes)),
+            Err(DataProblem::LineTooLong) => self.reply(reply::line_too_long(max_line)),
+            Err(DataProblem::BareNewline) => self.reply(reply::bare_newline()),
+        }
+        Flow::Continue
+    }
+}

@@ -1,0 +1,34 @@
+//! EHLO and HELO: greet, reset any transaction (RFC 5321 4.1.4), and list what we offer.
+
+use super::reply::Reply;
+use super::session::{Greeting, Session};
+
+impl Session {
+    pub fn ehlo(&mut self, name: &str, esmtp: bool) {
+        self.envelope = None;
+        self.greeting = Some(Greeting {
+            name: name.to_string(),
+            esmtp,
+        });
+        let hostname = self.ctx.config.smtp.hostname.clone();
+        if !esmtp {
+            return self.reply(Reply::raw(250, hostname));
+        }
+        let mut lines = vec![
+            hostname,
+            "PIPELINING".to_string(),
+            format!("SIZE {}", self.ctx.config.smtp.max_message_bytes),
+            "8BITMIME".to_string(),
+            "SMTPUTF8".to_string(),
+            "ENHANCEDSTATUSCODES".to_string(),
+        ];
+        // RFC 9422: clients that know LIMITS split a message themselves instead of being
+        // refused recipients, or waiting for a cost no bucket can hold.
+        lines.push(format!("LIMITS RCPTMAX={}", self.ctx.rcpt_max));
+        self.reply(Reply {
+            code: 250,
+            esc: "",
+            lines,
+        });
+    }
+}

@@ -1,0 +1,49 @@
+//! The inbound ESMTP dialogue (the accept loop is `crate::server`). `session` runs
+//! one client's state machine and dispatches each command to the file named after its verb
+//! (`ehlo`, `mail`, `rcpt`, `data`, `misc` for the one-line verbs); `deliver` is what
+//! happens at the final dot; `conn` and `data_reader` read the bytes; `reply` holds every
+//! reply text.
+
+mod conn;
+mod data;
+mod data_reader;
+mod deliver;
+mod ehlo;
+mod mail;
+mod misc;
+mod rcpt;
+mod received;
+pub mod reply;
+mod session;
+
+pub use data_reader::{DataProblem, DataReader};
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use crate::server::Context;
+use crate::shutdown::Shutdown;
+
+/// Runs one client's session on `stream` until it ends.
+pub async fn serve(
+    ctx: Arc<Context>,
+    stream: Box<dyn conn::AsyncStream>,
+    peer: SocketAddr,
+    shutdown: Shutdown,
+) {
+    let smtp = &ctx.config.smtp;
+    let idle = std::time::Duration::from_millis(smtp.idle_timeout_ms.get());
+    let conn = conn::Conn::new(stream, idle, smtp.max_line_bytes.get());
+    session::Session::new(ctx, conn, peer, shutdown).run().await;
+}
+
+/// Tells a client over the connection bound why it is turned away, then closes.
+pub async fn refuse(stream: &mut dyn conn::AsyncStream, reply: &reply::Reply) {
+    use tokio::io::AsyncWriteExt;
+    let mut out = Vec::new();
+    reply.write_to(&mut out);
+    let _ = stream.write_all(&out).await;
+    let _ = stream.shutdown().await;
+}
+
+pub use conn::AsyncStream;

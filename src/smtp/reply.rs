@@ -1,0 +1,158 @@
+//! Replies the relay writes, in one place so their codes stay consistent with DESIGN.md.
+
+use std::time::Duration;
+
+/// One SMTP reply, possibly multi-line. `esc` is the enhanced status code (RFC 3463),
+/// repeated on every line as RFC 2034 asks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    pub code: u16,
+    pub esc: &'static str,
+    pub lines: Vec<String>,
+}
+
+impl Reply {
+    pub fn new(code: u16, esc: &'static str, text: impl Into<String>) -> Reply {
+        Reply {
+            code,
+            esc,
+            lines: vec![text.into()],
+        }
+    }
+
+    /// A reply whose enhanced code is given inside the text (upstream's own).
+    pub fn raw(code: u16, text: impl Into<String>) -> Reply {
+        Reply::new(code, "", text)
+    }
+
+    pub fn is_positive(&self) -> bool {
+        self.code < 400
+    }
+
+    /// Appends the reply in wire form. CR and LF inside a text (from upstream) are replaced
+    /// so a reply can never be split into two.
+    pub fn write_to(&self, out: &mut Vec<u8>) {
+        let last = self.lines.len().saturating_sub(1);
+        for (i, line) in self.lines.iter().enumerate() {
+            let sep = if i == last { ' ' } else { '-' };
+            let clean: String = line
+                .chars()
+                .map(|c| if c == '\r' || c == '\n' { ' ' } else { c })
+                .collect();
+            let text = if self.esc.is_empty() {
+                clean
+            } else {
+                format!("{} {}", self.esc, clean)
+            };
+            out.extend_from_slice(
+                format!("{}{}{}\r\n", self.code, sep, text.trim_end()).as_bytes(),
+            );
+        }
+    }
+}
+
+pub fn greeting(hostname: &str) -> Reply {
+    Reply::raw(220, format!("{hostname} ESMTP mailsluice"))
+}
+pub fn ok() -> Reply {
+    Reply::new(250, "2.0.0", "Ok")
+}
+pub fn bye() -> Reply {
+    Reply::new(221, "2.0.0", "Bye")
+}
+pub fn start_data() -> Reply {
+    Reply::raw(354, "End data with <CR><LF>.<CR><LF>")
+}
+pub fn too_many_connections() -> Reply {
+    Reply::new(421, "4.3.2", "Too many connections, try again later")
+}
+pub fn shutting_down() -> Reply {
+    Reply::new(421, "4.3.2", "Service shutting down, try again later")
+}
+pub fn idle_timeout() -> Reply {
+    Reply::new(421, "4.4.2", "Idle for too long, closing connection")
+}
+pub fn auth_required() -> Reply {
+    Reply::new(530, "5.7.0", "Authentication required")
+}
+pub fn too_many_recipients(max: usize) -> Reply {
+    Reply::new(
+        452,
+        "4.5.3",
+        format!("Too many recipients (at most {max} per message)"),
+    )
+}
+pub fn message_too_big(max: usize) -> Reply {
+    Reply::new(
+        552,
+        "5.3.4",
+        format!("Message size exceeds fixed limit of {max} bytes"),
+    )
+}
+pub fn line_too_long(max: usize) -> Reply {
+    Reply::new(500, "5.5.2", format!("Line too long (at most {max} bytes)"))
+}
+pub fn unknown_command() -> Reply {
+    Reply::new(500, "5.5.2", "Command not recognized")
+}
+pub fn syntax_error(detail: &str) -> Reply {
+    Reply::new(501, "5.5.4", format!("Syntax error: {detail}"))
+}
+pub fn bad_sequence(detail: &str) -> Reply {
+    Reply::new(503, "5.5.1", detail.to_string())
+}
+pub fn not_implemented(verb: &str) -> Reply {
+    Reply::new(502, "5.5.1", format!("{verb} not implemented"))
+}
+pub fn bare_newline() -> Reply {
+    Reply::new(
+        550,
+        "5.6.0",
+        "Message contains a bare CR or LF (RFC 5321 2.3.8); not relayed",
+    )
+}
+pub fn upstream_unavailable() -> Reply {
+    Reply::new(451, "4.4.1", "Upstream unavailable, try again later")
+}
+
+/// Formats a retry hint the way DESIGN.md pins it: seconds with millisecond precision.
+pub fn retry_after_text(wait: Duration) -> String {
+    let ms = wait.as_millis().max(1);
+    format!("retry after {}.{:03} s", ms / 1000, ms % 1000)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn multiline_replies_repeat_the_code_and_mark_continuations() {
+        let r = Reply {
+            code: 250,
+            esc: "",
+            lines: vec!["a".into(), "b".into()],
+        };
+        let mut out = Vec::new();
+        r.write_to(&mut out);
+        assert_eq!(out, b"250-a\r\n250 b\r\n");
+    }
+
+    #[test]
+    fn crlf_inside_a_text_cannot_split_a_reply() {
+        let mut out = Vec::new();
+        Reply::raw(451, "x\r\n250 ok").write_to(&mut out);
+        assert_eq!(out, b"451 x  250 ok\r\n");
+    }
+
+    #[test]
+    fn retry_hint_has_millisecond_precision() {
+        assert_eq!(
+            retry_after_text(Duration::from_millis(1250)),
+            "retry after 1.250 s"
+        );
+        assert_eq!(
+            retry_after_text(Duration::from_micros(10)),
+            "retry after 0.001 s"
+        );
+    }
+}

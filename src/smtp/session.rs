@@ -1,0 +1,148 @@
+//! One client's SMTP session: the state (greeted, in a transaction) and the command loop.
+//! Each verb's rules live in the file named after it; this file only reads, parses and
+//! dispatches, and decides when the session ends.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use smtp_proto::{Error as ParseError, Request};
+
+use super::conn::{Conn, Line, Stop};
+use super::reply::{self, Reply};
+use crate::server::Context;
+use crate::shutdown::Shutdown;
+use crate::upstream::Envelope;
+
+/// Whether the session goes on after a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    Continue,
+    Close,
+}
+
+/// What the client said in EHLO/HELO.
+#[derive(Debug, Clone)]
+pub struct Greeting {
+    pub name: String,
+    pub esmtp: bool,
+}
+
+pub struct Session {
+    pub ctx: Arc<Context>,
+    pub conn: Conn,
+    pub peer: SocketAddr,
+    pub shutdown: Shutdown,
+    pub greeting: Option<Greeting>,
+    /// The open transaction: MAIL given, RCPTs collected.
+    pub envelope: Option<Envelope>,
+    /// The client may relay without AUTH (its address is in `trusted_networks`).
+    pub trusted: bool,
+}
+
+impl Session {
+    pub fn new(ctx: Arc<Context>, conn: Conn, peer: SocketAddr, shutdown: Shutdown) -> Session {
+        let trusted = ctx
+            .config
+            .smtp
+            .trusted_networks
+            .iter()
+            .any(|net| net.contains(&peer.ip()));
+        Session {
+            ctx,
+            conn,
+            peer,
+            shutdown,
+            greeting: None,
+            envelope: None,
+            trusted,
+        }
+    }
+
+    /// Runs the session to its end; the connection is closed when this returns.
+    pub async fn run(mut self) {
+        let greeting = reply::greeting(&self.ctx.config.smtp.hostname);
+        self.conn.reply(&greeting);
+        loop {
+            let line = match self.conn.read_line(&mut self.shutdown).await {
+                Ok(line) => line,
+                Err(stop) => return self.stop(stop).await,
+            };
+            let flow = match line {
+                Line::TooLong => {
+                    let max = self.ctx.config.smtp.max_line_bytes.get();
+                    self.conn.reply(&reply::line_too_long(max));
+                    Flow::Continue
+                }
+                Line::Command(bytes) => self.command(&bytes).await,
+            };
+            if flow == Flow::Close {
+                self.conn.shutdown_write().await;
+                return;
+            }
+        }
+    }
+
+    async fn stop(mut self, stop: Stop) {
+        let last = match stop {
+            Stop::Closed => return,
+            Stop::Idle => reply::idle_timeout(),
+            Stop::Shutdown => reply::shutting_down(),
+        };
+        self.conn.reply(&last);
+        self.conn.shutdown_write().await;
+    }
+
+    async fn command(&mut self, line: &[u8]) -> Flow {
+        if line.contains(&0) {
+            self.conn.reply(&reply::syntax_error("NUL byte in command"));
+            return Flow::Continue;
+        }
+        let request = match Request::parse(&mut line.iter()) {
+            Ok(request) => request,
+            Err(e) => {
+                self.conn.reply(&parse_error_reply(&e));
+                return Flow::Continue;
+            }
+        };
+        match request {
+            Request::Ehlo { host } => self.ehlo(&host, true),
+            Request::Helo { host } => self.ehlo(&host, false),
+            Request::Mail { from } => self.mail(from),
+            Request::Rcpt { to } => self.rcpt(to),
+            Request::Data => return self.data().await,
+            Request::Rset => self.rset(),
+            Request::Noop { .. } => self.conn.reply(&reply::ok()),
+            Request::Vrfy { .. } => self.vrfy(),
+            Request::Help { .. } => self.help(),
+            Request::Quit => {
+                self.conn.reply(&reply::bye());
+                return Flow::Close;
+            }
+            other => self.conn.reply(&reply::not_implemented(other.name())),
+        }
+        Flow::Continue
+    }
+
+    /// Queues a reply; it goes out when the session next waits for the client.
+    pub fn reply(&mut self, reply: Reply) {
+        self.conn.reply(&reply);
+    }
+}
+
+fn parse_error_reply(e: &ParseError) -> Reply {
+    match e {
+        ParseError::UnknownCommand => reply::unknown_command(),
+        ParseError::InvalidSenderAddress => Reply::new(501, "5.1.7", "Bad sender address syntax"),
+        ParseError::InvalidRecipientAddress => {
+            Reply::new(501, "5.1.3", "Bad recipient address syntax")
+        }
+        ParseError::SyntaxError { syntax } => reply::syntax_error(&format!("expected {syntax}")),
+        ParseError::InvalidParameter { param } => {
+            Reply::new(501, "5.5.4", format!("Invalid value for parameter {param}"))
+        }
+        ParseError::UnsupportedParameter { param } => {
+            Reply::new(555, "5.5.4", format!("Unsupported parameter {param}"))
+        }
+        _ => reply::syntax_error("malformed command"),
+    }
+}

@@ -1,0 +1,132 @@
+//! Starts mailsluice in-process on 127.0.0.1:0 for a test, and a raw SMTP client to talk to it
+//! byte by byte (real clients are used elsewhere; this one lets tests send hostile bytes).
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use mailsluice::config::Config;
+use mailsluice::shutdown::{self, ShutdownTrigger};
+use mailsluice::upstream::Forwarder;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+/// A relay running in this process.
+pub struct Relay {
+    pub addr: SocketAddr,
+    trigger: ShutdownTrigger,
+    task: JoinHandle<()>,
+}
+
+/// The `[smtp]` section tests start from; `extra` is appended to it.
+pub fn config_text(upstream_url: &str, extra_smtp: &str, rest: &str) -> String {
+    format!(
+        "[smtp]\nlisten = [\"127.0.0.1:0\"]\nhostname = \"relay.test\"\n{extra_smtp}\n\
+         [upstream]\nurl = \"{upstream_url}\"\ntimeout_ms = 2000\n{rest}\n"
+    )
+}
+
+impl Relay {
+    pub async fn start(config: &str, forwarder: Arc<dyn Forwarder>) -> Relay {
+        let config = Arc::new(Config::parse(config).expect("test config is valid"));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (trigger, shutdown) = shutdown::channel();
+        let deps = mailsluice::Deps { config, forwarder };
+        let task = tokio::spawn(mailsluice::run(vec![listener], deps, shutdown));
+        Relay {
+            addr,
+            trigger,
+            task,
+        }
+    }
+
+    /// Fires the shutdown and waits for `run` to return.
+    pub async fn stop(self) {
+        self.trigger.trigger();
+        self.task.await.unwrap();
+    }
+
+    pub fn trigger_shutdown(&self) {
+        self.trigger.trigger();
+    }
+
+    pub async fn client(&self) -> Client {
+        Client::connect(self.addr).await
+    }
+}
+
+/// A raw SMTP client.
+pub struct Client {
+    stream: BufReader<TcpStream>,
+}
+
+impl Client {
+    /// Connects and reads the greeting, which must be `220`.
+    pub async fn connect(addr: SocketAddr) -> Client {
+        let mut c = Client::connect_raw(addr).await;
+        let (code, text) = c.reply().await;
+        assert_eq!(code, 220, "greeting: {text}");
+        c
+    }
+
+    pub async fn connect_raw(addr: SocketAddr) -> Client {
+        let stream = TcpStream::connect(addr).await.unwrap();
+        Client {
+            stream: BufReader::new(stream),
+        }
+    }
+
+    pub async fn send(&mut self, bytes: &[u8]) {
+        self.stream.get_mut().write_all(bytes).await.unwrap();
+    }
+
+    /// Reads one reply, joining the lines of a multi-line one with `\n`. `(0, "")` at EOF.
+    pub async fn reply(&mut self) -> (u16, String) {
+        let mut text = Vec::new();
+        loop {
+            let mut line = String::new();
+            if self.stream.read_line(&mut line).await.unwrap_or(0) == 0 {
+                return (0, text.join("\n"));
+            }
+            assert!(line.ends_with("\r\n"), "reply line without CRLF: {line:?}");
+            let code: u16 = line[..3].parse().expect("reply code");
+            text.push(line[4..].trim_end().to_string());
+            if line.as_bytes()[3] == b' ' {
+                return (code, text.join("\n"));
+            }
+        }
+    }
+
+    pub async fn cmd(&mut self, line: &str) -> (u16, String) {
+        self.send(format!("{line}\r\n").as_bytes()).await;
+        self.reply().await
+    }
+
+    /// EHLO, MAIL, RCPTs, DATA and the message (which must end in CRLF); returns the final reply.
+    pub async fn send_mail(&mut self, from: &str, rcpts: &[&str], message: &[u8]) -> (u16, String) {
+        let (code, _) = self.cmd("EHLO client.test").await;
+        assert_eq!(code, 250);
+        let (code, text) = self.cmd(&format!("MAIL FROM:<{from}>")).await;
+        if code != 250 {
+            return (code, text);
+        }
+        for rcpt in rcpts {
+            let (code, text) = self.cmd(&format!("RCPT TO:<{rcpt}>")).await;
+            assert_eq!(code, 250, "RCPT {rcpt}: {text}");
+        }
+        let (code, text) = self.cmd("DATA").await;
+        assert_eq!(code, 354, "{text}");
+        self.send(message).await;
+        self.send(b".\r\n").await;
+        self.reply().await
+    }
+
+    /// True when the relay closed the connection (reads EOF).
+    pub async fn is_closed(&mut self) -> bool {
+        let mut buf = [0u8; 1];
+        matches!(self.stream.read(&mut buf).await, Ok(0) | Err(_))
+    }
+}
