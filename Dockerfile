@@ -1,0 +1,21 @@
+# Multi-stage build: a locked release build, then a slim runtime image as a non-root user.
+FROM rust:1-bookworm AS build
+WORKDIR /src
+COPY Cargo.toml Cargo.lock ./
+COPY src ./src
+COPY benches ./benches
+RUN cargo build --release --locked --bin mailsluice
+
+FROM debian:bookworm-slim
+RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates \
+    && rm -rf /var/lib/apt/lists/* \
+    && useradd --system --uid 10001 --home-dir /var/lib/mailsluice --create-home mailsluice
+COPY --from=build /src/target/release/mailsluice /usr/local/bin/mailsluice
+COPY config/mailsluice.toml /etc/mailsluice/mailsluice.toml
+USER mailsluice
+WORKDIR /var/lib/mailsluice
+# Mount your own config over /etc/mailsluice; the default writes to ./outbox.
+VOLUME ["/etc/mailsluice"]
+ENV MAILSLUICE_CONFIG=/etc/mailsluice/mailsluice.toml
+EXPOSE 2525
+ENTRYPOINT ["/usr/local/bin/mailsluice"]
