@@ -46,3 +46,326 @@ impl KeySource {
 fn is_header_name(name: &str) -> bool {
     !name.is_empty() && name.bytes().all(|b| (33..=126).contains(&b) && b != b':')
 }
+
+use std::net::IpAddr;
+use std::ops::Range;
+
+use crate::config::{Cost, MatchSpec, ThrottleConfig};
+
+/// One `[[throttle]]` layer's rules for choosing a key and a cost (the bucket math is in
+/// `throttle`; this is only what a message is charged).
+#[derive(Debug, Clone)]
+pub struct LayerPolicy {
+    pub name: String,
+    pub key: KeySource,
+    pub default_key: String,
+    pub cost: Cost,
+    pub matches: Option<MatchSpec>,
+    pub strip_key_header: bool,
+}
+
+impl LayerPolicy {
+    pub fn from_config(layer: &ThrottleConfig) -> LayerPolicy {
+        LayerPolicy {
+            name: layer.name.get_ref().clone(),
+            key: KeySource::parse(layer.key.get_ref()).expect("validated by Config::parse"),
+            default_key: layer.default_key.clone(),
+            cost: layer.cost,
+            matches: layer.match_.clone(),
+            strip_key_header: layer.strip_key_header,
+        }
+    }
+}
+
+/// What the policy may look at: the envelope, who sent it, and the header section.
+pub struct MessageFacts<'a> {
+    /// The authenticated user's tenant (or user name). When set, it is the key of every
+    /// `auth` layer and wins over any `header:` key: a header cannot move a client out of
+    /// its tenant's bucket.
+    pub auth_tenant: Option<&'a str>,
+    pub sender: Option<&'a str>,
+    pub rcpts: &'a [String],
+    pub client_ip: IpAddr,
+    pub message: &'a [u8],
+}
+
+/// A bucket a message is charged to: the layer's index, the key, and the cost.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Charge {
+    pub layer: usize,
+    pub key: String,
+    pub cost: u64,
+}
+
+/// The charges of a message, one per layer that applies to it, in layer order.
+pub fn charges(layers: &[LayerPolicy], facts: &MessageFacts<'_>) -> Vec<Charge> {
+    let fields = header_fields(facts.message);
+    layers
+        .iter()
+        .enumerate()
+        .filter(|(_, layer)| applies(layer, facts.message, &fields))
+        .map(|(layer_index, layer)| Charge {
+            layer: layer_index,
+            key: key_of(layer, facts, &fields),
+            cost: match layer.cost {
+                Cost::Recipients => facts.rcpts.len() as u64,
+                Cost::Message => 1,
+            },
+        })
+        .collect()
+}
+
+fn applies(layer: &LayerPolicy, message: &[u8], fields: &[Field]) -> bool {
+    match &layer.matches {
+        None => true,
+        Some(m) => header_value(message, fields, &m.header)
+            .is_some_and(|v| v.eq_ignore_ascii_case(m.value.trim())),
+    }
+}
+
+fn key_of(layer: &LayerPolicy, facts: &MessageFacts<'_>, fields: &[Field]) -> String {
+    let found = match &layer.key {
+        KeySource::Auth => facts.auth_tenant.map(str::to_string),
+        KeySource::Header(name) => match facts.auth_tenant {
+            Some(tenant) => Some(tenant.to_string()),
+            None => header_value(facts.message, fields, name),
+        },
+        KeySource::Sender => facts.sender.map(str::to_ascii_lowercase),
+        KeySource::SenderDomain => facts.sender.and_then(domain_of),
+        KeySource::RcptDomain => facts.rcpts.first().and_then(|r| domain_of(r)),
+        KeySource::ClientIp => Some(facts.client_ip.to_string()),
+        KeySource::None => Some(String::new()),
+    };
+    match found {
+        Some(key) if !key.is_empty() || layer.key == KeySource::None => key,
+        _ => layer.default_key.clone(),
+    }
+}
+
+fn domain_of(address: &str) -> Option<String> {
+    address
+        .rsplit_once('@')
+        .map(|(_, domain)| domain.to_ascii_lowercase())
+        .filter(|d| !d.is_empty())
+}
+
+/// Longest key kept from a header: keys are map entries and log fields, so a hostile
+/// header must not make them large.
+const MAX_KEY_BYTES: usize = 128;
+
+/// One header field of the message: its name and the byte range of the whole field,
+/// continuation lines and final CRLF included.
+#[derive(Debug, Clone)]
+struct Field {
+    name: Range<usize>,
+    whole: Range<usize>,
+}
+
+/// The fields of the header section (up to the first empty line), unfolded by range.
+fn header_fields(message: &[u8]) -> Vec<Field> {
+    let mut fields: Vec<Field> = Vec::new();
+    let mut pos = 0;
+    while pos < message.len() {
+        let end = message[pos..]
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .map_or(message.len(), |i| pos + i + 2);
+        let line = &message[pos..end];
+        if line == b"\r\n" {
+            break;
+        }
+        match (line.first(), fields.last_mut()) {
+            (Some(b' ' | b'\t'), Some(last)) => last.whole.end = end,
+            _ => {
+                if let Some(colon) = line.iter().position(|&b| b == b':') {
+                    fields.push(Field {
+                        name: pos..pos + colon,
+                        whole: pos..end,
+                    });
+                }
+            }
+        }
+        pos = end;
+    }
+    fields
+}
+
+/// The unfolded, trimmed value of the first field called `name`, if it is valid UTF-8.
+fn header_value(message: &[u8], fields: &[Field], name: &str) -> Option<String> {
+    let field = fields.iter().find(|f| {
+        message[f.name.clone()]
+            .trim_ascii()
+            .eq_ignore_ascii_case(name.as_bytes())
+    })?;
+    let raw = &message[field.name.end + 1..field.whole.end];
+    let text = std::str::from_utf8(raw).ok()?;
+    let unfolded: String = text
+        .split("\r\n")
+        .map(str::trim)
+        .collect::<Vec<_>>()
+        .join(" ");
+    let value = unfolded.trim();
+    let mut cut = value.len().min(MAX_KEY_BYTES);
+    while !value.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    Some(value[..cut].to_string())
+}
+
+/// The message without the key headers of the layers that strip theirs: a key header is a
+/// routing hint for this relay, not content for the recipient.
+pub fn strip_key_headers(layers: &[LayerPolicy], message: Vec<u8>) -> Vec<u8> {
+    let names: Vec<&str> = layers
+        .iter()
+        .filter(|l| l.strip_key_header)
+        .filter_map(|l| match &l.key {
+            KeySource::Header(name) => Some(name.as_str()),
+            _ => None,
+        })
+        .collect();
+    if names.is_empty() {
+        return message;
+    }
+    let fields = header_fields(&message);
+    let doomed: Vec<Range<usize>> = fields
+        .iter()
+        .filter(|f| {
+            let name = message[f.name.clone()].trim_ascii();
+            names
+                .iter()
+                .any(|n| name.eq_ignore_ascii_case(n.as_bytes()))
+        })
+        .map(|f| f.whole.clone())
+        .collect();
+    if doomed.is_empty() {
+        return message;
+    }
+    let mut out = Vec::with_capacity(message.len());
+    let mut pos = 0;
+    for range in doomed {
+        out.extend_from_slice(&message[pos..range.start]);
+        pos = range.end;
+    }
+    out.extend_from_slice(&message[pos..]);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layer(key: &str, cost: Cost, matches: Option<(&str, &str)>) -> LayerPolicy {
+        LayerPolicy {
+            name: "l".into(),
+            key: KeySource::parse(key).unwrap(),
+            default_key: "default".into(),
+            cost,
+            matches: matches.map(|(h, v)| MatchSpec {
+                header: h.into(),
+                value: v.into(),
+            }),
+            strip_key_header: true,
+        }
+    }
+
+    fn facts<'a>(
+        message: &'a [u8],
+        rcpts: &'a [String],
+        tenant: Option<&'a str>,
+    ) -> MessageFacts<'a> {
+        MessageFacts {
+            auth_tenant: tenant,
+            sender: Some("App@Example.COM"),
+            rcpts,
+            client_ip: "127.0.0.1".parse().unwrap(),
+            message,
+        }
+    }
+
+    const MSG: &[u8] =
+        b"Subject: hi\r\nX-Tenant:\r\n  acme\r\nX-Tier: Basic\r\n\r\nX-Tenant: body\r\n";
+
+    #[test]
+    fn header_key_is_unfolded_and_case_insensitive() {
+        let rcpts = vec!["a@B.example".to_string(), "c@d".to_string()];
+        let layers = [layer("header:x-tenant", Cost::Recipients, None)];
+        let c = charges(&layers, &facts(MSG, &rcpts, None));
+        assert_eq!(
+            c,
+            [Charge {
+                layer: 0,
+                key: "acme".into(),
+                cost: 2
+            }]
+        );
+    }
+
+    #[test]
+    fn missing_source_falls_back_to_default_key() {
+        let rcpts = vec!["a@b".to_string()];
+        let layers = [
+            layer("header:X-Other", Cost::Message, None),
+            layer("auth", Cost::Message, None),
+        ];
+        let c = charges(&layers, &facts(MSG, &rcpts, None));
+        assert_eq!(c[0].key, "default");
+        assert_eq!(c[1].key, "default");
+    }
+
+    #[test]
+    fn authenticated_tenant_wins_over_the_header() {
+        let rcpts = vec!["a@b".to_string()];
+        let layers = [layer("header:X-Tenant", Cost::Message, None)];
+        let c = charges(&layers, &facts(MSG, &rcpts, Some("paying-tenant")));
+        assert_eq!(c[0].key, "paying-tenant");
+    }
+
+    #[test]
+    fn envelope_keys_are_lowercased() {
+        let rcpts = vec!["a@B.example".to_string()];
+        let layers = [
+            layer("sender", Cost::Message, None),
+            layer("sender-domain", Cost::Message, None),
+            layer("rcpt-domain", Cost::Message, None),
+            layer("client-ip", Cost::Message, None),
+        ];
+        let keys: Vec<String> = charges(&layers, &facts(MSG, &rcpts, None))
+            .into_iter()
+            .map(|c| c.key)
+            .collect();
+        assert_eq!(
+            keys,
+            ["app@example.com", "example.com", "b.example", "127.0.0.1"]
+        );
+    }
+
+    #[test]
+    fn match_selects_tier_layers_only() {
+        let rcpts = vec!["a@b".to_string()];
+        let layers = [
+            layer("none", Cost::Message, Some(("X-Tier", "basic"))),
+            layer("none", Cost::Message, Some(("X-Tier", "cx"))),
+        ];
+        let c = charges(&layers, &facts(MSG, &rcpts, None));
+        assert_eq!(c.iter().map(|c| c.layer).collect::<Vec<_>>(), [0]);
+    }
+
+    #[test]
+    fn key_header_is_stripped_with_its_continuation_and_body_untouched() {
+        let layers = [layer("header:X-Tenant", Cost::Message, None)];
+        let out = strip_key_headers(&layers, MSG.to_vec());
+        assert_eq!(
+            out,
+            b"Subject: hi\r\nX-Tier: Basic\r\n\r\nX-Tenant: body\r\n"
+        );
+    }
+
+    #[test]
+    fn hostile_long_header_key_is_truncated() {
+        let msg = format!("X-Tenant: {}\r\n\r\n", "é".repeat(500));
+        let rcpts = vec!["a@b".to_string()];
+        let layers = [layer("header:X-Tenant", Cost::Message, None)];
+        let c = charges(&layers, &facts(msg.as_bytes(), &rcpts, None));
+        assert!(c[0].key.len() <= MAX_KEY_BYTES);
+    }
+}
