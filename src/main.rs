@@ -91,6 +91,7 @@ async fn serve_async(config: Arc<Config>) -> anyhow::Result<()> {
         let listener = TcpListener::bind(addr)
             .await
             .with_context(|| format!("listening on {addr}"))?;
+        let addr = listener.local_addr().context("reading the bound address")?;
         tracing::info!(%addr, "listening for SMTP");
         listeners.push(listener);
     }
