@@ -3,7 +3,7 @@
 //!
 //! A reader (a script, a test, another daemon) watches the directory for `*.eml`. It must
 //! never see half a message, nor a message without its envelope, so each file is written
-//! under a dot-prefixed temporary name, fsynced, then renamed: the envelope first, the message
+//! under a dot-prefixed temporary name (`.tmp-<id>.eml.part`), fsynced, then renamed: the envelope first, the message
 //! last. A crash leaves at worst a stray `.tmp-*` file or an envelope without its message, and
 //! in both cases the client got no `250`, so it still holds the message.
 
@@ -100,7 +100,9 @@ fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), String>
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let tmp = dir.join(format!(".tmp-{name}"));
+    // Dot-prefixed for `*.eml` globs, and not ending in `.eml` for readers that filter on
+    // the extension alone.
+    let tmp = dir.join(format!(".tmp-{name}.part"));
     let result = (|| {
         let mut file = File::create(&tmp)?;
         file.write_all(bytes)?;

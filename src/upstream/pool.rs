@@ -16,7 +16,7 @@ use lettre::transport::smtp::authentication::{Credentials, DEFAULT_MECHANISMS};
 use lettre::transport::smtp::client::{AsyncSmtpConnection, TlsParameters};
 use lettre::transport::smtp::extension::ClientId;
 use lettre::transport::smtp::Error as SmtpError;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 /// A parked connection older than this is closed rather than reused: servers drop idle
 /// clients after a while (Postfix after 300 s), and reusing one that is almost surely dead
@@ -81,19 +81,33 @@ impl Connector {
     }
 }
 
+/// The right to hold one open connection. Freeing it wakes a message waiting for a
+/// connection, which could not otherwise tell a freed slot from a parked connection.
+struct Slot {
+    permit: Option<OwnedSemaphorePermit>,
+    freed: Arc<Notify>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        drop(self.permit.take());
+        self.freed.notify_one();
+    }
+}
+
 /// A connection checked out for one transaction. Dropping it closes the socket and frees its
 /// slot: that is what happens to every connection whose state is not known to be clean.
 pub(super) struct Lease {
     pub conn: AsyncSmtpConnection,
     /// It served an earlier message, so upstream may have closed it while it sat idle.
     pub reused: bool,
-    slot: OwnedSemaphorePermit,
+    slot: Slot,
 }
 
 struct Parked {
     conn: AsyncSmtpConnection,
     since: Instant,
-    slot: OwnedSemaphorePermit,
+    slot: Slot,
 }
 
 pub(super) struct Pool {
@@ -103,6 +117,8 @@ pub(super) struct Pool {
     idle: Mutex<Vec<Parked>>,
     /// One permit per open connection, parked or busy: `pool_size` bounds both.
     slots: Arc<Semaphore>,
+    /// Signalled when a connection is parked or a slot is freed.
+    available: Arc<Notify>,
 }
 
 impl Pool {
@@ -112,23 +128,36 @@ impl Pool {
             timeout,
             idle: Mutex::new(Vec::new()),
             slots: Arc::new(Semaphore::new(size)),
+            available: Arc::new(Notify::new()),
         }
     }
 
-    /// A parked connection if one is fresh enough, else a new one once a slot is free.
+    /// A parked connection if one is fresh enough, else a new one in a free slot, else waits
+    /// (up to the timeout) for whichever of the two comes first.
     pub async fn checkout(&self) -> Result<Lease, ConnectError> {
-        if let Some(parked) = self.pop_idle() {
-            return Ok(Lease {
-                conn: parked.conn,
-                reused: true,
-                slot: parked.slot,
-            });
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        loop {
+            let available = self.available.notified();
+            tokio::pin!(available);
+            available.as_mut().enable();
+            if let Some(parked) = self.pop_idle() {
+                return Ok(Lease {
+                    conn: parked.conn,
+                    reused: true,
+                    slot: parked.slot,
+                });
+            }
+            if let Ok(permit) = Arc::clone(&self.slots).try_acquire_owned() {
+                let slot = Slot {
+                    permit: Some(permit),
+                    freed: Arc::clone(&self.available),
+                };
+                return self.open(slot).await;
+            }
+            if tokio::time::timeout_at(deadline, available).await.is_err() {
+                return Err(ConnectError::PoolBusy);
+            }
         }
-        let slot = tokio::time::timeout(self.timeout, Arc::clone(&self.slots).acquire_owned())
-            .await
-            .map_err(|_| ConnectError::PoolBusy)?
-            .expect("the pool never closes its semaphore");
-        self.open(slot).await
     }
 
     /// Replaces a connection found dead with a new one, keeping its slot so that a retry
@@ -150,9 +179,10 @@ impl Pool {
             slot: lease.slot,
         };
         self.idle.lock().expect("pool lock").push(parked);
+        self.available.notify_one();
     }
 
-    async fn open(&self, slot: OwnedSemaphorePermit) -> Result<Lease, ConnectError> {
+    async fn open(&self, slot: Slot) -> Result<Lease, ConnectError> {
         match tokio::time::timeout(self.timeout, self.connector.connect()).await {
             Ok(Ok(conn)) => Ok(Lease {
                 conn,
