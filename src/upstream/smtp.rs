@@ -12,6 +12,7 @@
 //! `wire_body` for the trailing CRLF and `dot_after_bare_line_break` for the one case its
 //! stuffing leaves open.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use lettre::transport::smtp::authentication::Credentials;
@@ -45,7 +46,7 @@ pub enum SmtpSetupError {
 
 /// Forwards each message to one SMTP server over pooled connections.
 pub struct SmtpForwarder {
-    pool: Pool,
+    pool: Arc<Pool>,
     timeout: Duration,
 }
 
@@ -107,7 +108,7 @@ impl SmtpForwarder {
         };
         let timeout = Duration::from_millis(cfg.timeout_ms.get());
         Ok(SmtpForwarder {
-            pool: Pool::new(connector, cfg.pool_size.get(), timeout),
+            pool: Arc::new(Pool::new(connector, cfg.pool_size.get(), timeout)),
             timeout,
         })
     }
@@ -153,7 +154,7 @@ impl SmtpForwarder {
                     lease = self.pool.reconnect(lease).await.map_err(connect_error)?;
                 }
                 Err(f) => {
-                    self.finish_failed(lease, &f).await;
+                    self.finish_failed(lease, &f);
                     return Err(f.error);
                 }
             }
@@ -161,17 +162,21 @@ impl SmtpForwarder {
     }
 
     /// Keeps the connection when a reply refused the message but left the session usable.
-    async fn finish_failed(&self, mut lease: Lease, failure: &Failure) {
+    /// The RSET runs off the message's path: the client's answer need not wait for it.
+    fn finish_failed(&self, mut lease: Lease, failure: &Failure) {
         if !failure.clean {
             return; // dropped: closed without a word, its state is unknown
         }
-        if matches!(failure.step, Step::Mail | Step::Rcpt | Step::Data) {
-            let reset = tokio::time::timeout(self.timeout, lease.conn.command(Rset)).await;
-            if !matches!(reset, Ok(Ok(_))) {
-                return;
-            }
+        if !matches!(failure.step, Step::Mail | Step::Rcpt | Step::Data) {
+            return self.pool.checkin(lease);
         }
-        self.pool.checkin(lease);
+        let (pool, timeout) = (Arc::clone(&self.pool), self.timeout);
+        tokio::spawn(async move {
+            let reset = tokio::time::timeout(timeout, lease.conn.command(Rset)).await;
+            if matches!(reset, Ok(Ok(_))) {
+                pool.checkin(lease);
+            }
+        });
     }
 }
 

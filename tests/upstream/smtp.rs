@@ -191,17 +191,29 @@ async fn two_messages_share_one_connection() {
     assert_eq!(up.connections(), 1);
 }
 
+/// After a refusal the connection is reset (off the message's path) and parked again. With
+/// one slot, the next message waits for that reset and must get the same connection.
 #[tokio::test]
 async fn rejected_transaction_leaves_the_connection_usable() {
     let up = TestUpstream::start().await;
-    let fwd = smtp_forwarder(&up.url(), "");
+    let fwd = smtp_forwarder(&up.url(), "pool_size = 1");
     let env = envelope(Some("a@x.test"), &["b@y.test"]);
     up.set_fault(Fault::reply(Step::Rcpt, 550, "5.1.1 no such user"));
     fwd.forward(&env, SIMPLE).await.unwrap_err();
     up.set_fault(Fault::None);
     fwd.forward(&env, SIMPLE).await.unwrap();
     assert_eq!(up.wait_for(1).await[0].conn, 1);
-    assert!(up.commands().contains(&"RSET".to_string()));
+    assert_eq!(up.connections(), 1);
+    let commands = up.commands();
+    let rset = commands
+        .iter()
+        .position(|c| c == "RSET")
+        .expect("RSET sent");
+    let second_mail = commands
+        .iter()
+        .rposition(|c| c.starts_with("MAIL"))
+        .unwrap();
+    assert!(rset < second_mail);
 }
 
 #[tokio::test]
