@@ -46,6 +46,8 @@ pub enum Fault {
     /// After `354`, read one line of the message, then close the connection.
     DropMidData,
     /// Wait `delay` before answering at `step` (then answer normally, if anyone is left).
+    /// At `EndOfData` the message is then recorded even if the client gave up, as a real
+    /// server would: the ambiguity a relay has to live with after the final dot.
     Stall { step: Step, delay: Duration },
 }
 
