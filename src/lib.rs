@@ -1,13 +1,16 @@
 //! mailsluice: an SMTP relay proxy with per-tenant throttling.
 //!
 //! Layout of the crate (each concept in the file named after it):
-//! - `config`     the TOML schema, its defaults and validation.
-//! - `smtp/`      the inbound ESMTP server: `server` accepts, `session` runs the state
-//!                machine, one file per verb, `reply` holds the reply texts, `data` reads DATA.
-//! - `throttle/`  token buckets (pure math in `bucket`), FIFO queues per key, stacked layers.
-//! - `policy`     which bucket a message is charged to, and its cost.
-//! - `upstream/`  the `Forwarder` trait and its implementations (`smtp` via lettre, `file`).
-//! - `shutdown`   the one shutdown signal every task listens to.
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | `config` | the TOML schema, its defaults and validation |
+//! | `server` | the accept loop, the connection bound, graceful shutdown; `Deps` and `Context` |
+//! | `smtp/` | one client's session: `session` is the state machine, one file per verb (`ehlo`, `mail`, `rcpt`, `data`, `misc`), `deliver` the final dot, `data_reader` the DATA bytes, `reply` every reply text |
+//! | `throttle/` | token buckets (pure math in `bucket`), FIFO queues per key, stacked layers, stores |
+//! | `policy` | which buckets a message is charged to, and how much |
+//! | `upstream/` | the `Forwarder` trait: `smtp` (lettre connections, our pool), `file` |
+//! | `shutdown` | the one shutdown signal every task listens to |
 //!
 //! `run(listeners, deps, shutdown)` serves until the shutdown signal; `main.rs` only parses
 //! the command line, loads the config and calls it.

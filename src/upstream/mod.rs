@@ -2,10 +2,34 @@
 //! to SES, another relay or a directory: it only needs the upstream's verdict, which it relays.
 
 pub mod file;
+mod pool;
+pub mod reply;
 pub mod smtp;
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
+
+pub use file::FileForwarder;
+pub use smtp::{SmtpForwarder, SmtpSetupError};
+
+use crate::config::UpstreamConfig;
+
+/// The forwarder the configuration asks for. Errors are meant for the operator at startup
+/// (bad URL, missing password variable), so they are plain text naming the key.
+pub fn build_forwarder(
+    cfg: &UpstreamConfig,
+    helo_name: &str,
+) -> Result<Arc<dyn Forwarder>, String> {
+    let url = UpstreamUrl::parse(cfg.url.get_ref()).map_err(|e| format!("upstream.url: {e}"))?;
+    match &url {
+        UpstreamUrl::File { dir } => Ok(Arc::new(FileForwarder::new(dir.clone()))),
+        UpstreamUrl::Smtp { .. } | UpstreamUrl::Smtps { .. } => {
+            let forwarder = SmtpForwarder::new(cfg, &url, helo_name).map_err(|e| e.to_string())?;
+            Ok(Arc::new(forwarder))
+        }
+    }
+}
 
 /// The SMTP envelope as the client gave it. `from` is `None` for the null sender `<>`
 /// (bounces), which must stay null upstream.
@@ -146,10 +170,3 @@ mod tests {
     }
 }
 
-/// TEMPORARY until the forwarders land.
-pub fn build_forwarder(
-    _cfg: &crate::config::UpstreamConfig,
-    _helo: &str,
-) -> Result<std::sync::Arc<dyn Forwarder>, String> {
-    Err("not yet".into())
-}

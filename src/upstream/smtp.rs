@@ -1,1 +1,391 @@
-//! `smtp://` and `smtps://` upstream through lettre (to be written).
+//! `smtp://` and `smtps://` upstream: lettre's SMTP connection, driven one step at a time.
+//!
+//! We drive MAIL, RCPT, DATA ourselves (rather than `send_raw`) because only then do we know
+//! at which step a failure happened, and that decides whether a retry is safe: until the final
+//! dot has been sent upstream cannot have accepted the message, so a connection found dead at
+//! MAIL, RCPT or DATA is replaced once and the message sent again; after it, never (a duplicate
+//! is worse than a `451`). It also lets each step carry its own timeout, and the MAIL
+//! parameters follow what the client asked for instead of lettre's guesses.
+//!
+//! Bytes: lettre dot-stuffs the body (a `.` at the start of a line after CRLF is doubled) and
+//! appends `CRLF.CRLF`; it changes nothing else (no line-ending or 8-bit conversion). See
+//! `wire_body` for the trailing CRLF and `dot_after_bare_line_break` for the one case its
+//! stuffing leaves open.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lettre::transport::smtp::authentication::Credentials;
+use lettre::transport::smtp::client::{AsyncSmtpConnection, TlsParameters};
+use lettre::transport::smtp::commands::{Data, Mail, Rcpt, Rset};
+use lettre::transport::smtp::extension::{ClientId, Extension, MailBodyParameter, MailParameter};
+use lettre::transport::smtp::Error as SmtpError;
+use lettre::Address;
+
+use super::pool::{ConnectError, Connector, Lease, Pool, Security};
+use super::reply::{rejected, unavailable};
+use super::{Accepted, Envelope, ForwardFuture, Forwarder, UpstreamError, UpstreamUrl};
+use crate::config::{UpstreamConfig, UpstreamTls};
+
+/// Why an SMTP upstream could not be set up from the configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum SmtpSetupError {
+    #[error("upstream.url: `{0}` is not an smtp:// or smtps:// URL")]
+    NotSmtp(String),
+    #[error("upstream.password_env: environment variable `{0}` is not set")]
+    MissingPasswordEnv(String),
+    #[error("upstream: set only one of `password` and `password_env`")]
+    TwoPasswords,
+    #[error("upstream.username is set, but neither `password` nor `password_env`")]
+    MissingPassword,
+    #[error("upstream: a password is set without `username`")]
+    MissingUsername,
+    #[error("upstream TLS for `{host}`: {reason}")]
+    Tls { host: String, reason: String },
+}
+
+/// Forwards each message to one SMTP server over pooled connections.
+pub struct SmtpForwarder {
+    pool: Arc<Pool>,
+    timeout: Duration,
+}
+
+/// The SMTP step at which a transaction failed; it decides whether a retry is safe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    Mail,
+    Rcpt,
+    Data,
+    /// Sending the body and waiting for the reply to the final dot.
+    EndOfData,
+    /// Checks of our own before MAIL (address forms, extensions upstream lacks).
+    Local,
+}
+
+/// How a transaction failed, and what that leaves of the connection.
+struct Failure {
+    step: Step,
+    error: UpstreamError,
+    /// The connection is between transactions (or can be put there with RSET).
+    clean: bool,
+    /// Nothing was accepted and the connection died under us: worth one fresh attempt.
+    stale: bool,
+}
+
+impl SmtpForwarder {
+    /// Reads the password from the environment now, so a missing variable stops startup with
+    /// a clear message instead of failing every message later.
+    pub fn new(
+        cfg: &UpstreamConfig,
+        url: &UpstreamUrl,
+        helo_name: &str,
+    ) -> Result<SmtpForwarder, SmtpSetupError> {
+        let (host, port, implicit) = match url {
+            UpstreamUrl::Smtp { host, port } => (host, *port, false),
+            UpstreamUrl::Smtps { host, port } => (host, *port, true),
+            UpstreamUrl::File { .. } => {
+                return Err(SmtpSetupError::NotSmtp(cfg.url.get_ref().clone()))
+            }
+        };
+        let tls = || {
+            TlsParameters::new(host.clone()).map_err(|e| SmtpSetupError::Tls {
+                host: host.clone(),
+                reason: e.to_string(),
+            })
+        };
+        let security = match (implicit, cfg.tls) {
+            (true, _) => Security::Implicit(tls()?),
+            (false, UpstreamTls::None) => Security::Plain,
+            (false, UpstreamTls::Opportunistic) => Security::Opportunistic(tls()?),
+            (false, UpstreamTls::Required) => Security::Required(tls()?),
+        };
+        let connector = Connector {
+            host: host.clone(),
+            port,
+            security,
+            hello: ClientId::Domain(cfg.helo_name.clone().unwrap_or_else(|| helo_name.into())),
+            credentials: credentials(cfg)?,
+        };
+        let timeout = Duration::from_millis(cfg.timeout_ms.get());
+        Ok(SmtpForwarder {
+            pool: Arc::new(Pool::new(connector, cfg.pool_size.get(), timeout)),
+            timeout,
+        })
+    }
+
+    async fn send(&self, envelope: &Envelope, message: &[u8]) -> Result<Accepted, UpstreamError> {
+        let from = match &envelope.from {
+            None => None,
+            Some(a) => Some(address(a).ok_or_else(|| rejected(553, "5.1.7", bad(a)))?),
+        };
+        let mut rcpts = Vec::with_capacity(envelope.rcpts.len());
+        for r in &envelope.rcpts {
+            rcpts.push(address(r).ok_or_else(|| rejected(553, "5.1.3", bad(r)))?);
+        }
+        if rcpts.is_empty() {
+            return Err(rejected(503, "5.5.1", "no valid recipients".into()));
+        }
+        if dot_after_bare_line_break(message) {
+            return Err(rejected(
+                554,
+                "5.6.0",
+                "message has a bare CR or LF next to a dot; not relayed (SMTP smuggling)".into(),
+            ));
+        }
+        let tx = Transaction {
+            envelope,
+            from,
+            rcpts,
+            message,
+            timeout: self.timeout,
+        };
+
+        let mut lease = self.pool.checkout().await.map_err(connect_error)?;
+        let mut retried = false;
+        loop {
+            match tx.run(&mut lease.conn).await {
+                Ok(accepted) => {
+                    self.pool.checkin(lease);
+                    return Ok(accepted);
+                }
+                Err(f) if f.stale && lease.reused && !retried => {
+                    tracing::debug!(step = ?f.step, error = %f.error, "pooled upstream connection was dead; retrying on a new one");
+                    retried = true;
+                    lease = self.pool.reconnect(lease).await.map_err(connect_error)?;
+                }
+                Err(f) => {
+                    self.finish_failed(lease, &f);
+                    return Err(f.error);
+                }
+            }
+        }
+    }
+
+    /// Keeps the connection when a reply refused the message but left the session usable.
+    /// The RSET runs off the message's path: the client's answer need not wait for it.
+    fn finish_failed(&self, mut lease: Lease, failure: &Failure) {
+        if !failure.clean {
+            return; // dropped: closed without a word, its state is unknown
+        }
+        if !matches!(failure.step, Step::Mail | Step::Rcpt | Step::Data) {
+            return self.pool.checkin(lease);
+        }
+        let (pool, timeout) = (Arc::clone(&self.pool), self.timeout);
+        tokio::spawn(async move {
+            let reset = tokio::time::timeout(timeout, lease.conn.command(Rset)).await;
+            if matches!(reset, Ok(Ok(_))) {
+                pool.checkin(lease);
+            }
+        });
+    }
+}
+
+impl Forwarder for SmtpForwarder {
+    fn forward<'a>(&'a self, envelope: &'a Envelope, message: &'a [u8]) -> ForwardFuture<'a> {
+        Box::pin(self.send(envelope, message))
+    }
+}
+
+/// One message's commands, ready to be played on a connection (twice, at most).
+struct Transaction<'a> {
+    envelope: &'a Envelope,
+    from: Option<Address>,
+    rcpts: Vec<Address>,
+    message: &'a [u8],
+    timeout: Duration,
+}
+
+impl Transaction<'_> {
+    async fn run(&self, conn: &mut AsyncSmtpConnection) -> Result<Accepted, Failure> {
+        let params = self.mail_parameters(conn)?;
+        self.step(
+            Step::Mail,
+            conn.command(Mail::new(self.from.clone(), params)),
+        )
+        .await?;
+        for rcpt in &self.rcpts {
+            self.step(Step::Rcpt, conn.command(Rcpt::new(rcpt.clone(), vec![])))
+                .await?;
+        }
+        self.step(Step::Data, conn.command(Data)).await?;
+        let reply = self
+            .step(Step::EndOfData, conn.message(wire_body(self.message)))
+            .await?;
+        Ok(Accepted {
+            text: reply.message().collect::<Vec<_>>().join(" "),
+        })
+    }
+
+    /// Declares what the client declared, when upstream understands it. What cannot be
+    /// relayed faithfully is refused here, as RFC 6152 and RFC 6531 ask of a relay.
+    fn mail_parameters(&self, conn: &AsyncSmtpConnection) -> Result<Vec<MailParameter>, Failure> {
+        let info = conn.server_info();
+        let local = |code, enhanced, text: &str| Failure {
+            step: Step::Local,
+            error: rejected(code, enhanced, text.into()),
+            clean: true,
+            stale: false,
+        };
+        let mut params = Vec::new();
+        let utf8_addresses = self.envelope.from.as_deref().is_some_and(|a| !a.is_ascii())
+            || self.envelope.rcpts.iter().any(|a| !a.is_ascii());
+        if info.supports_feature(Extension::SmtpUtfEight) {
+            if self.envelope.smtputf8 || utf8_addresses {
+                params.push(MailParameter::SmtpUtfEight);
+            }
+        } else if utf8_addresses {
+            return Err(local(
+                553,
+                "5.6.7",
+                "upstream does not support SMTPUTF8; non-ASCII address not relayed",
+            ));
+        }
+        let eight_bit = !self.message.is_ascii();
+        if info.supports_feature(Extension::EightBitMime) {
+            if self.envelope.body_8bit || eight_bit {
+                params.push(MailParameter::Body(MailBodyParameter::EightBitMime));
+            }
+        } else if eight_bit {
+            return Err(local(
+                554,
+                "5.6.3",
+                "upstream does not support 8BITMIME; 8-bit message not relayed",
+            ));
+        }
+        Ok(params)
+    }
+
+    /// Runs one step under the timeout and classifies its failure.
+    async fn step<T>(
+        &self,
+        step: Step,
+        fut: impl std::future::Future<Output = Result<T, SmtpError>>,
+    ) -> Result<T, Failure> {
+        let before_body = step != Step::EndOfData;
+        match tokio::time::timeout(self.timeout, fut).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => match e.status().map(u16::from) {
+                // 421: upstream is closing this connection (often its idle timeout, read
+                // only now); nothing was accepted, so a fresh connection may do better.
+                Some(421) => Err(Failure {
+                    step,
+                    error: smtp_error(&e),
+                    clean: false,
+                    stale: before_body,
+                }),
+                Some(_) => Err(Failure {
+                    step,
+                    error: smtp_error(&e),
+                    clean: true,
+                    stale: false,
+                }),
+                None => Err(Failure {
+                    step,
+                    error: unavailable(format!("{step:?}: {}", describe(&e))),
+                    clean: false,
+                    stale: before_body && !e.is_client(),
+                }),
+            },
+            Err(_) => Err(Failure {
+                step,
+                error: unavailable(format!(
+                    "no answer at {step:?} within {} ms",
+                    self.timeout.as_millis()
+                )),
+                clean: false,
+                stale: false,
+            }),
+        }
+    }
+}
+
+/// The bytes to hand lettre so that upstream receives exactly `message`: lettre always
+/// appends `CRLF.CRLF`, whose CRLF already ends our last line. A message that does not end
+/// in CRLF gets one (SMTP cannot carry it otherwise); an empty message arrives as one empty
+/// line, for the same reason.
+fn wire_body(message: &[u8]) -> &[u8] {
+    message.strip_suffix(b"\r\n").unwrap_or(message)
+}
+
+/// lettre stuffs a dot only after CRLF. A dot after a bare CR or LF followed by a line break
+/// goes out as is, and an upstream lenient about line endings could take it for the end of
+/// data and read what follows as a second message (SMTP smuggling). Such messages are refused
+/// rather than altered, since altering them would break "bytes unchanged" for strict servers.
+pub fn dot_after_bare_line_break(message: &[u8]) -> bool {
+    message.iter().enumerate().any(|(i, &b)| {
+        if b != b'.' || i == 0 {
+            return false;
+        }
+        let bare_before = match message[i - 1] {
+            b'\r' => true,
+            b'\n' => i < 2 || message[i - 2] != b'\r',
+            _ => false,
+        };
+        bare_before && matches!(message.get(i + 1), None | Some(b'\r' | b'\n'))
+    })
+}
+
+/// The address exactly as the client gave it. lettre's own parser would refuse some valid
+/// forms (quoted local parts, address literals) that the client's server already accepted;
+/// the only thing that must never pass is what could break the command line.
+fn address(a: &str) -> Option<Address> {
+    let (user, domain) = a.rsplit_once('@')?;
+    let unsafe_char = |c: char| c.is_control() || c == '<' || c == '>';
+    if user.is_empty() || domain.is_empty() || a.chars().any(unsafe_char) {
+        return None;
+    }
+    Some(Address::new_dangerous(user, domain))
+}
+
+fn bad(a: &str) -> String {
+    format!("address <{}> cannot be relayed upstream", a.escape_debug())
+}
+
+fn credentials(cfg: &UpstreamConfig) -> Result<Option<Credentials>, SmtpSetupError> {
+    let password = match (&cfg.password, &cfg.password_env) {
+        (Some(_), Some(_)) => return Err(SmtpSetupError::TwoPasswords),
+        (Some(p), None) => Some(p.clone()),
+        (None, Some(var)) => {
+            Some(std::env::var(var).map_err(|_| SmtpSetupError::MissingPasswordEnv(var.clone()))?)
+        }
+        (None, None) => None,
+    };
+    match (&cfg.username, password) {
+        (Some(user), Some(password)) => Ok(Some(Credentials::new(user.clone(), password))),
+        (Some(_), None) => Err(SmtpSetupError::MissingPassword),
+        (None, Some(_)) => Err(SmtpSetupError::MissingUsername),
+        (None, None) => Ok(None),
+    }
+}
+
+fn connect_error(e: ConnectError) -> UpstreamError {
+    match e {
+        ConnectError::Smtp(e) if e.status().is_some() => smtp_error(&e),
+        ConnectError::Smtp(e) => unavailable(format!("connecting: {}", describe(&e))),
+        ConnectError::TimedOut => unavailable("connecting: timed out".into()),
+        ConnectError::PoolBusy => unavailable("every upstream connection stayed busy".into()),
+    }
+}
+
+/// A negative reply becomes `Rejected` with upstream's own code and text.
+fn smtp_error(e: &SmtpError) -> UpstreamError {
+    match e.status() {
+        Some(code) => {
+            let text = std::error::Error::source(e)
+                .map(ToString::to_string)
+                .unwrap_or_default();
+            super::reply::from_reply(u16::from(code), &text)
+        }
+        None => unavailable(describe(e)),
+    }
+}
+
+fn describe(e: &SmtpError) -> String {
+    if e.is_response() && e.to_string().ends_with("incomplete response") {
+        "connection closed by upstream".into()
+    } else if e.is_timeout() {
+        format!("timed out: {e}")
+    } else {
+        e.to_string()
+    }
+}

@@ -1,5 +1,8 @@
-//! Shared test support: an in-process relay, raw and recording helpers, the test upstream.
+//! Shared test support: an in-process relay, a raw client, a recording forwarder, and the
+//! test upstream SMTP server. Each test binary uses a different part of them.
 #![allow(dead_code)]
 
 pub mod memory;
 pub mod relay;
+pub mod upstream;
+mod upstream_session;

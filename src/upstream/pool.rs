@@ -1,0 +1,213 @@
+//! Connections to one SMTP upstream, kept open between messages.
+//!
+//! Why not lettre's own `AsyncSmtpTransport` pool: its async timeout covers only the TCP
+//! connect (the greeting, each command and the final reply can wait forever), and a send
+//! cancelled by an outer timeout hands its half-used connection back to the pool, where the
+//! next message would read the late replies of the previous one, out of step, and could take a
+//! stale `250` for its own. Its `max_size` also bounds only idle connections, not how many are
+//! open. So we keep lettre's connection (TLS, STARTTLS, AUTH, dot-stuffing) and own the pool:
+//! every connection that fails or times out is dropped, never parked, and a semaphore bounds
+//! the connections open at once.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use lettre::transport::smtp::authentication::{Credentials, DEFAULT_MECHANISMS};
+use lettre::transport::smtp::client::{AsyncSmtpConnection, TlsParameters};
+use lettre::transport::smtp::extension::ClientId;
+use lettre::transport::smtp::Error as SmtpError;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+
+/// A parked connection older than this is closed rather than reused: servers drop idle
+/// clients after a while (Postfix after 300 s), and reusing one that is almost surely dead
+/// costs a failed attempt before the retry.
+const IDLE_LIMIT: Duration = Duration::from_secs(60);
+
+/// How the connection is secured; `Implicit` is `smtps://`, the others are `smtp://`.
+#[derive(Clone)]
+pub(super) enum Security {
+    Plain,
+    Opportunistic(TlsParameters),
+    Required(TlsParameters),
+    Implicit(TlsParameters),
+}
+
+/// Everything needed to open one ready-to-use connection (greeted, EHLO'd, TLS, AUTH).
+pub(super) struct Connector {
+    pub host: String,
+    pub port: u16,
+    pub security: Security,
+    pub hello: ClientId,
+    pub credentials: Option<Credentials>,
+}
+
+/// Why a connection could not be had.
+pub(super) enum ConnectError {
+    /// Upstream answered with a negative reply (greeting, EHLO, STARTTLS or AUTH).
+    Smtp(SmtpError),
+    TimedOut,
+    /// Every slot stayed busy for the whole timeout.
+    PoolBusy,
+}
+
+impl Connector {
+    async fn connect(&self) -> Result<AsyncSmtpConnection, SmtpError> {
+        let implicit = match &self.security {
+            Security::Implicit(params) => Some(params.clone()),
+            _ => None,
+        };
+        // lettre's own timeout here bounds only the TCP connect; the caller bounds the rest.
+        let mut conn = AsyncSmtpConnection::connect_tokio1(
+            (self.host.as_str(), self.port),
+            None,
+            &self.hello,
+            implicit,
+            None,
+        )
+        .await?;
+        match &self.security {
+            Security::Opportunistic(params) if conn.can_starttls() => {
+                conn.starttls(params.clone(), &self.hello).await?
+            }
+            // lettre refuses (client error) when the server offers no STARTTLS, so no
+            // credentials or mail ever cross a connection that was meant to be encrypted.
+            Security::Required(params) => conn.starttls(params.clone(), &self.hello).await?,
+            _ => {}
+        }
+        if let Some(credentials) = &self.credentials {
+            conn.auth(DEFAULT_MECHANISMS, credentials).await?;
+        }
+        Ok(conn)
+    }
+}
+
+/// The right to hold one open connection. Freeing it wakes a message waiting for a
+/// connection, which could not otherwise tell a freed slot from a parked connection.
+struct Slot {
+    permit: Option<OwnedSemaphorePermit>,
+    freed: Arc<Notify>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        drop(self.permit.take());
+        self.freed.notify_one();
+    }
+}
+
+/// A connection checked out for one transaction. Dropping it closes the socket and frees its
+/// slot: that is what happens to every connection whose state is not known to be clean.
+pub(super) struct Lease {
+    pub conn: AsyncSmtpConnection,
+    /// It served an earlier message, so upstream may have closed it while it sat idle.
+    pub reused: bool,
+    slot: Slot,
+}
+
+struct Parked {
+    conn: AsyncSmtpConnection,
+    since: Instant,
+    slot: Slot,
+}
+
+pub(super) struct Pool {
+    connector: Connector,
+    timeout: Duration,
+    /// Last in, first out: the most recently used connection is the most likely alive.
+    idle: Mutex<Vec<Parked>>,
+    /// One permit per open connection, parked or busy: `pool_size` bounds both.
+    slots: Arc<Semaphore>,
+    /// Signalled when a connection is parked or a slot is freed.
+    available: Arc<Notify>,
+}
+
+impl Pool {
+    pub fn new(connector: Connector, size: usize, timeout: Duration) -> Pool {
+        Pool {
+            connector,
+            timeout,
+            idle: Mutex::new(Vec::new()),
+            slots: Arc::new(Semaphore::new(size)),
+            available: Arc::new(Notify::new()),
+        }
+    }
+
+    /// A parked connection if one is fresh enough, else a new one in a free slot, else waits
+    /// (up to the timeout) for whichever of the two comes first.
+    pub async fn checkout(&self) -> Result<Lease, ConnectError> {
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        loop {
+            let available = self.available.notified();
+            tokio::pin!(available);
+            available.as_mut().enable();
+            if let Some(parked) = self.pop_idle() {
+                return Ok(Lease {
+                    conn: parked.conn,
+                    reused: true,
+                    slot: parked.slot,
+                });
+            }
+            if let Ok(permit) = Arc::clone(&self.slots).try_acquire_owned() {
+                let slot = Slot {
+                    permit: Some(permit),
+                    freed: Arc::clone(&self.available),
+                };
+                return self.open(slot).await;
+            }
+            if tokio::time::timeout_at(deadline, available).await.is_err() {
+                return Err(ConnectError::PoolBusy);
+            }
+        }
+    }
+
+    /// Replaces a connection found dead with a new one, keeping its slot so that a retry
+    /// never queues behind other messages.
+    pub async fn reconnect(&self, lease: Lease) -> Result<Lease, ConnectError> {
+        let Lease { conn, slot, .. } = lease;
+        drop(conn);
+        self.open(slot).await
+    }
+
+    /// Parks a connection whose last transaction ended cleanly, for the next message.
+    pub fn checkin(&self, lease: Lease) {
+        if lease.conn.has_broken() {
+            return;
+        }
+        let parked = Parked {
+            conn: lease.conn,
+            since: Instant::now(),
+            slot: lease.slot,
+        };
+        self.idle.lock().expect("pool lock").push(parked);
+        self.available.notify_one();
+    }
+
+    async fn open(&self, slot: Slot) -> Result<Lease, ConnectError> {
+        match tokio::time::timeout(self.timeout, self.connector.connect()).await {
+            Ok(Ok(conn)) => Ok(Lease {
+                conn,
+                reused: false,
+                slot,
+            }),
+            Ok(Err(e)) => Err(ConnectError::Smtp(e)),
+            Err(_) => Err(ConnectError::TimedOut),
+        }
+    }
+
+    fn pop_idle(&self) -> Option<Parked> {
+        let mut idle = self.idle.lock().expect("pool lock");
+        while let Some(parked) = idle.pop() {
+            if parked.since.elapsed() < IDLE_LIMIT {
+                return Some(parked);
+            }
+            // Say goodbye politely, off the message's path; the slot frees when it is done.
+            let timeout = self.timeout;
+            let Parked { mut conn, slot, .. } = parked;
+            tokio::spawn(async move {
+                let _ = tokio::time::timeout(timeout, conn.quit()).await;
+                drop(slot);
+            });
+        }
+        None
+    }
+}

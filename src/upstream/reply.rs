@@ -1,0 +1,102 @@
+//! Turning upstream's answers into `UpstreamError`s. The enhanced status code is split from
+//! the text so that the session can write `<code> <enhanced> <text>` without doubling it, and
+//! can supply one of its own when upstream gave none.
+
+use super::UpstreamError;
+
+/// A refusal with a code and text we chose (a local check standing in for upstream).
+pub(crate) fn rejected(code: u16, enhanced: &str, text: String) -> UpstreamError {
+    UpstreamError::Rejected {
+        code,
+        enhanced: Some(enhanced.into()),
+        text,
+    }
+}
+
+pub(crate) fn unavailable(reason: String) -> UpstreamError {
+    UpstreamError::Unavailable(reason)
+}
+
+/// Upstream's negative reply, its code kept and the enhanced code (RFC 3463) split off the
+/// front of its text when present and of the same class.
+pub fn from_reply(code: u16, text: &str) -> UpstreamError {
+    let (enhanced, text) = match split_enhanced(text) {
+        Some((enhanced, rest)) if enhanced.as_bytes()[0] == b'0' + (code / 100) as u8 => {
+            (Some(enhanced.to_string()), rest)
+        }
+        _ => (None, text.trim()),
+    };
+    UpstreamError::Rejected {
+        code,
+        enhanced,
+        text: text.to_string(),
+    }
+}
+
+/// `"4.2.1 Mailbox busy"` → `("4.2.1", "Mailbox busy")`: class 2, 4 or 5, then a subject of
+/// 1–3 digits and a detail of 1–3 digits, followed by a space or the end.
+pub fn split_enhanced(text: &str) -> Option<(&str, &str)> {
+    let text = text.trim_start();
+    let end = text.find(' ').unwrap_or(text.len());
+    let candidate = &text[..end];
+    let mut parts = candidate.split('.');
+    let class = parts.next()?;
+    let subject = parts.next()?;
+    let detail = parts.next()?;
+    let digits = |s: &str, max: usize| {
+        !s.is_empty() && s.len() <= max && s.bytes().all(|b| b.is_ascii_digit())
+    };
+    let ok = parts.next().is_none()
+        && matches!(class, "2" | "4" | "5")
+        && digits(subject, 3)
+        && digits(detail, 3);
+    ok.then(|| (candidate, text[end..].trim()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn enhanced_code_is_split_from_the_text() {
+        assert_eq!(
+            split_enhanced("4.2.1 Mailbox busy"),
+            Some(("4.2.1", "Mailbox busy"))
+        );
+        assert_eq!(split_enhanced("5.7.1"), Some(("5.7.1", "")));
+        assert_eq!(split_enhanced("5.100.999 x"), Some(("5.100.999", "x")));
+        assert_eq!(split_enhanced("Mailbox busy"), None);
+        assert_eq!(split_enhanced("4.2 busy"), None);
+        assert_eq!(split_enhanced("3.2.1 busy"), None);
+        assert_eq!(split_enhanced("4.2.1.1 busy"), None);
+        assert_eq!(split_enhanced("4.2.1000 busy"), None);
+    }
+
+    #[test]
+    fn reply_keeps_code_and_drops_mismatched_class() {
+        assert_eq!(
+            from_reply(451, "4.3.0 Try later"),
+            UpstreamError::Rejected {
+                code: 451,
+                enhanced: Some("4.3.0".into()),
+                text: "Try later".into()
+            }
+        );
+        assert_eq!(
+            from_reply(550, "4.3.0 odd"),
+            UpstreamError::Rejected {
+                code: 550,
+                enhanced: None,
+                text: "4.3.0 odd".into()
+            }
+        );
+        assert_eq!(
+            from_reply(554, "no thanks"),
+            UpstreamError::Rejected {
+                code: 554,
+                enhanced: None,
+                text: "no thanks".into()
+            }
+        );
+    }
+}

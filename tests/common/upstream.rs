@@ -1,0 +1,259 @@
+//! A test upstream SMTP server: it records exactly what it was given and fails on demand, so
+//! tests can check byte-exact delivery and every failure path without a real mail server.
+//!
+//! ```ignore
+//! let up = TestUpstream::start().await;            // listens on 127.0.0.1:<free port>
+//! up.set_fault(Fault::reply(Step::Rcpt, 550, "5.1.1 no such user"));
+//! up.set_fault(Fault::None);                       // changeable while running
+//! let got = up.wait_for(1).await;                  // accepted messages, in order
+//! ```
+//!
+//! Use it on a real clock: `wait_for` gives up (panics) after 30 s of tokio time.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::upstream_session::serve_connection;
+
+/// The points of a transaction where a fault can be injected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    Greeting,
+    Ehlo,
+    Mail,
+    Rcpt,
+    Data,
+    /// The reply to the final `.` of the message.
+    EndOfData,
+}
+
+/// What goes wrong. One fault applies to every connection until it is changed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Fault {
+    #[default]
+    None,
+    /// Accept the TCP connection and close it at once, before any greeting.
+    CloseOnConnect,
+    /// Answer `code text` at `step` instead of the positive reply. At `Greeting` the
+    /// connection is closed after it; at `EndOfData` the message is not recorded.
+    Reply { step: Step, code: u16, text: String },
+    /// After `354`, read one line of the message, then close the connection.
+    DropMidData,
+    /// Wait `delay` before answering at `step` (then answer normally, if anyone is left).
+    /// At `EndOfData` the message is then recorded even if the client gave up, as a real
+    /// server would: the ambiguity a relay has to live with after the final dot.
+    Stall { step: Step, delay: Duration },
+}
+
+impl Fault {
+    pub fn reply(step: Step, code: u16, text: &str) -> Fault {
+        Fault::Reply {
+            step,
+            code,
+            text: text.into(),
+        }
+    }
+
+    pub fn stall(step: Step, delay: Duration) -> Fault {
+        Fault::Stall { step, delay }
+    }
+}
+
+/// One accepted message.
+#[derive(Clone, Debug)]
+pub struct Received {
+    /// The reverse-path between `<` and `>`; empty for the null sender.
+    pub from: String,
+    /// MAIL parameters as sent, e.g. `BODY=8BITMIME`, `SMTPUTF8`.
+    pub mail_params: Vec<String>,
+    pub rcpts: Vec<String>,
+    /// The message after dot-unstuffing, up to and including the CRLF before the final `.`.
+    pub data: Vec<u8>,
+    /// When the final `.` arrived.
+    pub at: Instant,
+    /// Which connection carried it (1 for the first accepted connection).
+    pub conn: usize,
+    /// The user that authenticated on that connection, if any.
+    pub auth: Option<String>,
+}
+
+/// State shared by the listener, the connections and the test.
+pub(super) struct Shared {
+    pub fault: Mutex<Fault>,
+    pub extensions: Mutex<Vec<String>>,
+    pub credentials: Mutex<Option<(String, String)>>,
+    pub messages: Mutex<Vec<Received>>,
+    pub commands: Mutex<Vec<String>>,
+    pub count_tx: watch::Sender<usize>,
+    /// Bumped to make every connection close when it next waits for a command.
+    pub kick_tx: watch::Sender<(u64, Option<String>)>,
+    pub open_tx: watch::Sender<usize>,
+    pub accepted: Mutex<usize>,
+}
+
+impl Shared {
+    pub fn fault(&self) -> Fault {
+        self.fault.lock().unwrap().clone()
+    }
+
+    pub fn record(&self, message: Received) {
+        let mut messages = self.messages.lock().unwrap();
+        messages.push(message);
+        self.count_tx.send_replace(messages.len());
+    }
+}
+
+pub struct TestUpstream {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    listener: Mutex<Option<JoinHandle<()>>>,
+}
+
+pub const DEFAULT_EXTENSIONS: &[&str] = &[
+    "PIPELINING",
+    "8BITMIME",
+    "SMTPUTF8",
+    "SIZE 104857600",
+    "ENHANCEDSTATUSCODES",
+];
+
+impl TestUpstream {
+    pub async fn start() -> TestUpstream {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().unwrap();
+        let shared = Arc::new(Shared {
+            fault: Mutex::new(Fault::None),
+            extensions: Mutex::new(DEFAULT_EXTENSIONS.iter().map(|s| s.to_string()).collect()),
+            credentials: Mutex::new(None),
+            messages: Mutex::new(Vec::new()),
+            commands: Mutex::new(Vec::new()),
+            count_tx: watch::Sender::new(0),
+            kick_tx: watch::Sender::new((0, None)),
+            open_tx: watch::Sender::new(0),
+            accepted: Mutex::new(0),
+        });
+        let task_shared = Arc::clone(&shared);
+        let task = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let id = {
+                    let mut n = task_shared.accepted.lock().unwrap();
+                    *n += 1;
+                    *n
+                };
+                if task_shared.fault() == Fault::CloseOnConnect {
+                    drop(stream);
+                    continue;
+                }
+                let shared = Arc::clone(&task_shared);
+                shared.open_tx.send_modify(|n| *n += 1);
+                tokio::spawn(async move {
+                    let _ = serve_connection(stream, id, &shared).await;
+                    shared.open_tx.send_modify(|n| *n -= 1);
+                });
+            }
+        });
+        TestUpstream {
+            addr,
+            shared,
+            listener: Mutex::new(Some(task)),
+        }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `smtp://127.0.0.1:<port>`, ready for `[upstream] url`.
+    pub fn url(&self) -> String {
+        format!("smtp://{}", self.addr)
+    }
+
+    pub fn set_fault(&self, fault: Fault) {
+        *self.shared.fault.lock().unwrap() = fault;
+    }
+
+    /// The keywords advertised after the EHLO greeting line (default: `DEFAULT_EXTENSIONS`).
+    pub fn set_extensions(&self, extensions: &[&str]) {
+        *self.shared.extensions.lock().unwrap() =
+            extensions.iter().map(|s| s.to_string()).collect();
+    }
+
+    /// From now on, advertise `AUTH PLAIN` and refuse MAIL (`530`) until a client
+    /// authenticates with these credentials.
+    pub fn require_auth(&self, user: &str, password: &str) {
+        *self.shared.credentials.lock().unwrap() = Some((user.into(), password.into()));
+    }
+
+    /// Stops listening: new connections are refused by the OS; open ones carry on.
+    pub fn stop_listening(&self) {
+        if let Some(task) = self.listener.lock().unwrap().take() {
+            task.abort();
+        }
+    }
+
+    /// Every accepted message so far, in order.
+    pub fn messages(&self) -> Vec<Received> {
+        self.shared.messages.lock().unwrap().clone()
+    }
+
+    /// Every command line received (without CRLF), over all connections, in order.
+    pub fn commands(&self) -> Vec<String> {
+        self.shared.commands.lock().unwrap().clone()
+    }
+
+    /// TCP connections accepted so far (including those closed by `CloseOnConnect`).
+    pub fn connections(&self) -> usize {
+        *self.shared.accepted.lock().unwrap()
+    }
+
+    /// Connections currently open.
+    pub fn open_connections(&self) -> usize {
+        *self.shared.open_tx.borrow()
+    }
+
+    /// Waits until at least `n` messages were accepted and returns them all.
+    pub async fn wait_for(&self, n: usize) -> Vec<Received> {
+        let mut rx = self.shared.count_tx.subscribe();
+        let waited = tokio::time::timeout(Duration::from_secs(30), rx.wait_for(|c| *c >= n));
+        if waited.await.is_err() {
+            panic!(
+                "test upstream: waited 30 s for {n} messages, got {}",
+                self.messages().len()
+            );
+        }
+        self.messages()
+    }
+
+    /// Closes every connection as an idle-timeout would: at once for those waiting for a
+    /// command, after their transaction for the others. `notice` (e.g.
+    /// `"421 4.4.2 idle timeout"`) is written first when given. Returns once all are closed.
+    pub async fn close_idle_connections(&self, notice: Option<&str>) {
+        self.shared
+            .kick_tx
+            .send_modify(|(n, text)| (*n, *text) = (*n + 1, notice.map(str::to_string)));
+        let mut open = self.shared.open_tx.subscribe();
+        let closed = tokio::time::timeout(Duration::from_secs(30), open.wait_for(|n| *n == 0));
+        assert!(
+            closed.await.is_ok(),
+            "test upstream: connections stayed open"
+        );
+    }
+}
+
+impl Drop for TestUpstream {
+    fn drop(&mut self) {
+        self.stop_listening();
+    }
+}
+
+/// An address nothing listens on (bound, then released), for "connection refused".
+pub async fn unused_addr() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    listener.local_addr().unwrap()
+}

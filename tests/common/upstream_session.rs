@@ -1,0 +1,289 @@
+//! One connection of the test upstream: a strict, minimal ESMTP server. Strict where it
+//! matters to the tests: only `<CRLF>.<CRLF>` ends the data, and a dot is unstuffed only at
+//! the start of a line that follows a CRLF, so any bytes a client gets wrong show up.
+
+use std::io;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use super::upstream::{Fault, Received, Shared, Step};
+
+struct Transaction {
+    from: String,
+    mail_params: Vec<String>,
+    rcpts: Vec<String>,
+}
+
+pub(super) async fn serve_connection(
+    stream: TcpStream,
+    id: usize,
+    shared: &Shared,
+) -> io::Result<()> {
+    let mut io = BufReader::new(stream);
+    let mut kick = shared.kick_tx.subscribe();
+    if before_reply(shared, Step::Greeting, &mut io).await? {
+        return Ok(()); // the fault's reply was sent; an SMTP server then closes
+    }
+    reply(&mut io, "220 test.upstream ESMTP ready").await?;
+
+    let mut tx: Option<Transaction> = None;
+    let mut auth: Option<String> = None;
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        tokio::select! {
+            read = io.read_until(b'\n', &mut line) => {
+                if read? == 0 {
+                    return Ok(());
+                }
+            }
+            _ = kick.changed() => {
+                let notice = kick.borrow_and_update().1.clone();
+                if let Some(notice) = notice {
+                    reply(&mut io, &notice).await?;
+                }
+                return Ok(());
+            }
+        }
+        let text = String::from_utf8_lossy(&line)
+            .trim_end_matches(['\r', '\n'])
+            .to_string();
+        shared.commands.lock().unwrap().push(text.clone());
+        let upper = text.to_ascii_uppercase();
+        let verb = upper.split(' ').next().unwrap_or("").to_string();
+        match verb.as_str() {
+            "EHLO" => {
+                if before_reply(shared, Step::Ehlo, &mut io).await? {
+                    continue;
+                }
+                tx = None;
+                let mut lines = vec!["250-test.upstream greets you".to_string()];
+                lines.extend(
+                    shared
+                        .extensions
+                        .lock()
+                        .unwrap()
+                        .iter()
+                        .map(|e| format!("250-{e}")),
+                );
+                if shared.credentials.lock().unwrap().is_some() {
+                    lines.push("250-AUTH PLAIN".into());
+                }
+                let last = lines.pop().unwrap().replacen("250-", "250 ", 1);
+                lines.push(last);
+                reply(&mut io, &lines.join("\r\n")).await?;
+            }
+            "HELO" => {
+                tx = None;
+                reply(&mut io, "250 test.upstream").await?;
+            }
+            "AUTH" => {
+                let user = authenticate(shared, &text, &mut io).await?;
+                match user {
+                    Some(user) => {
+                        auth = Some(user);
+                        reply(&mut io, "235 2.7.0 Authentication successful").await?;
+                    }
+                    None => reply(&mut io, "535 5.7.8 Authentication credentials invalid").await?,
+                }
+            }
+            "MAIL" => {
+                if before_reply(shared, Step::Mail, &mut io).await? {
+                    continue;
+                }
+                if shared.credentials.lock().unwrap().is_some() && auth.is_none() {
+                    reply(&mut io, "530 5.7.0 Authentication required").await?;
+                    continue;
+                }
+                let Some((from, mail_params)) = path_and_params(&text, "MAIL FROM:") else {
+                    reply(&mut io, "501 5.5.4 Syntax: MAIL FROM:<address>").await?;
+                    continue;
+                };
+                tx = Some(Transaction {
+                    from,
+                    mail_params,
+                    rcpts: Vec::new(),
+                });
+                reply(&mut io, "250 2.1.0 Ok").await?;
+            }
+            "RCPT" => {
+                if before_reply(shared, Step::Rcpt, &mut io).await? {
+                    continue;
+                }
+                let (Some(t), Some((rcpt, _))) = (tx.as_mut(), path_and_params(&text, "RCPT TO:"))
+                else {
+                    reply(&mut io, "503 5.5.1 Error: need MAIL command").await?;
+                    continue;
+                };
+                t.rcpts.push(rcpt);
+                reply(&mut io, "250 2.1.5 Ok").await?;
+            }
+            "DATA" => {
+                if before_reply(shared, Step::Data, &mut io).await? {
+                    continue;
+                }
+                let Some(t) = tx.take().filter(|t| !t.rcpts.is_empty()) else {
+                    reply(&mut io, "503 5.5.1 Error: need RCPT command").await?;
+                    continue;
+                };
+                reply(&mut io, "354 End data with <CR><LF>.<CR><LF>").await?;
+                if shared.fault() == Fault::DropMidData {
+                    let mut some = Vec::new();
+                    io.read_until(b'\n', &mut some).await?;
+                    return Ok(());
+                }
+                let Some(data) = read_data(&mut io).await? else {
+                    return Ok(());
+                };
+                let at = Instant::now();
+                if before_reply(shared, Step::EndOfData, &mut io).await? {
+                    continue;
+                }
+                shared.record(Received {
+                    from: t.from,
+                    mail_params: t.mail_params,
+                    rcpts: t.rcpts,
+                    data,
+                    at,
+                    conn: id,
+                    auth: auth.clone(),
+                });
+                let n = shared.messages.lock().unwrap().len();
+                reply(&mut io, &format!("250 2.0.0 Ok: queued as TEST{n}")).await?;
+            }
+            "RSET" => {
+                tx = None;
+                reply(&mut io, "250 2.0.0 Ok").await?;
+            }
+            "NOOP" => reply(&mut io, "250 2.0.0 Ok").await?,
+            "QUIT" => {
+                reply(&mut io, "221 2.0.0 Bye").await?;
+                return Ok(());
+            }
+            _ => reply(&mut io, "502 5.5.2 Error: command not recognized").await?,
+        }
+    }
+}
+
+/// Applies the fault for `step`: waits when it is a stall; when it is a reply, sends it and
+/// returns true (the caller skips its positive reply).
+async fn before_reply(
+    shared: &Shared,
+    step: Step,
+    io: &mut BufReader<TcpStream>,
+) -> io::Result<bool> {
+    match shared.fault() {
+        Fault::Stall { step: s, delay } if s == step => {
+            tokio::time::sleep(delay).await;
+            Ok(false)
+        }
+        Fault::Reply {
+            step: s,
+            code,
+            text,
+        } if s == step => {
+            reply(io, &format!("{code} {text}")).await?;
+            Ok(true)
+        }
+        _ => Ok(false),
+    }
+}
+
+/// Reads the message up to `<CRLF>.<CRLF>`; `None` when the client went away first.
+async fn read_data(io: &mut BufReader<TcpStream>) -> io::Result<Option<Vec<u8>>> {
+    let mut data = Vec::new();
+    let mut line = Vec::new();
+    // The DATA command line ended with CRLF, so the first data line starts after one.
+    let mut after_crlf = true;
+    loop {
+        line.clear();
+        if io.read_until(b'\n', &mut line).await? == 0 {
+            return Ok(None);
+        }
+        if after_crlf && line == b".\r\n" {
+            return Ok(Some(data));
+        }
+        let unstuffed = if after_crlf && line.first() == Some(&b'.') {
+            &line[1..]
+        } else {
+            &line[..]
+        };
+        data.extend_from_slice(unstuffed);
+        after_crlf = line.ends_with(b"\r\n");
+    }
+}
+
+/// `MAIL FROM:<a@b> BODY=8BITMIME` → (`a@b`, [`BODY=8BITMIME`]).
+fn path_and_params(text: &str, prefix: &str) -> Option<(String, Vec<String>)> {
+    if !text.to_ascii_uppercase().starts_with(prefix) {
+        return None;
+    }
+    let rest = text[prefix.len()..].trim_start();
+    let rest = rest.strip_prefix('<')?;
+    let (path, params) = rest.split_once('>')?;
+    Some((
+        path.to_string(),
+        params.split_whitespace().map(str::to_string).collect(),
+    ))
+}
+
+/// AUTH PLAIN, with the initial response or after a `334`. Returns the user on success.
+async fn authenticate(
+    shared: &Shared,
+    text: &str,
+    io: &mut BufReader<TcpStream>,
+) -> io::Result<Option<String>> {
+    let mut words = text.split_whitespace().skip(1);
+    if !words
+        .next()
+        .is_some_and(|m| m.eq_ignore_ascii_case("PLAIN"))
+    {
+        return Ok(None);
+    }
+    let response = match words.next() {
+        Some(r) => r.to_string(),
+        None => {
+            reply(io, "334 ").await?;
+            let mut line = Vec::new();
+            io.read_until(b'\n', &mut line).await?;
+            String::from_utf8_lossy(&line).trim().to_string()
+        }
+    };
+    let Some(decoded) = base64_decode(&response) else {
+        return Ok(None);
+    };
+    let parts: Vec<&[u8]> = decoded.split(|&b| b == 0).collect();
+    let expected = shared.credentials.lock().unwrap().clone();
+    match (parts.as_slice(), expected) {
+        ([_, user, pass], Some((u, p))) if *user == u.as_bytes() && *pass == p.as_bytes() => {
+            Ok(Some(u))
+        }
+        _ => Ok(None),
+    }
+}
+
+fn base64_decode(s: &str) -> Option<Vec<u8>> {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = Vec::new();
+    let (mut acc, mut bits) = (0u32, 0);
+    for c in s.bytes().filter(|&c| c != b'=') {
+        let v = ALPHABET.iter().position(|&a| a == c)? as u32;
+        acc = (acc << 6) | v;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    Some(out)
+}
+
+async fn reply(io: &mut BufReader<TcpStream>, text: &str) -> io::Result<()> {
+    let stream = io.get_mut();
+    stream.write_all(text.as_bytes()).await?;
+    stream.write_all(b"\r\n").await?;
+    stream.flush().await
+}

@@ -1,0 +1,48 @@
+//! The forwarders against the test upstream (SMTP) and a scratch directory (file), over real
+//! TCP on 127.0.0.1. One binary, several files, to keep link time down.
+
+mod common;
+#[path = "upstream/faults.rs"]
+mod faults;
+#[path = "upstream/file.rs"]
+mod file;
+#[path = "upstream/smtp.rs"]
+mod smtp;
+
+use mailsluice::config::{Config, UpstreamConfig};
+use mailsluice::upstream::{Envelope, SmtpForwarder, UpstreamUrl};
+
+/// An `[upstream]` section as a user would write it, plus `extra` TOML lines.
+pub fn upstream_config(url: &str, extra: &str) -> UpstreamConfig {
+    let text =
+        format!("[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"{url}\"\n{extra}\n");
+    Config::parse(&text).expect("test config").upstream
+}
+
+/// An SMTP forwarder to `url` with a short timeout, so that stalls fail fast.
+pub fn smtp_forwarder(url: &str, extra: &str) -> SmtpForwarder {
+    let tls = if extra.contains("tls =") {
+        ""
+    } else {
+        "tls = \"none\"\n"
+    };
+    let timeout = if extra.contains("timeout_ms") {
+        ""
+    } else {
+        "timeout_ms = 500\n"
+    };
+    let cfg = upstream_config(url, &format!("{timeout}{tls}{extra}"));
+    let parsed = UpstreamUrl::parse(url).unwrap();
+    SmtpForwarder::new(&cfg, &parsed, "relay.test").expect("forwarder")
+}
+
+pub fn envelope(from: Option<&str>, rcpts: &[&str]) -> Envelope {
+    Envelope {
+        from: from.map(str::to_string),
+        rcpts: rcpts.iter().map(|r| r.to_string()).collect(),
+        smtputf8: false,
+        body_8bit: false,
+    }
+}
+
+pub const SIMPLE: &[u8] = b"Subject: hello\r\n\r\nHello.\r\n";
