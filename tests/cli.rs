@@ -30,7 +30,13 @@ fn tempdir() -> std::path::PathBuf {
 
 fn uuid() -> String {
     format!("{}-{:?}", std::process::id(), std::thread::current().id()).replace(['(', ')'], "")
-        + &format!("-{}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos())
+        + &format!(
+            "-{}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        )
 }
 
 #[test]
@@ -41,18 +47,31 @@ fn check_accepts_the_shipped_configs() {
         "config/examples/tiers.toml",
         "config/examples/lifetime.toml",
     ] {
-        let out = Command::new(BIN).args(["check", "--config", path]).output().unwrap();
-        assert!(out.status.success(), "{path}: {}", String::from_utf8_lossy(&out.stderr));
+        let out = Command::new(BIN)
+            .args(["check", "--config", path])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{path}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }
 
 #[test]
 fn check_names_the_key_and_line_of_an_error() {
-    let out = check("[smtp]\nlisten = [\"127.0.0.1:0\"]\nmax_recipients = 0\n[upstream]\nurl = \"file://x\"\n");
+    let out = check(
+        "[smtp]\nlisten = [\"127.0.0.1:0\"]\nmax_recipients = 0\n[upstream]\nurl = \"file://x\"\n",
+    );
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("line 3") && err.contains("max_recipients"), "{err}");
-    let out = check("[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"file://x\"\npool = 3\n");
+    assert!(
+        err.contains("line 3") && err.contains("max_recipients"),
+        "{err}"
+    );
+    let out =
+        check("[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"file://x\"\npool = 3\n");
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1));
     assert!(err.contains("line 5") && err.contains("pool"), "{err}");
@@ -73,7 +92,10 @@ fn start(config: &str, dir: &std::path::Path) -> (Child, SocketAddr, Receiver<St
     let stderr = child.stderr.take().unwrap();
     let mut lines = BufReader::new(stderr).lines();
     let addr = loop {
-        let line = lines.next().expect("relay exited before listening").unwrap();
+        let line = lines
+            .next()
+            .expect("relay exited before listening")
+            .unwrap();
         if let Some(rest) = line.split("addr=").nth(1) {
             break rest.split_whitespace().next().unwrap().parse().unwrap();
         }
@@ -94,13 +116,25 @@ async fn default_file_upstream_then_sigterm_finishes_the_transaction_and_exits_0
     let config = "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"file://outbox\"\n";
     let (mut child, addr, logs) = start(config, &dir);
     let mut c = Client::connect(addr).await;
-    assert_eq!(c.send_mail("a@example.com", &["b@example.com"], b"Subject: 1\r\n\r\nx\r\n").await.0, 250);
+    assert_eq!(
+        c.send_mail(
+            "a@example.com",
+            &["b@example.com"],
+            b"Subject: 1\r\n\r\nx\r\n"
+        )
+        .await
+        .0,
+        250
+    );
     // A second transaction is in flight (inside DATA) when SIGTERM comes.
     c.cmd("MAIL FROM:<a@example.com>").await;
     c.cmd("RCPT TO:<b@example.com>").await;
     assert_eq!(c.cmd("DATA").await.0, 354);
     c.send(b"Subject: 2\r\n\r\nhalf").await;
-    let kill = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    let kill = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
     assert!(kill.success());
     // The relay says when it has seen the signal (no sleeping on a guess).
     while !logs.recv().unwrap().contains("shutting down") {}
@@ -114,7 +148,13 @@ async fn default_file_upstream_then_sigterm_finishes_the_transaction_and_exits_0
     assert_eq!(status.code(), Some(0));
     let emls = std::fs::read_dir(dir.join("outbox"))
         .unwrap()
-        .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "eml"))
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "eml")
+        })
         .count();
     assert_eq!(emls, 2);
 }

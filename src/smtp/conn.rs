@@ -78,11 +78,6 @@ impl Conn {
         }
     }
 
-    /// Whether more input is already buffered (a pipelined command after the current one).
-    pub fn has_buffered_input(&self) -> bool {
-        self.start < self.input.len()
-    }
-
     /// The next command line, without its line ending. A line longer than `max_line` is
     /// reported once as `TooLong` and skipped to its end, so the session can go on.
     pub async fn read_line(&mut self, shutdown: &mut Shutdown) -> Result<Line, Stop> {
@@ -156,10 +151,12 @@ impl Conn {
 
     async fn fill(&mut self, shutdown: &mut Shutdown) -> Result<(), Stop> {
         self.flush().await;
+        // Shutdown first: between commands, a client is told to come back later even if its
+        // next command already arrived.
         tokio::select! {
             biased;
-            r = self.read_some_timed() => r,
             _ = shutdown.wait() => Err(Stop::Shutdown),
+            r = self.read_some_timed() => r,
         }
     }
 
@@ -183,12 +180,6 @@ impl Conn {
             Ok(0) | Err(_) => Err(Stop::Closed),
             Ok(_) => Ok(()),
         }
-    }
-
-    /// Gives the stream back, e.g. to wrap it in TLS. Buffered input is discarded: after
-    /// STARTTLS, plaintext sent ahead must not be taken as encrypted (RFC 3207, CVE-2011-0411).
-    pub fn into_stream(self) -> Box<dyn AsyncStream> {
-        self.stream
     }
 
     pub async fn shutdown_write(&mut self) {

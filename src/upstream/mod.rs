@@ -169,4 +169,3 @@ mod tests {
         assert!(UpstreamUrl::parse("smtp://host:notaport").is_err());
     }
 }
-

@@ -130,3 +130,30 @@ impl Client {
         matches!(self.stream.read(&mut buf).await, Ok(0) | Err(_))
     }
 }
+
+/// A relay forwarding over SMTP (lettre) to `upstream_url`, plain (no STARTTLS), with the
+/// given extra `[smtp]` keys and extra tables after `[upstream]`.
+pub async fn smtp_relay(upstream_url: &str, extra_smtp: &str, rest: &str) -> Relay {
+    let text = config_text(upstream_url, extra_smtp, &format!("tls = \"none\"\n{rest}"));
+    let config = Config::parse(&text).expect("test config is valid");
+    let forwarder =
+        mailsluice::upstream::build_forwarder(&config.upstream, "relay.test").expect("forwarder");
+    Relay::start(&text, forwarder).await
+}
+
+/// Whether an external program the test drives is installed. Without it the test says so
+/// loudly and is skipped, except under CI (`CI=true`), where it fails.
+pub fn have_program(name: &str) -> bool {
+    let found = std::process::Command::new("sh")
+        .args(["-c", &format!("command -v {name}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{name} is required under CI (bash .ci/run installs it)"
+        );
+        eprintln!("\n*** SKIPPED: `{name}` is not installed (apt-get install {name}) ***\n");
+    }
+    found
+}
