@@ -1,1 +1,3 @@
-//! The throttle engine (to be written).
+//! The throttle engine (being written).
+pub mod bucket;
+pub mod clock;
