@@ -42,7 +42,9 @@ pub struct State {
 pub enum Take {
     Granted,
     /// Not enough tokens: `cost` tokens will be there in exactly `wait` nanoseconds.
-    NotYet { wait: Nanos },
+    NotYet {
+        wait: Nanos,
+    },
     /// The cost exceeds what the bucket can ever hold: a permanent refusal.
     OverCapacity,
 }
@@ -226,7 +228,13 @@ impl Bucket {
             return (Take::Granted, State { a: end, b: cost });
         }
         if st.b + cost <= self.capacity {
-            return (Take::Granted, State { a: st.a, b: st.b + cost });
+            return (
+                Take::Granted,
+                State {
+                    a: st.a,
+                    b: st.b + cost,
+                },
+            );
         }
         (Take::NotYet { wait: st.a - now }, st)
     }
@@ -235,7 +243,13 @@ impl Bucket {
         let used = self.used(st, now);
         if used + cost <= self.capacity {
             let forget_at = now.saturating_add(self.idle_ttl);
-            return (Take::Granted, State { a: forget_at, b: used + cost });
+            return (
+                Take::Granted,
+                State {
+                    a: forget_at,
+                    b: used + cost,
+                },
+            );
         }
         (Take::NotYet { wait: st.a - now }, st)
     }

@@ -205,5 +205,9 @@ fn reserve_folds_a_queue_in_order() {
         at.push(t);
         (cur, now) = (next, t);
     }
-    assert_eq!(at, vec![SEC, 2 * SEC, 3 * SEC], "a window's leftover is not pooled");
+    assert_eq!(
+        at,
+        vec![SEC, 2 * SEC, 3 * SEC],
+        "a window's leftover is not pooled"
+    );
 }

@@ -1,0 +1,358 @@
+//! The buckets of one layer held in process: a bucket state per key, at most `max_keys` of them.
+//!
+//! Why this shape: memory must stay bounded and small per idle key, and the two eviction
+//! choices must be cheap. Slots live in a slab (`Vec`) addressed by `u32`, the map only turns a
+//! key into a slot, and each slot carries a payload `W` (the queue's waiters) so that the queue
+//! and its buckets share one lock and one lookup.
+//!
+//! **Eviction index.** A slot whose payload is *pinned* (it has waiters) is in no index and is
+//! never dropped. Every unpinned slot is
+//! - in the LRU list (intrusive, `prev`/`next`): the least recently used one with no waiter;
+//! - and in exactly one of `filling` (by the instant it becomes full, `full_at`) or `full` (by
+//!   its last-use sequence number). Fullness is a function of time, so slots move from
+//!   `filling` to `full` lazily, when room is needed: pop `filling` while `full_at <= now`.
+//!   Each slot moves at most once per use, so eviction is amortised O(log n).
+//!
+//! Past `max_keys`, the least recently used full slot goes (lossless: a full bucket reads the
+//! same as an absent one); when none is full, the least recently used unpinned slot goes and
+//! `ratelimit.evicted` is logged at warn; when every slot is pinned, the insert is refused
+//! ([`TableFull`]) and the caller answers with a retry hint.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use crate::throttle::bucket::{Bucket, State};
+use crate::throttle::clock::Nanos;
+
+const NIL: u32 = u32::MAX;
+
+/// A slot's payload; a pinned slot (one with waiters) is never evicted.
+pub trait Pin: Default {
+    fn pinned(&self) -> bool;
+}
+
+impl Pin for () {
+    fn pinned(&self) -> bool {
+        false
+    }
+}
+
+/// Every slot holds a waiter, so no key can be added now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("every bucket of the layer has waiters")]
+pub struct TableFull;
+
+#[derive(Debug)]
+struct Slot<W> {
+    key: Option<Arc<str>>,
+    state: State,
+    seq: u64,
+    prev: u32,
+    next: u32,
+    extra: W,
+}
+
+/// The bucket table of one layer; see the module doc.
+#[derive(Debug)]
+pub struct KeyTable<W> {
+    name: Arc<str>,
+    bucket: Bucket,
+    max_keys: usize,
+    map: HashMap<Arc<str>, u32>,
+    slots: Vec<Slot<W>>,
+    free: Vec<u32>,
+    filling: BTreeSet<(Nanos, u32)>,
+    full: BTreeSet<(u64, u32)>,
+    lru_head: u32,
+    lru_tail: u32,
+    seq: u64,
+}
+
+impl<W: Pin> KeyTable<W> {
+    /// `name` is the layer's, for logs.
+    pub fn new(name: &str, bucket: Bucket, max_keys: usize) -> KeyTable<W> {
+        KeyTable {
+            name: name.into(),
+            bucket,
+            max_keys,
+            map: HashMap::new(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            filling: BTreeSet::new(),
+            full: BTreeSet::new(),
+            lru_head: NIL,
+            lru_tail: NIL,
+            seq: 0,
+        }
+    }
+
+    pub fn bucket(&self) -> &Bucket {
+        &self.bucket
+    }
+
+    /// Keys held.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    pub fn find(&self, key: &str) -> Option<u32> {
+        self.map.get(key).copied()
+    }
+
+    pub fn state(&self, id: u32) -> State {
+        self.slots[id as usize].state
+    }
+
+    pub fn extra(&self, id: u32) -> &W {
+        &self.slots[id as usize].extra
+    }
+
+    /// The payload of a pinned slot, for changes that keep it pinned (no index moves). `None`
+    /// when the slot is not pinned: use [`KeyTable::modify`] then.
+    pub fn pinned_extra_mut(&mut self, id: u32) -> Option<&mut W> {
+        let extra = &mut self.slots[id as usize].extra;
+        extra.pinned().then_some(extra)
+    }
+
+    /// The ids of every key held (for dispose).
+    pub fn ids(&self) -> Vec<u32> {
+        self.map.values().copied().collect()
+    }
+
+    /// The slot of `key`, adding a fresh (full) bucket when absent, evicting one if needed.
+    pub fn find_or_insert(&mut self, key: &str, now: Nanos) -> Result<u32, TableFull> {
+        if let Some(id) = self.find(key) {
+            return Ok(id);
+        }
+        self.make_room(now)?;
+        let key: Arc<str> = key.into();
+        let slot = Slot {
+            key: Some(key.clone()),
+            state: State::default(),
+            seq: 0,
+            prev: NIL,
+            next: NIL,
+            extra: W::default(),
+        };
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.slots[id as usize] = slot;
+                id
+            }
+            None => {
+                self.slots.push(slot);
+                u32::try_from(self.slots.len() - 1).expect("more than u32::MAX keys")
+            }
+        };
+        self.map.insert(key, id);
+        self.touch_and_index(id, now);
+        Ok(id)
+    }
+
+    /// Changes a slot's state or payload: the one way to mutate, so the indexes stay right.
+    /// Counts as a use of the bucket (moves it to the back of the LRU order).
+    pub fn modify<R>(&mut self, id: u32, now: Nanos, f: impl FnOnce(&mut State, &mut W) -> R) -> R {
+        if !self.slots[id as usize].extra.pinned() {
+            self.unindex(id);
+        }
+        let slot = &mut self.slots[id as usize];
+        let out = f(&mut slot.state, &mut slot.extra);
+        self.touch_and_index(id, now);
+        out
+    }
+
+    fn touch_and_index(&mut self, id: u32, now: Nanos) {
+        self.seq += 1;
+        let slot = &mut self.slots[id as usize];
+        slot.seq = self.seq;
+        if slot.extra.pinned() {
+            return;
+        }
+        let full_at = self.bucket.full_at(slot.state);
+        if full_at <= now {
+            self.full.insert((slot.seq, id));
+        } else {
+            self.filling.insert((full_at, id));
+        }
+        self.lru_push_back(id);
+    }
+
+    fn unindex(&mut self, id: u32) {
+        let slot = &self.slots[id as usize];
+        let full_at = self.bucket.full_at(slot.state);
+        if !self.filling.remove(&(full_at, id)) {
+            self.full.remove(&(slot.seq, id));
+        }
+        self.lru_unlink(id);
+    }
+
+    fn make_room(&mut self, now: Nanos) -> Result<(), TableFull> {
+        if self.map.len() < self.max_keys {
+            return Ok(());
+        }
+        while let Some(&(full_at, id)) = self.filling.first() {
+            if full_at > now {
+                break;
+            }
+            self.filling.pop_first();
+            self.full.insert((self.slots[id as usize].seq, id));
+        }
+        if let Some(&(_, id)) = self.full.first() {
+            self.remove(id);
+            return Ok(());
+        }
+        if self.lru_head == NIL {
+            return Err(TableFull);
+        }
+        let id = self.lru_head;
+        let slot = &self.slots[id as usize];
+        tracing::warn!(
+            target: "ratelimit",
+            layer = %self.name,
+            key = slot.key.as_deref().unwrap_or(""),
+            remaining = self.bucket.remaining(slot.state, now),
+            max_keys = self.max_keys,
+            "ratelimit.evicted"
+        );
+        self.remove(id);
+        Ok(())
+    }
+
+    fn remove(&mut self, id: u32) {
+        self.unindex(id);
+        let slot = &mut self.slots[id as usize];
+        if let Some(key) = slot.key.take() {
+            self.map.remove(&key);
+        }
+        slot.extra = W::default();
+        self.free.push(id);
+    }
+
+    fn lru_push_back(&mut self, id: u32) {
+        let tail = self.lru_tail;
+        let slot = &mut self.slots[id as usize];
+        slot.prev = tail;
+        slot.next = NIL;
+        match tail {
+            NIL => self.lru_head = id,
+            t => self.slots[t as usize].next = id,
+        }
+        self.lru_tail = id;
+    }
+
+    fn lru_unlink(&mut self, id: u32) {
+        let Slot { prev, next, .. } = self.slots[id as usize];
+        match prev {
+            NIL => self.lru_head = next,
+            p => self.slots[p as usize].next = next,
+        }
+        match next {
+            NIL => self.lru_tail = prev,
+            n => self.slots[n as usize].prev = prev,
+        }
+        let slot = &mut self.slots[id as usize];
+        slot.prev = NIL;
+        slot.next = NIL;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::throttle::bucket::Take;
+
+    const SEC: Nanos = 1_000_000_000;
+
+    #[derive(Default)]
+    struct Flag(bool);
+    impl Pin for Flag {
+        fn pinned(&self) -> bool {
+            self.0
+        }
+    }
+
+    fn table(max_keys: usize) -> KeyTable<Flag> {
+        KeyTable::new("t", Bucket::drip(10, 10, SEC), max_keys)
+    }
+
+    fn take(t: &mut KeyTable<Flag>, key: &str, now: Nanos, cost: u64) -> u32 {
+        let id = t.find_or_insert(key, now).unwrap();
+        let b = *t.bucket();
+        let granted = t.modify(id, now, |st, _| {
+            let (d, next) = b.take(*st, now, cost);
+            *st = next;
+            d == Take::Granted
+        });
+        assert!(granted);
+        id
+    }
+
+    fn keys(t: &KeyTable<Flag>) -> Vec<&str> {
+        let mut k: Vec<&str> = t.map.keys().map(|k| &**k).collect();
+        k.sort();
+        k
+    }
+
+    #[test]
+    fn drops_least_recently_used_full_bucket_before_any_other() {
+        let mut t = table(3);
+        take(&mut t, "a", 0, 10); // full at 1 s
+        take(&mut t, "b", 0, 2); // full at 0.2 s
+        take(&mut t, "c", 0, 1); // full at 0.1 s
+        take(&mut t, "b", 0, 0); // b used again: now c is the least recently used full one
+        take(&mut t, "d", SEC / 2, 1);
+        assert_eq!(keys(&t), ["a", "b", "d"]);
+        take(&mut t, "e", SEC / 2, 1);
+        assert_eq!(keys(&t), ["a", "d", "e"], "b was full; a (older) was not");
+    }
+
+    #[test]
+    fn drops_least_recently_used_unpinned_when_none_full() {
+        let mut t = table(3);
+        let a = take(&mut t, "a", 0, 10);
+        take(&mut t, "b", 0, 10);
+        take(&mut t, "c", 0, 10);
+        t.modify(a, 0, |_, w| w.0 = true); // a has waiters
+        take(&mut t, "d", 0, 10);
+        assert_eq!(keys(&t), ["a", "c", "d"]);
+        assert_eq!(t.len(), 3);
+    }
+
+    #[test]
+    fn refuses_when_every_bucket_is_pinned() {
+        let mut t = table(2);
+        for k in ["a", "b"] {
+            let id = take(&mut t, k, 0, 10);
+            t.modify(id, 0, |_, w| w.0 = true);
+        }
+        assert_eq!(t.find_or_insert("c", 0), Err(TableFull));
+        let a = t.find("a").unwrap();
+        t.modify(a, 0, |_, w| w.0 = false);
+        assert!(t.find_or_insert("c", 0).is_ok());
+        assert_eq!(keys(&t), ["b", "c"]);
+    }
+
+    #[test]
+    fn slots_are_reused_and_indexes_stay_consistent() {
+        let mut t = table(4);
+        for round in 0..50u64 {
+            let now = round * SEC;
+            for k in 0..6 {
+                take(
+                    &mut t,
+                    &format!("k{}", (round * 3 + k) % 11),
+                    now,
+                    1 + k % 3,
+                );
+            }
+            assert!(t.len() <= 4);
+            let indexed = t.full.len() + t.filling.len();
+            assert_eq!(indexed, t.len(), "every unpinned slot in exactly one index");
+        }
+        assert!(t.slots.len() <= 4, "slots reused: {}", t.slots.len());
+    }
+}
