@@ -22,7 +22,11 @@ async fn abort_in_middle_of_queue_moves_those_behind_up() {
     // A newcomer's estimate is refolded without the aborted one: A 300, C 600, D 700.
     let d = e.spawn(vec![charge(0, "k", 1)]).await;
     assert_eq!(a.await.unwrap().unwrap(), ms(300));
-    assert_eq!(c.await.unwrap().unwrap(), ms(600), "C moved up into B's place");
+    assert_eq!(
+        c.await.unwrap().unwrap(),
+        ms(600),
+        "C moved up into B's place"
+    );
     assert_eq!(d.await.unwrap().unwrap(), ms(700));
 }
 
@@ -30,12 +34,22 @@ async fn abort_in_middle_of_queue_moves_those_behind_up() {
 async fn abort_while_waiting_on_second_layer_gives_back_the_first() {
     let e = Env::new(vec![per_sec("tenant", 10), per_sec("account", 10)]);
     e.spend(1, "all", 10).await;
-    let m = e.spawn(vec![charge(0, "acme", 2), charge(1, "all", 1)]).await;
-    assert_eq!(e.remaining("tenant", "acme"), 8, "held while waiting on the account");
+    let m = e
+        .spawn(vec![charge(0, "acme", 2), charge(1, "all", 1)])
+        .await;
+    assert_eq!(
+        e.remaining("tenant", "acme"),
+        8,
+        "held while waiting on the account"
+    );
     assert_eq!(e.t.waiting(1), 1);
     m.abort();
     assert!(m.await.unwrap_err().is_cancelled());
-    assert_eq!(e.remaining("tenant", "acme"), 10, "given back: the abort took nothing");
+    assert_eq!(
+        e.remaining("tenant", "acme"),
+        10,
+        "given back: the abort took nothing"
+    );
     assert_eq!(e.t.waiting(1), 0);
     assert_eq!(e.now(), Duration::ZERO);
 }
@@ -46,12 +60,18 @@ async fn refusal_at_a_later_layer_after_waiting_gives_back_the_earlier() {
     account.max_wait = Duration::from_secs(5);
     let e = Env::new(vec![per_sec("tenant", 10), account]);
     e.spend(0, "acme", 10).await;
-    let m = e.spawn(vec![charge(0, "acme", 1), charge(1, "all", 1)]).await;
+    let m = e
+        .spawn(vec![charge(0, "acme", 1), charge(1, "all", 1)])
+        .await;
     e.spend(1, "all", 1).await; // the account's only token goes while m waits on the tenant
     let r = m.await.unwrap();
     assert_eq!(limited_after(r), ("account".to_string(), ms(9_900)));
     assert_eq!(e.now(), ms(100));
-    assert_eq!(e.remaining("tenant", "acme"), 1, "the tenant token m took is back");
+    assert_eq!(
+        e.remaining("tenant", "acme"),
+        1,
+        "the tenant token m took is back"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -60,11 +80,15 @@ async fn reject_layers_are_decided_at_arrival_before_any_wait() {
     account.mode = Mode::Reject;
     let e = Env::new(vec![per_sec("tenant", 10), account]);
     e.spend(0, "acme", 10).await;
-    let m = e.spawn(vec![charge(0, "acme", 1), charge(1, "all", 1)]).await;
+    let m = e
+        .spawn(vec![charge(0, "acme", 1), charge(1, "all", 1)])
+        .await;
     assert_eq!(e.remaining("account", "all"), 9, "taken at arrival");
     assert_eq!(m.await.unwrap().unwrap(), ms(100));
     e.spend(1, "all", 10).await; // full again at 100 ms: m took 1 at 0
-    let r = e.t.acquire(vec![charge(0, "acme", 1), charge(1, "all", 1)]).await;
+    let r =
+        e.t.acquire(vec![charge(0, "acme", 1), charge(1, "all", 1)])
+            .await;
     assert_eq!(limited_after(r), ("account".to_string(), ms(100)));
     assert_eq!(e.t.waiting(0), 0, "refused before queueing on the tenant");
     assert_eq!(e.now(), ms(100));
@@ -77,8 +101,13 @@ async fn deadline_is_the_smallest_max_wait_of_the_charged_layers() {
     let e = Env::new(vec![per_sec("tenant", 10), account]);
     e.spend(0, "acme", 10).await;
     let first = e.spawn(vec![charge(0, "acme", 10)]).await;
-    let r = e.t.acquire(vec![charge(0, "acme", 10), charge(1, "all", 1)]).await;
-    assert_eq!(limited_after(r), ("tenant".to_string(), Duration::from_secs(2)));
+    let r =
+        e.t.acquire(vec![charge(0, "acme", 10), charge(1, "all", 1)])
+            .await;
+    assert_eq!(
+        limited_after(r),
+        ("tenant".to_string(), Duration::from_secs(2))
+    );
     assert_eq!(e.remaining("account", "all"), 10, "nothing taken up front");
     let alone = e.spawn(vec![charge(0, "acme", 10)]).await; // 25 s allowed alone
     assert_eq!(first.await.unwrap().unwrap(), Duration::from_secs(1));
@@ -100,7 +129,10 @@ async fn upstream_failure_gives_back_unless_the_layer_charges_failures() {
     let mut charged = per_sec("charged", 10);
     charged.charge_failures = true;
     let e = Env::new(vec![per_sec("t", 10), charged]);
-    let p = e.t.acquire(vec![charge(0, "k", 3), charge(1, "k", 3)]).await.unwrap();
+    let p =
+        e.t.acquire(vec![charge(0, "k", 3), charge(1, "k", 3)])
+            .await
+            .unwrap();
     assert_eq!(p.charges().len(), 2);
     p.upstream_failed();
     assert_eq!(e.remaining("t", "k"), 10);
@@ -148,7 +180,10 @@ async fn a_shared_layer_serves_messages_of_all_tenants_in_arrival_order() {
     e.spend(1, "all", 2).await;
     let mut hs = Vec::new();
     for tenant in ["a", "b", "c", "a"] {
-        hs.push(e.spawn(vec![charge(0, tenant, 1), charge(1, "all", 1)]).await);
+        hs.push(
+            e.spawn(vec![charge(0, tenant, 1), charge(1, "all", 1)])
+                .await,
+        );
     }
     let mut at = Vec::new();
     for h in hs {

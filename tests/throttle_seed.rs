@@ -21,7 +21,11 @@ async fn bucket_holds_burst_and_gains_limit_every_interval() {
         assert_eq!(p.waited(), Duration::ZERO);
     }
     let p = e.take(0, "k", 10).await.unwrap();
-    assert_eq!(p.waited(), Duration::from_secs(1), "10 more tokens come in one interval");
+    assert_eq!(
+        p.waited(),
+        Duration::from_secs(1),
+        "10 more tokens come in one interval"
+    );
     assert_eq!(e.now(), Duration::from_secs(1));
 }
 
@@ -54,7 +58,11 @@ async fn wait_mode_is_fifo_even_for_cheaper_later_message() {
     let small = e.spawn(vec![charge(0, "k", 1)]).await;
     assert_eq!(e.t.waiting(0), 2);
     assert_eq!(big.await.unwrap().unwrap(), ms(500));
-    assert_eq!(small.await.unwrap().unwrap(), ms(600), "1 token was there at 100 ms");
+    assert_eq!(
+        small.await.unwrap().unwrap(),
+        ms(600),
+        "1 token was there at 100 ms"
+    );
 }
 
 /// "An abort of the caller takes it out of the queue and rejects".
@@ -67,9 +75,17 @@ async fn abort_removes_waiter_and_takes_nothing() {
     head.abort();
     assert!(head.await.unwrap_err().is_cancelled());
     assert_eq!(e.t.waiting(0), 1);
-    assert_eq!(behind.await.unwrap().unwrap(), ms(100), "moved up, timer recomputed");
+    assert_eq!(
+        behind.await.unwrap().unwrap(),
+        ms(100),
+        "moved up, timer recomputed"
+    );
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(e.remaining("t", "k"), 10, "the aborted message took nothing");
+    assert_eq!(
+        e.remaining("t", "k"),
+        10,
+        "the aborted message took nothing"
+    );
 }
 
 /// "A message the queue ahead of it would hold longer than maxWaitMs, counted from its
@@ -111,10 +127,20 @@ async fn cost_over_burst_is_permanent() {
     daily.refill = Refill::FixedWindow;
     daily.burst = 100; // ignored: a fixed window holds `limit`
     let e = Env::new(vec![per_sec("t", 10), daily]);
-    let over = ThrottleError::CostOverBurst { layer: "t".into(), cost: 11, burst: 10 };
+    let over = ThrottleError::CostOverBurst {
+        layer: "t".into(),
+        cost: 11,
+        burst: 10,
+    };
     assert_eq!(e.take(0, "fresh", 11).await.unwrap_err(), over);
-    let r = e.t.acquire(vec![charge(0, "k", 2), charge(1, "k", 4)]).await;
-    let over = ThrottleError::CostOverBurst { layer: "daily".into(), cost: 4, burst: 3 };
+    let r =
+        e.t.acquire(vec![charge(0, "k", 2), charge(1, "k", 4)])
+            .await;
+    let over = ThrottleError::CostOverBurst {
+        layer: "daily".into(),
+        cost: 4,
+        burst: 3,
+    };
     assert_eq!(r.unwrap_err(), over);
     assert_eq!(e.remaining("t", "k"), 10, "nothing taken on any layer");
 }
@@ -148,8 +174,15 @@ async fn max_keys_drops_least_used_full_bucket_first() {
     e.spend(0, "d", 1).await;
     assert!(!e.t.holds(0, "b"), "b: full and least recently used");
     assert!(e.t.holds(0, "a") && e.t.holds(0, "c") && e.t.holds(0, "d"));
-    assert_eq!(e.remaining("t", "a"), 2, "the older, not full bucket kept its state");
-    assert!(events.named("ratelimit.evicted").is_empty(), "lossless: no warning");
+    assert_eq!(
+        e.remaining("t", "a"),
+        2,
+        "the older, not full bucket kept its state"
+    );
+    assert!(
+        events.named("ratelimit.evicted").is_empty(),
+        "lossless: no warning"
+    );
     assert_eq!(e.t.keys(0), 3);
 }
 
@@ -169,8 +202,15 @@ async fn max_keys_evicts_no_waiter_bucket_when_none_full_and_warns() {
     let warned = events.named("ratelimit.evicted");
     assert_eq!(warned.len(), 1);
     assert_eq!(warned[0].0, tracing::Level::WARN);
-    assert!(warned[0].1.contains("layer=t ") && warned[0].1.contains("key=b "), "{warned:?}");
-    assert_eq!(e.remaining("t", "b"), 10, "b starts full when it comes back");
+    assert!(
+        warned[0].1.contains("layer=t ") && warned[0].1.contains("key=b "),
+        "{warned:?}"
+    );
+    assert_eq!(
+        e.remaining("t", "b"),
+        10,
+        "b starts full when it comes back"
+    );
     assert_eq!(waiter.await.unwrap().unwrap(), ms(100));
 }
 
@@ -202,11 +242,22 @@ async fn max_queue_bounds_waiters() {
     let a = e.spawn(vec![charge(0, "k", 1)]).await;
     let b = e.spawn(vec![charge(0, "k", 1)]).await;
     let r = e.take(0, "k", 1).await;
-    assert_eq!(limited_after(r), ("t".to_string(), ms(300)), "retry when it would be served");
+    assert_eq!(
+        limited_after(r),
+        ("t".to_string(), ms(300)),
+        "retry when it would be served"
+    );
     assert_eq!(e.t.waiting(0), 2);
     let other_key = e.spawn(vec![charge(0, "j", 1)]).await;
-    assert_eq!(other_key.await.unwrap().unwrap(), Duration::ZERO, "per bucket, not per layer");
-    assert_eq!((a.await.unwrap().unwrap(), b.await.unwrap().unwrap()), (ms(100), ms(200)));
+    assert_eq!(
+        other_key.await.unwrap().unwrap(),
+        Duration::ZERO,
+        "per bucket, not per layer"
+    );
+    assert_eq!(
+        (a.await.unwrap().unwrap(), b.await.unwrap().unwrap()),
+        (ms(100), ms(200))
+    );
 }
 
 /// "Disposing of the transport stops the waits, each rejecting".
@@ -227,7 +278,10 @@ async fn dispose_rejects_all_waiters() {
     }
     assert_eq!(e.now(), Duration::ZERO, "released at once");
     assert_eq!(e.t.waiting(0) + e.t.waiting(1), 0);
-    assert_eq!(e.take(0, "fresh", 1).await.unwrap_err(), ThrottleError::Shutdown);
+    assert_eq!(
+        e.take(0, "fresh", 1).await.unwrap_err(),
+        ThrottleError::Shutdown
+    );
 }
 
 // --- Bucket modes ------------------------------------------------------------------------
@@ -278,7 +332,11 @@ async fn lifetime_cap_forgotten_after_idle_ttl() {
     e.spend(0, "k", 2).await;
     tokio::time::advance(Duration::from_secs(20)).await;
     let p = e.take(0, "k", 2).await.unwrap();
-    assert_eq!(p.waited(), Duration::from_secs(40), "waited until the key was forgotten");
+    assert_eq!(
+        p.waited(),
+        Duration::from_secs(40),
+        "waited until the key was forgotten"
+    );
     assert_eq!(e.now(), Duration::from_secs(60));
     assert_eq!(e.remaining("life", "k"), 0);
 }
@@ -301,7 +359,11 @@ async fn fixed_window_refills_exactly_interval_after_first_take() {
     tokio::time::advance(Duration::from_secs(3)).await;
     assert_eq!(e.remaining("day", "k"), 0, "no gradual refill");
     let p = e.take(0, "k", 3).await.unwrap();
-    assert_eq!(e.now(), Duration::from_secs(12), "first take (2 s) + interval (10 s)");
+    assert_eq!(
+        e.now(),
+        Duration::from_secs(12),
+        "first take (2 s) + interval (10 s)"
+    );
     assert_eq!(p.waited(), Duration::from_secs(7));
     let next_reset = e.clock.unix_secs_at(22_000_000_000);
     assert_eq!(e.t.peek("day", "k").unwrap().reset, next_reset);
@@ -330,7 +392,11 @@ async fn tier_bump_starts_a_fresh_full_window() {
     assert_eq!(e.remaining("basic", "event-1"), 0);
     e.spend(1, "event-1", 1).await;
     assert_eq!(e.remaining("cx", "event-1"), 4);
-    assert_eq!(e.remaining("basic", "event-1"), 0, "the prior tier's use stays");
+    assert_eq!(
+        e.remaining("basic", "event-1"),
+        0,
+        "the prior tier's use stays"
+    );
 }
 
 /// peek(): "returns the current allowance without taking a token".
@@ -339,7 +405,10 @@ async fn peek_takes_nothing() {
     let e = Env::new(vec![per_sec("t", 10), window("day", 3, 100)]);
     assert!(e.t.peek("nope", "k").is_none(), "unknown layer");
     let fresh = e.t.peek("t", "k").unwrap();
-    assert_eq!((fresh.limit, fresh.remaining, fresh.reset, fresh.waiting), (10, 10, 0, 0));
+    assert_eq!(
+        (fresh.limit, fresh.remaining, fresh.reset, fresh.waiting),
+        (10, 10, 0, 0)
+    );
     assert!(!e.t.holds(0, "k"), "peek creates nothing");
     e.spend(0, "k", 10).await;
     let w = e.spawn(vec![charge(0, "k", 1)]).await;
@@ -347,7 +416,11 @@ async fn peek_takes_nothing() {
         let p = e.t.peek("t", "k").unwrap();
         assert_eq!((p.remaining, p.waiting), (0, 1));
     }
-    assert_eq!(w.await.unwrap().unwrap(), ms(100), "peeks did not delay the waiter");
+    assert_eq!(
+        w.await.unwrap().unwrap(),
+        ms(100),
+        "peeks did not delay the waiter"
+    );
     e.spend(1, "k", 1).await;
     let p = e.t.peek("day", "k").unwrap();
     assert_eq!((p.limit, p.remaining), (3, 2));
@@ -362,7 +435,9 @@ async fn rollback_across_layers_leaves_the_first_layer_remaining_unchanged() {
     let e = Env::new(vec![per_sec("tenant", 10), daily]);
     e.spend(1, "acme", 2).await;
     let before = e.remaining("tenant", "acme");
-    let r = e.t.acquire(vec![charge(0, "acme", 3), charge(1, "acme", 1)]).await;
+    let r =
+        e.t.acquire(vec![charge(0, "acme", 3), charge(1, "acme", 1)])
+            .await;
     assert_eq!(limited_after(r).0, "daily");
     assert_eq!(e.remaining("tenant", "acme"), before);
     assert_eq!(before, 10);

@@ -47,7 +47,10 @@ impl Env {
 
     /// Takes and keeps (delivered); panics on refusal.
     pub async fn spend(&self, layer: usize, key: &str, cost: u64) {
-        self.take(layer, key, cost).await.expect("granted").delivered();
+        self.take(layer, key, cost)
+            .await
+            .expect("granted")
+            .delivered();
     }
 
     /// Starts an acquire in a task, lets it reach its queue, and returns its handle, which
@@ -69,7 +72,11 @@ impl Env {
 }
 
 pub fn charge(layer: usize, key: &str, cost: u64) -> Charge {
-    Charge { layer, key: key.to_string(), cost }
+    Charge {
+        layer,
+        key: key.to_string(),
+        cost,
+    }
 }
 
 /// Lets spawned tasks run until they block (no time passes).
@@ -81,7 +88,9 @@ pub async fn settle() {
 
 pub fn limited_after(r: Result<impl Debug, ThrottleError>) -> (String, Duration) {
     match r {
-        Err(ThrottleError::Limited { layer, retry_after, .. }) => (layer, retry_after),
+        Err(ThrottleError::Limited {
+            layer, retry_after, ..
+        }) => (layer, retry_after),
         other => panic!("expected Limited, got {other:?}"),
     }
 }
