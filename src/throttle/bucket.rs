@@ -256,5 +256,4 @@ impl Bucket {
 }
 
 #[cfg(test)]
-#[path = "bucket_tests.rs"]
 mod tests;

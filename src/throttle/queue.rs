@@ -16,7 +16,6 @@
 //!   cached and extended in O(1) per arrival; a cancellation, a give-back or a grant that
 //!   differs from its projection (a timer waking late) clears it, and the next arrival refolds.
 
-use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -26,7 +25,10 @@ use super::bucket::{Bucket, State, Take};
 use super::clock::{Clock, Nanos};
 use super::layers::{LayerSpec, Peek, ThrottleError};
 use super::store::local::peek_of;
-use super::store::table::{KeyTable, Pin, TableFull};
+use super::store::table::{KeyTable, TableFull};
+use waiters::{project, Queue, Waiter};
+
+mod waiters;
 
 /// What a layer does when the tokens are not there now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -36,81 +38,6 @@ pub enum Mode {
     Wait,
     /// Refuse at once with the time until the tokens would be there.
     Reject,
-}
-
-struct Waiter {
-    id: u64,
-    cost: u64,
-    arrived: Nanos,
-    notify: Arc<Notify>,
-    /// The bucket state right after this waiter's projected grant.
-    proj: State,
-}
-
-#[derive(Default)]
-struct Waiters {
-    list: VecDeque<Waiter>,
-    /// Projected bucket state and instant after the last waiter's grant; `None`: refold.
-    tail: Option<(State, Nanos)>,
-}
-
-/// The waiters of one bucket: boxed, and absent when empty, so an idle key costs one pointer.
-#[derive(Default)]
-pub(crate) struct Queue(Option<Box<Waiters>>);
-
-impl Pin for Queue {
-    fn pinned(&self) -> bool {
-        self.0.is_some()
-    }
-}
-
-impl Queue {
-    fn len(&self) -> usize {
-        self.0.as_ref().map_or(0, |q| q.list.len())
-    }
-
-    fn head(&self) -> Option<&Waiter> {
-        self.0.as_ref()?.list.front()
-    }
-
-    fn wake_head(&self) {
-        if let Some(w) = self.head() {
-            w.notify.notify_one();
-        }
-    }
-
-    fn invalidate(&mut self) {
-        if let Some(q) = &mut self.0 {
-            q.tail = None;
-        }
-    }
-
-    fn push(&mut self, w: Waiter, tail: (State, Nanos)) {
-        let q = self.0.get_or_insert_with(Default::default);
-        q.list.push_back(w);
-        q.tail = Some(tail);
-    }
-
-    fn pop_head(&mut self) -> Option<Waiter> {
-        let q = self.0.as_mut()?;
-        let w = q.list.pop_front();
-        if q.list.is_empty() {
-            self.0 = None;
-        }
-        w
-    }
-
-    /// Removes waiter `id`; its position, if it was there.
-    fn remove(&mut self, id: u64) -> Option<usize> {
-        let q = self.0.as_mut()?;
-        let pos = q.list.iter().position(|w| w.id == id)?;
-        q.list.remove(pos);
-        q.tail = None;
-        if q.list.is_empty() {
-            self.0 = None;
-        }
-        Some(pos)
-    }
 }
 
 struct LayerState {
@@ -161,27 +88,6 @@ impl Drop for CancelOnDrop<'_> {
 
 fn ceil_ms(n: Nanos) -> u64 {
     n.div_ceil(1_000_000)
-}
-
-/// The projected state and instant after every waiter of `slot` is served (cached).
-fn project(b: &Bucket, table: &mut KeyTable<Queue>, slot: u32, now: Nanos) -> (State, Nanos) {
-    let state = table.state(slot);
-    let Some(q) = table
-        .pinned_extra_mut(slot)
-        .and_then(|q| q.0.as_deref_mut())
-    else {
-        return (state, now);
-    };
-    if let Some((st, at)) = q.tail {
-        return (st, at.max(now));
-    }
-    let (mut st, mut at) = (state, now);
-    for w in q.list.iter_mut() {
-        (at, st) = b.reserve(st, at, w.cost).expect("cost checked at entry");
-        w.proj = st;
-    }
-    q.tail = Some((st, at));
-    (st, at)
 }
 
 impl Layer {
