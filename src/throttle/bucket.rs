@@ -136,7 +136,7 @@ impl Bucket {
             Refill::Drip => {
                 let scaled = u128::from(cost) * u128::from(self.interval);
                 let s = self.scaled(st).saturating_sub(scaled);
-                self.from_scaled(s.max(self.scaled_now(now)))
+                self.state_at_scaled(s.max(self.scaled_now(now)))
             }
             Refill::FixedWindow | Refill::None if self.used(st, now) > 0 => State {
                 a: st.a,
@@ -188,7 +188,7 @@ impl Bucket {
         u128::from(now) * u128::from(self.limit)
     }
 
-    fn from_scaled(&self, s: u128) -> State {
+    fn state_at_scaled(&self, s: u128) -> State {
         let limit = u128::from(self.limit);
         match u64::try_from(s.div_ceil(limit)) {
             Ok(a) => State {
@@ -204,7 +204,7 @@ impl Bucket {
         let cap = u128::from(self.capacity) * u128::from(self.interval);
         let need = self.scaled(st).max(now_s) + u128::from(cost) * u128::from(self.interval);
         if need <= now_s + cap {
-            return (Take::Granted, self.from_scaled(need));
+            return (Take::Granted, self.state_at_scaled(need));
         }
         let wait = (need - cap - now_s).div_ceil(u128::from(self.limit));
         let wait = u64::try_from(wait).unwrap_or(u64::MAX);
