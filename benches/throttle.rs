@@ -44,7 +44,10 @@ unsafe impl GlobalAlloc for Counting {
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(new_size as isize - layout.size() as isize, Ordering::Relaxed);
+        LIVE.fetch_add(
+            new_size as isize - layout.size() as isize,
+            Ordering::Relaxed,
+        );
         unsafe { System.realloc(ptr, layout, new_size) }
     }
 }
@@ -66,7 +69,10 @@ impl Clock for StdClock {
 }
 
 fn clock() -> Arc<dyn Clock> {
-    let unix = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs();
+    let unix = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
     Arc::new(StdClock(Instant::now(), unix))
 }
 
@@ -80,7 +86,11 @@ fn open_layer(max_keys: usize, mode: Mode) -> LayerSpec {
 
 /// Runs an acquire that must complete without waiting; true when granted.
 fn decide(t: &Throttle, key: String) -> bool {
-    let fut = t.acquire(vec![Charge { layer: 0, key, cost: 1 }]);
+    let fut = t.acquire(vec![Charge {
+        layer: 0,
+        key,
+        cost: 1,
+    }]);
     let mut fut = pin!(fut);
     match fut.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
         Poll::Ready(Ok(p)) => {
@@ -148,7 +158,9 @@ fn memory_per_idle_key(n: usize) {
     let after = LIVE.load(Ordering::SeqCst);
     assert_eq!(t.keys(0), n);
     let per_key = (after - before) as f64 / n as f64;
-    println!("memory per idle key: {per_key:.1} bytes ({n} keys, key length 13, counting allocator)");
+    println!(
+        "memory per idle key: {per_key:.1} bytes ({n} keys, key length 13, counting allocator)"
+    );
     drop(t);
 }
 

@@ -242,7 +242,8 @@ impl Bucket {
     fn lifetime_take(&self, st: State, now: Nanos, cost: u64) -> (Take, State) {
         let used = self.used(st, now);
         if used + cost <= self.capacity {
-            let forget_at = now.saturating_add(self.idle_ttl);
+            // max: a caller's early clock reading never brings the expiry forward.
+            let forget_at = now.saturating_add(self.idle_ttl).max(st.a);
             return (
                 Take::Granted,
                 State {

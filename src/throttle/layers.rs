@@ -142,12 +142,12 @@ impl std::fmt::Debug for Throttle {
 }
 
 /// Gives back what a message holds unless it is turned into a [`Permit`] (rollback).
-struct Held {
-    inner: Arc<Inner>,
+struct Held<'a> {
+    inner: &'a Inner,
     taken: Vec<Charge>,
 }
 
-impl Drop for Held {
+impl Drop for Held<'_> {
     fn drop(&mut self) {
         for c in self.taken.drain(..) {
             self.inner.layers[c.layer].give_back(&c.key, c.cost);
@@ -185,21 +185,22 @@ impl Throttle {
         let arrival = inner.clock.now();
         let deadline = self.deadline(&charges, arrival);
         if charges.len() > 1 {
-            self.precheck(&charges, deadline)?;
+            self.precheck(&charges, deadline, arrival)?;
         }
         let mut charges = charges;
         let layers = &inner.layers;
         charges.sort_by_key(|c| (layers[c.layer].spec().mode == Mode::Wait, c.layer));
         let taken = Vec::with_capacity(charges.len());
-        let mut held = Held {
-            inner: inner.clone(),
-            taken,
-        };
+        let mut held = Held { inner, taken };
+        let mut now = arrival;
         for c in charges {
-            layers[c.layer].acquire(&c.key, c.cost, deadline).await?;
+            let layer = &layers[c.layer];
+            if let Some(at) = layer.acquire(&c.key, c.cost, deadline, now).await? {
+                now = at;
+            }
             held.taken.push(c);
         }
-        let waited = Duration::from_nanos(inner.clock.now() - arrival);
+        let waited = Duration::from_nanos(now - arrival);
         let taken = std::mem::take(&mut held.taken);
         Ok(Permit {
             inner: inner.clone(),
@@ -224,13 +225,18 @@ impl Throttle {
     }
 
     /// Refuses up front, taking nothing: permanent refusals first, then any layer's refusal.
-    fn precheck(&self, charges: &[Charge], deadline: Nanos) -> Result<(), ThrottleError> {
+    fn precheck(
+        &self,
+        charges: &[Charge],
+        deadline: Nanos,
+        now: Nanos,
+    ) -> Result<(), ThrottleError> {
         let layers = &self.inner.layers;
         for c in charges {
             layers[c.layer].check_cost(c.cost)?;
         }
         for c in charges {
-            layers[c.layer].precheck(&c.key, c.cost, deadline)?;
+            layers[c.layer].precheck(&c.key, c.cost, deadline, now)?;
         }
         Ok(())
     }

@@ -56,7 +56,8 @@ pub(crate) struct Layer {
 }
 
 enum Step {
-    Granted,
+    /// Granted at this instant.
+    Granted(Nanos),
     Shutdown,
     /// Head of the queue: the tokens are there at this instant.
     Sleep(Nanos),
@@ -172,6 +173,7 @@ impl Layer {
         key: &str,
         cost: u64,
         deadline: Nanos,
+        now: Nanos,
     ) -> Result<(), ThrottleError> {
         self.check_cost(cost)?;
         let mut guard = self.lock();
@@ -179,7 +181,6 @@ impl Layer {
         if st.disposed {
             return Err(ThrottleError::Shutdown);
         }
-        let now = self.clock.now();
         let Some(slot) = st.table.find(key) else {
             return Ok(()); // a fresh bucket is full
         };
@@ -194,14 +195,18 @@ impl Layer {
 
     /// Takes `cost` from `key`'s bucket: at once, or after waiting in FIFO order (not past
     /// `deadline`). Cancel-safe: dropping the future takes nothing and leaves the queue.
+    /// `now` is the caller's reading of the clock (one read per message on the fast path; an
+    /// early reading only makes the bucket stricter). Returns the instant of a grant that
+    /// waited, `None` for one at once.
     pub(crate) async fn acquire(
         &self,
         key: &str,
         cost: u64,
         deadline: Nanos,
-    ) -> Result<(), ThrottleError> {
-        let Some(q) = self.enter(key, cost, deadline)? else {
-            return Ok(());
+        now: Nanos,
+    ) -> Result<Option<Nanos>, ThrottleError> {
+        let Some(q) = self.enter(key, cost, deadline, now)? else {
+            return Ok(None);
         };
         let mut guard = CancelOnDrop {
             layer: self,
@@ -211,9 +216,9 @@ impl Layer {
         };
         loop {
             match self.poll(q.slot, q.id, key) {
-                Step::Granted => {
+                Step::Granted(at) => {
                     guard.armed = false;
-                    return Ok(());
+                    return Ok(Some(at));
                 }
                 Step::Shutdown => {
                     guard.armed = false;
@@ -236,6 +241,7 @@ impl Layer {
         key: &str,
         cost: u64,
         deadline: Nanos,
+        now: Nanos,
     ) -> Result<Option<Queued>, ThrottleError> {
         self.check_cost(cost)?;
         let mut guard = self.lock();
@@ -243,7 +249,6 @@ impl Layer {
         if st.disposed {
             return Err(ThrottleError::Shutdown);
         }
-        let now = self.clock.now();
         let hint = self.spec.max_wait.max(Duration::from_millis(1));
         let slot = (st.table.find_or_insert(key, now))
             .map_err(|TableFull| self.limited(key, cost, super::clock::nanos(hint), "max_keys"))?;
@@ -316,7 +321,7 @@ impl Layer {
         let waited_ms = ceil_ms(now - arrived);
         let layer = &self.spec.name;
         tracing::debug!(target: "ratelimit", layer = %layer, key, cost, waited_ms, "ratelimit.waited");
-        Step::Granted
+        Step::Granted(now)
     }
 
     fn cancel(&self, slot: u32, id: u64) {
