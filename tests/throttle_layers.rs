@@ -199,3 +199,79 @@ async fn specs_and_layer_index() {
     assert_eq!(e.t.layer_index("nope"), None);
     assert_eq!(e.t.specs()[1].limit, 14);
 }
+
+#[test]
+fn throttle_is_send_sync_and_its_acquire_future_is_send() {
+    fn send<T: Send>(_: T) {}
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<mailsluice::throttle::Throttle>();
+    send_sync::<mailsluice::throttle::Permit>();
+    let clock = std::sync::Arc::new(mailsluice::throttle::FakeClock::new(0));
+    let t = mailsluice::throttle::Throttle::new(vec![per_sec("t", 1)], clock);
+    send(t.acquire(vec![charge(0, "k", 1)]));
+}
+
+/// Many tasks on several threads race for a lifetime cap: exactly the cap is granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_takes_on_threads_never_exceed_the_cap() {
+    let mut cap = LayerSpec::new("cap", 1, Duration::from_secs(1));
+    cap.refill = mailsluice::throttle::Refill::None;
+    cap.burst = 1_000;
+    cap.mode = Mode::Reject;
+    let e = Env::new(vec![cap]);
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let t = e.t.clone();
+            tokio::spawn(async move {
+                let mut granted = 0u64;
+                for _ in 0..400 {
+                    if let Ok(p) = t.acquire(vec![charge(0, "k", 1)]).await {
+                        p.delivered();
+                        granted += 1;
+                    }
+                }
+                granted
+            })
+        })
+        .collect();
+    let mut total = 0;
+    for t in tasks {
+        total += t.await.unwrap();
+    }
+    assert_eq!(total, 1_000);
+    assert_eq!(e.remaining("cap", "k"), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn logs_limited_at_info_waiting_and_waited_at_debug() {
+    let (events, _g) = Events::capture();
+    let mut spec = per_sec("t", 10);
+    spec.max_wait = Duration::from_secs(1);
+    let e = Env::new(vec![spec]);
+    e.spend(0, "acme", 10).await;
+    let p = e.take(0, "acme", 3).await.unwrap();
+    assert_eq!(p.waited(), ms(300));
+    assert!(e.take(0, "acme", 10).await.is_ok());
+    let _ = e.spawn(vec![charge(0, "acme", 10)]).await;
+    assert!(e.take(0, "acme", 1).await.is_err());
+    let waiting = events.named("ratelimit.waiting");
+    assert_eq!(waiting[0].0, tracing::Level::DEBUG);
+    assert!(waiting[0]
+        .1
+        .contains("layer=t key=acme cost=3 position=0 estimate_ms=300"));
+    let waited = events.named("ratelimit.waited");
+    assert!(
+        waited[0]
+            .1
+            .contains("layer=t key=acme cost=3 waited_ms=300"),
+        "{waited:?}"
+    );
+    let limited = events.named("ratelimit.limited");
+    assert_eq!(limited.len(), 1);
+    assert_eq!(limited[0].0, tracing::Level::INFO);
+    let f = &limited[0].1;
+    assert!(
+        f.contains("key=acme cost=1 retry_after_ms=1100 reason=max_wait"),
+        "{f}"
+    );
+}

@@ -2,8 +2,9 @@
 //! and a tracing layer that records events.
 #![allow(dead_code)]
 
+use std::cell::RefCell;
 use std::fmt::{Debug, Write as _};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Once};
 use std::time::Duration;
 
 use mailsluice::throttle::{Charge, Clock, LayerSpec, Permit, Throttle, ThrottleError, TokioClock};
@@ -31,6 +32,7 @@ pub struct Env {
 impl Env {
     /// Call inside a runtime with paused time: the clock starts at 0 there.
     pub fn new(specs: Vec<LayerSpec>) -> Env {
+        Events::install();
         let clock = Arc::new(TokioClock::new());
         let t = Arc::new(Throttle::new(specs, clock.clone()));
         Env { t, clock }
@@ -99,12 +101,54 @@ pub fn limited_after(r: Result<impl Debug, ThrottleError>) -> (String, Duration)
 #[derive(Clone, Default)]
 pub struct Events(pub Arc<Mutex<Vec<(tracing::Level, String, String)>>>);
 
+thread_local! {
+    static CAPTURE: RefCell<Option<Events>> = const { RefCell::new(None) };
+}
+
+/// Stops recording on drop.
+pub struct CaptureGuard;
+
+impl Drop for CaptureGuard {
+    fn drop(&mut self) {
+        CAPTURE.with(|c| c.borrow_mut().take());
+    }
+}
+
+/// The one global subscriber of a test binary: it records into the capture of the thread the
+/// event happens on. (A per-test scoped subscriber races with tests on other threads over
+/// tracing's cached callsite interest; one global subscriber does not.)
+struct ToCapture;
+
+impl<S: tracing::Subscriber> Layer<S> for ToCapture {
+    fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
+        CAPTURE.with(|c| {
+            if let Some(events) = &*c.borrow() {
+                let mut f = Fields::default();
+                event.record(&mut f);
+                let level = *event.metadata().level();
+                events.0.lock().unwrap().push((level, f.message, f.fields));
+            }
+        });
+    }
+}
+
 impl Events {
-    /// Records the events of this thread until the guard drops.
-    pub fn capture() -> (Events, tracing::subscriber::DefaultGuard) {
+    /// Records the events of this thread (a current-thread runtime's tasks) until the guard
+    /// drops.
+    pub fn capture() -> (Events, CaptureGuard) {
+        Events::install();
         let events = Events::default();
-        let sub = tracing_subscriber::registry().with(events.clone());
-        (events.clone(), tracing::subscriber::set_default(sub))
+        CAPTURE.with(|c| *c.borrow_mut() = Some(events.clone()));
+        (events, CaptureGuard)
+    }
+
+    /// Installs the global subscriber (every `Env::new` does, before any event can fire).
+    pub fn install() {
+        static INIT: Once = Once::new();
+        INIT.call_once(|| {
+            let sub = tracing_subscriber::registry().with(ToCapture);
+            tracing::subscriber::set_global_default(sub).expect("one global subscriber");
+        });
     }
 
     pub fn named(&self, message: &str) -> Vec<(tracing::Level, String)> {
@@ -133,14 +177,5 @@ impl Visit for Fields {
         } else {
             let _ = write!(self.fields, "{}={:?} ", field.name(), value);
         }
-    }
-}
-
-impl<S: tracing::Subscriber> Layer<S> for Events {
-    fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
-        let mut f = Fields::default();
-        event.record(&mut f);
-        let level = *event.metadata().level();
-        self.0.lock().unwrap().push((level, f.message, f.fields));
     }
 }
