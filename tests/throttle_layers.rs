@@ -252,8 +252,9 @@ async fn logs_limited_at_info_waiting_and_waited_at_debug() {
     let p = e.take(0, "acme", 3).await.unwrap();
     assert_eq!(p.waited(), ms(300));
     assert!(e.take(0, "acme", 10).await.is_ok());
-    let _ = e.spawn(vec![charge(0, "acme", 10)]).await;
+    let queued = e.spawn(vec![charge(0, "acme", 10)]).await;
     assert!(e.take(0, "acme", 1).await.is_err());
+    assert!(queued.await.unwrap().is_ok());
     let waiting = events.named("ratelimit.waiting");
     assert_eq!(waiting[0].0, tracing::Level::DEBUG);
     assert!(waiting[0]
