@@ -7,7 +7,10 @@
 //! - **Timers, not polling.** The head computes the exact instant its tokens will be there and
 //!   sleeps until then (`sleep_until`); the others park on their own `Notify`. When the head is
 //!   granted it wakes the next one, which may be grantable at once. A give-back wakes the head
-//!   too, since its tokens may now come sooner.
+//!   too, since its tokens may now come sooner. tokio's timer wheel rounds a deadline up to the
+//!   next millisecond, so a head may run up to 1 ms late: it takes at the instant it runs,
+//!   never early, so the limit holds; the price is at most 1 ms of refill per grant, and only
+//!   when the bucket is exactly full then (a cost equal to the burst).
 //! - **Cancel-safe.** Tokens are taken only in the poll that returns the grant, so a dropped
 //!   future took nothing; its drop guard removes it from the queue and wakes the new head, whose
 //!   timer is recomputed when it polls.
@@ -15,6 +18,10 @@
 //!   served: [`Bucket::reserve`] folded over the queue. The fold's end (the projected tail) is
 //!   cached and extended in O(1) per arrival; a cancellation, a give-back or a grant that
 //!   differs from its projection (a timer waking late) clears it, and the next arrival refolds.
+//! - **max_keys.** The table drops a full bucket, else the least recently used one without
+//!   waiters (see `store::table`). When every bucket has waiters, a new key is refused with
+//!   `retry_after = max_wait` (at least 1 ms): by then every present waiter has been served or
+//!   refused, so a bucket can be dropped.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
