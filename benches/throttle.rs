@@ -110,13 +110,13 @@ fn bench_decisions(c: &mut Criterion) {
     let mut g = c.benchmark_group("throttle");
     g.throughput(Throughput::Elements(1));
 
-    let b = Bucket::drip(u64::MAX / 2, u64::from(u32::MAX), 1_000_000);
-    let start = Instant::now();
-    let mut st = State::default();
+    // The math alone: 14 per second, burst 1000, a take every 50 ms (always granted).
+    let b = Bucket::drip(1_000, 14, 1_000_000_000);
+    let (mut st, mut now) = (State::default(), 0u64);
     g.bench_function("bucket_take_pure", |bench| {
         bench.iter(|| {
-            let now = start.elapsed().as_nanos() as u64;
-            let (d, next) = b.take(black_box(st), now, 1);
+            now += 50_000_000;
+            let (d, next) = b.take(black_box(st), black_box(now), 1);
             st = next;
             d
         })
