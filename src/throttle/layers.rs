@@ -1,0 +1,313 @@
+//! Stacked layers: a message charged to several buckets at once, all or nothing.
+//!
+//! Why stacked: a provider's quota is per account (14/s), fairness is per tenant (10/s), and a
+//! plan may cap a day (fixed window). The message goes when every layer grants it; when one
+//! refuses, what the others granted is given back (the seed's rollback).
+//!
+//! **How a multi-layer message waits** (the choice, and why):
+//! 1. Up front, before taking anything: every layer checks the cost (over the burst is a
+//!    permanent refusal) and then its own refusal rules (reject mode without tokens, a full
+//!    queue, an estimated wait past the deadline). So a refusal at arrival takes nothing.
+//! 2. Reject-mode layers take first (they never wait), then wait-mode layers in index order,
+//!    each in its FIFO queue, holding what was granted. Layers listed from specific to general
+//!    (tenant, then account) mean a tenant's burst is metered by its own layer before it
+//!    reaches the shared queue, so it does not flood the account's queue ahead of others.
+//! 3. One deadline for the whole message: arrival + the smallest `max_wait` of its wait-mode
+//!    layers. A layer reached later refuses if its own estimate would pass that deadline.
+//! 4. Any refusal, a shutdown, or the future being dropped gives back every token held.
+//!
+//! Why not one atomic take across layers here: it would need the message at the head of every
+//! queue at once, and a tenant's burst would then sit in the account queue. The store boundary
+//! ([`super::store::Store`]) still takes atomically, for a shared store's layers.
+//!
+//! **Dropping a [`Permit`]** without calling a method keeps the tokens, like `delivered`: a
+//! message whose fate is unknown may have been sent, and never going over the limit is the
+//! promise; giving back is an explicit act (`upstream_failed`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::bucket::{Bucket, Refill};
+use super::clock::{nanos, Clock, Nanos};
+use super::queue::{Layer, Mode};
+
+/// One layer of buckets, as configured (`[[throttle]]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LayerSpec {
+    pub name: String,
+    /// Tokens gained every `interval` (drip), or held per window (fixed window).
+    pub limit: u64,
+    pub interval: Duration,
+    /// Tokens held (drip, none); ignored by a fixed window, which holds `limit`.
+    pub burst: u64,
+    pub mode: Mode,
+    pub max_wait: Duration,
+    pub max_queue: usize,
+    pub max_keys: usize,
+    pub refill: Refill,
+    /// `Refill::None`: the lifetime cap is forgotten after this long without a take.
+    pub idle_ttl: Duration,
+    /// Keep the tokens of a message upstream refused.
+    pub charge_failures: bool,
+}
+
+impl LayerSpec {
+    /// A drip layer with the defaults of the configuration: burst = limit, wait mode, 25 s
+    /// max_wait, 10,000 waiters and keys, 7 days idle_ttl, failures given back.
+    pub fn new(name: &str, limit: u64, interval: Duration) -> LayerSpec {
+        LayerSpec {
+            name: name.to_string(),
+            limit,
+            interval,
+            burst: limit,
+            mode: Mode::Wait,
+            max_wait: Duration::from_millis(25_000),
+            max_queue: 10_000,
+            max_keys: 10_000,
+            refill: Refill::Drip,
+            idle_ttl: Duration::from_secs(7 * 86_400),
+            charge_failures: false,
+        }
+    }
+
+    /// The bucket parameters of this layer.
+    pub fn bucket(&self) -> Bucket {
+        match self.refill {
+            Refill::Drip => Bucket::drip(self.burst, self.limit, nanos(self.interval)),
+            Refill::FixedWindow => Bucket::fixed_window(self.limit, nanos(self.interval)),
+            Refill::None => Bucket::lifetime(self.burst, nanos(self.idle_ttl)),
+        }
+    }
+}
+
+/// `cost` tokens of `key`'s bucket in layer `layer` (an index into the specs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Charge {
+    pub layer: usize,
+    pub key: String,
+    pub cost: u64,
+}
+
+/// Why a message may not go.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ThrottleError {
+    /// Retryable: `451 4.7.1 ... retry after`.
+    #[error("rate limited by layer {layer} for key {key}; retry after {retry_after:?}")]
+    Limited {
+        layer: String,
+        key: String,
+        retry_after: Duration,
+    },
+    /// Permanent: no bucket of the layer could ever hold the cost (`554 5.5.3`).
+    #[error("cost {cost} exceeds the burst {burst} of layer {layer}")]
+    CostOverBurst {
+        layer: String,
+        cost: u64,
+        burst: u64,
+    },
+    /// The throttle was disposed of (`421 4.3.2`).
+    #[error("the throttle is shutting down")]
+    Shutdown,
+}
+
+/// The allowance of one bucket, taking nothing (`GET /buckets/{layer}/{key}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Peek {
+    /// The capacity: `burst`, or `limit` for a fixed window.
+    pub limit: u64,
+    pub remaining: u64,
+    /// Unix seconds when an active fixed window refills; 0 otherwise.
+    pub reset: u64,
+    /// Messages waiting for this bucket.
+    pub waiting: usize,
+}
+
+struct Inner {
+    specs: Vec<LayerSpec>,
+    layers: Vec<Layer>,
+    clock: Arc<dyn Clock>,
+}
+
+/// The throttle: every layer's buckets and queues. `Send + Sync`; share it as `Arc<Throttle>`.
+pub struct Throttle {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Throttle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Throttle")
+            .field("specs", &self.inner.specs)
+            .finish()
+    }
+}
+
+/// Gives back what a message holds unless it is turned into a [`Permit`] (rollback).
+struct Held<'a> {
+    inner: &'a Inner,
+    taken: Vec<Charge>,
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        for c in self.taken.drain(..) {
+            self.inner.layers[c.layer].give_back(&c.key, c.cost);
+        }
+    }
+}
+
+impl Throttle {
+    pub fn new(specs: Vec<LayerSpec>, clock: Arc<dyn Clock>) -> Throttle {
+        let layers = specs
+            .iter()
+            .map(|s| Layer::new(s.clone(), clock.clone()))
+            .collect();
+        Throttle {
+            inner: Arc::new(Inner {
+                specs,
+                layers,
+                clock,
+            }),
+        }
+    }
+
+    pub fn specs(&self) -> &[LayerSpec] {
+        &self.inner.specs
+    }
+
+    pub fn layer_index(&self, name: &str) -> Option<usize> {
+        self.inner.specs.iter().position(|s| s.name == name)
+    }
+
+    /// FIFO wait or refusal; cancel-safe (dropping the future takes nothing); all layers or
+    /// none (see the module doc). Panics if a charge names a layer index out of range.
+    pub async fn acquire(&self, charges: Vec<Charge>) -> Result<Permit, ThrottleError> {
+        let inner = &self.inner;
+        let arrival = inner.clock.now();
+        let deadline = self.deadline(&charges, arrival);
+        if charges.len() > 1 {
+            self.precheck(&charges, deadline, arrival)?;
+        }
+        let mut charges = charges;
+        let layers = &inner.layers;
+        charges.sort_by_key(|c| (layers[c.layer].spec().mode == Mode::Wait, c.layer));
+        let taken = Vec::with_capacity(charges.len());
+        let mut held = Held { inner, taken };
+        let mut now = arrival;
+        for c in charges {
+            let layer = &layers[c.layer];
+            if let Some(at) = layer.acquire(&c.key, c.cost, deadline, now).await? {
+                now = at;
+            }
+            held.taken.push(c);
+        }
+        let waited = Duration::from_nanos(now - arrival);
+        let taken = std::mem::take(&mut held.taken);
+        Ok(Permit {
+            inner: inner.clone(),
+            taken,
+            waited,
+        })
+    }
+
+    /// Arrival + the smallest `max_wait` among the charged wait-mode layers.
+    fn deadline(&self, charges: &[Charge], arrival: Nanos) -> Nanos {
+        let layers = &self.inner.layers;
+        let n = layers.len();
+        let waits = charges.iter().map(|c| {
+            assert!(c.layer < n, "charge names layer {} of {n}", c.layer);
+            let spec = layers[c.layer].spec();
+            match spec.mode {
+                Mode::Wait => nanos(spec.max_wait),
+                Mode::Reject => u64::MAX,
+            }
+        });
+        arrival.saturating_add(waits.min().unwrap_or(0))
+    }
+
+    /// Refuses up front, taking nothing: permanent refusals first, then any layer's refusal.
+    fn precheck(
+        &self,
+        charges: &[Charge],
+        deadline: Nanos,
+        now: Nanos,
+    ) -> Result<(), ThrottleError> {
+        let layers = &self.inner.layers;
+        for c in charges {
+            layers[c.layer].check_cost(c.cost)?;
+        }
+        for c in charges {
+            layers[c.layer].precheck(&c.key, c.cost, deadline, now)?;
+        }
+        Ok(())
+    }
+
+    /// `None` for an unknown layer; an unknown key reads as a full bucket.
+    pub fn peek(&self, layer: &str, key: &str) -> Option<Peek> {
+        let i = self.layer_index(layer)?;
+        Some(self.inner.layers[i].peek(key))
+    }
+
+    /// Messages waiting in a layer, across its keys (0 for an unknown layer).
+    pub fn waiting(&self, layer: usize) -> usize {
+        self.inner.layers.get(layer).map_or(0, Layer::waiting)
+    }
+
+    /// Buckets a layer holds (≤ `max_keys`), for metrics.
+    pub fn keys(&self, layer: usize) -> usize {
+        self.inner.layers.get(layer).map_or(0, Layer::keys)
+    }
+
+    /// Whether a layer holds a bucket for `key` (an absent one reads as full).
+    pub fn holds(&self, layer: usize, key: &str) -> bool {
+        self.inner.layers.get(layer).is_some_and(|l| l.holds(key))
+    }
+
+    /// Releases every waiter with [`ThrottleError::Shutdown`]; later acquires get it too.
+    pub fn dispose(&self) {
+        for layer in &self.inner.layers {
+            layer.dispose();
+        }
+    }
+}
+
+/// Tokens taken on every charged layer for one message.
+pub struct Permit {
+    inner: Arc<Inner>,
+    taken: Vec<Charge>,
+    waited: Duration,
+}
+
+impl std::fmt::Debug for Permit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Permit")
+            .field("taken", &self.taken)
+            .field("waited", &self.waited)
+            .finish()
+    }
+}
+
+impl Permit {
+    /// How long the message waited for its tokens.
+    pub fn waited(&self) -> Duration {
+        self.waited
+    }
+
+    /// The charges taken.
+    pub fn charges(&self) -> &[Charge] {
+        &self.taken
+    }
+
+    /// Upstream did not accept: give tokens back on every layer whose spec has
+    /// `charge_failures == false`.
+    pub fn upstream_failed(self) {
+        for c in &self.taken {
+            let layer = &self.inner.layers[c.layer];
+            if !layer.spec().charge_failures {
+                layer.give_back(&c.key, c.cost);
+            }
+        }
+    }
+
+    /// Message delivered: keep the tokens. (Dropping the permit does the same.)
+    pub fn delivered(self) {}
+}

@@ -1,0 +1,91 @@
+//! Where bucket state lives: the boundary between the queues and the buckets.
+//!
+//! Why a trait: with several replicas, the buckets must live in a store they share (Redis, a
+//! later issue), and a message charged to several layers must be taken from all of them in
+//! **one atomic call**, on the store's clock, or two replicas could each take half. The FIFO
+//! queues of `queue.rs` stay in each process, in front of the store: only the head of a local
+//! queue asks the store, so a process never overtakes its own earlier messages.
+//!
+//! The contract of [`Store::take`]:
+//! - [`Decision::Granted`]: taken from every bucket, usable now.
+//! - [`Decision::Reserved`]: taken from every bucket, usable in `wait` (≤ `max_wait`). A shared
+//!   store answers this, so replicas keep FIFO order without polling: the caller sleeps exactly
+//!   `wait`, and gives the tokens back if it gives up (client gone, shutdown).
+//! - [`Decision::Later`]: nothing taken; the tokens would be there in `wait` (≤ `max_wait`) if
+//!   nobody else takes first. A store that alone serves its buckets (this process's) answers
+//!   this: the caller is the only one who could take, so asking again then is exact.
+//! - [`Decision::Refused`] / [`Decision::OverCapacity`]: nothing taken, whatever the layers.
+//!
+//! Times are durations, not instants: the store's clock (Redis `TIME`) is not this process's.
+//!
+//! [`table::KeyTable`] is the in-process table of one layer's buckets; the throttle's local
+//! layers hold it under their queue's lock (one lock and one lookup per take).
+//! [`local::LocalStore`] is the same tables behind this trait: the reference implementation a
+//! Redis store is tested against, and the fallback of `on_error = "local"`.
+
+pub mod local;
+pub mod table;
+
+use std::future::Future;
+use std::pin::Pin;
+
+use super::clock::Nanos;
+use super::layers::Peek;
+
+/// One bucket to take from: `cost` tokens of `key` in layer `layer`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreCharge<'a> {
+    pub layer: usize,
+    pub key: &'a str,
+    pub cost: u64,
+}
+
+/// The answer of [`Store::take`]; see the module doc.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    Granted,
+    Reserved {
+        wait: Nanos,
+    },
+    Later {
+        wait: Nanos,
+    },
+    /// `charge` is the index of a refusing charge; `retry_after` when all would be there.
+    Refused {
+        charge: usize,
+        retry_after: Nanos,
+    },
+    OverCapacity {
+        charge: usize,
+        capacity: u64,
+    },
+}
+
+/// A store that could not answer (a shared store unreachable); the caller's `on_error` decides.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    #[error("unknown layer {0}")]
+    UnknownLayer(usize),
+}
+
+/// A boxed future, so that the trait is object-safe (`Arc<dyn Store>`) and a network store fits.
+pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
+
+/// Bucket state for every layer that uses this store; see the module doc for the contract.
+pub trait Store: Send + Sync {
+    /// Takes `cost` from every charged bucket in one atomic step, or takes nothing. Waits
+    /// longer than `max_wait` are refused with the wait as `retry_after`.
+    fn take<'a>(
+        &'a self,
+        charges: &'a [StoreCharge<'a>],
+        max_wait: Nanos,
+    ) -> StoreFuture<'a, Decision>;
+
+    /// Returns tokens taken (or reserved) earlier, capped at each bucket's capacity.
+    fn give_back<'a>(&'a self, charges: &'a [StoreCharge<'a>]) -> StoreFuture<'a, ()>;
+
+    /// The allowance of one bucket, taking nothing (`waiting` is 0: the store has no queues).
+    fn peek<'a>(&'a self, layer: usize, key: &'a str) -> StoreFuture<'a, Peek>;
+}
