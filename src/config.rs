@@ -6,6 +6,7 @@
 use std::net::SocketAddr;
 use std::num::{NonZeroU64, NonZeroUsize};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use ipnet::IpNet;
 use serde::Deserialize;
@@ -168,6 +169,31 @@ impl ThrottleConfig {
     pub fn burst(&self) -> u64 {
         self.burst.unwrap_or(self.limit).get()
     }
+
+    /// The layer as the throttle engine sees it.
+    pub fn spec(&self) -> crate::throttle::LayerSpec {
+        use crate::throttle;
+        crate::throttle::LayerSpec {
+            name: self.name.get_ref().clone(),
+            limit: self.limit.get(),
+            interval: Duration::from_millis(self.interval_ms.get()),
+            burst: self.burst(),
+            mode: match self.mode {
+                Mode::Wait => throttle::Mode::Wait,
+                Mode::Reject => throttle::Mode::Reject,
+            },
+            max_wait: Duration::from_millis(self.max_wait_ms),
+            max_queue: self.max_queue.get(),
+            max_keys: self.max_keys.get(),
+            refill: match self.refill {
+                Refill::Drip => throttle::Refill::Drip,
+                Refill::FixedWindow => throttle::Refill::FixedWindow,
+                Refill::None => throttle::Refill::None,
+            },
+            idle_ttl: Duration::from_millis(self.idle_ttl_ms.get()),
+            charge_failures: self.charge_failures,
+        }
+    }
 }
 
 fn default_hostname() -> String {
@@ -269,6 +295,13 @@ impl Config {
             crate::policy::KeySource::parse(layer.key.get_ref()).map_err(|e| {
                 located(text, layer.key.span(), &format!("key `throttle.key`: {e}"))
             })?;
+            if layer.store == StoreKind::Redis {
+                return Err(located(
+                    text,
+                    span,
+                    "key `throttle.store`: \"redis\" is not available in this build yet; use \"local\"",
+                ));
+            }
             if layer.refill == Refill::FixedWindow && layer.burst.is_some_and(|b| b != layer.limit)
             {
                 return Err(located(

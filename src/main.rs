@@ -102,7 +102,7 @@ async fn serve_async(config: Arc<Config>) -> anyhow::Result<()> {
         tracing::info!("shutting down: no new connections, finishing transactions in flight");
         trigger.trigger();
     });
-    let deps = mailsluice::Deps { config, forwarder };
+    let deps = mailsluice::Deps::new(config, forwarder);
     mailsluice::run(listeners, deps, shutdown).await;
     tracing::info!("stopped");
     Ok(())

@@ -89,13 +89,7 @@ pub struct MessageFacts<'a> {
     pub message: &'a [u8],
 }
 
-/// A bucket a message is charged to: the layer's index, the key, and the cost.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Charge {
-    pub layer: usize,
-    pub key: String,
-    pub cost: u64,
-}
+pub use crate::throttle::Charge;
 
 /// The charges of a message, one per layer that applies to it, in layer order.
 pub fn charges(layers: &[LayerPolicy], facts: &MessageFacts<'_>) -> Vec<Charge> {

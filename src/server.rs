@@ -11,20 +11,40 @@ use tokio::sync::Semaphore;
 use tokio_util::task::TaskTracker;
 
 use crate::config::{Config, Cost};
+use crate::policy::LayerPolicy;
 use crate::shutdown::Shutdown;
 use crate::smtp::{self, reply};
+use crate::throttle::{Throttle, TokioClock};
 use crate::upstream::Forwarder;
 
-/// What `run` needs from outside: the config and the upstream. Built by `main` (or a test).
+/// What `run` needs from outside: the config, the upstream and the throttle. Built by
+/// `main` (or a test, which keeps a handle on the throttle to peek at its buckets).
 pub struct Deps {
     pub config: Arc<Config>,
     pub forwarder: Arc<dyn Forwarder>,
+    pub throttle: Arc<Throttle>,
+}
+
+impl Deps {
+    /// The throttle built from the config's layers, on the real (tokio) clock.
+    pub fn new(config: Arc<Config>, forwarder: Arc<dyn Forwarder>) -> Deps {
+        let specs = config.throttle.iter().map(|l| l.spec()).collect();
+        let throttle = Arc::new(Throttle::new(specs, Arc::new(TokioClock::new())));
+        Deps {
+            config,
+            forwarder,
+            throttle,
+        }
+    }
 }
 
 /// Shared by every session of one relay.
 pub struct Context {
     pub config: Arc<Config>,
     pub forwarder: Arc<dyn Forwarder>,
+    pub throttle: Arc<Throttle>,
+    /// The key and cost rules of each throttle layer, in the throttle's layer order.
+    pub layers: Vec<LayerPolicy>,
     /// What EHLO advertises as `LIMITS RCPTMAX` (RFC 9422).
     pub rcpt_max: usize,
 }
@@ -32,9 +52,17 @@ pub struct Context {
 impl Context {
     pub fn new(deps: Deps) -> Context {
         let rcpt_max = rcpt_max(&deps.config);
+        let layers = deps
+            .config
+            .throttle
+            .iter()
+            .map(LayerPolicy::from_config)
+            .collect();
         Context {
             config: deps.config,
             forwarder: deps.forwarder,
+            throttle: deps.throttle,
+            layers,
             rcpt_max,
         }
     }
@@ -66,6 +94,8 @@ pub async fn run(listeners: Vec<TcpListener>, deps: Deps, shutdown: Shutdown) {
     }
     accepts.close();
     accepts.wait().await;
+    // Waiters in the throttle's queues are answered 421 now; transactions in flight go on.
+    ctx.throttle.dispose();
     sessions.close();
     let grace = Duration::from_millis(ctx.config.smtp.shutdown_grace_ms);
     if tokio::time::timeout(grace, sessions.wait()).await.is_err() {

@@ -1,4 +1,5 @@
-//! The final dot: trace the message, pass it upstream, and relay upstream's verdict. The
+//! The final dot: charge the message to its buckets (waiting or refusing), trace it, pass it
+//! upstream, and relay upstream's verdict; tokens of a message upstream refused go back. The
 //! client gets `250` only after upstream accepted (pass-through, never store-and-forward), so
 //! a crash here loses nothing: the client still holds the message.
 
@@ -7,14 +8,74 @@ use std::time::SystemTime;
 use super::received::{self, Trace};
 use super::reply::{self, Reply};
 use super::session::{Flow, Session};
+use crate::policy::{self, MessageFacts};
+use crate::throttle::{Permit, ThrottleError};
 use crate::upstream::{Accepted, Envelope, UpstreamError};
 
 impl Session {
     pub async fn deliver(&mut self, envelope: Envelope, body: Vec<u8>) -> Flow {
+        let permit = match self.take_tokens(&envelope, &body).await {
+            Ok(permit) => permit,
+            Err(flow) => return flow,
+        };
+        let body = policy::strip_key_headers(&self.ctx.layers, body);
         let message = self.traced(&envelope, &body);
         let result = self.ctx.forwarder.forward(&envelope, &message).await;
+        match (permit, &result) {
+            (Some(permit), Ok(_)) => permit.delivered(),
+            (Some(permit), Err(_)) => permit.upstream_failed(),
+            (None, _) => {}
+        }
         self.reply(upstream_reply(&result));
         Flow::Continue
+    }
+
+    /// Charges the message to its layers, holding the client (FIFO per key) while the buckets
+    /// refill. `Err` carries how the session goes on after a refusal, already answered. While
+    /// it waits the connection is watched: a client that closes it has abandoned the message,
+    /// which then leaves the queue, takes nothing and is not forwarded, so a client that saw a
+    /// failure never finds the message delivered too.
+    async fn take_tokens(
+        &mut self,
+        envelope: &Envelope,
+        body: &[u8],
+    ) -> Result<Option<Permit>, Flow> {
+        let facts = MessageFacts {
+            auth_tenant: None,
+            sender: envelope.from.as_deref(),
+            rcpts: &envelope.rcpts,
+            client_ip: self.peer.ip(),
+            message: body,
+        };
+        let charges = policy::charges(&self.ctx.layers, &facts);
+        if charges.is_empty() {
+            return Ok(None);
+        }
+        let throttle = self.ctx.throttle.clone();
+        let outcome = tokio::select! {
+            outcome = throttle.acquire(charges) => outcome,
+            _ = self.conn.closed() => {
+                tracing::info!(peer = %self.peer, "client left while waiting; message abandoned");
+                return Err(Flow::Close);
+            }
+        };
+        match outcome {
+            Ok(permit) => Ok(Some(permit)),
+            Err(ThrottleError::Limited {
+                layer, retry_after, ..
+            }) => {
+                self.reply(reply::rate_limited(&layer, retry_after));
+                Err(Flow::Continue)
+            }
+            Err(ThrottleError::CostOverBurst { layer, cost, burst }) => {
+                self.reply(reply::cost_over_burst(&layer, cost, burst));
+                Err(Flow::Continue)
+            }
+            Err(ThrottleError::Shutdown) => {
+                self.reply(reply::shutting_down());
+                Err(Flow::Close)
+            }
+        }
     }
 
     /// The message with our `Received:` header in front.

@@ -115,6 +115,27 @@ pub fn upstream_unavailable() -> Reply {
     Reply::new(451, "4.4.1", "Upstream unavailable, try again later")
 }
 
+pub fn rate_limited(layer: &str, retry_after: Duration) -> Reply {
+    Reply::new(
+        451,
+        "4.7.1",
+        format!(
+            "Rate limit of layer {layer} reached, {}",
+            retry_after_text(retry_after)
+        ),
+    )
+}
+pub fn cost_over_burst(layer: &str, cost: u64, burst: u64) -> Reply {
+    Reply::new(
+        554,
+        "5.5.3",
+        format!(
+            "Message costs {cost} tokens but layer {layer} holds at most {burst}; \
+             it can never pass: send it with fewer recipients"
+        ),
+    )
+}
+
 /// Formats a retry hint the way DESIGN.md pins it: seconds with millisecond precision.
 pub fn retry_after_text(wait: Duration) -> String {
     let ms = wait.as_millis().max(1);

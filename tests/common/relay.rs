@@ -16,6 +16,8 @@ use tokio::task::JoinHandle;
 /// A relay running in this process.
 pub struct Relay {
     pub addr: SocketAddr,
+    /// The relay's throttle, to peek at buckets.
+    pub throttle: Arc<mailsluice::throttle::Throttle>,
     trigger: ShutdownTrigger,
     task: JoinHandle<()>,
 }
@@ -34,10 +36,12 @@ impl Relay {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (trigger, shutdown) = shutdown::channel();
-        let deps = mailsluice::Deps { config, forwarder };
+        let deps = mailsluice::Deps::new(config, forwarder);
+        let throttle = deps.throttle.clone();
         let task = tokio::spawn(mailsluice::run(vec![listener], deps, shutdown));
         Relay {
             addr,
+            throttle,
             trigger,
             task,
         }
