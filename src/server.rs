@@ -19,6 +19,7 @@ use crate::upstream::Forwarder;
 
 /// What `run` needs from outside: the config, the upstream and the throttle. Built by
 /// `main` (or a test, which keeps a handle on the throttle to peek at its buckets).
+#[derive(Clone)]
 pub struct Deps {
     pub config: Arc<Config>,
     pub forwarder: Arc<dyn Forwarder>,

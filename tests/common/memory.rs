@@ -10,6 +10,8 @@ use mailsluice::upstream::{Accepted, Envelope, ForwardFuture, Forwarder, Upstrea
 #[derive(Default)]
 pub struct MemoryForwarder {
     got: Mutex<Vec<(Envelope, Vec<u8>)>>,
+    /// When each message was forwarded, on tokio's clock (paused in throttle tests).
+    at: Mutex<Vec<tokio::time::Instant>>,
     fail_with: Mutex<Option<UpstreamError>>,
 }
 
@@ -20,6 +22,10 @@ impl MemoryForwarder {
 
     pub fn messages(&self) -> Vec<(Envelope, Vec<u8>)> {
         self.got.lock().unwrap().clone()
+    }
+
+    pub fn times(&self) -> Vec<tokio::time::Instant> {
+        self.at.lock().unwrap().clone()
     }
 
     /// Every later forward fails with `error` (None: succeed again).
@@ -36,6 +42,7 @@ impl Forwarder for MemoryForwarder {
             }
             let mut got = self.got.lock().unwrap();
             got.push((envelope.clone(), message.to_vec()));
+            self.at.lock().unwrap().push(tokio::time::Instant::now());
             Ok(Accepted {
                 text: format!("Ok queued as mem-{}", got.len()),
             })
