@@ -65,7 +65,11 @@ async fn client(addr: std::net::SocketAddr, stop: Instant) -> usize {
         for _ in 0..3 {
             read_reply(&mut s).await;
         }
-        send(&mut s, "X-Tenant: acme\r\nSubject: bench\r\n\r\nhello\r\n.\r\n").await;
+        send(
+            &mut s,
+            "X-Tenant: acme\r\nSubject: bench\r\n\r\nhello\r\n.\r\n",
+        )
+        .await;
         if read_reply(&mut s).await != 250 {
             refused += 1;
         }
@@ -139,7 +143,8 @@ fn report(t: &[Instant], refused: usize) {
     let mut worst = 0f64;
     for i in 0..t.len() {
         for j in i..t.len() {
-            let allowed = burst as f64 + limit as f64 * (t[j] - t[i]).as_nanos() as f64 / interval as f64;
+            let allowed =
+                burst as f64 + limit as f64 * (t[j] - t[i]).as_nanos() as f64 / interval as f64;
             worst = worst.max((j - i + 1) as f64 - allowed);
             if (t[j] - t[i]).as_nanos() > 3 * interval {
                 break;
@@ -164,7 +169,18 @@ fn report(t: &[Instant], refused: usize) {
     println!("messages delivered:            {}", t.len());
     println!("answered other than 250:       {refused}");
     println!("span of receive times:         {:.3} s", span as f64 / 1e9);
-    println!("largest excess in any window:  {:.3} messages (must be <= 0)", worst.max(0.0));
-    println!("utilization of the quota:      {:.2} %", utilization * 100.0);
-    println!("lateness vs due time:          p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms", pct(0.5), pct(0.99), pct(1.0));
+    println!(
+        "largest excess in any window:  {:.3} messages (must be <= 0)",
+        worst.max(0.0)
+    );
+    println!(
+        "utilization of the quota:      {:.2} %",
+        utilization * 100.0
+    );
+    println!(
+        "lateness vs due time:          p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms",
+        pct(0.5),
+        pct(0.99),
+        pct(1.0)
+    );
 }
