@@ -16,7 +16,7 @@ cargo build --release -q
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 
-smtp-sink -c 127.0.0.1:$SINK_PORT 1000 >/dev/null 2>&1 &
+smtp-sink -u nobody 127.0.0.1:$SINK_PORT 1000 >"$work/sink.log" 2>&1 &
 cat > "$work/relay.toml" <<TOML
 [smtp]
 listen = ["127.0.0.1:$RELAY_PORT"]
@@ -26,13 +26,17 @@ url = "smtp://127.0.0.1:$SINK_PORT"
 tls = "none"
 pool_size = ${POOL_SIZE:-20}
 TOML
-RUST_LOG=warn target/release/mailsluice --config "$work/relay.toml" &
-sleep 1
+RUST_LOG=warn target/release/mailsluice --config "$work/relay.toml" 2>"$work/relay.log" &
+# Wait until both listen.
+for port in $SINK_PORT $RELAY_PORT; do
+  for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
+done
 
 rate() { # port, extra flags -> messages/s
   local start end
   start=$(date +%s.%N)
-  smtp-source -s 20 -l 1024 -m "$N" -f from@example.com -t to@example.com $2 127.0.0.1:$1
+  smtp-source -s 20 -l 1024 -m "$N" -f from@example.com -t to@example.com $2 127.0.0.1:$1 >&2 \
+    || { echo "smtp-source failed against port $1" >&2; exit 1; }
   end=$(date +%s.%N)
   echo "$N / ($end - $start)" | bc -l
 }
@@ -40,6 +44,7 @@ rate() { # port, extra flags -> messages/s
 printf '%-28s %12s %12s %8s\n' mode direct/s relay/s ratio
 for mode in "connection per message:" "reused connections (-d):-d"; do
   label=${mode%%:*}; flags=${mode#*:}
-  d=$(rate $SINK_PORT "$flags"); r=$(rate $RELAY_PORT "$flags")
+  d=$(rate $SINK_PORT "$flags") || exit 1
+  r=$(rate $RELAY_PORT "$flags") || exit 1
   printf '%-28s %12.0f %12.0f %8.2f\n' "$label" "$d" "$r" "$(echo "$r / $d" | bc -l)"
 done

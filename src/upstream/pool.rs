@@ -45,37 +45,56 @@ pub(super) struct Connector {
 pub(super) enum ConnectError {
     /// Upstream answered with a negative reply (greeting, EHLO, STARTTLS or AUTH).
     Smtp(SmtpError),
+    /// The TCP connection could not be made.
+    Io(std::io::Error),
     TimedOut,
     /// Every slot stayed busy for the whole timeout.
     PoolBusy,
 }
 
 impl Connector {
-    async fn connect(&self) -> Result<AsyncSmtpConnection, SmtpError> {
-        let implicit = match &self.security {
-            Security::Implicit(params) => Some(params.clone()),
-            _ => None,
-        };
-        // lettre's own timeout here bounds only the TCP connect; the caller bounds the rest.
-        let mut conn = AsyncSmtpConnection::connect_tokio1(
-            (self.host.as_str(), self.port),
-            None,
-            &self.hello,
-            implicit,
-            None,
-        )
-        .await?;
-        match &self.security {
-            Security::Opportunistic(params) if conn.can_starttls() => {
-                conn.starttls(params.clone(), &self.hello).await?
+    async fn connect(&self) -> Result<AsyncSmtpConnection, ConnectError> {
+        let mut conn = match &self.security {
+            // lettre's own timeout here bounds only the TCP connect; the caller bounds the rest.
+            Security::Implicit(params) => AsyncSmtpConnection::connect_tokio1(
+                (self.host.as_str(), self.port),
+                None,
+                &self.hello,
+                Some(params.clone()),
+                None,
+            )
+            .await
+            .map_err(ConnectError::Smtp)?,
+            _ => {
+                // Our own socket, to turn Nagle off: lettre writes the message and its final
+                // dot separately, and Nagle would hold the dot for a delayed ACK (~40 ms a
+                // message).
+                let tcp = tokio::net::TcpStream::connect((self.host.as_str(), self.port))
+                    .await
+                    .map_err(ConnectError::Io)?;
+                let _ = tcp.set_nodelay(true);
+                AsyncSmtpConnection::connect_with_transport(Box::new(tcp), &self.hello)
+                    .await
+                    .map_err(ConnectError::Smtp)?
             }
+        };
+        match &self.security {
+            Security::Opportunistic(params) if conn.can_starttls() => conn
+                .starttls(params.clone(), &self.hello)
+                .await
+                .map_err(ConnectError::Smtp)?,
             // lettre refuses (client error) when the server offers no STARTTLS, so no
             // credentials or mail ever cross a connection that was meant to be encrypted.
-            Security::Required(params) => conn.starttls(params.clone(), &self.hello).await?,
+            Security::Required(params) => conn
+                .starttls(params.clone(), &self.hello)
+                .await
+                .map_err(ConnectError::Smtp)?,
             _ => {}
         }
         if let Some(credentials) = &self.credentials {
-            conn.auth(DEFAULT_MECHANISMS, credentials).await?;
+            conn.auth(DEFAULT_MECHANISMS, credentials)
+                .await
+                .map_err(ConnectError::Smtp)?;
         }
         Ok(conn)
     }
@@ -189,7 +208,7 @@ impl Pool {
                 reused: false,
                 slot,
             }),
-            Ok(Err(e)) => Err(ConnectError::Smtp(e)),
+            Ok(Err(e)) => Err(e),
             Err(_) => Err(ConnectError::TimedOut),
         }
     }

@@ -362,6 +362,7 @@ fn connect_error(e: ConnectError) -> UpstreamError {
     match e {
         ConnectError::Smtp(e) if e.status().is_some() => smtp_error(&e),
         ConnectError::Smtp(e) => unavailable(format!("connecting: {}", describe(&e))),
+        ConnectError::Io(e) => unavailable(format!("connecting: {e}")),
         ConnectError::TimedOut => unavailable("connecting: timed out".into()),
         ConnectError::PoolBusy => unavailable("every upstream connection stayed busy".into()),
     }
