@@ -156,7 +156,7 @@ pub struct ThrottleConfig {
     #[serde(default = "default_idle_ttl_ms")]
     pub idle_ttl_ms: NonZeroU64,
     #[serde(rename = "match")]
-    pub match_: Option<MatchSpec>,
+    pub match_: Option<Spanned<MatchSpec>>,
     #[serde(default)]
     pub store: StoreKind,
     #[serde(default)]
@@ -295,6 +295,15 @@ impl Config {
             crate::policy::KeySource::parse(layer.key.get_ref()).map_err(|e| {
                 located(text, layer.key.span(), &format!("key `throttle.key`: {e}"))
             })?;
+            if let Some(m) = &layer.match_ {
+                if m.get_ref().header.trim().is_empty() || m.get_ref().value.trim().is_empty() {
+                    return Err(located(
+                        text,
+                        m.span(),
+                        "key `throttle.match`: needs a header name and a value to compare",
+                    ));
+                }
+            }
             if layer.store == StoreKind::Redis {
                 return Err(located(
                     text,
@@ -357,6 +366,51 @@ mod tests {
             err.contains("throttle.key") && err.contains("line 7"),
             "{err}"
         );
+    }
+
+    fn layer_error(body: &str) -> String {
+        let text = format!("{MINIMAL}[[throttle]]\nname = \"t\"\nkey = \"none\"\n{body}\n");
+        Config::parse(&text).unwrap_err()
+    }
+
+    #[test]
+    fn impossible_layer_values_are_refused_with_key_and_line() {
+        for (body, key, line) in [
+            ("limit = 1\nburst = 0", "burst", 9),
+            ("limit = 1\nrefill = \"sometimes\"", "sometimes", 9),
+            ("limit = 1\nmode = \"maybe\"", "maybe", 9),
+            ("limit = 1\ninterval_ms = 0", "interval_ms", 9),
+            ("limit = 1\ncost = \"bytes\"", "bytes", 9),
+            ("limit = 1\nmatch = { header = \"X-Tier\" }", "value", 9),
+            (
+                "limit = 1\nmatch = { header = \"\", value = \"a\" }",
+                "throttle.match",
+                9,
+            ),
+            ("limit = 1\nfrobnicate = true", "frobnicate", 9),
+        ] {
+            let err = layer_error(body);
+            assert!(err.contains(key), "{body}: {err}");
+            assert!(err.contains(&format!("line {line}")), "{body}: {err}");
+        }
+    }
+
+    #[test]
+    fn every_layer_key_of_the_design_is_accepted() {
+        let text = format!(
+            "{MINIMAL}[[throttle]]\nname = \"t\"\nkey = \"header:X-Tenant\"\ndefault_key = \"d\"\n\
+             cost = \"message\"\nlimit = 3\ninterval_ms = 500\nburst = 6\nmode = \"reject\"\n\
+             max_wait_ms = 100\nmax_queue = 7\nmax_keys = 8\nrefill = \"drip\"\nidle_ttl_ms = 9\n\
+             match = {{ header = \"X-Tier\", value = \"basic\" }}\nstore = \"local\"\n\
+             charge_failures = true\nstrip_key_header = false\n"
+        );
+        let c = Config::parse(&text).unwrap();
+        let spec = c.throttle[0].spec();
+        assert_eq!(
+            (spec.limit, spec.burst, spec.max_queue, spec.max_keys),
+            (3, 6, 7, 8)
+        );
+        assert!(spec.charge_failures && !c.throttle[0].strip_key_header);
     }
 
     #[test]

@@ -71,7 +71,7 @@ impl LayerPolicy {
             key: KeySource::parse(layer.key.get_ref()).expect("validated by Config::parse"),
             default_key: layer.default_key.clone(),
             cost: layer.cost,
-            matches: layer.match_.clone(),
+            matches: layer.match_.as_ref().map(|m| m.get_ref().clone()),
             strip_key_header: layer.strip_key_header,
         }
     }
