@@ -31,6 +31,19 @@ pub struct Config {
     pub upstream: UpstreamConfig,
     #[serde(default)]
     pub throttle: Vec<ThrottleConfig>,
+    /// The HTTP endpoint for health, metrics and peeks; off when the section is absent.
+    pub admin: Option<AdminConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminConfig {
+    #[serde(default = "default_admin_listen")]
+    pub listen: SocketAddr,
+}
+
+fn default_admin_listen() -> SocketAddr {
+    "127.0.0.1:9325".parse().unwrap()
 }
 
 #[derive(Debug, Clone, Deserialize)]

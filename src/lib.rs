@@ -11,11 +11,15 @@
 //! | `policy` | which buckets a message is charged to, and how much |
 //! | `upstream/` | the `Forwarder` trait: `smtp` (lettre connections, our pool), `file` |
 //! | `shutdown` | the one shutdown signal every task listens to |
+//! | `admin` | the HTTP endpoint: `/healthz`, `/readyz`, `/metrics`, `/buckets/{layer}/{key}` |
+//! | `metrics` | the Prometheus registry and what is counted |
 //!
 //! `run(listeners, deps, shutdown)` serves until the shutdown signal; `main.rs` only parses
 //! the command line, loads the config and calls it.
 
+pub mod admin;
 pub mod config;
+pub mod metrics;
 pub mod policy;
 pub mod server;
 pub mod shutdown;

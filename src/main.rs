@@ -32,6 +32,14 @@ struct Cli {
 enum Command {
     /// Validate the configuration and exit: 0 when valid, 1 with the key and line otherwise.
     Check,
+    /// Print a bucket's allowance as JSON, taking nothing: `{"limit","remaining","reset",...}`.
+    /// Asks the running relay's admin endpoint (`[admin] listen`).
+    Peek {
+        /// The layer's `name`.
+        layer: String,
+        /// The bucket's key (a tenant, a sender, ...; "" for `key = "none"`).
+        key: String,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -45,6 +53,7 @@ fn main() -> ExitCode {
     init_logs(cli.log_format);
     let result = match cli.command {
         Some(Command::Check) => check(&cli.config),
+        Some(Command::Peek { ref layer, ref key }) => peek(&cli.config, layer, key),
         None => serve(&cli.config),
     };
     match result {
@@ -75,6 +84,43 @@ fn check(path: &std::path::Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn peek(path: &std::path::Path, layer: &str, key: &str) -> anyhow::Result<()> {
+    let config = Config::load(path)?;
+    if !config.throttle.iter().any(|l| l.name.get_ref() == layer) {
+        anyhow::bail!("{}: no layer named {layer:?}", path.display());
+    }
+    let admin = config
+        .admin
+        .as_ref()
+        .context("peek asks the relay's admin endpoint: the config has no [admin] section")?;
+    let url = format!(
+        "http://{}/buckets/{}/{}",
+        admin.listen,
+        percent_encode(layer),
+        percent_encode(key)
+    );
+    let body = ureq::get(&url)
+        .call()
+        .with_context(|| format!("asking {url} (is the relay running?)"))?
+        .body_mut()
+        .read_to_string()
+        .context("reading the admin endpoint's answer")?;
+    println!("{body}");
+    Ok(())
+}
+
+/// Path segment encoding for keys, which may hold anything a header may.
+fn percent_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 fn serve(path: &std::path::Path) -> anyhow::Result<()> {
     let config = Arc::new(Config::load(path)?);
     tokio::runtime::Runtime::new()
@@ -102,7 +148,19 @@ async fn serve_async(config: Arc<Config>) -> anyhow::Result<()> {
         tracing::info!("shutting down: no new connections, finishing transactions in flight");
         trigger.trigger();
     });
-    let deps = mailsluice::Deps::new(config, forwarder);
+    let deps = mailsluice::Deps::new(config.clone(), forwarder);
+    if let Some(admin) = &config.admin {
+        let listener = TcpListener::bind(admin.listen)
+            .await
+            .with_context(|| format!("listening on {} for [admin]", admin.listen))?;
+        tracing::info!(addr = %listener.local_addr()?, "admin endpoint listening");
+        let (state, shutdown) = (deps.admin(), shutdown.clone());
+        tokio::spawn(async move {
+            if let Err(e) = mailsluice::admin::serve(listener, state, shutdown).await {
+                tracing::error!(error = %e, "admin endpoint failed");
+            }
+        });
+    }
     mailsluice::run(listeners, deps, shutdown).await;
     tracing::info!("stopped");
     Ok(())

@@ -10,7 +10,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio_util::task::TaskTracker;
 
+use crate::admin::{Admin, Health};
 use crate::config::{Config, Cost};
+use crate::metrics::Metrics;
 use crate::policy::LayerPolicy;
 use crate::shutdown::Shutdown;
 use crate::smtp::{self, reply};
@@ -24,10 +26,13 @@ pub struct Deps {
     pub config: Arc<Config>,
     pub forwarder: Arc<dyn Forwarder>,
     pub throttle: Arc<Throttle>,
+    pub metrics: Arc<Metrics>,
+    pub health: Arc<Health>,
 }
 
 impl Deps {
-    /// The throttle built from the config's layers, on the real (tokio) clock.
+    /// The throttle built from the config's layers, on the real (tokio) clock, and fresh
+    /// metrics.
     pub fn new(config: Arc<Config>, forwarder: Arc<dyn Forwarder>) -> Deps {
         let specs = config.throttle.iter().map(|l| l.spec()).collect();
         let throttle = Arc::new(Throttle::new(specs, Arc::new(TokioClock::new())));
@@ -35,7 +40,19 @@ impl Deps {
             config,
             forwarder,
             throttle,
+            metrics: Metrics::new(),
+            health: Arc::new(Health::default()),
         }
+    }
+
+    /// What the admin endpoint reads.
+    pub fn admin(&self) -> Arc<Admin> {
+        Arc::new(Admin {
+            throttle: self.throttle.clone(),
+            metrics: self.metrics.clone(),
+            forwarder: self.forwarder.clone(),
+            health: self.health.clone(),
+        })
     }
 }
 
@@ -44,6 +61,7 @@ pub struct Context {
     pub config: Arc<Config>,
     pub forwarder: Arc<dyn Forwarder>,
     pub throttle: Arc<Throttle>,
+    pub metrics: Arc<Metrics>,
     /// The key and cost rules of each throttle layer, in the throttle's layer order.
     pub layers: Vec<LayerPolicy>,
     /// What EHLO advertises as `LIMITS RCPTMAX` (RFC 9422).
@@ -63,6 +81,7 @@ impl Context {
             config: deps.config,
             forwarder: deps.forwarder,
             throttle: deps.throttle,
+            metrics: deps.metrics,
             layers,
             rcpt_max,
         }
@@ -84,6 +103,7 @@ fn rcpt_max(config: &Config) -> usize {
 /// flight finish within `shutdown_grace_ms`, and returns. Sessions still running after the
 /// grace period are left to the caller, which is about to exit the process.
 pub async fn run(listeners: Vec<TcpListener>, deps: Deps, shutdown: Shutdown) {
+    let health = deps.health.clone();
     let ctx = Arc::new(Context::new(deps));
     let limit = Arc::new(Semaphore::new(ctx.config.smtp.max_connections.get()));
     let sessions = TaskTracker::new();
@@ -94,7 +114,9 @@ pub async fn run(listeners: Vec<TcpListener>, deps: Deps, shutdown: Shutdown) {
         accepts.spawn(accept_loop(listener, ctx, limit, sessions, shutdown));
     }
     accepts.close();
+    health.set_listening(true);
     accepts.wait().await;
+    health.set_listening(false);
     // Waiters in the throttle's queues are answered 421 now; transactions in flight go on.
     ctx.throttle.dispose();
     sessions.close();
@@ -144,7 +166,10 @@ fn start_session(
     match limit.clone().try_acquire_owned() {
         Ok(permit) => {
             sessions.spawn(async move {
+                ctx.metrics.connection_opened();
+                let metrics = ctx.metrics.clone();
                 smtp::serve(ctx, Box::new(stream), peer, shutdown).await;
+                metrics.connection_closed();
                 drop(permit);
             });
         }

@@ -79,9 +79,18 @@ fn check_names_the_key_and_line_of_an_error() {
 
 /// Starts the binary on port 0 and returns it with the address it logged.
 fn start(config: &str, dir: &std::path::Path) -> (Child, SocketAddr, Receiver<String>) {
+    start_with(config, dir, &[])
+}
+
+fn start_with(
+    config: &str,
+    dir: &std::path::Path,
+    args: &[&str],
+) -> (Child, SocketAddr, Receiver<String>) {
     let path = dir.join("relay.toml");
     std::fs::write(&path, config).unwrap();
     let mut child = Command::new(BIN)
+        .args(args)
         .arg("--config")
         .arg(&path)
         .current_dir(dir)
@@ -96,8 +105,14 @@ fn start(config: &str, dir: &std::path::Path) -> (Child, SocketAddr, Receiver<St
             .next()
             .expect("relay exited before listening")
             .unwrap();
+        if !line.contains("listening for SMTP") {
+            continue;
+        }
         if let Some(rest) = line.split("addr=").nth(1) {
             break rest.split_whitespace().next().unwrap().parse().unwrap();
+        }
+        if let Some(rest) = line.split("\"addr\":\"").nth(1) {
+            break rest.split('"').next().unwrap().parse().unwrap();
         }
     };
     // Keep draining stderr so the relay never blocks on a full pipe; hand lines to the test.
@@ -157,4 +172,44 @@ async fn default_file_upstream_then_sigterm_finishes_the_transaction_and_exits_0
         })
         .count();
     assert_eq!(emls, 2);
+}
+
+#[tokio::test]
+async fn json_logs_have_one_object_per_line_with_the_message_fields() {
+    let dir = tempdir();
+    let config = "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"file://outbox\"\n\
+                  [[throttle]]\nname = \"tenant\"\nkey = \"header:X-Tenant\"\nlimit = 5\n";
+    let (mut child, addr, logs) = start_with(config, &dir, &["--log-format", "json"]);
+    let mut c = Client::connect(addr).await;
+    let msg = b"X-Tenant: acme\r\nSubject: secret subject\r\n\r\nsecret body\r\n";
+    assert_eq!(
+        c.send_mail("a@example.com", &["b@example.net"], msg)
+            .await
+            .0,
+        250
+    );
+    let message_line = loop {
+        let line = logs.recv().unwrap();
+        let json: serde_json::Value =
+            serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        if json["fields"]["message"] == "message" {
+            break json;
+        }
+    };
+    let f = &message_line["fields"];
+    assert_eq!(f["outcome"], "delivered", "{message_line}");
+    assert_eq!(f["layer"], "tenant");
+    assert_eq!(f["key"], "acme");
+    assert_eq!(f["cost"], 1);
+    assert!(f["waited_ms"].is_u64() && f["duration_ms"].is_u64());
+    assert!(f["upstream"].as_str().unwrap().starts_with("250 "));
+    assert!(
+        !message_line.to_string().contains("secret"),
+        "no message content in logs"
+    );
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(0));
 }

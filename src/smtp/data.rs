@@ -34,7 +34,11 @@ impl Session {
         }
         // The transaction ends at the final dot, whatever its outcome (RFC 5321 4.1.1.4).
         let envelope = self.envelope.take().expect("checked above");
-        match reader.finish() {
+        let body = reader.finish();
+        if body.is_err() {
+            self.ctx.metrics.message(crate::metrics::Outcome::Rejected);
+        }
+        match body {
             Ok(body) => return self.deliver(envelope, body).await,
             Err(DataProblem::TooBig) => self.reply(reply::message_too_big(max_bytes)),
             Err(DataProblem::LineTooLong) => self.reply(reply::line_too_long(max_line)),

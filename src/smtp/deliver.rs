@@ -3,31 +3,84 @@
 //! client gets `250` only after upstream accepted (pass-through, never store-and-forward), so
 //! a crash here loses nothing: the client still holds the message.
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
+
+use tokio::time::Instant;
 
 use super::received::{self, Trace};
 use super::reply::{self, Reply};
 use super::session::{Flow, Session};
+use crate::metrics::Outcome;
 use crate::policy::{self, MessageFacts};
 use crate::throttle::{Permit, ThrottleError};
 use crate::upstream::{Accepted, Envelope, UpstreamError};
 
+/// What one message came to, for its log line and the metrics.
+struct Record {
+    outcome: Outcome,
+    /// The layer and key that decided a refusal, or the first charge of a granted message.
+    layer: String,
+    key: String,
+    cost: u64,
+    waited: Duration,
+}
+
 impl Session {
     pub async fn deliver(&mut self, envelope: Envelope, body: Vec<u8>) -> Flow {
-        let permit = match self.take_tokens(&envelope, &body).await {
-            Ok(permit) => permit,
-            Err(flow) => return flow,
+        let started = Instant::now();
+        let (permit, mut record) = match self.take_tokens(&envelope, &body).await {
+            Ok(granted) => granted,
+            Err((flow, record)) => {
+                self.log_message(&envelope, &record, started, None);
+                return flow;
+            }
         };
         let body = policy::strip_key_headers(&self.ctx.layers, body);
         let message = self.traced(&envelope, &body);
+        let upstream_started = Instant::now();
         let result = self.ctx.forwarder.forward(&envelope, &message).await;
+        self.ctx.metrics.upstream(upstream_started.elapsed());
         match (permit, &result) {
             (Some(permit), Ok(_)) => permit.delivered(),
             (Some(permit), Err(_)) => permit.upstream_failed(),
             (None, _) => {}
         }
-        self.reply(upstream_reply(&result));
+        let reply = upstream_reply(&result);
+        record.outcome = match &result {
+            Ok(_) => Outcome::Delivered,
+            Err(UpstreamError::Unavailable(_)) => Outcome::UpstreamUnavailable,
+            Err(UpstreamError::Rejected { code, .. }) if *code >= 500 => Outcome::UpstreamPermFail,
+            Err(UpstreamError::Rejected { .. }) => Outcome::UpstreamTempFail,
+        };
+        self.log_message(&envelope, &record, started, Some(&reply));
+        self.reply(reply);
         Flow::Continue
+    }
+
+    /// One info line per message (no content, no addresses beyond the envelope's counts) and
+    /// its outcome counted.
+    fn log_message(
+        &self,
+        envelope: &Envelope,
+        record: &Record,
+        started: Instant,
+        reply: Option<&Reply>,
+    ) {
+        self.ctx.metrics.message(record.outcome);
+        let upstream = reply.map(|r| format!("{} {}", r.code, r.lines.join(" ")));
+        tracing::info!(
+            target: "mailsluice::message",
+            outcome = record.outcome.as_str(),
+            layer = %record.layer,
+            key = %record.key,
+            cost = record.cost,
+            waited_ms = record.waited.as_millis() as u64,
+            duration_ms = started.elapsed().as_millis() as u64,
+            rcpts = envelope.rcpts.len(),
+            upstream = upstream.as_deref().unwrap_or(""),
+            peer = %self.peer,
+            "message"
+        );
     }
 
     /// Charges the message to its layers, holding the client (FIFO per key) while the buckets
@@ -39,7 +92,7 @@ impl Session {
         &mut self,
         envelope: &Envelope,
         body: &[u8],
-    ) -> Result<Option<Permit>, Flow> {
+    ) -> Result<(Option<Permit>, Record), (Flow, Record)> {
         let facts = MessageFacts {
             auth_tenant: None,
             sender: envelope.from.as_deref(),
@@ -48,34 +101,62 @@ impl Session {
             message: body,
         };
         let charges = policy::charges(&self.ctx.layers, &facts);
+        let mut record = Record {
+            outcome: Outcome::Delivered,
+            layer: charges
+                .first()
+                .map(|c| self.ctx.layers[c.layer].name.clone())
+                .unwrap_or_default(),
+            key: charges.first().map(|c| c.key.clone()).unwrap_or_default(),
+            cost: charges.first().map_or(0, |c| c.cost),
+            waited: Duration::ZERO,
+        };
         if charges.is_empty() {
-            return Ok(None);
+            return Ok((None, record));
         }
         let throttle = self.ctx.throttle.clone();
+        let arrived = Instant::now();
         let outcome = tokio::select! {
             outcome = throttle.acquire(charges) => outcome,
             _ = self.conn.closed() => {
-                tracing::info!(peer = %self.peer, "client left while waiting; message abandoned");
-                return Err(Flow::Close);
+                record.outcome = Outcome::Abandoned;
+                record.waited = arrived.elapsed();
+                return Err((Flow::Close, record));
             }
         };
-        match outcome {
-            Ok(permit) => Ok(Some(permit)),
+        let (flow, outcome) = match outcome {
+            Ok(permit) => {
+                record.waited = permit.waited();
+                for charge in permit.charges() {
+                    self.ctx
+                        .metrics
+                        .waited(&self.ctx.layers[charge.layer].name, permit.waited());
+                }
+                return Ok((Some(permit), record));
+            }
             Err(ThrottleError::Limited {
-                layer, retry_after, ..
+                layer,
+                key,
+                retry_after,
             }) => {
+                self.ctx.metrics.throttled(&layer);
                 self.reply(reply::rate_limited(&layer, retry_after));
-                Err(Flow::Continue)
+                (record.layer, record.key) = (layer, key);
+                (Flow::Continue, Outcome::Throttled)
             }
             Err(ThrottleError::CostOverBurst { layer, cost, burst }) => {
                 self.reply(reply::cost_over_burst(&layer, cost, burst));
-                Err(Flow::Continue)
+                record.layer = layer;
+                (Flow::Continue, Outcome::Rejected)
             }
             Err(ThrottleError::Shutdown) => {
                 self.reply(reply::shutting_down());
-                Err(Flow::Close)
+                (Flow::Close, Outcome::Shutdown)
             }
-        }
+        };
+        record.outcome = outcome;
+        record.waited = arrived.elapsed();
+        Err((flow, record))
     }
 
     /// The message with our `Received:` header in front.

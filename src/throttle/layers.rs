@@ -257,6 +257,11 @@ impl Throttle {
         self.inner.layers.get(layer).map_or(0, Layer::keys)
     }
 
+    /// Buckets a layer dropped before they were full (`ratelimit.evicted`), for metrics.
+    pub fn evictions(&self, layer: usize) -> u64 {
+        self.inner.layers.get(layer).map_or(0, Layer::evicted)
+    }
+
     /// Whether a layer holds a bucket for `key` (an absent one reads as full).
     pub fn holds(&self, layer: usize, key: &str) -> bool {
         self.inner.layers.get(layer).is_some_and(|l| l.holds(key))

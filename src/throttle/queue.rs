@@ -387,6 +387,10 @@ impl Layer {
         self.lock().table.len()
     }
 
+    pub(crate) fn evicted(&self) -> u64 {
+        self.lock().table.evicted()
+    }
+
     pub(crate) fn holds(&self, key: &str) -> bool {
         self.lock().table.find(key).is_some()
     }

@@ -14,7 +14,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
-use super::{Accepted, Envelope, ForwardFuture, Forwarder, UpstreamError};
+use super::{Accepted, CheckFuture, Envelope, ForwardFuture, Forwarder, UpstreamError};
 
 /// Writes each message as `<id>.eml` with its envelope beside it in `<id>.json`.
 #[derive(Debug, Clone)]
@@ -46,6 +46,21 @@ impl FileForwarder {
 }
 
 impl Forwarder for FileForwarder {
+    /// The directory can be made and is writable (not read-only).
+    fn check(&self) -> CheckFuture<'_> {
+        let dir = self.dir.clone();
+        Box::pin(async move {
+            tokio::fs::create_dir_all(&dir)
+                .await
+                .map_err(|e| format!("{}: {e}", dir.display()))?;
+            let meta = tokio::fs::metadata(&dir).await.map_err(|e| e.to_string())?;
+            if meta.permissions().readonly() {
+                return Err(format!("{} is read-only", dir.display()));
+            }
+            Ok(())
+        })
+    }
+
     fn forward<'a>(&'a self, envelope: &'a Envelope, message: &'a [u8]) -> ForwardFuture<'a> {
         Box::pin(async move {
             let dir = self.dir.clone();

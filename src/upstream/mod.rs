@@ -74,7 +74,14 @@ pub type ForwardFuture<'a> =
 /// (headers and body, CRLF line endings, not dot-stuffed, without the final `.`).
 pub trait Forwarder: Send + Sync {
     fn forward<'a>(&'a self, envelope: &'a Envelope, message: &'a [u8]) -> ForwardFuture<'a>;
+
+    /// Whether upstream looks reachable now, for `/readyz`; takes nothing and sends nothing.
+    fn check(&self) -> CheckFuture<'_> {
+        Box::pin(async { Ok(()) })
+    }
 }
+
+pub type CheckFuture<'a> = Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'a>>;
 
 /// The parsed `[upstream] url`.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -141,6 +141,25 @@ pub(super) struct Pool {
 }
 
 impl Pool {
+    /// Connects and reads the greeting, then hangs up: reachability for `/readyz`, on a
+    /// connection of its own so that it never disturbs a pooled one.
+    pub async fn probe(&self) -> Result<(), String> {
+        use tokio::io::AsyncBufReadExt;
+        let (host, port) = (self.connector.host.as_str(), self.connector.port);
+        let greeting = async {
+            let tcp = tokio::net::TcpStream::connect((host, port)).await?;
+            let mut line = String::new();
+            tokio::io::BufReader::new(tcp).read_line(&mut line).await?;
+            Ok::<String, std::io::Error>(line)
+        };
+        match tokio::time::timeout(self.timeout, greeting).await {
+            Ok(Ok(line)) if line.starts_with("220") => Ok(()),
+            Ok(Ok(line)) => Err(format!("greeting was {:?}", line.trim_end())),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err("timed out".into()),
+        }
+    }
+
     pub fn new(connector: Connector, size: usize, timeout: Duration) -> Pool {
         Pool {
             connector,

@@ -24,7 +24,9 @@ use lettre::Address;
 
 use super::pool::{ConnectError, Connector, Lease, Pool, Security};
 use super::reply::{rejected, unavailable};
-use super::{Accepted, Envelope, ForwardFuture, Forwarder, UpstreamError, UpstreamUrl};
+use super::{
+    Accepted, CheckFuture, Envelope, ForwardFuture, Forwarder, UpstreamError, UpstreamUrl,
+};
 use crate::config::{UpstreamConfig, UpstreamTls};
 
 /// Why an SMTP upstream could not be set up from the configuration.
@@ -183,6 +185,10 @@ impl SmtpForwarder {
 impl Forwarder for SmtpForwarder {
     fn forward<'a>(&'a self, envelope: &'a Envelope, message: &'a [u8]) -> ForwardFuture<'a> {
         Box::pin(self.send(envelope, message))
+    }
+
+    fn check(&self) -> CheckFuture<'_> {
+        Box::pin(self.pool.probe())
     }
 }
 

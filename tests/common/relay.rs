@@ -20,6 +20,7 @@ pub struct Relay {
     pub addr: SocketAddr,
     /// Sessions over in-memory streams share this context with the TCP ones.
     ctx: Arc<Context>,
+    admin: Arc<mailsluice::admin::Admin>,
     /// The relay's throttle, to peek at buckets.
     pub throttle: Arc<mailsluice::throttle::Throttle>,
     trigger: ShutdownTrigger,
@@ -43,10 +44,12 @@ impl Relay {
         let deps = mailsluice::Deps::new(config, forwarder);
         let throttle = deps.throttle.clone();
         let ctx = Arc::new(Context::new(deps.clone()));
+        let admin = deps.admin();
         let task = tokio::spawn(mailsluice::run(vec![listener], deps, shutdown));
         Relay {
             addr,
             ctx,
+            admin,
             throttle,
             trigger,
             task,
@@ -61,6 +64,19 @@ impl Relay {
 
     pub fn trigger_shutdown(&self) {
         self.trigger.trigger();
+    }
+
+    /// Starts the admin endpoint on 127.0.0.1:0 and returns its address.
+    pub async fn start_admin(&self) -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shutdown = self.trigger.subscribe();
+        tokio::spawn(mailsluice::admin::serve(
+            listener,
+            self.admin.clone(),
+            shutdown,
+        ));
+        addr
     }
 
     pub async fn client(&self) -> Client {

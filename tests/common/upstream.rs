@@ -138,26 +138,7 @@ impl TestUpstream {
             open_tx: watch::Sender::new(0),
             accepted: Mutex::new(0),
         });
-        let task_shared = Arc::clone(&shared);
-        let task = tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                let id = {
-                    let mut n = task_shared.accepted.lock().unwrap();
-                    *n += 1;
-                    *n
-                };
-                if task_shared.fault() == Fault::CloseOnConnect {
-                    drop(stream);
-                    continue;
-                }
-                let shared = Arc::clone(&task_shared);
-                shared.open_tx.send_modify(|n| *n += 1);
-                tokio::spawn(async move {
-                    let _ = serve_connection(stream, id, &shared).await;
-                    shared.open_tx.send_modify(|n| *n -= 1);
-                });
-            }
-        });
+        let task = tokio::spawn(accept_loop(listener, Arc::clone(&shared)));
         TestUpstream {
             addr,
             shared,
@@ -191,6 +172,13 @@ impl TestUpstream {
     }
 
     /// Stops listening: new connections are refused by the OS; open ones carry on.
+    /// Listens again on the same address after `stop_listening` (upstream back up).
+    pub async fn resume_listening(&self) {
+        let listener = TcpListener::bind(self.addr).await.expect("rebind");
+        let task = tokio::spawn(accept_loop(listener, Arc::clone(&self.shared)));
+        *self.listener.lock().unwrap() = Some(task);
+    }
+
     pub fn stop_listening(&self) {
         if let Some(task) = self.listener.lock().unwrap().take() {
             task.abort();
@@ -256,4 +244,24 @@ impl Drop for TestUpstream {
 pub async fn unused_addr() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     listener.local_addr().unwrap()
+}
+
+async fn accept_loop(listener: TcpListener, task_shared: Arc<Shared>) {
+    while let Ok((stream, _)) = listener.accept().await {
+        let id = {
+            let mut n = task_shared.accepted.lock().unwrap();
+            *n += 1;
+            *n
+        };
+        if task_shared.fault() == Fault::CloseOnConnect {
+            drop(stream);
+            continue;
+        }
+        let shared = Arc::clone(&task_shared);
+        shared.open_tx.send_modify(|n| *n += 1);
+        tokio::spawn(async move {
+            let _ = serve_connection(stream, id, &shared).await;
+            shared.open_tx.send_modify(|n| *n -= 1);
+        });
+    }
 }

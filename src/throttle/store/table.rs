@@ -76,6 +76,8 @@ pub struct KeyTable<W> {
     lru_head: u32,
     lru_tail: u32,
     seq: u64,
+    /// Buckets dropped before they were full (lossy evictions), for metrics.
+    evicted: u64,
 }
 
 impl<W: Pin> KeyTable<W> {
@@ -93,6 +95,7 @@ impl<W: Pin> KeyTable<W> {
             lru_head: NIL,
             lru_tail: NIL,
             seq: 0,
+            evicted: 0,
         }
     }
 
@@ -103,6 +106,11 @@ impl<W: Pin> KeyTable<W> {
     /// Keys held.
     pub fn len(&self) -> usize {
         self.map.len()
+    }
+
+    /// How many buckets were dropped before they were full, since the table was made.
+    pub fn evicted(&self) -> u64 {
+        self.evicted
     }
 
     pub fn is_empty(&self) -> bool {
@@ -253,6 +261,7 @@ impl<W: Pin> KeyTable<W> {
             max_keys = self.max_keys,
             "ratelimit.evicted"
         );
+        self.evicted += 1;
         self.remove(id);
         Ok(())
     }

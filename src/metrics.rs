@@ -1,0 +1,200 @@
+//! Prometheus metrics, names prefixed `mailsluice_`. The registry is an object handed to the
+//! parts that record (no global recorder), so several relays in one process (the tests) each
+//! count their own. Labels are per layer or per outcome, never per key: keys are unbounded.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+use crate::throttle::Throttle;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabel {
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LayerLabel {
+    pub layer: String,
+}
+
+/// What became of a message that reached its final dot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Delivered,
+    /// `451 4.7.1`: over a layer's bounds.
+    Throttled,
+    /// Refused by the relay itself: cost over burst, size, bare CR/LF, line length.
+    Rejected,
+    UpstreamTempFail,
+    UpstreamPermFail,
+    /// `451 4.4.1`: no answer from upstream.
+    UpstreamUnavailable,
+    /// The client left while it waited in a queue.
+    Abandoned,
+    /// The relay shut down while the message waited (`421`).
+    Shutdown,
+    /// The shared store failed and `on_error = "reject"` refused the message.
+    StoreUnavailable,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Delivered => "delivered",
+            Outcome::Throttled => "throttled",
+            Outcome::Rejected => "rejected",
+            Outcome::UpstreamTempFail => "upstream_temp_fail",
+            Outcome::UpstreamPermFail => "upstream_perm_fail",
+            Outcome::UpstreamUnavailable => "upstream_unavailable",
+            Outcome::Abandoned => "abandoned",
+            Outcome::Shutdown => "shutdown",
+            Outcome::StoreUnavailable => "store_unavailable",
+        }
+    }
+}
+
+pub struct Metrics {
+    registry: Registry,
+    messages: Family<OutcomeLabel, Counter>,
+    wait_seconds: Family<LayerLabel, Histogram>,
+    throttled: Family<LayerLabel, Counter>,
+    waiting: Family<LayerLabel, Gauge>,
+    keys: Family<LayerLabel, Gauge>,
+    evictions: Family<LayerLabel, Gauge>,
+    upstream_seconds: Histogram,
+    connections: Gauge,
+}
+
+fn seconds_histogram() -> Histogram {
+    // 1 ms .. ~65 s: waits and upstream round trips both live in that range.
+    Histogram::new(exponential_buckets(0.001, 2.0, 17))
+}
+
+impl Metrics {
+    pub fn new() -> Arc<Metrics> {
+        let mut registry = Registry::with_prefix("mailsluice");
+        let messages = Family::<OutcomeLabel, Counter>::default();
+        registry.register(
+            "messages",
+            "Messages by outcome at their final dot",
+            messages.clone(),
+        );
+        let wait_seconds = Family::<LayerLabel, Histogram>::new_with_constructor(
+            seconds_histogram as fn() -> Histogram,
+        );
+        registry.register(
+            "throttle_wait_seconds",
+            "Time messages waited for tokens, per layer",
+            wait_seconds.clone(),
+        );
+        let throttled = Family::<LayerLabel, Counter>::default();
+        registry.register(
+            "throttled",
+            "Messages refused 451 by a layer",
+            throttled.clone(),
+        );
+        let waiting = Family::<LayerLabel, Gauge>::default();
+        registry.register(
+            "throttle_waiting",
+            "Messages waiting in a layer's queues",
+            waiting.clone(),
+        );
+        let keys = Family::<LayerLabel, Gauge>::default();
+        registry.register("throttle_keys", "Buckets held by a layer", keys.clone());
+        let evictions = Family::<LayerLabel, Gauge>::default();
+        registry.register(
+            "throttle_evictions",
+            "Buckets dropped before they were full (max_keys reached), since start",
+            evictions.clone(),
+        );
+        let upstream_seconds = seconds_histogram();
+        registry.register(
+            "upstream_seconds",
+            "Time upstream took per message",
+            upstream_seconds.clone(),
+        );
+        let connections = Gauge::default();
+        registry.register(
+            "connections_open",
+            "Client connections open",
+            connections.clone(),
+        );
+        Arc::new(Metrics {
+            registry,
+            messages,
+            wait_seconds,
+            throttled,
+            waiting,
+            keys,
+            evictions,
+            upstream_seconds,
+            connections,
+        })
+    }
+
+    pub fn message(&self, outcome: Outcome) {
+        self.messages
+            .get_or_create(&OutcomeLabel {
+                outcome: outcome.as_str(),
+            })
+            .inc();
+    }
+
+    pub fn waited(&self, layer: &str, waited: Duration) {
+        self.wait_seconds
+            .get_or_create(&LayerLabel {
+                layer: layer.to_string(),
+            })
+            .observe(waited.as_secs_f64());
+    }
+
+    pub fn throttled(&self, layer: &str) {
+        self.throttled
+            .get_or_create(&LayerLabel {
+                layer: layer.to_string(),
+            })
+            .inc();
+    }
+
+    pub fn upstream(&self, took: Duration) {
+        self.upstream_seconds.observe(took.as_secs_f64());
+    }
+
+    pub fn connection_opened(&self) {
+        self.connections.inc();
+    }
+
+    pub fn connection_closed(&self) {
+        self.connections.dec();
+    }
+
+    /// The text exposition, with the throttle's gauges read now.
+    pub fn encode(&self, throttle: &Throttle) -> String {
+        for (i, spec) in throttle.specs().iter().enumerate() {
+            let label = LayerLabel {
+                layer: spec.name.clone(),
+            };
+            let gauge = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+            self.waiting
+                .get_or_create(&label)
+                .set(gauge(throttle.waiting(i) as u64));
+            self.keys
+                .get_or_create(&label)
+                .set(gauge(throttle.keys(i) as u64));
+            self.evictions
+                .get_or_create(&label)
+                .set(gauge(throttle.evictions(i)));
+        }
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+}
