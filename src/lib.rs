@@ -21,6 +21,7 @@ pub mod server;
 pub mod shutdown;
 pub mod smtp;
 pub mod throttle;
+pub mod tls;
 pub mod upstream;
 
 pub use server::{run, Context, Deps};
