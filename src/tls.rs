@@ -38,7 +38,10 @@ pub enum TlsError {
     #[error("the private key {} does not match the certificate {}", key.display(), cert.display())]
     Mismatch { cert: PathBuf, key: PathBuf },
     #[error("cannot use the certificate {}: {source}", cert.display())]
-    Rustls { cert: PathBuf, source: rustls::Error },
+    Rustls {
+        cert: PathBuf,
+        source: rustls::Error,
+    },
 }
 
 /// The inbound TLS setup of one relay: where its files are and the config built from them.
@@ -161,7 +164,10 @@ mod tests {
         let key = rcgen::KeyPair::generate().unwrap();
         let params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
         let cert = params.self_signed(&key).unwrap();
-        let (c, k) = (dir.join(format!("{name}.crt")), dir.join(format!("{name}.key")));
+        let (c, k) = (
+            dir.join(format!("{name}.crt")),
+            dir.join(format!("{name}.key")),
+        );
         std::fs::write(&c, cert.pem()).unwrap();
         std::fs::write(&k, key.serialize_pem()).unwrap();
         (c, k)

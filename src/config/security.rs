@@ -126,8 +126,9 @@ pub(super) fn validate(smtp: &SmtpConfig, text: &str) -> Result<(), String> {
 /// An argon2 PHC string with parameters argon2 accepts, so a typo is a startup error and not
 /// a user who can never log in.
 fn check_hash(hash: &str) -> Result<(), String> {
-    let parsed = argon2::PasswordHash::new(hash)
-        .map_err(|e| format!("not a PHC hash string ({e}); make one with `mailsluice hash-password`"))?;
+    let parsed = argon2::PasswordHash::new(hash).map_err(|e| {
+        format!("not a PHC hash string ({e}); make one with `mailsluice hash-password`")
+    })?;
     if !parsed.algorithm.as_str().starts_with("argon2") {
         return Err(format!(
             "algorithm `{}` is not argon2; make one with `mailsluice hash-password`",
@@ -191,8 +192,10 @@ mod tests {
     fn implicit_tls_needs_a_certificate() {
         let err = parse("tls_listen = [\"127.0.0.1:0\"]\n").unwrap_err();
         assert!(err.contains("smtp.tls_listen"), "{err}");
-        let c = parse("tls_listen = [\"127.0.0.1:0\"]\n[smtp.tls]\ncert = \"c.pem\"\nkey = \"k.pem\"\n")
-            .unwrap();
+        let c = parse(
+            "tls_listen = [\"127.0.0.1:0\"]\n[smtp.tls]\ncert = \"c.pem\"\nkey = \"k.pem\"\n",
+        )
+        .unwrap();
         assert_eq!(c.smtp.tls.unwrap().handshake_timeout_ms.get(), 10_000);
     }
 }

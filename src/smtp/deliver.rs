@@ -26,7 +26,7 @@ impl Session {
             (Some(permit), Err(_)) => permit.upstream_failed(),
             (None, _) => {}
         }
-        self.reply(upstream_reply(&result));
+        self.verdict(upstream_reply(&result));
         Flow::Continue
     }
 
@@ -41,7 +41,12 @@ impl Session {
         body: &[u8],
     ) -> Result<Option<Permit>, Flow> {
         let facts = MessageFacts {
-            auth_tenant: None,
+            auth_tenant: self.auth.as_ref().map(|u| u.tenant.as_str()),
+            // An authenticated client has its user's rights, whatever its address.
+            header_trusted: match &self.auth {
+                Some(user) => user.trust_key_header,
+                None => self.trusted,
+            },
             sender: envelope.from.as_deref(),
             rcpts: &envelope.rcpts,
             client_ip: self.peer.ip(),
@@ -64,11 +69,11 @@ impl Session {
             Err(ThrottleError::Limited {
                 layer, retry_after, ..
             }) => {
-                self.reply(reply::rate_limited(&layer, retry_after));
+                self.verdict(reply::rate_limited(&layer, retry_after));
                 Err(Flow::Continue)
             }
             Err(ThrottleError::CostOverBurst { layer, cost, burst }) => {
-                self.reply(reply::cost_over_burst(&layer, cost, burst));
+                self.verdict(reply::cost_over_burst(&layer, cost, burst));
                 Err(Flow::Continue)
             }
             Err(ThrottleError::Shutdown) => {
@@ -87,11 +92,23 @@ impl Session {
             .map(|g| g.name.as_str())
             .unwrap_or("");
         let esmtp = self.greeting.as_ref().is_some_and(|g| g.esmtp);
+        // RFC 3848: S for TLS, A for AUTH.
+        let protocol = match (
+            esmtp || self.tls || self.auth.is_some(),
+            self.tls,
+            self.auth.is_some(),
+        ) {
+            (false, _, _) => "SMTP",
+            (true, false, false) => "ESMTP",
+            (true, true, false) => "ESMTPS",
+            (true, false, true) => "ESMTPA",
+            (true, true, true) => "ESMTPSA",
+        };
         let trace = Trace {
             helo,
             peer: self.peer.ip(),
             hostname: &self.ctx.config.smtp.hostname,
-            protocol: if esmtp { "ESMTP" } else { "SMTP" },
+            protocol,
             id: &id[..16],
             for_rcpt: match envelope.rcpts.as_slice() {
                 [one] => Some(one.as_str()),
