@@ -18,7 +18,11 @@ async fn start(smtp_extra: &str, auth_extra: &str, rest: &str) -> (Relay, Arc<Me
     let fwd = MemoryForwarder::new();
     let users = [
         ("app", "s3cret", "tenant = \"acme\""),
-        ("platform", "pl4tform", "tenant = \"plat\", trust_key_header = true"),
+        (
+            "platform",
+            "pl4tform",
+            "tenant = \"plat\", trust_key_header = true",
+        ),
         ("bare", "b4re", ""),
     ];
     let smtp = format!("{smtp_extra}\n{}", auth_config(&users, auth_extra));
@@ -27,7 +31,8 @@ async fn start(smtp_extra: &str, auth_extra: &str, rest: &str) -> (Relay, Arc<Me
 }
 
 async fn login(c: &mut Client, user: &str, password: &str) -> (u16, String) {
-    c.cmd(&format!("AUTH PLAIN {}", plain(user, password))).await
+    c.cmd(&format!("AUTH PLAIN {}", plain(user, password)))
+        .await
 }
 
 #[tokio::test]
@@ -65,7 +70,11 @@ async fn untrusted_client_gets_530_until_it_authenticates() {
     assert_eq!((code, text.starts_with("2.7.0")), (235, true), "{text}");
     assert_eq!(login(&mut c, "app", "s3cret").await.0, 503, "only once");
     let (code, text) = c
-        .send_mail("a@example.com", &["b@example.com"], b"Subject: a\r\n\r\nx\r\n")
+        .send_mail(
+            "a@example.com",
+            &["b@example.com"],
+            b"Subject: a\r\n\r\nx\r\n",
+        )
         .await;
     assert_eq!(code, 250, "{text}");
     let got = fwd.messages();
@@ -85,7 +94,10 @@ async fn auth_exchange_edge_cases() {
     assert_eq!(c.cmd("AUTH LOGIN").await.0, 334);
     assert_eq!(c.cmd("*").await.0, 501, "cancelled");
     assert_eq!(c.cmd("AUTH PLAIN !!!notbase64").await.0, 501);
-    assert_eq!(c.cmd(&format!("AUTH PLAIN {}", b64(b"no-nuls"))).await.0, 501);
+    assert_eq!(
+        c.cmd(&format!("AUTH PLAIN {}", b64(b"no-nuls"))).await.0,
+        501
+    );
     // Acting for another user (authzid) is not supported: it fails like a bad password.
     let other = b64(b"bare\0app\0s3cret");
     assert_eq!(c.cmd(&format!("AUTH PLAIN {other}")).await.0, 535);
@@ -99,7 +111,8 @@ async fn auth_exchange_edge_cases() {
 #[tokio::test(start_paused = true)]
 async fn wrong_passwords_are_delayed_then_locked_out() {
     let smtp = format!("{UNTRUSTED}allow_plaintext_auth = true\nmax_errors = 100");
-    let auth = "failure_delay_ms = 1000\nmax_failures = 3\nfailure_window_ms = 60000\nlockout_ms = 600000";
+    let auth =
+        "failure_delay_ms = 1000\nmax_failures = 3\nfailure_window_ms = 60000\nlockout_ms = 600000";
     let (relay, _) = start(&smtp, auth, "").await;
     let mut c = relay.client().await;
     c.cmd("EHLO x").await;
@@ -118,7 +131,10 @@ async fn wrong_passwords_are_delayed_then_locked_out() {
     c.cmd("EHLO x").await;
     let t1 = Instant::now();
     assert_eq!(login(&mut c, "app", "s3cret").await.0, 421);
-    assert!(t1.elapsed() < Duration::from_millis(1000), "no delay needed");
+    assert!(
+        t1.elapsed() < Duration::from_millis(1000),
+        "no delay needed"
+    );
     assert!(c.is_closed().await);
     // After the lockout it works again.
     tokio::time::sleep(Duration::from_secs(601)).await;
@@ -145,8 +161,14 @@ async fn header_cannot_override_an_authenticated_tenant() {
         .send_mail("a@example.com", &["b@example.com"], msg("other").as_bytes())
         .await;
     assert_eq!(code, 250);
-    assert!(relay.throttle.holds(0, "acme"), "charged to the user's tenant");
-    assert!(!relay.throttle.holds(0, "other"), "the header was not honoured");
+    assert!(
+        relay.throttle.holds(0, "acme"),
+        "charged to the user's tenant"
+    );
+    assert!(
+        !relay.throttle.holds(0, "other"),
+        "the header was not honoured"
+    );
     // Another header value does not escape the tenant's (now empty) bucket.
     let (code, text) = c
         .send_mail("a@example.com", &["b@example.com"], msg("fresh").as_bytes())
@@ -192,7 +214,11 @@ async fn user_without_tenant_is_keyed_by_name_and_trusted_network_header_is_hono
     // Loopback is trusted here and did not AUTH: its header is honoured.
     let mut c = relay.client().await;
     let (code, _) = c
-        .send_mail("a@example.com", &["b@example.com"], b"X-Tenant: lo\r\n\r\nx\r\n")
+        .send_mail(
+            "a@example.com",
+            &["b@example.com"],
+            b"X-Tenant: lo\r\n\r\nx\r\n",
+        )
         .await;
     assert_eq!(code, 250);
     assert!(relay.throttle.holds(0, "lo"));
@@ -201,7 +227,11 @@ async fn user_without_tenant_is_keyed_by_name_and_trusted_network_header_is_hono
     c.cmd("EHLO x").await;
     assert_eq!(login(&mut c, "bare", "b4re").await.0, 235);
     let (code, _) = c
-        .send_mail("a@example.com", &["b@example.com"], b"X-Tenant: lo2\r\n\r\nx\r\n")
+        .send_mail(
+            "a@example.com",
+            &["b@example.com"],
+            b"X-Tenant: lo2\r\n\r\nx\r\n",
+        )
         .await;
     assert_eq!(code, 250);
     assert!(relay.throttle.holds(0, "bare") && !relay.throttle.holds(0, "lo2"));

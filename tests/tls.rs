@@ -18,11 +18,18 @@ use tokio::time::Instant;
 /// only when it says `127.0.0.0/8`.
 async fn tls_relay(cert: &TestCert, trusted: &str) -> (Relay, Arc<MemoryForwarder>) {
     let fwd = MemoryForwarder::new();
-    let trusted = if trusted.is_empty() { "192.0.2.0/24" } else { trusted };
+    let trusted = if trusted.is_empty() {
+        "192.0.2.0/24"
+    } else {
+        trusted
+    };
     let smtp = format!(
         "trusted_networks = [\"{trusted}\"]\n{}{}",
         cert.config("handshake_timeout_ms = 2000"),
-        auth_config(&[("app", "s3cret", "tenant = \"acme\"")], "failure_delay_ms = 0")
+        auth_config(
+            &[("app", "s3cret", "tenant = \"acme\"")],
+            "failure_delay_ms = 0"
+        )
     );
     let relay = Relay::start(&config_text("file://unused", &smtp, ""), fwd.clone()).await;
     (relay, fwd)
@@ -36,7 +43,9 @@ async fn starttls_resets_the_session_and_only_then_offers_auth() {
     let (_, ehlo) = c.cmd("EHLO client.test").await;
     assert!(ehlo.lines().any(|l| l == "STARTTLS"), "{ehlo}");
     assert!(!ehlo.contains("AUTH"), "no AUTH in clear: {ehlo}");
-    let (code, text) = c.cmd(&format!("AUTH PLAIN {}", plain("app", "s3cret"))).await;
+    let (code, text) = c
+        .cmd(&format!("AUTH PLAIN {}", plain("app", "s3cret")))
+        .await;
     assert_eq!((code, text.starts_with("5.7.11")), (538, true), "{text}");
     let mut c = starttls(c, &cert.der).await;
     // Everything before TLS is forgotten; EHLO now lists AUTH and not STARTTLS.
@@ -45,10 +54,16 @@ async fn starttls_resets_the_session_and_only_then_offers_auth() {
     assert!(ehlo.lines().any(|l| l == "AUTH PLAIN LOGIN"), "{ehlo}");
     assert_eq!(c.cmd("STARTTLS").await.0, 503);
     assert_eq!(c.cmd("MAIL FROM:<a@example.com>").await.0, 530);
-    let (code, text) = c.cmd(&format!("AUTH PLAIN {}", plain("app", "s3cret"))).await;
+    let (code, text) = c
+        .cmd(&format!("AUTH PLAIN {}", plain("app", "s3cret")))
+        .await;
     assert_eq!((code, text.starts_with("2.7.0")), (235, true), "{text}");
     let (code, text) = c
-        .send_mail("a@example.com", &["b@example.com"], b"Subject: tls\r\n\r\nx\r\n")
+        .send_mail(
+            "a@example.com",
+            &["b@example.com"],
+            b"Subject: tls\r\n\r\nx\r\n",
+        )
         .await;
     assert_eq!(code, 250, "{text}");
     let got = fwd.messages();
@@ -82,7 +97,10 @@ async fn implicit_tls_with_auth_login() {
     let (relay, fwd) = tls_relay(&cert, "").await;
     let mut c = connect_implicit(relay.tls_addr.unwrap(), &cert.der).await;
     let (_, ehlo) = c.cmd("EHLO client.test").await;
-    assert!(!ehlo.contains("STARTTLS") && ehlo.contains("AUTH PLAIN LOGIN"), "{ehlo}");
+    assert!(
+        !ehlo.contains("STARTTLS") && ehlo.contains("AUTH PLAIN LOGIN"),
+        "{ehlo}"
+    );
     assert_eq!(c.cmd("AUTH LOGIN").await, (334, "VXNlcm5hbWU6".into()));
     assert_eq!(c.cmd("YXBw").await, (334, "UGFzc3dvcmQ6".into()));
     assert_eq!(c.cmd("czNjcmV0").await.0, 235);
@@ -135,7 +153,9 @@ async fn garbage_handshakes_close_the_connection() {
     assert!(implicit.reads_to_close().await);
     let mut c = relay.client().await;
     assert_eq!(c.cmd("STARTTLS").await.0, 220);
-    let _ = c.try_send(&[0x16, 0x03, 0x01, 0xff, 0xff, 1, 2, 3, 4]).await;
+    let _ = c
+        .try_send(&[0x16, 0x03, 0x01, 0xff, 0xff, 1, 2, 3, 4])
+        .await;
     let _ = c.try_send(b"\r\n\r\ngarbage").await;
     assert!(c.reads_to_close().await);
     // The relay is unharmed.
@@ -152,13 +172,19 @@ async fn handshakes_that_never_finish_time_out() {
     let t0 = Instant::now();
     let mut implicit = Client::connect_raw(relay.tls_addr.unwrap()).await;
     assert!(implicit.is_closed().await);
-    assert!(t0.elapsed() >= Duration::from_secs(2), "closed by the timeout");
+    assert!(
+        t0.elapsed() >= Duration::from_secs(2),
+        "closed by the timeout"
+    );
     let mut c = relay.client().await;
     assert_eq!(c.cmd("STARTTLS").await.0, 220);
     let t1 = Instant::now();
     c.send(&[0x16, 0x03, 0x01]).await; // the start of a ClientHello, and then nothing
     assert!(c.is_closed().await);
-    assert!(t1.elapsed() >= Duration::from_secs(2), "closed by the timeout");
+    assert!(
+        t1.elapsed() >= Duration::from_secs(2),
+        "closed by the timeout"
+    );
     relay.stop().await;
 }
 
@@ -209,7 +235,10 @@ async fn python_smtplib_starttls_and_implicit_tls_with_auth_plain_and_login() {
     smtplib(implicit, &cert, "implicit", "LOGIN").await;
     let got = fwd.messages();
     assert_eq!(got.len(), 4);
-    for (i, mode) in ["starttls", "starttls", "implicit", "implicit"].iter().enumerate() {
+    for (i, mode) in ["starttls", "starttls", "implicit", "implicit"]
+        .iter()
+        .enumerate()
+    {
         let text = String::from_utf8_lossy(&got[i].1);
         assert!(text.contains("with ESMTPSA id"), "{text}");
         assert!(text.contains(&format!("Subject: {mode}\r\n")), "{text}");

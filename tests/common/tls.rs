@@ -106,5 +106,9 @@ pub async fn connect_implicit(addr: SocketAddr, cert: &CertificateDer<'static>) 
 pub async fn starttls(mut c: Client, cert: &CertificateDer<'static>) -> Client {
     let (code, text) = c.cmd("STARTTLS").await;
     assert_eq!(code, 220, "{text}");
-    Client::over(handshake(c.into_stream(), cert).await.expect("TLS handshake"))
+    Client::over(
+        handshake(c.into_stream(), cert)
+            .await
+            .expect("TLS handshake"),
+    )
 }
