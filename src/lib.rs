@@ -16,6 +16,8 @@
 //! the command line, loads the config and calls it.
 
 pub mod config;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod password;
 pub mod per_ip;
 pub mod policy;

@@ -57,7 +57,11 @@ impl Session {
             return Ok(None);
         }
         let throttle = self.ctx.throttle.clone();
+        // Biased: a message the buckets let through at once goes, as it would with no layer
+        // at all, even if the client already half-closed after a pipelined QUIT; only a
+        // real wait is abandoned when the client leaves.
         let outcome = tokio::select! {
+            biased;
             outcome = throttle.acquire(charges) => outcome,
             _ = self.conn.closed() => {
                 tracing::info!(peer = %self.peer, "client left while waiting; message abandoned");
