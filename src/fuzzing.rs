@@ -100,6 +100,7 @@ pub fn run(input: &[u8]) -> (Vec<u8>, Vec<Vec<u8>>) {
         .expect("a runtime");
     let (ctx, forwarder) = context();
     let out = runtime.block_on(session(ctx, input));
-    let messages = std::mem::take(&mut *forwarder.messages.lock().unwrap_or_else(|e| e.into_inner()));
+    let messages =
+        std::mem::take(&mut *forwarder.messages.lock().unwrap_or_else(|e| e.into_inner()));
     (out, messages)
 }

@@ -47,7 +47,10 @@ fn stream() -> impl Strategy<Value = Vec<u8>> {
 }
 
 fn count(haystack: &[u8], needle: &[u8]) -> usize {
-    haystack.windows(needle.len()).filter(|w| *w == needle).count()
+    haystack
+        .windows(needle.len())
+        .filter(|w| *w == needle)
+        .count()
 }
 
 /// The bytes of a message are CRLF lines only, with no NUL.
