@@ -89,7 +89,18 @@ impl Session {
             }
             Err(Exchange::Stop(stop)) => return self.stopped(stop),
         };
-        match self.verify(name, password).await {
+        let verified = self.verify(name, password).await;
+        // Attempts started in parallel before a lockout are answered 421 when they end, right
+        // password or not, so parallel guessing learns nothing past the threshold.
+        if self
+            .ctx
+            .auth_failures
+            .is_locked(self.peer.ip(), Instant::now())
+        {
+            self.reply(reply::auth_locked_out());
+            return Flow::Close;
+        }
+        match verified {
             Some(user) => {
                 tracing::info!(peer = %self.peer, user = %user.name, "authenticated");
                 self.auth = Some(user);

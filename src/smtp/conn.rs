@@ -236,9 +236,13 @@ impl Conn {
         }
     }
 
+    /// Writes out pending replies and closes our side. Bounded like every write: a TLS
+    /// close_notify to a client that reads nothing must not hold the session open.
     pub async fn shutdown_write(&mut self) {
         self.flush().await;
-        let _ = self.stream.shutdown().await;
+        if !self.broken {
+            let _ = tokio::time::timeout(self.idle, self.stream.shutdown()).await;
+        }
     }
 }
 
