@@ -9,14 +9,7 @@ fuzz_target!(|input: &[u8]| {
     let Some((&flags, message)) = input.split_first() else {
         return;
     };
-    let config = mailsluice::config::Config::parse(
-        "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"file://x\"\n\
-         [[throttle]]\nname = \"a\"\nkey = \"header:X-Tenant\"\nlimit = 1\n\
-         [[throttle]]\nname = \"b\"\nkey = \"auth\"\nlimit = 1\nmatch = { header = \"X-Tier\", value = \"basic\" }\n\
-         [[throttle]]\nname = \"c\"\nkey = \"sender-domain\"\nlimit = 1\ncost = \"message\"\n",
-    )
-    .expect("valid config");
-    let layers: Vec<LayerPolicy> = config.throttle.iter().map(LayerPolicy::from_config).collect();
+    let layers = layers();
     let rcpts = vec!["r@example.com".to_string()];
     let facts = MessageFacts {
         auth_tenant: (flags & 1 != 0).then_some("tenant"),
@@ -26,9 +19,26 @@ fuzz_target!(|input: &[u8]| {
         client_ip: "192.0.2.1".parse().unwrap(),
         message,
     };
-    for charge in policy::charges(&layers, &facts) {
+    for charge in policy::charges(layers, &facts) {
         assert!(charge.key.len() <= 128, "key of {} bytes", charge.key.len());
     }
-    let stripped = policy::strip_key_headers(&layers, message.to_vec());
+    let stripped = policy::strip_key_headers(layers, message.to_vec());
     assert!(stripped.len() <= message.len());
 });
+
+/// A header-keyed layer, an `auth` layer matched on a tier header, and an envelope-keyed one;
+/// parsed once, not per input.
+fn layers() -> &'static [LayerPolicy] {
+    static LAYERS: std::sync::OnceLock<Vec<LayerPolicy>> = std::sync::OnceLock::new();
+    LAYERS.get_or_init(|| {
+        let config = mailsluice::config::Config::parse(
+            "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"file://x\"\n\
+             [[throttle]]\nname = \"a\"\nkey = \"header:X-Tenant\"\nlimit = 1\n\
+             [[throttle]]\nname = \"b\"\nkey = \"auth\"\nlimit = 1\n\
+             match = { header = \"X-Tier\", value = \"basic\" }\n\
+             [[throttle]]\nname = \"c\"\nkey = \"sender-domain\"\nlimit = 1\ncost = \"message\"\n",
+        )
+        .expect("valid config");
+        config.throttle.iter().map(LayerPolicy::from_config).collect()
+    })
+}
