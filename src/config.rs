@@ -12,6 +12,9 @@ use ipnet::IpNet;
 use serde::Deserialize;
 use toml::Spanned;
 
+mod security;
+pub use security::{AuthConfig, TlsConfig, UserConfig};
+
 /// A configuration that could not be used; the text says which key and where.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -72,6 +75,24 @@ pub struct SmtpConfig {
     /// Clients allowed to relay without AUTH. Absent means loopback only.
     #[serde(default = "default_trusted_networks")]
     pub trusted_networks: Vec<IpNet>,
+    // The security keys (their types and rules are in `config/security.rs`).
+    /// Addresses for implicit TLS (SMTPS, RFC 8314; port 465). Needs `[smtp.tls]`.
+    #[serde(default)]
+    pub tls_listen: Vec<SocketAddr>,
+    pub tls: Option<TlsConfig>,
+    pub auth: Option<AuthConfig>,
+    /// Offer AUTH on a connection without TLS. Off: a password must never cross in clear.
+    #[serde(default)]
+    pub allow_plaintext_auth: bool,
+    /// Error replies (5xx to commands) one session may get before `421 4.7.0` and close.
+    #[serde(default = "default_max_errors")]
+    pub max_errors: NonZeroUsize,
+    /// Deadline for a whole DATA section, from `354` to the final dot; past it `421 4.4.2`.
+    #[serde(default = "default_data_timeout_ms")]
+    pub data_timeout_ms: NonZeroU64,
+    /// Connections one client address (an IPv6 /64) may hold; past it `421 4.7.0`.
+    #[serde(default = "default_max_connections_per_ip")]
+    pub max_connections_per_ip: NonZeroUsize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
@@ -233,6 +254,15 @@ fn default_shutdown_grace_ms() -> u64 {
 fn default_trusted_networks() -> Vec<IpNet> {
     vec!["127.0.0.0/8".parse().unwrap(), "::1/128".parse().unwrap()]
 }
+fn default_max_errors() -> NonZeroUsize {
+    NonZeroUsize::new(20).unwrap()
+}
+fn default_data_timeout_ms() -> NonZeroU64 {
+    NonZeroU64::new(600_000).unwrap()
+}
+fn default_max_connections_per_ip() -> NonZeroUsize {
+    NonZeroUsize::new(1000).unwrap()
+}
 fn default_pool_size() -> NonZeroUsize {
     NonZeroUsize::new(16).unwrap()
 }
@@ -285,9 +315,10 @@ impl Config {
     }
 
     fn validate(&self, text: &str) -> Result<(), String> {
-        if self.smtp.listen.is_empty() {
+        if self.smtp.listen.is_empty() && self.smtp.tls_listen.is_empty() {
             return Err("key `smtp.listen`: at least one address is needed".into());
         }
+        security::validate(&self.smtp, text)?;
         crate::upstream::UpstreamUrl::parse(self.upstream.url.get_ref()).map_err(|e| {
             located(
                 text,

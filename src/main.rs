@@ -1,5 +1,6 @@
 //! The `mailsluice` command: parse the command line, load the config, build the parts, run
-//! until SIGTERM/SIGINT. Everything else is in the library.
+//! until SIGTERM/SIGINT; SIGHUP reloads the TLS certificate. Everything else is in the
+//! library.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -40,6 +41,9 @@ enum Command {
         /// The bucket's key (a tenant, a sender, ...; "" for `key = "none"`).
         key: String,
     },
+    /// Read a password from standard input (up to its first newline) and print its argon2id
+    /// hash, for `password_hash` in `[smtp.auth] users`.
+    HashPassword,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -54,6 +58,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Some(Command::Check) => check(&cli.config),
         Some(Command::Peek { ref layer, ref key }) => peek(&cli.config, layer, key),
+        Some(Command::HashPassword) => hash_password(),
         None => serve(&cli.config),
     };
     match result {
@@ -79,7 +84,10 @@ fn init_logs(format: LogFormat) {
 }
 
 fn check(path: &std::path::Path) -> anyhow::Result<()> {
-    Config::load(path)?;
+    let config = Config::load(path)?;
+    if let Some(tls) = &config.smtp.tls {
+        mailsluice::tls::Tls::load(tls)?;
+    }
     println!("{}: ok", path.display());
     Ok(())
 }
@@ -121,6 +129,24 @@ fn percent_encode(text: &str) -> String {
         .collect()
 }
 
+fn hash_password() -> anyhow::Result<()> {
+    use std::io::{BufRead, IsTerminal};
+    if std::io::stdin().is_terminal() {
+        eprint!("Password (shown as typed): ");
+    }
+    let mut line = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut line)
+        .context("reading the password from standard input")?;
+    let password = line.strip_suffix('\n').unwrap_or(&line);
+    let password = password.strip_suffix('\r').unwrap_or(password);
+    anyhow::ensure!(!password.is_empty(), "empty password on standard input");
+    let hash = mailsluice::password::hash(password).map_err(|e| anyhow::anyhow!("hashing: {e}"))?;
+    println!("{hash}");
+    Ok(())
+}
+
 fn serve(path: &std::path::Path) -> anyhow::Result<()> {
     let config = Arc::new(Config::load(path)?);
     tokio::runtime::Runtime::new()
@@ -133,14 +159,15 @@ async fn serve_async(config: Arc<Config>) -> anyhow::Result<()> {
     let forwarder = mailsluice::upstream::build_forwarder(&config.upstream, &hostname)
         .map_err(anyhow::Error::msg)
         .context("setting up the upstream")?;
-    let mut listeners = Vec::new();
-    for addr in &config.smtp.listen {
-        let listener = TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("listening on {addr}"))?;
-        let addr = listener.local_addr().context("reading the bound address")?;
-        tracing::info!(%addr, "listening for SMTP");
-        listeners.push(listener);
+    let deps = mailsluice::Deps::new(config.clone(), forwarder)
+        .with_tls()
+        .context("loading [smtp.tls]")?;
+    let listeners = mailsluice::server::Listeners {
+        smtp: bind(&config.smtp.listen, "SMTP").await?,
+        implicit_tls: bind(&config.smtp.tls_listen, "SMTP over implicit TLS").await?,
+    };
+    if let Some(tls) = deps.tls.clone() {
+        tokio::spawn(reload_tls_on_hangup(tls));
     }
     let (trigger, shutdown) = mailsluice::shutdown::channel();
     tokio::spawn(async move {
@@ -148,7 +175,6 @@ async fn serve_async(config: Arc<Config>) -> anyhow::Result<()> {
         tracing::info!("shutting down: no new connections, finishing transactions in flight");
         trigger.trigger();
     });
-    let deps = mailsluice::Deps::new(config.clone(), forwarder);
     if let Some(admin) = &config.admin {
         let listener = TcpListener::bind(admin.listen)
             .await
@@ -164,6 +190,37 @@ async fn serve_async(config: Arc<Config>) -> anyhow::Result<()> {
     mailsluice::run(listeners, deps, shutdown).await;
     tracing::info!("stopped");
     Ok(())
+}
+
+async fn bind(addrs: &[std::net::SocketAddr], what: &str) -> anyhow::Result<Vec<TcpListener>> {
+    let mut listeners = Vec::new();
+    for addr in addrs {
+        let listener = TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("listening on {addr}"))?;
+        let addr = listener.local_addr().context("reading the bound address")?;
+        tracing::info!(%addr, "listening for {what}");
+        listeners.push(listener);
+    }
+    Ok(listeners)
+}
+
+/// SIGHUP: read the certificate and key again (after a renewal). Connections stay up; the
+/// rest of the config is not reloaded. A bad pair is logged and the old one kept.
+async fn reload_tls_on_hangup(tls: Arc<mailsluice::tls::Tls>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hangup) = signal(SignalKind::hangup()) else {
+        tracing::warn!("cannot listen for SIGHUP; certificates will not be reloaded");
+        return;
+    };
+    while hangup.recv().await.is_some() {
+        match tls.reload() {
+            Ok(()) => tracing::info!("SIGHUP: TLS certificate reloaded"),
+            Err(e) => {
+                tracing::error!(error = %e, "SIGHUP: TLS certificate not reloaded, keeping the old one")
+            }
+        }
+    }
 }
 
 async fn wait_for_signal() {

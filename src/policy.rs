@@ -80,9 +80,13 @@ impl LayerPolicy {
 /// What the policy may look at: the envelope, who sent it, and the header section.
 pub struct MessageFacts<'a> {
     /// The authenticated user's tenant (or user name). When set, it is the key of every
-    /// `auth` layer and wins over any `header:` key: a header cannot move a client out of
-    /// its tenant's bucket.
+    /// `auth` layer, and of every `header:` layer unless `header_trusted`: a header cannot
+    /// move a client out of its tenant's bucket.
     pub auth_tenant: Option<&'a str>,
+    /// Whether the client may choose its key with a header: it is in `trusted_networks`
+    /// (and did not AUTH), or its user has `trust_key_header`. Otherwise `header:` layers
+    /// ignore the header and use the tenant, or `default_key`.
+    pub header_trusted: bool,
     pub sender: Option<&'a str>,
     pub rcpts: &'a [String],
     pub client_ip: IpAddr,
@@ -120,10 +124,12 @@ fn applies(layer: &LayerPolicy, message: &[u8], fields: &[Field]) -> bool {
 fn key_of(layer: &LayerPolicy, facts: &MessageFacts<'_>, fields: &[Field]) -> String {
     let found = match &layer.key {
         KeySource::Auth => facts.auth_tenant.map(str::to_string),
-        KeySource::Header(name) => match facts.auth_tenant {
-            Some(tenant) => Some(tenant.to_string()),
-            None => header_value(facts.message, fields, name),
-        },
+        KeySource::Header(name) => facts
+            .header_trusted
+            .then(|| header_value(facts.message, fields, name))
+            .flatten()
+            .filter(|key| !key.is_empty())
+            .or_else(|| facts.auth_tenant.map(str::to_string)),
         KeySource::Sender => facts.sender.map(str::to_ascii_lowercase),
         KeySource::SenderDomain => facts.sender.and_then(domain_of),
         KeySource::RcptDomain => facts.rcpts.first().and_then(|r| domain_of(r)),
@@ -245,121 +251,4 @@ pub fn strip_key_headers(layers: &[LayerPolicy], message: Vec<u8>) -> Vec<u8> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn layer(key: &str, cost: Cost, matches: Option<(&str, &str)>) -> LayerPolicy {
-        LayerPolicy {
-            name: "l".into(),
-            key: KeySource::parse(key).unwrap(),
-            default_key: "default".into(),
-            cost,
-            matches: matches.map(|(h, v)| MatchSpec {
-                header: h.into(),
-                value: v.into(),
-            }),
-            strip_key_header: true,
-        }
-    }
-
-    fn facts<'a>(
-        message: &'a [u8],
-        rcpts: &'a [String],
-        tenant: Option<&'a str>,
-    ) -> MessageFacts<'a> {
-        MessageFacts {
-            auth_tenant: tenant,
-            sender: Some("App@Example.COM"),
-            rcpts,
-            client_ip: "127.0.0.1".parse().unwrap(),
-            message,
-        }
-    }
-
-    const MSG: &[u8] =
-        b"Subject: hi\r\nX-Tenant:\r\n  acme\r\nX-Tier: Basic\r\n\r\nX-Tenant: body\r\n";
-
-    #[test]
-    fn header_key_is_unfolded_and_case_insensitive() {
-        let rcpts = vec!["a@B.example".to_string(), "c@d".to_string()];
-        let layers = [layer("header:x-tenant", Cost::Recipients, None)];
-        let c = charges(&layers, &facts(MSG, &rcpts, None));
-        assert_eq!(
-            c,
-            [Charge {
-                layer: 0,
-                key: "acme".into(),
-                cost: 2
-            }]
-        );
-    }
-
-    #[test]
-    fn missing_source_falls_back_to_default_key() {
-        let rcpts = vec!["a@b".to_string()];
-        let layers = [
-            layer("header:X-Other", Cost::Message, None),
-            layer("auth", Cost::Message, None),
-        ];
-        let c = charges(&layers, &facts(MSG, &rcpts, None));
-        assert_eq!(c[0].key, "default");
-        assert_eq!(c[1].key, "default");
-    }
-
-    #[test]
-    fn authenticated_tenant_wins_over_the_header() {
-        let rcpts = vec!["a@b".to_string()];
-        let layers = [layer("header:X-Tenant", Cost::Message, None)];
-        let c = charges(&layers, &facts(MSG, &rcpts, Some("paying-tenant")));
-        assert_eq!(c[0].key, "paying-tenant");
-    }
-
-    #[test]
-    fn envelope_keys_are_lowercased() {
-        let rcpts = vec!["a@B.example".to_string()];
-        let layers = [
-            layer("sender", Cost::Message, None),
-            layer("sender-domain", Cost::Message, None),
-            layer("rcpt-domain", Cost::Message, None),
-            layer("client-ip", Cost::Message, None),
-        ];
-        let keys: Vec<String> = charges(&layers, &facts(MSG, &rcpts, None))
-            .into_iter()
-            .map(|c| c.key)
-            .collect();
-        assert_eq!(
-            keys,
-            ["app@example.com", "example.com", "b.example", "127.0.0.1"]
-        );
-    }
-
-    #[test]
-    fn match_selects_tier_layers_only() {
-        let rcpts = vec!["a@b".to_string()];
-        let layers = [
-            layer("none", Cost::Message, Some(("X-Tier", "basic"))),
-            layer("none", Cost::Message, Some(("X-Tier", "cx"))),
-        ];
-        let c = charges(&layers, &facts(MSG, &rcpts, None));
-        assert_eq!(c.iter().map(|c| c.layer).collect::<Vec<_>>(), [0]);
-    }
-
-    #[test]
-    fn key_header_is_stripped_with_its_continuation_and_body_untouched() {
-        let layers = [layer("header:X-Tenant", Cost::Message, None)];
-        let out = strip_key_headers(&layers, MSG.to_vec());
-        assert_eq!(
-            out,
-            b"Subject: hi\r\nX-Tier: Basic\r\n\r\nX-Tenant: body\r\n"
-        );
-    }
-
-    #[test]
-    fn hostile_long_header_key_is_truncated() {
-        let msg = format!("X-Tenant: {}\r\n\r\n", "é".repeat(500));
-        let rcpts = vec!["a@b".to_string()];
-        let layers = [layer("header:X-Tenant", Cost::Message, None)];
-        let c = charges(&layers, &facts(msg.as_bytes(), &rcpts, None));
-        assert!(c[0].key.len() <= MAX_KEY_BYTES);
-    }
-}
+mod tests;

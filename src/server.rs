@@ -13,10 +13,12 @@ use tokio_util::task::TaskTracker;
 use crate::admin::{Admin, Health};
 use crate::config::{Config, Cost};
 use crate::metrics::Metrics;
+use crate::per_ip::{AuthFailures, Connections, LockoutRule};
 use crate::policy::LayerPolicy;
 use crate::shutdown::Shutdown;
 use crate::smtp::{self, reply};
 use crate::throttle::{Throttle, TokioClock};
+use crate::tls::{Tls, TlsError};
 use crate::upstream::Forwarder;
 
 /// What `run` needs from outside: the config, the upstream and the throttle. Built by
@@ -28,6 +30,8 @@ pub struct Deps {
     pub throttle: Arc<Throttle>,
     pub metrics: Arc<Metrics>,
     pub health: Arc<Health>,
+    /// Inbound TLS from `[smtp.tls]`, loaded by `with_tls`; main keeps a handle for SIGHUP.
+    pub tls: Option<Arc<Tls>>,
 }
 
 impl Deps {
@@ -42,6 +46,7 @@ impl Deps {
             throttle,
             metrics: Metrics::new(),
             health: Arc::new(Health::default()),
+            tls: None,
         }
     }
 
@@ -53,6 +58,15 @@ impl Deps {
             forwarder: self.forwarder.clone(),
             health: self.health.clone(),
         })
+    }
+
+    /// Reads `[smtp.tls]`'s certificate and key; a missing file or a key that is not the
+    /// certificate's is a startup error.
+    pub fn with_tls(mut self) -> Result<Deps, TlsError> {
+        if let Some(tls) = &self.config.smtp.tls {
+            self.tls = Some(Arc::new(Tls::load(tls)?));
+        }
+        Ok(self)
     }
 }
 
@@ -66,6 +80,12 @@ pub struct Context {
     pub layers: Vec<LayerPolicy>,
     /// What EHLO advertises as `LIMITS RCPTMAX` (RFC 9422).
     pub rcpt_max: usize,
+    /// STARTTLS and implicit TLS; `None` when `[smtp.tls]` is not set.
+    pub tls: Option<Arc<Tls>>,
+    /// `max_connections_per_ip`.
+    pub connections_per_ip: Arc<Connections>,
+    /// Failed AUTH attempts per client address, for the lockout.
+    pub auth_failures: AuthFailures,
 }
 
 impl Context {
@@ -77,6 +97,29 @@ impl Context {
             .iter()
             .map(LayerPolicy::from_config)
             .collect();
+        let smtp = &deps.config.smtp;
+        // `Deps::with_tls` reports a bad certificate at startup; a caller that skipped it
+        // still gets TLS, or a logged reason why not.
+        let tls = deps.tls.or_else(|| {
+            let config = smtp.tls.as_ref()?;
+            Tls::load(config)
+                .map_err(|e| tracing::error!(error = %e, "TLS not available"))
+                .ok()
+                .map(Arc::new)
+        });
+        let connections_per_ip = Connections::new(smtp.max_connections_per_ip.get());
+        let auth_failures = AuthFailures::new(match &smtp.auth {
+            Some(auth) => LockoutRule {
+                max_failures: auth.max_failures.get(),
+                window: Duration::from_millis(auth.failure_window_ms.get()),
+                lockout: Duration::from_millis(auth.lockout_ms.get()),
+            },
+            None => LockoutRule {
+                max_failures: 1,
+                window: Duration::ZERO,
+                lockout: Duration::ZERO,
+            },
+        });
         Context {
             config: deps.config,
             forwarder: deps.forwarder,
@@ -84,6 +127,9 @@ impl Context {
             metrics: deps.metrics,
             layers,
             rcpt_max,
+            tls,
+            connections_per_ip,
+            auth_failures,
         }
     }
 }
@@ -99,19 +145,50 @@ fn rcpt_max(config: &Config) -> usize {
         .fold(config.smtp.max_recipients.get(), usize::min)
 }
 
+/// The sockets `run` serves: plain SMTP (with STARTTLS when `[smtp.tls]` is set) and
+/// implicit TLS (`tls_listen`, RFC 8314). A bare `Vec` is plain SMTP only.
+#[derive(Default)]
+pub struct Listeners {
+    pub smtp: Vec<TcpListener>,
+    pub implicit_tls: Vec<TcpListener>,
+}
+
+impl From<Vec<TcpListener>> for Listeners {
+    fn from(smtp: Vec<TcpListener>) -> Listeners {
+        Listeners {
+            smtp,
+            implicit_tls: Vec::new(),
+        }
+    }
+}
+
 /// Serves SMTP on `listeners` until `shutdown` fires, then stops accepting, lets sessions in
 /// flight finish within `shutdown_grace_ms`, and returns. Sessions still running after the
 /// grace period are left to the caller, which is about to exit the process.
-pub async fn run(listeners: Vec<TcpListener>, deps: Deps, shutdown: Shutdown) {
+pub async fn run(listeners: impl Into<Listeners>, deps: Deps, shutdown: Shutdown) {
+    let listeners = listeners.into();
     let health = deps.health.clone();
     let ctx = Arc::new(Context::new(deps));
     let limit = Arc::new(Semaphore::new(ctx.config.smtp.max_connections.get()));
     let sessions = TaskTracker::new();
     let accepts = TaskTracker::new();
-    for listener in listeners {
+    let plain = listeners.smtp.into_iter().map(|l| (l, false));
+    for (listener, implicit_tls) in
+        plain.chain(listeners.implicit_tls.into_iter().map(|l| (l, true)))
+    {
+        if implicit_tls && ctx.tls.is_none() {
+            tracing::error!("not serving implicit TLS: no certificate loaded");
+            continue;
+        }
         let (ctx, limit) = (ctx.clone(), limit.clone());
         let (sessions, shutdown) = (sessions.clone(), shutdown.clone());
-        accepts.spawn(accept_loop(listener, ctx, limit, sessions, shutdown));
+        let accepting = Accepting {
+            ctx,
+            limit,
+            sessions,
+            implicit_tls,
+        };
+        accepts.spawn(accept_loop(listener, accepting, shutdown));
     }
     accepts.close();
     health.set_listening(true);
@@ -129,20 +206,22 @@ pub async fn run(listeners: Vec<TcpListener>, deps: Deps, shutdown: Shutdown) {
     }
 }
 
-async fn accept_loop(
-    listener: TcpListener,
+/// What one accept loop shares with the sessions it starts.
+struct Accepting {
     ctx: Arc<Context>,
     limit: Arc<Semaphore>,
     sessions: TaskTracker,
-    mut shutdown: Shutdown,
-) {
+    implicit_tls: bool,
+}
+
+async fn accept_loop(listener: TcpListener, accepting: Accepting, mut shutdown: Shutdown) {
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
             _ = shutdown.wait() => return,
         };
         match accepted {
-            Ok((stream, peer)) => start_session(&sessions, stream, peer, &ctx, &limit, &shutdown),
+            Ok((stream, peer)) => start_session(&accepting, stream, peer, &shutdown),
             Err(e) => {
                 // Out of file descriptors and the like: back off instead of spinning.
                 tracing::warn!(error = %e, "accept failed");
@@ -152,33 +231,56 @@ async fn accept_loop(
     }
 }
 
-fn start_session(
-    sessions: &TaskTracker,
-    stream: TcpStream,
-    peer: SocketAddr,
-    ctx: &Arc<Context>,
-    limit: &Arc<Semaphore>,
-    shutdown: &Shutdown,
-) {
+fn start_session(accepting: &Accepting, stream: TcpStream, peer: SocketAddr, shutdown: &Shutdown) {
     let _ = stream.set_nodelay(true);
-    let ctx = ctx.clone();
+    let ctx = accepting.ctx.clone();
     let shutdown = shutdown.clone();
-    match limit.clone().try_acquire_owned() {
-        Ok(permit) => {
-            sessions.spawn(async move {
-                ctx.metrics.connection_opened();
-                let metrics = ctx.metrics.clone();
-                smtp::serve(ctx, Box::new(stream), peer, shutdown).await;
-                metrics.connection_closed();
-                drop(permit);
-            });
-        }
+    let implicit_tls = accepting.implicit_tls;
+    let refusal = match accepting.limit.clone().try_acquire_owned() {
         Err(_) => {
             tracing::warn!(%peer, "connection refused: max_connections reached");
-            sessions.spawn(async move {
-                let mut stream = stream;
-                smtp::refuse(&mut stream, &reply::too_many_connections()).await;
-            });
+            reply::too_many_connections()
         }
+        Ok(permit) => match ctx.connections_per_ip.try_acquire(peer.ip()) {
+            None => {
+                tracing::warn!(%peer, "connection refused: max_connections_per_ip reached");
+                reply::too_many_connections_from_address()
+            }
+            Some(slot) => {
+                accepting.sessions.spawn(async move {
+                    let metrics = ctx.metrics.clone();
+                    metrics.connection_opened();
+                    serve(ctx, stream, peer, shutdown, implicit_tls).await;
+                    metrics.connection_closed();
+                    drop((slot, permit));
+                });
+                return;
+            }
+        },
+    };
+    // On an implicit-TLS port a plaintext reply would be noise: the client just sees a close.
+    if !implicit_tls {
+        accepting.sessions.spawn(async move {
+            let mut stream = stream;
+            smtp::refuse(&mut stream, &refusal).await;
+        });
+    }
+}
+
+/// One session; on an implicit-TLS port the handshake comes first, within its timeout.
+async fn serve(
+    ctx: Arc<Context>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    shutdown: Shutdown,
+    implicit_tls: bool,
+) {
+    if !implicit_tls {
+        return smtp::serve(ctx, Box::new(stream), peer, shutdown, false).await;
+    }
+    let Some(tls) = ctx.tls.clone() else { return };
+    match tls.accept(stream).await {
+        Ok(stream) => smtp::serve(ctx, Box::new(stream), peer, shutdown, true).await,
+        Err(e) => tracing::info!(%peer, error = %e, "TLS handshake failed"),
     }
 }

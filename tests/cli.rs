@@ -213,3 +213,83 @@ async fn json_logs_have_one_object_per_line_with_the_message_fields() {
         .unwrap();
     assert_eq!(child.wait().unwrap().code(), Some(0));
 }
+
+#[test]
+fn hash_password_reads_stdin_and_prints_an_argon2id_hash() {
+    use std::io::Write;
+    let mut child = Command::new(BIN)
+        .arg("hash-password")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"correct horse\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let hash = String::from_utf8(out.stdout).unwrap();
+    let hash = hash.trim();
+    assert!(hash.starts_with("$argon2id$v=19$"), "{hash}");
+    assert!(mailsluice::password::matches(hash, "correct horse"));
+    assert!(!mailsluice::password::matches(hash, "correct horse\n"));
+    // A config with that hash is valid.
+    let config = format!(
+        "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[smtp.auth]\nusers = [{{ user = \"u\", password_hash = \"{hash}\" }}]\n[upstream]\nurl = \"file://x\"\n"
+    );
+    assert!(check(&config).status.success());
+}
+
+#[test]
+fn check_names_a_missing_certificate_and_a_mismatched_key() {
+    let dir = tempdir();
+    let a = common::tls::TestCert::new();
+    let b = common::tls::TestCert::new();
+    let tls = |cert: &std::path::Path, key: &std::path::Path| {
+        format!(
+            "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[smtp.tls]\ncert = \"{}\"\nkey = \"{}\"\n[upstream]\nurl = \"file://x\"\n",
+            cert.display(),
+            key.display()
+        )
+    };
+    assert!(check(&tls(&a.cert_path, &a.key_path)).status.success());
+    let out = check(&tls(&a.cert_path, &b.key_path));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(err.contains("does not match"), "{err}");
+    let out = check(&tls(&dir.join("missing.pem"), &a.key_path));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("missing.pem"), "{err}");
+}
+
+#[tokio::test]
+async fn sighup_reloads_the_certificate_without_dropping_connections() {
+    let dir = tempdir();
+    let cert = common::tls::TestCert::new();
+    let config = format!(
+        "[smtp]\nlisten = [\"127.0.0.1:0\"]\n{}[upstream]\nurl = \"file://outbox\"\n",
+        cert.config("")
+    );
+    let (mut child, addr, logs) = start(&config, &dir);
+    let mut before = common::tls::starttls(Client::connect(addr).await, &cert.der).await;
+    assert_eq!(before.cmd("EHLO x").await.0, 250);
+    let renewed = cert.renew();
+    let hup = Command::new("kill")
+        .args(["-HUP", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(hup.success());
+    while !logs.recv().unwrap().contains("TLS certificate reloaded") {}
+    let mut after = common::tls::starttls(Client::connect(addr).await, &renewed).await;
+    assert_eq!(after.cmd("EHLO x").await.0, 250);
+    assert_eq!(
+        before.cmd("NOOP").await.0,
+        250,
+        "the older connection is still up"
+    );
+    child.kill().unwrap();
+    let _ = child.wait();
+}

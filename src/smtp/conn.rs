@@ -1,10 +1,16 @@
 //! The client connection: an input buffer read in lines or DATA chunks, and an output buffer
 //! flushed only when the session has to wait for input. Replies to pipelined commands are thus
 //! written together, in order (RFC 2920), and nothing is written twice.
+//!
+//! Every wait is bounded: a command line must arrive within the idle timeout (a deadline per
+//! command, not per byte, so a client trickling one byte at a time cannot hold a session), a
+//! whole DATA section within `data_timeout_ms`, and a write within the idle timeout (a client
+//! that pipelines commands but never reads its replies is dropped, not buffered for).
 
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::time::Instant;
 
 use super::data_reader::DataReader;
 use super::reply::Reply;
@@ -23,6 +29,8 @@ pub enum Stop {
     Idle,
     /// The relay is shutting down.
     Shutdown,
+    /// DATA went on for longer than `data_timeout_ms`.
+    DataTimeout,
 }
 
 /// One command line, or a line over the length bound (already skipped up to its end).
@@ -36,6 +44,10 @@ pub enum Line {
 /// pipelined tail (QUIT, RSET, a next MAIL), not enough to make a wait cost memory.
 const WATCH_LIMIT: usize = 64 * 1024;
 
+/// Pending replies past which the session writes them out before reading on, so a flood of
+/// pipelined commands from a client that does not read costs at most this much memory.
+const OUTPUT_LIMIT: usize = 64 * 1024;
+
 pub struct Conn {
     stream: Box<dyn AsyncStream>,
     input: Vec<u8>,
@@ -46,6 +58,8 @@ pub struct Conn {
     max_line: usize,
     /// Inside an over-long line: drop bytes until its LF.
     skipping: bool,
+    /// A write failed or timed out: the connection is treated as closed.
+    broken: bool,
 }
 
 impl Conn {
@@ -58,7 +72,33 @@ impl Conn {
             idle,
             max_line,
             skipping: false,
+            broken: false,
         }
+    }
+
+    /// Takes the stream out for a TLS handshake (STARTTLS), leaving a closed placeholder;
+    /// `restore` puts the encrypted one back. Pending replies must have been flushed.
+    pub fn take_stream(&mut self) -> Box<dyn AsyncStream> {
+        debug_assert!(self.output.is_empty());
+        std::mem::replace(&mut self.stream, Box::new(tokio::io::duplex(1).0))
+    }
+
+    pub fn restore(&mut self, stream: Box<dyn AsyncStream>) {
+        self.stream = stream;
+    }
+
+    /// Drops every byte received but not yet read: after STARTTLS, plaintext the client
+    /// pipelined behind the command must not be taken as if it came over TLS (RFC 3207 4.2,
+    /// CVE-2011-0411).
+    pub fn discard_input(&mut self) {
+        self.input.clear();
+        self.start = 0;
+        self.skipping = false;
+    }
+
+    /// Whether pending replies have reached the bound where they must be written out.
+    pub fn output_full(&self) -> bool {
+        self.output.len() >= OUTPUT_LIMIT
     }
 
     pub fn reply(&mut self, reply: &Reply) {
@@ -68,24 +108,28 @@ impl Conn {
     /// Writes out pending replies. A failed write is not reported here: the next read sees
     /// the closed connection.
     pub async fn flush(&mut self) {
-        if self.output.is_empty() {
+        if self.output.is_empty() || self.broken {
+            self.output.clear();
             return;
         }
-        let ok = self.stream.write_all(&self.output).await.is_ok();
+        let write = async {
+            self.stream.write_all(&self.output).await?;
+            self.stream.flush().await
+        };
+        let ok = matches!(tokio::time::timeout(self.idle, write).await, Ok(Ok(())));
         self.output.clear();
-        if ok {
-            let _ = self.stream.flush().await;
-        }
+        self.broken = !ok;
     }
 
     /// The next command line, without its line ending. A line longer than `max_line` is
     /// reported once as `TooLong` and skipped to its end, so the session can go on.
     pub async fn read_line(&mut self, shutdown: &mut Shutdown) -> Result<Line, Stop> {
+        let deadline = Instant::now() + self.idle;
         loop {
             if let Some(line) = self.take_line() {
                 return Ok(line);
             }
-            self.fill(shutdown).await?;
+            self.fill(shutdown, deadline).await?;
         }
     }
 
@@ -119,7 +163,12 @@ impl Conn {
 
     /// Reads DATA into `reader` until its terminator; bytes after it stay buffered.
     /// A message in flight is read to its end even during shutdown; the grace period bounds it.
-    pub async fn read_data(&mut self, reader: &mut DataReader) -> Result<(), Stop> {
+    /// Each read waits at most the idle timeout, and the whole at most until `deadline`.
+    pub async fn read_data(
+        &mut self,
+        reader: &mut DataReader,
+        deadline: Instant,
+    ) -> Result<(), Stop> {
         loop {
             let pending = &self.input[self.start..];
             match reader.feed(pending) {
@@ -130,7 +179,16 @@ impl Conn {
                 None => self.start = self.input.len(),
             }
             self.flush().await;
-            self.read_some_timed().await?;
+            let idle = Instant::now() + self.idle;
+            let (at, stop) = if idle < deadline {
+                (idle, Stop::Idle)
+            } else {
+                (deadline, Stop::DataTimeout)
+            };
+            match tokio::time::timeout_at(at, self.read_some()).await {
+                Ok(r) => r?,
+                Err(_) => return Err(stop),
+            }
         }
     }
 
@@ -149,26 +207,22 @@ impl Conn {
         }
     }
 
-    async fn fill(&mut self, shutdown: &mut Shutdown) -> Result<(), Stop> {
+    async fn fill(&mut self, shutdown: &mut Shutdown, deadline: Instant) -> Result<(), Stop> {
         self.flush().await;
         // Shutdown first: between commands, a client is told to come back later even if its
         // next command already arrived.
         tokio::select! {
             biased;
             _ = shutdown.wait() => Err(Stop::Shutdown),
-            r = self.read_some_timed() => r,
-        }
-    }
-
-    async fn read_some_timed(&mut self) -> Result<(), Stop> {
-        match tokio::time::timeout(self.idle, self.read_some()).await {
-            Ok(r) => r,
-            Err(_) => Err(Stop::Idle),
+            r = tokio::time::timeout_at(deadline, self.read_some()) => r.unwrap_or(Err(Stop::Idle)),
         }
     }
 
     /// Reads once into the buffer (cancel-safe: a cancelled read has read nothing).
     async fn read_some(&mut self) -> Result<(), Stop> {
+        if self.broken {
+            return Err(Stop::Closed);
+        }
         if self.start > 0 && self.start * 2 >= self.input.len() {
             self.input.drain(..self.start);
             self.start = 0;
@@ -182,9 +236,13 @@ impl Conn {
         }
     }
 
+    /// Writes out pending replies and closes our side. Bounded like every write: a TLS
+    /// close_notify to a client that reads nothing must not hold the session open.
     pub async fn shutdown_write(&mut self) {
         self.flush().await;
-        let _ = self.stream.shutdown().await;
+        if !self.broken {
+            let _ = tokio::time::timeout(self.idle, self.stream.shutdown()).await;
+        }
     }
 }
 

@@ -2,6 +2,10 @@
 //! Nothing is forwarded unless the final `<CRLF>.<CRLF>` arrived: a client that drops the
 //! connection mid-DATA has sent no message.
 
+use std::time::Duration;
+
+use tokio::time::Instant;
+
 use super::conn::Stop;
 use super::data_reader::{DataProblem, DataReader};
 use super::reply::{self, Reply};
@@ -23,11 +27,17 @@ impl Session {
         self.reply(reply::start_data());
         let smtp = &self.ctx.config.smtp;
         let (max_bytes, max_line) = (smtp.max_message_bytes.get(), smtp.max_line_bytes.get());
+        let deadline = Instant::now() + Duration::from_millis(smtp.data_timeout_ms.get());
         let mut reader = DataReader::new(max_bytes, max_line);
-        match self.conn.read_data(&mut reader).await {
+        match self.conn.read_data(&mut reader, deadline).await {
             Ok(()) => {}
             Err(Stop::Idle) => {
                 self.reply(reply::idle_timeout());
+                return Flow::Close;
+            }
+            Err(Stop::DataTimeout) => {
+                tracing::info!(peer = %self.peer, "DATA deadline passed; nothing forwarded");
+                self.reply(reply::data_timeout());
                 return Flow::Close;
             }
             Err(_) => return Flow::Close,
@@ -40,9 +50,10 @@ impl Session {
         }
         match body {
             Ok(body) => return self.deliver(envelope, body).await,
-            Err(DataProblem::TooBig) => self.reply(reply::message_too_big(max_bytes)),
-            Err(DataProblem::LineTooLong) => self.reply(reply::line_too_long(max_line)),
-            Err(DataProblem::BareNewline) => self.reply(reply::bare_newline()),
+            Err(DataProblem::TooBig) => self.verdict(reply::message_too_big(max_bytes)),
+            Err(DataProblem::LineTooLong) => self.verdict(reply::line_too_long(max_line)),
+            Err(DataProblem::BareNewline) => self.verdict(reply::bare_newline()),
+            Err(DataProblem::Nul) => self.verdict(reply::nul_in_data()),
         }
         Flow::Continue
     }

@@ -3,7 +3,9 @@
 //! mix can neither end the message nor start a second one (SMTP smuggling). A message that
 //! holds a bare CR or LF anywhere is refused whole at the final dot (`550 5.6.0`), because
 //! upstream servers disagree on what such bytes mean, and passing them on would let a
-//! smuggled message through the next hop. The byte loop is a small state machine so that a
+//! smuggled message through the next hop. A NUL byte is refused the same way (`550 5.6.0`):
+//! RFC 5322 forbids it, and a next hop that drops NULs would turn `\r\n\0.\r\n` into a
+//! terminator. The byte loop is a small state machine so that a
 //! terminator split across reads is found exactly.
 
 /// Where the reader is inside the current line.
@@ -27,6 +29,7 @@ pub enum DataProblem {
     TooBig,
     LineTooLong,
     BareNewline,
+    Nul,
 }
 
 /// Accumulates one message, unstuffed, bounded by `max_bytes`. Bytes past the bound are
@@ -41,6 +44,7 @@ pub struct DataReader {
     too_big: bool,
     line_too_long: bool,
     bare_newline: bool,
+    nul: bool,
 }
 
 impl DataReader {
@@ -54,6 +58,7 @@ impl DataReader {
             too_big: false,
             line_too_long: false,
             bare_newline: false,
+            nul: false,
         }
     }
 
@@ -110,6 +115,7 @@ impl DataReader {
     }
 
     fn push(&mut self, b: u8) {
+        self.nul |= b == 0;
         self.line_len += 1;
         if self.line_len > self.max_line {
             self.line_too_long = true;
@@ -129,6 +135,8 @@ impl DataReader {
             Err(DataProblem::LineTooLong)
         } else if self.bare_newline {
             Err(DataProblem::BareNewline)
+        } else if self.nul {
+            Err(DataProblem::Nul)
         } else {
             Ok(self.body)
         }
@@ -201,6 +209,13 @@ mod tests {
         assert_eq!(read(b"a\nb\r\n.\r\n").1, Err(DataProblem::BareNewline));
         assert_eq!(read(b"a\rb\r\n.\r\n").1, Err(DataProblem::BareNewline));
         assert_eq!(read(b"a\r\n.\rb\r\n.\r\n").1, Err(DataProblem::BareNewline));
+    }
+
+    #[test]
+    fn nul_anywhere_is_refused_at_the_end() {
+        assert_eq!(read(b"a\0b\r\n.\r\n").1, Err(DataProblem::Nul));
+        assert_eq!(read(b"a\r\n\0.\r\n.\r\n").1, Err(DataProblem::Nul));
+        assert_eq!(read(b"a\r\n.\0\r\n.\r\n").1, Err(DataProblem::Nul));
     }
 
     #[test]

@@ -53,7 +53,7 @@ impl Session {
             Err(UpstreamError::Rejected { .. }) => Outcome::UpstreamTempFail,
         };
         self.log_message(&envelope, &record, started, Some(&reply));
-        self.reply(reply);
+        self.verdict(reply);
         Flow::Continue
     }
 
@@ -94,7 +94,12 @@ impl Session {
         body: &[u8],
     ) -> Result<(Option<Permit>, Record), (Flow, Record)> {
         let facts = MessageFacts {
-            auth_tenant: None,
+            auth_tenant: self.auth.as_ref().map(|u| u.tenant.as_str()),
+            // An authenticated client has its user's rights, whatever its address.
+            header_trusted: match &self.auth {
+                Some(user) => user.trust_key_header,
+                None => self.trusted,
+            },
             sender: envelope.from.as_deref(),
             rcpts: &envelope.rcpts,
             client_ip: self.peer.ip(),
@@ -115,8 +120,12 @@ impl Session {
             return Ok((None, record));
         }
         let throttle = self.ctx.throttle.clone();
+        // Biased: a message the buckets let through at once goes, as it would with no layer
+        // at all, even if the client already half-closed after a pipelined QUIT; only a
+        // real wait is abandoned when the client leaves.
         let arrived = Instant::now();
         let outcome = tokio::select! {
+            biased;
             outcome = throttle.acquire(charges) => outcome,
             _ = self.conn.closed() => {
                 record.outcome = Outcome::Abandoned;
@@ -140,12 +149,12 @@ impl Session {
                 retry_after,
             }) => {
                 self.ctx.metrics.throttled(&layer);
-                self.reply(reply::rate_limited(&layer, retry_after));
+                self.verdict(reply::rate_limited(&layer, retry_after));
                 (record.layer, record.key) = (layer, key);
                 (Flow::Continue, Outcome::Throttled)
             }
             Err(ThrottleError::CostOverBurst { layer, cost, burst }) => {
-                self.reply(reply::cost_over_burst(&layer, cost, burst));
+                self.verdict(reply::cost_over_burst(&layer, cost, burst));
                 record.layer = layer;
                 (Flow::Continue, Outcome::Rejected)
             }
@@ -168,11 +177,23 @@ impl Session {
             .map(|g| g.name.as_str())
             .unwrap_or("");
         let esmtp = self.greeting.as_ref().is_some_and(|g| g.esmtp);
+        // RFC 3848: S for TLS, A for AUTH.
+        let protocol = match (
+            esmtp || self.tls || self.auth.is_some(),
+            self.tls,
+            self.auth.is_some(),
+        ) {
+            (false, _, _) => "SMTP",
+            (true, false, false) => "ESMTP",
+            (true, true, false) => "ESMTPS",
+            (true, false, true) => "ESMTPA",
+            (true, true, true) => "ESMTPSA",
+        };
         let trace = Trace {
             helo,
             peer: self.peer.ip(),
             hostname: &self.ctx.config.smtp.hostname,
-            protocol: if esmtp { "ESMTP" } else { "SMTP" },
+            protocol,
             id: &id[..16],
             for_rcpt: match envelope.rcpts.as_slice() {
                 [one] => Some(one.as_str()),

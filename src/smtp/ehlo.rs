@@ -1,4 +1,5 @@
 //! EHLO and HELO: greet, reset any transaction (RFC 5321 4.1.4), and list what we offer.
+//! STARTTLS is listed only before TLS; AUTH only under TLS unless `allow_plaintext_auth`.
 
 use super::reply::Reply;
 use super::session::{Greeting, Session};
@@ -22,6 +23,12 @@ impl Session {
             "SMTPUTF8".to_string(),
             "ENHANCEDSTATUSCODES".to_string(),
         ];
+        if self.ctx.tls.is_some() && !self.tls {
+            lines.push("STARTTLS".to_string());
+        }
+        if self.auth_offered() {
+            lines.push("AUTH PLAIN LOGIN".to_string());
+        }
         // RFC 9422: clients that know LIMITS split a message themselves instead of being
         // refused recipients, or waiting for a cost no bucket can hold.
         lines.push(format!("LIMITS RCPTMAX={}", self.ctx.rcpt_max));

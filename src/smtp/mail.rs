@@ -32,7 +32,9 @@ impl Session {
         self.reply(Reply::new(250, "2.1.0", "Sender ok"));
     }
 
+    /// Only an authenticated client, or one from `trusted_networks`, may send: anything
+    /// else would make this an open relay for the upstream's sending reputation.
     fn may_relay(&self) -> bool {
-        self.trusted
+        self.trusted || self.auth.is_some()
     }
 }

@@ -2,8 +2,9 @@
 //! one client's state machine and dispatches each command to the file named after its verb
 //! (`ehlo`, `mail`, `rcpt`, `data`, `misc` for the one-line verbs); `deliver` is what
 //! happens at the final dot; `conn` and `data_reader` read the bytes; `reply` holds every
-//! reply text.
+//! reply text. `starttls` upgrades the connection and `auth` checks passwords.
 
+mod auth;
 mod conn;
 mod data;
 mod data_reader;
@@ -15,6 +16,7 @@ mod rcpt;
 mod received;
 pub mod reply;
 mod session;
+mod starttls;
 
 pub use data_reader::{DataProblem, DataReader};
 
@@ -30,11 +32,14 @@ pub async fn serve(
     stream: Box<dyn conn::AsyncStream>,
     peer: SocketAddr,
     shutdown: Shutdown,
+    tls: bool,
 ) {
     let smtp = &ctx.config.smtp;
     let idle = std::time::Duration::from_millis(smtp.idle_timeout_ms.get());
     let conn = conn::Conn::new(stream, idle, smtp.max_line_bytes.get());
-    session::Session::new(ctx, conn, peer, shutdown).run().await;
+    session::Session::new(ctx, conn, peer, shutdown, tls)
+        .run()
+        .await;
 }
 
 /// Tells a client over the connection bound why it is turned away, then closes.

@@ -111,6 +111,55 @@ pub fn bare_newline() -> Reply {
         "Message contains a bare CR or LF (RFC 5321 2.3.8); not relayed",
     )
 }
+pub fn nul_in_data() -> Reply {
+    Reply::new(
+        550,
+        "5.6.0",
+        "Message contains a NUL byte (RFC 5322 forbids it); not relayed",
+    )
+}
+pub fn bare_newline_in_command() -> Reply {
+    syntax_error("a command ends with CRLF and holds no other CR or LF")
+}
+pub fn invalid_utf8() -> Reply {
+    syntax_error("command is not valid UTF-8")
+}
+pub fn too_many_connections_from_address() -> Reply {
+    Reply::new(
+        421,
+        "4.7.0",
+        "Too many connections from your address, try again later",
+    )
+}
+pub fn too_many_errors() -> Reply {
+    Reply::new(421, "4.7.0", "Too many errors, closing connection")
+}
+pub fn data_timeout() -> Reply {
+    Reply::new(421, "4.4.2", "DATA took too long, closing connection")
+}
+pub fn ready_for_tls() -> Reply {
+    Reply::new(220, "2.0.0", "Ready to start TLS")
+}
+pub fn encryption_required() -> Reply {
+    Reply::new(
+        538,
+        "5.7.11",
+        "Encryption required for requested authentication mechanism",
+    )
+}
+pub fn auth_succeeded() -> Reply {
+    Reply::new(235, "2.7.0", "Authentication successful")
+}
+pub fn auth_failed() -> Reply {
+    Reply::new(535, "5.7.8", "Authentication credentials invalid")
+}
+pub fn auth_locked_out() -> Reply {
+    Reply::new(
+        421,
+        "4.7.0",
+        "Too many failed authentication attempts, try again later",
+    )
+}
 pub fn upstream_unavailable() -> Reply {
     Reply::new(451, "4.4.1", "Upstream unavailable, try again later")
 }

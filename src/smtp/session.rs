@@ -37,10 +37,32 @@ pub struct Session {
     pub envelope: Option<Envelope>,
     /// The client may relay without AUTH (its address is in `trusted_networks`).
     pub trusted: bool,
+    /// The connection is encrypted (implicit TLS, or after STARTTLS).
+    pub tls: bool,
+    /// The user the client authenticated as.
+    pub auth: Option<AuthUser>,
+    /// Error replies so far, against `max_errors`.
+    pub errors: usize,
+}
+
+/// Who the client proved to be with AUTH, and what that lets it do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthUser {
+    pub name: String,
+    /// Its throttle key: the user's `tenant`, or its name.
+    pub tenant: String,
+    /// Its `header:<Name>` keys are honoured (`trust_key_header`).
+    pub trust_key_header: bool,
 }
 
 impl Session {
-    pub fn new(ctx: Arc<Context>, conn: Conn, peer: SocketAddr, shutdown: Shutdown) -> Session {
+    pub fn new(
+        ctx: Arc<Context>,
+        conn: Conn,
+        peer: SocketAddr,
+        shutdown: Shutdown,
+        tls: bool,
+    ) -> Session {
         let trusted = ctx
             .config
             .smtp
@@ -55,6 +77,9 @@ impl Session {
             greeting: None,
             envelope: None,
             trusted,
+            tls,
+            auth: None,
+            errors: 0,
         }
     }
 
@@ -79,6 +104,15 @@ impl Session {
                 self.conn.shutdown_write().await;
                 return;
             }
+            if self.errors >= self.ctx.config.smtp.max_errors.get() {
+                tracing::info!(peer = %self.peer, errors = self.errors, "too many errors");
+                self.conn.reply(&reply::too_many_errors());
+                self.conn.shutdown_write().await;
+                return;
+            }
+            if self.conn.output_full() {
+                self.conn.flush().await;
+            }
         }
     }
 
@@ -87,20 +121,21 @@ impl Session {
             Stop::Closed => return,
             Stop::Idle => reply::idle_timeout(),
             Stop::Shutdown => reply::shutting_down(),
+            Stop::DataTimeout => reply::data_timeout(),
         };
         self.conn.reply(&last);
         self.conn.shutdown_write().await;
     }
 
     async fn command(&mut self, line: &[u8]) -> Flow {
-        if line.contains(&0) {
-            self.conn.reply(&reply::syntax_error("NUL byte in command"));
+        if let Some(problem) = malformed(line) {
+            self.reply(problem);
             return Flow::Continue;
         }
         let request = match Request::parse(&mut line.iter()) {
             Ok(request) => request,
             Err(e) => {
-                self.conn.reply(&parse_error_reply(&e));
+                self.reply(parse_error_reply(&e));
                 return Flow::Continue;
             }
         };
@@ -114,19 +149,53 @@ impl Session {
             Request::Noop { .. } => self.conn.reply(&reply::ok()),
             Request::Vrfy { .. } => self.vrfy(),
             Request::Help { .. } => self.help(),
+            Request::StartTls => return self.starttls().await,
+            Request::Auth {
+                mechanism,
+                initial_response,
+            } => return self.auth(mechanism, &initial_response).await,
             Request::Quit => {
                 self.conn.reply(&reply::bye());
                 return Flow::Close;
             }
-            other => self.conn.reply(&reply::not_implemented(other.name())),
+            other => self.reply(reply::not_implemented(other.name())),
         }
         Flow::Continue
     }
 
-    /// Queues a reply; it goes out when the session next waits for the client.
+    /// Queues a reply; it goes out when the session next waits for the client. A 5xx counts
+    /// as an error against `max_errors`.
     pub fn reply(&mut self, reply: Reply) {
+        if reply.code >= 500 {
+            self.errors += 1;
+        }
         self.conn.reply(&reply);
     }
+
+    /// Queues the verdict on a message at its final dot. Not counted as an error: a client
+    /// whose messages upstream refuses is not misbehaving.
+    pub fn verdict(&mut self, reply: Reply) {
+        self.conn.reply(&reply);
+    }
+}
+
+/// What is wrong with a command line's bytes before parsing, if anything: a NUL, a bare CR
+/// or LF (only the final CRLF may end it), or bytes that are not UTF-8 (RFC 6531 allows
+/// UTF-8 in addresses, nothing else).
+fn malformed(line: &[u8]) -> Option<Reply> {
+    let Some(body) = line.strip_suffix(b"\r\n") else {
+        return Some(reply::bare_newline_in_command());
+    };
+    if body.contains(&0) {
+        return Some(reply::syntax_error("NUL byte in command"));
+    }
+    if body.iter().any(|&b| b == b'\r' || b == b'\n') {
+        return Some(reply::bare_newline_in_command());
+    }
+    if std::str::from_utf8(body).is_err() {
+        return Some(reply::invalid_utf8());
+    }
+    None
 }
 
 fn parse_error_reply(e: &ParseError) -> Reply {

@@ -2,7 +2,9 @@
 //! test upstream SMTP server. Each test binary uses a different part of them.
 #![allow(dead_code)]
 
+pub mod auth;
 pub mod memory;
 pub mod relay;
+pub mod tls;
 pub mod upstream;
 mod upstream_session;

@@ -7,9 +7,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use mailsluice::config::Config;
-use mailsluice::server::Context;
+use mailsluice::server::{Context, Listeners};
 use mailsluice::shutdown::{self, ShutdownTrigger};
 use mailsluice::smtp::AsyncStream;
+use mailsluice::tls::Tls;
 use mailsluice::upstream::Forwarder;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
@@ -21,6 +22,10 @@ pub struct Relay {
     /// Sessions over in-memory streams share this context with the TCP ones.
     ctx: Arc<Context>,
     admin: Arc<mailsluice::admin::Admin>,
+    /// The implicit-TLS port, when the config has `[smtp.tls]`.
+    pub tls_addr: Option<SocketAddr>,
+    /// The relay's certificate holder, to call `reload` as SIGHUP does.
+    pub tls: Option<Arc<Tls>>,
     /// The relay's throttle, to peek at buckets.
     pub throttle: Arc<mailsluice::throttle::Throttle>,
     trigger: ShutdownTrigger,
@@ -40,16 +45,28 @@ impl Relay {
         let config = Arc::new(Config::parse(config).expect("test config is valid"));
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
+        let mut listeners = Listeners::from(vec![listener]);
+        let mut tls_addr = None;
+        if config.smtp.tls.is_some() {
+            let implicit = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tls_addr = Some(implicit.local_addr().unwrap());
+            listeners.implicit_tls.push(implicit);
+        }
         let (trigger, shutdown) = shutdown::channel();
-        let deps = mailsluice::Deps::new(config, forwarder);
+        let deps = mailsluice::Deps::new(config, forwarder)
+            .with_tls()
+            .expect("test certificate loads");
         let throttle = deps.throttle.clone();
         let ctx = Arc::new(Context::new(deps.clone()));
         let admin = deps.admin();
-        let task = tokio::spawn(mailsluice::run(vec![listener], deps, shutdown));
+        let tls = deps.tls.clone();
+        let task = tokio::spawn(mailsluice::run(listeners, deps, shutdown));
         Relay {
             addr,
             ctx,
             admin,
+            tls_addr,
+            tls,
             throttle,
             trigger,
             task,
@@ -102,6 +119,7 @@ impl Relay {
             Box::new(theirs),
             peer,
             shutdown,
+            false,
         ));
         Client {
             stream: BufReader::new(Box::new(ours)),
@@ -109,7 +127,7 @@ impl Relay {
     }
 }
 
-/// A raw SMTP client.
+/// A raw SMTP client, over TCP or TLS.
 pub struct Client {
     stream: BufReader<Box<dyn AsyncStream>>,
 }
@@ -130,13 +148,33 @@ impl Client {
 
     pub async fn connect_raw(addr: SocketAddr) -> Client {
         let stream = TcpStream::connect(addr).await.unwrap();
+        // Without it, Nagle holds a small write until the relay ACKs the previous one, which
+        // a delayed ACK puts off by tens of real milliseconds: long enough for paused time to
+        // jump past a deadline the test means to stay within.
+        stream.set_nodelay(true).unwrap();
+        Client::over(Box::new(stream))
+    }
+
+    pub fn over(stream: Box<dyn AsyncStream>) -> Client {
         Client {
             stream: BufReader::new(Box::new(stream)),
         }
     }
 
+    /// Takes the underlying stream (nothing may be left unread in the buffer), for a TLS
+    /// handshake; `over` wraps the result again.
+    pub fn into_stream(self) -> Box<dyn AsyncStream> {
+        assert!(self.stream.buffer().is_empty(), "bytes left unread");
+        self.stream.into_inner()
+    }
+
     pub async fn send(&mut self, bytes: &[u8]) {
         self.stream.get_mut().write_all(bytes).await.unwrap();
+    }
+
+    /// Sends without failing when the relay has already closed the connection.
+    pub async fn try_send(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.stream.get_mut().write_all(bytes).await
     }
 
     /// Reads one reply, joining the lines of a multi-line one with `\n`. `(0, "")` at EOF.
@@ -178,6 +216,19 @@ impl Client {
         self.send(message).await;
         self.send(b".\r\n").await;
         self.reply().await
+    }
+
+    /// True when the relay closes the connection after at most a few bytes (a TLS alert, a
+    /// last reply), never a session's worth.
+    pub async fn reads_to_close(&mut self) -> bool {
+        let mut buf = [0u8; 512];
+        for _ in 0..16 {
+            match self.stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return true,
+                Ok(_) => {}
+            }
+        }
+        false
     }
 
     /// True when the relay closed the connection (reads EOF).

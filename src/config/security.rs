@@ -1,0 +1,201 @@
+//! The security part of the `[smtp]` schema: `[smtp.tls]` (certificate files for STARTTLS
+//! and implicit TLS) and `[smtp.auth]` (users, password hashes, the failed-attempt lockout).
+//! Kept apart from `config.rs` so the rules that decide who may send stay in one place.
+
+use std::num::{NonZeroU32, NonZeroU64};
+use std::path::PathBuf;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::{located, SmtpConfig};
+
+/// `[smtp.tls]`: the certificate chain and its private key, both PEM files. Read at startup
+/// (a missing or mismatched key stops the start) and again on SIGHUP.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// A TLS handshake (STARTTLS or implicit) that has not finished by then is dropped, so a
+    /// client cannot hold a connection slot by never finishing it.
+    #[serde(default = "default_handshake_timeout_ms")]
+    pub handshake_timeout_ms: NonZeroU64,
+}
+
+/// `[smtp.auth]`: who may log in, and how hard guessing passwords is made.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthConfig {
+    #[serde(default)]
+    pub users: Vec<UserConfig>,
+    /// Every failed AUTH is answered only after this delay, so guessing is slow even before
+    /// the lockout.
+    #[serde(default = "default_failure_delay_ms")]
+    pub failure_delay_ms: u64,
+    /// Failed attempts from one client address (an IPv6 /64) within `failure_window_ms`
+    /// after which it is locked out.
+    #[serde(default = "default_max_failures")]
+    pub max_failures: NonZeroU32,
+    #[serde(default = "default_failure_window_ms")]
+    pub failure_window_ms: NonZeroU64,
+    /// How long a locked-out address gets `421 4.7.0` at AUTH.
+    #[serde(default = "default_lockout_ms")]
+    pub lockout_ms: NonZeroU64,
+}
+
+/// One user that may AUTH.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserConfig {
+    pub user: Spanned<String>,
+    /// A PHC string from `mailsluice hash-password` (`$argon2id$v=19$...`).
+    pub password_hash: Spanned<String>,
+    /// The throttle key of layers keyed on `auth` (and of header-keyed layers, which a header
+    /// cannot override). Without it, the user name is the key.
+    pub tenant: Option<String>,
+    /// Whether `header:<Name>` keys written by this user are honoured: for a platform that
+    /// sends on behalf of its own tenants. Off by default: a header cannot move a user out
+    /// of its tenant's bucket.
+    #[serde(default)]
+    pub trust_key_header: bool,
+}
+
+impl UserConfig {
+    /// The key this user's messages are charged to in `auth` layers.
+    pub fn tenant(&self) -> &str {
+        self.tenant.as_deref().unwrap_or(self.user.get_ref())
+    }
+}
+
+fn default_handshake_timeout_ms() -> NonZeroU64 {
+    NonZeroU64::new(10_000).unwrap()
+}
+fn default_failure_delay_ms() -> u64 {
+    1000
+}
+fn default_max_failures() -> NonZeroU32 {
+    NonZeroU32::new(5).unwrap()
+}
+fn default_failure_window_ms() -> NonZeroU64 {
+    NonZeroU64::new(300_000).unwrap()
+}
+fn default_lockout_ms() -> NonZeroU64 {
+    NonZeroU64::new(300_000).unwrap()
+}
+
+/// The cross-key rules of the security keys; errors name the key and its line.
+pub(super) fn validate(smtp: &SmtpConfig, text: &str) -> Result<(), String> {
+    if !smtp.tls_listen.is_empty() && smtp.tls.is_none() {
+        return Err(
+            "key `smtp.tls_listen`: implicit TLS needs a certificate: add [smtp.tls] cert and key"
+                .into(),
+        );
+    }
+    let Some(auth) = &smtp.auth else {
+        return Ok(());
+    };
+    let mut names = std::collections::HashSet::new();
+    for user in &auth.users {
+        let name = user.user.get_ref();
+        if name.is_empty() || name.contains(['\0', '\r', '\n']) {
+            return Err(located(
+                text,
+                user.user.span(),
+                "key `smtp.auth.users.user`: a user name must be non-empty, without NUL, CR or LF",
+            ));
+        }
+        if !names.insert(name.clone()) {
+            return Err(located(
+                text,
+                user.user.span(),
+                &format!("key `smtp.auth.users.user`: duplicate user `{name}`"),
+            ));
+        }
+        check_hash(user.password_hash.get_ref()).map_err(|e| {
+            located(
+                text,
+                user.password_hash.span(),
+                &format!("key `smtp.auth.users.password_hash`: {e}"),
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// An argon2 PHC string with parameters argon2 accepts, so a typo is a startup error and not
+/// a user who can never log in.
+fn check_hash(hash: &str) -> Result<(), String> {
+    let parsed = argon2::PasswordHash::new(hash).map_err(|e| {
+        format!("not a PHC hash string ({e}); make one with `mailsluice hash-password`")
+    })?;
+    if !parsed.algorithm.as_str().starts_with("argon2") {
+        return Err(format!(
+            "algorithm `{}` is not argon2; make one with `mailsluice hash-password`",
+            parsed.algorithm
+        ));
+    }
+    argon2::Params::try_from(&parsed).map_err(|e| format!("bad argon2 parameters: {e}"))?;
+    if parsed.hash.is_none() {
+        return Err("the hash has no output part".into());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+
+    const HASH: &str = "$argon2id$v=19$m=19456,t=2,p=1$c29tZXNhbHRzb21lc2FsdA$hRh5UbO5V5zAcTz1r34tZgRfrqBvAdiE/lw+J3iU+Ls";
+
+    fn parse(smtp_extra: &str) -> Result<Config, String> {
+        Config::parse(&format!(
+            "[smtp]\nlisten = [\"127.0.0.1:0\"]\n{smtp_extra}\n[upstream]\nurl = \"file://o\"\n"
+        ))
+    }
+
+    #[test]
+    fn users_parse_with_defaults() {
+        let c = parse(&format!(
+            "[smtp.auth]\nusers = [{{ user = \"acme\", password_hash = \"{HASH}\", tenant = \"t1\" }},\n  {{ user = \"b\", password_hash = \"{HASH}\" }}]\n"
+        ))
+        .unwrap();
+        let auth = c.smtp.auth.unwrap();
+        assert_eq!(auth.users[0].tenant(), "t1");
+        assert_eq!(auth.users[1].tenant(), "b");
+        assert!(!auth.users[0].trust_key_header);
+        assert_eq!(auth.max_failures.get(), 5);
+        assert_eq!(auth.failure_delay_ms, 1000);
+        assert!(!c.smtp.allow_plaintext_auth);
+    }
+
+    #[test]
+    fn bad_hash_is_named_with_its_line() {
+        let err = parse("[smtp.auth]\nusers = [\n { user = \"a\", password_hash = \"secret\" }]\n")
+            .unwrap_err();
+        assert!(
+            err.contains("password_hash") && err.contains("line 5"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn duplicate_user_is_refused() {
+        let err = parse(&format!(
+            "[smtp.auth]\nusers = [{{ user = \"a\", password_hash = \"{HASH}\" }}, {{ user = \"a\", password_hash = \"{HASH}\" }}]\n"
+        ))
+        .unwrap_err();
+        assert!(err.contains("duplicate user"), "{err}");
+    }
+
+    #[test]
+    fn implicit_tls_needs_a_certificate() {
+        let err = parse("tls_listen = [\"127.0.0.1:0\"]\n").unwrap_err();
+        assert!(err.contains("smtp.tls_listen"), "{err}");
+        let c = parse(
+            "tls_listen = [\"127.0.0.1:0\"]\n[smtp.tls]\ncert = \"c.pem\"\nkey = \"k.pem\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.smtp.tls.unwrap().handshake_timeout_ms.get(), 10_000);
+    }
+}

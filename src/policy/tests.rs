@@ -1,0 +1,153 @@
+//! The key and cost rules, and the header trust rule, on hand-made messages.
+
+use super::*;
+
+fn layer(key: &str, cost: Cost, matches: Option<(&str, &str)>) -> LayerPolicy {
+    LayerPolicy {
+        name: "l".into(),
+        key: KeySource::parse(key).unwrap(),
+        default_key: "default".into(),
+        cost,
+        matches: matches.map(|(h, v)| MatchSpec {
+            header: h.into(),
+            value: v.into(),
+        }),
+        strip_key_header: true,
+    }
+}
+
+fn facts<'a>(message: &'a [u8], rcpts: &'a [String], tenant: Option<&'a str>) -> MessageFacts<'a> {
+    MessageFacts {
+        auth_tenant: tenant,
+        // As the session sets it for a trusted network without AUTH, or a user without
+        // `trust_key_header`.
+        header_trusted: tenant.is_none(),
+        sender: Some("App@Example.COM"),
+        rcpts,
+        client_ip: "127.0.0.1".parse().unwrap(),
+        message,
+    }
+}
+
+const MSG: &[u8] = b"Subject: hi\r\nX-Tenant:\r\n  acme\r\nX-Tier: Basic\r\n\r\nX-Tenant: body\r\n";
+
+#[test]
+fn header_key_is_unfolded_and_case_insensitive() {
+    let rcpts = vec!["a@B.example".to_string(), "c@d".to_string()];
+    let layers = [layer("header:x-tenant", Cost::Recipients, None)];
+    let c = charges(&layers, &facts(MSG, &rcpts, None));
+    assert_eq!(
+        c,
+        [Charge {
+            layer: 0,
+            key: "acme".into(),
+            cost: 2
+        }]
+    );
+}
+
+#[test]
+fn missing_source_falls_back_to_default_key() {
+    let rcpts = vec!["a@b".to_string()];
+    let layers = [
+        layer("header:X-Other", Cost::Message, None),
+        layer("auth", Cost::Message, None),
+    ];
+    let c = charges(&layers, &facts(MSG, &rcpts, None));
+    assert_eq!(c[0].key, "default");
+    assert_eq!(c[1].key, "default");
+}
+
+#[test]
+fn authenticated_tenant_wins_over_the_header() {
+    let rcpts = vec!["a@b".to_string()];
+    let layers = [layer("header:X-Tenant", Cost::Message, None)];
+    let c = charges(&layers, &facts(MSG, &rcpts, Some("paying-tenant")));
+    assert_eq!(c[0].key, "paying-tenant");
+}
+
+#[test]
+fn envelope_keys_are_lowercased() {
+    let rcpts = vec!["a@B.example".to_string()];
+    let layers = [
+        layer("sender", Cost::Message, None),
+        layer("sender-domain", Cost::Message, None),
+        layer("rcpt-domain", Cost::Message, None),
+        layer("client-ip", Cost::Message, None),
+    ];
+    let keys: Vec<String> = charges(&layers, &facts(MSG, &rcpts, None))
+        .into_iter()
+        .map(|c| c.key)
+        .collect();
+    assert_eq!(
+        keys,
+        ["app@example.com", "example.com", "b.example", "127.0.0.1"]
+    );
+}
+
+#[test]
+fn match_selects_tier_layers_only() {
+    let rcpts = vec!["a@b".to_string()];
+    let layers = [
+        layer("none", Cost::Message, Some(("X-Tier", "basic"))),
+        layer("none", Cost::Message, Some(("X-Tier", "cx"))),
+    ];
+    let c = charges(&layers, &facts(MSG, &rcpts, None));
+    assert_eq!(c.iter().map(|c| c.layer).collect::<Vec<_>>(), [0]);
+}
+
+#[test]
+fn key_header_is_stripped_with_its_continuation_and_body_untouched() {
+    let layers = [layer("header:X-Tenant", Cost::Message, None)];
+    let out = strip_key_headers(&layers, MSG.to_vec());
+    assert_eq!(
+        out,
+        b"Subject: hi\r\nX-Tier: Basic\r\n\r\nX-Tenant: body\r\n"
+    );
+}
+
+#[test]
+fn hostile_long_header_key_is_truncated() {
+    let msg = format!("X-Tenant: {}\r\n\r\n", "é".repeat(500));
+    let rcpts = vec!["a@b".to_string()];
+    let layers = [layer("header:X-Tenant", Cost::Message, None)];
+    let c = charges(&layers, &facts(msg.as_bytes(), &rcpts, None));
+    assert!(c[0].key.len() <= MAX_KEY_BYTES);
+}
+
+#[test]
+fn header_from_an_untrusted_client_is_ignored() {
+    let rcpts = vec!["a@b".to_string()];
+    let layers = [layer("header:X-Tenant", Cost::Message, None)];
+    let mut f = facts(MSG, &rcpts, None);
+    f.header_trusted = false;
+    assert_eq!(charges(&layers, &f)[0].key, "default");
+}
+
+#[test]
+fn user_trusted_with_key_headers_may_set_one_and_falls_back_to_its_tenant() {
+    let rcpts = vec!["a@b".to_string()];
+    let layers = [
+        layer("header:X-Tenant", Cost::Message, None),
+        layer("header:X-Other", Cost::Message, None),
+        layer("auth", Cost::Message, None),
+    ];
+    let mut f = facts(MSG, &rcpts, Some("platform"));
+    f.header_trusted = true;
+    let keys: Vec<String> = charges(&layers, &f).into_iter().map(|c| c.key).collect();
+    assert_eq!(keys, ["acme", "platform", "platform"]);
+}
+
+#[test]
+fn empty_trusted_header_falls_back() {
+    let rcpts = vec!["a@b".to_string()];
+    let layers = [layer("header:X-Tenant", Cost::Message, None)];
+    let msg = b"X-Tenant:   \r\n\r\n";
+    assert_eq!(
+        charges(&layers, &facts(msg, &rcpts, None))[0].key,
+        "default"
+    );
+    let mut f = facts(msg, &rcpts, Some("t"));
+    f.header_trusted = true;
+    assert_eq!(charges(&layers, &f)[0].key, "t");
+}

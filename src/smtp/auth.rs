@@ -1,0 +1,222 @@
+//! AUTH PLAIN (RFC 4616) and LOGIN against `[smtp.auth] users` (RFC 4954). Offered only
+//! under TLS unless `allow_plaintext_auth`, so a password never crosses in clear by default.
+//! Passwords are checked on the blocking pool (argon2 is slow on purpose). Every failure is
+//! answered after `failure_delay_ms`, and `max_failures` failures from one address within
+//! `failure_window_ms` lock it out (`421 4.7.0` and close) for `lockout_ms`.
+
+use std::time::Duration;
+
+use base64::Engine;
+use smtp_proto::{AUTH_LOGIN, AUTH_PLAIN};
+use tokio::time::Instant;
+
+use super::conn::{Line, Stop};
+use super::reply::{self, Reply};
+use super::session::{AuthUser, Flow, Session};
+
+/// How an exchange ended without complete credentials.
+enum Exchange {
+    /// The client sent `*` (RFC 4954 4).
+    Cancelled,
+    /// Not base64, not UTF-8, or not the mechanism's shape.
+    Malformed,
+    TooLong,
+    Stop(Stop),
+}
+
+impl Session {
+    /// Whether EHLO lists AUTH: users exist, and the connection is encrypted or plaintext
+    /// AUTH is allowed.
+    pub fn auth_offered(&self) -> bool {
+        let smtp = &self.ctx.config.smtp;
+        smtp.auth.as_ref().is_some_and(|a| !a.users.is_empty())
+            && (self.tls || smtp.allow_plaintext_auth)
+    }
+
+    pub async fn auth(&mut self, mechanism: u64, initial: &str) -> Flow {
+        let smtp = &self.ctx.config.smtp;
+        if smtp.auth.as_ref().is_none_or(|a| a.users.is_empty()) {
+            self.reply(reply::not_implemented("AUTH"));
+            return Flow::Continue;
+        }
+        if !self.tls && !smtp.allow_plaintext_auth {
+            self.reply(reply::encryption_required());
+            return Flow::Continue;
+        }
+        let refusal = if self.greeting.is_none() {
+            Some("Send EHLO first")
+        } else if self.auth.is_some() {
+            Some("Already authenticated")
+        } else if self.envelope.is_some() {
+            Some("AUTH is not allowed during a mail transaction")
+        } else {
+            None
+        };
+        if let Some(text) = refusal {
+            self.reply(reply::bad_sequence(text));
+            return Flow::Continue;
+        }
+        if self
+            .ctx
+            .auth_failures
+            .is_locked(self.peer.ip(), Instant::now())
+        {
+            self.reply(reply::auth_locked_out());
+            return Flow::Close;
+        }
+        let credentials = match mechanism {
+            AUTH_PLAIN => self.plain(initial).await,
+            AUTH_LOGIN => self.login(initial).await,
+            _ => {
+                self.reply(Reply::new(504, "5.5.4", "Unrecognized authentication type"));
+                return Flow::Continue;
+            }
+        };
+        let (name, password) = match credentials {
+            Ok(c) => c,
+            Err(Exchange::Cancelled) => {
+                self.reply(Reply::new(501, "5.0.0", "Authentication cancelled"));
+                return Flow::Continue;
+            }
+            Err(Exchange::Malformed) => {
+                self.reply(reply::syntax_error("cannot decode the AUTH response"));
+                return Flow::Continue;
+            }
+            Err(Exchange::TooLong) => {
+                let max = self.ctx.config.smtp.max_line_bytes.get();
+                self.reply(reply::line_too_long(max));
+                return Flow::Continue;
+            }
+            Err(Exchange::Stop(stop)) => return self.stopped(stop),
+        };
+        let verified = self.verify(name, password).await;
+        // Attempts started in parallel before a lockout are answered 421 when they end, right
+        // password or not, so parallel guessing learns nothing past the threshold.
+        if self
+            .ctx
+            .auth_failures
+            .is_locked(self.peer.ip(), Instant::now())
+        {
+            self.reply(reply::auth_locked_out());
+            return Flow::Close;
+        }
+        match verified {
+            Some(user) => {
+                tracing::info!(peer = %self.peer, user = %user.name, "authenticated");
+                self.auth = Some(user);
+                self.reply(reply::auth_succeeded());
+                Flow::Continue
+            }
+            None => self.failed().await,
+        }
+    }
+
+    /// PLAIN: one response, `authzid NUL authcid NUL password`. An authzid other than the
+    /// user itself (acting for someone else) is not supported and fails like a bad password.
+    async fn plain(&mut self, initial: &str) -> Result<(String, String), Exchange> {
+        let raw = if initial.is_empty() {
+            self.challenge("").await?
+        } else {
+            decode(initial.as_bytes())?
+        };
+        let parts: Vec<&[u8]> = raw.split(|&b| b == 0).collect();
+        let [authz, authc, password] = parts[..] else {
+            return Err(Exchange::Malformed);
+        };
+        let (authc, password) = (utf8(authc)?, utf8(password)?);
+        if !authz.is_empty() && authz != authc.as_bytes() {
+            return Ok((String::new(), String::new()));
+        }
+        Ok((authc, password))
+    }
+
+    /// LOGIN: the user name (maybe as the initial response), then the password.
+    async fn login(&mut self, initial: &str) -> Result<(String, String), Exchange> {
+        let name = if initial.is_empty() {
+            self.challenge("VXNlcm5hbWU6").await?
+        } else {
+            decode(initial.as_bytes())?
+        };
+        let password = self.challenge("UGFzc3dvcmQ6").await?;
+        Ok((utf8(&name)?, utf8(&password)?))
+    }
+
+    /// Sends `334 text` and reads the client's decoded answer.
+    async fn challenge(&mut self, text: &str) -> Result<Vec<u8>, Exchange> {
+        self.conn.reply(&Reply::raw(334, text));
+        match self.conn.read_line(&mut self.shutdown).await {
+            Ok(Line::Command(line)) => {
+                decode(line.strip_suffix(b"\r\n").ok_or(Exchange::Malformed)?)
+            }
+            Ok(Line::TooLong) => Err(Exchange::TooLong),
+            Err(stop) => Err(Exchange::Stop(stop)),
+        }
+    }
+
+    /// The user `name` if `password` is its password. An unknown name costs one hash check
+    /// too, so response times do not tell which names exist.
+    async fn verify(&mut self, name: String, password: String) -> Option<AuthUser> {
+        let users = &self.ctx.config.smtp.auth.as_ref()?.users;
+        let found = users.iter().find(|u| *u.user.get_ref() == name);
+        let hash = found.or(users.first())?.password_hash.get_ref().clone();
+        let ok = tokio::task::spawn_blocking(move || crate::password::matches(&hash, &password))
+            .await
+            .unwrap_or(false);
+        let user = found.filter(|_| ok)?;
+        Some(AuthUser {
+            name,
+            tenant: user.tenant().to_string(),
+            trust_key_header: user.trust_key_header,
+        })
+    }
+
+    /// Counts the failure, waits the failure delay, then answers `535`, or `421` and closes
+    /// when the address is now locked out.
+    async fn failed(&mut self) -> Flow {
+        let locked = self
+            .ctx
+            .auth_failures
+            .record_failure(self.peer.ip(), Instant::now());
+        let delay = self
+            .ctx
+            .config
+            .smtp
+            .auth
+            .as_ref()
+            .map_or(0, |a| a.failure_delay_ms);
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+        if locked {
+            tracing::warn!(peer = %self.peer, "AUTH failures past the threshold: locked out");
+            self.reply(reply::auth_locked_out());
+            return Flow::Close;
+        }
+        tracing::info!(peer = %self.peer, "AUTH failed");
+        self.reply(reply::auth_failed());
+        Flow::Continue
+    }
+
+    /// Ends the session when the client left, idled or the relay is stopping mid-exchange.
+    fn stopped(&mut self, stop: Stop) -> Flow {
+        match stop {
+            Stop::Idle => self.reply(reply::idle_timeout()),
+            Stop::Shutdown => self.reply(reply::shutting_down()),
+            Stop::Closed | Stop::DataTimeout => {}
+        }
+        Flow::Close
+    }
+}
+
+/// Base64 of an AUTH response; `=` is the empty response and `*` cancels (RFC 4954).
+fn decode(text: &[u8]) -> Result<Vec<u8>, Exchange> {
+    match text {
+        b"*" => Err(Exchange::Cancelled),
+        b"=" => Ok(Vec::new()),
+        _ => base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .map_err(|_| Exchange::Malformed),
+    }
+}
+
+fn utf8(bytes: &[u8]) -> Result<String, Exchange> {
+    String::from_utf8(bytes.to_vec()).map_err(|_| Exchange::Malformed)
+}
