@@ -24,6 +24,7 @@
 //! Redis store is tested against, and the fallback of `on_error = "local"`.
 
 pub mod local;
+pub mod redis;
 pub mod table;
 
 use std::future::Future;
