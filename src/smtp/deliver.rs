@@ -75,6 +75,10 @@ impl Session {
                 self.reply(reply::shutting_down());
                 Err(Flow::Close)
             }
+            Err(ThrottleError::StoreUnavailable) => {
+                self.reply(reply::store_unavailable());
+                Err(Flow::Continue)
+            }
         }
     }
 

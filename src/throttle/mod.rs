@@ -21,9 +21,11 @@ pub mod bucket;
 pub mod clock;
 mod layers;
 mod queue;
+mod shared;
 pub mod store;
 
 pub use bucket::Refill;
 pub use clock::{Clock, FakeClock, Nanos, TokioClock};
 pub use layers::{Charge, LayerSpec, Peek, Permit, Throttle, ThrottleError};
 pub use queue::Mode;
+pub use shared::{OnError, SharedLayers};
