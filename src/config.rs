@@ -9,6 +9,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ipnet::IpNet;
+
+mod redis;
+pub use redis::{OnErrorConfig, RedisConfig};
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -31,6 +34,8 @@ pub struct Config {
     pub upstream: UpstreamConfig,
     #[serde(default)]
     pub throttle: Vec<ThrottleConfig>,
+    /// The shared store of `store = "redis"` layers.
+    pub redis: Option<RedisConfig>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -295,13 +300,6 @@ impl Config {
             crate::policy::KeySource::parse(layer.key.get_ref()).map_err(|e| {
                 located(text, layer.key.span(), &format!("key `throttle.key`: {e}"))
             })?;
-            if layer.store == StoreKind::Redis {
-                return Err(located(
-                    text,
-                    span,
-                    "key `throttle.store`: \"redis\" is not available in this build yet; use \"local\"",
-                ));
-            }
             if layer.refill == Refill::FixedWindow && layer.burst.is_some_and(|b| b != layer.limit)
             {
                 return Err(located(
@@ -311,7 +309,7 @@ impl Config {
                 ));
             }
         }
-        Ok(())
+        redis::validate(self, text)
     }
 }
 

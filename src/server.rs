@@ -26,10 +26,10 @@ pub struct Deps {
 }
 
 impl Deps {
-    /// The throttle built from the config's layers, on the real (tokio) clock.
+    /// The throttle built from the config's layers (and `[redis]`), on the real (tokio) clock.
     pub fn new(config: Arc<Config>, forwarder: Arc<dyn Forwarder>) -> Deps {
-        let specs = config.throttle.iter().map(|l| l.spec()).collect();
-        let throttle = Arc::new(Throttle::new(specs, Arc::new(TokioClock::new())));
+        let clock = Arc::new(TokioClock::new());
+        let throttle = Arc::new(crate::throttle::from_config(&config, clock));
         Deps {
             config,
             forwarder,

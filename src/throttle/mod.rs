@@ -21,6 +21,7 @@ pub mod bucket;
 pub mod clock;
 mod layers;
 mod queue;
+mod setup;
 mod shared;
 pub mod store;
 
@@ -28,4 +29,5 @@ pub use bucket::Refill;
 pub use clock::{Clock, FakeClock, Nanos, TokioClock};
 pub use layers::{Charge, LayerSpec, Peek, Permit, Throttle, ThrottleError};
 pub use queue::Mode;
+pub use setup::from_config;
 pub use shared::{OnError, SharedLayers};
