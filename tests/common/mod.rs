@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod memory;
+pub mod redis;
 pub mod relay;
 pub mod upstream;
 mod upstream_session;

@@ -21,7 +21,7 @@
 //! throttle's `on_error` decides. A timeout after Redis ran the script may have taken tokens
 //! that no message uses: the limit still holds, some quota is lost.
 
-mod keys;
+pub(crate) mod keys;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,7 +34,7 @@ use tokio::sync::OnceCell;
 use super::{Decision, Store, StoreCharge, StoreError, StoreFuture};
 use crate::throttle::clock::{Clock, Nanos};
 use crate::throttle::layers::{LayerSpec, Peek};
-pub(crate) use keys::slot;
+pub use keys::slot;
 use keys::LayerKeys;
 
 const BUCKET_LUA: &str = include_str!("redis/bucket.lua");

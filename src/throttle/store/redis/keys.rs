@@ -94,7 +94,7 @@ fn fnv1a(s: &str) -> u64 {
 }
 
 /// The Redis Cluster slot of a key: CRC16 (XMODEM) of its hash tag, modulo 16384.
-pub(crate) fn slot(key: &str) -> u16 {
+pub fn slot(key: &str) -> u16 {
     let bytes = key.as_bytes();
     let tagged = bytes.iter().position(|&b| b == b'{').and_then(|open| {
         let close = bytes[open + 1..].iter().position(|&b| b == b'}')?;
