@@ -77,9 +77,16 @@ async fn three_replicas_share_one_limit() {
         &format!("{layer}\n[redis]\nurl = \"{}\"\n", redis.url()),
     ))
     .unwrap();
-    let store = RedisStore::new(&spec.redis.as_ref().unwrap().options(), &[spec.throttle[0].spec()])
-        .unwrap();
-    let burst = [StoreCharge { layer: 0, key: "", cost: 20 }];
+    let store = RedisStore::new(
+        &spec.redis.as_ref().unwrap().options(),
+        &[spec.throttle[0].spec()],
+    )
+    .unwrap();
+    let burst = [StoreCharge {
+        layer: 0,
+        key: "",
+        cost: 20,
+    }];
     assert_eq!(store.take(&burst, 0).await.unwrap(), Decision::Granted);
     // 200 messages arriving over about a second (10 times the limit), spread over the relays.
     let start = Instant::now();
@@ -89,8 +96,12 @@ async fn three_replicas_share_one_limit() {
         sends.push(tokio::spawn(async move {
             sleep(Duration::from_millis(5 * i as u64)).await;
             let mut c = common::relay::Client::connect(addr).await;
-            c.send_mail("a@example.com", &["b@example.com"], &message(&format!("m{i}")))
-                .await
+            c.send_mail(
+                "a@example.com",
+                &["b@example.com"],
+                &message(&format!("m{i}")),
+            )
+            .await
         }));
     }
     for s in sends {
@@ -145,8 +156,12 @@ async fn fifo_across_replicas_follows_the_order_of_reservations() {
         sends.push(tokio::spawn(async move {
             sleep(Duration::from_millis(20 * i as u64)).await;
             let mut c = common::relay::Client::connect(addr).await;
-            c.send_mail("a@example.com", &["b@example.com"], &message(&format!("w{i}")))
-                .await
+            c.send_mail(
+                "a@example.com",
+                &["b@example.com"],
+                &message(&format!("w{i}")),
+            )
+            .await
         }));
     }
     for s in sends {
@@ -192,7 +207,10 @@ async fn outage(on_error: &str, while_down: [u16; 2]) {
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut i = 0;
     while redis.keys().is_empty() {
-        assert!(Instant::now() < deadline, "the relay did not use Redis again");
+        assert!(
+            Instant::now() < deadline,
+            "the relay did not use Redis again"
+        );
         sleep(Duration::from_millis(100)).await;
         i += 1;
         let _ = send(&r, &format!("probe-{i}")).await;

@@ -75,16 +75,32 @@ async fn keys_expire_when_the_bucket_is_full_again() {
     };
     let clock = Arc::new(FakeClock::new(1_700_000_000));
     let s = store(&server, &specs()).with_test_clock(clock.clone());
-    assert_eq!(s.take(&[ch(0, "k", 5)], 0).await.unwrap(), Decision::Granted);
+    assert_eq!(
+        s.take(&[ch(0, "k", 5)], 0).await.unwrap(),
+        Decision::Granted
+    );
     let key = s.key_of(0, "k").unwrap();
     let pttl: i64 = server.cli(&["PTTL", &key]).trim().parse().unwrap();
-    assert!((400..=500).contains(&pttl), "drip: full again in 500 ms, {pttl}");
+    assert!(
+        (400..=500).contains(&pttl),
+        "drip: full again in 500 ms, {pttl}"
+    );
     s.give_back(&[ch(0, "k", 5)]).await.unwrap();
-    assert_eq!(server.cli(&["EXISTS", &key]).trim(), "0", "a full bucket needs no key");
-    assert_eq!(s.take(&[ch(1, "k", 1)], 0).await.unwrap(), Decision::Granted);
+    assert_eq!(
+        server.cli(&["EXISTS", &key]).trim(),
+        "0",
+        "a full bucket needs no key"
+    );
+    assert_eq!(
+        s.take(&[ch(1, "k", 1)], 0).await.unwrap(),
+        Decision::Granted
+    );
     let key = s.key_of(1, "k").unwrap();
     let pttl: i64 = server.cli(&["PTTL", &key]).trim().parse().unwrap();
-    assert!(pttl > 86_399_000 && pttl <= 86_400_000, "window: at its end, {pttl}");
+    assert!(
+        pttl > 86_399_000 && pttl <= 86_400_000,
+        "window: at its end, {pttl}"
+    );
 }
 
 #[tokio::test]
@@ -93,14 +109,20 @@ async fn a_changed_limit_uses_fresh_keys() {
         return;
     };
     let old = store(&server, &specs());
-    assert_eq!(old.take(&[ch(0, "k", 10)], 0).await.unwrap(), Decision::Granted);
+    assert_eq!(
+        old.take(&[ch(0, "k", 10)], 0).await.unwrap(),
+        Decision::Granted
+    );
     let mut changed = specs();
     changed[0].limit = 20;
     changed[0].burst = 20;
     let new = store(&server, &changed);
     assert_ne!(old.key_of(0, "k"), new.key_of(0, "k"));
     assert_eq!(new.peek(0, "k").await.unwrap().remaining, 20);
-    assert_eq!(new.take(&[ch(0, "k", 20)], 0).await.unwrap(), Decision::Granted);
+    assert_eq!(
+        new.take(&[ch(0, "k", 20)], 0).await.unwrap(),
+        Decision::Granted
+    );
     assert_eq!(old.peek(0, "k").await.unwrap().remaining, 0);
     assert_eq!(server.keys().len(), 2);
 }
@@ -132,7 +154,10 @@ async fn cluster_grants_refuses_and_takes_one_key_in_one_slot() {
     assert_eq!(d, refused);
     assert_eq!(s.peek(0, "acme").await.unwrap().remaining, 7);
     // Drip on the cluster: 7 left, then a wait of exactly one token.
-    assert_eq!(s.take(&[ch(0, "acme", 7)], 0).await.unwrap(), Decision::Granted);
+    assert_eq!(
+        s.take(&[ch(0, "acme", 7)], 0).await.unwrap(),
+        Decision::Granted
+    );
     let d = s.take(&[ch(0, "acme", 1)], 0).await.unwrap();
     let refused = Decision::Refused {
         charge: 0,

@@ -149,7 +149,10 @@ async fn takes_from_all_layers_or_from_none(f: Fixture) {
 
 async fn waits_within_max_wait(f: Fixture) {
     let s = &f.store;
-    assert_eq!(s.take(&[ch(0, "k", 10)], 0).await.unwrap(), Decision::Granted);
+    assert_eq!(
+        s.take(&[ch(0, "k", 10)], 0).await.unwrap(),
+        Decision::Granted
+    );
     let d = s.take(&[ch(0, "k", 3)], SEC).await.unwrap();
     assert_eq!(s.peek(0, "k").await.unwrap().remaining, 0);
     f.clock.advance(Duration::from_millis(300));
@@ -157,7 +160,10 @@ async fn waits_within_max_wait(f: Fixture) {
         // Nothing taken: at the instant it named, the take succeeds.
         Decision::Later { wait } if !f.shared => {
             assert_eq!(wait, 300 * MS);
-            assert_eq!(s.take(&[ch(0, "k", 3)], SEC).await.unwrap(), Decision::Granted);
+            assert_eq!(
+                s.take(&[ch(0, "k", 3)], SEC).await.unwrap(),
+                Decision::Granted
+            );
         }
         // Taken as of that instant: the three tokens of 300 ms are already spent.
         Decision::Reserved { wait } if f.shared => {
@@ -181,7 +187,10 @@ async fn over_capacity_and_give_back(f: Fixture) {
         }
     );
     assert_eq!(s.peek(0, "k").await.unwrap().remaining, 10);
-    assert_eq!(s.take(&[ch(1, "k", 3)], SEC).await.unwrap(), Decision::Granted);
+    assert_eq!(
+        s.take(&[ch(1, "k", 3)], SEC).await.unwrap(),
+        Decision::Granted
+    );
     s.give_back(&[ch(1, "k", 5)]).await.unwrap();
     let p = s.peek(1, "k").await.unwrap();
     assert_eq!((p.limit, p.remaining, p.reset), (3, 3, 86_400));
@@ -193,7 +202,10 @@ async fn over_capacity_and_give_back(f: Fixture) {
 
 async fn refusal_says_when_and_commits_nothing(f: Fixture) {
     let s = &f.store;
-    assert_eq!(s.take(&[ch(0, "k", 10)], 0).await.unwrap(), Decision::Granted);
+    assert_eq!(
+        s.take(&[ch(0, "k", 10)], 0).await.unwrap(),
+        Decision::Granted
+    );
     let d = s.take(&[ch(0, "k", 5)], 0).await.unwrap();
     assert_eq!(
         d,
@@ -205,16 +217,28 @@ async fn refusal_says_when_and_commits_nothing(f: Fixture) {
     let d = s.take(&[ch(0, "k", 5)], 499 * MS).await.unwrap();
     assert!(matches!(d, Decision::Refused { .. }), "{d:?}");
     f.clock.advance(Duration::from_millis(500));
-    assert_eq!(s.take(&[ch(0, "k", 5)], 0).await.unwrap(), Decision::Granted);
+    assert_eq!(
+        s.take(&[ch(0, "k", 5)], 0).await.unwrap(),
+        Decision::Granted
+    );
     // Other keys are other buckets.
-    assert_eq!(s.take(&[ch(0, "j", 10)], 0).await.unwrap(), Decision::Granted);
+    assert_eq!(
+        s.take(&[ch(0, "j", 10)], 0).await.unwrap(),
+        Decision::Granted
+    );
 }
 
 async fn fixed_window_refills_at_its_end(f: Fixture) {
     let s = &f.store;
-    assert_eq!(s.take(&[ch(1, "k", 2)], 0).await.unwrap(), Decision::Granted);
+    assert_eq!(
+        s.take(&[ch(1, "k", 2)], 0).await.unwrap(),
+        Decision::Granted
+    );
     f.clock.advance(Duration::from_secs(3_600));
-    assert_eq!(s.take(&[ch(1, "k", 1)], 0).await.unwrap(), Decision::Granted);
+    assert_eq!(
+        s.take(&[ch(1, "k", 1)], 0).await.unwrap(),
+        Decision::Granted
+    );
     let p = s.peek(1, "k").await.unwrap();
     assert_eq!((p.remaining, p.reset), (0, 1_700_000_000 + 86_400));
     let d = s.take(&[ch(1, "k", 1)], 0).await.unwrap();
@@ -227,16 +251,25 @@ async fn fixed_window_refills_at_its_end(f: Fixture) {
         }
     );
     f.clock.advance(Duration::from_nanos(rest));
-    assert_eq!(s.take(&[ch(1, "k", 3)], 0).await.unwrap(), Decision::Granted);
+    assert_eq!(
+        s.take(&[ch(1, "k", 3)], 0).await.unwrap(),
+        Decision::Granted
+    );
     let p = s.peek(1, "k").await.unwrap();
     assert_eq!((p.remaining, p.reset), (0, 1_700_000_000 + 2 * 86_400));
 }
 
 async fn lifetime_cap_is_forgotten_after_idle_ttl(f: Fixture) {
     let s = &f.store;
-    assert_eq!(s.take(&[ch(2, "k", 3)], 0).await.unwrap(), Decision::Granted);
+    assert_eq!(
+        s.take(&[ch(2, "k", 3)], 0).await.unwrap(),
+        Decision::Granted
+    );
     f.clock.advance(Duration::from_secs(1_800));
-    assert_eq!(s.take(&[ch(2, "k", 2)], 0).await.unwrap(), Decision::Granted);
+    assert_eq!(
+        s.take(&[ch(2, "k", 2)], 0).await.unwrap(),
+        Decision::Granted
+    );
     // Idle for an hour from the last take, not the first.
     let d = s.take(&[ch(2, "k", 1)], 0).await.unwrap();
     assert_eq!(
@@ -248,15 +281,24 @@ async fn lifetime_cap_is_forgotten_after_idle_ttl(f: Fixture) {
     );
     s.give_back(&[ch(2, "k", 1)]).await.unwrap();
     assert_eq!(s.peek(2, "k").await.unwrap().remaining, 1);
-    assert_eq!(s.take(&[ch(2, "k", 1)], 0).await.unwrap(), Decision::Granted);
+    assert_eq!(
+        s.take(&[ch(2, "k", 1)], 0).await.unwrap(),
+        Decision::Granted
+    );
     f.clock.advance(Duration::from_secs(3_600));
     assert_eq!(s.peek(2, "k").await.unwrap().remaining, 5);
-    assert_eq!(s.take(&[ch(2, "k", 5)], 0).await.unwrap(), Decision::Granted);
+    assert_eq!(
+        s.take(&[ch(2, "k", 5)], 0).await.unwrap(),
+        Decision::Granted
+    );
 }
 
 async fn waiters_are_served_in_order_of_their_takes(f: Fixture) {
     let s = &f.store;
-    assert_eq!(s.take(&[ch(0, "k", 10)], 0).await.unwrap(), Decision::Granted);
+    assert_eq!(
+        s.take(&[ch(0, "k", 10)], 0).await.unwrap(),
+        Decision::Granted
+    );
     let mut answers = Vec::new();
     for _ in 0..3 {
         answers.push(s.take(&[ch(0, "k", 5)], 2 * SEC).await.unwrap());
@@ -333,10 +375,17 @@ async fn mirrors_the_bucket_math(f: Fixture) {
             },
             (Take::OverCapacity, _) => unreachable!("cost ≤ capacity"),
         };
-        assert_eq!(got, want, "step {step}: layer {layer} key {key} cost {cost}");
+        assert_eq!(
+            got, want,
+            "step {step}: layer {layer} key {key} cost {cost}"
+        );
         let st = states.get(&(layer, key)).copied().unwrap_or_default();
         let peek = s.peek(layer, key).await.unwrap();
-        assert_eq!(peek.remaining, models[layer].remaining(st, now), "step {step}");
+        assert_eq!(
+            peek.remaining,
+            models[layer].remaining(st, now),
+            "step {step}"
+        );
     }
 }
 

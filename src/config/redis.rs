@@ -74,7 +74,11 @@ impl RedisConfig {
 
 /// The `[redis]` rules and those of the layers that use it.
 pub(super) fn validate(config: &Config, text: &str) -> Result<(), String> {
-    for layer in config.throttle.iter().filter(|l| l.store == StoreKind::Redis) {
+    for layer in config
+        .throttle
+        .iter()
+        .filter(|l| l.store == StoreKind::Redis)
+    {
         let span = layer.name.span();
         let Some(redis) = &config.redis else {
             return Err(located(
@@ -94,9 +98,8 @@ pub(super) fn validate(config: &Config, text: &str) -> Result<(), String> {
                 "key `throttle.name`: a redis layer's name cannot contain `{` or `}`",
             ));
         }
-        layer_fits(&redis.prefix, &layer.spec()).map_err(|e| {
-            located(text, span, &format!("key `throttle.burst`: {e}"))
-        })?;
+        layer_fits(&redis.prefix, &layer.spec())
+            .map_err(|e| located(text, span, &format!("key `throttle.burst`: {e}")))?;
     }
     let Some(redis) = &config.redis else {
         return Ok(());
@@ -123,11 +126,15 @@ pub(super) fn validate(config: &Config, text: &str) -> Result<(), String> {
             .any(|s| u.starts_with(s));
         let parsed = ::redis::IntoConnectionInfo::into_connection_info(u.as_str());
         if let (false, _) | (_, Err(_)) = (scheme_ok, &parsed) {
-            let why = parsed.err().map_or("unknown scheme".to_string(), |e| e.to_string());
+            let why = parsed
+                .err()
+                .map_or("unknown scheme".to_string(), |e| e.to_string());
             return Err(located(
                 text,
                 url.span(),
-                &format!("key `redis.url`: `{u}` is not a redis://, rediss:// or unix:// URL ({why})"),
+                &format!(
+                    "key `redis.url`: `{u}` is not a redis://, rediss:// or unix:// URL ({why})"
+                ),
             ));
         }
     }
@@ -144,7 +151,11 @@ pub(super) fn validate(config: &Config, text: &str) -> Result<(), String> {
         }
     }
     if redis.prefix.contains(['{', '}']) {
-        return Err(located(text, first, "key `redis.prefix`: cannot contain `{` or `}`"));
+        return Err(located(
+            text,
+            first,
+            "key `redis.prefix`: cannot contain `{` or `}`",
+        ));
     }
     Ok(())
 }
@@ -154,12 +165,16 @@ mod tests {
     use crate::config::Config;
 
     const BASE: &str = "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"file://out\"\n";
-    const LAYER: &str = "[[throttle]]\nname = \"t\"\nkey = \"none\"\nlimit = 5\nstore = \"redis\"\n";
+    const LAYER: &str =
+        "[[throttle]]\nname = \"t\"\nkey = \"none\"\nlimit = 5\nstore = \"redis\"\n";
 
     #[test]
     fn a_redis_layer_needs_a_redis_section() {
         let err = Config::parse(&format!("{BASE}{LAYER}")).unwrap_err();
-        assert!(err.contains("throttle.store") && err.contains("[redis]"), "{err}");
+        assert!(
+            err.contains("throttle.store") && err.contains("[redis]"),
+            "{err}"
+        );
         assert!(err.contains("line 6"), "{err}");
     }
 
@@ -185,7 +200,10 @@ mod tests {
             "{BASE}[redis]\nurl = \"redis://a:1\"\npassword_env = \"MAILSLUICE_NO_SUCH_VAR\"\n"
         );
         let err = Config::parse(&text).unwrap_err();
-        assert!(err.contains("password_env") && err.contains("line 7"), "{err}");
+        assert!(
+            err.contains("password_env") && err.contains("line 7"),
+            "{err}"
+        );
         let text = format!(
             "{BASE}[redis]\ncluster = true\nurls = [\"redis://a:1\", \"redis://b:2\"]\non_error = \"reject\"\n"
         );

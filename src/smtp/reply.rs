@@ -116,7 +116,11 @@ pub fn upstream_unavailable() -> Reply {
 }
 /// The shared rate-limit store (Redis) is unreachable and the layer says `on_error = "reject"`.
 pub fn store_unavailable() -> Reply {
-    Reply::new(451, "4.4.3", "Rate-limit store unavailable, try again later")
+    Reply::new(
+        451,
+        "4.4.3",
+        "Rate-limit store unavailable, try again later",
+    )
 }
 
 pub fn rate_limited(layer: &str, retry_after: Duration) -> Reply {

@@ -176,7 +176,11 @@ impl Throttle {
         Throttle::build(specs, clock, Some(shared))
     }
 
-    fn build(specs: Vec<LayerSpec>, clock: Arc<dyn Clock>, shared: Option<SharedLayers>) -> Throttle {
+    fn build(
+        specs: Vec<LayerSpec>,
+        clock: Arc<dyn Clock>,
+        shared: Option<SharedLayers>,
+    ) -> Throttle {
         let is_shared = |i: usize| shared.as_ref().is_some_and(|s| s.layers.contains(&i));
         let layers = (specs.iter().enumerate())
             .map(|(i, s)| Layer::new(s.clone(), clock.clone(), is_shared(i)))
@@ -210,8 +214,9 @@ impl Throttle {
             self.precheck(&charges, deadline, arrival)?;
         }
         let layers = &inner.layers;
-        let (mut shared, mut charges): (Vec<_>, Vec<_>) =
-            charges.into_iter().partition(|c| layers[c.layer].is_shared());
+        let (mut shared, mut charges): (Vec<_>, Vec<_>) = charges
+            .into_iter()
+            .partition(|c| layers[c.layer].is_shared());
         charges.sort_by_key(|c| (layers[c.layer].spec().mode == Mode::Wait, c.layer));
         let taken = Vec::with_capacity(charges.len());
         let mut held = Held { inner, taken };

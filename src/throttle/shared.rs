@@ -201,7 +201,10 @@ impl Shared {
         match self.on_error {
             OnError::Local => {
                 let d = self.fallback.take(&sc, max_wait).await;
-                Ok((Source::Fallback, d.map_err(|_| ThrottleError::StoreUnavailable)?))
+                Ok((
+                    Source::Fallback,
+                    d.map_err(|_| ThrottleError::StoreUnavailable)?,
+                ))
             }
             OnError::Allow => Ok((Source::Allowed, Decision::Granted)),
             OnError::Reject => Err(ThrottleError::StoreUnavailable),

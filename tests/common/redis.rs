@@ -54,7 +54,8 @@ impl RedisServer {
             return None;
         }
         let port = free_port();
-        let dir = std::env::temp_dir().join(format!("mailsluice-redis-{}-{port}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("mailsluice-redis-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let mut s = RedisServer {
             port,
@@ -154,10 +155,18 @@ impl RedisCluster {
         let mut nodes = Vec::new();
         for _ in 0..3 {
             // Each node has its own directory, which holds its nodes.conf.
-            let args = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"];
+            let args = [
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+            ];
             nodes.push(RedisServer::start_with(&args)?);
         }
-        let addrs: Vec<String> = nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
         let out = Command::new("redis-cli")
             .arg("--cluster")
             .arg("create")
@@ -191,6 +200,10 @@ impl RedisCluster {
 
     /// `CLUSTER KEYSLOT key`.
     pub fn keyslot(&self, key: &str) -> u16 {
-        self.nodes[0].cli(&["CLUSTER", "KEYSLOT", key]).trim().parse().unwrap()
+        self.nodes[0]
+            .cli(&["CLUSTER", "KEYSLOT", key])
+            .trim()
+            .parse()
+            .unwrap()
     }
 }

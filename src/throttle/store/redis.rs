@@ -58,6 +58,8 @@ enum Conn {
     Cluster(ClusterConnection),
 }
 
+// One per store, made once: the size of the variants does not matter.
+#[allow(clippy::large_enum_variant)]
 enum Client {
     Single(::redis::Client),
     Cluster(::redis::cluster::ClusterClient),
@@ -269,7 +271,10 @@ impl RedisStore {
                     wait = wait.max(w);
                     None
                 }
-                Ok(Decision::Refused { charge, retry_after }) => Some(Ok(Decision::Refused {
+                Ok(Decision::Refused {
+                    charge,
+                    retry_after,
+                }) => Some(Ok(Decision::Refused {
                     charge: group[charge],
                     retry_after,
                 })),

@@ -138,7 +138,14 @@ mod tests {
         assert_eq!((a.mode, a.cap, a.p1, a.p2), ("d", 20, 1, 50_000));
         assert!(a.key("acme").starts_with("mailsluice:tenant:"));
         assert!(a.key("acme").ends_with(":{acme}"));
-        let b = LayerKeys::new("mailsluice:", &LayerSpec { limit: 21, ..spec.clone() }).unwrap();
+        let b = LayerKeys::new(
+            "mailsluice:",
+            &LayerSpec {
+                limit: 21,
+                ..spec.clone()
+            },
+        )
+        .unwrap();
         assert_ne!(a.prefix, b.prefix);
         assert_eq!(a, LayerKeys::new("mailsluice:", &spec).unwrap());
     }
