@@ -46,6 +46,7 @@ fn check_accepts_the_shipped_configs() {
         "config/examples/ses.toml",
         "config/examples/tiers.toml",
         "config/examples/lifetime.toml",
+        "config/examples/replicas.toml",
     ] {
         let out = Command::new(BIN)
             .args(["check", "--config", path])
