@@ -11,6 +11,7 @@ use common::relay::{smtp_relay, Relay};
 use common::upstream::TestUpstream;
 use mailsluice::throttle::store::redis::RedisStore;
 use mailsluice::throttle::store::{Decision, Store, StoreCharge};
+use mailsluice::throttle::ThrottleError;
 use tokio::time::{sleep, Instant};
 
 fn message(id: &str) -> Vec<u8> {
@@ -192,9 +193,18 @@ async fn outage(on_error: &str, while_down: [u16; 2]) {
     let (code, text) = send(&r, "up-2").await;
     assert!(code == 451 && text.starts_with("4.7.1"), "{code} {text}");
     assert_eq!(redis.keys().len(), 1);
+    // The shared state is read from Redis; the sync peek is this replica's own view.
+    let peek = r.throttle.peek_async("tenant", "acme").await.unwrap().unwrap();
+    assert_eq!((peek.limit, peek.remaining), (1, 0));
+    assert_eq!(r.throttle.peek("tenant", "acme").unwrap().remaining, 1);
 
     redis.stop();
     let replies = [send(&r, "down-1").await, send(&r, "down-2").await];
+    let peek = r.throttle.peek_async("tenant", "acme").await.unwrap();
+    match on_error {
+        "reject" => assert_eq!(peek, Err(ThrottleError::StoreUnavailable)),
+        _ => assert!(peek.is_ok(), "{peek:?}"),
+    }
     for (want, (code, text)) in while_down.iter().zip(&replies) {
         assert_eq!(code, want, "on_error = {on_error}: {text}");
         if *code == 451 && on_error == "reject" {
