@@ -194,7 +194,12 @@ async fn outage(on_error: &str, while_down: [u16; 2]) {
     assert!(code == 451 && text.starts_with("4.7.1"), "{code} {text}");
     assert_eq!(redis.keys().len(), 1);
     // The shared state is read from Redis; the sync peek is this replica's own view.
-    let peek = r.throttle.peek_async("tenant", "acme").await.unwrap().unwrap();
+    let peek = r
+        .throttle
+        .peek_async("tenant", "acme")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!((peek.limit, peek.remaining), (1, 0));
     assert_eq!(r.throttle.peek("tenant", "acme").unwrap().remaining, 1);
 

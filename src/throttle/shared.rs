@@ -18,6 +18,9 @@
 //! `allow` lets the message through unmetered. A warning is logged when the store goes away
 //! and a note when it is back; the next call after [`RETRY`] tries the store again, so the
 //! relay returns to it by itself. Tokens are given back to the store that granted them.
+//!
+//! A message asleep on a reservation is not woken by a shutdown (`dispose`): its tokens are
+//! taken and its instant is within `max_wait`, so it goes on as a transaction in flight.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -155,6 +158,16 @@ impl Shared {
                 }
                 Decision::Reserved { wait } => {
                     drop(gates);
+                    let c = &charges[0];
+                    tracing::debug!(
+                        target: "ratelimit",
+                        layer = %layers[c.layer].spec().name,
+                        key = %c.key,
+                        cost = c.cost,
+                        estimate_ms = wait.div_ceil(1_000_000),
+                        reserved = true,
+                        "ratelimit.waiting"
+                    );
                     let at = answered.saturating_add(wait);
                     let mut held = GiveBack {
                         shared: self,
