@@ -66,15 +66,20 @@ pub async fn serve(
 async fn readyz(State(admin): State<Arc<Admin>>) -> Response {
     let listening = admin.health.listening();
     let upstream = admin.forwarder.check().await;
-    let ready = listening && upstream.is_ok();
-    let body = json!({
+    let store = admin.throttle.check_store().await;
+    let ready = listening && upstream.is_ok() && store.as_ref().is_none_or(|s| s.is_ok());
+    let verdict = |check: &Result<(), String>| match check {
+        Ok(()) => json!({"ok": true}),
+        Err(e) => json!({"ok": false, "error": e}),
+    };
+    let mut body = json!({
         "ready": ready,
         "listening": listening,
-        "upstream": match &upstream {
-            Ok(()) => json!({"ok": true}),
-            Err(e) => json!({"ok": false, "error": e}),
-        },
+        "upstream": verdict(&upstream),
     });
+    if let Some(store) = &store {
+        body["redis"] = verdict(store);
+    }
     let status = if ready {
         StatusCode::OK
     } else {

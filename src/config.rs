@@ -9,6 +9,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ipnet::IpNet;
+
+mod redis;
+pub use redis::{OnErrorConfig, RedisConfig};
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -36,6 +39,8 @@ pub struct Config {
     pub throttle: Vec<ThrottleConfig>,
     /// The HTTP endpoint for health, metrics and peeks; off when the section is absent.
     pub admin: Option<AdminConfig>,
+    /// The shared store of `store = "redis"` layers.
+    pub redis: Option<RedisConfig>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -348,13 +353,6 @@ impl Config {
                     ));
                 }
             }
-            if layer.store == StoreKind::Redis {
-                return Err(located(
-                    text,
-                    span,
-                    "key `throttle.store`: \"redis\" is not available in this build yet; use \"local\"",
-                ));
-            }
             if layer.refill == Refill::FixedWindow && layer.burst.is_some_and(|b| b != layer.limit)
             {
                 return Err(located(
@@ -364,7 +362,7 @@ impl Config {
                 ));
             }
         }
-        Ok(())
+        redis::validate(self, text)
     }
 }
 

@@ -92,10 +92,26 @@ fn check(path: &std::path::Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A redis layer is read from Redis itself (the shared state); a local layer lives in the
+/// running relay, so it is asked through its admin endpoint.
 fn peek(path: &std::path::Path, layer: &str, key: &str) -> anyhow::Result<()> {
     let config = Config::load(path)?;
-    if !config.throttle.iter().any(|l| l.name.get_ref() == layer) {
+    let Some(spec) = config.throttle.iter().find(|l| l.name.get_ref() == layer) else {
         anyhow::bail!("{}: no layer named {layer:?}", path.display());
+    };
+    if spec.store == mailsluice::config::StoreKind::Redis {
+        let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+        let peek = runtime.block_on(async {
+            let clock = Arc::new(mailsluice::throttle::TokioClock::new());
+            let throttle = mailsluice::throttle::from_config(&config, clock);
+            if let Some(Err(e)) = throttle.check_store().await {
+                return Err(anyhow::anyhow!(e));
+            }
+            Ok(throttle.peek_async(layer, key).await)
+        })?;
+        let peek = peek.expect("layer exists").context("reading Redis")?;
+        println!("{}", serde_json::to_string(&peek)?);
+        return Ok(());
     }
     let admin = config
         .admin

@@ -35,11 +35,11 @@ pub struct Deps {
 }
 
 impl Deps {
-    /// The throttle built from the config's layers, on the real (tokio) clock, and fresh
-    /// metrics.
+    /// The throttle built from the config's layers (and `[redis]`), on the real (tokio)
+    /// clock, and fresh metrics.
     pub fn new(config: Arc<Config>, forwarder: Arc<dyn Forwarder>) -> Deps {
-        let specs = config.throttle.iter().map(|l| l.spec()).collect();
-        let throttle = Arc::new(Throttle::new(specs, Arc::new(TokioClock::new())));
+        let clock = Arc::new(TokioClock::new());
+        let throttle = Arc::new(crate::throttle::from_config(&config, clock));
         Deps {
             config,
             forwarder,

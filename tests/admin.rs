@@ -3,27 +3,10 @@
 
 mod common;
 
-use std::collections::HashMap;
-use std::net::SocketAddr;
-
+use common::http::get;
 use common::relay::smtp_relay;
 use common::upstream::{Fault, Step, TestUpstream};
-
-/// GET over real HTTP (ureq, blocking, off the runtime): status and body.
-async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let url = format!("http://{addr}{path}");
-    tokio::task::spawn_blocking(move || {
-        let agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .build()
-            .new_agent();
-        let mut response = agent.get(&url).call().unwrap();
-        let status = response.status().as_u16();
-        (status, response.body_mut().read_to_string().unwrap())
-    })
-    .await
-    .unwrap()
-}
+use std::collections::HashMap;
 
 /// Parses the Prometheus text format: `name{labels}` -> value, checking every sample line.
 fn parse_metrics(text: &str) -> HashMap<String, f64> {

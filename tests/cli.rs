@@ -46,6 +46,7 @@ fn check_accepts_the_shipped_configs() {
         "config/examples/ses.toml",
         "config/examples/tiers.toml",
         "config/examples/lifetime.toml",
+        "config/examples/replicas.toml",
     ] {
         let out = Command::new(BIN)
             .args(["check", "--config", path])
@@ -292,4 +293,65 @@ async fn sighup_reloads_the_certificate_without_dropping_connections() {
     );
     child.kill().unwrap();
     let _ = child.wait();
+}
+
+/// A port that was free a moment ago, for configs that must name their admin address.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test]
+async fn peek_reads_a_local_layer_through_the_admin_endpoint_and_takes_nothing() {
+    let dir = tempdir();
+    let config = format!(
+        "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"file://outbox\"\n\
+         [admin]\nlisten = \"127.0.0.1:{}\"\n\
+         [[throttle]]\nname = \"tenant\"\nkey = \"header:X-Tenant\"\nlimit = 5\ninterval_ms = 3600000\n",
+        free_port()
+    );
+    let (mut child, addr, logs) = start(&config, &dir);
+    while !logs.recv().unwrap().contains("admin endpoint listening") {}
+    let mut c = Client::connect(addr).await;
+    let msg = b"X-Tenant: a/b c\r\nSubject: s\r\n\r\nx\r\n";
+    assert_eq!(
+        c.send_mail("a@example.com", &["b@example.net", "c@example.net"], msg)
+            .await
+            .0,
+        250
+    );
+    for _ in 0..2 {
+        let out = Command::new(BIN)
+            .args(["peek", "--config"])
+            .arg(dir.join("relay.toml"))
+            .args(["tenant", "a/b c"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(
+            (json["limit"].as_u64(), json["remaining"].as_u64()),
+            (Some(5), Some(3)),
+            "{json}"
+        );
+    }
+    let out = Command::new(BIN)
+        .args(["peek", "--config"])
+        .arg(dir.join("relay.toml"))
+        .args(["nosuch", "x"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(0));
 }

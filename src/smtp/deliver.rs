@@ -162,6 +162,10 @@ impl Session {
                 self.reply(reply::shutting_down());
                 (Flow::Close, Outcome::Shutdown)
             }
+            Err(ThrottleError::StoreUnavailable) => {
+                self.verdict(reply::store_unavailable());
+                (Flow::Continue, Outcome::StoreUnavailable)
+            }
         };
         record.outcome = outcome;
         record.waited = arrived.elapsed();

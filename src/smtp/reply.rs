@@ -163,6 +163,14 @@ pub fn auth_locked_out() -> Reply {
 pub fn upstream_unavailable() -> Reply {
     Reply::new(451, "4.4.1", "Upstream unavailable, try again later")
 }
+/// The shared rate-limit store (Redis) is unreachable and the layer says `on_error = "reject"`.
+pub fn store_unavailable() -> Reply {
+    Reply::new(
+        451,
+        "4.4.3",
+        "Rate-limit store unavailable, try again later",
+    )
+}
 
 pub fn rate_limited(layer: &str, retry_after: Duration) -> Reply {
     Reply::new(

@@ -30,6 +30,7 @@ use std::time::Duration;
 use super::bucket::{Bucket, Refill};
 use super::clock::{nanos, Clock, Nanos};
 use super::queue::{Layer, Mode};
+use super::shared::{Shared, SharedLayers, SharedTaken};
 
 /// One layer of buckets, as configured (`[[throttle]]`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,6 +109,9 @@ pub enum ThrottleError {
     /// The throttle was disposed of (`421 4.3.2`).
     #[error("the throttle is shutting down")]
     Shutdown,
+    /// A shared layer's store cannot answer and its `on_error` is `reject` (`451 4.4.3`).
+    #[error("the shared rate-limit store is unavailable")]
+    StoreUnavailable,
 }
 
 /// The allowance of one bucket, taking nothing (`GET /buckets/{layer}/{key}`).
@@ -126,6 +130,8 @@ struct Inner {
     specs: Vec<LayerSpec>,
     layers: Vec<Layer>,
     clock: Arc<dyn Clock>,
+    /// The store of the shared (`store = "redis"`) layers, if any.
+    shared: Option<Shared>,
 }
 
 /// The throttle: every layer's buckets and queues. `Send + Sync`; share it as `Arc<Throttle>`.
@@ -156,16 +162,36 @@ impl Drop for Held<'_> {
 }
 
 impl Throttle {
+    /// Every layer in process.
     pub fn new(specs: Vec<LayerSpec>, clock: Arc<dyn Clock>) -> Throttle {
-        let layers = specs
-            .iter()
-            .map(|s| Layer::new(s.clone(), clock.clone()))
+        Throttle::build(specs, clock, None)
+    }
+
+    /// The layers `shared.layers` keep their buckets in `shared.store` (see `shared`).
+    pub fn with_shared(
+        specs: Vec<LayerSpec>,
+        clock: Arc<dyn Clock>,
+        shared: SharedLayers,
+    ) -> Throttle {
+        Throttle::build(specs, clock, Some(shared))
+    }
+
+    fn build(
+        specs: Vec<LayerSpec>,
+        clock: Arc<dyn Clock>,
+        shared: Option<SharedLayers>,
+    ) -> Throttle {
+        let is_shared = |i: usize| shared.as_ref().is_some_and(|s| s.layers.contains(&i));
+        let layers = (specs.iter().enumerate())
+            .map(|(i, s)| Layer::new(s.clone(), clock.clone(), is_shared(i)))
             .collect();
+        let shared = shared.map(|s| Shared::new(s.store, s.on_error, &specs, clock.clone()));
         Throttle {
             inner: Arc::new(Inner {
                 specs,
                 layers,
                 clock,
+                shared,
             }),
         }
     }
@@ -187,8 +213,10 @@ impl Throttle {
         if charges.len() > 1 {
             self.precheck(&charges, deadline, arrival)?;
         }
-        let mut charges = charges;
         let layers = &inner.layers;
+        let (mut shared, mut charges): (Vec<_>, Vec<_>) = charges
+            .into_iter()
+            .partition(|c| layers[c.layer].is_shared());
         charges.sort_by_key(|c| (layers[c.layer].spec().mode == Mode::Wait, c.layer));
         let taken = Vec::with_capacity(charges.len());
         let mut held = Held { inner, taken };
@@ -200,11 +228,21 @@ impl Throttle {
             }
             held.taken.push(c);
         }
+        // Shared layers last, in one store call (see `shared`); a refusal there gives back
+        // what the local layers hold (`held`).
+        let mut shared_taken = None;
+        if let (false, Some(store)) = (shared.is_empty(), &inner.shared) {
+            shared.sort_by_key(|c| c.layer);
+            let (taken, at) = store.acquire(layers, shared, deadline, now).await?;
+            now = now.max(at);
+            shared_taken = Some(taken);
+        }
         let waited = Duration::from_nanos(now - arrival);
         let taken = std::mem::take(&mut held.taken);
         Ok(Permit {
             inner: inner.clone(),
             taken,
+            shared: shared_taken,
             waited,
         })
     }
@@ -241,10 +279,41 @@ impl Throttle {
         Ok(())
     }
 
-    /// `None` for an unknown layer; an unknown key reads as a full bucket.
+    /// `None` for an unknown layer; an unknown key reads as a full bucket. For a shared
+    /// layer this is only this replica's in-process view (its `on_error = "local"` buckets):
+    /// [`Throttle::peek_async`] reads the shared state.
     pub fn peek(&self, layer: &str, key: &str) -> Option<Peek> {
         let i = self.layer_index(layer)?;
-        Some(self.inner.layers[i].peek(key))
+        let local = self.inner.layers[i].peek(key);
+        match &self.inner.shared {
+            Some(s) if self.inner.layers[i].is_shared() => Some(Peek {
+                waiting: local.waiting,
+                ..s.peek_fallback(i, key)
+            }),
+            _ => Some(local),
+        }
+    }
+
+    /// Like [`Throttle::peek`], reading a shared layer's bucket from its store (`waiting`
+    /// counts this replica's queue). `Err(StoreUnavailable)` when the store cannot answer and
+    /// the layer's `on_error` is `reject`; otherwise the in-process view stands in.
+    /// Whether the shared store answers now (a read-only peek), for `/readyz`; `None` when no
+    /// layer uses one.
+    pub async fn check_store(&self) -> Option<Result<(), String>> {
+        let shared = self.inner.shared.as_ref()?;
+        let layer = (0..self.inner.layers.len()).find(|&i| self.inner.layers[i].is_shared())?;
+        Some(shared.reachable(layer).await)
+    }
+
+    pub async fn peek_async(&self, layer: &str, key: &str) -> Option<Result<Peek, ThrottleError>> {
+        let i = self.layer_index(layer)?;
+        let local = self.inner.layers[i].peek(key);
+        let Some(s) = (self.inner.shared.as_ref()).filter(|_| self.inner.layers[i].is_shared())
+        else {
+            return Some(Ok(local));
+        };
+        let waiting = local.waiting;
+        Some(s.peek(i, key).await.map(|p| Peek { waiting, ..p }))
     }
 
     /// Messages waiting in a layer, across its keys (0 for an unknown layer).
@@ -279,6 +348,8 @@ impl Throttle {
 pub struct Permit {
     inner: Arc<Inner>,
     taken: Vec<Charge>,
+    /// The charges of shared layers, and who granted them.
+    shared: Option<SharedTaken>,
     waited: Duration,
 }
 
@@ -297,9 +368,14 @@ impl Permit {
         self.waited
     }
 
-    /// The charges taken.
+    /// The charges taken from local layers.
     pub fn charges(&self) -> &[Charge] {
         &self.taken
+    }
+
+    /// The charges taken from shared layers.
+    pub fn shared_charges(&self) -> &[Charge] {
+        self.shared.as_ref().map_or(&[], |s| &s.charges)
     }
 
     /// Upstream did not accept: give tokens back on every layer whose spec has
@@ -310,6 +386,10 @@ impl Permit {
             if !layer.spec().charge_failures {
                 layer.give_back(&c.key, c.cost);
             }
+        }
+        if let (Some(taken), Some(store)) = (self.shared, &self.inner.shared) {
+            let layers = &self.inner.layers;
+            store.give_back(taken.retain(|c| !layers[c.layer].spec().charge_failures));
         }
     }
 

@@ -35,6 +35,7 @@ use super::store::local::peek_of;
 use super::store::table::{KeyTable, TableFull};
 use waiters::{project, Queue, Waiter};
 
+mod gate;
 mod waiters;
 
 /// What a layer does when the tokens are not there now.
@@ -60,6 +61,8 @@ pub(crate) struct Layer {
     bucket: Bucket,
     clock: Arc<dyn Clock>,
     state: Mutex<LayerState>,
+    /// The buckets are in a shared store: this layer only queues (see `gate`).
+    shared: bool,
 }
 
 enum Step {
@@ -99,7 +102,7 @@ fn ceil_ms(n: Nanos) -> u64 {
 }
 
 impl Layer {
-    pub(crate) fn new(spec: LayerSpec, clock: Arc<dyn Clock>) -> Layer {
+    pub(crate) fn new(spec: LayerSpec, clock: Arc<dyn Clock>, shared: bool) -> Layer {
         let bucket = spec.bucket();
         let table = KeyTable::new(&spec.name, bucket, spec.max_keys);
         let state = LayerState {
@@ -113,6 +116,7 @@ impl Layer {
             bucket,
             clock,
             state: Mutex::new(state),
+            shared,
         }
     }
 
@@ -122,6 +126,10 @@ impl Layer {
 
     pub(crate) fn spec(&self) -> &LayerSpec {
         &self.spec
+    }
+
+    pub(crate) fn is_shared(&self) -> bool {
+        self.shared
     }
 
     /// A cost this layer can never grant is a permanent refusal.
@@ -137,7 +145,13 @@ impl Layer {
         })
     }
 
-    fn limited(&self, key: &str, cost: u64, retry_after: Nanos, reason: &str) -> ThrottleError {
+    pub(crate) fn limited(
+        &self,
+        key: &str,
+        cost: u64,
+        retry_after: Nanos,
+        reason: &str,
+    ) -> ThrottleError {
         tracing::info!(
             target: "ratelimit",
             layer = %self.spec.name,
@@ -191,6 +205,9 @@ impl Layer {
         let Some(slot) = st.table.find(key) else {
             return Ok(()); // a fresh bucket is full
         };
+        if self.shared {
+            return self.gate_admits(st, slot, key, cost);
+        }
         let (tail, from) = project(&self.bucket, &mut st.table, slot, now);
         let (at, _) = self.bucket.reserve(tail, from, cost).expect("cost checked");
         let queued = st.table.extra(slot).len();

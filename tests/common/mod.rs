@@ -3,7 +3,9 @@
 #![allow(dead_code)]
 
 pub mod auth;
+pub mod http;
 pub mod memory;
+pub mod redis;
 pub mod relay;
 pub mod tls;
 pub mod upstream;

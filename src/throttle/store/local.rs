@@ -103,7 +103,7 @@ impl LocalStore {
         Ok(())
     }
 
-    fn peek_now(&self, layer: usize, key: &str) -> Result<Peek, StoreError> {
+    pub(crate) fn peek_now(&self, layer: usize, key: &str) -> Result<Peek, StoreError> {
         let table = self
             .layers
             .get(layer)

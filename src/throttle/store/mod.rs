@@ -1,7 +1,7 @@
 //! Where bucket state lives: the boundary between the queues and the buckets.
 //!
-//! Why a trait: with several replicas, the buckets must live in a store they share (Redis, a
-//! later issue), and a message charged to several layers must be taken from all of them in
+//! Why a trait: with several replicas, the buckets must live in a store they share
+//! ([`redis::RedisStore`]), and a message charged to several layers must be taken from all of them in
 //! **one atomic call**, on the store's clock, or two replicas could each take half. The FIFO
 //! queues of `queue.rs` stay in each process, in front of the store: only the head of a local
 //! queue asks the store, so a process never overtakes its own earlier messages.
@@ -24,6 +24,7 @@
 //! Redis store is tested against, and the fallback of `on_error = "local"`.
 
 pub mod local;
+pub mod redis;
 pub mod table;
 
 use std::future::Future;

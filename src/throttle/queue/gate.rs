@@ -1,0 +1,110 @@
+//! The queue of a shared (Redis) layer: FIFO per key in this replica, in front of the store.
+//!
+//! Why a gate and not the local bucket: the tokens live in the store, so the queue here only
+//! decides who asks next. Only the head of a key's queue calls the store; it holds the gate
+//! for one round trip (the store answers at once: granted, reserved for instant T, or refused)
+//! and then lets the next one ask. So within a replica a later message never overtakes an
+//! earlier one of its key, and across replicas the store's reservations keep the order.
+//! `max_queue` and `max_keys` hold as for a local layer; the wait estimate and `max_wait` are
+//! the store's (it refuses a reservation past `max_wait`).
+//!
+//! Cancel-safe like the rest of the queue: a dropped [`Gate`] (or a dropped future waiting for
+//! one) leaves the queue and wakes the new head.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use super::waiters::Waiter;
+use super::{CancelOnDrop, Layer, LayerState};
+use crate::throttle::bucket::State;
+use crate::throttle::clock::{nanos, Nanos};
+use crate::throttle::layers::ThrottleError;
+use crate::throttle::store::table::TableFull;
+
+/// The right to ask the store for one key of one layer; dropping it lets the next one ask.
+pub(crate) struct Gate<'a> {
+    _queued: CancelOnDrop<'a>,
+}
+
+impl Layer {
+    /// Waits (FIFO) until the message is the head of `key`'s queue in this replica.
+    pub(crate) async fn gate(
+        &self,
+        key: &str,
+        cost: u64,
+        now: Nanos,
+    ) -> Result<Gate<'_>, ThrottleError> {
+        let (slot, id, notify) = self.enter_gate(key, cost, now)?;
+        let mut guard = CancelOnDrop {
+            layer: self,
+            slot,
+            id,
+            armed: true,
+        };
+        loop {
+            {
+                let st = self.lock();
+                if st.disposed {
+                    guard.armed = false;
+                    return Err(ThrottleError::Shutdown);
+                }
+                if st.table.extra(slot).head().is_some_and(|w| w.id == id) {
+                    return Ok(Gate { _queued: guard });
+                }
+            }
+            notify.notified().await;
+        }
+    }
+
+    fn enter_gate(
+        &self,
+        key: &str,
+        cost: u64,
+        now: Nanos,
+    ) -> Result<(u32, u64, Arc<Notify>), ThrottleError> {
+        self.check_cost(cost)?;
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        if st.disposed {
+            return Err(ThrottleError::Shutdown);
+        }
+        let slot = (st.table.find_or_insert(key, now))
+            .map_err(|TableFull| self.limited(key, cost, self.hint(), "max_keys"))?;
+        self.gate_admits(st, slot, key, cost)?;
+        let (id, notify) = (st.next_id, Arc::new(Notify::new()));
+        st.next_id += 1;
+        let w = Waiter {
+            id,
+            cost,
+            arrived: now,
+            notify: notify.clone(),
+            proj: State::default(),
+        };
+        st.table
+            .modify(slot, now, |_, q| q.push(w, (State::default(), now)));
+        st.waiting += 1;
+        Ok((slot, id, notify))
+    }
+
+    /// `max_queue`: the messages already queued for this key (the one asking the store
+    /// included) must be fewer. The hint is `max_wait`: by then the queue has moved on.
+    pub(super) fn gate_admits(
+        &self,
+        st: &LayerState,
+        slot: u32,
+        key: &str,
+        cost: u64,
+    ) -> Result<(), ThrottleError> {
+        let queued = st.table.extra(slot).len();
+        if queued > 0 && queued >= self.spec.max_queue {
+            return Err(self.limited(key, cost, self.hint(), "max_queue"));
+        }
+        Ok(())
+    }
+
+    fn hint(&self) -> Nanos {
+        nanos(self.spec.max_wait.max(Duration::from_millis(1)))
+    }
+}

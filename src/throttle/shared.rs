@@ -1,0 +1,325 @@
+//! The layers whose buckets live in a shared store (`store = "redis"`), and what happens when
+//! that store fails (`on_error`).
+//!
+//! How a message takes from its shared layers (after its local ones, see `layers`):
+//! 1. It waits to be the head of its key's queue in each shared layer (the gates, in layer
+//!    order): within this replica, FIFO per key, and `max_queue`/`max_keys` hold.
+//! 2. The head makes **one** store call for all its shared layers, with what is left of its
+//!    deadline as `max_wait` (0 when one of them is in reject mode: then they must all grant
+//!    now). Granted: done. Reserved for instant T: it lets the next one ask at once and sleeps
+//!    until T (giving the tokens back if it is dropped meanwhile). Refused: `451` with the
+//!    store's retry time. `Later` (the in-process fallback): it sleeps, holding its place, and
+//!    asks again.
+//!
+//! **on_error.** A store that cannot answer (unreachable, past the command timeout) is left
+//! alone for [`RETRY`], and meanwhile `on_error` answers: `local` takes from in-process buckets
+//! of the same layers (each replica then allows the full limit: N replicas, N times the rate,
+//! but mail flows), `reject` refuses with [`ThrottleError::StoreUnavailable`] (`451 4.4.3`),
+//! `allow` lets the message through unmetered. A warning is logged when the store goes away
+//! and a note when it is back; the next call after [`RETRY`] tries the store again, so the
+//! relay returns to it by itself. Tokens are given back to the store that granted them.
+//!
+//! A message asleep on a reservation is not woken by a shutdown (`dispose`): its tokens are
+//! taken and its instant is within `max_wait`, so it goes on as a transaction in flight.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::clock::{nanos, Clock, Nanos};
+use super::layers::{Charge, LayerSpec, Peek, ThrottleError};
+use super::queue::{Layer, Mode};
+use super::store::local::LocalStore;
+use super::store::{Decision, Store, StoreCharge, StoreError};
+
+/// How long a failed store is left alone before the next try.
+pub const RETRY: Duration = Duration::from_secs(1);
+
+/// What a shared layer does when its store cannot answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnError {
+    /// In-process buckets, with a warning.
+    #[default]
+    Local,
+    /// `451 4.4.3`.
+    Reject,
+    /// Through, unmetered, with a warning.
+    Allow,
+}
+
+/// The shared store of a throttle and the layers (by index) that use it.
+pub struct SharedLayers {
+    pub store: Arc<dyn Store>,
+    pub layers: Vec<usize>,
+    pub on_error: OnError,
+}
+
+/// Who granted a message's shared charges: where they go back to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    Store,
+    Fallback,
+    Allowed,
+}
+
+/// A message's shared charges, taken.
+#[derive(Debug)]
+pub(crate) struct SharedTaken {
+    source: Source,
+    pub(crate) charges: Vec<Charge>,
+}
+
+pub(crate) struct Shared {
+    store: Arc<dyn Store>,
+    fallback: Arc<LocalStore>,
+    on_error: OnError,
+    clock: Arc<dyn Clock>,
+    /// Instant before which the store is not asked (after a failure).
+    retry_at: AtomicU64,
+    down: AtomicBool,
+}
+
+fn store_charges(charges: &[Charge]) -> Vec<StoreCharge<'_>> {
+    charges
+        .iter()
+        .map(|c| StoreCharge {
+            layer: c.layer,
+            key: &c.key,
+            cost: c.cost,
+        })
+        .collect()
+}
+
+/// Gives shared charges back when dropped armed (a reservation given up).
+struct GiveBack<'a> {
+    shared: &'a Shared,
+    taken: Option<SharedTaken>,
+}
+
+impl Drop for GiveBack<'_> {
+    fn drop(&mut self) {
+        if let Some(taken) = self.taken.take() {
+            self.shared.give_back(taken);
+        }
+    }
+}
+
+impl Shared {
+    pub(crate) fn new(
+        store: Arc<dyn Store>,
+        on_error: OnError,
+        specs: &[LayerSpec],
+        clock: Arc<dyn Clock>,
+    ) -> Shared {
+        let tables = specs
+            .iter()
+            .map(|s| (s.name.clone(), s.bucket(), s.max_keys))
+            .collect();
+        Shared {
+            store,
+            fallback: Arc::new(LocalStore::new(tables, clock.clone())),
+            on_error,
+            clock,
+            retry_at: AtomicU64::new(0),
+            down: AtomicBool::new(false),
+        }
+    }
+
+    /// Takes `charges` (shared layers, in layer order); the instant of the grant.
+    pub(crate) async fn acquire(
+        &self,
+        layers: &[Layer],
+        charges: Vec<Charge>,
+        deadline: Nanos,
+        now: Nanos,
+    ) -> Result<(SharedTaken, Nanos), ThrottleError> {
+        let mut gates = Vec::with_capacity(charges.len());
+        for c in &charges {
+            gates.push(layers[c.layer].gate(&c.key, c.cost, now).await?);
+        }
+        let reject = charges
+            .iter()
+            .any(|c| layers[c.layer].spec().mode == Mode::Reject);
+        loop {
+            let max_wait = match reject {
+                true => 0,
+                false => deadline.saturating_sub(self.clock.now()),
+            };
+            let (source, decision) = self.take(&charges, max_wait).await?;
+            let answered = self.clock.now();
+            let taken = SharedTaken {
+                source,
+                charges: Vec::new(),
+            };
+            match decision {
+                Decision::Granted => {
+                    let taken = SharedTaken { charges, ..taken };
+                    return Ok((taken, answered));
+                }
+                Decision::Reserved { wait } => {
+                    drop(gates);
+                    let c = &charges[0];
+                    tracing::debug!(
+                        target: "ratelimit",
+                        layer = %layers[c.layer].spec().name,
+                        key = %c.key,
+                        cost = c.cost,
+                        estimate_ms = wait.div_ceil(1_000_000),
+                        reserved = true,
+                        "ratelimit.waiting"
+                    );
+                    let at = answered.saturating_add(wait);
+                    let mut held = GiveBack {
+                        shared: self,
+                        taken: Some(SharedTaken { charges, ..taken }),
+                    };
+                    tokio::time::sleep_until(self.clock.deadline(at)).await;
+                    return Ok((held.taken.take().expect("armed"), at));
+                }
+                Decision::Later { wait } => {
+                    let at = answered.saturating_add(wait);
+                    tokio::time::sleep_until(self.clock.deadline(at)).await;
+                }
+                Decision::Refused {
+                    charge,
+                    retry_after,
+                } => {
+                    let c = &charges[charge.min(charges.len() - 1)];
+                    let reason = if reject { "reject" } else { "max_wait" };
+                    let layer = &layers[c.layer];
+                    return Err(layer.limited(&c.key, c.cost, retry_after, reason));
+                }
+                Decision::OverCapacity { charge, capacity } => {
+                    let c = &charges[charge.min(charges.len() - 1)];
+                    return Err(ThrottleError::CostOverBurst {
+                        layer: layers[c.layer].spec().name.clone(),
+                        cost: c.cost,
+                        burst: capacity,
+                    });
+                }
+            }
+        }
+    }
+
+    /// One take: from the store, or as `on_error` says when it cannot answer.
+    async fn take(
+        &self,
+        charges: &[Charge],
+        max_wait: Nanos,
+    ) -> Result<(Source, Decision), ThrottleError> {
+        let sc = store_charges(charges);
+        if let Some(result) = self.try_store(self.store.take(&sc, max_wait)).await {
+            return Ok((Source::Store, result));
+        }
+        match self.on_error {
+            OnError::Local => {
+                let d = self.fallback.take(&sc, max_wait).await;
+                Ok((
+                    Source::Fallback,
+                    d.map_err(|_| ThrottleError::StoreUnavailable)?,
+                ))
+            }
+            OnError::Allow => Ok((Source::Allowed, Decision::Granted)),
+            OnError::Reject => Err(ThrottleError::StoreUnavailable),
+        }
+    }
+
+    /// The store's answer, or `None` when it failed or is left alone after a failure.
+    async fn try_store<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Option<T> {
+        let now = self.clock.now();
+        if now < self.retry_at.load(Ordering::Relaxed) {
+            return None;
+        }
+        match call.await {
+            Ok(v) => {
+                if self.down.swap(false, Ordering::Relaxed) {
+                    tracing::info!(target: "ratelimit", "ratelimit.store_back");
+                }
+                Some(v)
+            }
+            Err(e) => {
+                let retry = self.clock.now().saturating_add(nanos(RETRY));
+                self.retry_at.store(retry, Ordering::Relaxed);
+                if !self.down.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        target: "ratelimit",
+                        error = %e,
+                        on_error = ?self.on_error,
+                        "ratelimit.store_unavailable"
+                    );
+                }
+                None
+            }
+        }
+    }
+
+    /// Returns tokens to whoever granted them, in the background (callers are sync: a drop,
+    /// `Permit::upstream_failed`).
+    pub(crate) fn give_back(&self, taken: SharedTaken) {
+        if taken.charges.is_empty() || taken.source == Source::Allowed {
+            return;
+        }
+        let store: Arc<dyn Store> = match taken.source {
+            Source::Fallback => self.fallback.clone(),
+            _ => self.store.clone(),
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            let sc = store_charges(&taken.charges);
+            if let Err(e) = store.give_back(&sc).await {
+                tracing::warn!(target: "ratelimit", error = %e, "ratelimit.give_back_failed");
+            }
+        });
+    }
+
+    /// The shared state of one bucket (the fallback's under `on_error = "local"` or `"allow"`
+    /// while the store cannot answer).
+    pub(crate) async fn peek(&self, layer: usize, key: &str) -> Result<Peek, ThrottleError> {
+        if let Some(p) = self.try_store(self.store.peek(layer, key)).await {
+            return Ok(p);
+        }
+        match self.on_error {
+            OnError::Reject => Err(ThrottleError::StoreUnavailable),
+            _ => Ok(self.peek_fallback(layer, key)),
+        }
+    }
+
+    /// Whether the store itself answers now (no fallback), for readiness.
+    pub(crate) async fn reachable(&self, layer: usize) -> Result<(), String> {
+        match self.try_store(self.store.peek(layer, "")).await {
+            Some(_) => Ok(()),
+            None => Err("the shared store (Redis) does not answer".into()),
+        }
+    }
+
+    /// This replica's in-process view of a shared bucket (what `on_error = "local"` uses).
+    pub(crate) fn peek_fallback(&self, layer: usize, key: &str) -> Peek {
+        self.fallback.peek_now(layer, key).unwrap_or(Peek {
+            limit: 0,
+            remaining: 0,
+            reset: 0,
+            waiting: 0,
+        })
+    }
+}
+
+impl SharedTaken {
+    /// Keeps only the charges of layers that give back on failure.
+    pub(crate) fn retain(mut self, keep: impl Fn(&Charge) -> bool) -> SharedTaken {
+        self.charges.retain(keep);
+        self
+    }
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("on_error", &self.on_error)
+            .finish()
+    }
+}

@@ -1,0 +1,370 @@
+//! The shared [`Store`]: buckets in Redis (or Valkey), so that N replicas share one limit.
+//!
+//! Why Lua scripts: a message charged to several layers must take from all of them in **one
+//! atomic step**, or two replicas could each take half; a script runs alone in Redis, on
+//! Redis's clock (`TIME`, in microseconds), so replicas whose clocks disagree still agree on
+//! every bucket. One `EVALSHA` per message (the `redis` crate's [`Script`] loads the script and
+//! retries once on `NOSCRIPT`, e.g. after a Redis restart): the script is the bucket math of
+//! `bucket.rs` (see `redis/bucket.lua`), and it answers granted now; **reserved** (taken now as
+//! of instant T within `max_wait`: the replica sleeps until T, and anyone who takes the bucket
+//! after it, on any replica, is served after T — FIFO across replicas with no polling); or
+//! refused with the time all tokens would be there, writing nothing.
+//!
+//! Keys: see [`keys`]. In **Redis Cluster** all buckets of one key share a slot (hash tag), so a
+//! message whose layers use the same key is one script call in one slot. A message whose layers
+//! use different keys (a tenant layer and an account-wide one) may span slots: it is then one
+//! call per slot, in slot order, and atomic per slot; a refusal in a later slot gives back what
+//! the earlier ones took, and the message goes at the latest reservation — the same
+//! "take in order, hold, roll back" a multi-layer message has with local layers.
+//!
+//! Errors (Redis unreachable, a timeout past `timeout`) are [`StoreError::Unavailable`]; the
+//! throttle's `on_error` decides. A timeout after Redis ran the script may have taken tokens
+//! that no message uses: the limit still holds, some quota is lost.
+
+pub(crate) mod keys;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ::redis::aio::ConnectionManager;
+use ::redis::cluster_async::ClusterConnection;
+use ::redis::{Script, ScriptInvocation};
+use tokio::sync::OnceCell;
+
+use super::{Decision, Store, StoreCharge, StoreError, StoreFuture};
+use crate::throttle::clock::{Clock, Nanos};
+use crate::throttle::layers::{LayerSpec, Peek};
+pub use keys::slot;
+use keys::LayerKeys;
+
+const BUCKET_LUA: &str = include_str!("redis/bucket.lua");
+
+/// Where the Redis store connects, and how.
+#[derive(Debug, Clone)]
+pub struct RedisOptions {
+    /// One URL (`redis://`, `rediss://`, `unix://`), or the seed nodes of a cluster.
+    pub urls: Vec<String>,
+    pub cluster: bool,
+    /// A password that is not in the URL (from `password_env`).
+    pub password: Option<String>,
+    /// Longest wait for one command, connecting included.
+    pub timeout: Duration,
+    /// Put in front of every key (`mailsluice:`).
+    pub prefix: String,
+}
+
+enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+// One per store, made once: the size of the variants does not matter.
+#[allow(clippy::large_enum_variant)]
+enum Client {
+    Single(::redis::Client),
+    Cluster(::redis::cluster::ClusterClient),
+}
+
+/// Buckets in Redis behind the [`Store`] trait; see the module doc.
+pub struct RedisStore {
+    client: Client,
+    /// Made on first use (Redis may be down when the relay starts); reconnects by itself.
+    conn: OnceCell<Conn>,
+    cluster: bool,
+    timeout: Duration,
+    /// Per throttle layer index; `None` for a layer whose numbers the store cannot hold.
+    layers: Vec<Option<LayerKeys>>,
+    take: Script,
+    give_back: Script,
+    peek: Script,
+    /// Tests only: the scripts' `now` from this clock instead of Redis `TIME`.
+    test_clock: Option<(Arc<dyn Clock>, u64)>,
+}
+
+fn unavailable(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Unavailable(e.to_string())
+}
+
+impl RedisStore {
+    /// Checks the URLs and the layers; connects lazily, on the first call. `specs` are all the
+    /// throttle's layers, indexed as in [`StoreCharge::layer`].
+    pub fn new(opts: &RedisOptions, specs: &[LayerSpec]) -> Result<RedisStore, StoreError> {
+        let infos = opts
+            .urls
+            .iter()
+            .map(|url| {
+                let info = ::redis::IntoConnectionInfo::into_connection_info(url.as_str())
+                    .map_err(|e| unavailable(format!("redis url: {e}")))?;
+                Ok(match &opts.password {
+                    Some(pw) => {
+                        let settings = info.redis_settings().clone().set_password(pw);
+                        info.set_redis_settings(settings)
+                    }
+                    None => info,
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        let client = if opts.cluster {
+            let mut b = ::redis::cluster::ClusterClient::builder(infos)
+                .connection_timeout(opts.timeout)
+                .response_timeout(opts.timeout)
+                .retries(1);
+            if let Some(pw) = &opts.password {
+                b = b.password(pw);
+            }
+            Client::Cluster(b.build().map_err(unavailable)?)
+        } else {
+            let [info] = <[_; 1]>::try_from(infos)
+                .map_err(|_| unavailable("one url without cluster = true"))?;
+            Client::Single(::redis::Client::open(info).map_err(unavailable)?)
+        };
+        let layers = specs
+            .iter()
+            .map(|s| LayerKeys::new(&opts.prefix, s).ok())
+            .collect();
+        let script = |body: &str| Script::new(&format!("{BUCKET_LUA}{body}"));
+        Ok(RedisStore {
+            client,
+            conn: OnceCell::new(),
+            cluster: opts.cluster,
+            timeout: opts.timeout,
+            layers,
+            take: script(include_str!("redis/take.lua")),
+            give_back: script(include_str!("redis/give_back.lua")),
+            peek: script(include_str!("redis/peek.lua")),
+            test_clock: None,
+        })
+    }
+
+    /// **Tests only**: the scripts read `now` from `clock` (microseconds, from its unix origin)
+    /// instead of Redis `TIME`, so bucket math can be checked with a fake clock. Production
+    /// never calls this.
+    #[doc(hidden)]
+    pub fn with_test_clock(mut self, clock: Arc<dyn Clock>) -> RedisStore {
+        let origin = clock.unix_secs_at(0) * 1_000_000;
+        self.test_clock = Some((clock, origin));
+        self
+    }
+
+    /// The Redis key of `key`'s bucket in layer `layer` (for tests and operators).
+    pub fn key_of(&self, layer: usize, key: &str) -> Option<String> {
+        Some(self.layers.get(layer)?.as_ref()?.key(key))
+    }
+
+    fn now_arg(&self) -> String {
+        match &self.test_clock {
+            Some((clock, origin)) => (origin + clock.now() / 1_000).to_string(),
+            None => String::new(),
+        }
+    }
+
+    fn layer(&self, layer: usize) -> Result<&LayerKeys, StoreError> {
+        match self.layers.get(layer) {
+            Some(Some(k)) => Ok(k),
+            _ => Err(StoreError::UnknownLayer(layer)),
+        }
+    }
+
+    /// Keys and per-charge arguments of `charges`, for the take and give-back scripts.
+    fn charge_args<'s>(
+        &self,
+        inv: &mut ScriptInvocation<'s>,
+        charges: &[StoreCharge<'_>],
+    ) -> Result<(), StoreError> {
+        for c in charges {
+            let k = self.layer(c.layer)?;
+            inv.key(k.key(c.key))
+                .arg(k.mode)
+                .arg(c.cost)
+                .arg(k.cap)
+                .arg(k.p1)
+                .arg(k.p2);
+        }
+        Ok(())
+    }
+
+    async fn conn(&self) -> Result<&Conn, StoreError> {
+        self.conn
+            .get_or_try_init(|| async {
+                match &self.client {
+                    Client::Single(c) => {
+                        let config = ::redis::aio::ConnectionManagerConfig::new()
+                            .set_connection_timeout(Some(self.timeout))
+                            .set_response_timeout(Some(self.timeout))
+                            .set_number_of_retries(1)
+                            .set_min_delay(Duration::from_millis(50));
+                        let m = ConnectionManager::new_lazy_with_config(c.clone(), config);
+                        m.map(Conn::Single).map_err(unavailable)
+                    }
+                    Client::Cluster(c) => {
+                        let conn = c.get_async_connection().await.map_err(unavailable)?;
+                        Ok(Conn::Cluster(conn))
+                    }
+                }
+            })
+            .await
+    }
+
+    /// Runs a script within the timeout (connecting, and loading it on `NOSCRIPT`, included).
+    async fn invoke(&self, inv: &ScriptInvocation<'_>) -> Result<Vec<i64>, StoreError> {
+        let run = async {
+            match self.conn().await? {
+                Conn::Single(c) => inv.invoke_async(&mut c.clone()).await,
+                Conn::Cluster(c) => inv.invoke_async(&mut c.clone()).await,
+            }
+            .map_err(unavailable)
+        };
+        tokio::time::timeout(self.timeout, run)
+            .await
+            .map_err(|_| unavailable(format!("no answer within {:?}", self.timeout)))?
+    }
+
+    /// One take script call for `charges` (all in one slot in cluster mode).
+    async fn take_one(
+        &self,
+        charges: &[StoreCharge<'_>],
+        max_wait: Nanos,
+    ) -> Result<Decision, StoreError> {
+        let mut inv = self.take.prepare_invoke();
+        inv.arg(max_wait / 1_000).arg(self.now_arg());
+        self.charge_args(&mut inv, charges)?;
+        let r = self.invoke(&inv).await?;
+        let at = |i: usize| r.get(i).copied().map(|v| u64::try_from(v).unwrap_or(0));
+        let bad = || unavailable(format!("unexpected answer from the take script: {r:?}"));
+        let us = |v: u64| v.saturating_mul(1_000);
+        Ok(match (at(0), at(1), at(2)) {
+            (Some(0), _, _) => Decision::Granted,
+            (Some(1), Some(wait), _) => Decision::Reserved { wait: us(wait) },
+            (Some(2), Some(charge), Some(retry)) => Decision::Refused {
+                charge: charge as usize,
+                retry_after: us(retry),
+            },
+            (Some(3), Some(charge), Some(capacity)) => Decision::OverCapacity {
+                charge: charge as usize,
+                capacity,
+            },
+            _ => return Err(bad()),
+        })
+    }
+
+    async fn take_all(
+        &self,
+        charges: &[StoreCharge<'_>],
+        max_wait: Nanos,
+    ) -> Result<Decision, StoreError> {
+        if !self.cluster {
+            return self.take_one(charges, max_wait).await;
+        }
+        let groups = by_slot(self, charges)?;
+        if groups.len() == 1 {
+            return self.take_one(charges, max_wait).await;
+        }
+        // Several slots: one call each, holding what earlier slots took (see the module doc).
+        let mut held: Vec<StoreCharge<'_>> = Vec::new();
+        let mut wait = 0;
+        for group in &groups {
+            let part: Vec<StoreCharge<'_>> = group.iter().map(|&i| charges[i]).collect();
+            let d = self.take_one(&part, max_wait).await;
+            let refusal = match d {
+                Ok(Decision::Granted) => None,
+                Ok(Decision::Reserved { wait: w }) => {
+                    wait = wait.max(w);
+                    None
+                }
+                Ok(Decision::Refused {
+                    charge,
+                    retry_after,
+                }) => Some(Ok(Decision::Refused {
+                    charge: group[charge],
+                    retry_after,
+                })),
+                Ok(Decision::OverCapacity { charge, capacity }) => {
+                    Some(Ok(Decision::OverCapacity {
+                        charge: group[charge],
+                        capacity,
+                    }))
+                }
+                other => Some(other),
+            };
+            if let Some(answer) = refusal {
+                if !held.is_empty() {
+                    let _ = self.give_back_all(&held).await;
+                }
+                return answer;
+            }
+            held.extend(part);
+        }
+        Ok(match wait {
+            0 => Decision::Granted,
+            wait => Decision::Reserved { wait },
+        })
+    }
+
+    async fn give_back_all(&self, charges: &[StoreCharge<'_>]) -> Result<(), StoreError> {
+        let groups: Vec<Vec<usize>> = if self.cluster {
+            by_slot(self, charges)?
+        } else {
+            vec![(0..charges.len()).collect()]
+        };
+        for group in groups {
+            let part: Vec<StoreCharge<'_>> = group.iter().map(|&i| charges[i]).collect();
+            let mut inv = self.give_back.prepare_invoke();
+            inv.arg(self.now_arg());
+            self.charge_args(&mut inv, &part)?;
+            self.invoke(&inv).await?;
+        }
+        Ok(())
+    }
+
+    async fn peek_one(&self, layer: usize, key: &str) -> Result<Peek, StoreError> {
+        let k = self.layer(layer)?;
+        let mut inv = self.peek.key(k.key(key));
+        inv.arg(self.now_arg())
+            .arg(k.mode)
+            .arg(0)
+            .arg(k.cap)
+            .arg(k.p1)
+            .arg(k.p2);
+        let r = self.invoke(&inv).await?;
+        let v = |i: usize| r.get(i).map_or(0, |&v| u64::try_from(v).unwrap_or(0));
+        Ok(Peek {
+            limit: v(0),
+            remaining: v(1),
+            reset: v(2).div_ceil(1_000_000),
+            waiting: 0,
+        })
+    }
+}
+
+/// Whether a layer's numbers stay exact in the scripts (see `keys`); the reason if not.
+pub fn layer_fits(prefix: &str, spec: &LayerSpec) -> Result<(), String> {
+    LayerKeys::new(prefix, spec).map(|_| ())
+}
+
+/// Charge indices grouped by cluster slot, groups in slot order, charges in their order.
+fn by_slot(store: &RedisStore, charges: &[StoreCharge<'_>]) -> Result<Vec<Vec<usize>>, StoreError> {
+    let mut slots = std::collections::BTreeMap::<u16, Vec<usize>>::new();
+    for (i, c) in charges.iter().enumerate() {
+        let key = store.layer(c.layer)?.key(c.key);
+        slots.entry(slot(&key)).or_default().push(i);
+    }
+    Ok(slots.into_values().collect())
+}
+
+impl Store for RedisStore {
+    fn take<'a>(
+        &'a self,
+        charges: &'a [StoreCharge<'a>],
+        max_wait: Nanos,
+    ) -> StoreFuture<'a, Decision> {
+        Box::pin(self.take_all(charges, max_wait))
+    }
+
+    fn give_back<'a>(&'a self, charges: &'a [StoreCharge<'a>]) -> StoreFuture<'a, ()> {
+        Box::pin(self.give_back_all(charges))
+    }
+
+    fn peek<'a>(&'a self, layer: usize, key: &'a str) -> StoreFuture<'a, Peek> {
+        Box::pin(self.peek_one(layer, key))
+    }
+}

@@ -1,0 +1,16 @@
+
+-- PEEK: the allowance of one bucket; writes nothing. KEYS[1], ARGV[1]: '' or a test's instant,
+-- then its 5 parameters (cost unused). Answers {capacity, remaining, reset}: reset is the
+-- microsecond an active fixed window refills, 0 otherwise.
+local now = clock(ARGV[1])
+local p = params(1)
+local a, b = load(KEYS[1])
+if p.mode == 'd' then
+  local debt = 0
+  if a > now then debt = (a - now) * p.p1 - b end
+  local level = divmod(p.cap * p.p2 - debt, p.p2)
+  return {p.cap, math.max(level, 0), 0}
+end
+local reset = 0
+if p.mode == 'w' and a > now then reset = a end
+return {p.cap, p.cap - used(a, b, now), reset}

@@ -1,0 +1,19 @@
+//! A real HTTP GET against the admin endpoint (ureq, blocking, run off the async workers).
+
+use std::net::SocketAddr;
+
+/// Status and body of `GET http://{addr}{path}`; a 4xx or 5xx is an answer, not an error.
+pub async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let url = format!("http://{addr}{path}");
+    tokio::task::spawn_blocking(move || {
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .new_agent();
+        let mut response = agent.get(&url).call().unwrap();
+        let status = response.status().as_u16();
+        (status, response.body_mut().read_to_string().unwrap())
+    })
+    .await
+    .unwrap()
+}
