@@ -13,6 +13,7 @@ use serde_json::json;
 use tokio::net::TcpListener;
 
 use crate::metrics::Metrics;
+use crate::reload::Live;
 use crate::shutdown::Shutdown;
 use crate::throttle::Throttle;
 use crate::upstream::Forwarder;
@@ -33,12 +34,23 @@ impl Health {
     }
 }
 
-/// Everything the endpoints read.
+/// Everything the endpoints read. `throttle` and `forwarder` are the ones the relay started
+/// with; after a reload the current ones come from `live`.
 pub struct Admin {
     pub throttle: Arc<Throttle>,
     pub metrics: Arc<Metrics>,
     pub forwarder: Arc<dyn Forwarder>,
     pub health: Arc<Health>,
+    pub live: Arc<Live>,
+}
+
+impl Admin {
+    fn current(&self) -> (Arc<Throttle>, Arc<dyn Forwarder>) {
+        match self.live.current() {
+            Some(ctx) => (ctx.throttle.clone(), ctx.forwarder.clone()),
+            None => (self.throttle.clone(), self.forwarder.clone()),
+        }
+    }
 }
 
 pub fn router(admin: Arc<Admin>) -> Router {
@@ -64,9 +76,10 @@ pub async fn serve(
 /// 200 when the relay can take mail: listening and upstream reachable now (Redis too, once
 /// a layer uses it); 503 with a JSON body saying what is not.
 async fn readyz(State(admin): State<Arc<Admin>>) -> Response {
+    let (throttle, forwarder) = admin.current();
     let listening = admin.health.listening();
-    let upstream = admin.forwarder.check().await;
-    let store = admin.throttle.check_store().await;
+    let upstream = forwarder.check().await;
+    let store = throttle.check_store().await;
     let ready = listening && upstream.is_ok() && store.as_ref().is_none_or(|s| s.is_ok());
     let verdict = |check: &Result<(), String>| match check {
         Ok(()) => json!({"ok": true}),
@@ -89,7 +102,7 @@ async fn readyz(State(admin): State<Arc<Admin>>) -> Response {
 }
 
 async fn metrics(State(admin): State<Arc<Admin>>) -> Response {
-    let text = admin.metrics.encode(&admin.throttle);
+    let text = admin.metrics.encode(&admin.current().0);
     (
         [(
             header::CONTENT_TYPE,

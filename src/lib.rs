@@ -16,6 +16,7 @@
 //! | `shutdown` | the one shutdown signal every task listens to |
 //! | `admin` | the HTTP endpoint: `/healthz`, `/readyz`, `/metrics`, `/buckets/{layer}/{key}` |
 //! | `metrics` | the Prometheus registry and what is counted |
+//! | `reload` | SIGHUP: the current context, swapped for new messages |
 //! | `fuzzing` | (hidden) a session over an in-memory stream, for `fuzz/` and property tests |
 //!
 //! `run(listeners, deps, shutdown)` serves until the shutdown signal; `main.rs` only parses
@@ -29,6 +30,7 @@ pub mod metrics;
 pub mod password;
 pub mod per_ip;
 pub mod policy;
+pub mod reload;
 pub mod server;
 pub mod shutdown;
 pub mod smtp;

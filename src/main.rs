@@ -167,10 +167,10 @@ fn serve(path: &std::path::Path) -> anyhow::Result<()> {
     let config = Arc::new(Config::load(path)?);
     tokio::runtime::Runtime::new()
         .context("starting the async runtime")?
-        .block_on(serve_async(config))
+        .block_on(serve_async(config, path))
 }
 
-async fn serve_async(config: Arc<Config>) -> anyhow::Result<()> {
+async fn serve_async(config: Arc<Config>, path: &std::path::Path) -> anyhow::Result<()> {
     let hostname = config.smtp.hostname.clone();
     let forwarder = mailsluice::upstream::build_forwarder(&config.upstream, &hostname)
         .map_err(anyhow::Error::msg)
@@ -182,9 +182,7 @@ async fn serve_async(config: Arc<Config>) -> anyhow::Result<()> {
         smtp: bind(&config.smtp.listen, "SMTP").await?,
         implicit_tls: bind(&config.smtp.tls_listen, "SMTP over implicit TLS").await?,
     };
-    if let Some(tls) = deps.tls.clone() {
-        tokio::spawn(reload_tls_on_hangup(tls));
-    }
+    tokio::spawn(reload_on_hangup(path.to_owned(), deps.live.clone()));
     let (trigger, shutdown) = mailsluice::shutdown::channel();
     tokio::spawn(async move {
         wait_for_signal().await;
@@ -223,17 +221,27 @@ async fn bind(addrs: &[std::net::SocketAddr], what: &str) -> anyhow::Result<Vec<
 
 /// SIGHUP: read the certificate and key again (after a renewal). Connections stay up; the
 /// rest of the config is not reloaded. A bad pair is logged and the old one kept.
-async fn reload_tls_on_hangup(tls: Arc<mailsluice::tls::Tls>) {
+/// SIGHUP: read the config file again and put it in force for new messages; a config that
+/// does not load or cannot be used is refused with an error log, the old one staying.
+async fn reload_on_hangup(path: std::path::PathBuf, live: Arc<mailsluice::reload::Live>) {
     use tokio::signal::unix::{signal, SignalKind};
     let Ok(mut hangup) = signal(SignalKind::hangup()) else {
-        tracing::warn!("cannot listen for SIGHUP; certificates will not be reloaded");
+        tracing::warn!("cannot listen for SIGHUP; the config will not be reloaded");
         return;
     };
     while hangup.recv().await.is_some() {
-        match tls.reload() {
-            Ok(()) => tracing::info!("SIGHUP: TLS certificate reloaded"),
+        let result = Config::load(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|config| live.reload(config));
+        match result {
+            Ok(notes) => {
+                tracing::info!(config = %path.display(), "SIGHUP: configuration reloaded");
+                for note in notes {
+                    tracing::warn!("SIGHUP: {note}");
+                }
+            }
             Err(e) => {
-                tracing::error!(error = %e, "SIGHUP: TLS certificate not reloaded, keeping the old one")
+                tracing::error!(error = %e, "SIGHUP: new configuration refused, the old one stays")
             }
         }
     }

@@ -3,7 +3,7 @@
 //! tests run several relays in one process.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
@@ -15,9 +15,10 @@ use crate::config::{Config, Cost};
 use crate::metrics::Metrics;
 use crate::per_ip::{AuthFailures, Connections, LockoutRule};
 use crate::policy::LayerPolicy;
+use crate::reload::Live;
 use crate::shutdown::Shutdown;
 use crate::smtp::{self, reply};
-use crate::throttle::{Throttle, TokioClock};
+use crate::throttle::{Clock, Throttle, TokioClock};
 use crate::tls::{Tls, TlsError};
 use crate::upstream::Forwarder;
 
@@ -30,6 +31,10 @@ pub struct Deps {
     pub throttle: Arc<Throttle>,
     pub metrics: Arc<Metrics>,
     pub health: Arc<Health>,
+    /// The monotonic clock of the throttle (kept across reloads, so buckets carry over).
+    pub clock: Arc<dyn Clock>,
+    /// The current context, for SIGHUP and the admin endpoint; filled in by `run`.
+    pub live: Arc<Live>,
     /// Inbound TLS from `[smtp.tls]`, loaded by `with_tls`; main keeps a handle for SIGHUP.
     pub tls: Option<Arc<Tls>>,
 }
@@ -38,14 +43,16 @@ impl Deps {
     /// The throttle built from the config's layers (and `[redis]`), on the real (tokio)
     /// clock, and fresh metrics.
     pub fn new(config: Arc<Config>, forwarder: Arc<dyn Forwarder>) -> Deps {
-        let clock = Arc::new(TokioClock::new());
-        let throttle = Arc::new(crate::throttle::from_config(&config, clock));
+        let clock: Arc<dyn Clock> = Arc::new(TokioClock::new());
+        let throttle = Arc::new(crate::throttle::from_config(&config, clock.clone()));
         Deps {
             config,
             forwarder,
             throttle,
             metrics: Metrics::new(),
             health: Arc::new(Health::default()),
+            clock,
+            live: Live::new(),
             tls: None,
         }
     }
@@ -57,6 +64,7 @@ impl Deps {
             metrics: self.metrics.clone(),
             forwarder: self.forwarder.clone(),
             health: self.health.clone(),
+            live: self.live.clone(),
         })
     }
 
@@ -85,7 +93,10 @@ pub struct Context {
     /// `max_connections_per_ip`.
     pub connections_per_ip: Arc<Connections>,
     /// Failed AUTH attempts per client address, for the lockout.
-    pub auth_failures: AuthFailures,
+    pub auth_failures: Arc<AuthFailures>,
+    pub clock: Arc<dyn Clock>,
+    /// Where a newer context is found after a reload.
+    pub live: Weak<Live>,
 }
 
 impl Context {
@@ -129,7 +140,44 @@ impl Context {
             rcpt_max,
             tls,
             connections_per_ip,
-            auth_failures,
+            auth_failures: Arc::new(auth_failures),
+            clock: deps.clock,
+            live: Arc::downgrade(&deps.live),
+        }
+    }
+
+    /// The newest context (this one unless a reload came since).
+    pub fn latest(self: &Arc<Context>) -> Arc<Context> {
+        self.live
+            .upgrade()
+            .and_then(|live| live.current())
+            .unwrap_or_else(|| self.clone())
+    }
+
+    /// The context of a reloaded config; see `reload`.
+    pub(crate) fn successor(
+        &self,
+        config: Arc<Config>,
+        forwarder: Arc<dyn Forwarder>,
+        throttle: Arc<Throttle>,
+        tls: Option<Arc<Tls>>,
+    ) -> Context {
+        Context {
+            rcpt_max: rcpt_max(&config),
+            layers: config
+                .throttle
+                .iter()
+                .map(LayerPolicy::from_config)
+                .collect(),
+            config,
+            forwarder,
+            throttle,
+            metrics: self.metrics.clone(),
+            tls,
+            connections_per_ip: self.connections_per_ip.clone(),
+            auth_failures: self.auth_failures.clone(),
+            clock: self.clock.clone(),
+            live: self.live.clone(),
         }
     }
 }
@@ -168,7 +216,9 @@ impl From<Vec<TcpListener>> for Listeners {
 pub async fn run(listeners: impl Into<Listeners>, deps: Deps, shutdown: Shutdown) {
     let listeners = listeners.into();
     let health = deps.health.clone();
+    let live = deps.live.clone();
     let ctx = Arc::new(Context::new(deps));
+    live.install(ctx.clone());
     let limit = Arc::new(Semaphore::new(ctx.config.smtp.max_connections.get()));
     let sessions = TaskTracker::new();
     let accepts = TaskTracker::new();
@@ -194,8 +244,9 @@ pub async fn run(listeners: impl Into<Listeners>, deps: Deps, shutdown: Shutdown
     health.set_listening(true);
     accepts.wait().await;
     health.set_listening(false);
-    // Waiters in the throttle's queues are answered 421 now; transactions in flight go on.
-    ctx.throttle.dispose();
+    // Waiters in the throttle's queues (of every config since start) are answered 421 now;
+    // transactions in flight go on.
+    live.dispose();
     sessions.close();
     let grace = Duration::from_millis(ctx.config.smtp.shutdown_grace_ms);
     if tokio::time::timeout(grace, sessions.wait()).await.is_err() {
@@ -233,7 +284,7 @@ async fn accept_loop(listener: TcpListener, accepting: Accepting, mut shutdown: 
 
 fn start_session(accepting: &Accepting, stream: TcpStream, peer: SocketAddr, shutdown: &Shutdown) {
     let _ = stream.set_nodelay(true);
-    let ctx = accepting.ctx.clone();
+    let ctx = accepting.ctx.latest();
     let shutdown = shutdown.clone();
     let implicit_tls = accepting.implicit_tls;
     let refusal = match accepting.limit.clone().try_acquire_owned() {

@@ -66,6 +66,15 @@ impl Tls {
 
     /// Reads the certificate and key again (SIGHUP, after a renewal). New handshakes use
     /// them; connections already up keep theirs. On error the old ones stay in use.
+    /// The certificate file, as configured (a reload with other paths loads anew).
+    pub fn cert(&self) -> &std::path::Path {
+        &self.cert
+    }
+
+    pub fn key(&self) -> &std::path::Path {
+        &self.key
+    }
+
     pub fn reload(&self) -> Result<(), TlsError> {
         let server = Arc::new(server_config(&self.cert, &self.key)?);
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = server;

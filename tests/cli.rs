@@ -79,7 +79,31 @@ fn check_names_the_key_and_line_of_an_error() {
 }
 
 /// Starts the binary on port 0 and returns it with the address it logged.
-fn start(config: &str, dir: &std::path::Path) -> (Child, SocketAddr, Receiver<String>) {
+/// The relay process, killed when the test ends however it ends (a failed assertion must not
+/// leave it running, holding the test's output pipe open).
+struct Running(Child);
+
+impl std::ops::Deref for Running {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Running {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start(config: &str, dir: &std::path::Path) -> (Running, SocketAddr, Receiver<String>) {
     start_with(config, dir, &[])
 }
 
@@ -87,18 +111,20 @@ fn start_with(
     config: &str,
     dir: &std::path::Path,
     args: &[&str],
-) -> (Child, SocketAddr, Receiver<String>) {
+) -> (Running, SocketAddr, Receiver<String>) {
     let path = dir.join("relay.toml");
     std::fs::write(&path, config).unwrap();
-    let mut child = Command::new(BIN)
+    let child = Command::new(BIN)
         .args(args)
         .arg("--config")
         .arg(&path)
         .current_dir(dir)
         .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    let mut child = Running(child);
     let stderr = child.stderr.take().unwrap();
     let mut lines = BufReader::new(stderr).lines();
     let addr = loop {
@@ -283,7 +309,7 @@ async fn sighup_reloads_the_certificate_without_dropping_connections() {
         .status()
         .unwrap();
     assert!(hup.success());
-    while !logs.recv().unwrap().contains("TLS certificate reloaded") {}
+    while !logs.recv().unwrap().contains("configuration reloaded") {}
     let mut after = common::tls::starttls(Client::connect(addr).await, &renewed).await;
     assert_eq!(after.cmd("EHLO x").await.0, 250);
     assert_eq!(
@@ -349,6 +375,79 @@ async fn peek_reads_a_local_layer_through_the_admin_endpoint_and_takes_nothing()
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+}
+
+fn hup(child: &Running) {
+    let status = Command::new("kill")
+        .args(["-HUP", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[tokio::test]
+async fn sighup_with_a_lower_limit_throttles_the_next_messages_and_a_bad_config_is_refused() {
+    let dir = tempdir();
+    let layer = |limit: &str| {
+        format!(
+            "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"file://outbox\"\n\
+             [[throttle]]\nname = \"tenant\"\nkey = \"none\"\ncost = \"message\"\nlimit = {limit}\n\
+             interval_ms = 3600000\nmode = \"reject\"\n"
+        )
+    };
+    let (mut child, addr, logs) = start(&layer("100"), &dir);
+    let mut c = Client::connect(addr).await;
+    // A session open across the reload moves to the new config at its next MAIL.
+    for _ in 0..2 {
+        assert_eq!(
+            c.send_mail("a@example.com", &["b@example.net"], b"x\r\n")
+                .await
+                .0,
+            250
+        );
+    }
+    std::fs::write(dir.join("relay.toml"), layer("1")).unwrap();
+    hup(&child);
+    while !logs.recv().unwrap().contains("configuration reloaded") {}
+    assert_eq!(
+        c.send_mail("a@example.com", &["b@example.net"], b"x\r\n")
+            .await
+            .0,
+        250
+    );
+    let (code, text) = c
+        .send_mail("a@example.com", &["b@example.net"], b"x\r\n")
+        .await;
+    assert_eq!(code, 451, "the lower limit is in force: {text}");
+    std::fs::write(dir.join("relay.toml"), layer("0")).unwrap();
+    hup(&child);
+    loop {
+        let line = logs.recv().unwrap();
+        assert!(
+            !line.contains("configuration reloaded"),
+            "a bad config was taken: {line}"
+        );
+        if line.contains("refused") {
+            assert!(
+                line.contains("line 9"),
+                "the error names the line of `limit`: {line}"
+            );
+            break;
+        }
+    }
+    let mut fresh = Client::connect(addr).await;
+    let (code, text) = fresh
+        .send_mail("a@example.com", &["b@example.net"], b"x\r\n")
+        .await;
+    assert_eq!(
+        code, 451,
+        "the old config (limit 1, spent) still works: {text}"
+    );
     Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()

@@ -387,3 +387,47 @@ async fn key_header_is_stripped_unless_configured_otherwise() {
         relay.stop().await;
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn reload_keeps_unchanged_buckets_and_starts_changed_ones_fresh() {
+    let layer = |limit: u64, extra: &str| {
+        config_text(
+            "file://unused",
+            extra,
+            &tenant_layer(limit, limit, "mode = \"reject\"\ninterval_ms_unused = 0"),
+        )
+        .replace("interval_ms_unused = 0\n", "")
+    };
+    let fwd = MemoryForwarder::new();
+    let relay = Relay::start(&layer(2, ""), fwd.clone()).await;
+    for i in 0..2 {
+        assert_eq!(send(&relay, "acme", &format!("{i}")).await.unwrap().0, 250);
+    }
+    assert_eq!(send(&relay, "acme", "over").await.unwrap().0, 451);
+    // Another key changes, the layer does not: its buckets carry over.
+    let same = mailsluice::config::Config::parse(&layer(2, "max_recipients = 50")).unwrap();
+    assert!(relay.live.reload(same).unwrap().is_empty());
+    assert_eq!(send(&relay, "acme", "still over").await.unwrap().0, 451);
+    let current = relay.live.current().unwrap();
+    assert_eq!(current.config.smtp.max_recipients.get(), 50);
+    assert_eq!(
+        current.throttle.peek("tenant", "acme").unwrap().remaining,
+        0
+    );
+    // A changed layer starts on fresh buckets at the new limit.
+    let changed = mailsluice::config::Config::parse(&layer(3, "")).unwrap();
+    relay.live.reload(changed).unwrap();
+    assert_eq!(send(&relay, "acme", "fresh").await.unwrap().0, 250);
+    assert_eq!(
+        relay
+            .live
+            .current()
+            .unwrap()
+            .throttle
+            .peek("tenant", "acme")
+            .unwrap()
+            .remaining,
+        2
+    );
+    relay.stop().await;
+}

@@ -34,6 +34,8 @@ impl Session {
     }
 
     pub async fn auth(&mut self, mechanism: u64, initial: &str) -> Flow {
+        // Users come from the newest config (SIGHUP).
+        self.ctx = self.ctx.latest();
         let smtp = &self.ctx.config.smtp;
         if smtp.auth.as_ref().is_none_or(|a| a.users.is_empty()) {
             self.reply(reply::not_implemented("AUTH"));

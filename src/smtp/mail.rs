@@ -14,6 +14,8 @@ impl Session {
         if self.envelope.is_some() {
             return self.reply(reply::bad_sequence("Nested MAIL command"));
         }
+        // A transaction runs whole on the newest config (SIGHUP); one in flight keeps its own.
+        self.ctx = self.ctx.latest();
         if !self.may_relay() {
             return self.reply(reply::auth_required());
         }

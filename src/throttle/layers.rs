@@ -128,7 +128,8 @@ pub struct Peek {
 
 struct Inner {
     specs: Vec<LayerSpec>,
-    layers: Vec<Layer>,
+    /// Shared with the throttle of a reloaded config when the layer did not change.
+    layers: Vec<Arc<Layer>>,
     clock: Arc<dyn Clock>,
     /// The store of the shared (`store = "redis"`) layers, if any.
     shared: Option<Shared>,
@@ -183,7 +184,7 @@ impl Throttle {
     ) -> Throttle {
         let is_shared = |i: usize| shared.as_ref().is_some_and(|s| s.layers.contains(&i));
         let layers = (specs.iter().enumerate())
-            .map(|(i, s)| Layer::new(s.clone(), clock.clone(), is_shared(i)))
+            .map(|(i, s)| Arc::new(Layer::new(s.clone(), clock.clone(), is_shared(i))))
             .collect();
         let shared = shared.map(|s| Shared::new(s.store, s.on_error, &specs, clock.clone()));
         Throttle {
@@ -198,6 +199,26 @@ impl Throttle {
 
     pub fn specs(&self) -> &[LayerSpec] {
         &self.inner.specs
+    }
+
+    /// This (freshly built) throttle for a reloaded config, keeping the buckets and waiters
+    /// of `old`'s in-process layers whose spec did not change: a reload must not hand every
+    /// tenant a full bucket again. Changed layers start fresh; redis layers keep their state
+    /// in Redis anyway. Both throttles must run on the same clock.
+    pub fn keeping_unchanged(self, old: &Throttle) -> Throttle {
+        let Ok(mut inner) = Arc::try_unwrap(self.inner) else {
+            unreachable!("a throttle being set up is not shared yet");
+        };
+        for (i, spec) in inner.specs.iter().enumerate() {
+            let kept = (old.inner.specs.iter().zip(&old.inner.layers))
+                .find(|(s, l)| *s == spec && !l.is_shared() && !inner.layers[i].is_shared());
+            if let Some((_, layer)) = kept {
+                inner.layers[i] = layer.clone();
+            }
+        }
+        Throttle {
+            inner: Arc::new(inner),
+        }
     }
 
     pub fn layer_index(&self, name: &str) -> Option<usize> {
@@ -318,17 +339,17 @@ impl Throttle {
 
     /// Messages waiting in a layer, across its keys (0 for an unknown layer).
     pub fn waiting(&self, layer: usize) -> usize {
-        self.inner.layers.get(layer).map_or(0, Layer::waiting)
+        self.inner.layers.get(layer).map_or(0, |l| l.waiting())
     }
 
     /// Buckets a layer holds (≤ `max_keys`), for metrics.
     pub fn keys(&self, layer: usize) -> usize {
-        self.inner.layers.get(layer).map_or(0, Layer::keys)
+        self.inner.layers.get(layer).map_or(0, |l| l.keys())
     }
 
     /// Buckets a layer dropped before they were full (`ratelimit.evicted`), for metrics.
     pub fn evictions(&self, layer: usize) -> u64 {
-        self.inner.layers.get(layer).map_or(0, Layer::evicted)
+        self.inner.layers.get(layer).map_or(0, |l| l.evicted())
     }
 
     /// Whether a layer holds a bucket for `key` (an absent one reads as full).

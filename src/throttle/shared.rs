@@ -128,7 +128,7 @@ impl Shared {
     /// Takes `charges` (shared layers, in layer order); the instant of the grant.
     pub(crate) async fn acquire(
         &self,
-        layers: &[Layer],
+        layers: &[std::sync::Arc<Layer>],
         charges: Vec<Charge>,
         deadline: Nanos,
         now: Nanos,

@@ -28,6 +28,8 @@ pub struct Relay {
     pub tls: Option<Arc<Tls>>,
     /// The relay's throttle, to peek at buckets.
     pub throttle: Arc<mailsluice::throttle::Throttle>,
+    /// The relay's current context, to reload it as SIGHUP does.
+    pub live: Arc<mailsluice::reload::Live>,
     trigger: ShutdownTrigger,
     task: JoinHandle<()>,
 }
@@ -57,6 +59,7 @@ impl Relay {
             .with_tls()
             .expect("test certificate loads");
         let throttle = deps.throttle.clone();
+        let live = deps.live.clone();
         let ctx = Arc::new(Context::new(deps.clone()));
         let admin = deps.admin();
         let tls = deps.tls.clone();
@@ -68,6 +71,7 @@ impl Relay {
             tls_addr,
             tls,
             throttle,
+            live,
             trigger,
             task,
         }
