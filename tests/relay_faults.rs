@@ -7,22 +7,13 @@ mod common;
 use std::time::Duration;
 
 use common::relay::smtp_relay;
-use common::upstream::{Fault, Step, TestUpstream};
-
-const STEPS: [Step; 6] = [
-    Step::Greeting,
-    Step::Ehlo,
-    Step::Mail,
-    Step::Rcpt,
-    Step::Data,
-    Step::EndOfData,
-];
+use common::upstream::{Fault, Step, TestUpstream, ALL_STEPS};
 
 #[tokio::test]
 async fn upstream_replies_keep_their_class_and_text() {
     let up = TestUpstream::start().await;
     let relay = smtp_relay(&up.url(), "", "").await;
-    for step in STEPS {
+    for step in ALL_STEPS {
         for (code, text) in [(451, "4.3.0 try later"), (554, "5.7.1 go away")] {
             up.set_fault(Fault::reply(step, code, text));
             let mut c = relay.client().await;

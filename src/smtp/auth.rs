@@ -58,11 +58,7 @@ impl Session {
             self.reply(reply::bad_sequence(text));
             return Flow::Continue;
         }
-        if self
-            .ctx
-            .auth_failures
-            .is_locked(self.peer.ip(), Instant::now())
-        {
+        if self.locked_out() {
             self.reply(reply::auth_locked_out());
             return Flow::Close;
         }
@@ -94,11 +90,7 @@ impl Session {
         let verified = self.verify(name, password).await;
         // Attempts started in parallel before a lockout are answered 421 when they end, right
         // password or not, so parallel guessing learns nothing past the threshold.
-        if self
-            .ctx
-            .auth_failures
-            .is_locked(self.peer.ip(), Instant::now())
-        {
+        if self.locked_out() {
             self.reply(reply::auth_locked_out());
             return Flow::Close;
         }
@@ -174,6 +166,12 @@ impl Session {
 
     /// Counts the failure, waits the failure delay, then answers `535`, or `421` and closes
     /// when the address is now locked out.
+    fn locked_out(&self) -> bool {
+        self.ctx
+            .auth_failures
+            .is_locked(self.peer.ip(), Instant::now())
+    }
+
     async fn failed(&mut self) -> Flow {
         let locked = self
             .ctx

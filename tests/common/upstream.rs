@@ -33,6 +33,16 @@ pub enum Step {
     EndOfData,
 }
 
+/// Every step, for tables of faults.
+pub const ALL_STEPS: [Step; 6] = [
+    Step::Greeting,
+    Step::Ehlo,
+    Step::Mail,
+    Step::Rcpt,
+    Step::Data,
+    Step::EndOfData,
+];
+
 /// What goes wrong. One fault applies to every connection until it is changed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum Fault {

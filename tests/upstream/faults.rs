@@ -4,17 +4,8 @@ use std::time::Duration;
 
 use mailsluice::upstream::{Forwarder, UpstreamError};
 
-use super::common::upstream::{unused_addr, Fault, Step, TestUpstream};
+use super::common::upstream::{unused_addr, Fault, Step, TestUpstream, ALL_STEPS};
 use super::{envelope, smtp_forwarder, SIMPLE};
-
-const STEPS: [Step; 6] = [
-    Step::Greeting,
-    Step::Ehlo,
-    Step::Mail,
-    Step::Rcpt,
-    Step::Data,
-    Step::EndOfData,
-];
 
 async fn send(fwd: &impl Forwarder) -> Result<mailsluice::upstream::Accepted, UpstreamError> {
     fwd.forward(&envelope(Some("a@x.test"), &["b@y.test"]), SIMPLE)
@@ -55,7 +46,7 @@ async fn connection_closed_at_once_is_unavailable() {
 async fn negative_replies_keep_code_and_text_at_every_step() {
     let up = TestUpstream::start().await;
     let fwd = smtp_forwarder(&up.url(), "");
-    for step in STEPS {
+    for step in ALL_STEPS {
         for (code, text, enhanced, rest) in [
             (
                 451,
@@ -100,7 +91,7 @@ async fn dropped_mid_data_is_unavailable_and_not_retried() {
 async fn stalls_at_every_step_are_unavailable() {
     let up = TestUpstream::start().await;
     let fwd = smtp_forwarder(&up.url(), "timeout_ms = 300");
-    for step in STEPS {
+    for step in ALL_STEPS {
         up.set_fault(Fault::stall(step, Duration::from_secs(3)));
         assert_unavailable(send(&fwd).await, &format!("stall at {step:?}"));
     }

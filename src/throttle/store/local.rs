@@ -211,27 +211,6 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn takes_from_all_layers_or_from_none() {
-        let clock = Arc::new(FakeClock::new(1_700_000_000));
-        let s = store(clock.clone());
-        let both = [ch(0, "acme", 2), ch(1, "acme", 2)];
-        assert_eq!(s.take(&both, SEC).await.unwrap(), Decision::Granted);
-        assert_eq!(s.peek(0, "acme").await.unwrap().remaining, 8);
-        assert_eq!(s.peek(1, "acme").await.unwrap().remaining, 1);
-        // The daily layer cannot give 2 more today: nothing is taken from the tenant layer.
-        let d = s.take(&both, SEC).await.unwrap();
-        assert_eq!(
-            d,
-            Decision::Refused {
-                charge: 1,
-                retry_after: 86_400 * SEC
-            }
-        );
-        assert_eq!(s.peek(0, "acme").await.unwrap().remaining, 8);
-        assert_eq!(s.peek(1, "acme").await.unwrap().remaining, 1);
-    }
-
-    #[tokio::test]
     async fn later_within_max_wait_takes_nothing() {
         let clock = Arc::new(FakeClock::new(0));
         let s = store(clock.clone());
