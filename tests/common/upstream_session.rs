@@ -23,6 +23,7 @@ pub(super) async fn serve_connection(
     shared: &Shared,
     drawn: Option<Fault>,
 ) -> io::Result<()> {
+    let _ = stream.set_nodelay(true);
     let mut io = BufReader::new(stream);
     let mut kick = shared.kick_tx.subscribe();
     // The fault of the current transaction, drawn at its MAIL when a mix is set.
@@ -283,9 +284,13 @@ fn base64_decode(s: &str) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// One write per reply: two would let Nagle hold the CRLF for the client's delayed ACK
+/// (~40 ms a command).
 async fn reply(io: &mut BufReader<TcpStream>, text: &str) -> io::Result<()> {
     let stream = io.get_mut();
-    stream.write_all(text.as_bytes()).await?;
-    stream.write_all(b"\r\n").await?;
+    let mut line = Vec::with_capacity(text.len() + 2);
+    line.extend_from_slice(text.as_bytes());
+    line.extend_from_slice(b"\r\n");
+    stream.write_all(&line).await?;
     stream.flush().await
 }
