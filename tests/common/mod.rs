@@ -6,6 +6,7 @@ pub mod auth;
 pub mod http;
 pub mod invariant;
 pub mod memory;
+pub mod process;
 pub mod redis;
 pub mod relay;
 pub mod tls;
