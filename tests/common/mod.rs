@@ -5,6 +5,7 @@
 pub mod auth;
 pub mod http;
 pub mod invariant;
+pub mod load;
 pub mod memory;
 pub mod process;
 pub mod redis;

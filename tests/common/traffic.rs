@@ -51,8 +51,54 @@ impl Sent {
     }
 }
 
-/// Connects and sends one message up to its final dot. `Err` is what the client saw when it
-/// never got that far (a refusal before the dot, a broken connection, or `Leave::DuringData`).
+/// A connection greeted and past EHLO, between transactions.
+pub struct Session {
+    io: BufReader<TcpStream>,
+}
+
+impl Session {
+    /// Connects, reads the greeting and says EHLO; `Err` when any of it fails.
+    pub async fn open(addr: SocketAddr) -> Result<Session, Seen> {
+        let Ok(stream) = TcpStream::connect(addr).await else {
+            return Err(Seen::Unsent);
+        };
+        let _ = stream.set_nodelay(true);
+        let mut io = BufReader::new(stream);
+        expect(&mut io, None, 220).await?;
+        expect(&mut io, Some("EHLO client.test"), 250).await?;
+        Ok(Session { io })
+    }
+
+    /// Sends one message up to its final dot. `Err` is what the client saw when it never
+    /// got that far (a refusal before the dot, a broken connection, or `Leave::DuringData`).
+    pub async fn send_to_dot(
+        mut self,
+        id: &str,
+        tenant: &str,
+        rcpts: &[String],
+        leave: Leave,
+    ) -> Result<Sent, Seen> {
+        let io = &mut self.io;
+        expect(io, Some("MAIL FROM:<app@example.com>"), 250).await?;
+        for rcpt in rcpts {
+            expect(io, Some(&format!("RCPT TO:<{rcpt}>")), 250).await?;
+        }
+        expect(io, Some("DATA"), 354).await?;
+        let body = message(id, tenant);
+        if leave == Leave::DuringData {
+            let _ = io.get_mut().write_all(&body[..body.len() / 2]).await;
+            return Err(Seen::Unsent);
+        }
+        let mut data = body;
+        data.extend_from_slice(b".\r\n");
+        // A failed write may still have sent the dot: it counts as sent, the weaker claim, and
+        // reading the reply then finds the broken connection.
+        let _ = io.get_mut().write_all(&data).await;
+        Ok(Sent { io: self.io })
+    }
+}
+
+/// Connects and sends one message up to its final dot (see [`Session::send_to_dot`]).
 pub async fn send_to_dot(
     addr: SocketAddr,
     id: &str,
@@ -60,29 +106,10 @@ pub async fn send_to_dot(
     rcpts: &[String],
     leave: Leave,
 ) -> Result<Sent, Seen> {
-    let Ok(stream) = TcpStream::connect(addr).await else {
-        return Err(Seen::Unsent);
-    };
-    let _ = stream.set_nodelay(true);
-    let mut io = BufReader::new(stream);
-    expect(&mut io, None, 220).await?;
-    expect(&mut io, Some("EHLO client.test"), 250).await?;
-    expect(&mut io, Some("MAIL FROM:<app@example.com>"), 250).await?;
-    for rcpt in rcpts {
-        expect(&mut io, Some(&format!("RCPT TO:<{rcpt}>")), 250).await?;
-    }
-    expect(&mut io, Some("DATA"), 354).await?;
-    let body = message(id, tenant);
-    if leave == Leave::DuringData {
-        let _ = io.get_mut().write_all(&body[..body.len() / 2]).await;
-        return Err(Seen::Unsent);
-    }
-    let mut data = body;
-    data.extend_from_slice(b".\r\n");
-    // A failed write may still have sent the dot: it counts as sent, the weaker claim, and
-    // reading the reply then finds the broken connection.
-    let _ = io.get_mut().write_all(&data).await;
-    Ok(Sent { io })
+    Session::open(addr)
+        .await?
+        .send_to_dot(id, tenant, rcpts, leave)
+        .await
 }
 
 /// Sends one message on a new connection and records what the client saw in `log`.
