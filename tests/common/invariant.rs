@@ -93,10 +93,14 @@ impl ClientLog {
     }
 }
 
-/// A small message with `id` in its header, `X-Tenant: tenant`.
+/// A small message with `id` in its header (and in its `Message-ID`, which MTAs log),
+/// `X-Tenant: tenant`.
 pub fn message(id: &str, tenant: &str) -> Vec<u8> {
-    format!("{ID_HEADER}: {id}\r\nX-Tenant: {tenant}\r\nSubject: test {id}\r\n\r\nbody of {id}\r\n")
-        .into_bytes()
+    format!(
+        "{ID_HEADER}: {id}\r\nMessage-ID: <{id}@sluice.test>\r\nX-Tenant: {tenant}\r\n\
+         Subject: test {id}\r\n\r\nbody of {id}\r\n"
+    )
+    .into_bytes()
 }
 
 /// The id header's value in a message as upstream received it.
