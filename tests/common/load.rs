@@ -75,9 +75,14 @@ impl LoadReport {
             self.rss_waiting_kib,
             self.rss_end_kib
         );
+        if s.connections > s.waiting {
+            eprintln!(
+                "  per idle connection {} bytes",
+                self.per_idle_connection_bytes()
+            );
+        }
         eprintln!(
-            "  per idle connection {} bytes, per waiting connection {} bytes",
-            self.per_idle_connection_bytes(),
+            "  per waiting connection {} bytes",
             self.per_waiting_bytes()
         );
         for (phase, took) in &self.phases {
@@ -263,7 +268,6 @@ pub async fn run(spec: LoadSpec) -> LoadReport {
         assert!(matches!(seen, Seen::Reply(250, _)), "{id}: {seen:?}");
     }
     phase("send a message on every idle connection");
-    drop(phase);
     let rss_end_kib = relay.rss_kib();
 
     relay.signal(libc::SIGTERM);

@@ -276,13 +276,19 @@ impl TestUpstream {
         self.messages()
     }
 
+    /// Tells every open connection to close as `close_idle_connections` does, without
+    /// waiting for them to go (under load, new ones keep coming).
+    pub fn kick_connections(&self, notice: Option<&str>) {
+        self.shared
+            .kick_tx
+            .send_modify(|(n, text)| (*n, *text) = (*n + 1, notice.map(str::to_string)));
+    }
+
     /// Closes every connection as an idle-timeout would: at once for those waiting for a
     /// command, after their transaction for the others. `notice` (e.g.
     /// `"421 4.4.2 idle timeout"`) is written first when given. Returns once all are closed.
     pub async fn close_idle_connections(&self, notice: Option<&str>) {
-        self.shared
-            .kick_tx
-            .send_modify(|(n, text)| (*n, *text) = (*n + 1, notice.map(str::to_string)));
+        self.kick_connections(notice);
         let mut open = self.shared.open_tx.subscribe();
         let closed = tokio::time::timeout(Duration::from_secs(30), open.wait_for(|n| *n == 0));
         assert!(
