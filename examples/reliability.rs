@@ -6,8 +6,9 @@
 //! ```text
 //! reliability scale <connections> <waiting>   resident memory with that many connections,
 //!                                             of which <waiting> wait in one tenant's queue
-//! reliability faults <seconds> <one_in>       throughput with 1 upstream transaction in
+//! reliability faults <seconds> <one_in> [fast] throughput with 1 upstream transaction in
 //!                                             <one_in> failing, beside a run without faults
+//!                                             (`fast`: no stalls among the faults)
 //! reliability soak <seconds>                  mixed traffic with injected faults; resident
 //!                                             memory sampled every 10 s
 //! ```
@@ -41,7 +42,10 @@ async fn main() {
             };
             load::run(spec).await.print();
         }
-        Some("faults") => faults(Duration::from_secs(num(1, 20)), num(2, 20) as usize).await,
+        Some("faults") => {
+            let stalls = args.get(3).map(String::as_str) != Some("fast");
+            faults(Duration::from_secs(num(1, 20)), num(2, 20) as usize, stalls).await
+        }
         Some("soak") => soak(Duration::from_secs(num(1, 600))).await,
         _ => {
             eprintln!("usage: reliability scale|faults|soak ... (see the source's doc)");
@@ -50,9 +54,10 @@ async fn main() {
     }
 }
 
-/// The faults an upstream injects in the benchmarks, in turn.
-fn fault_mix() -> Vec<Fault> {
-    vec![
+/// The faults an upstream injects in the benchmarks, in turn; `stalls`: with two that hold
+/// a connection past the relay's timeout.
+fn fault_mix(stalls: bool) -> Vec<Fault> {
+    let mut faults = vec![
         Fault::CloseOnConnect,
         Fault::reply(Step::Greeting, 421, "4.3.2 too busy"),
         Fault::reply(Step::Mail, 451, "4.3.0 try later"),
@@ -60,9 +65,12 @@ fn fault_mix() -> Vec<Fault> {
         Fault::reply(Step::Data, 451, "4.3.0 try later"),
         Fault::reply(Step::EndOfData, 452, "4.3.1 insufficient storage"),
         Fault::DropMidData,
-        Fault::stall(Step::EndOfData, Duration::from_millis(1500)),
-        Fault::stall(Step::Rcpt, Duration::from_millis(1500)),
-    ]
+    ];
+    if stalls {
+        faults.push(Fault::stall(Step::EndOfData, Duration::from_millis(1500)));
+        faults.push(Fault::stall(Step::Rcpt, Duration::from_millis(1500)));
+    }
+    faults
 }
 
 fn relay_config(up: &TestUpstream, layers: &str) -> String {
@@ -118,12 +126,12 @@ async fn finish(mut relay: RelayProcess, up: &TestUpstream, log: &ClientLog) -> 
     invariant::assert_holds("bench", log, up)
 }
 
-async fn faults(duration: Duration, one_in: usize) {
+async fn faults(duration: Duration, one_in: usize, stalls: bool) {
     let mut rates = Vec::new();
     for faulty in [false, true] {
         let up = TestUpstream::start().await;
         if faulty {
-            up.set_fault_mix(one_in, fault_mix());
+            up.set_fault_mix(one_in, fault_mix(stalls));
         }
         let relay = RelayProcess::start(&relay_config(&up, ""), "warn,mailsluice=info");
         let log = ClientLog::new();
@@ -139,14 +147,14 @@ async fn faults(duration: Duration, one_in: usize) {
         let summary = finish(relay, &up, &log).await;
         let delivered = summary.acknowledged as f64 / duration.as_secs_f64();
         let label = if faulty {
-            format!("1 in {one_in} upstream transactions failing")
+            let kind = if stalls { "with stalls" } else { "no stalls" };
+            format!("1 in {one_in} transactions failing ({kind})")
         } else {
             "no faults".to_string()
         };
-        println!(
-            "{label:<42} {rate:>8.0} answers/s {delivered:>8.0} delivered/s  codes {:?}",
-            summary.codes
-        );
+        println!("{label:<42} {rate:>8.0} answers/s {delivered:>8.0} delivered/s");
+        println!("  {summary:?}");
+        print_refusals(&log);
         rates.push(rate);
     }
     println!(
@@ -157,13 +165,24 @@ async fn faults(duration: Duration, one_in: usize) {
 
 async fn soak(duration: Duration) {
     let up = TestUpstream::start().await;
-    up.set_fault_mix(20, fault_mix());
-    // Per-tenant layer (wait), one hot tenant that always waits, plus an account layer.
-    let layers = "[[throttle]]\nname = \"tenant\"\nkey = \"header:X-Tenant\"\ncost = \"message\"\n\
-                  limit = 20\ninterval_ms = 1000\nburst = 5\nmax_wait_ms = 20000\n\
-                  [[throttle]]\nname = \"account\"\nkey = \"none\"\ncost = \"message\"\n\
-                  limit = 400\ninterval_ms = 1000\nmax_wait_ms = 20000\n";
-    let relay = RelayProcess::start(&relay_config(&up, layers), "warn,mailsluice=info");
+    up.set_fault_mix(20, fault_mix(true));
+    // Per-tenant layer (wait; one hot tenant always waits), and an account-wide layer, on
+    // Redis when it is installed (then killed and restarted every two minutes).
+    let redis = common::redis::RedisServer::start().map(|r| Arc::new(std::sync::Mutex::new(r)));
+    let account_store = match &redis {
+        Some(r) => format!(
+            "store = \"redis\"\n[redis]\nurl = \"{}\"\ntimeout_ms = 300\n",
+            r.lock().unwrap().url()
+        ),
+        None => String::new(),
+    };
+    let layers = format!(
+        "[[throttle]]\nname = \"tenant\"\nkey = \"header:X-Tenant\"\ncost = \"message\"\n\
+         limit = 20\ninterval_ms = 1000\nburst = 5\nmax_wait_ms = 20000\n\
+         [[throttle]]\nname = \"account\"\nkey = \"none\"\ncost = \"message\"\n\
+         limit = 400\ninterval_ms = 1000\nmax_wait_ms = 20000\n{account_store}"
+    );
+    let relay = RelayProcess::start(&relay_config(&up, &layers), "warn,mailsluice=info");
     let log = ClientLog::new();
     let pid = relay.pid();
     let started = Instant::now();
@@ -183,7 +202,8 @@ async fn soak(duration: Duration) {
             }
         })
     };
-    // Upstream outages and idle closes, on their own schedule.
+    // Every 15 s: upstream closes its connections (with a 421), or (one round in four) stops
+    // listening for 2 s; every 2 minutes Redis is killed for 5 s.
     let chaos_stop = Arc::new(AtomicBool::new(false));
     let chaos = {
         let stop = chaos_stop.clone();
@@ -201,6 +221,16 @@ async fn soak(duration: Duration) {
                 } else {
                     up2.kick_connections(Some("421 4.4.2 idle timeout"));
                 }
+                if let (0, Some(redis)) = (round % 8, &redis) {
+                    let redis = redis.clone();
+                    tokio::task::spawn_blocking(move || {
+                        redis.lock().unwrap().stop();
+                        std::thread::sleep(Duration::from_secs(5));
+                        redis.lock().unwrap().restart();
+                    })
+                    .await
+                    .unwrap();
+                }
             }
         });
         (task, up)
@@ -210,13 +240,13 @@ async fn soak(duration: Duration) {
         1 => Leave::AfterDot,
         _ => Leave::Never,
     };
-    // 40 senders; one message in five is of the hot tenant.
+    // 40 senders; one message in twenty is of the hot tenant.
     let rate = drive(
         &relay,
         &log,
         40,
         duration,
-        |i| match i % 5 {
+        |i| match i % 20 {
             0 => "hot".to_string(),
             _ => format!("t{}", i % 30),
         },
@@ -252,4 +282,20 @@ async fn soak(duration: Duration) {
         .filter(|(_, s)| *s == Seen::NoReply)
         .count();
     println!("messages cut off by their client: {cut_off}");
+    print_refusals(&log);
+}
+
+/// How many of each refusal the clients saw.
+fn print_refusals(log: &ClientLog) {
+    let mut texts = std::collections::BTreeMap::<String, usize>::new();
+    for (_, seen) in log.entries() {
+        if let Seen::Reply(code, text) = seen {
+            if code != 250 {
+                *texts.entry(format!("{code} {text:.48}")).or_default() += 1;
+            }
+        }
+    }
+    for (text, n) in texts {
+        println!("  {n:>7} × {text}");
+    }
 }
