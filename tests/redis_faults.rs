@@ -79,8 +79,27 @@ async fn more(phases: &Phases, n: usize) {
     .await;
 }
 
+/// Redis 7 disables DEBUG unless told; older servers neither have nor need the option.
+fn debug_allowed() -> bool {
+    let out = std::process::Command::new("redis-server")
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    let major = out
+        .split("v=")
+        .nth(1)
+        .and_then(|v| v.split('.').next())
+        .and_then(|m| m.parse::<u32>().ok());
+    major.is_some_and(|m| m >= 7)
+}
+
 async fn outage_under_load(on_error: &str, slow: Slow) {
-    let Some(mut redis) = RedisServer::start_with(&["--enable-debug-command", "local"]) else {
+    let args: &[&str] = match debug_allowed() {
+        true => &["--enable-debug-command", "local"],
+        false => &[],
+    };
+    let Some(mut redis) = RedisServer::start_with(args) else {
         return;
     };
     let up = TestUpstream::start().await;

@@ -1,6 +1,8 @@
 //! The binary stopped under load (issue 8). SIGTERM with messages waiting in the throttle
 //! queue and others in flight upstream: the waiters get `421 4.3.2`, the forwards finish with
-//! `250`, idle clients are told to go, and the process exits 0 within its grace period.
+//! `250`, idle clients are told to go, a message whose DATA ends after the signal goes if its
+//! bucket allows it at once (`421 4.3.2` if it would wait), and the process exits 0 within
+//! its grace period.
 //! SIGKILL with traffic flowing: no message a client saw `250` for is missing upstream. The
 //! invariant (`common::invariant`) is checked over every message of both.
 
@@ -11,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::http::get;
-use common::invariant::{assert_holds, settle, ClientLog, Seen};
+use common::invariant::{self, assert_holds, settle, ClientLog, Seen};
 use common::process::RelayProcess;
 use common::relay::{sum_metric, Client};
 use common::traffic::{self, Leave};
@@ -55,8 +57,8 @@ async fn sigterm_answers_waiters_421_finishes_forwards_and_exits_0() {
     const IN_FLIGHT: usize = 4;
     const WAITING: usize = 20;
     let up = TestUpstream::start().await;
-    // Upstream takes 1.5 s to accept each message: the first ones are in flight at SIGTERM.
-    up.set_fault(Fault::stall(Step::EndOfData, Duration::from_millis(1500)));
+    // Upstream takes 3 s to accept each message: the first ones are in flight at SIGTERM.
+    up.set_fault(Fault::stall(Step::EndOfData, Duration::from_secs(3)));
     let mut relay = RelayProcess::start(&config(&up, 0, IN_FLIGHT as u64), "info");
     let addr = relay.addr;
     let log = ClientLog::new();
@@ -90,10 +92,24 @@ async fn sigterm_answers_waiters_421_finishes_forwards_and_exits_0() {
         metric(&relay, "mailsluice_throttle_waiting").await == WAITING as f64
     })
     .await;
-    // And a client between transactions.
+    // And a client between transactions, and two in the middle of DATA: one of a tenant
+    // with tokens to spare, one of the tenant whose queue is full of waiters.
     let mut idle = Client::connect(addr).await;
     assert_eq!(idle.cmd("EHLO idle.test").await.0, 250);
+    let mut late = Vec::new();
+    for (id, tenant) in [("late-free", "other"), ("late-empty", "acme")] {
+        let mut c = Client::connect(addr).await;
+        assert_eq!(c.cmd("EHLO late.test").await.0, 250);
+        assert_eq!(c.cmd("MAIL FROM:<app@example.com>").await.0, 250);
+        assert_eq!(c.cmd("RCPT TO:<user@example.net>").await.0, 250);
+        assert_eq!(c.cmd("DATA").await.0, 354);
+        let body = invariant::message(id, tenant);
+        let half = body.len() / 2;
+        c.send(&body[..half]).await;
+        late.push((id, c, body[half..].to_vec()));
+    }
 
+    assert!(up.messages().is_empty(), "the burst is still in flight");
     relay.signal(libc::SIGTERM);
     let mut answers = std::collections::BTreeMap::new();
     while let Some(done) = clients.join_next().await {
@@ -115,6 +131,21 @@ async fn sigterm_answers_waiters_421_finishes_forwards_and_exits_0() {
         }
     }
     assert_eq!(idle.reply().await.0, 421, "the idle client is told too");
+    // The waiters were answered: the throttle is disposed of. The transactions in flight
+    // finish: a message that can go at once goes, one that would wait is told to come back.
+    for (id, mut c, rest) in late {
+        c.send(&rest).await;
+        c.send(b".\r\n").await;
+        let (code, text) = c.reply().await;
+        log.record(id, Seen::Reply(code, text.clone()));
+        match id {
+            "late-free" => assert_eq!(code, 250, "{id}: {text}"),
+            _ => assert!(
+                code == 421 && text.starts_with("4.3.2"),
+                "{id}: {code} {text}"
+            ),
+        }
+    }
     // The listener is closed: nobody new gets in.
     assert!(tokio::net::TcpStream::connect(addr).await.is_err());
     let status = relay.wait(Duration::from_secs(60)).await;
@@ -129,7 +160,7 @@ async fn sigterm_answers_waiters_421_finishes_forwards_and_exits_0() {
     let summary = assert_holds("sigterm", &log, &up);
     assert_eq!(
         (summary.acknowledged, summary.refused),
-        (IN_FLIGHT, WAITING)
+        (IN_FLIGHT + 1, WAITING + 1)
     );
 }
 
