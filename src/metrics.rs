@@ -36,6 +36,9 @@ pub enum Outcome {
     UpstreamPermFail,
     /// `451 4.4.1`: no answer from upstream.
     UpstreamUnavailable,
+    /// `451 4.4.1`: the message was sent, upstream's answer never came (it may have been
+    /// delivered: a retry by the client may duplicate it).
+    UpstreamUncertain,
     /// The client left while it waited in a queue.
     Abandoned,
     /// The relay shut down while the message waited (`421`).
@@ -53,6 +56,7 @@ impl Outcome {
             Outcome::UpstreamTempFail => "upstream_temp_fail",
             Outcome::UpstreamPermFail => "upstream_perm_fail",
             Outcome::UpstreamUnavailable => "upstream_unavailable",
+            Outcome::UpstreamUncertain => "upstream_uncertain",
             Outcome::Abandoned => "abandoned",
             Outcome::Shutdown => "shutdown",
             Outcome::StoreUnavailable => "store_unavailable",

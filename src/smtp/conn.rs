@@ -48,6 +48,15 @@ const WATCH_LIMIT: usize = 64 * 1024;
 /// pipelined commands from a client that does not read costs at most this much memory.
 const OUTPUT_LIMIT: usize = 64 * 1024;
 
+/// Room made in the input buffer for one read of commands, or of what a waiting client
+/// sends: every idle or waiting session holds this much, so it is small (commands are).
+const COMMAND_READ: usize = 1024;
+
+/// Room made for one read of DATA once the message is past this size: fewer, larger reads
+/// for big messages (a small one is read in command-sized reads, so the buffer of a session
+/// that then waits in a queue never grew). The buffer goes back to `COMMAND_READ` after.
+const DATA_READ: usize = 16 * 1024;
+
 pub struct Conn {
     stream: Box<dyn AsyncStream>,
     input: Vec<u8>,
@@ -66,7 +75,7 @@ impl Conn {
     pub fn new(stream: Box<dyn AsyncStream>, idle: Duration, max_line: usize) -> Conn {
         Conn {
             stream,
-            input: Vec::with_capacity(1024),
+            input: Vec::with_capacity(COMMAND_READ),
             start: 0,
             output: Vec::with_capacity(512),
             idle,
@@ -174,6 +183,7 @@ impl Conn {
             match reader.feed(pending) {
                 Some(used) => {
                     self.start += used;
+                    self.shrink_input();
                     return Ok(());
                 }
                 None => self.start = self.input.len(),
@@ -185,7 +195,11 @@ impl Conn {
             } else {
                 (deadline, Stop::DataTimeout)
             };
-            match tokio::time::timeout_at(at, self.read_some()).await {
+            let room = match reader.len() < DATA_READ {
+                true => COMMAND_READ,
+                false => DATA_READ,
+            };
+            match tokio::time::timeout_at(at, self.read_some(room)).await {
                 Ok(r) => r?,
                 Err(_) => return Err(stop),
             }
@@ -201,7 +215,7 @@ impl Conn {
             if self.input.len() - self.start >= WATCH_LIMIT {
                 return std::future::pending().await;
             }
-            if self.read_some().await.is_err() {
+            if self.read_some(COMMAND_READ).await.is_err() {
                 return;
             }
         }
@@ -214,12 +228,24 @@ impl Conn {
         tokio::select! {
             biased;
             _ = shutdown.wait() => Err(Stop::Shutdown),
-            r = tokio::time::timeout_at(deadline, self.read_some()) => r.unwrap_or(Err(Stop::Idle)),
+            r = tokio::time::timeout_at(deadline, self.read_some(COMMAND_READ)) => r.unwrap_or(Err(Stop::Idle)),
         }
     }
 
-    /// Reads once into the buffer (cancel-safe: a cancelled read has read nothing).
-    async fn read_some(&mut self) -> Result<(), Stop> {
+    /// After a message: the input buffer, grown for DATA, goes back to the size of a
+    /// command read (keeping what the client pipelined behind the final dot).
+    fn shrink_input(&mut self) {
+        if self.input.capacity() <= 2 * COMMAND_READ {
+            return;
+        }
+        self.input.drain(..self.start);
+        self.start = 0;
+        self.input.shrink_to(COMMAND_READ.max(self.input.len()));
+    }
+
+    /// Reads once into the buffer, making `room` for it (cancel-safe: a cancelled read has
+    /// read nothing).
+    async fn read_some(&mut self, room: usize) -> Result<(), Stop> {
         if self.broken {
             return Err(Stop::Closed);
         }
@@ -229,7 +255,7 @@ impl Conn {
         }
         // Read straight into the buffer's spare room: a stack buffer would sit in every
         // session's future, and thousands of waiting sessions would pay for it.
-        self.input.reserve(4096);
+        self.input.reserve(room);
         match self.stream.read_buf(&mut self.input).await {
             Ok(0) | Err(_) => Err(Stop::Closed),
             Ok(_) => Ok(()),
@@ -248,4 +274,56 @@ impl Conn {
 
 fn memchr(needle: u8, haystack: &[u8]) -> Option<usize> {
     haystack.iter().position(|&b| b == needle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A session that waits (idle, or queued after its message) holds a command-sized input
+    /// buffer, whatever it read before: thousands of them at once must stay cheap.
+    #[tokio::test]
+    async fn the_input_buffer_stays_small_between_commands_and_after_data() {
+        let (client, server) = tokio::io::duplex(1 << 20);
+        let mut conn = Conn::new(Box::new(server), Duration::from_secs(5), 4096);
+        let (_trigger, mut shutdown) = crate::shutdown::channel();
+        let mut client = client;
+        client.write_all(b"EHLO x\r\nDATA\r\n").await.unwrap();
+        assert!(matches!(
+            conn.read_line(&mut shutdown).await,
+            Ok(Line::Command(_))
+        ));
+        assert!(conn.input.capacity() <= 2 * COMMAND_READ);
+        assert!(matches!(
+            conn.read_line(&mut shutdown).await,
+            Ok(Line::Command(_))
+        ));
+        // A small message is read in command-sized reads.
+        client
+            .write_all(b"Subject: s\r\n\r\nhi\r\n.\r\n")
+            .await
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut reader = DataReader::new(1 << 20, 4096);
+        conn.read_data(&mut reader, deadline).await.unwrap();
+        assert!(conn.input.capacity() <= 2 * COMMAND_READ);
+        // A big one grows the buffer for its reads, and gives the room back at its end,
+        // keeping what was pipelined behind the dot.
+        let line = [b'x'; 998];
+        let writer = tokio::spawn(async move {
+            for _ in 0..200 {
+                client.write_all(&line).await.unwrap();
+                client.write_all(b"\r\n").await.unwrap();
+            }
+            client.write_all(b".\r\nQUIT\r\n").await.unwrap();
+            client
+        });
+        let mut reader = DataReader::new(1 << 20, 4096);
+        conn.read_data(&mut reader, deadline).await.unwrap();
+        assert_eq!(reader.len(), 200 * 1000);
+        assert!(conn.input.capacity() <= 2 * COMMAND_READ);
+        let line = conn.read_line(&mut shutdown).await.unwrap();
+        assert_eq!(line, Line::Command(b"QUIT\r\n".to_vec()));
+        drop(writer.await.unwrap());
+    }
 }

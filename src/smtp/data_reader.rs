@@ -62,6 +62,15 @@ impl DataReader {
         }
     }
 
+    /// Bytes of the message kept so far.
+    pub fn len(&self) -> usize {
+        self.body.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.body.is_empty()
+    }
+
     /// Feeds bytes; returns how many were consumed when the terminator was found (the rest
     /// belongs to the next command), or `None` when more are needed.
     pub fn feed(&mut self, input: &[u8]) -> Option<usize> {

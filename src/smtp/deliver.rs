@@ -49,6 +49,7 @@ impl Session {
         record.outcome = match &result {
             Ok(_) => Outcome::Delivered,
             Err(UpstreamError::Unavailable(_)) => Outcome::UpstreamUnavailable,
+            Err(UpstreamError::Uncertain(_)) => Outcome::UpstreamUncertain,
             Err(UpstreamError::Rejected { code, .. }) if *code >= 500 => Outcome::UpstreamPermFail,
             Err(UpstreamError::Rejected { .. }) => Outcome::UpstreamTempFail,
         };
@@ -236,6 +237,7 @@ pub fn upstream_reply(result: &Result<Accepted, UpstreamError>) -> Reply {
             Reply::raw(code, format!("{esc} upstream: {rest}"))
         }
         Err(UpstreamError::Unavailable(_)) => reply::upstream_unavailable(),
+        Err(UpstreamError::Uncertain(_)) => reply::upstream_uncertain(),
     }
 }
 
@@ -304,5 +306,8 @@ mod tests {
     fn unavailable_is_451_4_4_1() {
         let r = upstream_reply(&Err(UpstreamError::Unavailable("refused".into())));
         assert!(wire(&r).starts_with("451 4.4.1 "));
+        let r = upstream_reply(&Err(UpstreamError::Uncertain("timed out".into())));
+        assert!(wire(&r).starts_with("451 4.4.1 "));
+        assert!(wire(&r).contains("may have been delivered"), "{}", wire(&r));
     }
 }

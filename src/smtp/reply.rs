@@ -163,6 +163,14 @@ pub fn auth_locked_out() -> Reply {
 pub fn upstream_unavailable() -> Reply {
     Reply::new(451, "4.4.1", "Upstream unavailable, try again later")
 }
+/// The message went upstream whole, and its answer never came: it may have been delivered.
+pub fn upstream_uncertain() -> Reply {
+    Reply::new(
+        451,
+        "4.4.1",
+        "No answer from upstream after the message was sent; it may have been delivered",
+    )
+}
 /// The shared rate-limit store (Redis) is unreachable and the layer says `on_error = "reject"`.
 pub fn store_unavailable() -> Reply {
     Reply::new(

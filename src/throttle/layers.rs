@@ -357,7 +357,9 @@ impl Throttle {
         self.inner.layers.get(layer).is_some_and(|l| l.holds(key))
     }
 
-    /// Releases every waiter with [`ThrottleError::Shutdown`]; later acquires get it too.
+    /// Releases every waiter with [`ThrottleError::Shutdown`]; later acquires get it too,
+    /// unless every layer they charge is local and grants them at once (a message whose DATA
+    /// ends during the shutdown grace then goes, as it would with no layer).
     pub fn dispose(&self) {
         for layer in &self.inner.layers {
             layer.dispose();

@@ -199,7 +199,7 @@ impl Layer {
         self.check_cost(cost)?;
         let mut guard = self.lock();
         let st = &mut *guard;
-        if st.disposed {
+        if st.disposed && self.shared {
             return Err(ThrottleError::Shutdown);
         }
         let Some(slot) = st.table.find(key) else {
@@ -213,6 +213,9 @@ impl Layer {
         let queued = st.table.extra(slot).len();
         if at == now && queued == 0 {
             return Ok(());
+        }
+        if st.disposed {
+            return Err(ThrottleError::Shutdown);
         }
         self.admit(key, cost, at - now, queued, now, deadline)
     }
@@ -270,9 +273,6 @@ impl Layer {
         self.check_cost(cost)?;
         let mut guard = self.lock();
         let st = &mut *guard;
-        if st.disposed {
-            return Err(ThrottleError::Shutdown);
-        }
         let hint = self.spec.max_wait.max(Duration::from_millis(1));
         let slot = (st.table.find_or_insert(key, now))
             .map_err(|TableFull| self.limited(key, cost, super::clock::nanos(hint), "max_keys"))?;
@@ -286,6 +286,11 @@ impl Layer {
             if taken == Take::Granted {
                 return Ok(None);
             }
+        }
+        // Shutting down: a message that can go at once still goes (it is a transaction in
+        // flight, like one with no layer at all); none starts to wait.
+        if st.disposed {
+            return Err(ThrottleError::Shutdown);
         }
         let (tail, from) = project(&b, &mut st.table, slot, now);
         let (at, next) = b.reserve(tail, from, cost).expect("cost checked");
@@ -412,7 +417,8 @@ impl Layer {
         self.lock().table.find(key).is_some()
     }
 
-    /// Releases every waiter with [`ThrottleError::Shutdown`]; later arrivals get it too.
+    /// Releases every waiter with [`ThrottleError::Shutdown`]; later arrivals get it too,
+    /// unless the bucket grants them at once (a local layer).
     pub(crate) fn dispose(&self) {
         let mut guard = self.lock();
         let st = &mut *guard;

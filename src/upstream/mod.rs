@@ -62,9 +62,15 @@ pub enum UpstreamError {
         enhanced: Option<String>,
         text: String,
     },
-    /// No answer to relay: connection refused, dropped, TLS failed, or timed out.
+    /// No answer to relay: connection refused, dropped, TLS failed, or timed out, before
+    /// the message was sent: upstream cannot have accepted it.
     #[error("upstream unavailable: {0}")]
     Unavailable(String),
+    /// The whole message was sent, but upstream's answer to its end never came (the
+    /// connection dropped, or the timeout passed): upstream may or may not have accepted it
+    /// (RFC 1047). The client gets a `451` that says so; a retry may then duplicate it.
+    #[error("no answer from upstream after the message was sent: {0}")]
+    Uncertain(String),
 }
 
 pub type ForwardFuture<'a> =

@@ -287,21 +287,36 @@ impl Transaction<'_> {
                 }),
                 None => Err(Failure {
                     step,
-                    error: unavailable(format!("{step:?}: {}", describe(&e))),
+                    error: no_answer(step, format!("{step:?}: {}", describe(&e)), &e),
                     clean: false,
                     stale: before_body && !e.is_client(),
                 }),
             },
             Err(_) => Err(Failure {
                 step,
-                error: unavailable(format!(
-                    "no answer at {step:?} within {} ms",
-                    self.timeout.as_millis()
-                )),
+                error: no_answer_within(step, self.timeout),
                 clean: false,
                 stale: false,
             }),
         }
+    }
+}
+
+/// A step that ended without a reply. Once the body is on its way (`EndOfData`) upstream
+/// may have taken the message without our hearing it: that is not the same answer as
+/// "unreachable", and the client is told so.
+fn no_answer(step: Step, reason: String, e: &SmtpError) -> UpstreamError {
+    match step {
+        Step::EndOfData if !e.is_client() => UpstreamError::Uncertain(reason),
+        _ => unavailable(reason),
+    }
+}
+
+fn no_answer_within(step: Step, timeout: Duration) -> UpstreamError {
+    let reason = format!("no answer at {step:?} within {} ms", timeout.as_millis());
+    match step {
+        Step::EndOfData => UpstreamError::Uncertain(reason),
+        _ => unavailable(reason),
     }
 }
 

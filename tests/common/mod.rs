@@ -4,9 +4,13 @@
 
 pub mod auth;
 pub mod http;
+pub mod invariant;
+pub mod load;
 pub mod memory;
+pub mod process;
 pub mod redis;
 pub mod relay;
 pub mod tls;
+pub mod traffic;
 pub mod upstream;
 mod upstream_session;

@@ -100,6 +100,18 @@ impl Relay {
         addr
     }
 
+    /// The sum of the samples of a Prometheus metric (`mailsluice_messages_total` adds up
+    /// every outcome; `mailsluice_messages_total{outcome="delivered"}` one of them).
+    pub fn metric(&self, name: &str) -> f64 {
+        let text = self.admin.metrics.encode(&self.admin.throttle);
+        sum_metric(&text, name)
+    }
+
+    /// Messages that reached their final dot and were answered (or abandoned), so far.
+    pub fn messages_done(&self) -> u64 {
+        self.metric("mailsluice_messages_total") as u64
+    }
+
     pub async fn client(&self) -> Client {
         Client::connect(self.addr).await
     }
@@ -267,4 +279,18 @@ pub fn have_program(name: &str) -> bool {
         eprintln!("\n*** SKIPPED: `{name}` is not installed (apt-get install {name}) ***\n");
     }
     found
+}
+
+/// The sum of the samples of `name` in a Prometheus text exposition: lines that start with it
+/// followed by a space or, when it has no labels of its own, a `{`.
+pub fn sum_metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let rest = l.strip_prefix(name)?;
+            let labels_ok =
+                rest.starts_with(' ') || (!name.ends_with('}') && rest.starts_with('{'));
+            labels_ok.then(|| l.rsplit(' ').next()?.parse::<f64>().ok())?
+        })
+        .sum()
 }

@@ -62,6 +62,18 @@ pub enum Fault {
 }
 
 impl Fault {
+    /// Whether it acts on a connection (at connect, greeting or EHLO) rather than on one
+    /// transaction (MAIL to the final reply).
+    pub fn on_connection(&self) -> bool {
+        match self {
+            Fault::CloseOnConnect => true,
+            Fault::Reply { step, .. } | Fault::Stall { step, .. } => {
+                matches!(step, Step::Greeting | Step::Ehlo)
+            }
+            Fault::None | Fault::DropMidData => false,
+        }
+    }
+
     pub fn reply(step: Step, code: u16, text: &str) -> Fault {
         Fault::Reply {
             step,
@@ -93,9 +105,20 @@ pub struct Received {
     pub auth: Option<String>,
 }
 
+/// One connection or transaction in `one_in` gets the next fault of its kind, in turn.
+#[derive(Default)]
+pub(super) struct Mix {
+    pub one_in: usize,
+    pub connection: Vec<Fault>,
+    pub transaction: Vec<Fault>,
+    pub connections: usize,
+    pub transactions: usize,
+}
+
 /// State shared by the listener, the connections and the test.
 pub(super) struct Shared {
     pub fault: Mutex<Fault>,
+    pub mix: Mutex<Option<Mix>>,
     pub extensions: Mutex<Vec<String>>,
     pub credentials: Mutex<Option<(String, String)>>,
     pub messages: Mutex<Vec<Received>>,
@@ -110,6 +133,22 @@ pub(super) struct Shared {
 impl Shared {
     pub fn fault(&self) -> Fault {
         self.fault.lock().unwrap().clone()
+    }
+
+    /// With a mix set, the fault of a new connection (`connection`) or transaction; `None`
+    /// without one (then `fault()`, the one set, applies).
+    pub fn draw(&self, connection: bool) -> Option<Fault> {
+        let mut mix = self.mix.lock().unwrap();
+        let mix = mix.as_mut()?;
+        let (n, faults) = match connection {
+            true => (&mut mix.connections, &mix.connection),
+            false => (&mut mix.transactions, &mix.transaction),
+        };
+        *n += 1;
+        if faults.is_empty() || *n % mix.one_in != 0 {
+            return Some(Fault::None);
+        }
+        Some(faults[(*n / mix.one_in) % faults.len()].clone())
     }
 
     pub fn record(&self, message: Received) {
@@ -139,6 +178,7 @@ impl TestUpstream {
         let addr = listener.local_addr().unwrap();
         let shared = Arc::new(Shared {
             fault: Mutex::new(Fault::None),
+            mix: Mutex::new(None),
             extensions: Mutex::new(DEFAULT_EXTENSIONS.iter().map(|s| s.to_string()).collect()),
             credentials: Mutex::new(None),
             messages: Mutex::new(Vec::new()),
@@ -167,6 +207,24 @@ impl TestUpstream {
 
     pub fn set_fault(&self, fault: Fault) {
         *self.shared.fault.lock().unwrap() = fault;
+    }
+
+    /// From now on, one connection in `one_in` and one transaction in `one_in` fails, taking
+    /// the faults of its kind (see [`Fault::on_connection`]) from `faults` in turn; the others
+    /// go well. Replaces `set_fault` until `clear_fault_mix`.
+    pub fn set_fault_mix(&self, one_in: usize, faults: Vec<Fault>) {
+        assert!(one_in > 0);
+        let (connection, transaction) = faults.into_iter().partition(Fault::on_connection);
+        *self.shared.mix.lock().unwrap() = Some(Mix {
+            one_in,
+            connection,
+            transaction,
+            ..Mix::default()
+        });
+    }
+
+    pub fn clear_fault_mix(&self) {
+        *self.shared.mix.lock().unwrap() = None;
     }
 
     /// The keywords advertised after the EHLO greeting line (default: `DEFAULT_EXTENSIONS`).
@@ -228,13 +286,19 @@ impl TestUpstream {
         self.messages()
     }
 
+    /// Tells every open connection to close as `close_idle_connections` does, without
+    /// waiting for them to go (under load, new ones keep coming).
+    pub fn kick_connections(&self, notice: Option<&str>) {
+        self.shared
+            .kick_tx
+            .send_modify(|(n, text)| (*n, *text) = (*n + 1, notice.map(str::to_string)));
+    }
+
     /// Closes every connection as an idle-timeout would: at once for those waiting for a
     /// command, after their transaction for the others. `notice` (e.g.
     /// `"421 4.4.2 idle timeout"`) is written first when given. Returns once all are closed.
     pub async fn close_idle_connections(&self, notice: Option<&str>) {
-        self.shared
-            .kick_tx
-            .send_modify(|(n, text)| (*n, *text) = (*n + 1, notice.map(str::to_string)));
+        self.kick_connections(notice);
         let mut open = self.shared.open_tx.subscribe();
         let closed = tokio::time::timeout(Duration::from_secs(30), open.wait_for(|n| *n == 0));
         assert!(
@@ -263,14 +327,15 @@ async fn accept_loop(listener: TcpListener, task_shared: Arc<Shared>) {
             *n += 1;
             *n
         };
-        if task_shared.fault() == Fault::CloseOnConnect {
+        let drawn = task_shared.draw(true);
+        if drawn.clone().unwrap_or_else(|| task_shared.fault()) == Fault::CloseOnConnect {
             drop(stream);
             continue;
         }
         let shared = Arc::clone(&task_shared);
         shared.open_tx.send_modify(|n| *n += 1);
         tokio::spawn(async move {
-            let _ = serve_connection(stream, id, &shared).await;
+            let _ = serve_connection(stream, id, &shared, drawn).await;
             shared.open_tx.send_modify(|n| *n -= 1);
         });
     }

@@ -16,14 +16,20 @@ struct Transaction {
     rcpts: Vec<String>,
 }
 
+/// `drawn`: this connection's fault from a mix (`None`: the fault set applies, read live).
 pub(super) async fn serve_connection(
     stream: TcpStream,
     id: usize,
     shared: &Shared,
+    drawn: Option<Fault>,
 ) -> io::Result<()> {
+    let _ = stream.set_nodelay(true);
     let mut io = BufReader::new(stream);
     let mut kick = shared.kick_tx.subscribe();
-    if before_reply(shared, Step::Greeting, &mut io).await? {
+    // The fault of the current transaction, drawn at its MAIL when a mix is set.
+    let mut tx_drawn: Option<Fault> = None;
+    let fault_of = |drawn: &Option<Fault>| drawn.clone().unwrap_or_else(|| shared.fault());
+    if before_reply(fault_of(&drawn), Step::Greeting, &mut io).await? {
         return Ok(()); // the fault's reply was sent; an SMTP server then closes
     }
     reply(&mut io, "220 test.upstream ESMTP ready").await?;
@@ -55,7 +61,7 @@ pub(super) async fn serve_connection(
         let verb = upper.split(' ').next().unwrap_or("").to_string();
         match verb.as_str() {
             "EHLO" => {
-                if before_reply(shared, Step::Ehlo, &mut io).await? {
+                if before_reply(fault_of(&drawn), Step::Ehlo, &mut io).await? {
                     continue;
                 }
                 tx = None;
@@ -90,7 +96,8 @@ pub(super) async fn serve_connection(
                 }
             }
             "MAIL" => {
-                if before_reply(shared, Step::Mail, &mut io).await? {
+                tx_drawn = shared.draw(false);
+                if before_reply(fault_of(&tx_drawn), Step::Mail, &mut io).await? {
                     continue;
                 }
                 if shared.credentials.lock().unwrap().is_some() && auth.is_none() {
@@ -109,7 +116,7 @@ pub(super) async fn serve_connection(
                 reply(&mut io, "250 2.1.0 Ok").await?;
             }
             "RCPT" => {
-                if before_reply(shared, Step::Rcpt, &mut io).await? {
+                if before_reply(fault_of(&tx_drawn), Step::Rcpt, &mut io).await? {
                     continue;
                 }
                 let (Some(t), Some((rcpt, _))) = (tx.as_mut(), path_and_params(&text, "RCPT TO:"))
@@ -121,7 +128,7 @@ pub(super) async fn serve_connection(
                 reply(&mut io, "250 2.1.5 Ok").await?;
             }
             "DATA" => {
-                if before_reply(shared, Step::Data, &mut io).await? {
+                if before_reply(fault_of(&tx_drawn), Step::Data, &mut io).await? {
                     continue;
                 }
                 let Some(t) = tx.take().filter(|t| !t.rcpts.is_empty()) else {
@@ -129,7 +136,7 @@ pub(super) async fn serve_connection(
                     continue;
                 };
                 reply(&mut io, "354 End data with <CR><LF>.<CR><LF>").await?;
-                if shared.fault() == Fault::DropMidData {
+                if fault_of(&tx_drawn) == Fault::DropMidData {
                     let mut some = Vec::new();
                     io.read_until(b'\n', &mut some).await?;
                     return Ok(());
@@ -138,7 +145,7 @@ pub(super) async fn serve_connection(
                     return Ok(());
                 };
                 let at = Instant::now();
-                if before_reply(shared, Step::EndOfData, &mut io).await? {
+                if before_reply(fault_of(&tx_drawn), Step::EndOfData, &mut io).await? {
                     continue;
                 }
                 shared.record(Received {
@@ -169,12 +176,8 @@ pub(super) async fn serve_connection(
 
 /// Applies the fault for `step`: waits when it is a stall; when it is a reply, sends it and
 /// returns true (the caller skips its positive reply).
-async fn before_reply(
-    shared: &Shared,
-    step: Step,
-    io: &mut BufReader<TcpStream>,
-) -> io::Result<bool> {
-    match shared.fault() {
+async fn before_reply(fault: Fault, step: Step, io: &mut BufReader<TcpStream>) -> io::Result<bool> {
+    match fault {
         Fault::Stall { step: s, delay } if s == step => {
             tokio::time::sleep(delay).await;
             Ok(false)
@@ -281,9 +284,13 @@ fn base64_decode(s: &str) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// One write per reply: two would let Nagle hold the CRLF for the client's delayed ACK
+/// (~40 ms a command).
 async fn reply(io: &mut BufReader<TcpStream>, text: &str) -> io::Result<()> {
     let stream = io.get_mut();
-    stream.write_all(text.as_bytes()).await?;
-    stream.write_all(b"\r\n").await?;
+    let mut line = Vec::with_capacity(text.len() + 2);
+    line.extend_from_slice(text.as_bytes());
+    line.extend_from_slice(b"\r\n");
+    stream.write_all(&line).await?;
     stream.flush().await
 }
