@@ -227,29 +227,4 @@ mod tests {
             Decision::Granted
         );
     }
-
-    #[tokio::test]
-    async fn over_capacity_and_give_back() {
-        let clock = Arc::new(FakeClock::new(0));
-        let s = store(clock);
-        let d = s.take(&[ch(0, "k", 1), ch(1, "k", 4)], SEC).await.unwrap();
-        assert_eq!(
-            d,
-            Decision::OverCapacity {
-                charge: 1,
-                capacity: 3
-            }
-        );
-        assert_eq!(
-            s.take(&[ch(1, "k", 3)], SEC).await.unwrap(),
-            Decision::Granted
-        );
-        s.give_back(&[ch(1, "k", 5)]).await.unwrap();
-        let p = s.peek(1, "k").await.unwrap();
-        assert_eq!((p.limit, p.remaining, p.reset), (3, 3, 86_400));
-        assert!(matches!(
-            s.peek(7, "k").await,
-            Err(StoreError::UnknownLayer(7))
-        ));
-    }
 }
