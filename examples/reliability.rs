@@ -214,7 +214,7 @@ async fn soak(duration: Duration) {
             while !stop.load(Ordering::Relaxed) {
                 tokio::time::sleep(Duration::from_secs(15)).await;
                 round += 1;
-                if round % 4 == 0 {
+                if round.is_multiple_of(4) {
                     up2.stop_listening();
                     tokio::time::sleep(Duration::from_secs(2)).await;
                     up2.resume_listening().await;
