@@ -63,7 +63,10 @@ impl RelayProcess {
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
-            .expect("the relay binary starts");
+            .unwrap_or_else(|e| {
+                let _ = std::fs::remove_dir_all(&dir);
+                panic!("the relay binary {} starts: {e}", bin().display())
+            });
         let stderr = child.stderr.take().unwrap();
         // Drain stderr for the whole run (so the relay never blocks on a full pipe), keeping
         // every line and handing them over until the addresses are known.
@@ -82,6 +85,7 @@ impl RelayProcess {
                 Ok(line) => line,
                 Err(e) => {
                     let _ = child.kill();
+                    let _ = std::fs::remove_dir_all(&dir);
                     panic!(
                         "the relay did not log its addresses ({e}; RUST_LOG must let the \
                          mailsluice target's info through): {:?}",

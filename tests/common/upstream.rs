@@ -145,7 +145,7 @@ impl Shared {
             false => (&mut mix.transactions, &mix.transaction),
         };
         *n += 1;
-        if faults.is_empty() || *n % mix.one_in != 0 {
+        if faults.is_empty() || !n.is_multiple_of(mix.one_in) {
             return Some(Fault::None);
         }
         Some(faults[(*n / mix.one_in) % faults.len()].clone())
