@@ -390,9 +390,12 @@ async fn key_header_is_stripped_unless_configured_otherwise() {
 
 #[tokio::test(start_paused = true)]
 async fn reload_keeps_unchanged_buckets_and_starts_changed_ones_fresh() {
+    // After a reload the relay forwards through the config's own upstream: a scratch dir.
+    let outbox = std::env::temp_dir().join(format!("mailsluice-reload-{}", std::process::id()));
+    let url = format!("file://{}", outbox.display());
     let layer = |limit: u64, extra: &str| {
         config_text(
-            "file://unused",
+            &url,
             extra,
             &tenant_layer(limit, limit, "mode = \"reject\"\ninterval_ms_unused = 0"),
         )
@@ -430,4 +433,5 @@ async fn reload_keeps_unchanged_buckets_and_starts_changed_ones_fresh() {
         2
     );
     relay.stop().await;
+    let _ = std::fs::remove_dir_all(&outbox);
 }
