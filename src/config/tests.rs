@@ -1,0 +1,93 @@
+//! The parser's own checks: defaults, and errors that name the key and the line.
+
+use super::*;
+
+const MINIMAL: &str = "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"file://out\"\n";
+
+#[test]
+fn minimal_config_gets_defaults() {
+    let c = Config::parse(MINIMAL).unwrap();
+    assert_eq!(c.smtp.max_recipients.get(), 100);
+    assert_eq!(c.smtp.trusted_networks.len(), 2);
+    assert!(c.throttle.is_empty());
+}
+
+#[test]
+fn unknown_key_is_named_with_its_line() {
+    let err = Config::parse(&format!("{MINIMAL}bogus = 1\n")).unwrap_err();
+    assert!(err.contains("bogus"), "{err}");
+    assert!(err.contains("line 5"), "{err}");
+}
+
+#[test]
+fn zero_limit_is_refused_with_its_line() {
+    let text = format!("{MINIMAL}[[throttle]]\nname = \"t\"\nkey = \"none\"\nlimit = 0\n");
+    let err = Config::parse(&text).unwrap_err();
+    assert!(err.contains("line 8"), "{err}");
+}
+
+#[test]
+fn bad_key_source_is_refused_with_its_line() {
+    let text = format!("{MINIMAL}[[throttle]]\nname = \"t\"\nkey = \"moon\"\nlimit = 1\n");
+    let err = Config::parse(&text).unwrap_err();
+    assert!(
+        err.contains("throttle.key") && err.contains("line 7"),
+        "{err}"
+    );
+}
+
+fn layer_error(body: &str) -> String {
+    let text = format!("{MINIMAL}[[throttle]]\nname = \"t\"\nkey = \"none\"\n{body}\n");
+    Config::parse(&text).unwrap_err()
+}
+
+#[test]
+fn impossible_layer_values_are_refused_with_key_and_line() {
+    for (body, key, line) in [
+        ("limit = 1\nburst = 0", "burst", 9),
+        ("limit = 1\nrefill = \"sometimes\"", "sometimes", 9),
+        ("limit = 1\nmode = \"maybe\"", "maybe", 9),
+        ("limit = 1\ninterval_ms = 0", "interval_ms", 9),
+        ("limit = 1\ncost = \"bytes\"", "bytes", 9),
+        ("limit = 1\nmatch = { header = \"X-Tier\" }", "value", 9),
+        (
+            "limit = 1\nmatch = { header = \"\", value = \"a\" }",
+            "throttle.match",
+            9,
+        ),
+        ("limit = 1\nfrobnicate = true", "frobnicate", 9),
+    ] {
+        let err = layer_error(body);
+        assert!(err.contains(key), "{body}: {err}");
+        assert!(err.contains(&format!("line {line}")), "{body}: {err}");
+    }
+}
+
+#[test]
+fn every_layer_key_of_the_design_is_accepted() {
+    let text = format!(
+        "{MINIMAL}[[throttle]]\nname = \"t\"\nkey = \"header:X-Tenant\"\ndefault_key = \"d\"\n\
+         cost = \"message\"\nlimit = 3\ninterval_ms = 500\nburst = 6\nmode = \"reject\"\n\
+         max_wait_ms = 100\nmax_queue = 7\nmax_keys = 8\nrefill = \"drip\"\nidle_ttl_ms = 9\n\
+         match = {{ header = \"X-Tier\", value = \"basic\" }}\nstore = \"local\"\n\
+         charge_failures = true\nstrip_key_header = false\n"
+    );
+    let c = Config::parse(&text).unwrap();
+    let spec = c.throttle[0].spec();
+    assert_eq!(
+        (spec.limit, spec.burst, spec.max_queue, spec.max_keys),
+        (3, 6, 7, 8)
+    );
+    assert!(spec.charge_failures && !c.throttle[0].strip_key_header);
+}
+
+#[test]
+fn bad_upstream_url_is_refused() {
+    let err =
+        Config::parse("[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"gopher://x\"\n")
+            .unwrap_err();
+    assert!(
+        err.contains("upstream.url") && err.contains("line 4"),
+        "{err}"
+    );
+}
