@@ -55,6 +55,32 @@ struct LayerState {
     next_id: u64,
 }
 
+impl LayerState {
+    /// Puts a waiter at the back of `slot`'s queue; `proj` and `at` are the bucket state and
+    /// instant projected for its grant.
+    pub(super) fn enqueue(
+        &mut self,
+        slot: u32,
+        cost: u64,
+        now: Nanos,
+        proj: State,
+        at: Nanos,
+    ) -> (u64, Arc<Notify>) {
+        let (id, notify) = (self.next_id, Arc::new(Notify::new()));
+        self.next_id += 1;
+        let w = Waiter {
+            id,
+            cost,
+            arrived: now,
+            notify: notify.clone(),
+            proj,
+        };
+        self.table.modify(slot, now, |_, q| q.push(w, (proj, at)));
+        self.waiting += 1;
+        (id, notify)
+    }
+}
+
 /// One layer: its spec, its bucket parameters, and its keyed queues.
 pub(crate) struct Layer {
     spec: LayerSpec,
@@ -296,17 +322,7 @@ impl Layer {
         let (at, next) = b.reserve(tail, from, cost).expect("cost checked");
         let queued = st.table.extra(slot).len();
         self.admit(key, cost, at - now, queued, now, deadline)?;
-        let (id, notify) = (st.next_id, Arc::new(Notify::new()));
-        st.next_id += 1;
-        let w = Waiter {
-            id,
-            cost,
-            arrived: now,
-            notify: notify.clone(),
-            proj: next,
-        };
-        st.table.modify(slot, now, |_, q| q.push(w, (next, at)));
-        st.waiting += 1;
+        let (id, notify) = st.enqueue(slot, cost, now, next, at);
         tracing::debug!(
             target: "ratelimit",
             layer = %self.spec.name,

@@ -16,7 +16,6 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::waiters::Waiter;
 use super::{CancelOnDrop, Layer, LayerState};
 use crate::throttle::bucket::State;
 use crate::throttle::clock::{nanos, Nanos};
@@ -73,18 +72,7 @@ impl Layer {
         let slot = (st.table.find_or_insert(key, now))
             .map_err(|TableFull| self.limited(key, cost, self.hint(), "max_keys"))?;
         self.gate_admits(st, slot, key, cost)?;
-        let (id, notify) = (st.next_id, Arc::new(Notify::new()));
-        st.next_id += 1;
-        let w = Waiter {
-            id,
-            cost,
-            arrived: now,
-            notify: notify.clone(),
-            proj: State::default(),
-        };
-        st.table
-            .modify(slot, now, |_, q| q.push(w, (State::default(), now)));
-        st.waiting += 1;
+        let (id, notify) = st.enqueue(slot, cost, now, State::default(), now);
         Ok((slot, id, notify))
     }
 
