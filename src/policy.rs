@@ -1,56 +1,10 @@
 //! Which bucket a message is charged to, and how much. Kept apart from the session so that the
 //! rules a tenant could try to game (header keys) are in one place.
 
-/// Where a layer's key comes from (`key = "..."` in a `[[throttle]]` layer).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum KeySource {
-    /// The authenticated user's tenant (or user name).
-    Auth,
-    /// The value of a header, e.g. `header:X-Tenant`. Name compared case-insensitively.
-    Header(String),
-    /// The envelope sender, lower-cased.
-    Sender,
-    /// The domain of the envelope sender, lower-cased.
-    SenderDomain,
-    /// The domain of the first recipient, lower-cased.
-    RcptDomain,
-    /// The client's IP address.
-    ClientIp,
-    /// One bucket for every message.
-    None,
-}
-
-impl KeySource {
-    pub fn parse(text: &str) -> Result<KeySource, String> {
-        Ok(match text {
-            "auth" => KeySource::Auth,
-            "sender" => KeySource::Sender,
-            "sender-domain" => KeySource::SenderDomain,
-            "rcpt-domain" => KeySource::RcptDomain,
-            "client-ip" => KeySource::ClientIp,
-            "none" => KeySource::None,
-            _ => match text.strip_prefix("header:") {
-                Some(name) if is_header_name(name) => KeySource::Header(name.to_string()),
-                _ => {
-                    return Err(format!(
-                        "`{text}`: expected auth, header:<Name>, sender, sender-domain, \
-                         rcpt-domain, client-ip or none"
-                    ))
-                }
-            },
-        })
-    }
-}
-
-/// RFC 5322 field name: printable ASCII except colon.
-fn is_header_name(name: &str) -> bool {
-    !name.is_empty() && name.bytes().all(|b| (33..=126).contains(&b) && b != b':')
-}
-
 use std::net::IpAddr;
 use std::ops::Range;
 
-use crate::config::{Cost, MatchSpec, ThrottleConfig};
+use crate::config::{Cost, KeySource, MatchSpec, ThrottleConfig};
 
 /// One `[[throttle]]` layer's rules for choosing a key and a cost (the bucket math is in
 /// `throttle`; this is only what a message is charged).
@@ -68,7 +22,7 @@ impl LayerPolicy {
     pub fn from_config(layer: &ThrottleConfig) -> LayerPolicy {
         LayerPolicy {
             name: layer.name.get_ref().clone(),
-            key: KeySource::parse(layer.key.get_ref()).expect("validated by Config::parse"),
+            key: layer.key.clone(),
             default_key: layer.default_key.clone(),
             cost: layer.cost,
             matches: layer.match_.as_ref().map(|m| m.get_ref().clone()),

@@ -80,8 +80,8 @@ async fn three_replicas_share_one_limit() {
     ))
     .unwrap();
     let store = RedisStore::new(
-        &spec.redis.as_ref().unwrap().options(),
-        &[spec.throttle[0].spec()],
+        &mailsluice::throttle::redis_options(spec.redis.as_ref().unwrap()),
+        &[mailsluice::throttle::spec(&spec.throttle[0])],
     )
     .unwrap();
     let burst = [StoreCharge {

@@ -10,7 +10,7 @@ mod file;
 mod smtp;
 
 use mailsluice::config::{Config, UpstreamConfig};
-use mailsluice::upstream::{Envelope, SmtpForwarder, UpstreamUrl};
+use mailsluice::upstream::{Envelope, SmtpForwarder};
 
 /// An `[upstream]` section as a user would write it, plus `extra` TOML lines.
 pub fn upstream_config(url: &str, extra: &str) -> UpstreamConfig {
@@ -32,8 +32,7 @@ pub fn smtp_forwarder(url: &str, extra: &str) -> SmtpForwarder {
         "timeout_ms = 500\n"
     };
     let cfg = upstream_config(url, &format!("{timeout}{tls}{extra}"));
-    let parsed = UpstreamUrl::parse(url).unwrap();
-    SmtpForwarder::new(&cfg, &parsed, "relay.test").expect("forwarder")
+    SmtpForwarder::new(&cfg, "relay.test").expect("forwarder")
 }
 
 pub fn envelope(from: Option<&str>, rcpts: &[&str]) -> Envelope {

@@ -2,14 +2,11 @@
 //! limit). Kept apart from the rest of the schema because only those layers need it.
 
 use std::num::NonZeroU64;
-use std::time::Duration;
 
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::{located, Config, StoreKind};
-use crate::throttle::store::redis::{layer_fits, RedisOptions};
-use crate::throttle::OnError;
+use super::{located, Config, Refill, StoreKind, ThrottleConfig};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -27,18 +24,22 @@ pub struct RedisConfig {
     #[serde(default = "default_timeout_ms")]
     pub timeout_ms: NonZeroU64,
     #[serde(default)]
-    pub on_error: OnErrorConfig,
+    pub on_error: OnError,
     /// Put in front of every key, so several deployments can share one Redis.
     #[serde(default = "default_prefix")]
     pub prefix: String,
 }
 
+/// What a shared layer does when its store cannot answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
-pub enum OnErrorConfig {
+pub enum OnError {
+    /// In-process buckets, with a warning.
     #[default]
     Local,
+    /// `451 4.4.3`.
     Reject,
+    /// Through, unmetered, with a warning.
     Allow,
 }
 
@@ -50,114 +51,143 @@ fn default_prefix() -> String {
 }
 
 impl RedisConfig {
-    pub fn on_error(&self) -> OnError {
-        match self.on_error {
-            OnErrorConfig::Local => OnError::Local,
-            OnErrorConfig::Reject => OnError::Reject,
-            OnErrorConfig::Allow => OnError::Allow,
-        }
-    }
-
-    /// The store's options; the password read from `password_env` (checked by `validate`).
-    pub fn options(&self) -> RedisOptions {
-        let mut urls: Vec<String> = self.url.iter().map(|u| u.get_ref().clone()).collect();
-        urls.extend(self.urls.iter().map(|u| u.get_ref().clone()));
-        RedisOptions {
-            urls,
-            cluster: self.cluster,
-            password: (self.password_env.as_ref()).and_then(|v| std::env::var(v.get_ref()).ok()),
-            timeout: Duration::from_millis(self.timeout_ms.get()),
-            prefix: self.prefix.clone(),
-        }
+    /// Every URL given, `url` first.
+    pub fn urls(&self) -> impl Iterator<Item = &str> {
+        self.url
+            .iter()
+            .chain(&self.urls)
+            .map(|u| u.get_ref().as_str())
     }
 }
 
 /// The `[redis]` rules and those of the layers that use it.
 pub(super) fn validate(config: &Config, text: &str) -> Result<(), String> {
-    for layer in config
+    let redis_layers = config
         .throttle
         .iter()
-        .filter(|l| l.store == StoreKind::Redis)
-    {
-        let span = layer.name.span();
-        let Some(redis) = &config.redis else {
-            return Err(located(
-                text,
-                span,
-                &format!(
-                    "key `throttle.store`: layer `{}` has store = \"redis\" but there is no \
-                     [redis] section (add one with `url = \"redis://host:6379\"`)",
-                    layer.name.get_ref()
-                ),
-            ));
-        };
-        if layer.name.get_ref().contains(['{', '}']) {
-            return Err(located(
-                text,
-                span,
-                "key `throttle.name`: a redis layer's name cannot contain `{` or `}`",
-            ));
-        }
-        layer_fits(&redis.prefix, &layer.spec())
-            .map_err(|e| located(text, span, &format!("key `throttle.burst`: {e}")))?;
+        .filter(|l| l.store == StoreKind::Redis);
+    for layer in redis_layers {
+        validate_layer(layer, config.redis.as_ref(), text)?;
     }
-    let Some(redis) = &config.redis else {
-        return Ok(());
-    };
+    match &config.redis {
+        Some(redis) => validate_section(redis, text),
+        None => Ok(()),
+    }
+}
+
+fn validate_layer(
+    layer: &ThrottleConfig,
+    redis: Option<&RedisConfig>,
+    text: &str,
+) -> Result<(), String> {
+    let span = layer.name.span();
+    if redis.is_none() {
+        let message = format!(
+            "key `throttle.store`: layer `{}` has store = \"redis\" but there is no \
+             [redis] section (add one with `url = \"redis://host:6379\"`)",
+            layer.name()
+        );
+        return Err(located(text, span, &message));
+    }
+    if layer.name().contains(['{', '}']) {
+        let message = "key `throttle.name`: a redis layer's name cannot contain `{` or `}`";
+        return Err(located(text, span, message));
+    }
+    exact_in_lua(layer).map_err(|e| located(text, span, &format!("key `throttle.burst`: {e}")))
+}
+
+fn validate_section(redis: &RedisConfig, text: &str) -> Result<(), String> {
     let urls: Vec<&Spanned<String>> = redis.url.iter().chain(&redis.urls).collect();
-    let first = urls.first().map_or(0..0, |u| u.span());
-    if urls.is_empty() {
+    let Some(first) = urls.first() else {
         return Err(
             "key `redis.url`: the [redis] section needs `url` (or `urls` with `cluster = true`)"
                 .into(),
         );
-    }
+    };
     if !redis.cluster && urls.len() > 1 {
-        return Err(located(
-            text,
-            urls[1].span(),
-            "key `redis.urls`: several seed URLs are for `cluster = true`; use `url`",
-        ));
+        let message = "key `redis.urls`: several seed URLs are for `cluster = true`; use `url`";
+        return Err(located(text, urls[1].span(), message));
     }
     for url in &urls {
-        let u = url.get_ref();
-        let scheme_ok = ["redis://", "rediss://", "unix://", "redis+unix://"]
-            .iter()
-            .any(|s| u.starts_with(s));
-        let parsed = ::redis::IntoConnectionInfo::into_connection_info(u.as_str());
-        if let (false, _) | (_, Err(_)) = (scheme_ok, &parsed) {
-            let why = parsed
-                .err()
-                .map_or("unknown scheme".to_string(), |e| e.to_string());
-            return Err(located(
-                text,
-                url.span(),
-                &format!(
-                    "key `redis.url`: `{u}` is not a redis://, rediss:// or unix:// URL ({why})"
-                ),
-            ));
-        }
+        check_url(url.get_ref()).map_err(|e| located(text, url.span(), &e))?;
     }
     if let Some(var) = &redis.password_env {
         if std::env::var_os(var.get_ref()).is_none() {
-            return Err(located(
-                text,
-                var.span(),
-                &format!(
-                    "key `redis.password_env`: environment variable `{}` is not set",
-                    var.get_ref()
-                ),
-            ));
+            let message = format!(
+                "key `redis.password_env`: environment variable `{}` is not set",
+                var.get_ref()
+            );
+            return Err(located(text, var.span(), &message));
         }
     }
     if redis.prefix.contains(['{', '}']) {
-        return Err(located(
-            text,
-            first,
-            "key `redis.prefix`: cannot contain `{` or `}`",
+        let message = "key `redis.prefix`: cannot contain `{` or `}`";
+        return Err(located(text, first.span(), message));
+    }
+    Ok(())
+}
+
+fn check_url(url: &str) -> Result<(), String> {
+    let scheme_ok = ["redis://", "rediss://", "unix://", "redis+unix://"]
+        .iter()
+        .any(|s| url.starts_with(s));
+    let parsed = ::redis::IntoConnectionInfo::into_connection_info(url);
+    if scheme_ok && parsed.is_ok() {
+        return Ok(());
+    }
+    let why = parsed
+        .err()
+        .map_or("unknown scheme".to_string(), |e| e.to_string());
+    Err(format!(
+        "key `redis.url`: `{url}` is not a redis://, rediss:// or unix:// URL ({why})"
+    ))
+}
+
+/// The Redis scripts compute in Lua numbers, doubles, exact for integers below 2^53; unix
+/// microseconds take about 2^51 of that. A drip bucket's scaled time line needs
+/// `capacity * interval` (with the interval reduced by its common factor with the limit);
+/// a window or ttl is added to now. A layer whose numbers do not fit is refused here, so the
+/// store never computes an inexact bucket.
+fn exact_in_lua(layer: &ThrottleConfig) -> Result<(), String> {
+    const EXACT: u128 = 1 << 53;
+    let micros = |ms: u64| u128::from(ms) * 1000;
+    let (widest, period) = match layer.refill {
+        Refill::Drip => {
+            let (limit, interval) = (
+                u128::from(layer.limit.get()),
+                micros(layer.interval_ms.get()),
+            );
+            let (reduced_limit, reduced_interval) = (
+                limit / gcd(limit, interval),
+                interval / gcd(limit, interval),
+            );
+            let widest = (u128::from(layer.burst()) * reduced_interval + reduced_limit) * 2;
+            (widest, reduced_limit)
+        }
+        Refill::FixedWindow => (
+            u128::from(layer.limit.get()) + (1 << 52),
+            micros(layer.interval_ms.get()),
+        ),
+        Refill::None => (
+            u128::from(layer.burst()) + (1 << 52),
+            micros(layer.idle_ttl_ms.get()),
+        ),
+    };
+    if widest >= EXACT || period >= (1 << 52) {
+        return Err(format!(
+            "layer `{}`: burst × interval is too large for the redis store \
+             (it must stay below 2^53 microsecond-tokens); lower the burst or the interval",
+            layer.name()
         ));
     }
     Ok(())
+}
+
+fn gcd(mut a: u128, mut b: u128) -> u128 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
 }
 
 #[cfg(test)]
@@ -184,8 +214,8 @@ mod tests {
         let c = Config::parse(&text).unwrap();
         let r = c.redis.unwrap();
         assert_eq!(r.timeout_ms.get(), 1000);
-        assert_eq!(r.on_error(), crate::throttle::OnError::Local);
-        assert_eq!(r.options().prefix, "mailsluice:");
+        assert_eq!(r.on_error, crate::config::OnError::Local);
+        assert_eq!(r.prefix, "mailsluice:");
     }
 
     #[test]
@@ -208,5 +238,26 @@ mod tests {
             "{BASE}[redis]\ncluster = true\nurls = [\"redis://a:1\", \"redis://b:2\"]\non_error = \"reject\"\n"
         );
         assert!(Config::parse(&text).is_ok());
+    }
+
+    #[test]
+    fn a_redis_layer_too_large_for_exact_lua_numbers_is_refused() {
+        let redis = "[redis]\nurl = \"redis://127.0.0.1:6379\"\n";
+        let layer = |numbers: &str| {
+            format!("{BASE}[[throttle]]\nname = \"t\"\nkey = \"none\"\n{numbers}\nstore = \"redis\"\n{redis}")
+        };
+        // 2^40 tokens a day: burst × interval in microseconds is far past 2^53.
+        let err =
+            Config::parse(&layer("limit = 1099511627776\ninterval_ms = 86400000")).unwrap_err();
+        assert!(
+            err.contains("throttle.burst") && err.contains("2^53"),
+            "{err}"
+        );
+        assert!(err.contains("line 6"), "{err}");
+        assert!(Config::parse(&layer("limit = 14")).is_ok());
+        // The same numbers are fine for a local layer.
+        let local = layer("limit = 1099511627776\ninterval_ms = 86400000")
+            .replace("store = \"redis\"\n", "");
+        assert!(Config::parse(&local).is_ok());
     }
 }

@@ -1,6 +1,6 @@
 //! The security part of the `[smtp]` schema: `[smtp.tls]` (certificate files for STARTTLS
 //! and implicit TLS) and `[smtp.auth]` (users, password hashes, the failed-attempt lockout).
-//! Kept apart from `config.rs` so the rules that decide who may send stay in one place.
+//! Kept apart from the rest of `[smtp]` so the rules that decide who may send stay in one place.
 
 use std::num::{NonZeroU32, NonZeroU64};
 use std::path::PathBuf;

@@ -73,12 +73,18 @@ fn every_layer_key_of_the_design_is_accepted() {
          charge_failures = true\nstrip_key_header = false\n"
     );
     let c = Config::parse(&text).unwrap();
-    let spec = c.throttle[0].spec();
+    let layer = &c.throttle[0];
+    assert_eq!(layer.key, KeySource::Header("X-Tenant".into()));
     assert_eq!(
-        (spec.limit, spec.burst, spec.max_queue, spec.max_keys),
+        (
+            layer.limit.get(),
+            layer.burst(),
+            layer.max_queue.get(),
+            layer.max_keys.get()
+        ),
         (3, 6, 7, 8)
     );
-    assert!(spec.charge_failures && !c.throttle[0].strip_key_header);
+    assert!(layer.charge_failures && !layer.strip_key_header);
 }
 
 #[test]

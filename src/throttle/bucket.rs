@@ -17,18 +17,7 @@
 //!   `b` = tokens used; `b == 0` is a fresh bucket.
 
 use super::clock::Nanos;
-
-/// How a bucket refills.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Refill {
-    /// Holds `burst`, gains `limit` every `interval`, gradually.
-    #[default]
-    Drip,
-    /// Holds `limit`; refilled to full exactly `interval` after the window's first take.
-    FixedWindow,
-    /// A lifetime cap of `burst` that never refills; forgotten after `idle_ttl` without a take.
-    None,
-}
+pub use crate::config::Refill;
 
 /// The stored state of one bucket; see the module doc for the meaning of the words.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]

@@ -34,5 +34,5 @@ pub use bucket::Refill;
 pub use clock::{Clock, FakeClock, Nanos, TokioClock};
 pub use layers::{Charge, LayerSpec, Peek, Permit, Throttle, ThrottleError};
 pub use queue::Mode;
-pub use setup::from_config;
+pub use setup::{from_config, redis_options, spec};
 pub use shared::{OnError, SharedLayers};

@@ -33,20 +33,11 @@ use super::clock::{Clock, Nanos};
 use super::layers::{LayerSpec, Peek, ThrottleError};
 use super::store::local::peek_of;
 use super::store::table::{KeyTable, TableFull};
+pub use crate::config::Mode;
 use waiters::{project, Queue, Waiter};
 
 mod gate;
 mod waiters;
-
-/// What a layer does when the tokens are not there now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Mode {
-    /// Wait in FIFO order, up to `max_wait` from arrival.
-    #[default]
-    Wait,
-    /// Refuse at once with the time until the tokens would be there.
-    Reject,
-}
 
 struct LayerState {
     table: KeyTable<Queue>,

@@ -1,17 +1,19 @@
-//! The throttle a configuration describes: its layers, and the Redis store of the layers with
-//! `store = "redis"`. Apart from `layers` so that the engine itself knows nothing of TOML.
+//! The throttle a configuration describes: each `[[throttle]]` layer turned into the
+//! engine's [`LayerSpec`], and the Redis store of the layers with `store = "redis"`. Apart
+//! from the engine so that the engine itself knows nothing of TOML.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use super::store::redis::RedisStore;
+use super::store::redis::{RedisOptions, RedisStore};
 use super::{Clock, LayerSpec, SharedLayers, Throttle};
-use crate::config::{Config, StoreKind};
+use crate::config::{Config, RedisConfig, StoreKind, ThrottleConfig};
 
 /// Every `[[throttle]]` layer, in file order; redis layers share the `[redis]` store.
 /// `Config::validate` has checked what could fail here; should the store still not build, the
 /// error is logged and the layers run in process (as `on_error = "local"` would).
 pub fn from_config(config: &Config, clock: Arc<dyn Clock>) -> Throttle {
-    let specs: Vec<LayerSpec> = config.throttle.iter().map(|l| l.spec()).collect();
+    let specs: Vec<LayerSpec> = config.throttle.iter().map(spec).collect();
     let layers: Vec<usize> = (config.throttle.iter().enumerate())
         .filter(|(_, l)| l.store == StoreKind::Redis)
         .map(|(i, _)| i)
@@ -19,12 +21,12 @@ pub fn from_config(config: &Config, clock: Arc<dyn Clock>) -> Throttle {
     let Some(redis) = config.redis.as_ref().filter(|_| !layers.is_empty()) else {
         return Throttle::new(specs, clock);
     };
-    match RedisStore::new(&redis.options(), &specs) {
+    match RedisStore::new(&redis_options(redis), &specs) {
         Ok(store) => {
             let shared = SharedLayers {
                 store: Arc::new(store),
                 layers,
-                on_error: redis.on_error(),
+                on_error: redis.on_error,
             };
             Throttle::with_shared(specs, clock, shared)
         }
@@ -32,5 +34,33 @@ pub fn from_config(config: &Config, clock: Arc<dyn Clock>) -> Throttle {
             tracing::error!(error = %e, "redis store unusable; redis layers run in process");
             Throttle::new(specs, clock)
         }
+    }
+}
+
+/// The layer as the throttle engine sees it.
+pub fn spec(layer: &ThrottleConfig) -> LayerSpec {
+    LayerSpec {
+        name: layer.name().to_string(),
+        limit: layer.limit.get(),
+        interval: Duration::from_millis(layer.interval_ms.get()),
+        burst: layer.burst(),
+        mode: layer.mode,
+        max_wait: Duration::from_millis(layer.max_wait_ms),
+        max_queue: layer.max_queue.get(),
+        max_keys: layer.max_keys.get(),
+        refill: layer.refill,
+        idle_ttl: Duration::from_millis(layer.idle_ttl_ms.get()),
+        charge_failures: layer.charge_failures,
+    }
+}
+
+/// The store's options; the password read from `password_env` (checked at load).
+pub fn redis_options(redis: &RedisConfig) -> RedisOptions {
+    RedisOptions {
+        urls: redis.urls().map(str::to_string).collect(),
+        cluster: redis.cluster,
+        password: (redis.password_env.as_ref()).and_then(|v| std::env::var(v.get_ref()).ok()),
+        timeout: Duration::from_millis(redis.timeout_ms.get()),
+        prefix: redis.prefix.clone(),
     }
 }

@@ -31,21 +31,10 @@ use super::layers::{Charge, LayerSpec, Peek, ThrottleError};
 use super::queue::{Layer, Mode};
 use super::store::local::LocalStore;
 use super::store::{Decision, Store, StoreCharge, StoreError};
+pub use crate::config::OnError;
 
 /// How long a failed store is left alone before the next try.
 pub const RETRY: Duration = Duration::from_secs(1);
-
-/// What a shared layer does when its store cannot answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum OnError {
-    /// In-process buckets, with a warning.
-    #[default]
-    Local,
-    /// `451 4.4.3`.
-    Reject,
-    /// Through, unmetered, with a warning.
-    Allow,
-}
 
 /// The shared store of a throttle and the layers (by index) that use it.
 pub struct SharedLayers {

@@ -13,7 +13,7 @@ use std::sync::Arc;
 pub use file::FileForwarder;
 pub use smtp::{SmtpForwarder, SmtpSetupError};
 
-use crate::config::UpstreamConfig;
+use crate::config::{UpstreamConfig, UpstreamUrl};
 
 /// The forwarder the configuration asks for. Errors are meant for the operator at startup
 /// (bad URL, missing password variable), so they are plain text naming the key.
@@ -21,11 +21,10 @@ pub fn build_forwarder(
     cfg: &UpstreamConfig,
     helo_name: &str,
 ) -> Result<Arc<dyn Forwarder>, String> {
-    let url = UpstreamUrl::parse(cfg.url.get_ref()).map_err(|e| format!("upstream.url: {e}"))?;
-    match &url {
+    match &cfg.url {
         UpstreamUrl::File { dir } => Ok(Arc::new(FileForwarder::new(dir.clone()))),
         UpstreamUrl::Smtp { .. } | UpstreamUrl::Smtps { .. } => {
-            let forwarder = SmtpForwarder::new(cfg, &url, helo_name).map_err(|e| e.to_string())?;
+            let forwarder = SmtpForwarder::new(cfg, helo_name).map_err(|e| e.to_string())?;
             Ok(Arc::new(forwarder))
         }
     }
@@ -88,97 +87,3 @@ pub trait Forwarder: Send + Sync {
 }
 
 pub type CheckFuture<'a> = Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'a>>;
-
-/// The parsed `[upstream] url`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum UpstreamUrl {
-    /// `smtp://host:port`: plain connection, STARTTLS per `tls`.
-    Smtp { host: String, port: u16 },
-    /// `smtps://host:port`: TLS from the first byte (port 465).
-    Smtps { host: String, port: u16 },
-    /// `file://DIR`: one `.eml` per message, the embedded default.
-    File { dir: std::path::PathBuf },
-}
-
-impl UpstreamUrl {
-    pub fn parse(url: &str) -> Result<UpstreamUrl, String> {
-        let (scheme, rest) = url
-            .split_once("://")
-            .ok_or_else(|| format!("`{url}` is not a URL (smtp://, smtps:// or file://)"))?;
-        match scheme {
-            "file" if !rest.is_empty() => Ok(UpstreamUrl::File { dir: rest.into() }),
-            "smtp" | "smtps" => {
-                let default_port = if scheme == "smtp" { 25 } else { 465 };
-                let (host, port) = split_host_port(rest.trim_end_matches('/'), default_port)?;
-                Ok(if scheme == "smtp" {
-                    UpstreamUrl::Smtp { host, port }
-                } else {
-                    UpstreamUrl::Smtps { host, port }
-                })
-            }
-            _ => Err(format!(
-                "`{url}`: scheme must be smtp://, smtps:// or file://DIR"
-            )),
-        }
-    }
-}
-
-fn split_host_port(authority: &str, default_port: u16) -> Result<(String, u16), String> {
-    if authority.is_empty() {
-        return Err("missing host".into());
-    }
-    // Bracketed IPv6 literal: [::1]:25
-    if let Some(rest) = authority.strip_prefix('[') {
-        let (host, after) = rest.split_once(']').ok_or("unclosed [ in host")?;
-        let port = match after.strip_prefix(':') {
-            Some(p) => p.parse().map_err(|_| format!("bad port `{p}`"))?,
-            None => default_port,
-        };
-        return Ok((host.to_string(), port));
-    }
-    match authority.rsplit_once(':') {
-        Some((host, p)) => Ok((
-            host.to_string(),
-            p.parse().map_err(|_| format!("bad port `{p}`"))?,
-        )),
-        None => Ok((authority.to_string(), default_port)),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn urls_parse_with_default_ports() {
-        assert_eq!(
-            UpstreamUrl::parse("smtp://email-smtp.eu-west-1.amazonaws.com:587").unwrap(),
-            UpstreamUrl::Smtp {
-                host: "email-smtp.eu-west-1.amazonaws.com".into(),
-                port: 587
-            }
-        );
-        assert_eq!(
-            UpstreamUrl::parse("smtps://mail.example").unwrap(),
-            UpstreamUrl::Smtps {
-                host: "mail.example".into(),
-                port: 465
-            }
-        );
-        assert_eq!(
-            UpstreamUrl::parse("smtp://[::1]:2526").unwrap(),
-            UpstreamUrl::Smtp {
-                host: "::1".into(),
-                port: 2526
-            }
-        );
-        assert_eq!(
-            UpstreamUrl::parse("file://outbox").unwrap(),
-            UpstreamUrl::File {
-                dir: "outbox".into()
-            }
-        );
-        assert!(UpstreamUrl::parse("gopher://x").is_err());
-        assert!(UpstreamUrl::parse("smtp://host:notaport").is_err());
-    }
-}

@@ -24,10 +24,8 @@ use lettre::Address;
 
 use super::pool::{ConnectError, Connector, Lease, Pool, Security};
 use super::reply::{rejected, unavailable};
-use super::{
-    Accepted, CheckFuture, Envelope, ForwardFuture, Forwarder, UpstreamError, UpstreamUrl,
-};
-use crate::config::{UpstreamConfig, UpstreamTls};
+use super::{Accepted, CheckFuture, Envelope, ForwardFuture, Forwarder, UpstreamError};
+use crate::config::{UpstreamConfig, UpstreamTls, UpstreamUrl};
 
 /// Why an SMTP upstream could not be set up from the configuration.
 #[derive(Debug, thiserror::Error)]
@@ -77,17 +75,11 @@ struct Failure {
 impl SmtpForwarder {
     /// Reads the password from the environment now, so a missing variable stops startup with
     /// a clear message instead of failing every message later.
-    pub fn new(
-        cfg: &UpstreamConfig,
-        url: &UpstreamUrl,
-        helo_name: &str,
-    ) -> Result<SmtpForwarder, SmtpSetupError> {
-        let (host, port, implicit) = match url {
+    pub fn new(cfg: &UpstreamConfig, helo_name: &str) -> Result<SmtpForwarder, SmtpSetupError> {
+        let (host, port, implicit) = match &cfg.url {
             UpstreamUrl::Smtp { host, port } => (host, *port, false),
             UpstreamUrl::Smtps { host, port } => (host, *port, true),
-            UpstreamUrl::File { .. } => {
-                return Err(SmtpSetupError::NotSmtp(cfg.url.get_ref().clone()))
-            }
+            UpstreamUrl::File { .. } => return Err(SmtpSetupError::NotSmtp(cfg.url.to_string())),
         };
         let tls = || {
             TlsParameters::new(host.clone()).map_err(|e| SmtpSetupError::Tls {

@@ -292,12 +292,11 @@ async fn authenticates_with_password_from_env() {
 #[tokio::test]
 async fn setup_errors_are_clear() {
     let url = "smtp://127.0.0.1:1";
-    let parsed = mailsluice::upstream::UpstreamUrl::parse(url).unwrap();
     let missing = upstream_config(
         url,
         "username = \"u\"\npassword_env = \"MAILSLUICE_TEST_UNSET_VAR\"",
     );
-    let err = mailsluice::upstream::SmtpForwarder::new(&missing, &parsed, "h")
+    let err = mailsluice::upstream::SmtpForwarder::new(&missing, "h")
         .err()
         .unwrap();
     assert!(

@@ -336,11 +336,6 @@ impl RedisStore {
     }
 }
 
-/// Whether a layer's numbers stay exact in the scripts (see `keys`); the reason if not.
-pub fn layer_fits(prefix: &str, spec: &LayerSpec) -> Result<(), String> {
-    LayerKeys::new(prefix, spec).map(|_| ())
-}
-
 /// Charge indices grouped by cluster slot, groups in slot order, charges in their order.
 fn by_slot(store: &RedisStore, charges: &[StoreCharge<'_>]) -> Result<Vec<Vec<usize>>, StoreError> {
     let mut slots = std::collections::BTreeMap::<u16, Vec<usize>>::new();

@@ -1,0 +1,58 @@
+//! Where a layer's key comes from (`key = "..."` in a `[[throttle]]` layer), parsed once when
+//! the file is read.
+
+use serde::Deserialize;
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub enum KeySource {
+    /// The authenticated user's tenant (or user name).
+    Auth,
+    /// The value of a header, e.g. `header:X-Tenant`. Name compared case-insensitively.
+    Header(String),
+    /// The envelope sender, lower-cased.
+    Sender,
+    /// The domain of the envelope sender, lower-cased.
+    SenderDomain,
+    /// The domain of the first recipient, lower-cased.
+    RcptDomain,
+    /// The client's IP address.
+    ClientIp,
+    /// One bucket for every message.
+    None,
+}
+
+impl KeySource {
+    pub fn parse(text: &str) -> Result<KeySource, String> {
+        Ok(match text {
+            "auth" => KeySource::Auth,
+            "sender" => KeySource::Sender,
+            "sender-domain" => KeySource::SenderDomain,
+            "rcpt-domain" => KeySource::RcptDomain,
+            "client-ip" => KeySource::ClientIp,
+            "none" => KeySource::None,
+            _ => match text.strip_prefix("header:") {
+                Some(name) if is_header_name(name) => KeySource::Header(name.to_string()),
+                _ => {
+                    return Err(format!(
+                        "`{text}`: expected auth, header:<Name>, sender, sender-domain, \
+                         rcpt-domain, client-ip or none"
+                    ))
+                }
+            },
+        })
+    }
+}
+
+impl TryFrom<String> for KeySource {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<KeySource, String> {
+        KeySource::parse(&text).map_err(|e| format!("key `throttle.key`: {e}"))
+    }
+}
+
+/// RFC 5322 field name: printable ASCII except colon.
+fn is_header_name(name: &str) -> bool {
+    !name.is_empty() && name.bytes().all(|b| (33..=126).contains(&b) && b != b':')
+}

@@ -1,0 +1,146 @@
+//! The TOML configuration: plain data, parsed once, imported by everything and importing
+//! nothing else of the crate.
+//!
+//! | file | section |
+//! |---|---|
+//! | `smtp.rs` | `[smtp]`, the listening side |
+//! | `security.rs` | `[smtp.tls]` and `[smtp.auth]`: who may send |
+//! | `upstream.rs` | `[upstream]` and its URL |
+//! | `throttle.rs` | `[[throttle]]` layers and their vocabulary (mode, refill, cost, store) |
+//! | `key_source.rs` | where a layer's key comes from (`key = "header:X-Tenant"`) |
+//! | `redis.rs` | `[redis]`, the store shared by replicas |
+//!
+//! Constraints live in the types (non-zero numbers, closed enums, URLs and key sources parsed
+//! by `TryFrom`) so that a bad value is refused by the parser itself, whose error names the
+//! line. The few rules that span several keys are checked in `validate`, which reports the line
+//! of the offending key through `toml::Spanned`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+mod key_source;
+mod redis;
+mod security;
+mod smtp;
+mod throttle;
+mod upstream;
+
+pub use key_source::KeySource;
+pub use redis::{OnError, RedisConfig};
+pub use security::{AuthConfig, TlsConfig, UserConfig};
+pub use smtp::SmtpConfig;
+pub use throttle::{Cost, MatchSpec, Mode, Refill, StoreKind, ThrottleConfig};
+pub use upstream::{UpstreamConfig, UpstreamTls, UpstreamUrl};
+
+/// A configuration that could not be used; the text says which key and where.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub smtp: SmtpConfig,
+    pub upstream: UpstreamConfig,
+    #[serde(default)]
+    pub throttle: Vec<ThrottleConfig>,
+    /// The HTTP endpoint for health, metrics and peeks; off when the section is absent.
+    pub admin: Option<AdminConfig>,
+    /// The shared store of `store = "redis"` layers.
+    pub redis: Option<RedisConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminConfig {
+    #[serde(default = "default_admin_listen")]
+    pub listen: SocketAddr,
+}
+
+fn default_admin_listen() -> SocketAddr {
+    "127.0.0.1:9325".parse().unwrap()
+}
+
+impl Config {
+    /// Reads, parses and validates the file at `path`.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Config::parse(&text).map_err(|message| ConfigError::Invalid {
+            path: path.to_owned(),
+            message,
+        })
+    }
+
+    /// Parses and validates a TOML document; the error text names the key and the line.
+    pub fn parse(text: &str) -> Result<Config, String> {
+        let config: Config = toml::from_str(text).map_err(|e| e.to_string())?;
+        config.validate(text)?;
+        Ok(config)
+    }
+
+    /// The layer called `name`.
+    pub fn layer(&self, name: &str) -> Option<&ThrottleConfig> {
+        self.throttle.iter().find(|l| l.name() == name)
+    }
+
+    fn validate(&self, text: &str) -> Result<(), String> {
+        if self.smtp.listen.is_empty() && self.smtp.tls_listen.is_empty() {
+            return Err("key `smtp.listen`: at least one address is needed".into());
+        }
+        security::validate(&self.smtp, text)?;
+        let mut names = std::collections::HashSet::new();
+        for layer in &self.throttle {
+            if !names.insert(layer.name()) {
+                return Err(located(
+                    text,
+                    layer.name.span(),
+                    "key `throttle.name`: duplicate layer name",
+                ));
+            }
+            validate_layer(layer, text)?;
+        }
+        redis::validate(self, text)
+    }
+}
+
+/// The rules of one layer that no single key's type can say.
+fn validate_layer(layer: &ThrottleConfig, text: &str) -> Result<(), String> {
+    if let Some(m) = &layer.match_ {
+        if m.get_ref().header.trim().is_empty() || m.get_ref().value.trim().is_empty() {
+            return Err(located(
+                text,
+                m.span(),
+                "key `throttle.match`: needs a header name and a value to compare",
+            ));
+        }
+    }
+    if layer.refill == Refill::FixedWindow && layer.burst.is_some_and(|b| b != layer.limit) {
+        return Err(located(
+            text,
+            layer.name.span(),
+            "key `throttle.burst`: a fixed_window layer holds `limit`; leave burst out",
+        ));
+    }
+    Ok(())
+}
+
+/// Formats `message` with the line of `span` in `text`, as the parser's own errors do.
+fn located(text: &str, span: std::ops::Range<usize>, message: &str) -> String {
+    let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
+    format!("{message} (at line {line})")
+}
+
+#[cfg(test)]
+mod tests;

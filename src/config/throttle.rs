@@ -1,0 +1,128 @@
+//! `[[throttle]]`: one layer of buckets. The types here are the throttle's own vocabulary
+//! (mode, refill, cost, store), kept with the schema so that the throttle engine reads them
+//! without knowing TOML; `throttle::setup` turns a layer into the engine's spec.
+
+use std::num::{NonZeroU64, NonZeroUsize};
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::KeySource;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Cost {
+    Recipients,
+    Message,
+}
+
+/// What a layer does when the tokens are not there now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Wait in FIFO order, up to `max_wait` from arrival.
+    #[default]
+    Wait,
+    /// Refuse at once with the time until the tokens would be there.
+    Reject,
+}
+
+/// How a bucket refills.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Refill {
+    /// Holds `burst`, gains `limit` every `interval`, gradually.
+    #[default]
+    Drip,
+    /// Holds `limit`; refilled to full exactly `interval` after the window's first take.
+    FixedWindow,
+    /// A lifetime cap of `burst` that never refills; forgotten after `idle_ttl` without a take.
+    None,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreKind {
+    #[default]
+    Local,
+    Redis,
+}
+
+/// A layer applies only to messages whose header `header` equals `value` (case-insensitive).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MatchSpec {
+    pub header: String,
+    pub value: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ThrottleConfig {
+    pub name: Spanned<String>,
+    pub key: KeySource,
+    #[serde(default = "default_key")]
+    pub default_key: String,
+    #[serde(default = "default_cost")]
+    pub cost: Cost,
+    pub limit: NonZeroU64,
+    #[serde(default = "default_interval_ms")]
+    pub interval_ms: NonZeroU64,
+    pub burst: Option<NonZeroU64>,
+    #[serde(default)]
+    pub mode: Mode,
+    #[serde(default = "default_max_wait_ms")]
+    pub max_wait_ms: u64,
+    #[serde(default = "default_max_queue")]
+    pub max_queue: NonZeroUsize,
+    #[serde(default = "default_max_keys")]
+    pub max_keys: NonZeroUsize,
+    #[serde(default)]
+    pub refill: Refill,
+    #[serde(default = "default_idle_ttl_ms")]
+    pub idle_ttl_ms: NonZeroU64,
+    #[serde(rename = "match")]
+    pub match_: Option<Spanned<MatchSpec>>,
+    #[serde(default)]
+    pub store: StoreKind,
+    #[serde(default)]
+    pub charge_failures: bool,
+    #[serde(default = "default_true")]
+    pub strip_key_header: bool,
+}
+
+impl ThrottleConfig {
+    /// Tokens held: `burst`, or `limit` when it is not set.
+    pub fn burst(&self) -> u64 {
+        self.burst.unwrap_or(self.limit).get()
+    }
+
+    pub fn name(&self) -> &str {
+        self.name.get_ref()
+    }
+}
+
+fn default_key() -> String {
+    "default".into()
+}
+fn default_cost() -> Cost {
+    Cost::Recipients
+}
+fn default_interval_ms() -> NonZeroU64 {
+    NonZeroU64::new(1000).unwrap()
+}
+fn default_max_wait_ms() -> u64 {
+    25_000
+}
+fn default_max_queue() -> NonZeroUsize {
+    NonZeroUsize::new(10_000).unwrap()
+}
+fn default_max_keys() -> NonZeroUsize {
+    NonZeroUsize::new(10_000).unwrap()
+}
+fn default_idle_ttl_ms() -> NonZeroU64 {
+    NonZeroU64::new(604_800_000).unwrap()
+}
+fn default_true() -> bool {
+    true
+}

@@ -1,0 +1,160 @@
+//! `[upstream]`: where messages go, and how to reach it. The URL is parsed once, when the file
+//! is read, so a typo is a startup error with its line.
+
+use std::num::{NonZeroU64, NonZeroUsize};
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum UpstreamTls {
+    None,
+    #[default]
+    Opportunistic,
+    Required,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamConfig {
+    /// `smtp://host:port`, `smtps://host:port` or `file://DIR`.
+    pub url: UpstreamUrl,
+    #[serde(default)]
+    pub tls: UpstreamTls,
+    pub username: Option<String>,
+    pub password: Option<String>,
+    /// Name of the environment variable that holds the password, so it stays out of files.
+    pub password_env: Option<String>,
+    #[serde(default = "default_pool_size")]
+    pub pool_size: NonZeroUsize,
+    /// Timeout for connecting and for each SMTP command upstream.
+    #[serde(default = "default_upstream_timeout_ms")]
+    pub timeout_ms: NonZeroU64,
+    /// Name this relay gives itself in EHLO upstream; defaults to `smtp.hostname`.
+    pub helo_name: Option<String>,
+}
+
+fn default_pool_size() -> NonZeroUsize {
+    NonZeroUsize::new(16).unwrap()
+}
+fn default_upstream_timeout_ms() -> NonZeroU64 {
+    NonZeroU64::new(60_000).unwrap()
+}
+
+/// The parsed `[upstream] url`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub enum UpstreamUrl {
+    /// `smtp://host:port`: plain connection, STARTTLS per `tls`.
+    Smtp { host: String, port: u16 },
+    /// `smtps://host:port`: TLS from the first byte (port 465).
+    Smtps { host: String, port: u16 },
+    /// `file://DIR`: one `.eml` per message, the embedded default.
+    File { dir: PathBuf },
+}
+
+impl TryFrom<String> for UpstreamUrl {
+    type Error = String;
+
+    fn try_from(url: String) -> Result<UpstreamUrl, String> {
+        UpstreamUrl::parse(&url).map_err(|e| format!("key `upstream.url`: {e}"))
+    }
+}
+
+impl std::fmt::Display for UpstreamUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let host = |h: &str| match h.contains(':') {
+            true => format!("[{h}]"),
+            false => h.to_string(),
+        };
+        match self {
+            UpstreamUrl::Smtp { host: h, port } => write!(f, "smtp://{}:{port}", host(h)),
+            UpstreamUrl::Smtps { host: h, port } => write!(f, "smtps://{}:{port}", host(h)),
+            UpstreamUrl::File { dir } => write!(f, "file://{}", dir.display()),
+        }
+    }
+}
+
+impl UpstreamUrl {
+    pub fn parse(url: &str) -> Result<UpstreamUrl, String> {
+        let (scheme, rest) = url
+            .split_once("://")
+            .ok_or_else(|| format!("`{url}` is not a URL (smtp://, smtps:// or file://)"))?;
+        match scheme {
+            "file" if !rest.is_empty() => Ok(UpstreamUrl::File { dir: rest.into() }),
+            "smtp" | "smtps" => {
+                let default_port = if scheme == "smtp" { 25 } else { 465 };
+                let (host, port) = split_host_port(rest.trim_end_matches('/'), default_port)?;
+                Ok(if scheme == "smtp" {
+                    UpstreamUrl::Smtp { host, port }
+                } else {
+                    UpstreamUrl::Smtps { host, port }
+                })
+            }
+            _ => Err(format!(
+                "`{url}`: scheme must be smtp://, smtps:// or file://DIR"
+            )),
+        }
+    }
+}
+
+fn split_host_port(authority: &str, default_port: u16) -> Result<(String, u16), String> {
+    if authority.is_empty() {
+        return Err("missing host".into());
+    }
+    // Bracketed IPv6 literal: [::1]:25
+    if let Some(rest) = authority.strip_prefix('[') {
+        let (host, after) = rest.split_once(']').ok_or("unclosed [ in host")?;
+        let port = match after.strip_prefix(':') {
+            Some(p) => p.parse().map_err(|_| format!("bad port `{p}`"))?,
+            None => default_port,
+        };
+        return Ok((host.to_string(), port));
+    }
+    match authority.rsplit_once(':') {
+        Some((host, p)) => Ok((
+            host.to_string(),
+            p.parse().map_err(|_| format!("bad port `{p}`"))?,
+        )),
+        None => Ok((authority.to_string(), default_port)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_parse_with_default_ports() {
+        assert_eq!(
+            UpstreamUrl::parse("smtp://email-smtp.eu-west-1.amazonaws.com:587").unwrap(),
+            UpstreamUrl::Smtp {
+                host: "email-smtp.eu-west-1.amazonaws.com".into(),
+                port: 587
+            }
+        );
+        assert_eq!(
+            UpstreamUrl::parse("smtps://mail.example").unwrap(),
+            UpstreamUrl::Smtps {
+                host: "mail.example".into(),
+                port: 465
+            }
+        );
+        assert_eq!(
+            UpstreamUrl::parse("smtp://[::1]:2526").unwrap(),
+            UpstreamUrl::Smtp {
+                host: "::1".into(),
+                port: 2526
+            }
+        );
+        assert_eq!(
+            UpstreamUrl::parse("file://outbox").unwrap(),
+            UpstreamUrl::File {
+                dir: "outbox".into()
+            }
+        );
+        assert!(UpstreamUrl::parse("gopher://x").is_err());
+        assert!(UpstreamUrl::parse("smtp://host:notaport").is_err());
+    }
+}
