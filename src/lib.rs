@@ -24,7 +24,7 @@
 
 pub mod admin;
 pub mod config;
-#[doc(hidden)]
+#[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub mod metrics;
 pub mod password;

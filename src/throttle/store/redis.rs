@@ -139,7 +139,7 @@ impl RedisStore {
     /// **Tests only**: the scripts read `now` from `clock` (microseconds, from its unix origin)
     /// instead of Redis `TIME`, so bucket math can be checked with a fake clock. Production
     /// never calls this.
-    #[doc(hidden)]
+    #[cfg(any(test, feature = "test-support"))]
     pub fn with_test_clock(mut self, clock: Arc<dyn Clock>) -> RedisStore {
         let origin = clock.unix_secs_at(0) * 1_000_000;
         self.test_clock = Some((clock, origin));
