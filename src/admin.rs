@@ -1,7 +1,7 @@
 //! The admin HTTP endpoint (axum): liveness, readiness, Prometheus metrics and bucket peeks.
-//! It listens apart from SMTP (loopback by default) and never takes tokens.
+//! It listens apart from SMTP (loopback by default) and never takes tokens. Every answer is
+//! read from the live context, so after a reload it shows the config in force.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
@@ -12,45 +12,37 @@ use axum::{Json, Router};
 use serde_json::json;
 use tokio::net::TcpListener;
 
+use crate::context::{Deps, Health, Live};
 use crate::metrics::Metrics;
-use crate::reload::Live;
 use crate::shutdown::Shutdown;
-use crate::throttle::Throttle;
-use crate::upstream::Forwarder;
 
-/// What readiness depends on besides upstream: whether the SMTP listeners are accepting.
-#[derive(Debug, Default)]
-pub struct Health {
-    listening: AtomicBool,
-}
-
-impl Health {
-    pub fn set_listening(&self, on: bool) {
-        self.listening.store(on, Ordering::SeqCst);
-    }
-
-    pub fn listening(&self) -> bool {
-        self.listening.load(Ordering::SeqCst)
-    }
-}
-
-/// Everything the endpoints read. `throttle` and `forwarder` are the ones the relay started
-/// with; after a reload the current ones come from `live`.
+/// Everything the endpoints read.
 pub struct Admin {
-    pub throttle: Arc<Throttle>,
     pub metrics: Arc<Metrics>,
-    pub forwarder: Arc<dyn Forwarder>,
     pub health: Arc<Health>,
     pub live: Arc<Live>,
 }
 
 impl Admin {
-    fn current(&self) -> (Arc<Throttle>, Arc<dyn Forwarder>) {
-        match self.live.current() {
-            Some(ctx) => (ctx.throttle.clone(), ctx.forwarder.clone()),
-            None => (self.throttle.clone(), self.forwarder.clone()),
-        }
+    pub fn new(deps: &Deps) -> Arc<Admin> {
+        Arc::new(Admin {
+            metrics: deps.metrics.clone(),
+            health: deps.health.clone(),
+            live: deps.live.clone(),
+        })
     }
+
+
+    /// The metrics text, with the gauges of the throttle in force.
+    pub fn metrics_text(&self) -> Option<String> {
+        Some(self.metrics.encode(&self.live.current()?.throttle))
+    }
+}
+
+/// The answer in the moment before `run` installs the first context.
+fn starting() -> Response {
+    let body = json!({"ready": false, "error": "starting"});
+    (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
 }
 
 pub fn router(admin: Arc<Admin>) -> Router {
@@ -76,10 +68,12 @@ pub async fn serve(
 /// 200 when the relay can take mail: listening and upstream reachable now (Redis too, once
 /// a layer uses it); 503 with a JSON body saying what is not.
 async fn readyz(State(admin): State<Arc<Admin>>) -> Response {
-    let (throttle, forwarder) = admin.current();
+    let Some(ctx) = admin.live.current() else {
+        return starting();
+    };
     let listening = admin.health.listening();
-    let upstream = forwarder.check().await;
-    let store = throttle.check_store().await;
+    let upstream = ctx.forwarder.check().await;
+    let store = ctx.throttle.check_store().await;
     let ready = listening && upstream.is_ok() && store.as_ref().is_none_or(|s| s.is_ok());
     let verdict = |check: &Result<(), String>| match check {
         Ok(()) => json!({"ok": true}),
@@ -102,13 +96,15 @@ async fn readyz(State(admin): State<Arc<Admin>>) -> Response {
 }
 
 async fn metrics(State(admin): State<Arc<Admin>>) -> Response {
-    let text = admin.metrics.encode(&admin.current().0);
+    let Some(ctx) = admin.live.current() else {
+        return starting();
+    };
     (
         [(
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        text,
+        admin.metrics.encode(&ctx.throttle),
     )
         .into_response()
 }
@@ -117,8 +113,17 @@ async fn bucket(
     State(admin): State<Arc<Admin>>,
     Path((layer, key)): Path<(String, String)>,
 ) -> Response {
-    match admin.throttle.peek(&layer, &key) {
-        Some(peek) => Json(peek).into_response(),
+    let Some(ctx) = admin.live.current() else {
+        return starting();
+    };
+    // A redis layer is read from Redis (the state every replica shares).
+    match ctx.throttle.peek_async(&layer, &key).await {
+        Some(Ok(peek)) => Json(peek).into_response(),
+        Some(Err(e)) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"error": e.to_string()})),
+        )
+            .into_response(),
         None => (
             StatusCode::NOT_FOUND,
             Json(json!({"error": format!("no layer named {layer:?}")})),

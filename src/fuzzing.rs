@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::config::Config;
-use crate::server::{Context, Deps};
+use crate::context::{Context, Deps};
 use crate::upstream::{Accepted, Envelope, ForwardFuture, Forwarder};
 
 /// A forwarder that accepts everything and keeps the messages.

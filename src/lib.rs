@@ -1,34 +1,38 @@
 //! mailsluice: an SMTP relay proxy with per-tenant throttling.
 //!
-//! Layout of the crate (each concept in the file named after it):
+//! Data flows one way: listener -> session -> policy -> throttle -> upstream. Each module
+//! imports only from the ones below it in this table, and `config` (plain data) from nothing:
 //!
 //! | module | what it holds |
 //! |---|---|
-//! | `config` | the TOML schema, its defaults and validation |
-//! | `server` | the accept loop, the connection bound, graceful shutdown; `Deps` and `Context` |
-//! | `smtp/` | one client's session: `session` is the state machine, one file per verb (`ehlo`, `mail`, `rcpt`, `data`, `starttls`, `auth`, `misc`), `deliver` the final dot, `data_reader` the DATA bytes, `reply` every reply text |
-//! | `tls` | inbound TLS: PEM loading, the rustls acceptor, its reload on SIGHUP |
-//! | `password` | argon2id password hashes for `[smtp.auth] users` |
-//! | `per_ip` | bounded per-address tables: connections held, failed AUTH attempts (lockout) |
-//! | `throttle/` | token buckets (pure math in `bucket`), FIFO queues per key, stacked layers, stores |
-//! | `policy` | which buckets a message is charged to, and how much |
-//! | `upstream/` | the `Forwarder` trait: `smtp` (lettre connections, our pool), `file` |
-//! | `shutdown` | the one shutdown signal every task listens to |
+//! | `server` | the accept loop, the connection bounds, graceful shutdown: [`run`] |
 //! | `admin` | the HTTP endpoint: `/healthz`, `/readyz`, `/metrics`, `/buckets/{layer}/{key}` |
+//! | `reload` | SIGHUP: a new context from a new config, unchanged layers kept |
+//! | `smtp/` | one client's session: the state machine, one file per verb, the final dot (`deliver`), every reply text (`reply`) |
+//! | `context` | `Deps` (what `run` needs), `Context` (what a session reads), `Live` (the context in force) |
+//! | `policy` | which buckets a message is charged to, how much, and which key headers it loses |
 //! | `metrics` | the Prometheus registry and what is counted |
-//! | `reload` | SIGHUP: the current context, swapped for new messages |
-//! | `fuzzing` | (hidden) a session over an in-memory stream, for `fuzz/` and property tests |
+//! | `throttle/` | token buckets (pure math in `bucket`), key tables, stores (local, Redis), layers with FIFO queues |
+//! | `upstream/` | the `Forwarder` trait: `smtp` (lettre connections, our pool), `file` |
+//! | `tls` | inbound TLS: PEM loading, the rustls acceptor, its reload |
+//! | `connection_limit` | connections held per client address |
+//! | `auth_lockout` | failed AUTH attempts per client address, and the lockout |
+//! | `password` | argon2id password hashes for `[smtp.auth] users` |
+//! | `shutdown` | the one shutdown signal every task listens to |
+//! | `config/` | the TOML schema, its defaults and validation |
+//! | `fuzzing` | (feature `fuzzing`) a session over an in-memory stream, for `fuzz/` and tests |
 //!
-//! `run(listeners, deps, shutdown)` serves until the shutdown signal; `main.rs` only parses
-//! the command line, loads the config and calls it.
+//! `main.rs` only parses the command line, loads the config, binds and calls [`run`].
 
 pub mod admin;
+pub mod auth_lockout;
 pub mod config;
+pub mod connection_limit;
+pub mod context;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub mod metrics;
 pub mod password;
-pub mod per_ip;
 pub mod policy;
 pub mod reload;
 pub mod server;
@@ -38,4 +42,5 @@ pub mod throttle;
 pub mod tls;
 pub mod upstream;
 
-pub use server::{run, Context, Deps};
+pub use context::{Context, Deps};
+pub use server::{run, Listeners};

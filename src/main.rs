@@ -1,6 +1,6 @@
-//! The `mailsluice` command: parse the command line, load the config, build the parts, run
-//! until SIGTERM/SIGINT; SIGHUP reloads the TLS certificate. Everything else is in the
-//! library.
+//! The `mailsluice` command: parse the command line, load the config, bind, and run until
+//! SIGTERM/SIGINT (SIGHUP reloads the config, see `reload`). Everything else is in the
+//! library; the subcommands (`check`, `peek`, `hash-password`) are thin too.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -96,7 +96,7 @@ fn check(path: &std::path::Path) -> anyhow::Result<()> {
 /// running relay, so it is asked through its admin endpoint.
 fn peek(path: &std::path::Path, layer: &str, key: &str) -> anyhow::Result<()> {
     let config = Config::load(path)?;
-    let Some(spec) = config.throttle.iter().find(|l| l.name.get_ref() == layer) else {
+    let Some(spec) = config.layer(layer) else {
         anyhow::bail!("{}: no layer named {layer:?}", path.display());
     };
     if spec.store == mailsluice::config::StoreKind::Redis {
@@ -171,36 +171,36 @@ fn serve(path: &std::path::Path) -> anyhow::Result<()> {
 }
 
 async fn serve_async(config: Arc<Config>, path: &std::path::Path) -> anyhow::Result<()> {
-    let hostname = config.smtp.hostname.clone();
-    let forwarder = mailsluice::upstream::build_forwarder(&config.upstream, &hostname)
+    let helo = config
+        .upstream
+        .helo_name
+        .as_deref()
+        .unwrap_or(&config.smtp.hostname);
+    let forwarder = mailsluice::upstream::build_forwarder(&config.upstream, helo)
         .map_err(anyhow::Error::msg)
         .context("setting up the upstream")?;
     let deps = mailsluice::Deps::new(config.clone(), forwarder)
         .with_tls()
         .context("loading [smtp.tls]")?;
-    let listeners = mailsluice::server::Listeners {
+    let admin = match &config.admin {
+        Some(admin) => Some(bind_admin(admin.listen).await?),
+        None => None,
+    };
+    let listeners = mailsluice::Listeners {
         smtp: bind(&config.smtp.listen, "SMTP").await?,
         implicit_tls: bind(&config.smtp.tls_listen, "SMTP over implicit TLS").await?,
+        admin,
     };
-    tokio::spawn(reload_on_hangup(path.to_owned(), deps.live.clone()));
+    tokio::spawn(mailsluice::reload::on_hangup(
+        path.to_owned(),
+        deps.live.clone(),
+    ));
     let (trigger, shutdown) = mailsluice::shutdown::channel();
     tokio::spawn(async move {
         wait_for_signal().await;
         tracing::info!("shutting down: no new connections, finishing transactions in flight");
         trigger.trigger();
     });
-    if let Some(admin) = &config.admin {
-        let listener = TcpListener::bind(admin.listen)
-            .await
-            .with_context(|| format!("listening on {} for [admin]", admin.listen))?;
-        tracing::info!(addr = %listener.local_addr()?, "admin endpoint listening");
-        let (state, shutdown) = (deps.admin(), shutdown.clone());
-        tokio::spawn(async move {
-            if let Err(e) = mailsluice::admin::serve(listener, state, shutdown).await {
-                tracing::error!(error = %e, "admin endpoint failed");
-            }
-        });
-    }
     mailsluice::run(listeners, deps, shutdown).await;
     tracing::info!("stopped");
     Ok(())
@@ -211,7 +211,7 @@ async fn bind(addrs: &[std::net::SocketAddr], what: &str) -> anyhow::Result<Vec<
     for addr in addrs {
         let listener = TcpListener::bind(addr)
             .await
-            .with_context(|| format!("listening on {addr}"))?;
+            .with_context(|| format!("listening on {addr} for {what}"))?;
         let addr = listener.local_addr().context("reading the bound address")?;
         tracing::info!(%addr, "listening for {what}");
         listeners.push(listener);
@@ -219,32 +219,12 @@ async fn bind(addrs: &[std::net::SocketAddr], what: &str) -> anyhow::Result<Vec<
     Ok(listeners)
 }
 
-/// SIGHUP: read the certificate and key again (after a renewal). Connections stay up; the
-/// rest of the config is not reloaded. A bad pair is logged and the old one kept.
-/// SIGHUP: read the config file again and put it in force for new messages; a config that
-/// does not load or cannot be used is refused with an error log, the old one staying.
-async fn reload_on_hangup(path: std::path::PathBuf, live: Arc<mailsluice::reload::Live>) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let Ok(mut hangup) = signal(SignalKind::hangup()) else {
-        tracing::warn!("cannot listen for SIGHUP; the config will not be reloaded");
-        return;
-    };
-    while hangup.recv().await.is_some() {
-        let result = Config::load(&path)
-            .map_err(|e| e.to_string())
-            .and_then(|config| live.reload(config));
-        match result {
-            Ok(notes) => {
-                tracing::info!(config = %path.display(), "SIGHUP: configuration reloaded");
-                for note in notes {
-                    tracing::warn!("SIGHUP: {note}");
-                }
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "SIGHUP: new configuration refused, the old one stays")
-            }
-        }
-    }
+async fn bind_admin(addr: std::net::SocketAddr) -> anyhow::Result<TcpListener> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("listening on {addr} for [admin]"))?;
+    tracing::info!(addr = %listener.local_addr()?, "admin endpoint listening");
+    Ok(listener)
 }
 
 async fn wait_for_signal() {

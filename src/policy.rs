@@ -1,5 +1,7 @@
-//! Which bucket a message is charged to, and how much. Kept apart from the session so that the
-//! rules a tenant could try to game (header keys) are in one place.
+//! Which buckets a message is charged to, how much, and which of its headers are routing hints
+//! for this relay (key headers, removed before forwarding). Kept apart from the session so that
+//! the rules a tenant could try to game (header keys) are in one place, and computed in one
+//! pass over the header section: the session gets a [`Plan`] and never asks again.
 
 use std::net::IpAddr;
 use std::ops::Range;
@@ -49,10 +51,28 @@ pub struct MessageFacts<'a> {
 
 pub use crate::throttle::Charge;
 
-/// The charges of a message, one per layer that applies to it, in layer order.
-pub fn charges(layers: &[LayerPolicy], facts: &MessageFacts<'_>) -> Vec<Charge> {
+/// What the policy decided for one message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// One charge per layer that applies to the message, in layer order.
+    pub charges: Vec<Charge>,
+    /// The byte ranges of the key headers to remove (whole fields, in message order).
+    pub key_headers: Vec<Range<usize>>,
+}
+
+impl Plan {
+    /// The pieces of `message` that go upstream: all of it but the key headers.
+    pub fn forwarded<'a>(&'a self, message: &'a [u8]) -> impl Iterator<Item = &'a [u8]> + 'a {
+        let starts = std::iter::once(0).chain(self.key_headers.iter().map(|r| r.end));
+        let ends = (self.key_headers.iter().map(|r| r.start)).chain(std::iter::once(message.len()));
+        starts.zip(ends).map(move |(from, to)| &message[from..to])
+    }
+}
+
+/// The charges and key headers of a message.
+pub fn plan(layers: &[LayerPolicy], facts: &MessageFacts<'_>) -> Plan {
     let fields = header_fields(facts.message);
-    layers
+    let charges = layers
         .iter()
         .enumerate()
         .filter(|(_, layer)| applies(layer, facts.message, &fields))
@@ -64,7 +84,16 @@ pub fn charges(layers: &[LayerPolicy], facts: &MessageFacts<'_>) -> Vec<Charge> 
                 Cost::Message => 1,
             },
         })
-        .collect()
+        .collect();
+    Plan {
+        charges,
+        key_headers: key_headers(layers, facts.message, &fields),
+    }
+}
+
+/// The charges of a message, one per layer that applies to it, in layer order.
+pub fn charges(layers: &[LayerPolicy], facts: &MessageFacts<'_>) -> Vec<Charge> {
+    plan(layers, facts).charges
 }
 
 fn applies(layer: &LayerPolicy, message: &[u8], fields: &[Field]) -> bool {
@@ -166,9 +195,9 @@ fn header_value(message: &[u8], fields: &[Field], name: &str) -> Option<String> 
     Some(value[..cut].to_string())
 }
 
-/// The message without the key headers of the layers that strip theirs: a key header is a
+/// The fields named by the key of a layer that strips its key header: a key header is a
 /// routing hint for this relay, not content for the recipient.
-pub fn strip_key_headers(layers: &[LayerPolicy], message: Vec<u8>) -> Vec<u8> {
+fn key_headers(layers: &[LayerPolicy], message: &[u8], fields: &[Field]) -> Vec<Range<usize>> {
     let names: Vec<&str> = layers
         .iter()
         .filter(|l| l.strip_key_header)
@@ -178,10 +207,9 @@ pub fn strip_key_headers(layers: &[LayerPolicy], message: Vec<u8>) -> Vec<u8> {
         })
         .collect();
     if names.is_empty() {
-        return message;
+        return Vec::new();
     }
-    let fields = header_fields(&message);
-    let doomed: Vec<Range<usize>> = fields
+    fields
         .iter()
         .filter(|f| {
             let name = message[f.name.clone()].trim_ascii();
@@ -190,18 +218,21 @@ pub fn strip_key_headers(layers: &[LayerPolicy], message: Vec<u8>) -> Vec<u8> {
                 .any(|n| name.eq_ignore_ascii_case(n.as_bytes()))
         })
         .map(|f| f.whole.clone())
-        .collect();
-    if doomed.is_empty() {
+        .collect()
+}
+
+/// The message without the key headers of the layers that strip theirs.
+pub fn strip_key_headers(layers: &[LayerPolicy], message: Vec<u8>) -> Vec<u8> {
+    let fields = header_fields(&message);
+    let key_headers = key_headers(layers, &message, &fields);
+    if key_headers.is_empty() {
         return message;
     }
-    let mut out = Vec::with_capacity(message.len());
-    let mut pos = 0;
-    for range in doomed {
-        out.extend_from_slice(&message[pos..range.start]);
-        pos = range.end;
-    }
-    out.extend_from_slice(&message[pos..]);
-    out
+    let plan = Plan {
+        charges: Vec::new(),
+        key_headers,
+    };
+    plan.forwarded(&message).collect::<Vec<_>>().concat()
 }
 
 #[cfg(test)]

@@ -1,83 +1,89 @@
 //! SIGHUP: a new configuration for new messages, without dropping anything. Connections and
 //! waiters in flight keep the context they started with; a session moves to the newest one at
 //! its next MAIL, and new connections start on it. An unusable new config is refused whole
-//! and the old one stays in force.
+//! and the old one stays in force. What cannot change in a running process (listeners,
+//! connection bounds) is reported, not applied.
 
-use std::sync::{Arc, RwLock, Weak};
+use std::path::PathBuf;
+use std::sync::Arc;
 
 use crate::config::Config;
-use crate::server::Context;
-use crate::throttle::Throttle;
-use crate::tls::Tls;
+use crate::context::{Context, Live, Parts};
+use crate::tls::{Tls, TlsError};
 
-/// The relay's current context, swapped by `reload`.
-#[derive(Default)]
-pub struct Live {
-    current: RwLock<Option<Arc<Context>>>,
-    /// Every throttle a context used, so that shutdown reaches waiters of older configs too.
-    throttles: RwLock<Vec<Weak<Throttle>>>,
+/// Why a new configuration was refused (the old one stays).
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    #[error("the relay is not running yet")]
+    NotRunning,
+    #[error("{0}")]
+    Config(#[from] crate::config::ConfigError),
+    #[error("{0}")]
+    Upstream(String),
+    #[error(transparent)]
+    Tls(#[from] TlsError),
 }
 
-impl Live {
-    pub fn new() -> Arc<Live> {
-        Arc::new(Live::default())
-    }
-
-    /// The newest context, once the relay runs.
-    pub fn current(&self) -> Option<Arc<Context>> {
-        self.current
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-
-    pub(crate) fn install(&self, ctx: Arc<Context>) {
-        let mut throttles = self.throttles.write().unwrap_or_else(|e| e.into_inner());
-        throttles.retain(|t| t.strong_count() > 0);
-        throttles.push(Arc::downgrade(&ctx.throttle));
-        *self.current.write().unwrap_or_else(|e| e.into_inner()) = Some(ctx);
-    }
-
-    /// Answers every waiter, of this config and of older ones, with the shutdown error.
-    pub(crate) fn dispose(&self) {
-        let throttles = self.throttles.read().unwrap_or_else(|e| e.into_inner());
-        for throttle in throttles.iter().filter_map(Weak::upgrade) {
-            throttle.dispose();
+/// Reads `path` again at every SIGHUP and puts it in force for new messages; a config that
+/// does not load or cannot be used is refused with an error log, the old one staying.
+pub async fn on_hangup(path: PathBuf, live: Arc<Live>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hangup) = signal(SignalKind::hangup()) else {
+        tracing::warn!("cannot listen for SIGHUP; the config will not be reloaded");
+        return;
+    };
+    while hangup.recv().await.is_some() {
+        let result = Config::load(&path)
+            .map_err(ReloadError::from)
+            .and_then(|config| reload(&live, config));
+        match result {
+            Ok(notes) => {
+                tracing::info!(config = %path.display(), "SIGHUP: configuration reloaded");
+                for note in notes {
+                    tracing::warn!("SIGHUP: {note}");
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "SIGHUP: new configuration refused, the old one stays")
+            }
         }
     }
-
-    /// Puts `config` in force for new messages. Returns notes on what it could not change
-    /// (listeners need a restart); `Err` when it cannot be used, the old config staying.
-    pub fn reload(&self, config: Config) -> Result<Vec<String>, String> {
-        let old = self.current().ok_or("the relay is not running yet")?;
-        let notes = restart_notes(&old.config, &config);
-        let next = Arc::new(reloaded(&old, config)?);
-        self.install(next);
-        Ok(notes)
-    }
 }
 
-/// A context for `config` that keeps what must outlive a reload: the metrics, the per-address
-/// tables, the clock, and the buckets of unchanged layers.
-fn reloaded(old: &Context, config: Config) -> Result<Context, String> {
+/// Puts `config` in force for new messages. Returns notes on what it could not change
+/// (listeners need a restart).
+pub fn reload(live: &Live, config: Config) -> Result<Vec<String>, ReloadError> {
+    let old = live.current().ok_or(ReloadError::NotRunning)?;
+    let notes = restart_notes(&old.config, &config);
+    let next = Arc::new(old.successor(parts(&old, config)?));
+    live.install(next);
+    Ok(notes)
+}
+
+/// The new parts for `config`, keeping what must outlive a reload: the buckets of unchanged
+/// layers (a reload must not hand every tenant a full bucket again) and the certificate
+/// holder when the files are the same (it rereads them).
+fn parts(old: &Context, config: Config) -> Result<Parts, ReloadError> {
     let config = Arc::new(config);
-    let helo = config
-        .upstream
-        .helo_name
-        .as_deref()
-        .unwrap_or(&config.smtp.hostname);
-    let forwarder = crate::upstream::build_forwarder(&config.upstream, helo)?;
+    let helo = (config.upstream.helo_name.as_deref()).unwrap_or(&config.smtp.hostname);
+    let forwarder =
+        crate::upstream::build_forwarder(&config.upstream, helo).map_err(ReloadError::Upstream)?;
     let throttle =
         crate::throttle::from_config(&config, old.clock.clone()).keeping_unchanged(&old.throttle);
     let tls = match (&config.smtp.tls, &old.tls) {
         (None, _) => None,
         (Some(new), Some(tls)) if new.cert == tls.cert() && new.key == tls.key() => {
-            tls.reload().map_err(|e| e.to_string())?;
+            tls.reload()?;
             Some(tls.clone())
         }
-        (Some(new), _) => Some(Arc::new(Tls::load(new).map_err(|e| e.to_string())?)),
+        (Some(new), _) => Some(Arc::new(Tls::load(new)?)),
     };
-    Ok(old.successor(config, forwarder, Arc::new(throttle), tls))
+    Ok(Parts {
+        config,
+        forwarder,
+        throttle: Arc::new(throttle),
+        tls,
+    })
 }
 
 /// What a reload cannot change in a running process.

@@ -126,3 +126,77 @@ async fn readyz_follows_the_upstream() {
     assert_eq!(status, 200, "back when upstream is: {body}");
     relay.stop().await;
 }
+
+/// A reload puts the new layers in force for the peek too: the new limit is read, a renamed
+/// layer is found under its new name, and the old name is gone.
+#[tokio::test]
+async fn peek_reads_the_config_in_force_after_a_reload() {
+    let up = TestUpstream::start().await;
+    let rest = |layer: &str, limit: u32| {
+        format!(
+            "[[throttle]]\nname = \"{layer}\"\nkey = \"header:X-Tenant\"\n\
+             limit = {limit}\ninterval_ms = 3600000\n"
+        )
+    };
+    let relay = smtp_relay(&up.url(), "", &rest("tenant", 10)).await;
+    let admin = relay.start_admin().await;
+    let msg = b"X-Tenant: acme\r\nSubject: m\r\n\r\nx\r\n";
+    let mut c = relay.client().await;
+    let peek = |body: &str| serde_json::from_str::<serde_json::Value>(body).unwrap();
+    assert_eq!(
+        c.send_mail("a@example.com", &["b@example.net"], msg)
+            .await
+            .0,
+        250
+    );
+    let (_, body) = get(admin, "/buckets/tenant/acme").await;
+    assert_eq!(
+        (
+            peek(&body)["limit"].clone(),
+            peek(&body)["remaining"].clone()
+        ),
+        (10.into(), 9.into())
+    );
+
+    let reloaded = |layer: &str, limit: u32| {
+        let text = mailsluice_config(
+            &up.url(),
+            &format!("tls = \"none\"\n{}", rest(layer, limit)),
+        );
+        mailsluice::reload::reload(&relay.live, text).expect("the new config is used")
+    };
+    reloaded("tenant", 5);
+    assert_eq!(
+        c.send_mail("a@example.com", &["b@example.net"], msg)
+            .await
+            .0,
+        250
+    );
+    let (status, body) = get(admin, "/buckets/tenant/acme").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        (
+            peek(&body)["limit"].clone(),
+            peek(&body)["remaining"].clone()
+        ),
+        (5.into(), 4.into()),
+        "{body}"
+    );
+
+    reloaded("tenants", 5);
+    let (status, body) = get(admin, "/buckets/tenants/acme").await;
+    assert_eq!(status, 200, "the renamed layer is found: {body}");
+    assert_eq!(
+        peek(&body)["remaining"],
+        5,
+        "a new layer starts full: {body}"
+    );
+    let (status, _) = get(admin, "/buckets/tenant/acme").await;
+    assert_eq!(status, 404, "the old name is gone");
+    relay.stop().await;
+}
+
+fn mailsluice_config(upstream_url: &str, rest: &str) -> mailsluice::config::Config {
+    let text = common::relay::config_text(upstream_url, "", rest);
+    mailsluice::config::Config::parse(&text).expect("test config is valid")
+}

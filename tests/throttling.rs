@@ -409,7 +409,9 @@ async fn reload_keeps_unchanged_buckets_and_starts_changed_ones_fresh() {
     assert_eq!(send(&relay, "acme", "over").await.unwrap().0, 451);
     // Another key changes, the layer does not: its buckets carry over.
     let same = mailsluice::config::Config::parse(&layer(2, "max_recipients = 50")).unwrap();
-    assert!(relay.live.reload(same).unwrap().is_empty());
+    assert!(mailsluice::reload::reload(&relay.live, same)
+        .unwrap()
+        .is_empty());
     assert_eq!(send(&relay, "acme", "still over").await.unwrap().0, 451);
     let current = relay.live.current().unwrap();
     assert_eq!(current.config.smtp.max_recipients.get(), 50);
@@ -419,7 +421,7 @@ async fn reload_keeps_unchanged_buckets_and_starts_changed_ones_fresh() {
     );
     // A changed layer starts on fresh buckets at the new limit.
     let changed = mailsluice::config::Config::parse(&layer(3, "")).unwrap();
-    relay.live.reload(changed).unwrap();
+    mailsluice::reload::reload(&relay.live, changed).unwrap();
     assert_eq!(send(&relay, "acme", "fresh").await.unwrap().0, 250);
     assert_eq!(
         relay

@@ -36,31 +36,8 @@ impl Session {
     pub async fn auth(&mut self, mechanism: u64, initial: &str) -> Flow {
         // Users come from the newest config (SIGHUP).
         self.ctx = self.ctx.latest();
-        let smtp = &self.ctx.config.smtp;
-        if smtp.auth.as_ref().is_none_or(|a| a.users.is_empty()) {
-            self.reply(reply::not_implemented("AUTH"));
-            return Flow::Continue;
-        }
-        if !self.tls && !smtp.allow_plaintext_auth {
-            self.reply(reply::encryption_required());
-            return Flow::Continue;
-        }
-        let refusal = if self.greeting.is_none() {
-            Some("Send EHLO first")
-        } else if self.auth.is_some() {
-            Some("Already authenticated")
-        } else if self.envelope.is_some() {
-            Some("AUTH is not allowed during a mail transaction")
-        } else {
-            None
-        };
-        if let Some(text) = refusal {
-            self.reply(reply::bad_sequence(text));
-            return Flow::Continue;
-        }
-        if self.locked_out() {
-            self.reply(reply::auth_locked_out());
-            return Flow::Close;
+        if let Err(flow) = self.may_auth() {
+            return flow;
         }
         let credentials = match mechanism {
             AUTH_PLAIN => self.plain(initial).await,
@@ -72,20 +49,7 @@ impl Session {
         };
         let (name, password) = match credentials {
             Ok(c) => c,
-            Err(Exchange::Cancelled) => {
-                self.reply(Reply::new(501, "5.0.0", "Authentication cancelled"));
-                return Flow::Continue;
-            }
-            Err(Exchange::Malformed) => {
-                self.reply(reply::syntax_error("cannot decode the AUTH response"));
-                return Flow::Continue;
-            }
-            Err(Exchange::TooLong) => {
-                let max = self.ctx.config.smtp.max_line_bytes.get();
-                self.reply(reply::line_too_long(max));
-                return Flow::Continue;
-            }
-            Err(Exchange::Stop(stop)) => return self.stopped(stop),
+            Err(e) => return self.exchange_failed(e),
         };
         let verified = self.verify(name, password).await;
         // Attempts started in parallel before a lockout are answered 421 when they end, right
@@ -103,6 +67,47 @@ impl Session {
             }
             None => self.failed().await,
         }
+    }
+
+    /// Whether AUTH may start now; `Err` carries how the session goes on, already answered.
+    fn may_auth(&mut self) -> Result<(), Flow> {
+        let smtp = &self.ctx.config.smtp;
+        let refusal = if smtp.auth.as_ref().is_none_or(|a| a.users.is_empty()) {
+            Some(reply::not_implemented("AUTH"))
+        } else if !self.tls && !smtp.allow_plaintext_auth {
+            Some(reply::encryption_required())
+        } else if self.greeting.is_none() {
+            Some(reply::bad_sequence("Send EHLO first"))
+        } else if self.auth.is_some() {
+            Some(reply::bad_sequence("Already authenticated"))
+        } else if self.envelope.is_some() {
+            Some(reply::bad_sequence(
+                "AUTH is not allowed during a mail transaction",
+            ))
+        } else {
+            None
+        };
+        if let Some(refusal) = refusal {
+            self.reply(refusal);
+            return Err(Flow::Continue);
+        }
+        if self.locked_out() {
+            self.reply(reply::auth_locked_out());
+            return Err(Flow::Close);
+        }
+        Ok(())
+    }
+
+    /// Answers an exchange that ended without complete credentials.
+    fn exchange_failed(&mut self, exchange: Exchange) -> Flow {
+        let reply = match exchange {
+            Exchange::Cancelled => Reply::new(501, "5.0.0", "Authentication cancelled"),
+            Exchange::Malformed => reply::syntax_error("cannot decode the AUTH response"),
+            Exchange::TooLong => reply::line_too_long(self.ctx.config.smtp.max_line_bytes.get()),
+            Exchange::Stop(stop) => return self.stopped(stop),
+        };
+        self.reply(reply);
+        Flow::Continue
     }
 
     /// PLAIN: one response, `authzid NUL authcid NUL password`. An authzid other than the
@@ -164,14 +169,15 @@ impl Session {
         })
     }
 
-    /// Counts the failure, waits the failure delay, then answers `535`, or `421` and closes
-    /// when the address is now locked out.
+    /// Whether the client's address is locked out now.
     fn locked_out(&self) -> bool {
         self.ctx
             .auth_failures
             .is_locked(self.peer.ip(), Instant::now())
     }
 
+    /// Counts the failure, waits the failure delay, then answers `535`, or `421` and closes
+    /// when the address is now locked out.
     async fn failed(&mut self) -> Flow {
         let locked = self
             .ctx

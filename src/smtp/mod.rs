@@ -1,8 +1,12 @@
-//! The inbound ESMTP dialogue (the accept loop is `crate::server`). `session` runs
-//! one client's state machine and dispatches each command to the file named after its verb
-//! (`ehlo`, `mail`, `rcpt`, `data`, `misc` for the one-line verbs); `deliver` is what
-//! happens at the final dot; `conn` and `data_reader` read the bytes; `reply` holds every
-//! reply text. `starttls` upgrades the connection and `auth` checks passwords.
+//! The inbound ESMTP dialogue (the accept loop is `crate::server`).
+//!
+//! - `session`: one client's state and command loop; it dispatches each command to the file
+//!   named after its verb: `ehlo`, `mail`, `rcpt`, `data`, `rset`, `vrfy`, `help`,
+//!   `starttls` (upgrades the connection), `auth` (checks passwords).
+//! - `deliver`: the final dot: policy, throttle, trace, upstream, reply.
+//! - `received`: the `Received:` trace header.
+//! - `conn` and `data_reader`: the bytes in and out, and the DATA section.
+//! - `reply`: every reply text, and how throttle and upstream outcomes become replies.
 
 mod auth;
 mod conn;
@@ -10,20 +14,22 @@ mod data;
 mod data_reader;
 mod deliver;
 mod ehlo;
+mod help;
 mod mail;
-mod misc;
 mod rcpt;
 mod received;
 pub mod reply;
+mod rset;
 mod session;
 mod starttls;
+mod vrfy;
 
 pub use data_reader::{DataProblem, DataReader};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use crate::server::Context;
+use crate::context::Context;
 use crate::shutdown::Shutdown;
 
 /// Runs one client's session on `stream` until it ends.

@@ -17,6 +17,18 @@ pub struct Trace<'a> {
     pub for_rcpt: Option<&'a str>,
 }
 
+/// The `with` protocol of RFC 3848: `SMTP` for HELO, `ESMTP` for EHLO, plus `S` under TLS and
+/// `A` after AUTH (either implies an extended session).
+pub fn protocol(esmtp: bool, tls: bool, auth: bool) -> &'static str {
+    match (esmtp || tls || auth, tls, auth) {
+        (false, _, _) => "SMTP",
+        (true, false, false) => "ESMTP",
+        (true, true, false) => "ESMTPS",
+        (true, false, true) => "ESMTPA",
+        (true, true, true) => "ESMTPSA",
+    }
+}
+
 /// The header, folded over lines of at most 78 characters, ending in CRLF.
 pub fn header(trace: &Trace<'_>, now: SystemTime) -> Vec<u8> {
     let helo: String = trace

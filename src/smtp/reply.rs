@@ -1,6 +1,11 @@
-//! Replies the relay writes, in one place so their codes stay consistent with DESIGN.md.
+//! Replies the relay writes, in one place so their codes stay consistent with DESIGN.md;
+//! with how a throttle refusal and upstream's verdict become the client's reply.
 
 use std::time::Duration;
+
+use crate::throttle::ThrottleError;
+use crate::upstream::reply::split_enhanced;
+use crate::upstream::{Accepted, UpstreamError};
 
 /// One SMTP reply, possibly multi-line. `esc` is the enhanced status code (RFC 3463),
 /// repeated on every line as RFC 2034 asks.
@@ -207,6 +212,53 @@ pub fn retry_after_text(wait: Duration) -> String {
     format!("retry after {}.{:03} s", ms / 1000, ms % 1000)
 }
 
+/// A message the throttle would not let go.
+pub fn throttle_refusal(error: &ThrottleError) -> Reply {
+    match error {
+        ThrottleError::Limited {
+            layer, retry_after, ..
+        } => rate_limited(layer, *retry_after),
+        ThrottleError::CostOverBurst { layer, cost, burst } => {
+            cost_over_burst(layer, *cost, *burst)
+        }
+        ThrottleError::Shutdown => shutting_down(),
+        ThrottleError::StoreUnavailable => store_unavailable(),
+    }
+}
+
+/// Upstream's answer as the client sees it: the class is kept and upstream's text passed on.
+/// A 421 becomes 451: from us, 421 would tell the client that *this* connection is closing.
+pub fn upstream_verdict(result: &Result<Accepted, UpstreamError>) -> Reply {
+    match result {
+        Ok(accepted) => match split_enhanced(&accepted.text) {
+            Some(_) => Reply::raw(250, accepted.text.trim()),
+            None => Reply::new(250, "2.0.0", accepted.text.trim()),
+        },
+        Err(UpstreamError::Rejected {
+            code,
+            enhanced,
+            text,
+        }) => {
+            let code = match *code {
+                421 => 451,
+                c @ 400..=599 => c,
+                _ => 451,
+            };
+            let (found, rest) = match split_enhanced(text) {
+                Some((esc, rest)) => (Some(esc), rest),
+                None => (None, text.trim()),
+            };
+            let default = if code >= 500 { "5.0.0" } else { "4.0.0" };
+            let esc = enhanced.as_deref().or(found).unwrap_or(default);
+            // Upstream's enhanced code must agree with the (possibly remapped) class.
+            let esc = format!("{}{}", code / 100, esc.get(1..).unwrap_or(".0.0"));
+            Reply::raw(code, format!("{esc} upstream: {rest}"))
+        }
+        Err(UpstreamError::Unavailable(_)) => upstream_unavailable(),
+        Err(UpstreamError::Uncertain(_)) => upstream_uncertain(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -240,5 +292,73 @@ mod tests {
             retry_after_text(Duration::from_micros(10)),
             "retry after 0.001 s"
         );
+    }
+
+    fn wire(r: &Reply) -> String {
+        let mut out = Vec::new();
+        r.write_to(&mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn accepted_keeps_upstream_id() {
+        let r = upstream_verdict(&Ok(Accepted {
+            text: "Ok 0100018c-abc".into(),
+        }));
+        assert_eq!(wire(&r), "250 2.0.0 Ok 0100018c-abc\r\n");
+        let r = upstream_verdict(&Ok(Accepted {
+            text: "2.6.0 queued as 42".into(),
+        }));
+        assert_eq!(wire(&r), "250 2.6.0 queued as 42\r\n");
+    }
+
+    #[test]
+    fn rejections_keep_class_and_text() {
+        let r = upstream_verdict(&Err(UpstreamError::Rejected {
+            code: 554,
+            enhanced: Some("5.7.1".into()),
+            text: "Message rejected: Email address is not verified.".into(),
+        }));
+        assert_eq!(
+            wire(&r),
+            "554 5.7.1 upstream: Message rejected: Email address is not verified.\r\n"
+        );
+        let r = upstream_verdict(&Err(UpstreamError::Rejected {
+            code: 421,
+            enhanced: None,
+            text: "closing".into(),
+        }));
+        assert!(wire(&r).starts_with("451 4.0.0 upstream: closing"));
+    }
+
+    #[test]
+    fn unavailable_is_451_4_4_1() {
+        let r = upstream_verdict(&Err(UpstreamError::Unavailable("refused".into())));
+        assert!(wire(&r).starts_with("451 4.4.1 "));
+        let r = upstream_verdict(&Err(UpstreamError::Uncertain("timed out".into())));
+        assert!(wire(&r).starts_with("451 4.4.1 "));
+        assert!(wire(&r).contains("may have been delivered"), "{}", wire(&r));
+    }
+
+    #[test]
+    fn throttle_refusals_have_their_codes() {
+        let limited = ThrottleError::Limited {
+            layer: "tenant".into(),
+            key: "acme".into(),
+            retry_after: Duration::from_millis(1250),
+        };
+        assert_eq!(
+            wire(&throttle_refusal(&limited)),
+            "451 4.7.1 Rate limit of layer tenant reached, retry after 1.250 s\r\n"
+        );
+        let over = ThrottleError::CostOverBurst {
+            layer: "t".into(),
+            cost: 20,
+            burst: 10,
+        };
+        assert!(wire(&throttle_refusal(&over)).starts_with("554 5.5.3 "));
+        assert!(wire(&throttle_refusal(&ThrottleError::Shutdown)).starts_with("421 4.3.2 "));
+        let store = throttle_refusal(&ThrottleError::StoreUnavailable);
+        assert!(wire(&store).starts_with("451 4.4.3 "));
     }
 }

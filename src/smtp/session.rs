@@ -9,7 +9,7 @@ use smtp_proto::{Error as ParseError, Request};
 
 use super::conn::{Conn, Line, Stop};
 use super::reply::{self, Reply};
-use crate::server::Context;
+use crate::context::Context;
 use crate::shutdown::Shutdown;
 use crate::upstream::Envelope;
 

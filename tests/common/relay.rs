@@ -7,7 +7,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use mailsluice::config::Config;
-use mailsluice::server::{Context, Listeners};
+use mailsluice::context::Context;
+use mailsluice::server::Listeners;
 use mailsluice::shutdown::{self, ShutdownTrigger};
 use mailsluice::smtp::AsyncStream;
 use mailsluice::tls::Tls;
@@ -29,7 +30,7 @@ pub struct Relay {
     /// The relay's throttle, to peek at buckets.
     pub throttle: Arc<mailsluice::throttle::Throttle>,
     /// The relay's current context, to reload it as SIGHUP does.
-    pub live: Arc<mailsluice::reload::Live>,
+    pub live: Arc<mailsluice::context::Live>,
     trigger: ShutdownTrigger,
     task: JoinHandle<()>,
 }
@@ -61,7 +62,7 @@ impl Relay {
         let throttle = deps.throttle.clone();
         let live = deps.live.clone();
         let ctx = Arc::new(Context::new(deps.clone()));
-        let admin = deps.admin();
+        let admin = mailsluice::admin::Admin::new(&deps);
         let tls = deps.tls.clone();
         let task = tokio::spawn(mailsluice::run(listeners, deps, shutdown));
         Relay {
@@ -103,7 +104,7 @@ impl Relay {
     /// The sum of the samples of a Prometheus metric (`mailsluice_messages_total` adds up
     /// every outcome; `mailsluice_messages_total{outcome="delivered"}` one of them).
     pub fn metric(&self, name: &str) -> f64 {
-        let text = self.admin.metrics.encode(&self.admin.throttle);
+        let text = self.admin.metrics_text().expect("the relay runs");
         sum_metric(&text, name)
     }
 

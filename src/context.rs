@@ -1,0 +1,256 @@
+//! What sessions and the admin endpoint read, built in one place for start and reload.
+//!
+//! - [`Deps`]: what `run` needs from outside (the config, the upstream, the throttle), made by
+//!   `main` or a test; nothing is global, so tests run several relays in one process.
+//! - [`Context`]: everything one session reads, made from `Deps` at start and from a new
+//!   config at reload, both through [`Context::assemble`]; what must outlive a reload (metrics,
+//!   the per-address tables, the clock) is carried over.
+//! - [`Live`]: the current context, swapped by a reload. Sessions and waiters in flight keep the
+//!   context they started with; new connections, new messages and the admin endpoint read the
+//!   current one.
+//! - [`Health`]: whether the SMTP listeners accept, for readiness.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock, Weak};
+use std::time::Duration;
+
+use crate::auth_lockout::{AuthFailures, LockoutRule};
+use crate::config::{Config, Cost};
+use crate::connection_limit::Connections;
+use crate::metrics::Metrics;
+use crate::policy::LayerPolicy;
+use crate::throttle::{Clock, Throttle, TokioClock};
+use crate::tls::{Tls, TlsError};
+use crate::upstream::Forwarder;
+
+/// What `run` needs from outside. Built by `main`, or by a test, which keeps handles on the
+/// throttle (to peek at buckets) and on `live` (to reload as SIGHUP does).
+#[derive(Clone)]
+pub struct Deps {
+    pub config: Arc<Config>,
+    pub forwarder: Arc<dyn Forwarder>,
+    pub throttle: Arc<Throttle>,
+    pub metrics: Arc<Metrics>,
+    pub health: Arc<Health>,
+    /// The monotonic clock of the throttle (kept across reloads, so buckets carry over).
+    pub clock: Arc<dyn Clock>,
+    /// The current context; `run` installs the first one.
+    pub live: Arc<Live>,
+    /// Inbound TLS from `[smtp.tls]`, loaded by `with_tls`.
+    pub tls: Option<Arc<Tls>>,
+}
+
+impl Deps {
+    /// The throttle built from the config's layers (and `[redis]`), on the real (tokio)
+    /// clock, and fresh metrics.
+    pub fn new(config: Arc<Config>, forwarder: Arc<dyn Forwarder>) -> Deps {
+        let clock: Arc<dyn Clock> = Arc::new(TokioClock::new());
+        let throttle = Arc::new(crate::throttle::from_config(&config, clock.clone()));
+        Deps {
+            config,
+            forwarder,
+            throttle,
+            metrics: Metrics::new(),
+            health: Arc::new(Health::default()),
+            clock,
+            live: Live::new(),
+            tls: None,
+        }
+    }
+
+    /// Reads `[smtp.tls]`'s certificate and key; a missing file or a key that is not the
+    /// certificate's is a startup error.
+    pub fn with_tls(mut self) -> Result<Deps, TlsError> {
+        if let Some(tls) = &self.config.smtp.tls {
+            self.tls = Some(Arc::new(Tls::load(tls)?));
+        }
+        Ok(self)
+    }
+}
+
+/// The parts of a context that a reload replaces.
+pub struct Parts {
+    pub config: Arc<Config>,
+    pub forwarder: Arc<dyn Forwarder>,
+    pub throttle: Arc<Throttle>,
+    pub tls: Option<Arc<Tls>>,
+}
+
+/// Shared by every session of one relay.
+pub struct Context {
+    pub config: Arc<Config>,
+    pub forwarder: Arc<dyn Forwarder>,
+    pub throttle: Arc<Throttle>,
+    /// STARTTLS and implicit TLS; `None` when `[smtp.tls]` is not set.
+    pub tls: Option<Arc<Tls>>,
+    /// The key and cost rules of each throttle layer, in the throttle's layer order.
+    pub layers: Vec<LayerPolicy>,
+    /// What EHLO advertises as `LIMITS RCPTMAX` (RFC 9422).
+    pub rcpt_max: usize,
+    pub metrics: Arc<Metrics>,
+    /// `max_connections_per_ip`.
+    pub connections_per_ip: Arc<Connections>,
+    /// Failed AUTH attempts per client address, for the lockout.
+    pub auth_failures: Arc<AuthFailures>,
+    pub clock: Arc<dyn Clock>,
+    /// Where a newer context is found after a reload.
+    pub live: Weak<Live>,
+}
+
+/// What a context carries over from the one before it.
+struct Kept {
+    metrics: Arc<Metrics>,
+    connections_per_ip: Arc<Connections>,
+    auth_failures: Arc<AuthFailures>,
+    clock: Arc<dyn Clock>,
+    live: Weak<Live>,
+}
+
+impl Context {
+    /// The first context, from `deps`.
+    pub fn new(deps: Deps) -> Context {
+        let smtp = &deps.config.smtp;
+        let kept = Kept {
+            metrics: deps.metrics,
+            connections_per_ip: Connections::new(smtp.max_connections_per_ip.get()),
+            auth_failures: Arc::new(AuthFailures::new(lockout_rule(&deps.config))),
+            clock: deps.clock,
+            live: Arc::downgrade(&deps.live),
+        };
+        // `Deps::with_tls` reports a bad certificate at startup; a caller that skipped it
+        // still gets TLS, or a logged reason why not.
+        let tls = deps.tls.or_else(|| {
+            let config = smtp.tls.as_ref()?;
+            Tls::load(config)
+                .map_err(|e| tracing::error!(error = %e, "TLS not available"))
+                .ok()
+                .map(Arc::new)
+        });
+        let parts = Parts {
+            config: deps.config,
+            forwarder: deps.forwarder,
+            throttle: deps.throttle,
+            tls,
+        };
+        Context::assemble(parts, kept)
+    }
+
+    /// The context of a reloaded config: new parts, the rest carried over.
+    pub fn successor(&self, parts: Parts) -> Context {
+        let kept = Kept {
+            metrics: self.metrics.clone(),
+            connections_per_ip: self.connections_per_ip.clone(),
+            auth_failures: self.auth_failures.clone(),
+            clock: self.clock.clone(),
+            live: self.live.clone(),
+        };
+        Context::assemble(parts, kept)
+    }
+
+    /// The one constructor: what is derived from the config is derived here.
+    fn assemble(parts: Parts, kept: Kept) -> Context {
+        let layers = parts.config.throttle.iter().map(LayerPolicy::from_config);
+        Context {
+            rcpt_max: rcpt_max(&parts.config),
+            layers: layers.collect(),
+            config: parts.config,
+            forwarder: parts.forwarder,
+            throttle: parts.throttle,
+            tls: parts.tls,
+            metrics: kept.metrics,
+            connections_per_ip: kept.connections_per_ip,
+            auth_failures: kept.auth_failures,
+            clock: kept.clock,
+            live: kept.live,
+        }
+    }
+
+    /// The newest context (this one unless a reload came since).
+    pub fn latest(self: &Arc<Context>) -> Arc<Context> {
+        self.live
+            .upgrade()
+            .and_then(|live| live.current())
+            .unwrap_or_else(|| self.clone())
+    }
+}
+
+/// The lockout rule of `[smtp.auth]`; without AUTH, nothing is ever counted.
+fn lockout_rule(config: &Config) -> LockoutRule {
+    match &config.smtp.auth {
+        Some(auth) => LockoutRule {
+            max_failures: auth.max_failures.get(),
+            window: Duration::from_millis(auth.failure_window_ms.get()),
+            lockout: Duration::from_millis(auth.lockout_ms.get()),
+        },
+        None => LockoutRule {
+            max_failures: 1,
+            window: Duration::ZERO,
+            lockout: Duration::ZERO,
+        },
+    }
+}
+
+/// The smallest of `max_recipients` and the bursts of recipient-cost layers that apply to
+/// every message: more recipients than that could never pass in one message.
+fn rcpt_max(config: &Config) -> usize {
+    config
+        .throttle
+        .iter()
+        .filter(|l| l.cost == Cost::Recipients && l.match_.is_none())
+        .map(|l| usize::try_from(l.burst()).unwrap_or(usize::MAX))
+        .fold(config.smtp.max_recipients.get(), usize::min)
+}
+
+/// The relay's current context, swapped by a reload.
+#[derive(Default)]
+pub struct Live {
+    current: RwLock<Option<Arc<Context>>>,
+    /// Every throttle a context used, so that shutdown reaches waiters of older configs too.
+    throttles: RwLock<Vec<Weak<Throttle>>>,
+}
+
+impl Live {
+    pub fn new() -> Arc<Live> {
+        Arc::new(Live::default())
+    }
+
+    /// The newest context, once the relay runs.
+    pub fn current(&self) -> Option<Arc<Context>> {
+        self.current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Puts `ctx` in force for new connections and messages.
+    pub fn install(&self, ctx: Arc<Context>) {
+        let mut throttles = self.throttles.write().unwrap_or_else(|e| e.into_inner());
+        throttles.retain(|t| t.strong_count() > 0);
+        throttles.push(Arc::downgrade(&ctx.throttle));
+        *self.current.write().unwrap_or_else(|e| e.into_inner()) = Some(ctx);
+    }
+
+    /// Answers every waiter, of this config and of older ones, with the shutdown error.
+    pub fn dispose(&self) {
+        let throttles = self.throttles.read().unwrap_or_else(|e| e.into_inner());
+        for throttle in throttles.iter().filter_map(Weak::upgrade) {
+            throttle.dispose();
+        }
+    }
+}
+
+/// What readiness depends on besides upstream: whether the SMTP listeners are accepting.
+#[derive(Debug, Default)]
+pub struct Health {
+    listening: AtomicBool,
+}
+
+impl Health {
+    pub fn set_listening(&self, on: bool) {
+        self.listening.store(on, Ordering::SeqCst);
+    }
+
+    pub fn listening(&self) -> bool {
+        self.listening.load(Ordering::SeqCst)
+    }
+}

@@ -1,0 +1,11 @@
+//! RSET: the open transaction is dropped, the greeting and AUTH stay (RFC 5321 4.1.1.5).
+
+use super::reply;
+use super::session::Session;
+
+impl Session {
+    pub fn rset(&mut self) {
+        self.envelope = None;
+        self.reply(reply::ok());
+    }
+}

@@ -1,0 +1,15 @@
+//! VRFY: a relay cannot verify mailboxes it does not own; 252 is RFC 5321 3.5.3's answer for
+//! "will accept and try".
+
+use super::reply::Reply;
+use super::session::Session;
+
+impl Session {
+    pub fn vrfy(&mut self) {
+        self.reply(Reply::new(
+            252,
+            "2.5.0",
+            "Cannot VRFY user, but will accept message and attempt delivery",
+        ));
+    }
+}
