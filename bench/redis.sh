@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Shared store cost (issue 5), in one run: relay throughput with one non-binding throttle layer
+# Shared store cost, in one run: relay throughput with one non-binding throttle layer
 # on store = "local" against the same layer on store = "redis", and Redis round trips per
 # message (commands Redis served, from `INFO commandstats` deltas, divided by messages).
 #   smtp-source -> mailsluice (layer local) -> upstream

@@ -1,4 +1,4 @@
-//! Throttle precision through the whole relay (issue 4's benchmark; run by
+//! Throttle precision through the whole relay (a benchmark; run by
 //! `bench/precision.sh`). One tenant's layer at `LIMIT` messages/s is saturated by many
 //! concurrent SMTP clients for `SECONDS`; the relay forwards over SMTP to a sink in this
 //! process that timestamps each message. From the sink's receive times it reports the largest

@@ -32,7 +32,6 @@ impl Admin {
         })
     }
 
-
     /// The metrics text, with the gauges of the throttle in force.
     pub fn metrics_text(&self) -> Option<String> {
         Some(self.metrics.encode(&self.live.current()?.throttle))

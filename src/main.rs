@@ -182,15 +182,14 @@ async fn serve_async(config: Arc<Config>, path: &std::path::Path) -> anyhow::Res
     let deps = mailsluice::Deps::new(config.clone(), forwarder)
         .with_tls()
         .context("loading [smtp.tls]")?;
-    let admin = match &config.admin {
-        Some(admin) => Some(bind_admin(admin.listen).await?),
-        None => None,
-    };
-    let listeners = mailsluice::Listeners {
+    let mut listeners = mailsluice::Listeners {
         smtp: bind(&config.smtp.listen, "SMTP").await?,
         implicit_tls: bind(&config.smtp.tls_listen, "SMTP over implicit TLS").await?,
-        admin,
+        admin: None,
     };
+    if let Some(admin) = &config.admin {
+        listeners.admin = Some(bind_admin(admin.listen).await?);
+    }
     tokio::spawn(mailsluice::reload::on_hangup(
         path.to_owned(),
         deps.live.clone(),

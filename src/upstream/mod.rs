@@ -1,5 +1,10 @@
 //! Where a message goes once it may go. One trait so the session never knows whether it talks
 //! to SES, another relay or a directory: it only needs the upstream's verdict, which it relays.
+//!
+//! - `smtp`: `smtp://` and `smtps://`, driven one step at a time over lettre's connection.
+//! - `pool`: our pool of those connections (bounded, with timeouts on every step).
+//! - `file`: `file://DIR`, the embedded default: one `.eml` and one `.json` per message.
+//! - `reply`: upstream's answers and lettre's errors as [`UpstreamError`]s.
 
 pub mod file;
 mod pool;

@@ -1,7 +1,10 @@
-//! Turning upstream's answers into `UpstreamError`s. The enhanced status code is split from
+//! Turning upstream's answers (and lettre's errors) into `UpstreamError`s. The enhanced status code is split from
 //! the text so that the session can write `<code> <enhanced> <text>` without doubling it, and
 //! can supply one of its own when upstream gave none.
 
+use lettre::transport::smtp::Error as SmtpError;
+
+use super::pool::ConnectError;
 use super::UpstreamError;
 
 /// A refusal with a code and text we chose (a local check standing in for upstream).
@@ -51,6 +54,42 @@ pub fn split_enhanced(text: &str) -> Option<(&str, &str)> {
         && digits(subject, 3)
         && digits(detail, 3);
     ok.then(|| (candidate, text[end..].trim()))
+}
+
+/// A connection that could not be had, as the session's answer: a refusal with a code (a
+/// `554` greeting, a failed AUTH) is upstream's own; anything else is "unavailable".
+pub(super) fn connect_error(e: ConnectError) -> UpstreamError {
+    match e {
+        ConnectError::Smtp(e) if e.status().is_some() => smtp_error(&e),
+        ConnectError::Smtp(e) => unavailable(format!("connecting: {}", describe(&e))),
+        ConnectError::Io(e) => unavailable(format!("connecting: {e}")),
+        ConnectError::TimedOut => unavailable("connecting: timed out".into()),
+        ConnectError::PoolBusy => unavailable("every upstream connection stayed busy".into()),
+    }
+}
+
+/// A negative reply becomes `Rejected` with upstream's own code and text.
+pub(super) fn smtp_error(e: &SmtpError) -> UpstreamError {
+    match e.status() {
+        Some(code) => {
+            let text = std::error::Error::source(e)
+                .map(ToString::to_string)
+                .unwrap_or_default();
+            from_reply(u16::from(code), &text)
+        }
+        None => unavailable(describe(e)),
+    }
+}
+
+/// What went wrong, in words for the log and the client's reply.
+pub(super) fn describe(e: &SmtpError) -> String {
+    if e.is_response() && e.to_string().ends_with("incomplete response") {
+        "connection closed by upstream".into()
+    } else if e.is_timeout() {
+        format!("timed out: {e}")
+    } else {
+        e.to_string()
+    }
 }
 
 #[cfg(test)]

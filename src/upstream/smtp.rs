@@ -22,8 +22,8 @@ use lettre::transport::smtp::extension::{ClientId, Extension, MailBodyParameter,
 use lettre::transport::smtp::Error as SmtpError;
 use lettre::Address;
 
-use super::pool::{ConnectError, Connector, Lease, Pool, Security};
-use super::reply::{rejected, unavailable};
+use super::pool::{Connector, Lease, Pool, Security};
+use super::reply::{connect_error, describe, rejected, smtp_error, unavailable};
 use super::{Accepted, CheckFuture, Envelope, ForwardFuture, Forwarder, UpstreamError};
 use crate::config::{UpstreamConfig, UpstreamTls, UpstreamUrl};
 
@@ -368,38 +368,5 @@ fn credentials(cfg: &UpstreamConfig) -> Result<Option<Credentials>, SmtpSetupErr
         (Some(_), None) => Err(SmtpSetupError::MissingPassword),
         (None, Some(_)) => Err(SmtpSetupError::MissingUsername),
         (None, None) => Ok(None),
-    }
-}
-
-fn connect_error(e: ConnectError) -> UpstreamError {
-    match e {
-        ConnectError::Smtp(e) if e.status().is_some() => smtp_error(&e),
-        ConnectError::Smtp(e) => unavailable(format!("connecting: {}", describe(&e))),
-        ConnectError::Io(e) => unavailable(format!("connecting: {e}")),
-        ConnectError::TimedOut => unavailable("connecting: timed out".into()),
-        ConnectError::PoolBusy => unavailable("every upstream connection stayed busy".into()),
-    }
-}
-
-/// A negative reply becomes `Rejected` with upstream's own code and text.
-fn smtp_error(e: &SmtpError) -> UpstreamError {
-    match e.status() {
-        Some(code) => {
-            let text = std::error::Error::source(e)
-                .map(ToString::to_string)
-                .unwrap_or_default();
-            super::reply::from_reply(u16::from(code), &text)
-        }
-        None => unavailable(describe(e)),
-    }
-}
-
-fn describe(e: &SmtpError) -> String {
-    if e.is_response() && e.to_string().ends_with("incomplete response") {
-        "connection closed by upstream".into()
-    } else if e.is_timeout() {
-        format!("timed out: {e}")
-    } else {
-        e.to_string()
     }
 }
