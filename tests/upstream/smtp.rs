@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use mailsluice::upstream::{build_forwarder, Envelope, Forwarder, SmtpSetupError, UpstreamError};
 
-use super::common::upstream::{Fault, Step, TestUpstream};
 use super::{envelope, smtp_forwarder, upstream_config, SIMPLE};
+use crate::support::upstream::{Fault, Step, TestUpstream};
 
 #[tokio::test]
 async fn delivers_the_exact_bytes() {

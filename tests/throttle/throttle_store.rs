@@ -6,18 +6,15 @@
 //! Where the contract lets the stores differ, the body says so: a store that alone serves its
 //! buckets answers `Later` (nothing taken), a shared one `Reserved` (taken, usable later).
 
-#[path = "common/redis.rs"]
-mod redis_server;
-
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::redis::RedisServer;
 use mailsluice::throttle::bucket::{Bucket, State, Take};
 use mailsluice::throttle::store::local::LocalStore;
 use mailsluice::throttle::store::redis::{RedisOptions, RedisStore};
 use mailsluice::throttle::store::{Decision, Store, StoreCharge, StoreError};
 use mailsluice::throttle::{FakeClock, LayerSpec, Nanos, Refill};
-use redis_server::RedisServer;
 
 const MS: Nanos = 1_000_000;
 const SEC: Nanos = 1_000 * MS;
@@ -29,7 +26,8 @@ pub struct Fixture {
     pub unit: u64,
     /// A shared store reserves (`Reserved`); the local one answers `Later`.
     pub shared: bool,
-    pub server: Option<RedisServer>,
+    /// The private Redis, running until the fixture drops.
+    _server: Option<RedisServer>,
 }
 
 /// 0 `tenant`: drip 10/s; 1 `daily`: fixed window of 3 per day; 2 `life`: lifetime cap of 5,
@@ -66,7 +64,7 @@ pub fn local(origin: u64) -> Fixture {
         clock,
         unit: 1,
         shared: false,
-        server: None,
+        _server: None,
     }
 }
 
@@ -91,7 +89,7 @@ pub fn redis(origin: u64) -> Option<Fixture> {
         clock,
         unit: 1_000,
         shared: true,
-        server: Some(server),
+        _server: Some(server),
     })
 }
 

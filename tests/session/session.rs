@@ -1,11 +1,9 @@
 //! The SMTP dialogue over real TCP, with the relay in-process and a recording forwarder.
 
-mod common;
-
 use std::sync::Arc;
 
-use common::memory::{without_received, MemoryForwarder};
-use common::relay::{config_text, Client, Relay};
+use crate::support::memory::{without_received, MemoryForwarder};
+use crate::support::relay::{config_text, Client, Relay};
 use mailsluice::upstream::UpstreamError;
 
 async fn relay(extra_smtp: &str) -> (Relay, Arc<MemoryForwarder>) {

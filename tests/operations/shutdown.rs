@@ -4,20 +4,18 @@
 //! bucket allows it at once (`421 4.3.2` if it would wait), and the process exits 0 within
 //! its grace period.
 //! SIGKILL with traffic flowing: no message a client saw `250` for is missing upstream. The
-//! invariant (`common::invariant`) is checked over every message of both.
-
-mod common;
+//! invariant (`support::invariant`) is checked over every message of both.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::http::get;
-use common::invariant::{self, assert_holds, settle, ClientLog, Seen};
-use common::process::RelayProcess;
-use common::relay::{sum_metric, Client};
-use common::traffic::{self, Leave};
-use common::upstream::{Fault, Step, TestUpstream};
+use crate::support::http::get;
+use crate::support::invariant::{self, assert_holds, settle, ClientLog, Seen};
+use crate::support::process::RelayProcess;
+use crate::support::relay::{sum_metric, Client};
+use crate::support::traffic::{self, Leave};
+use crate::support::upstream::{Fault, Step, TestUpstream};
 
 /// One tenant layer: `burst` messages at once, then `limit` a second (0: one a minute);
 /// waits of up to an hour.

@@ -2,15 +2,13 @@
 //! with Python's smtplib as a real client; AUTH through both; certificate reload; handshakes
 //! that stall or are garbage.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::auth::{auth_config, plain};
-use common::memory::MemoryForwarder;
-use common::relay::{config_text, have_program, Client, Relay};
-use common::tls::{connect_implicit, handshake, starttls, TestCert};
+use crate::support::auth::{auth_config, plain};
+use crate::support::memory::MemoryForwarder;
+use crate::support::relay::{config_text, have_program, Client, Relay};
+use crate::support::tls::{connect_implicit, handshake, starttls, TestCert};
 use tokio::process::Command;
 use tokio::time::Instant;
 

@@ -1,16 +1,14 @@
 //! Throttling end to end over real TCP in real time: clients connect to the relay's socket,
 //! the relay forwards over SMTP to the test upstream. Exact timing and arrival order are
-//! proven on a paused clock in `tests/throttling.rs` (same session code, in-memory streams);
+//! proven on a paused clock in `tests/throttle/throttling.rs` (same session code, in-memory streams);
 //! here real time adds forwarding jitter (an earlier message forwarded more slowly than a
 //! later one shortens the gap the upstream sees), so the rate check allows each pair of
 //! receive times to be closer than their grants by up to `JITTER`.
 
-mod common;
-
 use std::time::Duration;
 
-use common::relay::{smtp_relay, Client};
-use common::upstream::TestUpstream;
+use crate::support::relay::{smtp_relay, Client};
+use crate::support::upstream::TestUpstream;
 
 const JITTER: Duration = Duration::from_millis(50);
 

@@ -1,12 +1,10 @@
 //! Stacked layers, cancellation in the middle of a queue, give-back and permits, on tokio's
 //! paused clock.
 
-mod throttle_common;
-
 use std::time::Duration;
 
+use crate::support::throttle::*;
 use mailsluice::throttle::{LayerSpec, Mode};
-use throttle_common::*;
 
 #[tokio::test(start_paused = true)]
 async fn abort_in_middle_of_queue_moves_those_behind_up() {

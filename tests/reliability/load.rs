@@ -5,11 +5,9 @@
 //! CI: 10,000 connections, 2,000 of them waiting (`MAILSLUICE_LOAD_CONNECTIONS` and
 //! `MAILSLUICE_LOAD_WAITING` change it). It takes about 15 s, 10 of them the waiters' wait.
 
-mod common;
-
 use std::time::Duration;
 
-use common::load::{run, LoadSpec};
+use crate::support::load::{run, LoadSpec};
 
 fn env(name: &str, default: usize) -> usize {
     std::env::var(name).map_or(default, |v| v.parse().expect(name))

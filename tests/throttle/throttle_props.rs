@@ -1,14 +1,13 @@
 //! Properties over random configs, arrival patterns and costs, each run on a fresh
 //! current-thread runtime with paused time (exact, no sleeping).
 
-mod throttle_common;
-
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::throttle::*;
 use mailsluice::throttle::{Clock, LayerSpec, Mode, Refill};
 use proptest::prelude::*;
-use throttle_common::*;
+use proptest::test_runner::FileFailurePersistence;
 
 /// A grant: (key, arrival index, cost, instant in ns).
 type Grant = (u8, usize, u64, u64);
@@ -91,7 +90,13 @@ fn grants_of(grants: &[Grant], key: u8) -> Vec<Grant> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(64))]
+    // The stored cases are in `throttle_props.proptest-regressions`, next to this file (the
+    // default would look under `tests/proptest-regressions/`, this area having a `main.rs`).
+    #![proptest_config(ProptestConfig {
+        cases: 64,
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
+        ..ProptestConfig::default()
+    })]
 
     /// Over every window [t_i, t_j] of grants of one key: tokens ≤ burst + limit·t/interval.
     #[test]

@@ -2,19 +2,17 @@
 //! past `[redis] timeout_ms` (`CLIENT PAUSE`, `DEBUG SLEEP`). For each `on_error`, every
 //! answer is what it promises (`local` and `allow`: mail keeps flowing; `reject`: `451 4.4.3`
 //! while Redis cannot answer), the relay goes back to Redis by itself, and the invariant
-//! (`common::invariant`) holds over every message. Real time, a private `redis-server`.
-
-mod common;
+//! (`support::invariant`) holds over every message. Real time, a private `redis-server`.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::invariant::{assert_holds, settle, ClientLog, Seen};
-use common::redis::RedisServer;
-use common::relay::Relay;
-use common::traffic::{self, Leave};
-use common::upstream::TestUpstream;
+use crate::support::invariant::{assert_holds, settle, ClientLog, Seen};
+use crate::support::redis::RedisServer;
+use crate::support::relay::Relay;
+use crate::support::traffic::{self, Leave};
+use crate::support::upstream::TestUpstream;
 use mailsluice::config::Config;
 
 /// The phases of a run, in order (the first, Redis up, is 0).

@@ -3,6 +3,7 @@
 //! that the DATA rules forbid, nor more messages than final dots sent.
 
 use proptest::prelude::*;
+use proptest::test_runner::FileFailurePersistence;
 
 /// Pieces a hostile or confused client is made of: real commands, line-ending tricks, dots,
 /// headers, and raw bytes.
@@ -69,7 +70,12 @@ fn clean(message: &[u8]) -> bool {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
+    // Failures are stored in `session_props.proptest-regressions`, next to this file.
+    #![proptest_config(ProptestConfig {
+        cases: 1000,
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn session_survives_any_byte_stream(input in stream()) {

@@ -2,12 +2,10 @@
 //! and text of upstream's answer are kept, an unreachable or silent upstream is `451 4.4.1`,
 //! and never a `250`.
 
-mod common;
-
 use std::time::Duration;
 
-use common::relay::smtp_relay;
-use common::upstream::{Fault, Step, TestUpstream, ALL_STEPS};
+use crate::support::relay::smtp_relay;
+use crate::support::upstream::{Fault, Step, TestUpstream, ALL_STEPS};
 
 #[tokio::test]
 async fn upstream_replies_keep_their_class_and_text() {

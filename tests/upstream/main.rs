@@ -1,12 +1,13 @@
-//! The forwarders against the test upstream (SMTP) and a scratch directory (file), over real
-//! TCP on 127.0.0.1. One binary, several files, to keep link time down.
+//! Upstream: the forwarders against the test upstream (SMTP) and a scratch directory
+//! (file), over real TCP on 127.0.0.1, and the relay's answers to upstream faults. The
+//! helpers below are shared by the forwarder tests.
 
-mod common;
-#[path = "upstream/faults.rs"]
+#[path = "../support/mod.rs"]
+mod support;
+
 mod faults;
-#[path = "upstream/file.rs"]
 mod file;
-#[path = "upstream/smtp.rs"]
+mod relay_faults;
 mod smtp;
 
 use mailsluice::config::{Config, UpstreamConfig};

@@ -1,13 +1,11 @@
 //! The `mailsluice` binary itself: `check`, the embedded default, and SIGTERM.
 
-mod common;
-
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::Receiver;
 
-use common::relay::Client;
+use crate::support::relay::Client;
 
 const BIN: &str = env!("CARGO_BIN_EXE_mailsluice");
 
@@ -273,8 +271,8 @@ fn hash_password_reads_stdin_and_prints_an_argon2id_hash() {
 #[test]
 fn check_names_a_missing_certificate_and_a_mismatched_key() {
     let dir = tempdir();
-    let a = common::tls::TestCert::new();
-    let b = common::tls::TestCert::new();
+    let a = crate::support::tls::TestCert::new();
+    let b = crate::support::tls::TestCert::new();
     let tls = |cert: &std::path::Path, key: &std::path::Path| {
         format!(
             "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[smtp.tls]\ncert = \"{}\"\nkey = \"{}\"\n[upstream]\nurl = \"file://x\"\n",
@@ -295,13 +293,13 @@ fn check_names_a_missing_certificate_and_a_mismatched_key() {
 #[tokio::test]
 async fn sighup_reloads_the_certificate_without_dropping_connections() {
     let dir = tempdir();
-    let cert = common::tls::TestCert::new();
+    let cert = crate::support::tls::TestCert::new();
     let config = format!(
         "[smtp]\nlisten = [\"127.0.0.1:0\"]\n{}[upstream]\nurl = \"file://outbox\"\n",
         cert.config("")
     );
     let (mut child, addr, logs) = start(&config, &dir);
-    let mut before = common::tls::starttls(Client::connect(addr).await, &cert.der).await;
+    let mut before = crate::support::tls::starttls(Client::connect(addr).await, &cert.der).await;
     assert_eq!(before.cmd("EHLO x").await.0, 250);
     let renewed = cert.renew();
     let hup = Command::new("kill")
@@ -310,7 +308,7 @@ async fn sighup_reloads_the_certificate_without_dropping_connections() {
         .unwrap();
     assert!(hup.success());
     while !logs.recv().unwrap().contains("configuration reloaded") {}
-    let mut after = common::tls::starttls(Client::connect(addr).await, &renewed).await;
+    let mut after = crate::support::tls::starttls(Client::connect(addr).await, &renewed).await;
     assert_eq!(after.cmd("EHLO x").await.0, 250);
     assert_eq!(
         before.cmd("NOOP").await.0,

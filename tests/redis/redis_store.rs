@@ -1,16 +1,13 @@
 //! What only the Redis store has: its keys (layout, expiry, fresh keys on a config change),
 //! one round trip per message, Redis's own clock, and Redis Cluster.
 
-#[path = "common/redis.rs"]
-mod redis_server;
-
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::redis::{RedisCluster, RedisServer};
 use mailsluice::throttle::store::redis::{slot, RedisOptions, RedisStore};
 use mailsluice::throttle::store::{Decision, Store, StoreCharge};
 use mailsluice::throttle::{FakeClock, LayerSpec, Nanos, Refill};
-use redis_server::{RedisCluster, RedisServer};
 
 const MS: Nanos = 1_000_000;
 

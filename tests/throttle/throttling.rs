@@ -2,16 +2,14 @@
 //! timer whenever every task is idle, so waits of seconds take no real time and the
 //! forwarder's timestamps are exact. The sessions run over in-memory streams: over TCP the
 //! runtime cannot see bytes in flight in the kernel and may jump the clock mid-dialogue
-//! (firing the idle timeout). `tests/throttling_tcp.rs` covers the same path over real TCP in
+//! (firing the idle timeout). `tests/throttle/throttling_tcp.rs` covers the same path over real TCP in
 //! real time, with upper bounds only.
-
-mod common;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::memory::{without_received, MemoryForwarder};
-use common::relay::{config_text, Relay};
+use crate::support::memory::{without_received, MemoryForwarder};
+use crate::support::relay::{config_text, Relay};
 use mailsluice::upstream::UpstreamError;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;

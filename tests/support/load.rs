@@ -1,6 +1,6 @@
 //! Many concurrent connections to the binary, some of them waiting in one tenant's queue:
 //! every one answered correctly, and the relay's resident memory measured per connection and
-//! per waiting message. Used by `tests/load.rs` (a CI size) and by the benchmark driver
+//! per waiting message. Used by `tests/reliability/load.rs` (a CI size) and by the benchmark driver
 //! `examples/reliability.rs` (10,000 connections, `bench/scale.sh`).
 //!
 //! How the waiters are made to wait all at once: the tenant `bulk` has a fixed window of

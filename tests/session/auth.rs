@@ -2,14 +2,12 @@
 //! and the tenant a header cannot override. TLS itself is tested in `tls.rs`; here
 //! `allow_plaintext_auth` keeps the dialogue readable.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::auth::{auth_config, b64, plain};
-use common::memory::MemoryForwarder;
-use common::relay::{config_text, Client, Relay};
+use crate::support::auth::{auth_config, b64, plain};
+use crate::support::memory::MemoryForwarder;
+use crate::support::relay::{config_text, Client, Relay};
 use tokio::time::Instant;
 
 const UNTRUSTED: &str = "trusted_networks = [\"192.0.2.0/24\"]\n";

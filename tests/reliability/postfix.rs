@@ -3,22 +3,20 @@
 //! free 127.0.0.1 port) relays through mailsluice (`relayhost = [127.0.0.1]:<port>`) to the
 //! test upstream. With a layer in reject mode Postfix gets `451 4.7.1`, defers, retries and
 //! delivers everything; in wait mode nothing is deferred. Postfix's log is the client log of
-//! the invariant (`common::invariant`): each delivery attempt, its reply, by Message-ID.
+//! the invariant (`support::invariant`): each delivery attempt, its reply, by Message-ID.
 //!
 //! Postfix's backoff is shortened to 1–2 s in its config, so a run takes seconds. Starting a
 //! Postfix master needs root (it drops to `mail_owner` itself); CI runs as root.
-
-mod common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use common::invariant::{self, settle, Seen};
-use common::relay::{have_program, smtp_relay, Relay};
-use common::traffic::{self, Leave};
-use common::upstream::TestUpstream;
+use crate::support::invariant::{self, settle, Seen};
+use crate::support::relay::{have_program, smtp_relay, Relay};
+use crate::support::traffic::{self, Leave};
+use crate::support::upstream::TestUpstream;
 
 /// A Postfix of our own; stopped and removed when dropped.
 struct PrivatePostfix {

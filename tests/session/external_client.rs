@@ -1,9 +1,7 @@
 //! Real SMTP clients (swaks, Python's smtplib) through the relay to the test upstream.
 
-mod common;
-
-use common::relay::{have_program, smtp_relay};
-use common::upstream::{Fault, Step, TestUpstream};
+use crate::support::relay::{have_program, smtp_relay};
+use crate::support::upstream::{Fault, Step, TestUpstream};
 use tokio::process::Command;
 
 #[tokio::test]

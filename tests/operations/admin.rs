@@ -1,11 +1,9 @@
 //! The admin endpoint after real traffic: Prometheus metrics that match what was sent, peeks
 //! that report and do not change `remaining`, readiness that follows the upstream.
 
-mod common;
-
-use common::http::get;
-use common::relay::smtp_relay;
-use common::upstream::{Fault, Step, TestUpstream};
+use crate::support::http::get;
+use crate::support::relay::smtp_relay;
+use crate::support::upstream::{Fault, Step, TestUpstream};
 use std::collections::HashMap;
 
 /// Parses the Prometheus text format: `name{labels}` -> value, checking every sample line.

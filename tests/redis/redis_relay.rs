@@ -2,14 +2,12 @@
 //! replicas, and what each `on_error` does while Redis is down and after it is back. Real
 //! time, real `redis-server` (private, on a free port), real SMTP on 127.0.0.1.
 
-mod common;
-
 use std::time::Duration;
 
-use common::http::get;
-use common::redis::RedisServer;
-use common::relay::{smtp_relay, Relay};
-use common::upstream::TestUpstream;
+use crate::support::http::get;
+use crate::support::redis::RedisServer;
+use crate::support::relay::{smtp_relay, Relay};
+use crate::support::upstream::TestUpstream;
 use mailsluice::throttle::store::redis::RedisStore;
 use mailsluice::throttle::store::{Decision, Store, StoreCharge};
 use mailsluice::throttle::ThrottleError;
@@ -56,7 +54,7 @@ async fn three_replicas_share_one_limit() {
         for i in 0..8 {
             let addr = relay.addr;
             warm.push(tokio::spawn(async move {
-                let mut c = common::relay::Client::connect(addr).await;
+                let mut c = crate::support::relay::Client::connect(addr).await;
                 let body = format!("Subject: warm-{r}-{i}\r\n\r\nx\r\n");
                 c.send_mail("a@example.com", &["b@example.com"], body.as_bytes())
                     .await
@@ -73,7 +71,7 @@ async fn three_replicas_share_one_limit() {
     // let that noise decide the test, so the burst is spent first, as by earlier traffic: every
     // message below is then a reservation, woken by a timer, and the bound is checked on the
     // receive times with nothing added. Per-replica buckets would show 3 × 20 a second here.
-    let spec = mailsluice::config::Config::parse(&common::relay::config_text(
+    let spec = mailsluice::config::Config::parse(&crate::support::relay::config_text(
         &up.url(),
         "",
         &format!("{layer}\n[redis]\nurl = \"{}\"\n", redis.url()),
@@ -97,7 +95,7 @@ async fn three_replicas_share_one_limit() {
         let addr = relays[i % 3].addr;
         sends.push(tokio::spawn(async move {
             sleep(Duration::from_millis(5 * i as u64)).await;
-            let mut c = common::relay::Client::connect(addr).await;
+            let mut c = crate::support::relay::Client::connect(addr).await;
             c.send_mail(
                 "a@example.com",
                 &["b@example.com"],
@@ -157,7 +155,7 @@ async fn fifo_across_replicas_follows_the_order_of_reservations() {
         let addr = [a.addr, b.addr][i % 2];
         sends.push(tokio::spawn(async move {
             sleep(Duration::from_millis(20 * i as u64)).await;
-            let mut c = common::relay::Client::connect(addr).await;
+            let mut c = crate::support::relay::Client::connect(addr).await;
             c.send_mail(
                 "a@example.com",
                 &["b@example.com"],

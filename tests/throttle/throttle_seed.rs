@@ -1,12 +1,10 @@
 //! One test per sentence of the seeds' "Waiting and refusing", "Per key" and "Bucket modes"
 //! sections (shared/seeds/), on tokio's paused clock: times are exact, nothing sleeps.
 
-mod throttle_common;
-
 use std::time::Duration;
 
+use crate::support::throttle::*;
 use mailsluice::throttle::{Clock, LayerSpec, Mode, Refill, ThrottleError};
-use throttle_common::*;
 
 // --- Waiting and refusing -------------------------------------------------------------------
 

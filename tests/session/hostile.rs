@@ -1,14 +1,12 @@
 //! Hostile input over TCP, each with its defined answer, and what the upstream got: one
 //! message for one message, never a smuggled second.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::memory::{without_received, MemoryForwarder};
-use common::relay::{config_text, smtp_relay, Client, Relay};
-use common::upstream::TestUpstream;
+use crate::support::memory::{without_received, MemoryForwarder};
+use crate::support::relay::{config_text, smtp_relay, Client, Relay};
+use crate::support::upstream::TestUpstream;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 async fn relay(extra_smtp: &str) -> (Relay, Arc<MemoryForwarder>) {

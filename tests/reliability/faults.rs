@@ -1,21 +1,19 @@
 //! The fault matrix (issue 8): every upstream behaviour crossed with every client behaviour,
 //! through the relay over real TCP, each case on its own relay and test upstream. For each,
-//! the client gets the right answer and the invariant (`common::invariant`) holds: a `250`
+//! the client gets the right answer and the invariant (`support::invariant`) holds: a `250`
 //! only for a message upstream accepted exactly once, nothing upstream that was refused,
 //! abandoned or never finished.
 //!
 //! The relay's upstream timeout is 500 ms here, so a stall "past the timeout" is 1.5 s and a
 //! slow acceptance 200 ms; the cases of one client behaviour run concurrently.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::invariant::{self, assert_holds, is_uncertain, settle, ClientLog, Seen};
-use common::relay::Relay;
-use common::traffic::{self, Leave};
-use common::upstream::{Fault, Step, TestUpstream};
+use crate::support::invariant::{self, assert_holds, is_uncertain, settle, ClientLog, Seen};
+use crate::support::relay::Relay;
+use crate::support::traffic::{self, Leave};
+use crate::support::upstream::{Fault, Step, TestUpstream};
 use mailsluice::config::Config;
 
 /// What upstream does to the message under test.
