@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::Receiver;
 
+use crate::support::host::{free_port, scratch_path};
 use crate::support::relay::Client;
 
 const BIN: &str = env!("CARGO_BIN_EXE_mailsluice");
@@ -21,20 +22,9 @@ fn check(config: &str) -> std::process::Output {
 }
 
 fn tempdir() -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("mailsluice-cli-{}", uuid()));
+    let dir = scratch_path("cli");
     std::fs::create_dir_all(&dir).unwrap();
     dir
-}
-
-fn uuid() -> String {
-    format!("{}-{:?}", std::process::id(), std::thread::current().id()).replace(['(', ')'], "")
-        + &format!(
-            "-{}",
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos()
-        )
 }
 
 #[test]
@@ -317,15 +307,6 @@ async fn sighup_reloads_the_certificate_without_dropping_connections() {
     );
     child.kill().unwrap();
     let _ = child.wait();
-}
-
-/// A port that was free a moment ago, for configs that must name their admin address.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 #[tokio::test]

@@ -16,6 +16,7 @@ use crate::support::process::RelayProcess;
 use crate::support::relay::{sum_metric, Client};
 use crate::support::traffic::{self, Leave};
 use crate::support::upstream::{Fault, Step, TestUpstream};
+use crate::support::wait::until;
 
 /// One tenant layer: `burst` messages at once, then `limit` a second (0: one a minute);
 /// waits of up to an hour.
@@ -38,16 +39,6 @@ async fn metric(relay: &RelayProcess, name: &str) -> f64 {
     let (status, text) = get(relay.admin.unwrap(), "/metrics").await;
     assert_eq!(status, 200);
     sum_metric(&text, name)
-}
-
-async fn until(what: &str, mut cond: impl AsyncFnMut() -> bool) {
-    for _ in 0..3000 {
-        if cond().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("never happened: {what}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

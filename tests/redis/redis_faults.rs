@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use crate::support::invariant::{assert_holds, settle, ClientLog, Seen};
 use crate::support::redis::RedisServer;
-use crate::support::relay::Relay;
+use crate::support::relay::{upstream_relay, Relay};
 use crate::support::traffic::{self, Leave};
 use crate::support::upstream::TestUpstream;
-use mailsluice::config::Config;
+use crate::support::wait::until;
 
 /// The phases of a run, in order (the first, Redis up, is 0).
 const KILLED: usize = 1;
@@ -51,27 +51,13 @@ async fn relay(up: &TestUpstream, redis: &RedisServer, on_error: &str) -> Relay 
         up.url(),
         redis.url()
     );
-    let config = Config::parse(&text).expect("test config is valid");
-    let forwarder =
-        mailsluice::upstream::build_forwarder(&config.upstream, "relay.test").expect("forwarder");
-    Relay::start(&text, forwarder).await
-}
-
-/// Waits (real time, at most 30 s) until `cond` holds.
-async fn until(what: &str, cond: impl Fn() -> bool) {
-    for _ in 0..3000 {
-        if cond() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("never happened: {what}");
+    upstream_relay(&text).await
 }
 
 /// Waits until `n` more messages were answered.
 async fn more(phases: &Phases, n: usize) {
     let target = phases.done.load(Ordering::SeqCst) + n;
-    until(&format!("{target} messages answered"), || {
+    until(&format!("{target} messages answered"), async || {
         phases.done.load(Ordering::SeqCst) >= target
     })
     .await;
@@ -139,7 +125,7 @@ async fn outage_under_load(on_error: &str, slow: Slow) {
     // Restarted (empty): the relay finds it again by itself.
     redis.restart();
     phases.now.store(RESTARTED, Ordering::SeqCst);
-    until("the relay uses the restarted Redis", || {
+    until("the relay uses the restarted Redis", async || {
         redis.calls("evalsha") + redis.calls("eval") > 0
     })
     .await;
@@ -172,9 +158,10 @@ async fn outage_under_load(on_error: &str, slow: Slow) {
     assert_eq!(answer, "OK", "{slow:?}");
     // A PING waits for the end of the pause (or sleep): from here Redis answers again.
     assert_eq!(redis.cli(&["PING"]).trim(), "PONG");
-    until("the relay uses Redis again after the slow spell", || {
-        redis.calls("evalsha") > before
-    })
+    until(
+        "the relay uses Redis again after the slow spell",
+        async || redis.calls("evalsha") > before,
+    )
     .await;
     phases.now.store(BACK, Ordering::SeqCst);
     more(&phases, 40).await;

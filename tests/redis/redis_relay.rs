@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
+use crate::support::host::scratch_path;
 use crate::support::http::get;
+use crate::support::memory::subject_of;
 use crate::support::redis::RedisServer;
 use crate::support::relay::{smtp_relay, Relay};
 use crate::support::upstream::TestUpstream;
@@ -15,12 +17,6 @@ use tokio::time::{sleep, Instant};
 
 fn message(id: &str) -> Vec<u8> {
     format!("Subject: {id}\r\nX-Tenant: acme\r\n\r\nhello {id}\r\n").into_bytes()
-}
-
-fn subject(data: &[u8]) -> String {
-    let text = String::from_utf8_lossy(data);
-    let line = text.lines().find(|l| l.starts_with("Subject: ")).unwrap();
-    line["Subject: ".len()..].to_string()
 }
 
 /// One relay whose layers (TOML, `[[throttle]]` tables) use `[redis]` at `url`.
@@ -111,7 +107,7 @@ async fn three_replicas_share_one_limit() {
     let got = up.wait_for(warmed + 200).await;
     let mut times: Vec<Instant> = got
         .iter()
-        .filter(|m| subject(&m.data).starts_with('m'))
+        .filter(|m| subject_of(&m.data).starts_with('m'))
         .map(|m| m.at)
         .collect();
     assert_eq!(times.len(), 200);
@@ -168,7 +164,7 @@ async fn fifo_across_replicas_follows_the_order_of_reservations() {
         assert_eq!(s.await.unwrap().0, 250);
     }
     let got = up.wait_for(9).await;
-    let order: Vec<String> = got.iter().map(|m| subject(&m.data)).collect();
+    let order: Vec<String> = got.iter().map(|m| subject_of(&m.data)).collect();
     let want: Vec<String> = std::iter::once("first".to_string())
         .chain((0..8).map(|i| format!("w{i}")))
         .collect();
@@ -270,7 +266,7 @@ async fn peek_command_reads_a_redis_layer_from_redis() {
     let r = relay(&up, &redis.url(), layer, "").await;
     assert_eq!(send(&r, "one").await.0, 250);
     assert_eq!(send(&r, "two").await.0, 250);
-    let dir = std::env::temp_dir().join(format!("mailsluice-peek-{}", std::process::id()));
+    let dir = scratch_path("peek");
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("peek.toml");
     let text = format!(

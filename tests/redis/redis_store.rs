@@ -4,26 +4,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::support::redis::{RedisCluster, RedisServer};
-use mailsluice::throttle::store::redis::{slot, RedisOptions, RedisStore};
-use mailsluice::throttle::store::{Decision, Store, StoreCharge};
+use crate::support::redis::{store_options, RedisCluster, RedisServer};
+use crate::support::throttle::ch;
+use mailsluice::throttle::store::redis::{slot, RedisStore};
+use mailsluice::throttle::store::{Decision, Store};
 use mailsluice::throttle::{FakeClock, LayerSpec, Nanos, Refill};
 
 const MS: Nanos = 1_000_000;
-
-fn ch(layer: usize, key: &str, cost: u64) -> StoreCharge<'_> {
-    StoreCharge { layer, key, cost }
-}
-
-fn options(urls: Vec<String>, cluster: bool) -> RedisOptions {
-    RedisOptions {
-        urls,
-        cluster,
-        password: None,
-        timeout: Duration::from_secs(2),
-        prefix: "mailsluice:".into(),
-    }
-}
 
 /// 0 `tenant` drip 10/s; 1 `daily` fixed window 3 a day; 2 `account` drip 100/s.
 fn specs() -> Vec<LayerSpec> {
@@ -38,7 +25,7 @@ fn specs() -> Vec<LayerSpec> {
 }
 
 fn store(server: &RedisServer, specs: &[LayerSpec]) -> RedisStore {
-    RedisStore::new(&options(vec![server.url()], false), specs).unwrap()
+    RedisStore::new(&store_options(vec![server.url()], false), specs).unwrap()
 }
 
 #[tokio::test]
@@ -130,7 +117,7 @@ async fn cluster_grants_refuses_and_takes_one_key_in_one_slot() {
         return;
     };
     let clock = Arc::new(FakeClock::new(1_700_000_000));
-    let s = RedisStore::new(&options(cluster.urls(), true), &specs())
+    let s = RedisStore::new(&store_options(cluster.urls(), true), &specs())
         .unwrap()
         .with_test_clock(clock.clone());
     // The buckets of one key share a slot (and our slot is Redis's).

@@ -11,10 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::invariant::{self, assert_holds, is_uncertain, settle, ClientLog, Seen};
-use crate::support::relay::Relay;
+use crate::support::relay::{upstream_relay, Relay};
 use crate::support::traffic::{self, Leave};
 use crate::support::upstream::{Fault, Step, TestUpstream};
-use mailsluice::config::Config;
 
 /// What upstream does to the message under test.
 #[derive(Clone, Debug)]
@@ -169,11 +168,7 @@ fn config(upstream_url: &str) -> String {
 }
 
 async fn start_relay(up: &TestUpstream) -> Relay {
-    let text = config(&up.url());
-    let config = Config::parse(&text).expect("test config is valid");
-    let forwarder =
-        mailsluice::upstream::build_forwarder(&config.upstream, "relay.test").expect("forwarder");
-    Relay::start(&text, forwarder).await
+    upstream_relay(&config(&up.url())).await
 }
 
 /// Lets the relay work until `cond` holds (checked every 5 ms, for at most 20 s).

@@ -13,8 +13,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use crate::support::host::{free_port, have_program, scratch_path};
 use crate::support::invariant::{self, settle, Seen};
-use crate::support::relay::{have_program, smtp_relay, Relay};
+use crate::support::relay::{smtp_relay, Relay};
 use crate::support::traffic::{self, Leave};
 use crate::support::upstream::TestUpstream;
 
@@ -23,11 +24,6 @@ struct PrivatePostfix {
     dir: PathBuf,
     /// Where its smtpd listens.
     port: u16,
-}
-
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
 }
 
 /// `postfix -c DIR <verb>`; its output (Postfix writes errors to the terminal only, and to
@@ -78,11 +74,7 @@ impl PrivatePostfix {
             eprintln!("\n*** SKIPPED: starting a Postfix master needs root ***\n");
             return None;
         }
-        let dir = std::env::temp_dir().join(format!(
-            "mailsluice-postfix-{}-{}",
-            std::process::id(),
-            uuid::Uuid::new_v4().simple()
-        ));
+        let dir = scratch_path("postfix");
         let (conf, queue, data) = (dir.join("conf"), dir.join("queue"), dir.join("data"));
         for d in [&conf, &queue, &data] {
             std::fs::create_dir_all(d).unwrap();

@@ -7,13 +7,12 @@ use std::time::Duration;
 
 use crate::support::auth::{auth_config, b64, plain};
 use crate::support::memory::MemoryForwarder;
-use crate::support::relay::{config_text, Client, Relay};
+use crate::support::relay::{memory_relay, Client, Relay};
 use tokio::time::Instant;
 
 const UNTRUSTED: &str = "trusted_networks = [\"192.0.2.0/24\"]\n";
 
 async fn start(smtp_extra: &str, auth_extra: &str, rest: &str) -> (Relay, Arc<MemoryForwarder>) {
-    let fwd = MemoryForwarder::new();
     let users = [
         ("app", "s3cret", "tenant = \"acme\""),
         (
@@ -24,8 +23,7 @@ async fn start(smtp_extra: &str, auth_extra: &str, rest: &str) -> (Relay, Arc<Me
         ("bare", "b4re", ""),
     ];
     let smtp = format!("{smtp_extra}\n{}", auth_config(&users, auth_extra));
-    let relay = Relay::start(&config_text("file://unused", &smtp, rest), fwd.clone()).await;
-    (relay, fwd)
+    memory_relay(&smtp, rest).await
 }
 
 async fn login(c: &mut Client, user: &str, password: &str) -> (u16, String) {

@@ -1,6 +1,7 @@
 //! Real SMTP clients (swaks, Python's smtplib) through the relay to the test upstream.
 
-use crate::support::relay::{have_program, smtp_relay};
+use crate::support::host::have_program;
+use crate::support::relay::smtp_relay;
 use crate::support::upstream::{Fault, Step, TestUpstream};
 use tokio::process::Command;
 

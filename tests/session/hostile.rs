@@ -1,19 +1,12 @@
 //! Hostile input over TCP, each with its defined answer, and what the upstream got: one
 //! message for one message, never a smuggled second.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use crate::support::memory::{without_received, MemoryForwarder};
-use crate::support::relay::{config_text, smtp_relay, Client, Relay};
+use crate::support::memory::without_received;
+use crate::support::relay::{memory_relay, smtp_relay, Client};
 use crate::support::upstream::TestUpstream;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-async fn relay(extra_smtp: &str) -> (Relay, Arc<MemoryForwarder>) {
-    let fwd = MemoryForwarder::new();
-    let relay = Relay::start(&config_text("file://unused", extra_smtp, ""), fwd.clone()).await;
-    (relay, fwd)
-}
 
 /// Opens a transaction and reads the 354.
 async fn open_data(c: &mut Client) {
@@ -50,7 +43,7 @@ const VARIANTS: [&[u8]; 10] = [
 
 #[tokio::test]
 async fn smuggling_variants_never_end_data_nor_pass_a_second_message() {
-    let (relay, fwd) = relay("").await;
+    let (relay, fwd) = memory_relay("", "").await;
     for variant in VARIANTS {
         let shown = format!("{:?}", String::from_utf8_lossy(variant));
         let mut c = relay.client().await;
@@ -115,7 +108,7 @@ async fn smuggling_through_a_real_smtp_upstream_delivers_one_message_for_one() {
 
 #[tokio::test]
 async fn nul_in_data_is_refused_and_in_commands_is_501() {
-    let (relay, fwd) = relay("").await;
+    let (relay, fwd) = memory_relay("", "").await;
     let mut c = relay.client().await;
     c.send(b"NOOP\0\r\n").await;
     assert_eq!(c.reply().await.0, 501);
@@ -142,7 +135,7 @@ async fn nul_in_data_is_refused_and_in_commands_is_501() {
 
 #[tokio::test]
 async fn bare_cr_and_lf_in_commands_are_501_and_never_split_a_command() {
-    let (relay, fwd) = relay("").await;
+    let (relay, fwd) = memory_relay("", "").await;
     let mut c = relay.client().await;
     c.cmd("EHLO x").await;
     c.send(b"NOOP\n").await;
@@ -168,7 +161,7 @@ async fn bare_cr_and_lf_in_commands_are_501_and_never_split_a_command() {
 
 #[tokio::test]
 async fn invalid_utf8_in_commands_is_501() {
-    let (relay, _) = relay("").await;
+    let (relay, _) = memory_relay("", "").await;
     let mut c = relay.client().await;
     c.send(b"EHLO \xc3\x28\r\n").await;
     assert_eq!(c.reply().await.0, 501);
@@ -182,7 +175,7 @@ async fn invalid_utf8_in_commands_is_501() {
 
 #[tokio::test]
 async fn header_section_that_never_ends_is_bounded_by_the_size() {
-    let (relay, fwd) = relay("max_message_bytes = 2000").await;
+    let (relay, fwd) = memory_relay("max_message_bytes = 2000", "").await;
     let mut c = relay.client().await;
     let endless: Vec<u8> = (0..200)
         .flat_map(|i| format!("X-H{i}: v\r\n").into_bytes())
@@ -204,7 +197,7 @@ async fn header_section_that_never_ends_is_bounded_by_the_size() {
 
 #[tokio::test]
 async fn flood_of_pipelined_commands_is_answered_in_order() {
-    let (relay, _) = relay("").await;
+    let (relay, _) = memory_relay("", "").await;
     let c = relay.client().await;
     let (mut rd, mut wr) = tokio::io::split(c.into_stream());
     const N: usize = 20_000;
@@ -227,7 +220,7 @@ async fn flood_of_pipelined_commands_is_answered_in_order() {
 
 #[tokio::test(start_paused = true)]
 async fn flooding_client_that_never_reads_is_dropped() {
-    let (relay, _) = relay("idle_timeout_ms = 1000").await;
+    let (relay, _) = memory_relay("idle_timeout_ms = 1000", "").await;
     let c = relay.client().await;
     let mut stream = c.into_stream();
     // Megabytes of commands, replies never read: the relay's pending replies stay bounded
@@ -246,7 +239,7 @@ async fn flooding_client_that_never_reads_is_dropped() {
 
 #[tokio::test]
 async fn too_many_errors_get_421_and_close_but_refused_messages_do_not_count() {
-    let (relay, _) = relay("max_errors = 3").await;
+    let (relay, _) = memory_relay("max_errors = 3", "").await;
     let mut c = relay.client().await;
     // Refused messages are verdicts on content, not client errors.
     for _ in 0..4 {
@@ -267,7 +260,7 @@ async fn too_many_errors_get_421_and_close_but_refused_messages_do_not_count() {
 
 #[tokio::test(start_paused = true)]
 async fn a_command_trickled_byte_by_byte_meets_its_deadline() {
-    let (relay, _) = relay("idle_timeout_ms = 1000").await;
+    let (relay, _) = memory_relay("idle_timeout_ms = 1000", "").await;
     let mut c = relay.client().await;
     let t0 = tokio::time::Instant::now();
     // Each byte comes well within the idle timeout, but the command as a whole does not:
@@ -286,7 +279,7 @@ async fn a_command_trickled_byte_by_byte_meets_its_deadline() {
 
 #[tokio::test(start_paused = true)]
 async fn slow_data_meets_the_data_deadline_and_nothing_is_forwarded() {
-    let (relay, fwd) = relay("idle_timeout_ms = 1000\ndata_timeout_ms = 3000").await;
+    let (relay, fwd) = memory_relay("idle_timeout_ms = 1000\ndata_timeout_ms = 3000", "").await;
     let mut c = relay.client().await;
     open_data(&mut c).await;
     // A line every 500 ms: never idle, but the whole DATA takes too long.
@@ -306,7 +299,7 @@ async fn slow_data_meets_the_data_deadline_and_nothing_is_forwarded() {
 
 #[tokio::test]
 async fn too_many_connections_from_one_address_get_421_4_7_0() {
-    let (relay, _) = relay("max_connections_per_ip = 2").await;
+    let (relay, _) = memory_relay("max_connections_per_ip = 2", "").await;
     let mut a = relay.client().await;
     let _b = relay.client().await;
     let mut third = Client::connect_raw(relay.addr).await;

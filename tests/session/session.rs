@@ -1,20 +1,12 @@
 //! The SMTP dialogue over real TCP, with the relay in-process and a recording forwarder.
 
-use std::sync::Arc;
-
-use crate::support::memory::{without_received, MemoryForwarder};
-use crate::support::relay::{config_text, Client, Relay};
+use crate::support::memory::without_received;
+use crate::support::relay::{memory_relay, Client};
 use mailsluice::upstream::UpstreamError;
-
-async fn relay(extra_smtp: &str) -> (Relay, Arc<MemoryForwarder>) {
-    let fwd = MemoryForwarder::new();
-    let relay = Relay::start(&config_text("file://unused", extra_smtp, ""), fwd.clone()).await;
-    (relay, fwd)
-}
 
 #[tokio::test]
 async fn greeting_and_ehlo_advertise_extensions() {
-    let (relay, _) = relay("max_recipients = 7").await;
+    let (relay, _) = memory_relay("max_recipients = 7", "").await;
     let mut c = relay.client().await;
     let (code, text) = c.cmd("EHLO client.test").await;
     assert_eq!(code, 250);
@@ -35,7 +27,7 @@ async fn greeting_and_ehlo_advertise_extensions() {
 
 #[tokio::test]
 async fn message_is_forwarded_byte_exact_with_received_header() {
-    let (relay, fwd) = relay("").await;
+    let (relay, fwd) = memory_relay("", "").await;
     let mut c = relay.client().await;
     let body = b"Subject: dots\r\n\r\n..leading dot\r\n...\r\n\xc3\xa9t\xc3\xa9 8bit\r\n";
     // Client side dot-stuffing: lines starting with '.' get another '.'.
@@ -58,7 +50,7 @@ async fn message_is_forwarded_byte_exact_with_received_header() {
 
 #[tokio::test]
 async fn null_sender_stays_null_and_many_recipients_pass() {
-    let (relay, fwd) = relay("").await;
+    let (relay, fwd) = memory_relay("", "").await;
     let mut c = relay.client().await;
     let rcpts: Vec<String> = (0..50).map(|i| format!("r{i}@example.com")).collect();
     let refs: Vec<&str> = rcpts.iter().map(String::as_str).collect();
@@ -74,7 +66,7 @@ async fn null_sender_stays_null_and_many_recipients_pass() {
 
 #[tokio::test]
 async fn esmtp_parameters_are_accepted() {
-    let (relay, fwd) = relay("").await;
+    let (relay, fwd) = memory_relay("", "").await;
     let mut c = relay.client().await;
     c.cmd("EHLO x").await;
     let (code, text) = c
@@ -92,7 +84,7 @@ async fn esmtp_parameters_are_accepted() {
 
 #[tokio::test]
 async fn pipelined_commands_are_answered_in_order() {
-    let (relay, fwd) = relay("").await;
+    let (relay, fwd) = memory_relay("", "").await;
     let mut c = relay.client().await;
     c.send(b"EHLO x\r\nMAIL FROM:<a@example.com>\r\nRCPT TO:<b@example.com>\r\nRCPT TO:<c@example.com>\r\nDATA\r\n")
         .await;
@@ -111,7 +103,7 @@ async fn pipelined_commands_are_answered_in_order() {
 
 #[tokio::test]
 async fn three_transactions_on_one_connection_with_rset() {
-    let (relay, fwd) = relay("").await;
+    let (relay, fwd) = memory_relay("", "").await;
     let mut c = relay.client().await;
     for i in 0..3 {
         let (code, _) = c
@@ -139,7 +131,7 @@ async fn three_transactions_on_one_connection_with_rset() {
 
 #[tokio::test]
 async fn bad_sequences_and_syntax_get_5xx_and_the_session_goes_on() {
-    let (relay, _) = relay("").await;
+    let (relay, _) = memory_relay("", "").await;
     let mut c = relay.client().await;
     assert_eq!(c.cmd("RCPT TO:<a@b>").await.0, 503);
     assert_eq!(c.cmd("DATA").await.0, 503);
@@ -157,7 +149,7 @@ async fn bad_sequences_and_syntax_get_5xx_and_the_session_goes_on() {
 
 #[tokio::test]
 async fn recipient_bound_answers_452_and_keeps_the_accepted_ones() {
-    let (relay, fwd) = relay("max_recipients = 3").await;
+    let (relay, fwd) = memory_relay("max_recipients = 3", "").await;
     let mut c = relay.client().await;
     c.cmd("EHLO x").await;
     c.cmd("MAIL FROM:<a@example.com>").await;
@@ -175,7 +167,7 @@ async fn recipient_bound_answers_452_and_keeps_the_accepted_ones() {
 
 #[tokio::test]
 async fn message_at_size_limit_passes_and_one_byte_over_gets_552() {
-    let (relay, fwd) = relay("max_message_bytes = 1000").await;
+    let (relay, fwd) = memory_relay("max_message_bytes = 1000", "").await;
     let mut c = relay.client().await;
     let line = [b'a'; 98];
     let mut exact = Vec::new();
@@ -205,7 +197,7 @@ async fn message_at_size_limit_passes_and_one_byte_over_gets_552() {
 
 #[tokio::test]
 async fn over_long_command_line_gets_500_and_session_goes_on() {
-    let (relay, _) = relay("max_line_bytes = 512").await;
+    let (relay, _) = memory_relay("max_line_bytes = 512", "").await;
     let mut c = relay.client().await;
     let long = format!("NOOP {}\r\n", "x".repeat(5000));
     c.send(long.as_bytes()).await;
@@ -217,7 +209,7 @@ async fn over_long_command_line_gets_500_and_session_goes_on() {
 
 #[tokio::test]
 async fn over_long_data_line_refuses_the_message() {
-    let (relay, fwd) = relay("max_line_bytes = 512").await;
+    let (relay, fwd) = memory_relay("max_line_bytes = 512", "").await;
     let mut c = relay.client().await;
     let msg = format!("Subject: x\r\n\r\n{}\r\n", "y".repeat(600));
     let (code, _) = c
@@ -231,7 +223,7 @@ async fn over_long_data_line_refuses_the_message() {
 
 #[tokio::test]
 async fn smuggled_end_of_data_never_makes_a_second_message() {
-    let (relay, fwd) = relay("").await;
+    let (relay, fwd) = memory_relay("", "").await;
     let mut c = relay.client().await;
     let smuggle = b"Subject: one\r\n\r\nbody\n.\nMAIL FROM:<evil@example.com>\nRCPT TO:<v@example.com>\nDATA\nSubject: two\n\r\n";
     let (code, text) = c
@@ -248,7 +240,7 @@ async fn smuggled_end_of_data_never_makes_a_second_message() {
 
 #[tokio::test]
 async fn client_disconnecting_mid_data_forwards_nothing() {
-    let (relay, fwd) = relay("").await;
+    let (relay, fwd) = memory_relay("", "").await;
     let mut c = relay.client().await;
     c.cmd("EHLO x").await;
     c.cmd("MAIL FROM:<a@example.com>").await;
@@ -272,7 +264,7 @@ async fn client_disconnecting_mid_data_forwards_nothing() {
 
 #[tokio::test]
 async fn upstream_refusal_keeps_class_and_text() {
-    let (relay, fwd) = relay("").await;
+    let (relay, fwd) = memory_relay("", "").await;
     let mut c = relay.client().await;
     fwd.fail_with(Some(UpstreamError::Rejected {
         code: 554,
@@ -294,7 +286,7 @@ async fn upstream_refusal_keeps_class_and_text() {
 
 #[tokio::test(start_paused = true)]
 async fn idle_client_gets_421_4_4_2_and_is_closed() {
-    let (relay, _) = relay("idle_timeout_ms = 1000").await;
+    let (relay, _) = memory_relay("idle_timeout_ms = 1000", "").await;
     let mut c = relay.client().await;
     // Paused time: the runtime jumps to the timeout when everything is idle.
     let (code, text) = c.reply().await;
@@ -305,7 +297,7 @@ async fn idle_client_gets_421_4_4_2_and_is_closed() {
 
 #[tokio::test]
 async fn connection_bound_answers_421_4_3_2() {
-    let (relay, _) = relay("max_connections = 2").await;
+    let (relay, _) = memory_relay("max_connections = 2", "").await;
     let _a = relay.client().await;
     let _b = relay.client().await;
     let mut third = Client::connect_raw(relay.addr).await;
@@ -330,7 +322,7 @@ async fn connection_bound_answers_421_4_3_2() {
 
 #[tokio::test]
 async fn shutdown_tells_idle_clients_421_and_run_returns() {
-    let (relay, _) = relay("").await;
+    let (relay, _) = memory_relay("", "").await;
     let mut c = relay.client().await;
     assert_eq!(c.cmd("EHLO x").await.0, 250);
     relay.trigger_shutdown();
@@ -341,7 +333,7 @@ async fn shutdown_tells_idle_clients_421_and_run_returns() {
 
 #[tokio::test]
 async fn untrusted_client_cannot_relay() {
-    let (relay, fwd) = relay("trusted_networks = [\"192.0.2.0/24\"]").await;
+    let (relay, fwd) = memory_relay("trusted_networks = [\"192.0.2.0/24\"]", "").await;
     let mut c = relay.client().await;
     c.cmd("EHLO x").await;
     let (code, text) = c.cmd("MAIL FROM:<a@example.com>").await;

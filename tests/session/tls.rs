@@ -6,8 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::auth::{auth_config, plain};
+use crate::support::host::have_program;
 use crate::support::memory::MemoryForwarder;
-use crate::support::relay::{config_text, have_program, Client, Relay};
+use crate::support::relay::{memory_relay, Client, Relay};
 use crate::support::tls::{connect_implicit, handshake, starttls, TestCert};
 use tokio::process::Command;
 use tokio::time::Instant;
@@ -15,7 +16,6 @@ use tokio::time::Instant;
 /// A relay with the certificate and one user; the test client is in `trusted_networks`
 /// only when it says `127.0.0.0/8`.
 async fn tls_relay(cert: &TestCert, trusted: &str) -> (Relay, Arc<MemoryForwarder>) {
-    let fwd = MemoryForwarder::new();
     let trusted = if trusted.is_empty() {
         "192.0.2.0/24"
     } else {
@@ -29,8 +29,7 @@ async fn tls_relay(cert: &TestCert, trusted: &str) -> (Relay, Arc<MemoryForwarde
             "failure_delay_ms = 0"
         )
     );
-    let relay = Relay::start(&config_text("file://unused", &smtp, ""), fwd.clone()).await;
-    (relay, fwd)
+    memory_relay(&smtp, "").await
 }
 
 #[tokio::test]
@@ -132,8 +131,7 @@ async fn certificate_reload_serves_the_new_one_and_keeps_open_connections() {
 
 #[tokio::test]
 async fn starttls_not_configured_is_502() {
-    let fwd = MemoryForwarder::new();
-    let relay = Relay::start(&config_text("file://unused", "", ""), fwd).await;
+    let (relay, _) = memory_relay("", "").await;
     let mut c = relay.client().await;
     let (_, ehlo) = c.cmd("EHLO x").await;
     assert!(!ehlo.contains("STARTTLS"), "{ehlo}");

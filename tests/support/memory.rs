@@ -1,5 +1,6 @@
 //! A forwarder that keeps what it is given, for tests of the session alone (the SMTP
-//! upstream over TCP is tested with the test upstream server).
+//! upstream over TCP is tested with the test upstream server), and what tests read in the
+//! messages kept (here or upstream).
 
 #![allow(dead_code)]
 
@@ -48,6 +49,15 @@ impl Forwarder for MemoryForwarder {
             })
         })
     }
+}
+
+/// The text of a message's `Subject:` line (the first line that starts with it).
+pub fn subject_of(message: &[u8]) -> String {
+    let text = String::from_utf8_lossy(message);
+    text.lines()
+        .find_map(|l| l.strip_prefix("Subject: "))
+        .unwrap()
+        .to_string()
 }
 
 /// The message as the client sent it: the relay's `Received:` header removed.

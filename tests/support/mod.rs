@@ -13,9 +13,13 @@
 //! - `load`: thousands of connections to the binary, resident memory measured.
 //! - `auth`, `tls`, `http`: AUTH users with cheap hashes, test certificates and a TLS
 //!   client, a GET on the admin endpoint.
+//! - `host`: free ports, scratch directories, and whether a program (swaks, postfix) is
+//!   installed (else a loud skip, a failure under `CI=true`).
+//! - `wait`: `until`, polling a condition in real time (at most 30 s).
 #![allow(dead_code)]
 
 pub mod auth;
+pub mod host;
 pub mod http;
 pub mod invariant;
 pub mod load;
@@ -28,3 +32,4 @@ pub mod tls;
 pub mod traffic;
 pub mod upstream;
 mod upstream_session;
+pub mod wait;

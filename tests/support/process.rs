@@ -11,6 +11,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::host::scratch_path;
+
 /// The binary: cargo's for integration tests; `MAILSLUICE_BIN` (or the release build) for
 /// the benchmark driver in `examples/`.
 pub fn bin() -> PathBuf {
@@ -46,11 +48,7 @@ impl RelayProcess {
     /// directory) with `RUST_LOG` as given, and waits until it listens: the filter must let
     /// the `mailsluice` target's info lines through (they carry the addresses).
     pub fn start(config: &str, rust_log: &str) -> RelayProcess {
-        let dir = std::env::temp_dir().join(format!(
-            "mailsluice-proc-{}-{}",
-            std::process::id(),
-            uuid::Uuid::new_v4().simple()
-        ));
+        let dir = scratch_path("proc");
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("relay.toml");
         std::fs::write(&path, config).unwrap();

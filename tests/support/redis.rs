@@ -5,10 +5,25 @@
 //! (the test then returns early); under CI (`CI=true`) it panics instead.
 #![allow(dead_code)]
 
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use mailsluice::throttle::store::redis::RedisOptions;
+
+use super::host::{free_port, have_programs, scratch_path};
+
+/// Options of a `RedisStore` on `urls` (a cluster's nodes when `cluster`): no password, a
+/// timeout of 2 s, the default key prefix.
+pub fn store_options(urls: Vec<String>, cluster: bool) -> RedisOptions {
+    RedisOptions {
+        urls,
+        cluster,
+        password: None,
+        timeout: Duration::from_secs(2),
+        prefix: "mailsluice:".into(),
+    }
+}
 
 pub struct RedisServer {
     pub port: u16,
@@ -19,28 +34,7 @@ pub struct RedisServer {
 
 /// Whether `redis-server` and `redis-cli` are installed; see the module doc.
 pub fn have_redis() -> bool {
-    let found = ["redis-server", "redis-cli"].iter().all(|p| {
-        Command::new("sh")
-            .args(["-c", &format!("command -v {p}")])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    });
-    if !found {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "redis-server is required under CI (bash .ci/run installs it)"
-        );
-        eprintln!("\n*** SKIPPED: `redis-server` is not installed (apt-get install redis-server redis-tools) ***\n");
-    }
-    found
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    have_programs(&["redis-server", "redis-cli"], "redis-server redis-tools")
 }
 
 impl RedisServer {
@@ -54,8 +48,7 @@ impl RedisServer {
             return None;
         }
         let port = free_port();
-        let dir =
-            std::env::temp_dir().join(format!("mailsluice-redis-{}-{port}", std::process::id()));
+        let dir = scratch_path("redis");
         std::fs::create_dir_all(&dir).unwrap();
         let mut s = RedisServer {
             port,

@@ -16,6 +16,8 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
+use super::memory::MemoryForwarder;
+
 /// A relay running in this process.
 pub struct Relay {
     pub addr: SocketAddr,
@@ -258,27 +260,24 @@ impl Client {
 /// given extra `[smtp]` keys and extra tables after `[upstream]`.
 pub async fn smtp_relay(upstream_url: &str, extra_smtp: &str, rest: &str) -> Relay {
     let text = config_text(upstream_url, extra_smtp, &format!("tls = \"none\"\n{rest}"));
-    let config = Config::parse(&text).expect("test config is valid");
-    let forwarder =
-        mailsluice::upstream::build_forwarder(&config.upstream, "relay.test").expect("forwarder");
-    Relay::start(&text, forwarder).await
+    upstream_relay(&text).await
 }
 
-/// Whether an external program the test drives is installed. Without it the test says so
-/// loudly and is skipped, except under CI (`CI=true`), where it fails.
-pub fn have_program(name: &str) -> bool {
-    let found = std::process::Command::new("sh")
-        .args(["-c", &format!("command -v {name}")])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "{name} is required under CI (bash .ci/run installs it)"
-        );
-        eprintln!("\n*** SKIPPED: `{name}` is not installed (apt-get install {name}) ***\n");
-    }
-    found
+/// A relay on the whole config `text`, forwarding with what its `[upstream]` section builds
+/// (as the binary does: SMTP, or a directory).
+pub async fn upstream_relay(text: &str) -> Relay {
+    let config = Config::parse(text).expect("test config is valid");
+    let forwarder =
+        mailsluice::upstream::build_forwarder(&config.upstream, "relay.test").expect("forwarder");
+    Relay::start(text, forwarder).await
+}
+
+/// A relay on [`config_text`] (with `extra_smtp` and `rest`) whose forwarder records what it
+/// is given, for tests of the session alone.
+pub async fn memory_relay(extra_smtp: &str, rest: &str) -> (Relay, Arc<MemoryForwarder>) {
+    let fwd = MemoryForwarder::new();
+    let relay = Relay::start(&config_text("file://unused", extra_smtp, rest), fwd.clone()).await;
+    (relay, fwd)
 }
 
 /// The sum of the samples of `name` in a Prometheus text exposition: lines that start with it

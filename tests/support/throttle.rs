@@ -7,6 +7,7 @@ use std::fmt::{Debug, Write as _};
 use std::sync::{Arc, Mutex, Once};
 use std::time::Duration;
 
+use mailsluice::throttle::store::StoreCharge;
 use mailsluice::throttle::{Charge, Clock, LayerSpec, Permit, Throttle, ThrottleError, TokioClock};
 use tokio::task::JoinHandle;
 use tracing::field::{Field, Visit};
@@ -71,6 +72,11 @@ impl Env {
     pub fn remaining(&self, layer: &str, key: &str) -> u64 {
         self.t.peek(layer, key).expect("layer").remaining
     }
+}
+
+/// A charge of the store tests (`Store::take`): `cost` tokens of `key` in layer `layer`.
+pub fn ch(layer: usize, key: &str, cost: u64) -> StoreCharge<'_> {
+    StoreCharge { layer, key, cost }
 }
 
 pub fn charge(layer: usize, key: &str, cost: u64) -> Charge {

@@ -12,6 +12,7 @@ use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
+use super::host::scratch_path;
 use super::relay::Client;
 
 /// A self-signed certificate for `localhost` and `127.0.0.1`, written as PEM files.
@@ -24,11 +25,7 @@ pub struct TestCert {
 
 impl TestCert {
     pub fn new() -> TestCert {
-        let dir = std::env::temp_dir().join(format!(
-            "mailsluice-test-tls-{}-{}",
-            std::process::id(),
-            uuid::Uuid::new_v4().simple()
-        ));
+        let dir = scratch_path("test-tls");
         std::fs::create_dir_all(&dir).unwrap();
         let (cert_path, key_path) = (dir.join("cert.pem"), dir.join("key.pem"));
         let der = write_pair(&cert_path, &key_path);

@@ -9,11 +9,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::support::redis::RedisServer;
+use crate::support::redis::{store_options, RedisServer};
+use crate::support::throttle::ch;
 use mailsluice::throttle::bucket::{Bucket, State, Take};
 use mailsluice::throttle::store::local::LocalStore;
-use mailsluice::throttle::store::redis::{RedisOptions, RedisStore};
-use mailsluice::throttle::store::{Decision, Store, StoreCharge, StoreError};
+use mailsluice::throttle::store::redis::RedisStore;
+use mailsluice::throttle::store::{Decision, Store, StoreError};
 use mailsluice::throttle::{FakeClock, LayerSpec, Nanos, Refill};
 
 const MS: Nanos = 1_000_000;
@@ -68,20 +69,10 @@ pub fn local(origin: u64) -> Fixture {
     }
 }
 
-pub fn options(urls: Vec<String>, cluster: bool) -> RedisOptions {
-    RedisOptions {
-        urls,
-        cluster,
-        password: None,
-        timeout: Duration::from_secs(2),
-        prefix: "mailsluice:".into(),
-    }
-}
-
 pub fn redis(origin: u64) -> Option<Fixture> {
     let server = RedisServer::start()?;
     let clock = Arc::new(FakeClock::new(origin));
-    let store = RedisStore::new(&options(vec![server.url()], false), &specs())
+    let store = RedisStore::new(&store_options(vec![server.url()], false), &specs())
         .unwrap()
         .with_test_clock(clock.clone());
     Some(Fixture {
@@ -91,10 +82,6 @@ pub fn redis(origin: u64) -> Option<Fixture> {
         shared: true,
         _server: Some(server),
     })
-}
-
-fn ch(layer: usize, key: &str, cost: u64) -> StoreCharge<'_> {
-    StoreCharge { layer, key, cost }
 }
 
 /// Each body runs once per store: `<name>::local` and `<name>::redis`.

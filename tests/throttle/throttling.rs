@@ -5,20 +5,14 @@
 //! (firing the idle timeout). `tests/throttle/throttling_tcp.rs` covers the same path over real TCP in
 //! real time, with upper bounds only.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use crate::support::memory::{without_received, MemoryForwarder};
-use crate::support::relay::{config_text, Relay};
+use crate::support::host::scratch_path;
+use crate::support::memory::{subject_of, without_received, MemoryForwarder};
+use crate::support::relay::{config_text, memory_relay, Relay};
 use mailsluice::upstream::UpstreamError;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-
-async fn relay(layers: &str) -> (Relay, Arc<MemoryForwarder>) {
-    let fwd = MemoryForwarder::new();
-    let relay = Relay::start(&config_text("file://unused", "", layers), fwd.clone()).await;
-    (relay, fwd)
-}
 
 fn tenant_layer(limit: u64, burst: u64, extra: &str) -> String {
     format!(
@@ -76,17 +70,9 @@ fn assert_within_rate(times: &[Instant], burst: u128, limit: u128, interval: Dur
     }
 }
 
-fn subject_of(message: &[u8]) -> String {
-    let text = String::from_utf8_lossy(message);
-    text.lines()
-        .find_map(|l| l.strip_prefix("Subject: "))
-        .unwrap()
-        .to_string()
-}
-
 #[tokio::test(start_paused = true)]
 async fn wait_mode_sends_all_in_arrival_order_within_the_rate() {
-    let (relay, fwd) = relay(&tenant_layer(5, 5, "")).await;
+    let (relay, fwd) = memory_relay("", &tenant_layer(5, 5, "")).await;
     let mut clients = Vec::new();
     for i in 0..15 {
         clients.push(send(&relay, "acme", &format!("m{i:02}")));
@@ -112,7 +98,7 @@ async fn wait_mode_sends_all_in_arrival_order_within_the_rate() {
 
 #[tokio::test(start_paused = true)]
 async fn one_tenants_burst_does_not_delay_another() {
-    let (relay, fwd) = relay(&tenant_layer(1, 1, "")).await;
+    let (relay, fwd) = memory_relay("", &tenant_layer(1, 1, "")).await;
     let first = send(&relay, "busy", "b0");
     until("b0 forwarded", || fwd.messages().len() == 1).await;
     let queued: Vec<_> = (1..4)
@@ -137,7 +123,7 @@ async fn one_tenants_burst_does_not_delay_another() {
 
 #[tokio::test(start_paused = true)]
 async fn reject_mode_answers_451_with_the_time_until_tokens() {
-    let (relay, fwd) = relay(&tenant_layer(1, 2, "mode = \"reject\"")).await;
+    let (relay, fwd) = memory_relay("", &tenant_layer(1, 2, "mode = \"reject\"")).await;
     for i in 0..2 {
         let r = send(&relay, "acme", &format!("ok{i}")).await.unwrap();
         assert_eq!(r.0, 250, "{r:?}");
@@ -154,7 +140,7 @@ async fn reject_mode_answers_451_with_the_time_until_tokens() {
 
 #[tokio::test(start_paused = true)]
 async fn wait_longer_than_max_wait_is_refused_at_once_with_the_estimate() {
-    let (relay, fwd) = relay(&tenant_layer(1, 1, "max_wait_ms = 1500")).await;
+    let (relay, fwd) = memory_relay("", &tenant_layer(1, 1, "max_wait_ms = 1500")).await;
     assert_eq!(send(&relay, "acme", "now").await.unwrap().0, 250);
     let second = send(&relay, "acme", "in 1 s");
     until("second waiting", || waiting(&relay, "tenant", "acme") == 1).await;
@@ -170,7 +156,7 @@ async fn wait_longer_than_max_wait_is_refused_at_once_with_the_estimate() {
 
 #[tokio::test(start_paused = true)]
 async fn full_queue_answers_451() {
-    let (relay, _) = relay(&tenant_layer(1, 1, "max_queue = 1")).await;
+    let (relay, _) = memory_relay("", &tenant_layer(1, 1, "max_queue = 1")).await;
     assert_eq!(send(&relay, "acme", "now").await.unwrap().0, 250);
     let second = send(&relay, "acme", "waits");
     until("second waiting", || waiting(&relay, "tenant", "acme") == 1).await;
@@ -187,7 +173,7 @@ async fn cost_over_burst_is_554_and_limits_rcptmax_is_advertised() {
         "[[throttle]]\nname = \"rcpts\"\nkey = \"none\"\ncost = \"recipients\"\nlimit = 3\n\
                  [[throttle]]\nname = \"tier\"\nkey = \"none\"\nlimit = 1\n\
                  match = { header = \"X-Tier\", value = \"basic\" }\n";
-    let (relay, fwd) = relay(layer).await;
+    let (relay, fwd) = memory_relay("", layer).await;
     let mut c = relay.memory_client().await;
     let (_, ehlo) = c.cmd("EHLO x").await;
     // The matched layer (burst 1) applies only to some messages: it does not lower RCPTMAX.
@@ -212,7 +198,7 @@ async fn refusal_by_a_second_layer_gives_back_the_first() {
         "{}[[throttle]]\nname = \"account\"\nkey = \"none\"\ncost = \"message\"\nlimit = 1\nmode = \"reject\"\n",
         tenant_layer(10, 10, "")
     );
-    let (relay, _) = relay(&layers).await;
+    let (relay, _) = memory_relay("", &layers).await;
     assert_eq!(send(&relay, "acme", "1").await.unwrap().0, 250);
     assert_eq!(remaining(&relay, "tenant", "acme"), 9);
     let (code, _) = send(&relay, "acme", "2").await.unwrap();
@@ -248,7 +234,7 @@ async fn send_tier(relay: &Relay, tier: &str) -> (u16, String) {
 
 #[tokio::test(start_paused = true)]
 async fn tiers_are_separate_buckets_and_the_window_refills_at_first_take_plus_interval() {
-    let (relay, _) = relay(&tier_layers()).await;
+    let (relay, _) = memory_relay("", &tier_layers()).await;
     let first_take = Instant::now();
     assert_eq!(send_tier(&relay, "basic").await.0, 250);
     tokio::time::advance(Duration::from_secs(3600)).await;
@@ -284,11 +270,10 @@ async fn tiers_are_separate_buckets_and_the_window_refills_at_first_take_plus_in
 #[tokio::test(start_paused = true)]
 async fn upstream_failure_gives_tokens_back_unless_charge_failures() {
     for (charge_failures, expected) in [(false, 5), (true, 4)] {
-        let (relay, fwd) = relay(&tenant_layer(
-            5,
-            5,
-            &format!("charge_failures = {charge_failures}"),
-        ))
+        let (relay, fwd) = memory_relay(
+            "",
+            &tenant_layer(5, 5, &format!("charge_failures = {charge_failures}")),
+        )
         .await;
         fwd.fail_with(Some(UpstreamError::Rejected {
             code: 450,
@@ -307,7 +292,7 @@ async fn upstream_failure_gives_tokens_back_unless_charge_failures() {
 
 #[tokio::test(start_paused = true)]
 async fn a_waiting_client_that_leaves_takes_nothing_and_the_next_moves_up() {
-    let (relay, fwd) = relay(&tenant_layer(1, 1, "")).await;
+    let (relay, fwd) = memory_relay("", &tenant_layer(1, 1, "")).await;
     let start = Instant::now();
     assert_eq!(send(&relay, "acme", "first").await.unwrap().0, 250);
     let mut leaver = relay.memory_client().await;
@@ -335,7 +320,7 @@ async fn a_waiting_client_that_leaves_takes_nothing_and_the_next_moves_up() {
 
 #[tokio::test(start_paused = true)]
 async fn quit_pipelined_after_the_dot_is_answered_after_the_message() {
-    let (relay, fwd) = relay(&tenant_layer(1, 1, "")).await;
+    let (relay, fwd) = memory_relay("", &tenant_layer(1, 1, "")).await;
     assert_eq!(send(&relay, "acme", "first").await.unwrap().0, 250);
     let mut c = relay.memory_client().await;
     c.cmd("EHLO x").await;
@@ -353,7 +338,7 @@ async fn quit_pipelined_after_the_dot_is_answered_after_the_message() {
 
 #[tokio::test(start_paused = true)]
 async fn shutdown_answers_every_waiter_421() {
-    let (relay, fwd) = relay(&tenant_layer(1, 1, "")).await;
+    let (relay, fwd) = memory_relay("", &tenant_layer(1, 1, "")).await;
     assert_eq!(send(&relay, "acme", "first").await.unwrap().0, 250);
     let waiters: Vec<_> = (0..3)
         .map(|i| send(&relay, "acme", &format!("w{i}")))
@@ -372,7 +357,7 @@ async fn shutdown_answers_every_waiter_421() {
 #[tokio::test(start_paused = true)]
 async fn key_header_is_stripped_unless_configured_otherwise() {
     for (strip, present) in [("", false), ("strip_key_header = false", true)] {
-        let (relay, fwd) = relay(&tenant_layer(5, 5, strip)).await;
+        let (relay, fwd) = memory_relay("", &tenant_layer(5, 5, strip)).await;
         assert_eq!(send(&relay, "acme", "s").await.unwrap().0, 250);
         let (_, msg) = &fwd.messages()[0];
         let client_part = String::from_utf8_lossy(without_received(msg)).to_string();
@@ -389,7 +374,7 @@ async fn key_header_is_stripped_unless_configured_otherwise() {
 #[tokio::test(start_paused = true)]
 async fn reload_keeps_unchanged_buckets_and_starts_changed_ones_fresh() {
     // After a reload the relay forwards through the config's own upstream: a scratch dir.
-    let outbox = std::env::temp_dir().join(format!("mailsluice-reload-{}", std::process::id()));
+    let outbox = scratch_path("reload");
     let url = format!("file://{}", outbox.display());
     let layer = |limit: u64, extra: &str| {
         config_text(
