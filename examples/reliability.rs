@@ -1,6 +1,6 @@
 //! Reliability benchmarks (issue 8), run by `bench/scale.sh` and `bench/soak.sh` against the
 //! release binary (`MAILSLUICE_BIN`, default `$CARGO_TARGET_DIR/release/mailsluice`). It
-//! shares the test harness (`tests/common`): the test upstream, the invariant checker, the
+//! shares the test harness (`tests/support`): the test upstream, the invariant checker, the
 //! tolerant client. Every run ends with the invariant checked over every message.
 //!
 //! ```text
@@ -13,18 +13,18 @@
 //!                                             memory sampled every 10 s
 //! ```
 
-#[path = "../tests/common/mod.rs"]
-mod common;
+#[path = "../tests/support/mod.rs"]
+mod support;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::invariant::{self, settle, ClientLog, Seen};
-use common::load::{self, LoadSpec};
-use common::process::RelayProcess;
-use common::traffic::{self, Leave};
-use common::upstream::{Fault, Step, TestUpstream};
+use support::invariant::{self, settle, ClientLog, Seen};
+use support::load::{self, LoadSpec};
+use support::process::RelayProcess;
+use support::traffic::{self, Leave};
+use support::upstream::{Fault, Step, TestUpstream};
 
 #[tokio::main]
 async fn main() {
@@ -168,7 +168,7 @@ async fn soak(duration: Duration) {
     up.set_fault_mix(20, fault_mix(true));
     // Per-tenant layer (wait; one hot tenant always waits), and an account-wide layer, on
     // Redis when it is installed (then killed and restarted every two minutes).
-    let redis = common::redis::RedisServer::start().map(|r| Arc::new(std::sync::Mutex::new(r)));
+    let redis = support::redis::RedisServer::start().map(|r| Arc::new(std::sync::Mutex::new(r)));
     let account_store = match &redis {
         Some(r) => format!(
             "store = \"redis\"\n[redis]\nurl = \"{}\"\ntimeout_ms = 300\n",
@@ -193,7 +193,7 @@ async fn soak(duration: Duration) {
             let mut tick = tokio::time::interval(Duration::from_secs(10));
             loop {
                 tick.tick().await;
-                let Some(rss) = common::process::rss_kib(pid) else {
+                let Some(rss) = support::process::rss_kib(pid) else {
                     return;
                 };
                 let t = started.elapsed().as_secs();

@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use mailsluice::upstream::{Forwarder, UpstreamError};
 
-use super::common::upstream::{unused_addr, Fault, Step, TestUpstream, ALL_STEPS};
 use super::{envelope, smtp_forwarder, SIMPLE};
+use crate::support::upstream::{unused_addr, Fault, Step, TestUpstream, ALL_STEPS};
 
 async fn send(fwd: &impl Forwarder) -> Result<mailsluice::upstream::Accepted, UpstreamError> {
     fwd.forward(&envelope(Some("a@x.test"), &["b@y.test"]), SIMPLE)

@@ -8,18 +8,14 @@ use std::sync::Arc;
 use mailsluice::upstream::{FileForwarder, Forwarder, UpstreamError};
 
 use super::{envelope, SIMPLE};
+use crate::support::host::scratch_path;
 
 /// A fresh directory under the system temp dir, removed when dropped.
 struct Scratch(PathBuf);
 
 impl Scratch {
     fn new(name: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!(
-            "mailsluice-{name}-{}-{}",
-            std::process::id(),
-            uuid::Uuid::new_v4().simple()
-        ));
-        Scratch(dir)
+        Scratch(scratch_path(name))
     }
 }
 

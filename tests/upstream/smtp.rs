@@ -4,8 +4,9 @@ use std::sync::Arc;
 
 use mailsluice::upstream::{build_forwarder, Envelope, Forwarder, SmtpSetupError, UpstreamError};
 
-use super::common::upstream::{Fault, Step, TestUpstream};
 use super::{envelope, smtp_forwarder, upstream_config, SIMPLE};
+use crate::support::host::scratch_path;
+use crate::support::upstream::{Fault, Step, TestUpstream};
 
 #[tokio::test]
 async fn delivers_the_exact_bytes() {
@@ -322,7 +323,7 @@ async fn build_forwarder_picks_by_url() {
         .unwrap();
     assert!(up.commands().contains(&"EHLO relay.test".to_string()));
 
-    let dir = std::env::temp_dir().join(format!("mailsluice-build-{}", std::process::id()));
+    let dir = scratch_path("build");
     let file = build_forwarder(
         &upstream_config(&format!("file://{}", dir.display()), ""),
         "h",

@@ -1,0 +1,200 @@
+//! The admin endpoint after real traffic: Prometheus metrics that match what was sent, peeks
+//! that report and do not change `remaining`, readiness that follows the upstream.
+
+use crate::support::http::get;
+use crate::support::relay::smtp_relay;
+use crate::support::upstream::{Fault, Step, TestUpstream};
+use std::collections::HashMap;
+
+/// Parses the Prometheus text format: `name{labels}` -> value, checking every sample line.
+fn parse_metrics(text: &str) -> HashMap<String, f64> {
+    let mut samples = HashMap::new();
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let (series, value) = line.rsplit_once(' ').expect("sample line: series value");
+        let name_end = series.find('{').unwrap_or(series.len());
+        assert!(
+            series[..name_end]
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_'),
+            "metric name: {line}"
+        );
+        samples.insert(
+            series.to_string(),
+            value.parse::<f64>().expect("numeric value"),
+        );
+    }
+    assert!(
+        text.trim_end().ends_with("# EOF"),
+        "OpenMetrics text ends with # EOF"
+    );
+    samples
+}
+
+const LAYER: &str =
+    "[[throttle]]\nname = \"tenant\"\nkey = \"header:X-Tenant\"\ncost = \"recipients\"\n\
+                     limit = 10\ninterval_ms = 3600000\nmode = \"reject\"\n";
+
+#[tokio::test]
+async fn metrics_count_what_was_sent_and_peek_takes_nothing() {
+    let up = TestUpstream::start().await;
+    let relay = smtp_relay(&up.url(), "", LAYER).await;
+    let admin = relay.start_admin().await;
+    let msg = b"X-Tenant: acme\r\nSubject: m\r\n\r\nx\r\n";
+    let mut c = relay.client().await;
+    for _ in 0..3 {
+        assert_eq!(
+            c.send_mail("a@example.com", &["b@example.net", "c@example.net"], msg)
+                .await
+                .0,
+            250
+        );
+    }
+    // 6 tokens of 10 taken; 3 recipients more than the 4 left is a 451.
+    let four = [
+        "1@x.example",
+        "2@x.example",
+        "3@x.example",
+        "4@x.example",
+        "5@x.example",
+    ];
+    assert_eq!(c.send_mail("a@example.com", &four, msg).await.0, 451);
+    up.set_fault(Fault::reply(Step::EndOfData, 554, "5.7.1 no"));
+    assert_eq!(
+        c.send_mail("a@example.com", &["b@example.net"], msg)
+            .await
+            .0,
+        554
+    );
+
+    let (status, text) = get(admin, "/metrics").await;
+    assert_eq!(status, 200);
+    let m = parse_metrics(&text);
+    assert_eq!(
+        m["mailsluice_messages_total{outcome=\"delivered\"}"], 3.0,
+        "{text}"
+    );
+    assert_eq!(m["mailsluice_messages_total{outcome=\"throttled\"}"], 1.0);
+    assert_eq!(
+        m["mailsluice_messages_total{outcome=\"upstream_perm_fail\"}"],
+        1.0
+    );
+    assert_eq!(m["mailsluice_throttled_total{layer=\"tenant\"}"], 1.0);
+    assert_eq!(m["mailsluice_throttle_keys{layer=\"tenant\"}"], 1.0);
+    assert_eq!(m["mailsluice_throttle_waiting{layer=\"tenant\"}"], 0.0);
+    assert_eq!(m["mailsluice_upstream_seconds_count"], 4.0);
+    assert_eq!(m["mailsluice_connections_open"], 1.0);
+    assert!(!text.contains("acme"), "no per-key series");
+
+    for _ in 0..2 {
+        let (status, body) = get(admin, "/buckets/tenant/acme").await;
+        assert_eq!(status, 200);
+        let peek: serde_json::Value = serde_json::from_str(&body).unwrap();
+        // 3 x 2 recipients delivered; the refused (451) and the failed (554) gave theirs back.
+        assert_eq!(peek["remaining"], 4, "{body}");
+        assert_eq!(peek["limit"], 10);
+        assert_eq!(peek["reset"], 0);
+        assert_eq!(peek["waiting"], 0);
+    }
+    let (status, body) = get(admin, "/buckets/nosuch/acme").await;
+    assert_eq!(status, 404);
+    assert!(body.contains("nosuch"), "{body}");
+    let (status, _) = get(admin, "/healthz").await;
+    assert_eq!(status, 200);
+    relay.stop().await;
+}
+
+#[tokio::test]
+async fn readyz_follows_the_upstream() {
+    let up = TestUpstream::start().await;
+    let relay = smtp_relay(&up.url(), "", "").await;
+    let admin = relay.start_admin().await;
+    let (status, body) = get(admin, "/readyz").await;
+    assert_eq!(status, 200, "{body}");
+    up.stop_listening();
+    let (status, body) = get(admin, "/readyz").await;
+    assert_eq!(status, 503, "{body}");
+    let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(json["upstream"]["ok"], false, "{body}");
+    assert_eq!(json["listening"], true);
+    up.resume_listening().await;
+    let (status, body) = get(admin, "/readyz").await;
+    assert_eq!(status, 200, "back when upstream is: {body}");
+    relay.stop().await;
+}
+
+/// A reload puts the new layers in force for the peek too: the new limit is read, a renamed
+/// layer is found under its new name, and the old name is gone.
+#[tokio::test]
+async fn peek_reads_the_config_in_force_after_a_reload() {
+    let up = TestUpstream::start().await;
+    let rest = |layer: &str, limit: u32| {
+        format!(
+            "[[throttle]]\nname = \"{layer}\"\nkey = \"header:X-Tenant\"\n\
+             limit = {limit}\ninterval_ms = 3600000\n"
+        )
+    };
+    let relay = smtp_relay(&up.url(), "", &rest("tenant", 10)).await;
+    let admin = relay.start_admin().await;
+    let msg = b"X-Tenant: acme\r\nSubject: m\r\n\r\nx\r\n";
+    let mut c = relay.client().await;
+    let peek = |body: &str| serde_json::from_str::<serde_json::Value>(body).unwrap();
+    assert_eq!(
+        c.send_mail("a@example.com", &["b@example.net"], msg)
+            .await
+            .0,
+        250
+    );
+    let (_, body) = get(admin, "/buckets/tenant/acme").await;
+    assert_eq!(
+        (
+            peek(&body)["limit"].clone(),
+            peek(&body)["remaining"].clone()
+        ),
+        (10.into(), 9.into())
+    );
+
+    let reloaded = |layer: &str, limit: u32| {
+        let text = mailsluice_config(
+            &up.url(),
+            &format!("tls = \"none\"\n{}", rest(layer, limit)),
+        );
+        mailsluice::reload::reload(&relay.live, text).expect("the new config is used")
+    };
+    reloaded("tenant", 5);
+    assert_eq!(
+        c.send_mail("a@example.com", &["b@example.net"], msg)
+            .await
+            .0,
+        250
+    );
+    let (status, body) = get(admin, "/buckets/tenant/acme").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        (
+            peek(&body)["limit"].clone(),
+            peek(&body)["remaining"].clone()
+        ),
+        (5.into(), 4.into()),
+        "{body}"
+    );
+
+    reloaded("tenants", 5);
+    let (status, body) = get(admin, "/buckets/tenants/acme").await;
+    assert_eq!(status, 200, "the renamed layer is found: {body}");
+    assert_eq!(
+        peek(&body)["remaining"],
+        5,
+        "a new layer starts full: {body}"
+    );
+    let (status, _) = get(admin, "/buckets/tenant/acme").await;
+    assert_eq!(status, 404, "the old name is gone");
+    relay.stop().await;
+}
+
+fn mailsluice_config(upstream_url: &str, rest: &str) -> mailsluice::config::Config {
+    let text = common::relay::config_text(upstream_url, "", rest);
+    mailsluice::config::Config::parse(&text).expect("test config is valid")
+}

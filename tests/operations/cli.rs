@@ -1,0 +1,435 @@
+//! The `mailsluice` binary itself: `check`, the embedded default, and SIGTERM.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::Receiver;
+
+use crate::support::host::{free_port, scratch_path};
+use crate::support::relay::Client;
+
+const BIN: &str = env!("CARGO_BIN_EXE_mailsluice");
+
+fn check(config: &str) -> std::process::Output {
+    let dir = tempdir();
+    let path = dir.join("c.toml");
+    std::fs::write(&path, config).unwrap();
+    Command::new(BIN)
+        .args(["check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap()
+}
+
+fn tempdir() -> std::path::PathBuf {
+    let dir = scratch_path("cli");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn check_accepts_the_shipped_configs() {
+    for path in [
+        "config/mailsluice.toml",
+        "config/examples/ses.toml",
+        "config/examples/tiers.toml",
+        "config/examples/lifetime.toml",
+        "config/examples/replicas.toml",
+    ] {
+        let out = Command::new(BIN)
+            .args(["check", "--config", path])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{path}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn check_names_the_key_and_line_of_an_error() {
+    let out = check(
+        "[smtp]\nlisten = [\"127.0.0.1:0\"]\nmax_recipients = 0\n[upstream]\nurl = \"file://x\"\n",
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("line 3") && err.contains("max_recipients"),
+        "{err}"
+    );
+    let out =
+        check("[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"file://x\"\npool = 3\n");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(err.contains("line 5") && err.contains("pool"), "{err}");
+}
+
+/// Starts the binary on port 0 and returns it with the address it logged.
+/// The relay process, killed when the test ends however it ends (a failed assertion must not
+/// leave it running, holding the test's output pipe open).
+struct Running(Child);
+
+impl std::ops::Deref for Running {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Running {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start(config: &str, dir: &std::path::Path) -> (Running, SocketAddr, Receiver<String>) {
+    start_with(config, dir, &[])
+}
+
+fn start_with(
+    config: &str,
+    dir: &std::path::Path,
+    args: &[&str],
+) -> (Running, SocketAddr, Receiver<String>) {
+    let path = dir.join("relay.toml");
+    std::fs::write(&path, config).unwrap();
+    let child = Command::new(BIN)
+        .args(args)
+        .arg("--config")
+        .arg(&path)
+        .current_dir(dir)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut child = Running(child);
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = BufReader::new(stderr).lines();
+    let addr = loop {
+        let line = lines
+            .next()
+            .expect("relay exited before listening")
+            .unwrap();
+        if !line.contains("listening for SMTP") {
+            continue;
+        }
+        if let Some(rest) = line.split("addr=").nth(1) {
+            break rest.split_whitespace().next().unwrap().parse().unwrap();
+        }
+        if let Some(rest) = line.split("\"addr\":\"").nth(1) {
+            break rest.split('"').next().unwrap().parse().unwrap();
+        }
+    };
+    // Keep draining stderr so the relay never blocks on a full pipe; hand lines to the test.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    (child, addr, rx)
+}
+
+#[tokio::test]
+async fn default_file_upstream_then_sigterm_finishes_the_transaction_and_exits_0() {
+    let dir = tempdir();
+    let config = "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"file://outbox\"\n";
+    let (mut child, addr, logs) = start(config, &dir);
+    let mut c = Client::connect(addr).await;
+    assert_eq!(
+        c.send_mail(
+            "a@example.com",
+            &["b@example.com"],
+            b"Subject: 1\r\n\r\nx\r\n"
+        )
+        .await
+        .0,
+        250
+    );
+    // A second transaction is in flight (inside DATA) when SIGTERM comes.
+    c.cmd("MAIL FROM:<a@example.com>").await;
+    c.cmd("RCPT TO:<b@example.com>").await;
+    assert_eq!(c.cmd("DATA").await.0, 354);
+    c.send(b"Subject: 2\r\n\r\nhalf").await;
+    let kill = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    // The relay says when it has seen the signal (no sleeping on a guess).
+    while !logs.recv().unwrap().contains("shutting down") {}
+    c.send(b" and the rest\r\n.\r\n").await;
+    let (code, text) = c.reply().await;
+    assert_eq!(code, 250, "the transaction in flight finishes: {text}");
+    // Its next command is told the service is going away.
+    let (code, _) = c.cmd("NOOP").await;
+    assert_eq!(code, 421);
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+    let emls = std::fs::read_dir(dir.join("outbox"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "eml")
+        })
+        .count();
+    assert_eq!(emls, 2);
+}
+
+#[tokio::test]
+async fn json_logs_have_one_object_per_line_with_the_message_fields() {
+    let dir = tempdir();
+    let config = "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"file://outbox\"\n\
+                  [[throttle]]\nname = \"tenant\"\nkey = \"header:X-Tenant\"\nlimit = 5\n";
+    let (mut child, addr, logs) = start_with(config, &dir, &["--log-format", "json"]);
+    let mut c = Client::connect(addr).await;
+    let msg = b"X-Tenant: acme\r\nSubject: secret subject\r\n\r\nsecret body\r\n";
+    assert_eq!(
+        c.send_mail("a@example.com", &["b@example.net"], msg)
+            .await
+            .0,
+        250
+    );
+    let message_line = loop {
+        let line = logs.recv().unwrap();
+        let json: serde_json::Value =
+            serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        if json["fields"]["message"] == "message" {
+            break json;
+        }
+    };
+    let f = &message_line["fields"];
+    assert_eq!(f["outcome"], "delivered", "{message_line}");
+    assert_eq!(f["layer"], "tenant");
+    assert_eq!(f["key"], "acme");
+    assert_eq!(f["cost"], 1);
+    assert!(f["waited_ms"].is_u64() && f["duration_ms"].is_u64());
+    assert!(f["upstream"].as_str().unwrap().starts_with("250 "));
+    assert!(
+        !message_line.to_string().contains("secret"),
+        "no message content in logs"
+    );
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+}
+
+#[test]
+fn hash_password_reads_stdin_and_prints_an_argon2id_hash() {
+    use std::io::Write;
+    let mut child = Command::new(BIN)
+        .arg("hash-password")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"correct horse\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let hash = String::from_utf8(out.stdout).unwrap();
+    let hash = hash.trim();
+    assert!(hash.starts_with("$argon2id$v=19$"), "{hash}");
+    assert!(mailsluice::password::matches(hash, "correct horse"));
+    assert!(!mailsluice::password::matches(hash, "correct horse\n"));
+    // A config with that hash is valid.
+    let config = format!(
+        "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[smtp.auth]\nusers = [{{ user = \"u\", password_hash = \"{hash}\" }}]\n[upstream]\nurl = \"file://x\"\n"
+    );
+    assert!(check(&config).status.success());
+}
+
+#[test]
+fn check_names_a_missing_certificate_and_a_mismatched_key() {
+    let dir = tempdir();
+    let a = crate::support::tls::TestCert::new();
+    let b = crate::support::tls::TestCert::new();
+    let tls = |cert: &std::path::Path, key: &std::path::Path| {
+        format!(
+            "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[smtp.tls]\ncert = \"{}\"\nkey = \"{}\"\n[upstream]\nurl = \"file://x\"\n",
+            cert.display(),
+            key.display()
+        )
+    };
+    assert!(check(&tls(&a.cert_path, &a.key_path)).status.success());
+    let out = check(&tls(&a.cert_path, &b.key_path));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(err.contains("does not match"), "{err}");
+    let out = check(&tls(&dir.join("missing.pem"), &a.key_path));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("missing.pem"), "{err}");
+}
+
+#[tokio::test]
+async fn sighup_reloads_the_certificate_without_dropping_connections() {
+    let dir = tempdir();
+    let cert = crate::support::tls::TestCert::new();
+    let config = format!(
+        "[smtp]\nlisten = [\"127.0.0.1:0\"]\n{}[upstream]\nurl = \"file://outbox\"\n",
+        cert.config("")
+    );
+    let (mut child, addr, logs) = start(&config, &dir);
+    let mut before = crate::support::tls::starttls(Client::connect(addr).await, &cert.der).await;
+    assert_eq!(before.cmd("EHLO x").await.0, 250);
+    let renewed = cert.renew();
+    let hup = Command::new("kill")
+        .args(["-HUP", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(hup.success());
+    while !logs.recv().unwrap().contains("configuration reloaded") {}
+    let mut after = crate::support::tls::starttls(Client::connect(addr).await, &renewed).await;
+    assert_eq!(after.cmd("EHLO x").await.0, 250);
+    assert_eq!(
+        before.cmd("NOOP").await.0,
+        250,
+        "the older connection is still up"
+    );
+    child.kill().unwrap();
+    let _ = child.wait();
+}
+
+#[tokio::test]
+async fn peek_reads_a_local_layer_through_the_admin_endpoint_and_takes_nothing() {
+    let dir = tempdir();
+    let config = format!(
+        "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"file://outbox\"\n\
+         [admin]\nlisten = \"127.0.0.1:{}\"\n\
+         [[throttle]]\nname = \"tenant\"\nkey = \"header:X-Tenant\"\nlimit = 5\ninterval_ms = 3600000\n",
+        free_port()
+    );
+    let (mut child, addr, logs) = start(&config, &dir);
+    while !logs.recv().unwrap().contains("admin endpoint listening") {}
+    let mut c = Client::connect(addr).await;
+    let msg = b"X-Tenant: a/b c\r\nSubject: s\r\n\r\nx\r\n";
+    assert_eq!(
+        c.send_mail("a@example.com", &["b@example.net", "c@example.net"], msg)
+            .await
+            .0,
+        250
+    );
+    for _ in 0..2 {
+        let out = Command::new(BIN)
+            .args(["peek", "--config"])
+            .arg(dir.join("relay.toml"))
+            .args(["tenant", "a/b c"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(
+            (json["limit"].as_u64(), json["remaining"].as_u64()),
+            (Some(5), Some(3)),
+            "{json}"
+        );
+    }
+    let out = Command::new(BIN)
+        .args(["peek", "--config"])
+        .arg(dir.join("relay.toml"))
+        .args(["nosuch", "x"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+}
+
+fn hup(child: &Running) {
+    let status = Command::new("kill")
+        .args(["-HUP", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[tokio::test]
+async fn sighup_with_a_lower_limit_throttles_the_next_messages_and_a_bad_config_is_refused() {
+    let dir = tempdir();
+    let layer = |limit: &str| {
+        format!(
+            "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"file://outbox\"\n\
+             [[throttle]]\nname = \"tenant\"\nkey = \"none\"\ncost = \"message\"\nlimit = {limit}\n\
+             interval_ms = 3600000\nmode = \"reject\"\n"
+        )
+    };
+    let (mut child, addr, logs) = start(&layer("100"), &dir);
+    let mut c = Client::connect(addr).await;
+    // A session open across the reload moves to the new config at its next MAIL.
+    for _ in 0..2 {
+        assert_eq!(
+            c.send_mail("a@example.com", &["b@example.net"], b"x\r\n")
+                .await
+                .0,
+            250
+        );
+    }
+    std::fs::write(dir.join("relay.toml"), layer("1")).unwrap();
+    hup(&child);
+    while !logs.recv().unwrap().contains("configuration reloaded") {}
+    assert_eq!(
+        c.send_mail("a@example.com", &["b@example.net"], b"x\r\n")
+            .await
+            .0,
+        250
+    );
+    let (code, text) = c
+        .send_mail("a@example.com", &["b@example.net"], b"x\r\n")
+        .await;
+    assert_eq!(code, 451, "the lower limit is in force: {text}");
+    std::fs::write(dir.join("relay.toml"), layer("0")).unwrap();
+    hup(&child);
+    loop {
+        let line = logs.recv().unwrap();
+        assert!(
+            !line.contains("configuration reloaded"),
+            "a bad config was taken: {line}"
+        );
+        if line.contains("refused") {
+            assert!(
+                line.contains("line 9"),
+                "the error names the line of `limit`: {line}"
+            );
+            break;
+        }
+    }
+    let mut fresh = Client::connect(addr).await;
+    let (code, text) = fresh
+        .send_mail("a@example.com", &["b@example.net"], b"x\r\n")
+        .await;
+    assert_eq!(
+        code, 451,
+        "the old config (limit 1, spent) still works: {text}"
+    );
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+}

@@ -1,0 +1,9 @@
+//! Running the relay: the admin endpoint, the binary's command line and signals, and
+//! shutdown under load.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod admin;
+mod cli;
+mod shutdown;

@@ -1,0 +1,205 @@
+//! The binary stopped under load (issue 8). SIGTERM with messages waiting in the throttle
+//! queue and others in flight upstream: the waiters get `421 4.3.2`, the forwards finish with
+//! `250`, idle clients are told to go, a message whose DATA ends after the signal goes if its
+//! bucket allows it at once (`421 4.3.2` if it would wait), and the process exits 0 within
+//! its grace period.
+//! SIGKILL with traffic flowing: no message a client saw `250` for is missing upstream. The
+//! invariant (`support::invariant`) is checked over every message of both.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::support::http::get;
+use crate::support::invariant::{self, assert_holds, settle, ClientLog, Seen};
+use crate::support::process::RelayProcess;
+use crate::support::relay::{sum_metric, Client};
+use crate::support::traffic::{self, Leave};
+use crate::support::upstream::{Fault, Step, TestUpstream};
+use crate::support::wait::until;
+
+/// One tenant layer: `burst` messages at once, then `limit` a second (0: one a minute);
+/// waits of up to an hour.
+fn config(up: &TestUpstream, limit: u64, burst: u64) -> String {
+    let (limit, interval) = match limit {
+        0 => (1, 60_000),
+        n => (n, 1000),
+    };
+    format!(
+        "[smtp]\nlisten = [\"127.0.0.1:0\"]\nhostname = \"relay.test\"\nshutdown_grace_ms = 20000\n\
+         [upstream]\nurl = \"{}\"\ntls = \"none\"\ntimeout_ms = 10000\npool_size = 8\n\
+         [[throttle]]\nname = \"tenant\"\nkey = \"header:X-Tenant\"\ncost = \"message\"\n\
+         limit = {limit}\ninterval_ms = {interval}\nburst = {burst}\nmax_wait_ms = 3600000\n\
+         [admin]\nlisten = \"127.0.0.1:0\"\n",
+        up.url()
+    )
+}
+
+async fn metric(relay: &RelayProcess, name: &str) -> f64 {
+    let (status, text) = get(relay.admin.unwrap(), "/metrics").await;
+    assert_eq!(status, 200);
+    sum_metric(&text, name)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_answers_waiters_421_finishes_forwards_and_exits_0() {
+    const IN_FLIGHT: usize = 4;
+    const WAITING: usize = 20;
+    let up = TestUpstream::start().await;
+    // Upstream takes 3 s to accept each message: the first ones are in flight at SIGTERM.
+    up.set_fault(Fault::stall(Step::EndOfData, Duration::from_secs(3)));
+    let mut relay = RelayProcess::start(&config(&up, 0, IN_FLIGHT as u64), "info");
+    let addr = relay.addr;
+    let log = ClientLog::new();
+    let mut clients = tokio::task::JoinSet::new();
+    for i in 0..IN_FLIGHT {
+        let log = log.clone();
+        clients.spawn(async move {
+            let id = format!("flight-{i}");
+            (
+                id.clone(),
+                traffic::send(addr, &log, &id, "acme", Leave::Never).await,
+            )
+        });
+    }
+    until(
+        "every burst message is upstream, awaiting its reply",
+        async || up.commands().iter().filter(|c| *c == "DATA").count() == IN_FLIGHT,
+    )
+    .await;
+    for i in 0..WAITING {
+        let log = log.clone();
+        clients.spawn(async move {
+            let id = format!("wait-{i}");
+            (
+                id.clone(),
+                traffic::send(addr, &log, &id, "acme", Leave::Never).await,
+            )
+        });
+    }
+    until("every other message waits in the queue", async || {
+        metric(&relay, "mailsluice_throttle_waiting").await == WAITING as f64
+    })
+    .await;
+    // And a client between transactions, and two in the middle of DATA: one of a tenant
+    // with tokens to spare, one of the tenant whose queue is full of waiters.
+    let mut idle = Client::connect(addr).await;
+    assert_eq!(idle.cmd("EHLO idle.test").await.0, 250);
+    let mut late = Vec::new();
+    for (id, tenant) in [("late-free", "other"), ("late-empty", "acme")] {
+        let mut c = Client::connect(addr).await;
+        assert_eq!(c.cmd("EHLO late.test").await.0, 250);
+        assert_eq!(c.cmd("MAIL FROM:<app@example.com>").await.0, 250);
+        assert_eq!(c.cmd("RCPT TO:<user@example.net>").await.0, 250);
+        assert_eq!(c.cmd("DATA").await.0, 354);
+        let body = invariant::message(id, tenant);
+        let half = body.len() / 2;
+        c.send(&body[..half]).await;
+        late.push((id, c, body[half..].to_vec()));
+    }
+
+    assert!(up.messages().is_empty(), "the burst is still in flight");
+    relay.signal(libc::SIGTERM);
+    let mut answers = std::collections::BTreeMap::new();
+    while let Some(done) = clients.join_next().await {
+        let (id, seen) = done.unwrap();
+        answers.insert(id, seen);
+    }
+    for (id, seen) in &answers {
+        if id.starts_with("flight") {
+            assert_eq!(
+                seen.code(),
+                Some(250),
+                "{id}: in flight, it finishes: {seen:?}"
+            );
+        } else {
+            assert!(
+                matches!(seen, Seen::Reply(421, t) if t.starts_with("4.3.2")),
+                "{id}: waiting, it is told to come back: {seen:?}"
+            );
+        }
+    }
+    assert_eq!(idle.reply().await.0, 421, "the idle client is told too");
+    // The waiters were answered: the throttle is disposed of. The transactions in flight
+    // finish: a message that can go at once goes, one that would wait is told to come back.
+    for (id, mut c, rest) in late {
+        c.send(&rest).await;
+        c.send(b".\r\n").await;
+        let (code, text) = c.reply().await;
+        log.record(id, Seen::Reply(code, text.clone()));
+        match id {
+            "late-free" => assert_eq!(code, 250, "{id}: {text}"),
+            _ => assert!(
+                code == 421 && text.starts_with("4.3.2"),
+                "{id}: {code} {text}"
+            ),
+        }
+    }
+    // The listener is closed: nobody new gets in.
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err());
+    let status = relay.wait(Duration::from_secs(60)).await;
+    assert_eq!(status.code(), Some(0), "{:?}", relay.logs());
+    let logs = relay.logs();
+    assert!(logs.iter().any(|l| l.contains("stopped")), "{logs:?}");
+    assert!(
+        !logs.iter().any(|l| l.contains("grace period over")),
+        "it exited within the grace period, not at its end: {logs:?}"
+    );
+    settle(&up).await;
+    let summary = assert_holds("sigterm", &log, &up);
+    assert_eq!(
+        (summary.acknowledged, summary.refused),
+        (IN_FLIGHT + 1, WAITING + 1)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_under_load_loses_no_acknowledged_message() {
+    let up = TestUpstream::start().await;
+    // Slow acceptance: at any instant several messages are in flight upstream.
+    up.set_fault(Fault::stall(Step::EndOfData, Duration::from_millis(100)));
+    // 20 messages a second per tenant: the four senders of tenant "shared" (10 a second
+    // each at most) wait in its queue, the four others do not.
+    let mut relay = RelayProcess::start(&config(&up, 20, 2), "info,mailsluice::message=warn");
+    let addr = relay.addr;
+    let log = ClientLog::new();
+    let done = Arc::new(AtomicUsize::new(0));
+    let dead = Arc::new(AtomicBool::new(false));
+    let mut senders = tokio::task::JoinSet::new();
+    for s in 0..8 {
+        let (log, done, dead) = (log.clone(), done.clone(), dead.clone());
+        senders.spawn(async move {
+            let mut n = 0;
+            // Half the senders share one tenant (so some wait), the others have their own.
+            let tenant = if s % 2 == 0 {
+                "shared".to_string()
+            } else {
+                format!("t{s}")
+            };
+            while !dead.load(Ordering::SeqCst) {
+                let id = format!("s{s}-{n}");
+                let seen = traffic::send(addr, &log, &id, &tenant, Leave::Never).await;
+                if seen.code() == Some(250) {
+                    done.fetch_add(1, Ordering::SeqCst);
+                }
+                n += 1;
+            }
+        });
+    }
+    until("traffic flows", async || done.load(Ordering::SeqCst) >= 40).await;
+    relay.signal(libc::SIGKILL);
+    dead.store(true, Ordering::SeqCst);
+    while let Some(s) = senders.join_next().await {
+        s.unwrap();
+    }
+    let status = relay.wait(Duration::from_secs(10)).await;
+    assert_eq!(status.code(), None, "killed by a signal");
+    settle(&up).await;
+    let summary = assert_holds("sigkill", &log, &up);
+    eprintln!("{summary:?}");
+    assert!(summary.acknowledged >= 40, "{summary:?}");
+    assert!(
+        summary.no_reply > 0,
+        "some messages were cut off by the kill: {summary:?}"
+    );
+}

@@ -1,0 +1,9 @@
+//! Reliability (README, "Reliability"): the fault matrix, thousands of connections, and a
+//! real Postfix in front, each checked with the invariant of `support/invariant.rs`.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod faults;
+mod load;
+mod postfix;

@@ -1,0 +1,35 @@
+//! The one support root of the integration tests (and of `examples/reliability.rs`). Each
+//! area's `main.rs` includes it with `#[path = "../support/mod.rs"] mod support;` and uses a
+//! part of it:
+//!
+//! - `relay`: the relay in-process (`Relay`, `smtp_relay`, `memory_relay`) and a raw client.
+//! - `memory`: a forwarder that records what it is given (`MemoryForwarder`).
+//! - `upstream`: the test upstream SMTP server, with injected faults.
+//! - `process`: the `mailsluice` binary as a process of its own (signals, exit, memory).
+//! - `redis`: a private `redis-server` (`RedisServer::start`) and a three-node cluster.
+//! - `throttle`: a throttle on tokio's paused clock, spawned acquires, recorded events.
+//! - `invariant`: the checker of "every `250` is upstream once, nothing else is".
+//! - `traffic`: a tolerant client that logs what it saw, for the invariant.
+//! - `load`: thousands of connections to the binary, resident memory measured.
+//! - `auth`, `tls`, `http`: AUTH users with cheap hashes, test certificates and a TLS
+//!   client, a GET on the admin endpoint.
+//! - `host`: free ports, scratch directories, and whether a program (swaks, postfix) is
+//!   installed (else a loud skip, a failure under `CI=true`).
+//! - `wait`: `until`, polling a condition in real time (at most 30 s).
+#![allow(dead_code)]
+
+pub mod auth;
+pub mod host;
+pub mod http;
+pub mod invariant;
+pub mod load;
+pub mod memory;
+pub mod process;
+pub mod redis;
+pub mod relay;
+pub mod throttle;
+pub mod tls;
+pub mod traffic;
+pub mod upstream;
+mod upstream_session;
+pub mod wait;

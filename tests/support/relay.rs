@@ -1,0 +1,296 @@
+//! Starts mailsluice in-process on 127.0.0.1:0 for a test, and a raw SMTP client to talk to it
+//! byte by byte (real clients are used elsewhere; this one lets tests send hostile bytes).
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use mailsluice::config::Config;
+use mailsluice::context::Context;
+use mailsluice::server::Listeners;
+use mailsluice::shutdown::{self, ShutdownTrigger};
+use mailsluice::smtp::AsyncStream;
+use mailsluice::tls::Tls;
+use mailsluice::upstream::Forwarder;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+use super::memory::MemoryForwarder;
+
+/// A relay running in this process.
+pub struct Relay {
+    pub addr: SocketAddr,
+    /// Sessions over in-memory streams share this context with the TCP ones.
+    ctx: Arc<Context>,
+    admin: Arc<mailsluice::admin::Admin>,
+    /// The implicit-TLS port, when the config has `[smtp.tls]`.
+    pub tls_addr: Option<SocketAddr>,
+    /// The relay's certificate holder, to call `reload` as SIGHUP does.
+    pub tls: Option<Arc<Tls>>,
+    /// The relay's throttle, to peek at buckets.
+    pub throttle: Arc<mailsluice::throttle::Throttle>,
+    /// The relay's current context, to reload it as SIGHUP does.
+    pub live: Arc<mailsluice::context::Live>,
+    trigger: ShutdownTrigger,
+    task: JoinHandle<()>,
+}
+
+/// The `[smtp]` section tests start from; `extra` is appended to it.
+pub fn config_text(upstream_url: &str, extra_smtp: &str, rest: &str) -> String {
+    format!(
+        "[smtp]\nlisten = [\"127.0.0.1:0\"]\nhostname = \"relay.test\"\n{extra_smtp}\n\
+         [upstream]\nurl = \"{upstream_url}\"\ntimeout_ms = 2000\n{rest}\n"
+    )
+}
+
+impl Relay {
+    pub async fn start(config: &str, forwarder: Arc<dyn Forwarder>) -> Relay {
+        let config = Arc::new(Config::parse(config).expect("test config is valid"));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut listeners = Listeners::from(vec![listener]);
+        let mut tls_addr = None;
+        if config.smtp.tls.is_some() {
+            let implicit = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tls_addr = Some(implicit.local_addr().unwrap());
+            listeners.implicit_tls.push(implicit);
+        }
+        let (trigger, shutdown) = shutdown::channel();
+        let deps = mailsluice::Deps::new(config, forwarder)
+            .with_tls()
+            .expect("test certificate loads");
+        let throttle = deps.throttle.clone();
+        let live = deps.live.clone();
+        let ctx = Arc::new(Context::new(deps.clone()));
+        let admin = mailsluice::admin::Admin::new(&deps);
+        let tls = deps.tls.clone();
+        let task = tokio::spawn(mailsluice::run(listeners, deps, shutdown));
+        Relay {
+            addr,
+            ctx,
+            admin,
+            tls_addr,
+            tls,
+            throttle,
+            live,
+            trigger,
+            task,
+        }
+    }
+
+    /// Fires the shutdown and waits for `run` to return.
+    pub async fn stop(self) {
+        self.trigger.trigger();
+        self.task.await.unwrap();
+    }
+
+    pub fn trigger_shutdown(&self) {
+        self.trigger.trigger();
+    }
+
+    /// Starts the admin endpoint on 127.0.0.1:0 and returns its address.
+    pub async fn start_admin(&self) -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shutdown = self.trigger.subscribe();
+        tokio::spawn(mailsluice::admin::serve(
+            listener,
+            self.admin.clone(),
+            shutdown,
+        ));
+        addr
+    }
+
+    /// The sum of the samples of a Prometheus metric (`mailsluice_messages_total` adds up
+    /// every outcome; `mailsluice_messages_total{outcome="delivered"}` one of them).
+    pub fn metric(&self, name: &str) -> f64 {
+        let text = self.admin.metrics_text().expect("the relay runs");
+        sum_metric(&text, name)
+    }
+
+    /// Messages that reached their final dot and were answered (or abandoned), so far.
+    pub fn messages_done(&self) -> u64 {
+        self.metric("mailsluice_messages_total") as u64
+    }
+
+    pub async fn client(&self) -> Client {
+        Client::connect(self.addr).await
+    }
+
+    /// A client whose session runs over an in-memory stream instead of TCP: the same session
+    /// code, but every byte in flight is visible to tokio, so under a paused clock the runtime
+    /// never mistakes a connection in progress for idleness and jumps the clock.
+    pub async fn memory_client(&self) -> Client {
+        let mut c = self.memory_connect();
+        c.greeting().await;
+        c
+    }
+
+    /// Starts an in-memory session; the greeting is left unread.
+    pub fn memory_connect(&self) -> Client {
+        let (ours, theirs) = tokio::io::duplex(64 * 1024);
+        let peer: SocketAddr = "127.0.0.1:50000".parse().unwrap();
+        let shutdown = self.trigger.subscribe();
+        tokio::spawn(mailsluice::smtp::serve(
+            self.ctx.clone(),
+            Box::new(theirs),
+            peer,
+            shutdown,
+            false,
+        ));
+        Client {
+            stream: BufReader::new(Box::new(ours)),
+        }
+    }
+}
+
+/// A raw SMTP client, over TCP or TLS.
+pub struct Client {
+    stream: BufReader<Box<dyn AsyncStream>>,
+}
+
+impl Client {
+    /// Connects and reads the greeting, which must be `220`.
+    pub async fn connect(addr: SocketAddr) -> Client {
+        let mut c = Client::connect_raw(addr).await;
+        c.greeting().await;
+        c
+    }
+
+    /// Reads the greeting, which must be `220`.
+    pub async fn greeting(&mut self) {
+        let (code, text) = self.reply().await;
+        assert_eq!(code, 220, "greeting: {text}");
+    }
+
+    pub async fn connect_raw(addr: SocketAddr) -> Client {
+        let stream = TcpStream::connect(addr).await.unwrap();
+        // Without it, Nagle holds a small write until the relay ACKs the previous one, which
+        // a delayed ACK puts off by tens of real milliseconds: long enough for paused time to
+        // jump past a deadline the test means to stay within.
+        stream.set_nodelay(true).unwrap();
+        Client::over(Box::new(stream))
+    }
+
+    pub fn over(stream: Box<dyn AsyncStream>) -> Client {
+        Client {
+            stream: BufReader::new(Box::new(stream)),
+        }
+    }
+
+    /// Takes the underlying stream (nothing may be left unread in the buffer), for a TLS
+    /// handshake; `over` wraps the result again.
+    pub fn into_stream(self) -> Box<dyn AsyncStream> {
+        assert!(self.stream.buffer().is_empty(), "bytes left unread");
+        self.stream.into_inner()
+    }
+
+    pub async fn send(&mut self, bytes: &[u8]) {
+        self.stream.get_mut().write_all(bytes).await.unwrap();
+    }
+
+    /// Sends without failing when the relay has already closed the connection.
+    pub async fn try_send(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.stream.get_mut().write_all(bytes).await
+    }
+
+    /// Reads one reply, joining the lines of a multi-line one with `\n`. `(0, "")` at EOF.
+    pub async fn reply(&mut self) -> (u16, String) {
+        let mut text = Vec::new();
+        loop {
+            let mut line = String::new();
+            if self.stream.read_line(&mut line).await.unwrap_or(0) == 0 {
+                return (0, text.join("\n"));
+            }
+            assert!(line.ends_with("\r\n"), "reply line without CRLF: {line:?}");
+            let code: u16 = line[..3].parse().expect("reply code");
+            text.push(line[4..].trim_end().to_string());
+            if line.as_bytes()[3] == b' ' {
+                return (code, text.join("\n"));
+            }
+        }
+    }
+
+    pub async fn cmd(&mut self, line: &str) -> (u16, String) {
+        self.send(format!("{line}\r\n").as_bytes()).await;
+        self.reply().await
+    }
+
+    /// EHLO, MAIL, RCPTs, DATA and the message (which must end in CRLF); returns the final reply.
+    pub async fn send_mail(&mut self, from: &str, rcpts: &[&str], message: &[u8]) -> (u16, String) {
+        let (code, _) = self.cmd("EHLO client.test").await;
+        assert_eq!(code, 250);
+        let (code, text) = self.cmd(&format!("MAIL FROM:<{from}>")).await;
+        if code != 250 {
+            return (code, text);
+        }
+        for rcpt in rcpts {
+            let (code, text) = self.cmd(&format!("RCPT TO:<{rcpt}>")).await;
+            assert_eq!(code, 250, "RCPT {rcpt}: {text}");
+        }
+        let (code, text) = self.cmd("DATA").await;
+        assert_eq!(code, 354, "{text}");
+        self.send(message).await;
+        self.send(b".\r\n").await;
+        self.reply().await
+    }
+
+    /// True when the relay closes the connection after at most a few bytes (a TLS alert, a
+    /// last reply), never a session's worth.
+    pub async fn reads_to_close(&mut self) -> bool {
+        let mut buf = [0u8; 512];
+        for _ in 0..16 {
+            match self.stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return true,
+                Ok(_) => {}
+            }
+        }
+        false
+    }
+
+    /// True when the relay closed the connection (reads EOF).
+    pub async fn is_closed(&mut self) -> bool {
+        let mut buf = [0u8; 1];
+        matches!(self.stream.read(&mut buf).await, Ok(0) | Err(_))
+    }
+}
+
+/// A relay forwarding over SMTP (lettre) to `upstream_url`, plain (no STARTTLS), with the
+/// given extra `[smtp]` keys and extra tables after `[upstream]`.
+pub async fn smtp_relay(upstream_url: &str, extra_smtp: &str, rest: &str) -> Relay {
+    let text = config_text(upstream_url, extra_smtp, &format!("tls = \"none\"\n{rest}"));
+    upstream_relay(&text).await
+}
+
+/// A relay on the whole config `text`, forwarding with what its `[upstream]` section builds
+/// (as the binary does: SMTP, or a directory).
+pub async fn upstream_relay(text: &str) -> Relay {
+    let config = Config::parse(text).expect("test config is valid");
+    let forwarder =
+        mailsluice::upstream::build_forwarder(&config.upstream, "relay.test").expect("forwarder");
+    Relay::start(text, forwarder).await
+}
+
+/// A relay on [`config_text`] (with `extra_smtp` and `rest`) whose forwarder records what it
+/// is given, for tests of the session alone.
+pub async fn memory_relay(extra_smtp: &str, rest: &str) -> (Relay, Arc<MemoryForwarder>) {
+    let fwd = MemoryForwarder::new();
+    let relay = Relay::start(&config_text("file://unused", extra_smtp, rest), fwd.clone()).await;
+    (relay, fwd)
+}
+
+/// The sum of the samples of `name` in a Prometheus text exposition: lines that start with it
+/// followed by a space or, when it has no labels of its own, a `{`.
+pub fn sum_metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let rest = l.strip_prefix(name)?;
+            let labels_ok =
+                rest.starts_with(' ') || (!name.ends_with('}') && rest.starts_with('{'));
+            labels_ok.then(|| l.rsplit(' ').next()?.parse::<f64>().ok())?
+        })
+        .sum()
+}

@@ -1,0 +1,12 @@
+//! Throttling: the throttle alone on tokio's paused clock (one layer, several layers,
+//! properties), the store contract over both stores, and throttling in the SMTP dialogue.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod throttle_layers;
+mod throttle_props;
+mod throttle_seed;
+mod throttle_store;
+mod throttling;
+mod throttling_tcp;

@@ -1,0 +1,48 @@
+//! Upstream: the forwarders against the test upstream (SMTP) and a scratch directory
+//! (file), over real TCP on 127.0.0.1, and the relay's answers to upstream faults. The
+//! helpers below are shared by the forwarder tests.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod faults;
+mod file;
+mod relay_faults;
+mod smtp;
+
+use mailsluice::config::{Config, UpstreamConfig};
+use mailsluice::upstream::{Envelope, SmtpForwarder};
+
+/// An `[upstream]` section as a user would write it, plus `extra` TOML lines.
+pub fn upstream_config(url: &str, extra: &str) -> UpstreamConfig {
+    let text =
+        format!("[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"{url}\"\n{extra}\n");
+    Config::parse(&text).expect("test config").upstream
+}
+
+/// An SMTP forwarder to `url` with a short timeout, so that stalls fail fast.
+pub fn smtp_forwarder(url: &str, extra: &str) -> SmtpForwarder {
+    let tls = if extra.contains("tls =") {
+        ""
+    } else {
+        "tls = \"none\"\n"
+    };
+    let timeout = if extra.contains("timeout_ms") {
+        ""
+    } else {
+        "timeout_ms = 500\n"
+    };
+    let cfg = upstream_config(url, &format!("{timeout}{tls}{extra}"));
+    SmtpForwarder::new(&cfg, "relay.test").expect("forwarder")
+}
+
+pub fn envelope(from: Option<&str>, rcpts: &[&str]) -> Envelope {
+    Envelope {
+        from: from.map(str::to_string),
+        rcpts: rcpts.iter().map(|r| r.to_string()).collect(),
+        smtputf8: false,
+        body_8bit: false,
+    }
+}
+
+pub const SIMPLE: &[u8] = b"Subject: hello\r\n\r\nHello.\r\n";
