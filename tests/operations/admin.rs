@@ -195,6 +195,6 @@ async fn peek_reads_the_config_in_force_after_a_reload() {
 }
 
 fn mailsluice_config(upstream_url: &str, rest: &str) -> mailsluice::config::Config {
-    let text = common::relay::config_text(upstream_url, "", rest);
+    let text = crate::support::relay::config_text(upstream_url, "", rest);
     mailsluice::config::Config::parse(&text).expect("test config is valid")
 }
