@@ -1,4 +1,4 @@
-//! Reliability benchmarks (issue 8), run by `bench/scale.sh` and `bench/soak.sh` against the
+//! Reliability benchmarks, run by `bench/scale.sh` and `bench/soak.sh` against the
 //! release binary (`MAILSLUICE_BIN`, default `$CARGO_TARGET_DIR/release/mailsluice`). It
 //! shares the test harness (`tests/support`): the test upstream, the invariant checker, the
 //! tolerant client. Every run ends with the invariant checked over every message.

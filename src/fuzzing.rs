@@ -1,5 +1,5 @@
 //! Support for the fuzz targets (`fuzz/`) and the property test of the session
-//! (`tests/session_props.rs`): a whole session run over an in-memory stream, bytes in,
+//! (`tests/session/session_props.rs`): a whole session run over an in-memory stream, bytes in,
 //! replies out, with a forwarder that keeps what it is given. Not part of the API.
 
 use std::sync::{Arc, Mutex, OnceLock};

@@ -1,4 +1,4 @@
-//! The binary stopped under load (issue 8). SIGTERM with messages waiting in the throttle
+//! The binary stopped under load. SIGTERM with messages waiting in the throttle
 //! queue and others in flight upstream: the waiters get `421 4.3.2`, the forwards finish with
 //! `250`, idle clients are told to go, a message whose DATA ends after the signal goes if its
 //! bucket allows it at once (`421 4.3.2` if it would wait), and the process exits 0 within

@@ -1,4 +1,4 @@
-//! Redis failing under load (issue 8): killed while messages flow, restarted, then slowed
+//! Redis failing under load: killed while messages flow, restarted, then slowed
 //! past `[redis] timeout_ms` (`CLIENT PAUSE`, `DEBUG SLEEP`). For each `on_error`, every
 //! answer is what it promises (`local` and `allow`: mail keeps flowing; `reject`: `451 4.4.3`
 //! while Redis cannot answer), the relay goes back to Redis by itself, and the invariant

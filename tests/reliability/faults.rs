@@ -1,4 +1,4 @@
-//! The fault matrix (issue 8): every upstream behaviour crossed with every client behaviour,
+//! The fault matrix: every upstream behaviour crossed with every client behaviour,
 //! through the relay over real TCP, each case on its own relay and test upstream. For each,
 //! the client gets the right answer and the invariant (`support::invariant`) holds: a `250`
 //! only for a message upstream accepted exactly once, nothing upstream that was refused,

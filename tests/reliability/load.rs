@@ -1,4 +1,4 @@
-//! Load (issue 8): thousands of concurrent connections to the binary, some waiting in one
+//! Load: thousands of concurrent connections to the binary, some waiting in one
 //! tenant's queue, every one answered correctly, the invariant held, and the relay's resident
 //! memory per connection measured (printed, and bounded loosely: this is a debug build;
 //! `bench/scale.sh` records the release build's figures). The full size of the issue runs in

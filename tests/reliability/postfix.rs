@@ -1,4 +1,4 @@
-//! A real MTA in front (issue 8): a private Postfix instance (Debian's `postfix` package,
+//! A real MTA in front: a private Postfix instance (Debian's `postfix` package,
 //! started with `postfix -c DIR start` on its own config, queue and data directories and a
 //! free 127.0.0.1 port) relays through mailsluice (`relayhost = [127.0.0.1]:<port>`) to the
 //! test upstream. With a layer in reject mode Postfix gets `451 4.7.1`, defers, retries and
