@@ -8,21 +8,11 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::table::KeyTable;
 use super::{Decision, Store, StoreCharge, StoreError, StoreFuture};
 use crate::throttle::bucket::{Bucket, State, Take};
 use crate::throttle::clock::{Clock, Nanos};
-use crate::throttle::layers::Peek;
-
-/// The allowance of a bucket in `state` at `now`, as `peek` reports it.
-pub(crate) fn peek_of(b: &Bucket, st: State, now: Nanos, clock: &dyn Clock) -> Peek {
-    Peek {
-        limit: b.capacity(),
-        remaining: b.remaining(st, now),
-        reset: b.reset_at(st, now).map_or(0, |at| clock.unix_secs_at(at)),
-        waiting: 0,
-    }
-}
+use crate::throttle::key_table::KeyTable;
+use crate::throttle::peek::{peek_of, Peek};
 
 /// In-process buckets behind the [`Store`] trait; see the module doc.
 pub struct LocalStore {

@@ -1,7 +1,7 @@
 //! The layers whose buckets live in a shared store (`store = "redis"`), and what happens when
 //! that store fails (`on_error`).
 //!
-//! How a message takes from its shared layers (after its local ones, see `layers`):
+//! How a message takes from its shared layers (after its local ones, see `throttle`):
 //! 1. It waits to be the head of its key's queue in each shared layer (the gates, in layer
 //!    order): within this replica, FIFO per key, and `max_queue`/`max_keys` hold.
 //! 2. The head makes **one** store call for all its shared layers, with what is left of its
@@ -26,12 +26,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::charge::Charge;
 use super::clock::{nanos, Clock, Nanos};
-use super::layers::{Charge, LayerSpec, Peek, ThrottleError};
-use super::queue::{Layer, Mode};
+use super::error::ThrottleError;
+use super::layer::gate::Gate;
+use super::layer::Layer;
+use super::peek::Peek;
+use super::spec::LayerSpec;
 use super::store::local::LocalStore;
 use super::store::{Decision, Store, StoreCharge, StoreError};
-pub use crate::config::OnError;
+use crate::config::{Mode, OnError};
 
 /// How long a failed store is left alone before the next try.
 pub const RETRY: Duration = Duration::from_secs(1);
@@ -79,6 +83,19 @@ fn store_charges(charges: &[Charge]) -> Vec<StoreCharge<'_>> {
         .collect()
 }
 
+/// Waits for the message's turn (the head of its key's queue) in each shared layer, in order.
+async fn enter_gates<'a>(
+    layers: &'a [Arc<Layer>],
+    charges: &[Charge],
+    now: Nanos,
+) -> Result<Vec<Gate<'a>>, ThrottleError> {
+    let mut gates = Vec::with_capacity(charges.len());
+    for c in charges {
+        gates.push(layers[c.layer].gate(&c.key, c.cost, now).await?);
+    }
+    Ok(gates)
+}
+
 /// Gives shared charges back when dropped armed (a reservation given up).
 struct GiveBack<'a> {
     shared: &'a Shared,
@@ -117,15 +134,12 @@ impl Shared {
     /// Takes `charges` (shared layers, in layer order); the instant of the grant.
     pub(crate) async fn acquire(
         &self,
-        layers: &[std::sync::Arc<Layer>],
+        layers: &[Arc<Layer>],
         charges: Vec<Charge>,
         deadline: Nanos,
         now: Nanos,
     ) -> Result<(SharedTaken, Nanos), ThrottleError> {
-        let mut gates = Vec::with_capacity(charges.len());
-        for c in &charges {
-            gates.push(layers[c.layer].gate(&c.key, c.cost, now).await?);
-        }
+        let gates = enter_gates(layers, &charges, now).await?;
         let reject = charges
             .iter()
             .any(|c| layers[c.layer].spec().mode == Mode::Reject);
@@ -136,34 +150,12 @@ impl Shared {
             };
             let (source, decision) = self.take(&charges, max_wait).await?;
             let answered = self.clock.now();
-            let taken = SharedTaken {
-                source,
-                charges: Vec::new(),
-            };
             match decision {
-                Decision::Granted => {
-                    let taken = SharedTaken { charges, ..taken };
-                    return Ok((taken, answered));
-                }
+                Decision::Granted => return Ok((SharedTaken { source, charges }, answered)),
                 Decision::Reserved { wait } => {
                     drop(gates);
-                    let c = &charges[0];
-                    tracing::debug!(
-                        target: "ratelimit",
-                        layer = %layers[c.layer].spec().name,
-                        key = %c.key,
-                        cost = c.cost,
-                        estimate_ms = wait.div_ceil(1_000_000),
-                        reserved = true,
-                        "ratelimit.waiting"
-                    );
-                    let at = answered.saturating_add(wait);
-                    let mut held = GiveBack {
-                        shared: self,
-                        taken: Some(SharedTaken { charges, ..taken }),
-                    };
-                    tokio::time::sleep_until(self.clock.deadline(at)).await;
-                    return Ok((held.taken.take().expect("armed"), at));
+                    let taken = SharedTaken { source, charges };
+                    return Ok(self.wait_reserved(layers, taken, answered, wait).await);
                 }
                 Decision::Later { wait } => {
                     let at = answered.saturating_add(wait);
@@ -188,6 +180,34 @@ impl Shared {
                 }
             }
         }
+    }
+
+    /// Sleeps on a reservation: the tokens are taken, usable `wait` after `answered`; they go
+    /// back to the store if the message is dropped meanwhile.
+    async fn wait_reserved(
+        &self,
+        layers: &[Arc<Layer>],
+        taken: SharedTaken,
+        answered: Nanos,
+        wait: Nanos,
+    ) -> (SharedTaken, Nanos) {
+        let c = &taken.charges[0];
+        tracing::debug!(
+            target: "ratelimit",
+            layer = %layers[c.layer].spec().name,
+            key = %c.key,
+            cost = c.cost,
+            estimate_ms = wait.div_ceil(1_000_000),
+            reserved = true,
+            "ratelimit.waiting"
+        );
+        let at = answered.saturating_add(wait);
+        let mut held = GiveBack {
+            shared: self,
+            taken: Some(taken),
+        };
+        tokio::time::sleep_until(self.clock.deadline(at)).await;
+        (held.taken.take().expect("armed"), at)
     }
 
     /// One take: from the store, or as `on_error` says when it cannot answer.

@@ -113,10 +113,6 @@ impl<W: Pin> KeyTable<W> {
         self.evicted
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
-    }
-
     pub fn find(&self, key: &str) -> Option<u32> {
         self.map.get(key).copied()
     }
