@@ -102,7 +102,7 @@ fn ceil_ms(n: Nanos) -> u64 {
 impl Layer {
     pub(crate) fn new(spec: LayerSpec, clock: Arc<dyn Clock>, shared: bool) -> Layer {
         let bucket = spec.bucket();
-        let table = KeyTable::new(&spec.name, bucket, spec.max_keys);
+        let table = KeyTable::new(&spec.name, bucket, spec.max_keys, nanos(spec.idle_ttl));
         let state = LayerState {
             table,
             disposed: false,

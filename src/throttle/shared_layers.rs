@@ -117,13 +117,9 @@ impl Shared {
         specs: &[LayerSpec],
         clock: Arc<dyn Clock>,
     ) -> Shared {
-        let tables = specs
-            .iter()
-            .map(|s| (s.name.clone(), s.bucket(), s.max_keys))
-            .collect();
         Shared {
             store,
-            fallback: Arc::new(LocalStore::new(tables, clock.clone())),
+            fallback: Arc::new(LocalStore::for_layers(specs, clock.clone())),
             on_error,
             clock,
             retry_at: AtomicU64::new(0),

@@ -22,7 +22,8 @@ pub struct LayerSpec {
     pub max_queue: usize,
     pub max_keys: usize,
     pub refill: Refill,
-    /// `Refill::None`: the lifetime cap is forgotten after this long without a take.
+    /// A bucket unused this long is forgotten once it is full (it then reads the same as an
+    /// absent one). For `Refill::None` it is also when the lifetime cap expires.
     pub idle_ttl: Duration,
     /// Keep the tokens of a message upstream refused.
     pub charge_failures: bool,

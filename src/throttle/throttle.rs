@@ -330,3 +330,6 @@ impl Permit {
     /// Message delivered: keep the tokens. (Dropping the permit does the same.)
     pub fn delivered(self) {}
 }
+
+#[cfg(test)]
+mod tests;
