@@ -28,7 +28,8 @@
 //! `estimate_ms`, `position`), `ratelimit.waited` (debug: `waited_ms`), `ratelimit.evicted`
 //! (warn: a bucket dropped before it was full; `remaining`, `max_keys`),
 //! `ratelimit.store_unavailable` (warn, once when a shared store stops answering: `error`,
-//! `on_error`) and `ratelimit.store_back` (info, when it answers again).
+//! `on_error`), `ratelimit.store_back` (info, when it answers again) and
+//! `ratelimit.give_back_failed` (warn: tokens a shared store could not take back; `error`).
 
 pub mod bucket;
 mod charge;

@@ -19,12 +19,17 @@
 //! and a note when it is back; the next call after [`RETRY`] tries the store again, so the
 //! relay returns to it by itself. Tokens are given back to the store that granted them.
 //!
-//! A message asleep on a reservation is not woken by a shutdown (`dispose`): its tokens are
-//! taken and its instant is within `max_wait`, so it goes on as a transaction in flight.
+//! **Shutdown.** [`Shared::dispose`] (from `Throttle::dispose`) wakes every message asleep on
+//! a reservation or a `Later`: it gets [`ThrottleError::Shutdown`] (`421 4.3.2`, as a local
+//! waiter does), and a reservation's tokens go back to the store before it is answered, while
+//! the runtime still runs. A message already asking the store then still goes if the store
+//! grants it at once (a transaction in flight); a new one is refused at its gate.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+use tokio::sync::watch;
 
 use super::charge::Charge;
 use super::clock::{nanos, Clock, Nanos};
@@ -70,6 +75,8 @@ pub(crate) struct Shared {
     /// Instant before which the store is not asked (after a failure).
     retry_at: AtomicU64,
     down: AtomicBool,
+    /// Set once by [`Shared::dispose`]; the sleepers watch it.
+    disposed: watch::Sender<bool>,
 }
 
 fn store_charges(charges: &[Charge]) -> Vec<StoreCharge<'_>> {
@@ -124,6 +131,7 @@ impl Shared {
             clock,
             retry_at: AtomicU64::new(0),
             down: AtomicBool::new(false),
+            disposed: watch::Sender::new(false),
         }
     }
 
@@ -151,12 +159,9 @@ impl Shared {
                 Decision::Reserved { wait } => {
                     drop(gates);
                     let taken = SharedTaken { source, charges };
-                    return Ok(self.wait_reserved(layers, taken, answered, wait).await);
+                    return self.wait_reserved(layers, taken, answered, wait).await;
                 }
-                Decision::Later { wait } => {
-                    let at = answered.saturating_add(wait);
-                    tokio::time::sleep_until(self.clock.deadline(at)).await;
-                }
+                Decision::Later { wait } => self.sleep_until(answered.saturating_add(wait)).await?,
                 Decision::Refused {
                     charge,
                     retry_after,
@@ -179,14 +184,14 @@ impl Shared {
     }
 
     /// Sleeps on a reservation: the tokens are taken, usable `wait` after `answered`; they go
-    /// back to the store if the message is dropped meanwhile.
+    /// back to the store if the message is dropped meanwhile or the throttle disposed of.
     async fn wait_reserved(
         &self,
         layers: &[Arc<Layer>],
         taken: SharedTaken,
         answered: Nanos,
         wait: Nanos,
-    ) -> (SharedTaken, Nanos) {
+    ) -> Result<(SharedTaken, Nanos), ThrottleError> {
         let c = &taken.charges[0];
         tracing::debug!(
             target: "ratelimit",
@@ -202,8 +207,30 @@ impl Shared {
             shared: self,
             taken: Some(taken),
         };
-        tokio::time::sleep_until(self.clock.deadline(at)).await;
-        (held.taken.take().expect("armed"), at)
+        let slept = self.sleep_until(at).await;
+        let taken = held.taken.take().expect("armed");
+        if let Err(shutdown) = slept {
+            // Awaited, not spawned: a process about to exit may not run a spawned task. Should
+            // this future be dropped meanwhile, the give-back is lost: quota, never the limit.
+            self.give_back_now(taken).await;
+            return Err(shutdown);
+        }
+        Ok((taken, at))
+    }
+
+    /// Sleeps until `at`, or until the throttle is disposed of (`Err(Shutdown)`).
+    async fn sleep_until(&self, at: Nanos) -> Result<(), ThrottleError> {
+        let mut disposed = self.disposed.subscribe();
+        tokio::select! {
+            _ = disposed.wait_for(|&d| d) => Err(ThrottleError::Shutdown),
+            _ = tokio::time::sleep_until(self.clock.deadline(at)) => Ok(()),
+        }
+    }
+
+    /// Wakes every message asleep on a reservation or a `Later` with `Shutdown`; later ones
+    /// get it as soon as they would sleep.
+    pub(crate) fn dispose(&self) {
+        self.disposed.send_replace(true);
     }
 
     /// One take: from the store, or as `on_error` says when it cannot answer.
@@ -264,22 +291,30 @@ impl Shared {
     /// Returns tokens to whoever granted them, in the background (callers are sync: a drop,
     /// `Permit::upstream_failed`).
     pub(crate) fn give_back(&self, taken: SharedTaken) {
-        if taken.charges.is_empty() || taken.source == Source::Allowed {
+        let Some(store) = self.granter(&taken) else {
             return;
-        }
-        let store: Arc<dyn Store> = match taken.source {
-            Source::Fallback => self.fallback.clone(),
-            _ => self.store.clone(),
         };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        runtime.spawn(async move {
-            let sc = store_charges(&taken.charges);
-            if let Err(e) = store.give_back(&sc).await {
-                tracing::warn!(target: "ratelimit", error = %e, "ratelimit.give_back_failed");
-            }
-        });
+        runtime.spawn(async move { return_tokens(&*store, &taken.charges).await });
+    }
+
+    /// Returns tokens to whoever granted them, now.
+    async fn give_back_now(&self, taken: SharedTaken) {
+        if let Some(store) = self.granter(&taken) {
+            return_tokens(&*store, &taken.charges).await;
+        }
+    }
+
+    /// Who granted `taken`; `None` when nothing is to be given back.
+    fn granter(&self, taken: &SharedTaken) -> Option<Arc<dyn Store>> {
+        match taken.source {
+            _ if taken.charges.is_empty() => None,
+            Source::Allowed => None,
+            Source::Fallback => Some(self.fallback.clone()),
+            Source::Store => Some(self.store.clone()),
+        }
     }
 
     /// The shared state of one bucket (the fallback's under `on_error = "local"` or `"allow"`
@@ -310,6 +345,13 @@ impl Shared {
             reset: 0,
             waiting: 0,
         })
+    }
+}
+
+/// One give-back call; a failure is logged (`ratelimit.give_back_failed`), the quota is lost.
+async fn return_tokens(store: &dyn Store, charges: &[Charge]) {
+    if let Err(e) = store.give_back(&store_charges(charges)).await {
+        tracing::warn!(target: "ratelimit", error = %e, "ratelimit.give_back_failed");
     }
 }
 

@@ -268,12 +268,16 @@ impl Throttle {
         self.inner.layers.get(layer).is_some_and(|l| l.holds(key))
     }
 
-    /// Releases every waiter with [`ThrottleError::Shutdown`]; later acquires get it too,
-    /// unless every layer they charge is local and grants them at once (a message whose DATA
-    /// ends during the shutdown grace then goes, as it would with no layer).
+    /// Releases every waiter with [`ThrottleError::Shutdown`], a message asleep on a shared
+    /// store's reservation included (its tokens go back to the store); later acquires get it
+    /// too, unless every layer they charge is local and grants them at once (a message whose
+    /// DATA ends during the shutdown grace then goes, as it would with no layer).
     pub fn dispose(&self) {
         for layer in &self.inner.layers {
             layer.dispose();
+        }
+        if let Some(shared) = &self.inner.shared {
+            shared.dispose();
         }
     }
 }

@@ -4,9 +4,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::task::JoinHandle;
+
 use super::*;
 use crate::config::Refill;
-use crate::throttle::clock::FakeClock;
+use crate::throttle::clock::{FakeClock, TokioClock};
+use crate::throttle::store::{Decision, Store, StoreCharge, StoreError, StoreFuture};
 
 const SEC: Duration = Duration::from_secs(1);
 
@@ -103,4 +106,152 @@ async fn a_bucket_with_waiters_is_never_forgotten() {
     assert!(t.holds(0, "busy"));
     t.dispose();
     assert_eq!(waiter.await.unwrap(), Err(ThrottleError::Shutdown));
+}
+
+/// A shared store that answers each take from a script of decisions (the last one repeats) and
+/// records what it is given back.
+struct Scripted {
+    answers: Vec<Decision>,
+    /// When set, a take answers only once this is notified (a store call in flight).
+    hold: Option<Arc<tokio::sync::Notify>>,
+    takes: std::sync::Mutex<usize>,
+    given_back: std::sync::Mutex<Vec<(usize, String, u64)>>,
+}
+
+impl Scripted {
+    fn new(answers: Vec<Decision>) -> Arc<Scripted> {
+        Scripted::holding(answers, None)
+    }
+
+    fn holding(answers: Vec<Decision>, hold: Option<Arc<tokio::sync::Notify>>) -> Arc<Scripted> {
+        Arc::new(Scripted {
+            answers,
+            hold,
+            takes: Default::default(),
+            given_back: Default::default(),
+        })
+    }
+
+    fn takes(&self) -> usize {
+        *self.takes.lock().unwrap()
+    }
+
+    fn given_back(&self) -> Vec<(usize, String, u64)> {
+        self.given_back.lock().unwrap().clone()
+    }
+}
+
+impl Store for Scripted {
+    fn take<'a>(&'a self, _: &'a [StoreCharge<'a>], _: Nanos) -> StoreFuture<'a, Decision> {
+        let mut n = self.takes.lock().unwrap();
+        let d = self.answers[(*n).min(self.answers.len() - 1)];
+        *n += 1;
+        let hold = self.hold.clone();
+        Box::pin(async move {
+            if let Some(hold) = hold {
+                hold.notified().await;
+            }
+            Ok(d)
+        })
+    }
+
+    fn give_back<'a>(&'a self, charges: &'a [StoreCharge<'a>]) -> StoreFuture<'a, ()> {
+        let mut given = self.given_back.lock().unwrap();
+        given.extend(charges.iter().map(|c| (c.layer, c.key.to_string(), c.cost)));
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn peek<'a>(&'a self, _: usize, _: &'a str) -> StoreFuture<'a, Peek> {
+        Box::pin(std::future::ready(Err(StoreError::Unavailable(
+            "peek".into(),
+        ))))
+    }
+}
+
+const HOUR: Nanos = 3_600_000_000_000;
+
+/// A throttle whose one layer is on `store`; a message is sent in a task and left once the
+/// store has answered it. Paused tokio time: nothing moves unless every task is idle.
+async fn asleep_on(store: Arc<Scripted>) -> (Arc<Throttle>, JoinHandle<Result<(), ThrottleError>>) {
+    let shared = SharedLayers {
+        store: store.clone(),
+        layers: vec![0],
+        on_error: crate::config::OnError::Reject,
+    };
+    let spec = LayerSpec {
+        max_wait: Duration::from_secs(7_200),
+        ..LayerSpec::new("t", 1, SEC)
+    };
+    let clock = Arc::new(TokioClock::new());
+    let t = Arc::new(Throttle::with_shared(vec![spec], clock, shared));
+    let message = tokio::spawn({
+        let t = t.clone();
+        async move { t.acquire(charge("acme")).await.map(Permit::delivered) }
+    });
+    while store.takes() == 0 {
+        tokio::task::yield_now().await;
+    }
+    for _ in 0..8 {
+        tokio::task::yield_now().await;
+    }
+    assert!(!message.is_finished(), "asleep, or asking the store");
+    (t, message)
+}
+
+#[tokio::test(start_paused = true)]
+async fn dispose_wakes_a_message_asleep_on_a_reservation_and_gives_it_back() {
+    let store = Scripted::new(vec![Decision::Reserved { wait: HOUR }]);
+    let (t, message) = asleep_on(store.clone()).await;
+    let start = tokio::time::Instant::now();
+    t.dispose();
+    assert_eq!(message.await.unwrap(), Err(ThrottleError::Shutdown));
+    assert_eq!(
+        tokio::time::Instant::now(),
+        start,
+        "at once, not at its instant"
+    );
+    assert_eq!(store.given_back(), [(0, "acme".to_string(), 1)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn dispose_wakes_a_message_told_to_ask_again_later() {
+    let store = Scripted::new(vec![Decision::Later { wait: HOUR }, Decision::Granted]);
+    let (t, message) = asleep_on(store.clone()).await;
+    let start = tokio::time::Instant::now();
+    t.dispose();
+    assert_eq!(message.await.unwrap(), Err(ThrottleError::Shutdown));
+    assert_eq!(tokio::time::Instant::now(), start);
+    assert_eq!(store.takes(), 1, "it did not ask again");
+    assert!(store.given_back().is_empty(), "`Later` took nothing");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reservation_answered_after_dispose_is_given_back_at_once() {
+    let hold = Arc::new(tokio::sync::Notify::new());
+    let answers = vec![Decision::Reserved { wait: HOUR }];
+    let store = Scripted::holding(answers, Some(hold.clone()));
+    let (t, message) = asleep_on(store.clone()).await;
+    // Disposed while its store call is in flight; the answer is a reservation.
+    let start = tokio::time::Instant::now();
+    t.dispose();
+    hold.notify_one();
+    assert_eq!(message.await.unwrap(), Err(ThrottleError::Shutdown));
+    assert_eq!(tokio::time::Instant::now(), start);
+    assert_eq!(store.given_back(), [(0, "acme".to_string(), 1)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_dispose_a_shared_layer_refuses_at_its_gate() {
+    let store = Scripted::new(vec![Decision::Granted]);
+    let shared = SharedLayers {
+        store: store.clone(),
+        layers: vec![0],
+        on_error: crate::config::OnError::Reject,
+    };
+    let clock = Arc::new(TokioClock::new());
+    let t = Throttle::with_shared(vec![LayerSpec::new("t", 1, SEC)], clock, shared);
+    t.dispose();
+    let r = t.acquire(charge("acme")).await;
+    assert_eq!(r.map(Permit::delivered), Err(ThrottleError::Shutdown));
+    assert_eq!(store.takes(), 0, "it never asked the store");
 }
