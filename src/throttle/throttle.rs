@@ -1,4 +1,5 @@
-//! Stacked layers: a message charged to several buckets at once, all or nothing.
+//! [`Throttle`] and [`Permit`]: stacked layers, a message charged to several buckets at once, all
+//! or nothing.
 //!
 //! Why stacked: a provider's quota is per account (14/s), fairness is per tenant (10/s), and a
 //! plan may cap a day (fixed window). The message goes when every layer grants it; when one

@@ -20,6 +20,10 @@
 //! Errors (Redis unreachable, a timeout past `timeout`) are [`StoreError::Unavailable`]; the
 //! throttle's `on_error` decides. A timeout after Redis ran the script may have taken tokens
 //! that no message uses: the limit still holds, some quota is lost.
+//!
+//! Files under `redis/`: `keys.rs` (key names, a layer's script parameters, cluster slots);
+//! `bucket.lua` (the bucket math, put in front of each script); `take.lua`, `give_back.lua`
+//! and `peek.lua` (the three calls). Here: connections, script calls, and cluster slot groups.
 
 pub(crate) mod keys;
 
