@@ -2,17 +2,25 @@
 //!
 //! Why it is a module of its own, with no SMTP in it: it is the part whose mistakes cost money
 //! or mail (going over a provider's quota, or losing a client's message to a wrong refusal),
-//! so it is built to be tested exhaustively with a fake or paused clock and never a sleep.
+//! so it is built to be tested exhaustively with a fake or paused clock and never a sleep. It
+//! imports nothing of the crate but `config` (plain data: `Mode`, `Refill`, `OnError`).
 //!
+//! Files, each importing only from the ones listed before it:
 //! - [`clock`]: monotonic integer time, injected (`TokioClock`, `FakeClock`).
 //! - [`bucket`]: the pure math of the three refill modes (drip, fixed window, lifetime).
-//! - [`store`]: where bucket state lives: the in-process table with its `max_keys` eviction, the
-//!   [`store::Store`] boundary, and [`store::redis::RedisStore`] (buckets shared by replicas).
-//! - `queue`: FIFO waiters per key, timers at the exact due instant, cancel-safe.
-//! - `layers`: [`Throttle`], stacked layers taken all or nothing — the API the SMTP session uses.
-//! - `shared`: the layers on a shared store (`store = "redis"`): a per-key FIFO gate in front
-//!   of one store call per message, reservations, and `on_error` when the store fails.
-//! - `setup`: [`from_config`], the throttle a configuration describes.
+//! - `spec`, `error`, `peek`, `charge`: the small types every part below shares (a layer's
+//!   numbers, the refusals, a bucket's allowance, what a message is charged), apart so that
+//!   none of those parts has to import another for them.
+//! - `key_table`: one layer's buckets in process, bounded by `max_keys`, idle ones forgotten.
+//! - [`store`]: the [`store::Store`] boundary (one atomic take over several layers), its
+//!   in-process [`store::local::LocalStore`] and [`store::redis::RedisStore`] (replicas share).
+//! - `layer`: one layer's buckets and FIFO queues: timers at the exact due instant,
+//!   cancel-safe; for a shared layer only the queue (its turn in front of the store).
+//! - `shared_layers`: the layers on a shared store (`store = "redis"`): one store call per
+//!   message, reservations, and `on_error` when the store fails.
+//! - `throttle`: [`Throttle`] and [`Permit`], stacked layers taken all or nothing — the API
+//!   the SMTP session uses.
+//! - `setup`: [`from_config`], the throttle a configuration describes (the only TOML-aware part).
 //!
 //! Logs (tracing target `ratelimit`; the message is the event name, fields carry `layer`, `key`,
 //! `cost` and times in milliseconds, rounded up): `ratelimit.limited` (info: `retry_after_ms`,
@@ -20,19 +28,30 @@
 //! `estimate_ms`, `position`), `ratelimit.waited` (debug: `waited_ms`), `ratelimit.evicted`
 //! (warn: a bucket dropped before it was full; `remaining`, `max_keys`),
 //! `ratelimit.store_unavailable` (warn, once when a shared store stops answering: `error`,
-//! `on_error`) and `ratelimit.store_back` (info, when it answers again).
+//! `on_error`), `ratelimit.store_back` (info, when it answers again) and
+//! `ratelimit.give_back_failed` (warn: tokens a shared store could not take back; `error`).
 
 pub mod bucket;
+mod charge;
 pub mod clock;
-mod layers;
-mod queue;
+mod error;
+mod key_table;
+mod layer;
+mod peek;
 mod setup;
-mod shared;
+mod shared_layers;
+mod spec;
 pub mod store;
+// The file of `Throttle` itself; private, its items are re-exported below.
+#[allow(clippy::module_inception)]
+mod throttle;
 
-pub use bucket::Refill;
+pub use crate::config::{Mode, OnError, Refill};
+pub use charge::Charge;
 pub use clock::{Clock, FakeClock, Nanos, TokioClock};
-pub use layers::{Charge, LayerSpec, Peek, Permit, Throttle, ThrottleError};
-pub use queue::Mode;
+pub use error::ThrottleError;
+pub use peek::Peek;
 pub use setup::{from_config, redis_options, spec};
-pub use shared::{OnError, SharedLayers};
+pub use shared_layers::SharedLayers;
+pub use spec::LayerSpec;
+pub use throttle::{Permit, Throttle};

@@ -5,8 +5,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::clock::Clock;
+use super::shared_layers::SharedLayers;
+use super::spec::LayerSpec;
 use super::store::redis::{RedisOptions, RedisStore};
-use super::{Clock, LayerSpec, SharedLayers, Throttle};
+use super::throttle::Throttle;
 use crate::config::{Config, RedisConfig, StoreKind, ThrottleConfig};
 
 /// Every `[[throttle]]` layer, in file order; redis layers share the `[redis]` store.

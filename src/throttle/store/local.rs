@@ -8,21 +8,12 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::table::KeyTable;
 use super::{Decision, Store, StoreCharge, StoreError, StoreFuture};
 use crate::throttle::bucket::{Bucket, State, Take};
-use crate::throttle::clock::{Clock, Nanos};
-use crate::throttle::layers::Peek;
-
-/// The allowance of a bucket in `state` at `now`, as `peek` reports it.
-pub(crate) fn peek_of(b: &Bucket, st: State, now: Nanos, clock: &dyn Clock) -> Peek {
-    Peek {
-        limit: b.capacity(),
-        remaining: b.remaining(st, now),
-        reset: b.reset_at(st, now).map_or(0, |at| clock.unix_secs_at(at)),
-        waiting: 0,
-    }
-}
+use crate::throttle::clock::{nanos, Clock, Nanos};
+use crate::throttle::key_table::KeyTable;
+use crate::throttle::peek::{peek_of, Peek};
+use crate::throttle::spec::LayerSpec;
 
 /// In-process buckets behind the [`Store`] trait; see the module doc.
 pub struct LocalStore {
@@ -33,11 +24,23 @@ pub struct LocalStore {
 type Guards<'a> = Vec<(usize, MutexGuard<'a, KeyTable<()>>)>;
 
 impl LocalStore {
-    /// One table per layer: `(layer name, bucket, max_keys)`.
+    /// One table per layer: `(layer name, bucket, max_keys)`. These tables forget a bucket only
+    /// to make room; [`LocalStore::for_layers`] also forgets idle ones, as the layers do.
     pub fn new(layers: Vec<(String, Bucket, usize)>, clock: Arc<dyn Clock>) -> LocalStore {
         let layers = layers
             .into_iter()
-            .map(|(name, bucket, max_keys)| Mutex::new(KeyTable::new(&name, bucket, max_keys)))
+            .map(|(name, bucket, max_keys)| KeyTable::new(&name, bucket, max_keys, Nanos::MAX))
+            .map(Mutex::new)
+            .collect();
+        LocalStore { clock, layers }
+    }
+
+    /// One table per layer, as the layer's own table would be (`max_keys`, `idle_ttl`).
+    pub fn for_layers(specs: &[LayerSpec], clock: Arc<dyn Clock>) -> LocalStore {
+        let layers = specs
+            .iter()
+            .map(|s| KeyTable::new(&s.name, s.bucket(), s.max_keys, nanos(s.idle_ttl)))
+            .map(Mutex::new)
             .collect();
         LocalStore { clock, layers }
     }

@@ -1,10 +1,13 @@
 //! Where bucket state lives: the boundary between the queues and the buckets.
 //!
 //! Why a trait: with several replicas, the buckets must live in a store they share
-//! ([`redis::RedisStore`]), and a message charged to several layers must be taken from all of them in
-//! **one atomic call**, on the store's clock, or two replicas could each take half. The FIFO
-//! queues of `queue.rs` stay in each process, in front of the store: only the head of a local
-//! queue asks the store, so a process never overtakes its own earlier messages.
+//! ([`redis::RedisStore`]), and a message charged to several layers must be taken from all of
+//! them in **one atomic call**, on the store's clock, or two replicas could each take half. The
+//! FIFO queues of the layers stay in each process, in front of the store: only the head of a
+//! local queue asks the store, so a process never overtakes its own earlier messages.
+//!
+//! Files: `local` ([`local::LocalStore`], in process) and `redis` ([`redis::RedisStore`], its
+//! Lua scripts and key names under `redis/`); here the trait and its answers.
 //!
 //! The contract of [`Store::take`]:
 //! - [`Decision::Granted`]: taken from every bucket, usable now.
@@ -18,20 +21,17 @@
 //!
 //! Times are durations, not instants: the store's clock (Redis `TIME`) is not this process's.
 //!
-//! [`table::KeyTable`] is the in-process table of one layer's buckets; the throttle's local
-//! layers hold it under their queue's lock (one lock and one lookup per take).
-//! [`local::LocalStore`] is the same tables behind this trait: the reference implementation a
-//! Redis store is tested against, and the fallback of `on_error = "local"`.
+//! [`local::LocalStore`] is the in-process key tables behind this trait: the reference
+//! implementation a Redis store is tested against, and the fallback of `on_error = "local"`.
 
 pub mod local;
 pub mod redis;
-pub mod table;
 
 use std::future::Future;
 use std::pin::Pin;
 
 use super::clock::Nanos;
-use super::layers::Peek;
+use super::peek::Peek;
 
 /// One bucket to take from: `cost` tokens of `key` in layer `layer`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -20,6 +20,10 @@
 //! Errors (Redis unreachable, a timeout past `timeout`) are [`StoreError::Unavailable`]; the
 //! throttle's `on_error` decides. A timeout after Redis ran the script may have taken tokens
 //! that no message uses: the limit still holds, some quota is lost.
+//!
+//! Files under `redis/`: `keys.rs` (key names, a layer's script parameters, cluster slots);
+//! `bucket.lua` (the bucket math, put in front of each script); `take.lua`, `give_back.lua`
+//! and `peek.lua` (the three calls). Here: connections, script calls, and cluster slot groups.
 
 pub(crate) mod keys;
 
@@ -33,7 +37,8 @@ use tokio::sync::OnceCell;
 
 use super::{Decision, Store, StoreCharge, StoreError, StoreFuture};
 use crate::throttle::clock::{Clock, Nanos};
-use crate::throttle::layers::{LayerSpec, Peek};
+use crate::throttle::peek::Peek;
+use crate::throttle::spec::LayerSpec;
 pub use keys::slot;
 use keys::LayerKeys;
 
@@ -72,8 +77,8 @@ pub struct RedisStore {
     conn: OnceCell<Conn>,
     cluster: bool,
     timeout: Duration,
-    /// Per throttle layer index; `None` for a layer whose numbers the store cannot hold.
-    layers: Vec<Option<LayerKeys>>,
+    /// Per throttle layer index.
+    layers: Vec<LayerKeys>,
     take: Script,
     give_back: Script,
     peek: Script,
@@ -86,8 +91,9 @@ fn unavailable(e: impl std::fmt::Display) -> StoreError {
 }
 
 impl RedisStore {
-    /// Checks the URLs and the layers; connects lazily, on the first call. `specs` are all the
-    /// throttle's layers, indexed as in [`StoreCharge::layer`].
+    /// Checks the URLs; connects lazily, on the first call. `specs` are all the throttle's
+    /// layers, indexed as in [`StoreCharge::layer`], with numbers that configuration loading
+    /// accepts for a redis layer (exact in the scripts' Lua doubles).
     pub fn new(opts: &RedisOptions, specs: &[LayerSpec]) -> Result<RedisStore, StoreError> {
         let infos = opts
             .urls
@@ -120,7 +126,7 @@ impl RedisStore {
         };
         let layers = specs
             .iter()
-            .map(|s| LayerKeys::new(&opts.prefix, s).ok())
+            .map(|s| LayerKeys::new(&opts.prefix, s))
             .collect();
         let script = |body: &str| Script::new(&format!("{BUCKET_LUA}{body}"));
         Ok(RedisStore {
@@ -148,7 +154,7 @@ impl RedisStore {
 
     /// The Redis key of `key`'s bucket in layer `layer` (for tests and operators).
     pub fn key_of(&self, layer: usize, key: &str) -> Option<String> {
-        Some(self.layers.get(layer)?.as_ref()?.key(key))
+        Some(self.layers.get(layer)?.key(key))
     }
 
     fn now_arg(&self) -> String {
@@ -159,10 +165,15 @@ impl RedisStore {
     }
 
     fn layer(&self, layer: usize) -> Result<&LayerKeys, StoreError> {
-        match self.layers.get(layer) {
-            Some(Some(k)) => Ok(k),
-            _ => Err(StoreError::UnknownLayer(layer)),
-        }
+        let k = self
+            .layers
+            .get(layer)
+            .ok_or(StoreError::UnknownLayer(layer))?;
+        debug_assert!(
+            k.exact(),
+            "layer {layer}: config validation lets no such layer through"
+        );
+        Ok(k)
     }
 
     /// Keys and per-charge arguments of `charges`, for the take and give-back scripts.

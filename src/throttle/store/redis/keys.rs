@@ -7,14 +7,16 @@
 //!   burst, idle_ttl), so a changed config starts on fresh keys and never misreads old state
 //!   (the old keys expire by themselves);
 //! - the layer's name keeps keys readable in `redis-cli --scan`.
+//!
+//! The scripts compute in Lua doubles, exact for integers below 2^53: configuration loading
+//! (`config::redis`) refuses a redis layer whose numbers would not be exact, so here that is
+//! only asserted, in debug builds, when a layer is used ([`LayerKeys::exact`]). The store is
+//! given every layer of the throttle, local ones included (never used, never checked).
 
 use std::time::Duration;
 
-use crate::throttle::bucket::Refill;
-use crate::throttle::layers::LayerSpec;
-
-/// Lua numbers are doubles: integers are exact below 2^53.
-const EXACT: u128 = 1 << 53;
+use crate::config::Refill;
+use crate::throttle::spec::LayerSpec;
 
 /// What the scripts need of one layer: its key prefix and its five bucket parameters.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,8 +41,8 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
 }
 
 impl LayerKeys {
-    /// The layer's keys and parameters, or why its numbers cannot be exact in Lua.
-    pub(crate) fn new(prefix: &str, spec: &LayerSpec) -> Result<LayerKeys, String> {
+    /// The layer's keys and parameters.
+    pub(crate) fn new(prefix: &str, spec: &LayerSpec) -> LayerKeys {
         let (mode, cap, p1, p2) = match spec.refill {
             Refill::Drip => {
                 let (l, i) = (spec.limit.max(1), micros(spec.interval));
@@ -50,19 +52,6 @@ impl LayerKeys {
             Refill::FixedWindow => ("w", spec.limit, micros(spec.interval), 0),
             Refill::None => ("n", spec.burst, micros(spec.idle_ttl), 0),
         };
-        // The largest number a script computes, beyond unix microseconds (~2^51 today):
-        // capacity * interval (+ a cost and a limit) for a drip; a window or ttl added to now.
-        let widest = match mode {
-            "d" => (u128::from(cap) * u128::from(p2) + u128::from(p1)) * 2,
-            _ => u128::from(cap) + (1 << 52),
-        };
-        if widest >= EXACT || u128::from(p1) >= (1 << 52) {
-            return Err(format!(
-                "layer `{}`: burst × interval is too large for the redis store \
-                 (it must stay below 2^53 microsecond-tokens); lower the burst or the interval",
-                spec.name
-            ));
-        }
         let hash = fnv1a(&format!(
             "{}|{mode}|{}|{}|{}|{}",
             spec.name,
@@ -71,13 +60,19 @@ impl LayerKeys {
             spec.burst,
             micros(spec.idle_ttl)
         ));
-        Ok(LayerKeys {
+        LayerKeys {
             prefix: format!("{prefix}{}:{:08x}:", spec.name, hash as u32),
             mode,
             cap,
             p1,
             p2,
-        })
+        }
+    }
+
+    /// A loose form of the load-time check (`config::redis`), for debug assertions: the
+    /// largest products the scripts compute stay below 2^52.
+    pub(crate) fn exact(&self) -> bool {
+        u128::from(self.cap) * u128::from(self.p2.max(1)) < 1 << 52 && self.p1 < 1 << 52
     }
 
     /// The Redis key of `key`'s bucket in this layer.
@@ -134,7 +129,7 @@ mod tests {
     #[test]
     fn params_hash_changes_with_the_limit_and_reduces_drip_by_gcd() {
         let spec = LayerSpec::new("tenant", 20, Duration::from_secs(1));
-        let a = LayerKeys::new("mailsluice:", &spec).unwrap();
+        let a = LayerKeys::new("mailsluice:", &spec);
         assert_eq!((a.mode, a.cap, a.p1, a.p2), ("d", 20, 1, 50_000));
         assert!(a.key("acme").starts_with("mailsluice:tenant:"));
         assert!(a.key("acme").ends_with(":{acme}"));
@@ -144,18 +139,18 @@ mod tests {
                 limit: 21,
                 ..spec.clone()
             },
-        )
-        .unwrap();
+        );
         assert_ne!(a.prefix, b.prefix);
-        assert_eq!(a, LayerKeys::new("mailsluice:", &spec).unwrap());
+        assert_eq!(a, LayerKeys::new("mailsluice:", &spec));
     }
 
     #[test]
-    fn too_wide_a_drip_is_refused() {
+    fn too_wide_a_drip_is_not_exact() {
         let spec = LayerSpec {
             burst: 1 << 40,
             ..LayerSpec::new("huge", 7, Duration::from_secs(86_400))
         };
-        assert!(LayerKeys::new("m:", &spec).is_err());
+        assert!(!LayerKeys::new("m:", &spec).exact());
+        assert!(LayerKeys::new("m:", &LayerSpec::new("t", 7, Duration::from_secs(1))).exact());
     }
 }

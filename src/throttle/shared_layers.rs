@@ -1,7 +1,7 @@
 //! The layers whose buckets live in a shared store (`store = "redis"`), and what happens when
 //! that store fails (`on_error`).
 //!
-//! How a message takes from its shared layers (after its local ones, see `layers`):
+//! How a message takes from its shared layers (after its local ones, see `throttle`):
 //! 1. It waits to be the head of its key's queue in each shared layer (the gates, in layer
 //!    order): within this replica, FIFO per key, and `max_queue`/`max_keys` hold.
 //! 2. The head makes **one** store call for all its shared layers, with what is left of its
@@ -19,19 +19,28 @@
 //! and a note when it is back; the next call after [`RETRY`] tries the store again, so the
 //! relay returns to it by itself. Tokens are given back to the store that granted them.
 //!
-//! A message asleep on a reservation is not woken by a shutdown (`dispose`): its tokens are
-//! taken and its instant is within `max_wait`, so it goes on as a transaction in flight.
+//! **Shutdown.** [`Shared::dispose`] (from `Throttle::dispose`) wakes every message asleep on
+//! a reservation or a `Later`: it gets [`ThrottleError::Shutdown`] (`421 4.3.2`, as a local
+//! waiter does), and a reservation's tokens go back to the store before it is answered, while
+//! the runtime still runs. A message already asking the store then still goes if the store
+//! grants it at once (a transaction in flight); a new one is refused at its gate.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::watch;
+
+use super::charge::Charge;
 use super::clock::{nanos, Clock, Nanos};
-use super::layers::{Charge, LayerSpec, Peek, ThrottleError};
-use super::queue::{Layer, Mode};
+use super::error::ThrottleError;
+use super::layer::gate::Gate;
+use super::layer::Layer;
+use super::peek::Peek;
+use super::spec::LayerSpec;
 use super::store::local::LocalStore;
 use super::store::{Decision, Store, StoreCharge, StoreError};
-pub use crate::config::OnError;
+use crate::config::{Mode, OnError};
 
 /// How long a failed store is left alone before the next try.
 pub const RETRY: Duration = Duration::from_secs(1);
@@ -66,6 +75,8 @@ pub(crate) struct Shared {
     /// Instant before which the store is not asked (after a failure).
     retry_at: AtomicU64,
     down: AtomicBool,
+    /// Set once by [`Shared::dispose`]; the sleepers watch it.
+    disposed: watch::Sender<bool>,
 }
 
 fn store_charges(charges: &[Charge]) -> Vec<StoreCharge<'_>> {
@@ -77,6 +88,19 @@ fn store_charges(charges: &[Charge]) -> Vec<StoreCharge<'_>> {
             cost: c.cost,
         })
         .collect()
+}
+
+/// Waits for the message's turn (the head of its key's queue) in each shared layer, in order.
+async fn enter_gates<'a>(
+    layers: &'a [Arc<Layer>],
+    charges: &[Charge],
+    now: Nanos,
+) -> Result<Vec<Gate<'a>>, ThrottleError> {
+    let mut gates = Vec::with_capacity(charges.len());
+    for c in charges {
+        gates.push(layers[c.layer].gate(&c.key, c.cost, now).await?);
+    }
+    Ok(gates)
 }
 
 /// Gives shared charges back when dropped armed (a reservation given up).
@@ -100,32 +124,26 @@ impl Shared {
         specs: &[LayerSpec],
         clock: Arc<dyn Clock>,
     ) -> Shared {
-        let tables = specs
-            .iter()
-            .map(|s| (s.name.clone(), s.bucket(), s.max_keys))
-            .collect();
         Shared {
             store,
-            fallback: Arc::new(LocalStore::new(tables, clock.clone())),
+            fallback: Arc::new(LocalStore::for_layers(specs, clock.clone())),
             on_error,
             clock,
             retry_at: AtomicU64::new(0),
             down: AtomicBool::new(false),
+            disposed: watch::Sender::new(false),
         }
     }
 
     /// Takes `charges` (shared layers, in layer order); the instant of the grant.
     pub(crate) async fn acquire(
         &self,
-        layers: &[std::sync::Arc<Layer>],
+        layers: &[Arc<Layer>],
         charges: Vec<Charge>,
         deadline: Nanos,
         now: Nanos,
     ) -> Result<(SharedTaken, Nanos), ThrottleError> {
-        let mut gates = Vec::with_capacity(charges.len());
-        for c in &charges {
-            gates.push(layers[c.layer].gate(&c.key, c.cost, now).await?);
-        }
+        let gates = enter_gates(layers, &charges, now).await?;
         let reject = charges
             .iter()
             .any(|c| layers[c.layer].spec().mode == Mode::Reject);
@@ -136,39 +154,14 @@ impl Shared {
             };
             let (source, decision) = self.take(&charges, max_wait).await?;
             let answered = self.clock.now();
-            let taken = SharedTaken {
-                source,
-                charges: Vec::new(),
-            };
             match decision {
-                Decision::Granted => {
-                    let taken = SharedTaken { charges, ..taken };
-                    return Ok((taken, answered));
-                }
+                Decision::Granted => return Ok((SharedTaken { source, charges }, answered)),
                 Decision::Reserved { wait } => {
                     drop(gates);
-                    let c = &charges[0];
-                    tracing::debug!(
-                        target: "ratelimit",
-                        layer = %layers[c.layer].spec().name,
-                        key = %c.key,
-                        cost = c.cost,
-                        estimate_ms = wait.div_ceil(1_000_000),
-                        reserved = true,
-                        "ratelimit.waiting"
-                    );
-                    let at = answered.saturating_add(wait);
-                    let mut held = GiveBack {
-                        shared: self,
-                        taken: Some(SharedTaken { charges, ..taken }),
-                    };
-                    tokio::time::sleep_until(self.clock.deadline(at)).await;
-                    return Ok((held.taken.take().expect("armed"), at));
+                    let taken = SharedTaken { source, charges };
+                    return self.wait_reserved(layers, taken, answered, wait).await;
                 }
-                Decision::Later { wait } => {
-                    let at = answered.saturating_add(wait);
-                    tokio::time::sleep_until(self.clock.deadline(at)).await;
-                }
+                Decision::Later { wait } => self.sleep_until(answered.saturating_add(wait)).await?,
                 Decision::Refused {
                     charge,
                     retry_after,
@@ -188,6 +181,56 @@ impl Shared {
                 }
             }
         }
+    }
+
+    /// Sleeps on a reservation: the tokens are taken, usable `wait` after `answered`; they go
+    /// back to the store if the message is dropped meanwhile or the throttle disposed of.
+    async fn wait_reserved(
+        &self,
+        layers: &[Arc<Layer>],
+        taken: SharedTaken,
+        answered: Nanos,
+        wait: Nanos,
+    ) -> Result<(SharedTaken, Nanos), ThrottleError> {
+        let c = &taken.charges[0];
+        tracing::debug!(
+            target: "ratelimit",
+            layer = %layers[c.layer].spec().name,
+            key = %c.key,
+            cost = c.cost,
+            estimate_ms = wait.div_ceil(1_000_000),
+            reserved = true,
+            "ratelimit.waiting"
+        );
+        let at = answered.saturating_add(wait);
+        let mut held = GiveBack {
+            shared: self,
+            taken: Some(taken),
+        };
+        let slept = self.sleep_until(at).await;
+        let taken = held.taken.take().expect("armed");
+        if let Err(shutdown) = slept {
+            // Awaited, not spawned: a process about to exit may not run a spawned task. Should
+            // this future be dropped meanwhile, the give-back is lost: quota, never the limit.
+            self.give_back_now(taken).await;
+            return Err(shutdown);
+        }
+        Ok((taken, at))
+    }
+
+    /// Sleeps until `at`, or until the throttle is disposed of (`Err(Shutdown)`).
+    async fn sleep_until(&self, at: Nanos) -> Result<(), ThrottleError> {
+        let mut disposed = self.disposed.subscribe();
+        tokio::select! {
+            _ = disposed.wait_for(|&d| d) => Err(ThrottleError::Shutdown),
+            _ = tokio::time::sleep_until(self.clock.deadline(at)) => Ok(()),
+        }
+    }
+
+    /// Wakes every message asleep on a reservation or a `Later` with `Shutdown`; later ones
+    /// get it as soon as they would sleep.
+    pub(crate) fn dispose(&self) {
+        self.disposed.send_replace(true);
     }
 
     /// One take: from the store, or as `on_error` says when it cannot answer.
@@ -248,22 +291,30 @@ impl Shared {
     /// Returns tokens to whoever granted them, in the background (callers are sync: a drop,
     /// `Permit::upstream_failed`).
     pub(crate) fn give_back(&self, taken: SharedTaken) {
-        if taken.charges.is_empty() || taken.source == Source::Allowed {
+        let Some(store) = self.granter(&taken) else {
             return;
-        }
-        let store: Arc<dyn Store> = match taken.source {
-            Source::Fallback => self.fallback.clone(),
-            _ => self.store.clone(),
         };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        runtime.spawn(async move {
-            let sc = store_charges(&taken.charges);
-            if let Err(e) = store.give_back(&sc).await {
-                tracing::warn!(target: "ratelimit", error = %e, "ratelimit.give_back_failed");
-            }
-        });
+        runtime.spawn(async move { return_tokens(&*store, &taken.charges).await });
+    }
+
+    /// Returns tokens to whoever granted them, now.
+    async fn give_back_now(&self, taken: SharedTaken) {
+        if let Some(store) = self.granter(&taken) {
+            return_tokens(&*store, &taken.charges).await;
+        }
+    }
+
+    /// Who granted `taken`; `None` when nothing is to be given back.
+    fn granter(&self, taken: &SharedTaken) -> Option<Arc<dyn Store>> {
+        match taken.source {
+            _ if taken.charges.is_empty() => None,
+            Source::Allowed => None,
+            Source::Fallback => Some(self.fallback.clone()),
+            Source::Store => Some(self.store.clone()),
+        }
     }
 
     /// The shared state of one bucket (the fallback's under `on_error = "local"` or `"allow"`
@@ -294,6 +345,13 @@ impl Shared {
             reset: 0,
             waiting: 0,
         })
+    }
+}
+
+/// One give-back call; a failure is logged (`ratelimit.give_back_failed`), the quota is lost.
+async fn return_tokens(store: &dyn Store, charges: &[Charge]) {
+    if let Err(e) = store.give_back(&store_charges(charges)).await {
+        tracing::warn!(target: "ratelimit", error = %e, "ratelimit.give_back_failed");
     }
 }
 

@@ -1,4 +1,4 @@
-//! The queue of a shared (Redis) layer: FIFO per key in this replica, in front of the store.
+//! The turn of a shared (Redis) layer: FIFO per key in this replica, in front of the store.
 //!
 //! Why a gate and not the local bucket: the tokens live in the store, so the queue here only
 //! decides who asks next. Only the head of a key's queue calls the store; it holds the gate
@@ -8,19 +8,18 @@
 //! `max_queue` and `max_keys` hold as for a local layer; the wait estimate and `max_wait` are
 //! the store's (it refuses a reservation past `max_wait`).
 //!
-//! Cancel-safe like the rest of the queue: a dropped [`Gate`] (or a dropped future waiting for
+//! Cancel-safe like the local queue: a dropped [`Gate`] (or a dropped future waiting for
 //! one) leaves the queue and wakes the new head.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::{CancelOnDrop, Layer, LayerState};
+use super::{CancelOnDrop, Layer};
 use crate::throttle::bucket::State;
-use crate::throttle::clock::{nanos, Nanos};
-use crate::throttle::layers::ThrottleError;
-use crate::throttle::store::table::TableFull;
+use crate::throttle::clock::Nanos;
+use crate::throttle::error::ThrottleError;
+use crate::throttle::key_table::TableFull;
 
 /// The right to ask the store for one key of one layer; dropping it lets the next one ask.
 pub(crate) struct Gate<'a> {
@@ -74,25 +73,5 @@ impl Layer {
         self.gate_admits(st, slot, key, cost)?;
         let (id, notify) = st.enqueue(slot, cost, now, State::default(), now);
         Ok((slot, id, notify))
-    }
-
-    /// `max_queue`: the messages already queued for this key (the one asking the store
-    /// included) must be fewer. The hint is `max_wait`: by then the queue has moved on.
-    pub(super) fn gate_admits(
-        &self,
-        st: &LayerState,
-        slot: u32,
-        key: &str,
-        cost: u64,
-    ) -> Result<(), ThrottleError> {
-        let queued = st.table.extra(slot).len();
-        if queued > 0 && queued >= self.spec.max_queue {
-            return Err(self.limited(key, cost, self.hint(), "max_queue"));
-        }
-        Ok(())
-    }
-
-    fn hint(&self) -> Nanos {
-        nanos(self.spec.max_wait.max(Duration::from_millis(1)))
     }
 }

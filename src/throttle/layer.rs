@@ -1,42 +1,38 @@
-//! The keyed FIFO queues of one layer: a bucket per key, its waiters in arrival order.
+//! One layer of the throttle: a bucket per key and, in front of each, its waiters in arrival
+//! order. The local layers take here; a shared layer (`store = "redis"`) only queues here and
+//! takes from its store (see `shared_layers`).
 //!
 //! Why this design: one `std::sync::Mutex` per layer holds the bucket table and every queue, so
 //! "is it my turn, and are the tokens there?" is one short critical section, never held across
 //! an `await`. Only the head of a queue takes: a later, cheaper message never overtakes.
 //!
-//! - **Timers, not polling.** The head computes the exact instant its tokens will be there and
-//!   sleeps until then (`sleep_until`); the others park on their own `Notify`. When the head is
-//!   granted it wakes the next one, which may be grantable at once. A give-back wakes the head
-//!   too, since its tokens may now come sooner. tokio's timer wheel rounds a deadline up to the
-//!   next millisecond, so a head may run up to 1 ms late: it takes at the instant it runs,
-//!   never early, so the limit holds; the price is at most 1 ms of refill per grant, and only
-//!   when the bucket is exactly full then (a cost equal to the burst).
-//! - **Cancel-safe.** Tokens are taken only in the poll that returns the grant, so a dropped
-//!   future took nothing; its drop guard removes it from the queue and wakes the new head, whose
-//!   timer is recomputed when it polls.
-//! - **Estimates.** A newcomer's wait is the time until the queue ahead and itself would be
-//!   served: [`Bucket::reserve`] folded over the queue. The fold's end (the projected tail) is
-//!   cached and extended in O(1) per arrival; a cancellation, a give-back or a grant that
-//!   differs from its projection (a timer waking late) clears it, and the next arrival refolds.
-//! - **max_keys.** The table drops a full bucket, else the least recently used one without
-//!   waiters (see `store::table`). When every bucket has waiters, a new key is refused with
-//!   `retry_after = max_wait` (at least 1 ms): by then every present waiter has been served or
-//!   refused, so a bucket can be dropped.
+//! **max_keys.** The table drops a full bucket, else the least recently used one without
+//! waiters (see `key_table`). When every bucket has waiters, a new key is refused with
+//! `retry_after = max_wait` (at least 1 ms): by then every present waiter has been served or
+//! refused, so a bucket can be dropped.
+//!
+//! Files (each depends only on this one and the modules below the layer):
+//! - `waiters`: the waiters of one bucket and the projection that estimates a newcomer's wait.
+//! - `queue`: [`Layer::acquire`], the FIFO wait of a local layer (timers, cancellation).
+//! - `gate`: [`Layer::gate`], the FIFO turn of a shared layer in front of its store.
+//! - here: the layer itself, its refusal rules, give-backs, peeks, metrics and disposal.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::bucket::{Bucket, State, Take};
-use super::clock::{Clock, Nanos};
-use super::layers::{LayerSpec, Peek, ThrottleError};
-use super::store::local::peek_of;
-use super::store::table::{KeyTable, TableFull};
-pub use crate::config::Mode;
+use super::bucket::{Bucket, State};
+use super::clock::{nanos, Clock, Nanos};
+use super::error::ThrottleError;
+use super::key_table::KeyTable;
+use super::peek::{peek_of, Peek};
+use super::spec::LayerSpec;
+use crate::config::Mode;
 use waiters::{project, Queue, Waiter};
 
-mod gate;
+pub(super) mod gate;
+mod queue;
 mod waiters;
 
 struct LayerState {
@@ -49,7 +45,7 @@ struct LayerState {
 impl LayerState {
     /// Puts a waiter at the back of `slot`'s queue; `proj` and `at` are the bucket state and
     /// instant projected for its grant.
-    pub(super) fn enqueue(
+    fn enqueue(
         &mut self,
         slot: u32,
         cost: u64,
@@ -82,22 +78,6 @@ pub(crate) struct Layer {
     shared: bool,
 }
 
-enum Step {
-    /// Granted at this instant.
-    Granted(Nanos),
-    Shutdown,
-    /// Head of the queue: the tokens are there at this instant.
-    Sleep(Nanos),
-    /// Behind someone: wait for a notification.
-    Park,
-}
-
-struct Queued {
-    slot: u32,
-    id: u64,
-    notify: Arc<Notify>,
-}
-
 /// Removes a waiter whose future was dropped (the client went away).
 struct CancelOnDrop<'a> {
     layer: &'a Layer,
@@ -114,6 +94,7 @@ impl Drop for CancelOnDrop<'_> {
     }
 }
 
+/// Milliseconds, rounded up, for logs.
 fn ceil_ms(n: Nanos) -> u64 {
     n.div_ceil(1_000_000)
 }
@@ -121,7 +102,7 @@ fn ceil_ms(n: Nanos) -> u64 {
 impl Layer {
     pub(crate) fn new(spec: LayerSpec, clock: Arc<dyn Clock>, shared: bool) -> Layer {
         let bucket = spec.bucket();
-        let table = KeyTable::new(&spec.name, bucket, spec.max_keys);
+        let table = KeyTable::new(&spec.name, bucket, spec.max_keys, nanos(spec.idle_ttl));
         let state = LayerState {
             table,
             disposed: false,
@@ -162,6 +143,7 @@ impl Layer {
         })
     }
 
+    /// The refusal of a message, logged (`ratelimit.limited`).
     pub(crate) fn limited(
         &self,
         key: &str,
@@ -204,6 +186,27 @@ impl Layer {
         Err(self.limited(key, cost, wait, reason))
     }
 
+    /// A shared layer's `max_queue`: the messages already queued for this key (the one asking
+    /// the store included) must be fewer. The hint is `max_wait`: by then the queue has moved.
+    fn gate_admits(
+        &self,
+        st: &LayerState,
+        slot: u32,
+        key: &str,
+        cost: u64,
+    ) -> Result<(), ThrottleError> {
+        let queued = st.table.extra(slot).len();
+        if queued > 0 && queued >= self.spec.max_queue {
+            return Err(self.limited(key, cost, self.hint(), "max_queue"));
+        }
+        Ok(())
+    }
+
+    /// The retry hint of a refusal whose wait nobody can estimate (a full queue or table).
+    fn hint(&self) -> Nanos {
+        nanos(self.spec.max_wait.max(Duration::from_millis(1)))
+    }
+
     /// The checks of [`Layer::acquire`] without taking or queueing: refuses now what would be
     /// refused at arrival, so a multi-layer message takes nothing when any layer would refuse.
     pub(crate) fn precheck(
@@ -235,129 +238,6 @@ impl Layer {
             return Err(ThrottleError::Shutdown);
         }
         self.admit(key, cost, at - now, queued, now, deadline)
-    }
-
-    /// Takes `cost` from `key`'s bucket: at once, or after waiting in FIFO order (not past
-    /// `deadline`). Cancel-safe: dropping the future takes nothing and leaves the queue.
-    /// `now` is the caller's reading of the clock (one read per message on the fast path; an
-    /// early reading only makes the bucket stricter). Returns the instant of a grant that
-    /// waited, `None` for one at once.
-    pub(crate) async fn acquire(
-        &self,
-        key: &str,
-        cost: u64,
-        deadline: Nanos,
-        now: Nanos,
-    ) -> Result<Option<Nanos>, ThrottleError> {
-        let Some(q) = self.enter(key, cost, deadline, now)? else {
-            return Ok(None);
-        };
-        let mut guard = CancelOnDrop {
-            layer: self,
-            slot: q.slot,
-            id: q.id,
-            armed: true,
-        };
-        loop {
-            match self.poll(q.slot, q.id, key) {
-                Step::Granted(at) => {
-                    guard.armed = false;
-                    return Ok(Some(at));
-                }
-                Step::Shutdown => {
-                    guard.armed = false;
-                    return Err(ThrottleError::Shutdown);
-                }
-                Step::Sleep(due) => {
-                    tokio::select! {
-                        _ = tokio::time::sleep_until(self.clock.deadline(due)) => {}
-                        _ = q.notify.notified() => {}
-                    }
-                }
-                Step::Park => q.notify.notified().await,
-            }
-        }
-    }
-
-    /// Arrival: granted now (`None`), queued, or refused.
-    fn enter(
-        &self,
-        key: &str,
-        cost: u64,
-        deadline: Nanos,
-        now: Nanos,
-    ) -> Result<Option<Queued>, ThrottleError> {
-        self.check_cost(cost)?;
-        let mut guard = self.lock();
-        let st = &mut *guard;
-        let hint = self.spec.max_wait.max(Duration::from_millis(1));
-        let slot = (st.table.find_or_insert(key, now))
-            .map_err(|TableFull| self.limited(key, cost, super::clock::nanos(hint), "max_keys"))?;
-        let b = self.bucket;
-        if st.table.extra(slot).len() == 0 {
-            let taken = st.table.modify(slot, now, |s, _| {
-                let (taken, next) = b.take(*s, now, cost);
-                *s = next;
-                taken
-            });
-            if taken == Take::Granted {
-                return Ok(None);
-            }
-        }
-        // Shutting down: a message that can go at once still goes (it is a transaction in
-        // flight, like one with no layer at all); none starts to wait.
-        if st.disposed {
-            return Err(ThrottleError::Shutdown);
-        }
-        let (tail, from) = project(&b, &mut st.table, slot, now);
-        let (at, next) = b.reserve(tail, from, cost).expect("cost checked");
-        let queued = st.table.extra(slot).len();
-        self.admit(key, cost, at - now, queued, now, deadline)?;
-        let (id, notify) = st.enqueue(slot, cost, now, next, at);
-        tracing::debug!(
-            target: "ratelimit",
-            layer = %self.spec.name,
-            key,
-            cost,
-            position = queued,
-            estimate_ms = ceil_ms(at - now),
-            "ratelimit.waiting"
-        );
-        Ok(Some(Queued { slot, id, notify }))
-    }
-
-    /// A waiter's turn: granted (and popped, the next head woken), or when to look again.
-    fn poll(&self, slot: u32, id: u64, key: &str) -> Step {
-        let mut guard = self.lock();
-        let st = &mut *guard;
-        if st.disposed {
-            return Step::Shutdown;
-        }
-        let Some(head) = st.table.extra(slot).head() else {
-            debug_assert!(false, "a live waiter is always queued");
-            return Step::Shutdown;
-        };
-        if head.id != id {
-            return Step::Park;
-        }
-        let (cost, arrived) = (head.cost, head.arrived);
-        let now = self.clock.now();
-        let next = match self.bucket.take(st.table.state(slot), now, cost) {
-            (Take::NotYet { wait }, _) => return Step::Sleep(now.saturating_add(wait)),
-            (_, next) => next,
-        };
-        st.table.modify(slot, now, |s, q| {
-            *s = next;
-            if q.pop_head().is_some_and(|w| w.proj != next) {
-                q.invalidate();
-            }
-            q.wake_head();
-        });
-        st.waiting -= 1;
-        let waited_ms = ceil_ms(now - arrived);
-        let layer = &self.spec.name;
-        tracing::debug!(target: "ratelimit", layer = %layer, key, cost, waited_ms, "ratelimit.waited");
-        Step::Granted(now)
     }
 
     fn cancel(&self, slot: u32, id: u64) {

@@ -9,8 +9,9 @@
 //! never dropped. Every unpinned slot is
 //! - in the LRU list (intrusive, `prev`/`next`): the least recently used one with no waiter;
 //! - and in exactly one of `filling` (by the instant it becomes full, `full_at`) or `full` (by
-//!   its last-use sequence number). Fullness is a function of time, so slots move from
-//!   `filling` to `full` lazily, when room is needed: pop `filling` while `full_at <= now`.
+//!   its last use, `seq`). Fullness is a function of time, so slots move from `filling` to
+//!   `full` lazily: when room is needed (pop `filling` while `full_at <= now`), and a few at a
+//!   time by the idle sweep.
 //!
 //! The `filling` key may be *early*: a take only moves `full_at` later, so a take leaves the
 //! entry where it is (no B-tree work on the hot path), and the entry is checked when it comes
@@ -22,6 +23,17 @@
 //! same as an absent one); when none is full, the least recently used unpinned slot goes and
 //! `ratelimit.evicted` is logged at warn; when every slot is pinned, the insert is refused
 //! ([`TableFull`]) and the caller answers with a retry hint.
+//!
+//! **Idle buckets.** A bucket that is full and unused for `idle_ttl` is forgotten without any
+//! pressure on `max_keys`, so a table's memory follows the keys in use, not every key ever
+//! seen. No thread scans the table: each [`KeyTable::find_or_insert`] (one per message) first
+//! does a bounded sweep of at most [`SWEEP_STEPS`] index entries, the oldest full slot first,
+//! moving slots that became full from `filling` to `full` on the way. A use adds at most a few
+//! entries of such work (enter an index, be re-entered once, move to `full`, go), so the sweep
+//! keeps up with the traffic that makes it. A slot's `seq` tells its last use *and* orders
+//! `full`: it is a strictly increasing instant, `max(now, previous seq + 1)`, so one word per
+//! slot serves both (it runs ahead of the clock only by one nanosecond per use within the
+//! same nanosecond, or when callers' readings of the clock arrive out of order).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -33,6 +45,9 @@ const NIL: u32 = u32::MAX;
 
 /// `Slot::idx` of a slot in `full` (keyed by its `seq`).
 const IN_FULL: Nanos = u64::MAX;
+
+/// Index entries the idle sweep examines per call (see the module doc).
+pub(crate) const SWEEP_STEPS: usize = 4;
 
 /// A slot's payload; a pinned slot (one with waiters) is never evicted.
 pub trait Pin: Default {
@@ -54,7 +69,8 @@ pub struct TableFull;
 struct Slot<W> {
     key: Option<Arc<str>>,
     state: State,
-    seq: u64,
+    /// Its last use (see the module doc: an instant, strictly increasing across the table).
+    seq: Nanos,
     /// Its `filling` key (≤ its `full_at`), or [`IN_FULL`]; unused while pinned.
     idx: Nanos,
     prev: u32,
@@ -75,14 +91,18 @@ pub struct KeyTable<W> {
     full: BTreeSet<(u64, u32)>,
     lru_head: u32,
     lru_tail: u32,
-    seq: u64,
+    /// The last use of any slot.
+    seq: Nanos,
+    /// A full bucket unused this long is forgotten.
+    idle_ttl: Nanos,
     /// Buckets dropped before they were full (lossy evictions), for metrics.
     evicted: u64,
 }
 
 impl<W: Pin> KeyTable<W> {
-    /// `name` is the layer's, for logs.
-    pub fn new(name: &str, bucket: Bucket, max_keys: usize) -> KeyTable<W> {
+    /// `name` is the layer's, for logs. `idle_ttl`: see the module doc (`Nanos::MAX`: never
+    /// forget a bucket but to make room).
+    pub fn new(name: &str, bucket: Bucket, max_keys: usize, idle_ttl: Nanos) -> KeyTable<W> {
         KeyTable {
             name: name.into(),
             bucket,
@@ -95,6 +115,7 @@ impl<W: Pin> KeyTable<W> {
             lru_head: NIL,
             lru_tail: NIL,
             seq: 0,
+            idle_ttl,
             evicted: 0,
         }
     }
@@ -111,10 +132,6 @@ impl<W: Pin> KeyTable<W> {
     /// How many buckets were dropped before they were full, since the table was made.
     pub fn evicted(&self) -> u64 {
         self.evicted
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
     }
 
     pub fn find(&self, key: &str) -> Option<u32> {
@@ -142,7 +159,9 @@ impl<W: Pin> KeyTable<W> {
     }
 
     /// The slot of `key`, adding a fresh (full) bucket when absent, evicting one if needed.
+    /// Sweeps idle buckets first, so a slot id from before this call may be gone.
     pub fn find_or_insert(&mut self, key: &str, now: Nanos) -> Result<u32, TableFull> {
+        self.sweep(now);
         if let Some(id) = self.find(key) {
             return Ok(id);
         }
@@ -168,8 +187,7 @@ impl<W: Pin> KeyTable<W> {
             }
         };
         self.map.insert(key, id);
-        self.seq += 1;
-        self.slots[id as usize].seq = self.seq;
+        self.slots[id as usize].seq = self.next_seq(now);
         self.index(id, 0, now);
         self.lru_push_back(id);
         Ok(id)
@@ -178,11 +196,11 @@ impl<W: Pin> KeyTable<W> {
     /// Changes a slot's state or payload: the one way to mutate, so the indexes stay right.
     /// Counts as a use of the bucket (moves it to the back of the LRU order).
     pub fn modify<R>(&mut self, id: u32, now: Nanos, f: impl FnOnce(&mut State, &mut W) -> R) -> R {
+        let seq = self.next_seq(now);
         let slot = &mut self.slots[id as usize];
         let (was_pinned, old_seq, idx) = (slot.extra.pinned(), slot.seq, slot.idx);
         let out = f(&mut slot.state, &mut slot.extra);
-        self.seq += 1;
-        slot.seq = self.seq;
+        slot.seq = seq;
         let (pinned, full_at) = (slot.extra.pinned(), self.bucket.full_at(slot.state));
         match (was_pinned, pinned) {
             (true, true) => {}
@@ -208,6 +226,12 @@ impl<W: Pin> KeyTable<W> {
         out
     }
 
+    /// The `seq` of a use at `now`.
+    fn next_seq(&mut self, now: Nanos) -> Nanos {
+        self.seq = now.max(self.seq.saturating_add(1));
+        self.seq
+    }
+
     fn index(&mut self, id: u32, full_at: Nanos, now: Nanos) {
         let slot = &mut self.slots[id as usize];
         if full_at <= now {
@@ -219,7 +243,7 @@ impl<W: Pin> KeyTable<W> {
         }
     }
 
-    fn unindex(&mut self, id: u32, idx: Nanos, seq: u64) {
+    fn unindex(&mut self, id: u32, idx: Nanos, seq: Nanos) {
         if idx == IN_FULL {
             self.full.remove(&(seq, id));
         } else {
@@ -229,13 +253,33 @@ impl<W: Pin> KeyTable<W> {
 
     /// Moves the slots full by `now` from `filling` to `full`, re-entering early entries.
     fn sort_out_full(&mut self, now: Nanos) {
-        while let Some(&(idx, id)) = self.filling.first() {
-            if idx > now {
-                break;
+        while self.sort_out_one(now) {}
+    }
+
+    /// Takes the first `filling` entry if it is due: into `full`, or back into `filling` at its
+    /// true `full_at` (an early entry). False when none is due.
+    fn sort_out_one(&mut self, now: Nanos) -> bool {
+        match self.filling.first() {
+            Some(&(idx, id)) if idx <= now => {
+                self.filling.pop_first();
+                let full_at = self.bucket.full_at(self.slots[id as usize].state);
+                self.index(id, full_at, now);
+                true
             }
-            self.filling.pop_first();
-            let full_at = self.bucket.full_at(self.slots[id as usize].state);
-            self.index(id, full_at, now);
+            _ => false,
+        }
+    }
+
+    /// Forgets full buckets unused for `idle_ttl`, examining at most [`SWEEP_STEPS`] entries.
+    /// Lossless: a full bucket reads the same as an absent one.
+    fn sweep(&mut self, now: Nanos) {
+        for _ in 0..SWEEP_STEPS {
+            let idle = self.full.first().copied();
+            match idle {
+                Some((seq, id)) if seq.saturating_add(self.idle_ttl) <= now => self.remove(id),
+                _ if self.sort_out_one(now) => {}
+                _ => return,
+            }
         }
     }
 

@@ -1,8 +1,9 @@
-//! Stacked layers: a message charged to several buckets at once, all or nothing.
+//! [`Throttle`] and [`Permit`]: stacked layers, a message charged to several buckets at once, all
+//! or nothing.
 //!
 //! Why stacked: a provider's quota is per account (14/s), fairness is per tenant (10/s), and a
 //! plan may cap a day (fixed window). The message goes when every layer grants it; when one
-//! refuses, what the others granted is given back (the seed's rollback).
+//! refuses, what the others granted is given back, so a refused message costs nothing.
 //!
 //! **How a multi-layer message waits** (the choice, and why):
 //! 1. Up front, before taking anything: every layer checks the cost (over the burst is a
@@ -27,104 +28,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::bucket::{Bucket, Refill};
+use super::charge::Charge;
 use super::clock::{nanos, Clock, Nanos};
-use super::queue::{Layer, Mode};
-use super::shared::{Shared, SharedLayers, SharedTaken};
-
-/// One layer of buckets, as configured (`[[throttle]]`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LayerSpec {
-    pub name: String,
-    /// Tokens gained every `interval` (drip), or held per window (fixed window).
-    pub limit: u64,
-    pub interval: Duration,
-    /// Tokens held (drip, none); ignored by a fixed window, which holds `limit`.
-    pub burst: u64,
-    pub mode: Mode,
-    pub max_wait: Duration,
-    pub max_queue: usize,
-    pub max_keys: usize,
-    pub refill: Refill,
-    /// `Refill::None`: the lifetime cap is forgotten after this long without a take.
-    pub idle_ttl: Duration,
-    /// Keep the tokens of a message upstream refused.
-    pub charge_failures: bool,
-}
-
-impl LayerSpec {
-    /// A drip layer with the defaults of the configuration: burst = limit, wait mode, 25 s
-    /// max_wait, 10,000 waiters and keys, 7 days idle_ttl, failures given back.
-    pub fn new(name: &str, limit: u64, interval: Duration) -> LayerSpec {
-        LayerSpec {
-            name: name.to_string(),
-            limit,
-            interval,
-            burst: limit,
-            mode: Mode::Wait,
-            max_wait: Duration::from_millis(25_000),
-            max_queue: 10_000,
-            max_keys: 10_000,
-            refill: Refill::Drip,
-            idle_ttl: Duration::from_secs(7 * 86_400),
-            charge_failures: false,
-        }
-    }
-
-    /// The bucket parameters of this layer.
-    pub fn bucket(&self) -> Bucket {
-        match self.refill {
-            Refill::Drip => Bucket::drip(self.burst, self.limit, nanos(self.interval)),
-            Refill::FixedWindow => Bucket::fixed_window(self.limit, nanos(self.interval)),
-            Refill::None => Bucket::lifetime(self.burst, nanos(self.idle_ttl)),
-        }
-    }
-}
-
-/// `cost` tokens of `key`'s bucket in layer `layer` (an index into the specs).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Charge {
-    pub layer: usize,
-    pub key: String,
-    pub cost: u64,
-}
-
-/// Why a message may not go.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ThrottleError {
-    /// Retryable: `451 4.7.1 ... retry after`.
-    #[error("rate limited by layer {layer} for key {key}; retry after {retry_after:?}")]
-    Limited {
-        layer: String,
-        key: String,
-        retry_after: Duration,
-    },
-    /// Permanent: no bucket of the layer could ever hold the cost (`554 5.5.3`).
-    #[error("cost {cost} exceeds the burst {burst} of layer {layer}")]
-    CostOverBurst {
-        layer: String,
-        cost: u64,
-        burst: u64,
-    },
-    /// The throttle was disposed of (`421 4.3.2`).
-    #[error("the throttle is shutting down")]
-    Shutdown,
-    /// A shared layer's store cannot answer and its `on_error` is `reject` (`451 4.4.3`).
-    #[error("the shared rate-limit store is unavailable")]
-    StoreUnavailable,
-}
-
-/// The allowance of one bucket, taking nothing (`GET /buckets/{layer}/{key}`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub struct Peek {
-    /// The capacity: `burst`, or `limit` for a fixed window.
-    pub limit: u64,
-    pub remaining: u64,
-    /// Unix seconds when an active fixed window refills; 0 otherwise.
-    pub reset: u64,
-    /// Messages waiting for this bucket.
-    pub waiting: usize,
-}
+use super::error::ThrottleError;
+use super::layer::Layer;
+use super::peek::Peek;
+use super::shared_layers::{Shared, SharedLayers, SharedTaken};
+use super::spec::LayerSpec;
+use crate::config::Mode;
 
 struct Inner {
     specs: Vec<LayerSpec>,
@@ -148,7 +59,8 @@ impl std::fmt::Debug for Throttle {
     }
 }
 
-/// Gives back what a message holds unless it is turned into a [`Permit`] (rollback).
+/// Gives back what a message holds unless it is turned into a [`Permit`]: a message refused
+/// by a later layer, or dropped, keeps nothing of the earlier ones.
 struct Held<'a> {
     inner: &'a Inner,
     taken: Vec<Charge>,
@@ -168,7 +80,7 @@ impl Throttle {
         Throttle::build(specs, clock, None)
     }
 
-    /// The layers `shared.layers` keep their buckets in `shared.store` (see `shared`).
+    /// The layers `shared.layers` keep their buckets in `shared.store` (see `shared_layers`).
     pub fn with_shared(
         specs: Vec<LayerSpec>,
         clock: Arc<dyn Clock>,
@@ -249,8 +161,8 @@ impl Throttle {
             }
             held.taken.push(c);
         }
-        // Shared layers last, in one store call (see `shared`); a refusal there gives back
-        // what the local layers hold (`held`).
+        // Shared layers last, in one store call (see `shared_layers`); a refusal there gives
+        // back what the local layers hold (`held`).
         let mut shared_taken = None;
         if let (false, Some(store)) = (shared.is_empty(), &inner.shared) {
             shared.sort_by_key(|c| c.layer);
@@ -315,9 +227,6 @@ impl Throttle {
         }
     }
 
-    /// Like [`Throttle::peek`], reading a shared layer's bucket from its store (`waiting`
-    /// counts this replica's queue). `Err(StoreUnavailable)` when the store cannot answer and
-    /// the layer's `on_error` is `reject`; otherwise the in-process view stands in.
     /// Whether the shared store answers now (a read-only peek), for `/readyz`; `None` when no
     /// layer uses one.
     pub async fn check_store(&self) -> Option<Result<(), String>> {
@@ -326,6 +235,9 @@ impl Throttle {
         Some(shared.reachable(layer).await)
     }
 
+    /// Like [`Throttle::peek`], reading a shared layer's bucket from its store (`waiting`
+    /// counts this replica's queue). `Err(StoreUnavailable)` when the store cannot answer and
+    /// the layer's `on_error` is `reject`; otherwise the in-process view stands in.
     pub async fn peek_async(&self, layer: &str, key: &str) -> Option<Result<Peek, ThrottleError>> {
         let i = self.layer_index(layer)?;
         let local = self.inner.layers[i].peek(key);
@@ -357,12 +269,16 @@ impl Throttle {
         self.inner.layers.get(layer).is_some_and(|l| l.holds(key))
     }
 
-    /// Releases every waiter with [`ThrottleError::Shutdown`]; later acquires get it too,
-    /// unless every layer they charge is local and grants them at once (a message whose DATA
-    /// ends during the shutdown grace then goes, as it would with no layer).
+    /// Releases every waiter with [`ThrottleError::Shutdown`], a message asleep on a shared
+    /// store's reservation included (its tokens go back to the store); later acquires get it
+    /// too, unless every layer they charge is local and grants them at once (a message whose
+    /// DATA ends during the shutdown grace then goes, as it would with no layer).
     pub fn dispose(&self) {
         for layer in &self.inner.layers {
             layer.dispose();
+        }
+        if let Some(shared) = &self.inner.shared {
+            shared.dispose();
         }
     }
 }
@@ -419,3 +335,6 @@ impl Permit {
     /// Message delivered: keep the tokens. (Dropping the permit does the same.)
     pub fn delivered(self) {}
 }
+
+#[cfg(test)]
+mod tests;

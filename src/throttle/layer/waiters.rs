@@ -1,7 +1,7 @@
 //! The waiters of one bucket, and the projection that estimates a newcomer's wait.
 //!
-//! Why apart from `queue.rs`: this is the data (who waits, in which order, and when each would
-//! be served); `queue.rs` is the waiting itself (locks, timers, cancellation).
+//! Why apart from `queue.rs` and `gate.rs`: this is the data (who waits, in which order, and
+//! when each would be served); they are the waiting itself (locks, timers, cancellation).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -10,7 +10,7 @@ use tokio::sync::Notify;
 
 use crate::throttle::bucket::{Bucket, State};
 use crate::throttle::clock::Nanos;
-use crate::throttle::store::table::{KeyTable, Pin};
+use crate::throttle::key_table::{KeyTable, Pin};
 
 pub(super) struct Waiter {
     pub(super) id: u64,

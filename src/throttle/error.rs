@@ -1,0 +1,29 @@
+//! Why a message may not go: the one error of the throttle, which the SMTP session turns into
+//! a reply. Apart because every part of the engine refuses with it.
+
+use std::time::Duration;
+
+/// Why a message may not go.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ThrottleError {
+    /// Retryable: `451 4.7.1 ... retry after`.
+    #[error("rate limited by layer {layer} for key {key}; retry after {retry_after:?}")]
+    Limited {
+        layer: String,
+        key: String,
+        retry_after: Duration,
+    },
+    /// Permanent: no bucket of the layer could ever hold the cost (`554 5.5.3`).
+    #[error("cost {cost} exceeds the burst {burst} of layer {layer}")]
+    CostOverBurst {
+        layer: String,
+        cost: u64,
+        burst: u64,
+    },
+    /// The throttle was disposed of (`421 4.3.2`).
+    #[error("the throttle is shutting down")]
+    Shutdown,
+    /// A shared layer's store cannot answer and its `on_error` is `reject` (`451 4.4.3`).
+    #[error("the shared rate-limit store is unavailable")]
+    StoreUnavailable,
+}

@@ -1,0 +1,169 @@
+//! The FIFO wait of a local layer: take at once, or queue and wait for the exact instant.
+//!
+//! - **Timers, not polling.** The head computes the exact instant its tokens will be there and
+//!   sleeps until then (`sleep_until`); the others park on their own `Notify`. When the head is
+//!   granted it wakes the next one, which may be grantable at once. A give-back wakes the head
+//!   too, since its tokens may now come sooner. tokio's timer wheel rounds a deadline up to the
+//!   next millisecond, so a head may run up to 1 ms late: it takes at the instant it runs,
+//!   never early, so the limit holds; the price is at most 1 ms of refill per grant, and only
+//!   when the bucket is exactly full then (a cost equal to the burst).
+//! - **Cancel-safe.** Tokens are taken only in the poll that returns the grant, so a dropped
+//!   future took nothing; its drop guard removes it from the queue and wakes the new head, whose
+//!   timer is recomputed when it polls.
+//! - **Estimates.** A newcomer's wait is the time until the queue ahead and itself would be
+//!   served: [`Bucket::reserve`] folded over the queue. The fold's end (the projected tail) is
+//!   cached and extended in O(1) per arrival; a cancellation, a give-back or a grant that
+//!   differs from its projection (a timer waking late) clears it, and the next arrival refolds.
+//!
+//! [`Bucket::reserve`]: crate::throttle::bucket::Bucket::reserve
+
+use std::sync::Arc;
+
+use tokio::sync::Notify;
+
+use super::waiters::project;
+use super::{ceil_ms, CancelOnDrop, Layer};
+use crate::throttle::bucket::Take;
+use crate::throttle::clock::Nanos;
+use crate::throttle::error::ThrottleError;
+use crate::throttle::key_table::TableFull;
+
+enum Step {
+    /// Granted at this instant.
+    Granted(Nanos),
+    Shutdown,
+    /// Head of the queue: the tokens are there at this instant.
+    Sleep(Nanos),
+    /// Behind someone: wait for a notification.
+    Park,
+}
+
+struct Queued {
+    slot: u32,
+    id: u64,
+    notify: Arc<Notify>,
+}
+
+impl Layer {
+    /// Takes `cost` from `key`'s bucket: at once, or after waiting in FIFO order (not past
+    /// `deadline`). Cancel-safe: dropping the future takes nothing and leaves the queue.
+    /// `now` is the caller's reading of the clock (one read per message on the fast path; an
+    /// early reading only makes the bucket stricter). Returns the instant of a grant that
+    /// waited, `None` for one at once.
+    pub(crate) async fn acquire(
+        &self,
+        key: &str,
+        cost: u64,
+        deadline: Nanos,
+        now: Nanos,
+    ) -> Result<Option<Nanos>, ThrottleError> {
+        let Some(q) = self.enter(key, cost, deadline, now)? else {
+            return Ok(None);
+        };
+        let mut guard = CancelOnDrop {
+            layer: self,
+            slot: q.slot,
+            id: q.id,
+            armed: true,
+        };
+        loop {
+            match self.poll(q.slot, q.id, key) {
+                Step::Granted(at) => {
+                    guard.armed = false;
+                    return Ok(Some(at));
+                }
+                Step::Shutdown => {
+                    guard.armed = false;
+                    return Err(ThrottleError::Shutdown);
+                }
+                Step::Sleep(due) => {
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(self.clock.deadline(due)) => {}
+                        _ = q.notify.notified() => {}
+                    }
+                }
+                Step::Park => q.notify.notified().await,
+            }
+        }
+    }
+
+    /// Arrival: granted now (`None`), queued, or refused.
+    fn enter(
+        &self,
+        key: &str,
+        cost: u64,
+        deadline: Nanos,
+        now: Nanos,
+    ) -> Result<Option<Queued>, ThrottleError> {
+        self.check_cost(cost)?;
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        let slot = (st.table.find_or_insert(key, now))
+            .map_err(|TableFull| self.limited(key, cost, self.hint(), "max_keys"))?;
+        let b = self.bucket;
+        if st.table.extra(slot).len() == 0 {
+            let taken = st.table.modify(slot, now, |s, _| {
+                let (taken, next) = b.take(*s, now, cost);
+                *s = next;
+                taken
+            });
+            if taken == Take::Granted {
+                return Ok(None);
+            }
+        }
+        // Shutting down: a message that can go at once still goes (it is a transaction in
+        // flight, like one with no layer at all); none starts to wait.
+        if st.disposed {
+            return Err(ThrottleError::Shutdown);
+        }
+        let (tail, from) = project(&b, &mut st.table, slot, now);
+        let (at, next) = b.reserve(tail, from, cost).expect("cost checked");
+        let queued = st.table.extra(slot).len();
+        self.admit(key, cost, at - now, queued, now, deadline)?;
+        let (id, notify) = st.enqueue(slot, cost, now, next, at);
+        tracing::debug!(
+            target: "ratelimit",
+            layer = %self.spec.name,
+            key,
+            cost,
+            position = queued,
+            estimate_ms = ceil_ms(at - now),
+            "ratelimit.waiting"
+        );
+        Ok(Some(Queued { slot, id, notify }))
+    }
+
+    /// A waiter's turn: granted (and popped, the next head woken), or when to look again.
+    fn poll(&self, slot: u32, id: u64, key: &str) -> Step {
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        if st.disposed {
+            return Step::Shutdown;
+        }
+        let Some(head) = st.table.extra(slot).head() else {
+            debug_assert!(false, "a live waiter is always queued");
+            return Step::Shutdown;
+        };
+        if head.id != id {
+            return Step::Park;
+        }
+        let (cost, arrived) = (head.cost, head.arrived);
+        let now = self.clock.now();
+        let next = match self.bucket.take(st.table.state(slot), now, cost) {
+            (Take::NotYet { wait }, _) => return Step::Sleep(now.saturating_add(wait)),
+            (_, next) => next,
+        };
+        st.table.modify(slot, now, |s, q| {
+            *s = next;
+            if q.pop_head().is_some_and(|w| w.proj != next) {
+                q.invalidate();
+            }
+            q.wake_head();
+        });
+        st.waiting -= 1;
+        let waited_ms = ceil_ms(now - arrived);
+        let layer = &self.spec.name;
+        tracing::debug!(target: "ratelimit", layer = %layer, key, cost, waited_ms, "ratelimit.waited");
+        Step::Granted(now)
+    }
+}

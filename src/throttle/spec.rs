@@ -1,0 +1,59 @@
+//! One layer as the engine sees it (`[[throttle]]` after `setup`): its numbers and rules, and
+//! the bucket parameters they make. Apart because the key table, the stores and the layers
+//! all read it.
+
+use std::time::Duration;
+
+use super::bucket::Bucket;
+use super::clock::nanos;
+use crate::config::{Mode, Refill};
+
+/// One layer of buckets, as configured (`[[throttle]]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LayerSpec {
+    pub name: String,
+    /// Tokens gained every `interval` (drip), or held per window (fixed window).
+    pub limit: u64,
+    pub interval: Duration,
+    /// Tokens held (drip, none); ignored by a fixed window, which holds `limit`.
+    pub burst: u64,
+    pub mode: Mode,
+    pub max_wait: Duration,
+    pub max_queue: usize,
+    pub max_keys: usize,
+    pub refill: Refill,
+    /// A bucket unused this long is forgotten once it is full (it then reads the same as an
+    /// absent one). For `Refill::None` it is also when the lifetime cap expires.
+    pub idle_ttl: Duration,
+    /// Keep the tokens of a message upstream refused.
+    pub charge_failures: bool,
+}
+
+impl LayerSpec {
+    /// A drip layer with the defaults of the configuration: burst = limit, wait mode, 25 s
+    /// max_wait, 10,000 waiters and keys, 7 days idle_ttl, failures given back.
+    pub fn new(name: &str, limit: u64, interval: Duration) -> LayerSpec {
+        LayerSpec {
+            name: name.to_string(),
+            limit,
+            interval,
+            burst: limit,
+            mode: Mode::Wait,
+            max_wait: Duration::from_millis(25_000),
+            max_queue: 10_000,
+            max_keys: 10_000,
+            refill: Refill::Drip,
+            idle_ttl: Duration::from_secs(7 * 86_400),
+            charge_failures: false,
+        }
+    }
+
+    /// The bucket parameters of this layer.
+    pub fn bucket(&self) -> Bucket {
+        match self.refill {
+            Refill::Drip => Bucket::drip(self.burst, self.limit, nanos(self.interval)),
+            Refill::FixedWindow => Bucket::fixed_window(self.limit, nanos(self.interval)),
+            Refill::None => Bucket::lifetime(self.burst, nanos(self.idle_ttl)),
+        }
+    }
+}

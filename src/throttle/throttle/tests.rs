@@ -1,0 +1,257 @@
+//! Unit tests of the throttle as a whole: buckets forgotten when full and idle, and shutdown
+//! of a message asleep on a shared store's reservation. Fake or paused clocks, never a sleep.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+
+use super::*;
+use crate::config::Refill;
+use crate::throttle::clock::{FakeClock, TokioClock};
+use crate::throttle::store::{Decision, Store, StoreCharge, StoreError, StoreFuture};
+
+const SEC: Duration = Duration::from_secs(1);
+
+fn charge(key: &str) -> Vec<Charge> {
+    vec![Charge {
+        layer: 0,
+        key: key.to_string(),
+        cost: 1,
+    }]
+}
+
+/// One token a second (burst 1) or one a window of `interval`; idle buckets forgotten after
+/// a minute; room for many more keys than any test uses (no `max_keys` pressure).
+fn layer(refill: Refill, interval: Duration) -> LayerSpec {
+    LayerSpec {
+        refill,
+        idle_ttl: 60 * SEC,
+        ..LayerSpec::new("t", 1, interval)
+    }
+}
+
+async fn spend(t: &Throttle, key: &str) {
+    t.acquire(charge(key)).await.expect("granted").delivered();
+}
+
+/// Messages of other keys: activity in the layer's table.
+async fn activity(t: &Throttle) {
+    for i in 0..8 {
+        spend(t, &format!("other-{i}")).await;
+    }
+}
+
+#[tokio::test]
+async fn a_full_bucket_idle_past_idle_ttl_is_forgotten_without_max_keys_pressure() {
+    for refill in [Refill::Drip, Refill::FixedWindow] {
+        let clock = Arc::new(FakeClock::new(0));
+        let t = Throttle::new(vec![layer(refill, SEC)], clock.clone());
+        spend(&t, "idle").await;
+        assert!(t.holds(0, "idle"));
+        // Full again after a second, then unused for a minute more.
+        clock.advance(61 * SEC);
+        activity(&t).await;
+        assert!(!t.holds(0, "idle"), "{refill:?}: full and idle, forgotten");
+        assert_eq!(t.keys(0), 8, "{refill:?}: the other keys are fresh");
+        assert_eq!(
+            t.evictions(0),
+            0,
+            "{refill:?}: forgetting a full bucket loses nothing"
+        );
+        assert_eq!(t.peek("t", "idle").unwrap().remaining, 1);
+    }
+}
+
+#[tokio::test]
+async fn a_bucket_not_full_yet_or_not_idle_long_enough_is_kept() {
+    // Not full: a window of a day, a drip of one token an hour.
+    for (refill, interval) in [
+        (Refill::FixedWindow, 86_400 * SEC),
+        (Refill::Drip, 3_600 * SEC),
+    ] {
+        let clock = Arc::new(FakeClock::new(0));
+        let t = Throttle::new(vec![layer(refill, interval)], clock.clone());
+        spend(&t, "busy").await;
+        clock.advance(61 * SEC);
+        activity(&t).await;
+        assert!(t.holds(0, "busy"), "{refill:?}: not full, kept");
+        assert_eq!(t.peek("t", "busy").unwrap().remaining, 0);
+    }
+    // Full, but used 30 s ago only.
+    let clock = Arc::new(FakeClock::new(0));
+    let t = Throttle::new(vec![layer(Refill::Drip, SEC)], clock.clone());
+    spend(&t, "recent").await;
+    clock.advance(30 * SEC);
+    activity(&t).await;
+    assert!(t.holds(0, "recent"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_bucket_with_waiters_is_never_forgotten() {
+    let clock = Arc::new(FakeClock::new(0));
+    let t = Arc::new(Throttle::new(vec![layer(Refill::Drip, SEC)], clock.clone()));
+    spend(&t, "busy").await;
+    let waiter = tokio::spawn({
+        let t = t.clone();
+        async move { t.acquire(charge("busy")).await.map(Permit::delivered) }
+    });
+    while t.waiting(0) == 0 {
+        tokio::task::yield_now().await;
+    }
+    // The fake clock moves, tokio's does not: the waiter's timer has not fired, so its bucket
+    // is full and idle, but it has a waiter.
+    clock.advance(86_400 * SEC);
+    activity(&t).await;
+    assert!(t.holds(0, "busy"));
+    t.dispose();
+    assert_eq!(waiter.await.unwrap(), Err(ThrottleError::Shutdown));
+}
+
+/// A shared store that answers each take from a script of decisions (the last one repeats) and
+/// records what it is given back.
+struct Scripted {
+    answers: Vec<Decision>,
+    /// When set, a take answers only once this is notified (a store call in flight).
+    hold: Option<Arc<tokio::sync::Notify>>,
+    takes: std::sync::Mutex<usize>,
+    given_back: std::sync::Mutex<Vec<(usize, String, u64)>>,
+}
+
+impl Scripted {
+    fn new(answers: Vec<Decision>) -> Arc<Scripted> {
+        Scripted::holding(answers, None)
+    }
+
+    fn holding(answers: Vec<Decision>, hold: Option<Arc<tokio::sync::Notify>>) -> Arc<Scripted> {
+        Arc::new(Scripted {
+            answers,
+            hold,
+            takes: Default::default(),
+            given_back: Default::default(),
+        })
+    }
+
+    fn takes(&self) -> usize {
+        *self.takes.lock().unwrap()
+    }
+
+    fn given_back(&self) -> Vec<(usize, String, u64)> {
+        self.given_back.lock().unwrap().clone()
+    }
+}
+
+impl Store for Scripted {
+    fn take<'a>(&'a self, _: &'a [StoreCharge<'a>], _: Nanos) -> StoreFuture<'a, Decision> {
+        let mut n = self.takes.lock().unwrap();
+        let d = self.answers[(*n).min(self.answers.len() - 1)];
+        *n += 1;
+        let hold = self.hold.clone();
+        Box::pin(async move {
+            if let Some(hold) = hold {
+                hold.notified().await;
+            }
+            Ok(d)
+        })
+    }
+
+    fn give_back<'a>(&'a self, charges: &'a [StoreCharge<'a>]) -> StoreFuture<'a, ()> {
+        let mut given = self.given_back.lock().unwrap();
+        given.extend(charges.iter().map(|c| (c.layer, c.key.to_string(), c.cost)));
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn peek<'a>(&'a self, _: usize, _: &'a str) -> StoreFuture<'a, Peek> {
+        Box::pin(std::future::ready(Err(StoreError::Unavailable(
+            "peek".into(),
+        ))))
+    }
+}
+
+const HOUR: Nanos = 3_600_000_000_000;
+
+/// A throttle whose one layer is on `store`; a message is sent in a task and left once the
+/// store has answered it. Paused tokio time: nothing moves unless every task is idle.
+async fn asleep_on(store: Arc<Scripted>) -> (Arc<Throttle>, JoinHandle<Result<(), ThrottleError>>) {
+    let shared = SharedLayers {
+        store: store.clone(),
+        layers: vec![0],
+        on_error: crate::config::OnError::Reject,
+    };
+    let spec = LayerSpec {
+        max_wait: Duration::from_secs(7_200),
+        ..LayerSpec::new("t", 1, SEC)
+    };
+    let clock = Arc::new(TokioClock::new());
+    let t = Arc::new(Throttle::with_shared(vec![spec], clock, shared));
+    let message = tokio::spawn({
+        let t = t.clone();
+        async move { t.acquire(charge("acme")).await.map(Permit::delivered) }
+    });
+    while store.takes() == 0 {
+        tokio::task::yield_now().await;
+    }
+    for _ in 0..8 {
+        tokio::task::yield_now().await;
+    }
+    assert!(!message.is_finished(), "asleep, or asking the store");
+    (t, message)
+}
+
+#[tokio::test(start_paused = true)]
+async fn dispose_wakes_a_message_asleep_on_a_reservation_and_gives_it_back() {
+    let store = Scripted::new(vec![Decision::Reserved { wait: HOUR }]);
+    let (t, message) = asleep_on(store.clone()).await;
+    let start = tokio::time::Instant::now();
+    t.dispose();
+    assert_eq!(message.await.unwrap(), Err(ThrottleError::Shutdown));
+    assert_eq!(
+        tokio::time::Instant::now(),
+        start,
+        "at once, not at its instant"
+    );
+    assert_eq!(store.given_back(), [(0, "acme".to_string(), 1)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn dispose_wakes_a_message_told_to_ask_again_later() {
+    let store = Scripted::new(vec![Decision::Later { wait: HOUR }, Decision::Granted]);
+    let (t, message) = asleep_on(store.clone()).await;
+    let start = tokio::time::Instant::now();
+    t.dispose();
+    assert_eq!(message.await.unwrap(), Err(ThrottleError::Shutdown));
+    assert_eq!(tokio::time::Instant::now(), start);
+    assert_eq!(store.takes(), 1, "it did not ask again");
+    assert!(store.given_back().is_empty(), "`Later` took nothing");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reservation_answered_after_dispose_is_given_back_at_once() {
+    let hold = Arc::new(tokio::sync::Notify::new());
+    let answers = vec![Decision::Reserved { wait: HOUR }];
+    let store = Scripted::holding(answers, Some(hold.clone()));
+    let (t, message) = asleep_on(store.clone()).await;
+    // Disposed while its store call is in flight; the answer is a reservation.
+    let start = tokio::time::Instant::now();
+    t.dispose();
+    hold.notify_one();
+    assert_eq!(message.await.unwrap(), Err(ThrottleError::Shutdown));
+    assert_eq!(tokio::time::Instant::now(), start);
+    assert_eq!(store.given_back(), [(0, "acme".to_string(), 1)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_dispose_a_shared_layer_refuses_at_its_gate() {
+    let store = Scripted::new(vec![Decision::Granted]);
+    let shared = SharedLayers {
+        store: store.clone(),
+        layers: vec![0],
+        on_error: crate::config::OnError::Reject,
+    };
+    let clock = Arc::new(TokioClock::new());
+    let t = Throttle::with_shared(vec![LayerSpec::new("t", 1, SEC)], clock, shared);
+    t.dispose();
+    let r = t.acquire(charge("acme")).await;
+    assert_eq!(r.map(Permit::delivered), Err(ThrottleError::Shutdown));
+    assert_eq!(store.takes(), 0, "it never asked the store");
+}
