@@ -1,9 +1,10 @@
 //! The shared store on a private `redis-server`: what only the Redis store has, several
-//! relays on one Redis, and Redis failing under load.
+//! relays on one Redis, Redis failing under load, and shutdown with a Redis reservation.
 
 #[path = "../support/mod.rs"]
 mod support;
 
 mod redis_faults;
 mod redis_relay;
+mod redis_shutdown;
 mod redis_store;

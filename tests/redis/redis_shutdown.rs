@@ -2,13 +2,11 @@
 //! `421 4.3.2` like a local waiter, and its reserved tokens go back to Redis before it is
 //! answered. Real time, a private `redis-server` on 127.0.0.1, real SMTP.
 
-mod common;
-
 use std::time::Duration;
 
-use common::redis::RedisServer;
-use common::relay::{smtp_relay, Relay};
-use common::upstream::TestUpstream;
+use crate::support::redis::RedisServer;
+use crate::support::relay::{smtp_relay, Relay};
+use crate::support::upstream::TestUpstream;
 
 /// One token a minute, two held, charged per recipient, waits of up to two minutes: after a
 /// one-recipient message the bucket holds one token, so a two-recipient one is reserved for
@@ -48,7 +46,7 @@ async fn shutdown_answers_a_reserved_message_421_and_gives_its_tokens_back() {
 
     let addr = relay.addr;
     let second = tokio::spawn(async move {
-        let mut c = common::relay::Client::connect(addr).await;
+        let mut c = crate::support::relay::Client::connect(addr).await;
         let rcpts = ["b@example.com", "c@example.com"];
         c.send_mail("a@example.com", &rcpts, &message("second"))
             .await
