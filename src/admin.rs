@@ -31,11 +31,6 @@ impl Admin {
             live: deps.live.clone(),
         })
     }
-
-    /// The metrics text, with the gauges of the throttle in force.
-    pub fn metrics_text(&self) -> Option<String> {
-        Some(self.metrics.encode(&self.live.current()?.throttle))
-    }
 }
 
 /// The answer in the moment before `run` installs the first context.
