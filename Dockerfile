@@ -11,11 +11,13 @@ RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --uid 10001 --home-dir /var/lib/mailsluice --create-home mailsluice
 COPY --from=build /src/target/release/mailsluice /usr/local/bin/mailsluice
-COPY config/mailsluice.toml /etc/mailsluice/mailsluice.toml
+COPY config/container.toml /etc/mailsluice/mailsluice.toml
+RUN mkdir -p /var/lib/mailsluice/outbox && chown -R mailsluice /var/lib/mailsluice
 USER mailsluice
 WORKDIR /var/lib/mailsluice
-# Mount your own config over /etc/mailsluice; the default writes to ./outbox.
-VOLUME ["/etc/mailsluice"]
+# Mount your own config over /etc/mailsluice; the default writes to the outbox volume.
+VOLUME ["/var/lib/mailsluice/outbox"]
 ENV MAILSLUICE_CONFIG=/etc/mailsluice/mailsluice.toml
-EXPOSE 2525
+# SMTP, and the admin endpoint (health, metrics, status page).
+EXPOSE 2525 9325
 ENTRYPOINT ["/usr/local/bin/mailsluice"]

@@ -31,6 +31,7 @@ fn tempdir() -> std::path::PathBuf {
 fn check_accepts_the_shipped_configs() {
     for path in [
         "config/mailsluice.toml",
+        "config/container.toml",
         "config/examples/ses.toml",
         "config/examples/tiers.toml",
         "config/examples/lifetime.toml",
