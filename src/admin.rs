@@ -1,4 +1,5 @@
-//! The admin HTTP endpoint (axum): liveness, readiness, Prometheus metrics and bucket peeks.
+//! The admin HTTP endpoint (axum): the status page, liveness, readiness, Prometheus metrics and
+//! bucket peeks.
 //! It listens apart from SMTP (loopback by default) and never takes tokens. Every answer is
 //! read from the live context, so after a reload it shows the config in force.
 
@@ -14,11 +15,14 @@ use tokio::net::TcpListener;
 
 use crate::context::{Deps, Health, Live};
 use crate::metrics::Metrics;
+use crate::recent::Recent;
 use crate::shutdown::Shutdown;
+use crate::status_page::{self, Checks};
 
 /// Everything the endpoints read.
 pub struct Admin {
     pub metrics: Arc<Metrics>,
+    pub recent: Arc<Recent>,
     pub health: Arc<Health>,
     pub live: Arc<Live>,
 }
@@ -27,6 +31,7 @@ impl Admin {
     pub fn new(deps: &Deps) -> Arc<Admin> {
         Arc::new(Admin {
             metrics: deps.metrics.clone(),
+            recent: deps.recent.clone(),
             health: deps.health.clone(),
             live: deps.live.clone(),
         })
@@ -41,6 +46,7 @@ fn starting() -> Response {
 
 pub fn router(admin: Arc<Admin>) -> Router {
     Router::new()
+        .route("/", get(status_page))
         .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
@@ -87,6 +93,19 @@ async fn readyz(State(admin): State<Arc<Admin>>) -> Response {
         StatusCode::SERVICE_UNAVAILABLE
     };
     (status, Json(body)).into_response()
+}
+
+/// The status page: what the relay does now, in HTML (see `status_page`).
+async fn status_page(State(admin): State<Arc<Admin>>) -> Response {
+    let Some(ctx) = admin.live.current() else {
+        return starting();
+    };
+    let checks = Checks {
+        upstream: ctx.forwarder.check().await,
+        store: ctx.throttle.check_store().await,
+    };
+    let page = status_page::render(&ctx, &admin.health, &admin.recent, &checks);
+    axum::response::Html(page).into_response()
 }
 
 async fn metrics(State(admin): State<Arc<Admin>>) -> Response {

@@ -19,6 +19,7 @@ use crate::config::{Config, Cost};
 use crate::connection_limit::Connections;
 use crate::metrics::Metrics;
 use crate::policy::LayerPolicy;
+use crate::recent::Recent;
 use crate::throttle::{Clock, Throttle, TokioClock};
 use crate::tls::{Tls, TlsError};
 use crate::upstream::Forwarder;
@@ -31,6 +32,8 @@ pub struct Deps {
     pub forwarder: Arc<dyn Forwarder>,
     pub throttle: Arc<Throttle>,
     pub metrics: Arc<Metrics>,
+    /// The last refusals, for the status page.
+    pub recent: Arc<Recent>,
     pub health: Arc<Health>,
     /// The monotonic clock of the throttle (kept across reloads, so buckets carry over).
     pub clock: Arc<dyn Clock>,
@@ -51,6 +54,7 @@ impl Deps {
             forwarder,
             throttle,
             metrics: Metrics::new(),
+            recent: Recent::new(),
             health: Arc::new(Health::default()),
             clock,
             live: Live::new(),
@@ -88,6 +92,7 @@ pub struct Context {
     /// What EHLO advertises as `LIMITS RCPTMAX` (RFC 9422).
     pub rcpt_max: usize,
     pub metrics: Arc<Metrics>,
+    pub recent: Arc<Recent>,
     /// `max_connections_per_ip`.
     pub connections_per_ip: Arc<Connections>,
     /// Failed AUTH attempts per client address, for the lockout.
@@ -100,6 +105,7 @@ pub struct Context {
 /// What a context carries over from the one before it.
 struct Kept {
     metrics: Arc<Metrics>,
+    recent: Arc<Recent>,
     connections_per_ip: Arc<Connections>,
     auth_failures: Arc<AuthFailures>,
     clock: Arc<dyn Clock>,
@@ -112,6 +118,7 @@ impl Context {
         let smtp = &deps.config.smtp;
         let kept = Kept {
             metrics: deps.metrics,
+            recent: deps.recent,
             connections_per_ip: Connections::new(smtp.max_connections_per_ip.get()),
             auth_failures: Arc::new(AuthFailures::new(lockout_rule(&deps.config))),
             clock: deps.clock,
@@ -139,6 +146,7 @@ impl Context {
     pub fn successor(&self, parts: Parts) -> Context {
         let kept = Kept {
             metrics: self.metrics.clone(),
+            recent: self.recent.clone(),
             connections_per_ip: self.connections_per_ip.clone(),
             auth_failures: self.auth_failures.clone(),
             clock: self.clock.clone(),
@@ -158,6 +166,7 @@ impl Context {
             throttle: parts.throttle,
             tls: parts.tls,
             metrics: kept.metrics,
+            recent: kept.recent,
             connections_per_ip: kept.connections_per_ip,
             auth_failures: kept.auth_failures,
             clock: kept.clock,

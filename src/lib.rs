@@ -6,11 +6,13 @@
 //! | module | what it holds |
 //! |---|---|
 //! | `server` | the accept loop, the connection bounds, graceful shutdown: [`run`] |
-//! | `admin` | the HTTP endpoint: `/healthz`, `/readyz`, `/metrics`, `/buckets/{layer}/{key}` |
+//! | `admin` | the HTTP endpoint: `/` (the status page, rendered by `status_page`), `/healthz`, `/readyz`, `/metrics`, `/buckets/{layer}/{key}` |
+//! | `status_page` | the HTML of `/`: readiness, layers, most waiting keys, last refusals |
 //! | `reload` | SIGHUP: a new context from a new config, unchanged layers kept |
 //! | `smtp/` | one client's session: the state machine, one file per verb, the final dot (`deliver`), every reply text (`reply`) |
 //! | `context` | `Deps` (what `run` needs), `Context` (what a session reads), `Live` (the context in force) |
 //! | `policy` | which buckets a message is charged to, how much, and which key headers it loses |
+//! | `recent` | the last refusals, and refusals per layer in the last minute (status page) |
 //! | `metrics` | the Prometheus registry and what is counted |
 //! | `throttle/` | token buckets (pure math in `bucket`), key tables, stores (local, Redis), layers with FIFO queues |
 //! | `upstream/` | the `Forwarder` trait: `smtp` (lettre connections, our pool), `file` |
@@ -34,10 +36,12 @@ pub mod fuzzing;
 pub mod metrics;
 pub mod password;
 pub mod policy;
+pub mod recent;
 pub mod reload;
 pub mod server;
 pub mod shutdown;
 pub mod smtp;
+pub mod status_page;
 pub mod throttle;
 pub mod tls;
 pub mod upstream;

@@ -207,6 +207,8 @@ impl Session {
         reply: Option<&Reply>,
     ) {
         self.ctx.metrics.message(record.outcome);
+        let code = reply.map(|r| r.code);
+        (self.ctx.recent).message(record.outcome, &record.layer, &record.key, code);
         let upstream = reply.map(|r| format!("{} {}", r.code, r.lines.join(" ")));
         tracing::info!(
             target: "mailsluice::message",

@@ -134,6 +134,14 @@ impl<W: Pin> KeyTable<W> {
         self.evicted
     }
 
+    /// The keys whose payload is pinned (they have waiters), with it.
+    pub fn pinned(&self) -> impl Iterator<Item = (&str, &W)> {
+        self.map.iter().filter_map(|(key, &id)| {
+            let extra = &self.slots[id as usize].extra;
+            extra.pinned().then_some((&**key, extra))
+        })
+    }
+
     pub fn find(&self, key: &str) -> Option<u32> {
         self.map.get(key).copied()
     }

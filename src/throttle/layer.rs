@@ -288,6 +288,17 @@ impl Layer {
         }
     }
 
+    /// The `n` keys with the most waiters, most first (ties by key).
+    pub(crate) fn most_waiting(&self, n: usize) -> Vec<(String, usize)> {
+        let st = self.lock();
+        let mut keys: Vec<(String, usize)> = (st.table.pinned())
+            .map(|(key, queue)| (key.to_string(), queue.len()))
+            .collect();
+        keys.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        keys.truncate(n);
+        keys
+    }
+
     pub(crate) fn waiting(&self) -> usize {
         self.lock().waiting
     }

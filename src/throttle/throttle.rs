@@ -254,6 +254,11 @@ impl Throttle {
         self.inner.layers.get(layer).map_or(0, |l| l.waiting())
     }
 
+    /// The `n` keys of a layer with the most messages waiting, most first (status page).
+    pub fn most_waiting(&self, layer: usize, n: usize) -> Vec<(String, usize)> {
+        (self.inner.layers.get(layer)).map_or_else(Vec::new, |l| l.most_waiting(n))
+    }
+
     /// Buckets a layer holds (≤ `max_keys`), for metrics.
     pub fn keys(&self, layer: usize) -> usize {
         self.inner.layers.get(layer).map_or(0, |l| l.keys())

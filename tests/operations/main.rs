@@ -1,4 +1,4 @@
-//! Running the relay: the admin endpoint, the binary's command line and signals, and
+//! Running the relay: the admin endpoint and its status page, the binary's command line and signals, and
 //! shutdown under load.
 
 #[path = "../support/mod.rs"]
@@ -7,3 +7,4 @@ mod support;
 mod admin;
 mod cli;
 mod shutdown;
+mod status_page;

@@ -1,0 +1,173 @@
+//! The status page (`GET /` on the admin endpoint): what the relay is doing, at a glance, on a
+//! laptop or a phone. Server-rendered HTML that refreshes itself every few seconds; no script.
+//! Every value is escaped: keys and layer names may come from clients.
+
+use std::fmt::Write as _;
+
+use crate::context::{Context, Health};
+use crate::recent::Recent;
+
+/// Keys listed in "most waiting".
+const TOP_KEYS: usize = 20;
+const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:1rem;max-width:60rem}\
+    table{border-collapse:collapse;width:100%;margin-bottom:1.5rem}\
+    th,td{text-align:left;padding:.25rem .5rem;border-bottom:1px solid #ddd;\
+    overflow-wrap:anywhere}th{background:#f4f4f4}.ok{color:#070}.bad{color:#b00}\
+    .num{text-align:right}";
+
+/// What the page says about readiness, gathered by the caller (the checks are async).
+pub struct Checks {
+    pub upstream: Result<(), String>,
+    /// `None` when no layer uses a shared store.
+    pub store: Option<Result<(), String>>,
+}
+
+/// The whole page.
+pub fn render(ctx: &Context, health: &Health, recent: &Recent, checks: &Checks) -> String {
+    let mut html = String::with_capacity(8 * 1024);
+    let _ = write!(
+        html,
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <meta http-equiv=\"refresh\" content=\"5\"><title>mailsluice {host}</title>\
+         <style>{STYLE}</style></head><body><h1>mailsluice {host}</h1>",
+        host = escape(&ctx.config.smtp.hostname),
+    );
+    readiness(&mut html, ctx, health, checks);
+    layers(&mut html, ctx, recent);
+    most_waiting(&mut html, ctx);
+    refusals(&mut html, recent);
+    html.push_str("</body></html>");
+    html
+}
+
+fn readiness(html: &mut String, ctx: &Context, health: &Health, checks: &Checks) {
+    html.push_str("<h2>Readiness</h2><table><tr><th>part</th><th>state</th></tr>");
+    let listening = match health.listening() {
+        true => Ok(()),
+        false => Err("not accepting".to_string()),
+    };
+    row_state(html, "SMTP listeners", &listening);
+    let upstream = format!("upstream {}", ctx.config.upstream.url);
+    row_state(html, &upstream, &checks.upstream);
+    if let Some(store) = &checks.store {
+        row_state(html, "Redis (shared buckets)", store);
+    }
+    html.push_str("</table>");
+}
+
+fn row_state(html: &mut String, part: &str, state: &Result<(), String>) {
+    let (class, text) = match state {
+        Ok(()) => ("ok", "ready".to_string()),
+        Err(e) => ("bad", format!("not ready: {e}")),
+    };
+    let _ = write!(
+        html,
+        "<tr><td>{}</td><td class=\"{class}\">{}</td></tr>",
+        escape(part),
+        escape(&text)
+    );
+}
+
+fn layers(html: &mut String, ctx: &Context, recent: &Recent) {
+    html.push_str(
+        "<h2>Layers</h2><table><tr><th>layer</th><th>limit</th><th class=\"num\">keys</th>\
+         <th class=\"num\">waiting</th><th class=\"num\">refused (last minute)</th></tr>",
+    );
+    for (i, spec) in ctx.throttle.specs().iter().enumerate() {
+        let _ = write!(
+            html,
+            "<tr><td>{}</td><td>{} per {} ms, burst {}</td><td class=\"num\">{}</td>\
+             <td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+            escape(&spec.name),
+            spec.limit,
+            spec.interval.as_millis(),
+            spec.burst,
+            ctx.throttle.keys(i),
+            ctx.throttle.waiting(i),
+            recent.refused_last_minute(&spec.name),
+        );
+    }
+    if ctx.throttle.specs().is_empty() {
+        html.push_str("<tr><td colspan=\"5\">no layer: nothing is throttled</td></tr>");
+    }
+    html.push_str("</table>");
+}
+
+fn most_waiting(html: &mut String, ctx: &Context) {
+    let mut keys: Vec<(usize, String, usize)> = (0..ctx.throttle.specs().len())
+        .flat_map(|i| {
+            (ctx.throttle.most_waiting(i, TOP_KEYS).into_iter()).map(move |(k, n)| (i, k, n))
+        })
+        .collect();
+    keys.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| a.1.cmp(&b.1)));
+    keys.truncate(TOP_KEYS);
+    html.push_str(
+        "<h2>Most waiting</h2><table><tr><th>layer</th><th>key</th>\
+         <th class=\"num\">waiting</th></tr>",
+    );
+    for (layer, key, waiting) in &keys {
+        let _ = write!(
+            html,
+            "<tr><td>{}</td><td>{}</td><td class=\"num\">{waiting}</td></tr>",
+            escape(&ctx.throttle.specs()[*layer].name),
+            escape(key),
+        );
+    }
+    if keys.is_empty() {
+        html.push_str("<tr><td colspan=\"3\">nobody waits</td></tr>");
+    }
+    html.push_str("</table>");
+}
+
+fn refusals(html: &mut String, recent: &Recent) {
+    html.push_str(
+        "<h2>Last refusals</h2><table><tr><th>time (UTC)</th><th>layer</th><th>key</th>\
+         <th class=\"num\">reply</th></tr>",
+    );
+    let refusals = recent.refusals();
+    for r in &refusals {
+        let _ = write!(
+            html,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td></tr>",
+            escape(&httpdate::fmt_http_date(r.at)),
+            escape(&r.layer),
+            escape(&r.key),
+            r.code,
+        );
+    }
+    if refusals.is_empty() {
+        html.push_str("<tr><td colspan=\"4\">none since start</td></tr>");
+    }
+    html.push_str("</table>");
+}
+
+/// Text as HTML text or attribute value.
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c if c.is_control() => out.push('\u{fffd}'),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::escape;
+
+    #[test]
+    fn markup_and_controls_are_text() {
+        assert_eq!(
+            escape("<script>alert('x')</script>&\"\x1b"),
+            "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;&amp;&quot;\u{fffd}"
+        );
+    }
+}
