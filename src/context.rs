@@ -18,6 +18,7 @@ use crate::auth_lockout::{AuthFailures, LockoutRule};
 use crate::config::{Config, Cost};
 use crate::connection_limit::Connections;
 use crate::metrics::Metrics;
+use crate::password::Verifier;
 use crate::policy::LayerPolicy;
 use crate::throttle::{Clock, Throttle, TokioClock};
 use crate::tls::{Tls, TlsError};
@@ -92,6 +93,8 @@ pub struct Context {
     pub connections_per_ip: Arc<Connections>,
     /// Failed AUTH attempts per client address, for the lockout.
     pub auth_failures: Arc<AuthFailures>,
+    /// Checks AUTH passwords, a bounded number at once for the whole process.
+    pub password_checks: Arc<Verifier>,
     pub clock: Arc<dyn Clock>,
     /// Where a newer context is found after a reload.
     pub live: Weak<Live>,
@@ -102,6 +105,7 @@ struct Kept {
     metrics: Arc<Metrics>,
     connections_per_ip: Arc<Connections>,
     auth_failures: Arc<AuthFailures>,
+    password_checks: Arc<Verifier>,
     clock: Arc<dyn Clock>,
     live: Weak<Live>,
 }
@@ -114,6 +118,7 @@ impl Context {
             metrics: deps.metrics,
             connections_per_ip: Connections::new(smtp.max_connections_per_ip.get()),
             auth_failures: Arc::new(AuthFailures::new(lockout_rule(&deps.config))),
+            password_checks: Verifier::new(smtp.auth.as_ref().map_or(1, |a| a.parallel_checks())),
             clock: deps.clock,
             live: Arc::downgrade(&deps.live),
         };
@@ -141,6 +146,7 @@ impl Context {
             metrics: self.metrics.clone(),
             connections_per_ip: self.connections_per_ip.clone(),
             auth_failures: self.auth_failures.clone(),
+            password_checks: self.password_checks.clone(),
             clock: self.clock.clone(),
             live: self.live.clone(),
         };
@@ -160,6 +166,7 @@ impl Context {
             metrics: kept.metrics,
             connections_per_ip: kept.connections_per_ip,
             auth_failures: kept.auth_failures,
+            password_checks: kept.password_checks,
             clock: kept.clock,
             live: kept.live,
         }

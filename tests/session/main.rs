@@ -5,6 +5,7 @@
 mod support;
 
 mod auth;
+mod auth_bounds;
 mod external_client;
 mod hostile;
 mod session;
