@@ -42,7 +42,9 @@ impl Session {
             }
             Err(_) => return Flow::Close,
         }
-        // The transaction ends at the final dot, whatever its outcome (RFC 5321 4.1.1.4).
+        // The transaction ends at the final dot, whatever its outcome (RFC 5321 4.1.1.4), and
+        // a message moved on: the junk count starts again.
+        self.junk = 0;
         let envelope = self.envelope.take().expect("checked above");
         let body = reader.finish();
         if body.is_err() {

@@ -6,6 +6,7 @@ mod support;
 
 mod auth;
 mod auth_bounds;
+mod command_bounds;
 mod external_client;
 mod hostile;
 mod session;
