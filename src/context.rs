@@ -14,6 +14,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock, Weak};
 use std::time::Duration;
 
+use tokio::sync::Semaphore;
+
 use crate::auth_lockout::{AuthFailures, LockoutRule};
 use crate::config::{Config, Cost};
 use crate::connection_limit::Connections;
@@ -95,6 +97,9 @@ pub struct Context {
     pub auth_failures: Arc<AuthFailures>,
     /// Checks AUTH passwords, a bounded number at once for the whole process.
     pub password_checks: Arc<Verifier>,
+    /// Bytes of DATA the sessions of the process may still hold (`max_buffered_bytes`),
+    /// one permit a byte.
+    pub buffered: Arc<Semaphore>,
     pub clock: Arc<dyn Clock>,
     /// Where a newer context is found after a reload.
     pub live: Weak<Live>,
@@ -106,6 +111,7 @@ struct Kept {
     connections_per_ip: Arc<Connections>,
     auth_failures: Arc<AuthFailures>,
     password_checks: Arc<Verifier>,
+    buffered: Arc<Semaphore>,
     clock: Arc<dyn Clock>,
     live: Weak<Live>,
 }
@@ -119,6 +125,9 @@ impl Context {
             connections_per_ip: Connections::new(smtp.max_connections_per_ip.get()),
             auth_failures: Arc::new(AuthFailures::new(lockout_rule(&deps.config))),
             password_checks: Verifier::new(smtp.auth.as_ref().map_or(1, |a| a.parallel_checks())),
+            buffered: Arc::new(Semaphore::new(
+                smtp.max_buffered_bytes.get().min(Semaphore::MAX_PERMITS),
+            )),
             clock: deps.clock,
             live: Arc::downgrade(&deps.live),
         };
@@ -147,6 +156,7 @@ impl Context {
             connections_per_ip: self.connections_per_ip.clone(),
             auth_failures: self.auth_failures.clone(),
             password_checks: self.password_checks.clone(),
+            buffered: self.buffered.clone(),
             clock: self.clock.clone(),
             live: self.live.clone(),
         };
@@ -167,6 +177,7 @@ impl Context {
             connections_per_ip: kept.connections_per_ip,
             auth_failures: kept.auth_failures,
             password_checks: kept.password_checks,
+            buffered: kept.buffered,
             clock: kept.clock,
             live: kept.live,
         }

@@ -76,3 +76,49 @@ async fn junk_commands_are_bounded() {
     assert_eq!(c.cmd("NOOP").await.0, 421);
     relay.stop().await;
 }
+
+/// `lines` lines of 100 bytes, CRLF included.
+fn body(lines: usize) -> Vec<u8> {
+    let line = format!("{}\r\n", "x".repeat(98));
+    line.repeat(lines).into_bytes()
+}
+
+/// EHLO, MAIL, RCPT and DATA, up to the `354`.
+async fn open_data(c: &mut Client) {
+    for cmd in ["EHLO x", "MAIL FROM:<a@b.test>", "RCPT TO:<c@d.test>"] {
+        assert_eq!(c.cmd(cmd).await.0, 250, "{cmd}");
+    }
+    assert_eq!(c.cmd("DATA").await.0, 354);
+}
+
+#[tokio::test]
+async fn data_held_by_all_sessions_is_bounded() {
+    const BOUND: usize = 40_000;
+    let (relay, fwd) = memory_relay(&format!("max_buffered_bytes = {BOUND}"), "").await;
+    let mut a = relay.client().await;
+    open_data(&mut a).await;
+    a.send(&body(200)).await;
+    let ctx = relay.live.current().expect("running");
+    let room = || ctx.buffered.available_permits();
+    crate::support::wait::until("the first message is read", async || {
+        room() <= BOUND - 20_000
+    })
+    .await;
+    // The second message does not fit beside the first: 452 4.3.1, nothing relayed.
+    let mut b = relay.client().await;
+    open_data(&mut b).await;
+    b.send(&body(200)).await;
+    b.send(b".\r\n").await;
+    let (code, text) = b.reply().await;
+    assert_eq!((code, text.starts_with("4.3.1")), (452, true), "{text}");
+    assert!(fwd.messages().is_empty());
+    // The first goes on; once it is done its bytes are given back, and the second fits.
+    a.send(b".\r\n").await;
+    assert_eq!(a.reply().await.0, 250);
+    assert_eq!(room(), BOUND, "all given back");
+    let (code, text) = b.send_mail("a@b.test", &["c@d.test"], &body(200)).await;
+    assert_eq!(code, 250, "{text}");
+    assert_eq!(fwd.messages().len(), 2);
+    assert_eq!(room(), BOUND);
+    relay.stop().await;
+}
