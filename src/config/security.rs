@@ -178,7 +178,25 @@ mod tests {
         assert!(!auth.users[0].trust_key_header);
         assert_eq!(auth.max_failures.get(), 5);
         assert_eq!(auth.failure_delay_ms, 1000);
+        assert!(auth.max_parallel_checks.is_none() && auth.parallel_checks() >= 1);
         assert!(!c.smtp.allow_plaintext_auth);
+        assert_eq!(c.smtp.max_junk_commands.get(), 100);
+        assert_eq!(c.smtp.max_buffered_bytes.get(), 536_870_912);
+    }
+
+    #[test]
+    fn zero_bounds_are_refused_by_name() {
+        for key in [
+            "max_junk_commands = 0",
+            "max_buffered_bytes = 0",
+            "[smtp.auth]\nmax_parallel_checks = 0",
+        ] {
+            let err = parse(key).unwrap_err();
+            let name = key.rsplit('\n').next().unwrap().split(' ').next().unwrap();
+            assert!(err.contains(name) && err.contains("line"), "{err}");
+        }
+        let c = parse("[smtp.auth]\nmax_parallel_checks = 3\n").unwrap();
+        assert_eq!(c.smtp.auth.unwrap().parallel_checks(), 3);
     }
 
     #[test]
