@@ -9,9 +9,10 @@
 //! terminator split across reads is found exactly.
 //!
 //! The bytes kept are taken from the process's budget (`max_buffered_bytes`) as the message
-//! grows, a step at a time. A message that finds no room is read to its end and dropped, and
-//! refused with `452 4.3.1` at its final dot: it never waits for room in the middle of its
-//! DATA, where sessions each holding part of the budget could wait on one another for good.
+//! grows, a step at a time. A message that finds no room gives back what it held at once (the
+//! others can then finish), is read to its end and refused with `452 4.3.1` at its final dot:
+//! it never waits for room in the middle of its DATA, where sessions each holding part of the
+//! budget could wait on one another for good.
 
 use std::sync::Arc;
 
@@ -70,6 +71,8 @@ pub struct DataReader {
     nul: bool,
     budget: Option<Budget>,
     no_room: bool,
+    /// Bytes of the message so far, kept or not.
+    seen: usize,
 }
 
 impl DataReader {
@@ -86,6 +89,7 @@ impl DataReader {
             nul: false,
             budget: None,
             no_room: false,
+            seen: 0,
         }
     }
 
@@ -130,6 +134,9 @@ impl DataReader {
             }
             Err(_) => {
                 self.no_room = true;
+                self.body = Vec::new();
+                budget.held = None;
+                budget.bytes = 0;
                 false
             }
         }
@@ -202,7 +209,8 @@ impl DataReader {
         if self.line_len > self.max_line {
             self.line_too_long = true;
         }
-        if self.body.len() >= self.max_bytes {
+        self.seen += 1;
+        if self.seen > self.max_bytes {
             self.too_big = true;
         } else if self.room_for_one() {
             self.body.push(b);
@@ -326,6 +334,29 @@ mod tests {
         assert_eq!(b.finish(), Err(DataProblem::NoRoom));
         drop(held);
         assert_eq!(pool.available_permits(), BUDGET_STEP + 10, "given back");
+    }
+
+    #[test]
+    fn a_message_without_room_gives_back_what_it_held_at_once() {
+        let pool = Arc::new(Semaphore::new(2 * BUDGET_STEP));
+        let mut a = DataReader::new(1 << 20, 1 << 20).with_budget(pool.clone());
+        a.feed(b"a");
+        let mut b = DataReader::new(1 << 20, 1 << 20).with_budget(pool.clone());
+        b.feed(&vec![b'b'; BUDGET_STEP]);
+        assert_eq!(pool.available_permits(), 0);
+        b.feed(b"b");
+        assert_eq!(
+            pool.available_permits(),
+            BUDGET_STEP,
+            "b gave its step back"
+        );
+        assert!(b.is_empty(), "and its bytes");
+        assert!(b.feed(b"\r\n.\r\n").is_some());
+        assert_eq!(b.finish(), Err(DataProblem::NoRoom));
+        // a goes on into the room b left.
+        a.feed(&vec![b'a'; BUDGET_STEP]);
+        assert!(a.feed(b"\r\n.\r\n").is_some());
+        assert_eq!(a.finish().unwrap().len(), BUDGET_STEP + 3);
     }
 
     #[test]
