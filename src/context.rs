@@ -14,10 +14,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock, Weak};
 use std::time::Duration;
 
+use tokio::sync::Semaphore;
+
 use crate::auth_lockout::{AuthFailures, LockoutRule};
 use crate::config::{Config, Cost};
 use crate::connection_limit::Connections;
 use crate::metrics::Metrics;
+use crate::password::Verifier;
 use crate::policy::LayerPolicy;
 use crate::recent::Recent;
 use crate::throttle::{Clock, Throttle, TokioClock};
@@ -97,6 +100,11 @@ pub struct Context {
     pub connections_per_ip: Arc<Connections>,
     /// Failed AUTH attempts per client address, for the lockout.
     pub auth_failures: Arc<AuthFailures>,
+    /// Checks AUTH passwords, a bounded number at once for the whole process.
+    pub password_checks: Arc<Verifier>,
+    /// Bytes of DATA the sessions of the process may still hold (`max_buffered_bytes`),
+    /// one permit a byte.
+    pub buffered: Arc<Semaphore>,
     pub clock: Arc<dyn Clock>,
     /// Where a newer context is found after a reload.
     pub live: Weak<Live>,
@@ -108,6 +116,8 @@ struct Kept {
     recent: Arc<Recent>,
     connections_per_ip: Arc<Connections>,
     auth_failures: Arc<AuthFailures>,
+    password_checks: Arc<Verifier>,
+    buffered: Arc<Semaphore>,
     clock: Arc<dyn Clock>,
     live: Weak<Live>,
 }
@@ -121,6 +131,10 @@ impl Context {
             recent: deps.recent,
             connections_per_ip: Connections::new(smtp.max_connections_per_ip.get()),
             auth_failures: Arc::new(AuthFailures::new(lockout_rule(&deps.config))),
+            password_checks: Verifier::new(smtp.auth.as_ref().map_or(1, |a| a.parallel_checks())),
+            buffered: Arc::new(Semaphore::new(
+                smtp.max_buffered_bytes.get().min(Semaphore::MAX_PERMITS),
+            )),
             clock: deps.clock,
             live: Arc::downgrade(&deps.live),
         };
@@ -149,6 +163,8 @@ impl Context {
             recent: self.recent.clone(),
             connections_per_ip: self.connections_per_ip.clone(),
             auth_failures: self.auth_failures.clone(),
+            password_checks: self.password_checks.clone(),
+            buffered: self.buffered.clone(),
             clock: self.clock.clone(),
             live: self.live.clone(),
         };
@@ -169,6 +185,8 @@ impl Context {
             recent: kept.recent,
             connections_per_ip: kept.connections_per_ip,
             auth_failures: kept.auth_failures,
+            password_checks: kept.password_checks,
+            buffered: kept.buffered,
             clock: kept.clock,
             live: kept.live,
         }

@@ -2,7 +2,7 @@
 //! and implicit TLS) and `[smtp.auth]` (users, password hashes, the failed-attempt lockout).
 //! Kept apart from the rest of `[smtp]` so the rules that decide who may send stay in one place.
 
-use std::num::{NonZeroU32, NonZeroU64};
+use std::num::{NonZeroU32, NonZeroU64, NonZeroUsize};
 use std::path::PathBuf;
 
 use serde::Deserialize;
@@ -42,6 +42,18 @@ pub struct AuthConfig {
     /// How long a locked-out address gets `421 4.7.0` at AUTH.
     #[serde(default = "default_lockout_ms")]
     pub lockout_ms: NonZeroU64,
+    /// Password checks hashing at once in the whole process (each takes its hash's memory,
+    /// 19 MiB by default); more wait for a free one. Absent: the number of cores.
+    pub max_parallel_checks: Option<NonZeroUsize>,
+}
+
+impl AuthConfig {
+    /// `max_parallel_checks`, or the number of cores.
+    pub fn parallel_checks(&self) -> usize {
+        self.max_parallel_checks
+            .map(NonZeroUsize::get)
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, NonZeroUsize::get))
+    }
 }
 
 /// One user that may AUTH.
@@ -166,7 +178,25 @@ mod tests {
         assert!(!auth.users[0].trust_key_header);
         assert_eq!(auth.max_failures.get(), 5);
         assert_eq!(auth.failure_delay_ms, 1000);
+        assert!(auth.max_parallel_checks.is_none() && auth.parallel_checks() >= 1);
         assert!(!c.smtp.allow_plaintext_auth);
+        assert_eq!(c.smtp.max_junk_commands.get(), 100);
+        assert_eq!(c.smtp.max_buffered_bytes.get(), 536_870_912);
+    }
+
+    #[test]
+    fn zero_bounds_are_refused_by_name() {
+        for key in [
+            "max_junk_commands = 0",
+            "max_buffered_bytes = 0",
+            "[smtp.auth]\nmax_parallel_checks = 0",
+        ] {
+            let err = parse(key).unwrap_err();
+            let name = key.rsplit('\n').next().unwrap().split(' ').next().unwrap();
+            assert!(err.contains(name) && err.contains("line"), "{err}");
+        }
+        let c = parse("[smtp.auth]\nmax_parallel_checks = 3\n").unwrap();
+        assert_eq!(c.smtp.auth.unwrap().parallel_checks(), 3);
     }
 
     #[test]

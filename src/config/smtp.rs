@@ -52,6 +52,15 @@ pub struct SmtpConfig {
     /// Connections one client address (an IPv6 /64) may hold; past it `421 4.7.0`.
     #[serde(default = "default_max_connections_per_ip")]
     pub max_connections_per_ip: NonZeroUsize,
+    /// Commands that move no message on (NOOP, RSET, VRFY, HELP, EHLO, HELO) one session may
+    /// send between two messages before `421 4.7.0`: otherwise a NOOP now and then holds a
+    /// connection forever (Postfix's `smtpd_junk_command_limit`).
+    #[serde(default = "default_max_junk_commands")]
+    pub max_junk_commands: NonZeroUsize,
+    /// Bytes of DATA all sessions of the process may hold at once (each message from its
+    /// first byte until its reply); a message that finds no room gets `452 4.3.1`.
+    #[serde(default = "default_max_buffered_bytes")]
+    pub max_buffered_bytes: NonZeroUsize,
 }
 
 fn default_hostname() -> String {
@@ -86,4 +95,10 @@ fn default_data_timeout_ms() -> NonZeroU64 {
 }
 fn default_max_connections_per_ip() -> NonZeroUsize {
     NonZeroUsize::new(1000).unwrap()
+}
+fn default_max_junk_commands() -> NonZeroUsize {
+    NonZeroUsize::new(100).unwrap()
+}
+fn default_max_buffered_bytes() -> NonZeroUsize {
+    NonZeroUsize::new(512 * 1024 * 1024).unwrap()
 }

@@ -1,8 +1,10 @@
 //! AUTH PLAIN (RFC 4616) and LOGIN against `[smtp.auth] users` (RFC 4954). Offered only
 //! under TLS unless `allow_plaintext_auth`, so a password never crosses in clear by default.
-//! Passwords are checked on the blocking pool (argon2 is slow on purpose). Every failure is
-//! answered after `failure_delay_ms`, and `max_failures` failures from one address within
-//! `failure_window_ms` lock it out (`421 4.7.0` and close) for `lockout_ms`.
+//! Passwords are checked by the context's `Verifier`, a bounded number at once (argon2 is
+//! slow and memory-hard on purpose). Every failure is answered after `failure_delay_ms`, and
+//! `max_failures` failures from one address within `failure_window_ms` lock it out
+//! (`421 4.7.0` and close) for `lockout_ms`. An attempt counts from the start of its check,
+//! so parallel guesses past `max_failures` are refused without a check.
 
 use std::time::Duration;
 
@@ -13,6 +15,7 @@ use tokio::time::Instant;
 use super::conn::{Line, Stop};
 use super::reply::{self, Reply};
 use super::session::{AuthUser, Flow, Session};
+use crate::auth_lockout::Attempt;
 
 /// How an exchange ended without complete credentials.
 enum Exchange {
@@ -51,6 +54,11 @@ impl Session {
             Ok(c) => c,
             Err(e) => return self.exchange_failed(e),
         };
+        let Some(attempt) = self.ctx.auth_failures.begin(self.peer.ip(), Instant::now()) else {
+            tracing::warn!(peer = %self.peer, "AUTH refused: locked out or too many in flight");
+            self.reply(reply::auth_locked_out());
+            return Flow::Close;
+        };
         let verified = self.verify(name, password).await;
         // Attempts started in parallel before a lockout are answered 421 when they end, right
         // password or not, so parallel guessing learns nothing past the threshold.
@@ -60,12 +68,13 @@ impl Session {
         }
         match verified {
             Some(user) => {
+                attempt.succeeded();
                 tracing::info!(peer = %self.peer, user = %user.name, "authenticated");
                 self.auth = Some(user);
                 self.reply(reply::auth_succeeded());
                 Flow::Continue
             }
-            None => self.failed().await,
+            None => self.failed(attempt).await,
         }
     }
 
@@ -158,9 +167,7 @@ impl Session {
         let users = &self.ctx.config.smtp.auth.as_ref()?.users;
         let found = users.iter().find(|u| *u.user.get_ref() == name);
         let hash = found.or(users.first())?.password_hash.get_ref().clone();
-        let ok = tokio::task::spawn_blocking(move || crate::password::matches(&hash, &password))
-            .await
-            .unwrap_or(false);
+        let ok = self.ctx.password_checks.matches(hash, password).await;
         let user = found.filter(|_| ok)?;
         Some(AuthUser {
             name,
@@ -178,11 +185,8 @@ impl Session {
 
     /// Counts the failure, waits the failure delay, then answers `535`, or `421` and closes
     /// when the address is now locked out.
-    async fn failed(&mut self) -> Flow {
-        let locked = self
-            .ctx
-            .auth_failures
-            .record_failure(self.peer.ip(), Instant::now());
+    async fn failed(&mut self, attempt: Attempt) -> Flow {
+        let locked = attempt.failed(Instant::now());
         let delay = self
             .ctx
             .config

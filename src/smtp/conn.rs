@@ -65,7 +65,7 @@ pub struct Conn {
     output: Vec<u8>,
     idle: Duration,
     max_line: usize,
-    /// Inside an over-long line: drop bytes until its LF.
+    /// Inside an over-long line: drop bytes until its CRLF.
     skipping: bool,
     /// A write failed or timed out: the connection is treated as closed.
     broken: bool,
@@ -142,17 +142,19 @@ impl Conn {
         }
     }
 
+    /// Only CRLF ends a line: a bare LF is part of the line it is in (which the session
+    /// then refuses whole), so the bytes after it can never run as a command of their own.
     fn take_line(&mut self) -> Option<Line> {
         loop {
             let pending = &self.input[self.start..];
-            match memchr(b'\n', pending) {
+            match find_crlf(pending) {
                 // The tail of a line already reported as too long: drop it, look further.
                 Some(pos) if self.skipping => {
-                    self.start += pos + 1;
+                    self.start += pos + 2;
                     self.skipping = false;
                 }
                 Some(pos) => {
-                    let end = self.start + pos + 1;
+                    let end = self.start + pos + 2;
                     let line = self.input[self.start..end].to_vec();
                     self.start = end;
                     if line.len() > self.max_line {
@@ -161,7 +163,9 @@ impl Conn {
                     return Some(Line::Command(line));
                 }
                 None if self.skipping || pending.len() > self.max_line => {
-                    self.start = self.input.len();
+                    // A last CR stays: the LF after it may come with the next read.
+                    let keep = usize::from(pending.last() == Some(&b'\r'));
+                    self.start = self.input.len() - keep;
                     let first = !std::mem::replace(&mut self.skipping, true);
                     return first.then_some(Line::TooLong);
                 }
@@ -272,8 +276,9 @@ impl Conn {
     }
 }
 
-fn memchr(needle: u8, haystack: &[u8]) -> Option<usize> {
-    haystack.iter().position(|&b| b == needle)
+/// Where the first CRLF of `haystack` starts.
+fn find_crlf(haystack: &[u8]) -> Option<usize> {
+    haystack.windows(2).position(|w| w == b"\r\n")
 }
 
 #[cfg(test)]

@@ -28,7 +28,8 @@ impl Session {
         let smtp = &self.ctx.config.smtp;
         let (max_bytes, max_line) = (smtp.max_message_bytes.get(), smtp.max_line_bytes.get());
         let deadline = Instant::now() + Duration::from_millis(smtp.data_timeout_ms.get());
-        let mut reader = DataReader::new(max_bytes, max_line);
+        let mut reader =
+            DataReader::new(max_bytes, max_line).with_budget(self.ctx.buffered.clone());
         match self.conn.read_data(&mut reader, deadline).await {
             Ok(()) => {}
             Err(Stop::Idle) => {
@@ -42,8 +43,12 @@ impl Session {
             }
             Err(_) => return Flow::Close,
         }
-        // The transaction ends at the final dot, whatever its outcome (RFC 5321 4.1.1.4).
+        // The transaction ends at the final dot, whatever its outcome (RFC 5321 4.1.1.4), and
+        // a message moved on: the junk count starts again.
+        self.junk = 0;
         let envelope = self.envelope.take().expect("checked above");
+        // Held until the message is done with: its wait for tokens and its forwarding.
+        let _budget = reader.take_budget();
         let body = reader.finish();
         if body.is_err() {
             self.ctx.metrics.message(crate::metrics::Outcome::Rejected);
@@ -54,6 +59,7 @@ impl Session {
             Err(DataProblem::LineTooLong) => self.verdict(reply::line_too_long(max_line)),
             Err(DataProblem::BareNewline) => self.verdict(reply::bare_newline()),
             Err(DataProblem::Nul) => self.verdict(reply::nul_in_data()),
+            Err(DataProblem::NoRoom) => self.verdict(reply::insufficient_storage()),
         }
         Flow::Continue
     }

@@ -7,6 +7,19 @@
 //! RFC 5322 forbids it, and a next hop that drops NULs would turn `\r\n\0.\r\n` into a
 //! terminator. The byte loop is a small state machine so that a
 //! terminator split across reads is found exactly.
+//!
+//! The bytes kept are taken from the process's budget (`max_buffered_bytes`) as the message
+//! grows, a step at a time. A message that finds no room gives back what it held at once (the
+//! others can then finish), is read to its end and refused with `452 4.3.1` at its final dot:
+//! it never waits for room in the middle of its DATA, where sessions each holding part of the
+//! budget could wait on one another for good.
+
+use std::sync::Arc;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// Bytes taken from the budget at a time: one large read of DATA.
+const BUDGET_STEP: usize = 16 * 1024;
 
 /// Where the reader is inside the current line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,6 +43,17 @@ pub enum DataProblem {
     LineTooLong,
     BareNewline,
     Nul,
+    /// The process held `max_buffered_bytes` of DATA already.
+    NoRoom,
+}
+
+/// The part of the byte budget a message holds, given back when dropped.
+#[derive(Debug)]
+struct Budget {
+    pool: Arc<Semaphore>,
+    held: Option<OwnedSemaphorePermit>,
+    /// Bytes held (the body's room).
+    bytes: usize,
 }
 
 /// Accumulates one message, unstuffed, bounded by `max_bytes`. Bytes past the bound are
@@ -45,6 +69,10 @@ pub struct DataReader {
     line_too_long: bool,
     bare_newline: bool,
     nul: bool,
+    budget: Option<Budget>,
+    no_room: bool,
+    /// Bytes of the message so far, kept or not.
+    seen: usize,
 }
 
 impl DataReader {
@@ -59,6 +87,58 @@ impl DataReader {
             line_too_long: false,
             bare_newline: false,
             nul: false,
+            budget: None,
+            no_room: false,
+            seen: 0,
+        }
+    }
+
+    /// Takes the room for the bytes kept from `pool`, one permit a byte.
+    pub fn with_budget(mut self, pool: Arc<Semaphore>) -> DataReader {
+        self.budget = Some(Budget {
+            pool,
+            held: None,
+            bytes: 0,
+        });
+        self
+    }
+
+    /// The room the message holds in the budget, to keep until the message is done with
+    /// (its wait for tokens and its forwarding included).
+    pub fn take_budget(&mut self) -> Option<OwnedSemaphorePermit> {
+        self.budget.as_mut()?.held.take()
+    }
+
+    /// Whether the body may grow by one byte: room is taken from the budget a step at a time.
+    fn room_for_one(&mut self) -> bool {
+        let Some(budget) = &mut self.budget else {
+            return true;
+        };
+        if self.no_room {
+            return false;
+        }
+        if self.body.len() < budget.bytes {
+            return true;
+        }
+        let step = BUDGET_STEP.min(self.max_bytes - budget.bytes);
+        let permits = u32::try_from(step).unwrap_or(u32::MAX);
+        match budget.pool.clone().try_acquire_many_owned(permits) {
+            Ok(permit) => {
+                match &mut budget.held {
+                    Some(held) => held.merge(permit),
+                    None => budget.held = Some(permit),
+                }
+                budget.bytes += permits as usize;
+                self.body.reserve_exact(budget.bytes - self.body.len());
+                true
+            }
+            Err(_) => {
+                self.no_room = true;
+                self.body = Vec::new();
+                budget.held = None;
+                budget.bytes = 0;
+                false
+            }
         }
     }
 
@@ -129,10 +209,11 @@ impl DataReader {
         if self.line_len > self.max_line {
             self.line_too_long = true;
         }
-        if self.body.len() < self.max_bytes {
-            self.body.push(b);
-        } else {
+        self.seen += 1;
+        if self.seen > self.max_bytes {
             self.too_big = true;
+        } else if self.room_for_one() {
+            self.body.push(b);
         }
     }
 
@@ -146,6 +227,8 @@ impl DataReader {
             Err(DataProblem::BareNewline)
         } else if self.nul {
             Err(DataProblem::Nul)
+        } else if self.no_room {
+            Err(DataProblem::NoRoom)
         } else {
             Ok(self.body)
         }
@@ -235,6 +318,45 @@ mod tests {
         let mut over = DataReader::new(4, 100);
         assert!(over.feed(b"abc\r\n.\r\n").is_some());
         assert_eq!(over.finish(), Err(DataProblem::TooBig));
+    }
+
+    #[test]
+    fn bytes_kept_are_taken_from_the_budget_and_given_back() {
+        let pool = Arc::new(Semaphore::new(BUDGET_STEP + 10));
+        let mut a = DataReader::new(1 << 20, 100).with_budget(pool.clone());
+        assert!(a.feed(b"abc\r\n.\r\n").is_some());
+        let held = a.take_budget();
+        assert_eq!(pool.available_permits(), 10, "one step taken");
+        assert_eq!(a.finish().unwrap(), b"abc\r\n");
+        // No room for a second message while the first is held: read to its end, refused.
+        let mut b = DataReader::new(1 << 20, 100).with_budget(pool.clone());
+        assert!(b.feed(b"abc\r\n.\r\n").is_some());
+        assert_eq!(b.finish(), Err(DataProblem::NoRoom));
+        drop(held);
+        assert_eq!(pool.available_permits(), BUDGET_STEP + 10, "given back");
+    }
+
+    #[test]
+    fn a_message_without_room_gives_back_what_it_held_at_once() {
+        let pool = Arc::new(Semaphore::new(2 * BUDGET_STEP));
+        let mut a = DataReader::new(1 << 20, 1 << 20).with_budget(pool.clone());
+        a.feed(b"a");
+        let mut b = DataReader::new(1 << 20, 1 << 20).with_budget(pool.clone());
+        b.feed(&vec![b'b'; BUDGET_STEP]);
+        assert_eq!(pool.available_permits(), 0);
+        b.feed(b"b");
+        assert_eq!(
+            pool.available_permits(),
+            BUDGET_STEP,
+            "b gave its step back"
+        );
+        assert!(b.is_empty(), "and its bytes");
+        assert!(b.feed(b"\r\n.\r\n").is_some());
+        assert_eq!(b.finish(), Err(DataProblem::NoRoom));
+        // a goes on into the room b left.
+        a.feed(&vec![b'a'; BUDGET_STEP]);
+        assert!(a.feed(b"\r\n.\r\n").is_some());
+        assert_eq!(a.finish().unwrap().len(), BUDGET_STEP + 3);
     }
 
     #[test]

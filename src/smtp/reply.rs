@@ -259,6 +259,24 @@ pub fn upstream_verdict(result: &Result<Accepted, UpstreamError>) -> Reply {
     }
 }
 
+pub fn bdat_closing() -> Reply {
+    Reply::new(
+        421,
+        "4.7.0",
+        "BDAT chunk not read, closing connection (use DATA)",
+    )
+}
+pub fn too_many_junk_commands() -> Reply {
+    Reply::new(
+        421,
+        "4.7.0",
+        "Too many commands without a message, closing connection",
+    )
+}
+pub fn insufficient_storage() -> Reply {
+    Reply::new(452, "4.3.1", "Insufficient system storage, try again later")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

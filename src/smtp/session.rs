@@ -43,6 +43,9 @@ pub struct Session {
     pub auth: Option<AuthUser>,
     /// Error replies so far, against `max_errors`.
     pub errors: usize,
+    /// Commands that moved no message on since the last message's final dot, against
+    /// `max_junk_commands`.
+    pub junk: usize,
 }
 
 /// Who the client proved to be with AUTH, and what that lets it do.
@@ -80,6 +83,7 @@ impl Session {
             tls,
             auth: None,
             errors: 0,
+            junk: 0,
         }
     }
 
@@ -128,6 +132,9 @@ impl Session {
     }
 
     async fn command(&mut self, line: &[u8]) -> Flow {
+        if is_bdat(line) {
+            return self.bdat();
+        }
         if let Some(problem) = malformed(line) {
             self.reply(problem);
             return Flow::Continue;
@@ -139,6 +146,9 @@ impl Session {
                 return Flow::Continue;
             }
         };
+        if is_junk(&request) && self.junk_past_bound() {
+            return Flow::Close;
+        }
         match request {
             Request::Ehlo { host } => self.ehlo(&host, true),
             Request::Helo { host } => self.ehlo(&host, false),
@@ -161,6 +171,28 @@ impl Session {
             other => self.reply(reply::not_implemented(other.name())),
         }
         Flow::Continue
+    }
+
+    /// BDAT (CHUNKING is not offered): its chunk follows at once, and reading those bytes as
+    /// commands would run whatever the client put in the chunk. The relay does not read it:
+    /// `502`, then `421` and close. Postfix without CHUNKING also refuses BDAT and
+    /// disconnects, with a `521`.
+    fn bdat(&mut self) -> Flow {
+        tracing::info!(peer = %self.peer, "BDAT without CHUNKING: closing");
+        self.reply(reply::not_implemented("BDAT"));
+        self.conn.reply(&reply::bdat_closing());
+        Flow::Close
+    }
+
+    /// Counts a junk command; true (answered `421`) when it is one past `max_junk_commands`.
+    fn junk_past_bound(&mut self) -> bool {
+        self.junk += 1;
+        if self.junk <= self.ctx.config.smtp.max_junk_commands.get() {
+            return false;
+        }
+        tracing::info!(peer = %self.peer, junk = self.junk, "too many junk commands");
+        self.conn.reply(&reply::too_many_junk_commands());
+        true
     }
 
     /// Queues a reply; it goes out when the session next waits for the client. A 5xx counts
@@ -196,6 +228,29 @@ fn malformed(line: &[u8]) -> Option<Reply> {
         return Some(reply::invalid_utf8());
     }
     None
+}
+
+/// Whether the line is a BDAT command, well-formed or not.
+fn is_bdat(line: &[u8]) -> bool {
+    line.len() >= 4
+        && line[..4].eq_ignore_ascii_case(b"BDAT")
+        && line
+            .get(4)
+            .is_none_or(|b| matches!(b, b' ' | b'\r' | b'\n' | b'\t'))
+}
+
+/// Commands that move no message on: a session sending only these is held open for nothing
+/// (Postfix counts NOOP, VRFY, ETRN and RSET; HELP and a repeated EHLO are as free).
+fn is_junk<T>(request: &Request<T>) -> bool {
+    matches!(
+        request,
+        Request::Noop { .. }
+            | Request::Rset
+            | Request::Vrfy { .. }
+            | Request::Help { .. }
+            | Request::Ehlo { .. }
+            | Request::Helo { .. }
+    )
 }
 
 fn parse_error_reply(e: &ParseError) -> Reply {

@@ -5,6 +5,8 @@
 mod support;
 
 mod auth;
+mod auth_bounds;
+mod command_bounds;
 mod external_client;
 mod hostile;
 mod session;
