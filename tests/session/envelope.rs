@@ -1,6 +1,7 @@
 //! The envelope as the client wrote it, through the relay to a real SMTP upstream: quoted local
 //! parts keep their quotes, address literals and `<postmaster>` pass, `SIZE` is compared
-//! whatever its length, and parameters we do not offer are refused instead of dropped.
+//! whatever its length, and parameters we do not offer are refused instead of dropped. And
+//! the trace of the hop (`Received:`), whose structure no EHLO name can change.
 
 use crate::support::relay::{memory_relay, smtp_relay, Client};
 use crate::support::upstream::TestUpstream;
@@ -196,4 +197,55 @@ async fn parameters_we_do_not_offer_are_refused_555() {
     assert_eq!(env.rcpts, ["b@c.test"], "refused RCPTs left nothing behind");
     assert!(env.smtputf8 && env.body_8bit);
     relay.stop().await;
+}
+
+/// The first lines of the `Received:` header the relay put on a message sent after `EHLO helo`,
+/// up to its `by`.
+async fn received_from(helo: &str) -> String {
+    let (relay, fwd) = memory_relay("", "").await;
+    let mut c = relay.client().await;
+    assert_eq!(c.cmd(&format!("EHLO {helo}")).await.0, 250, "{helo}");
+    assert_eq!(c.cmd("MAIL FROM:<a@example.com>").await.0, 250);
+    assert_eq!(c.cmd("RCPT TO:<b@example.com>").await.0, 250);
+    assert_eq!(c.cmd("DATA").await.0, 354);
+    c.send(b"Subject: s\r\n\r\nhi\r\n.\r\n").await;
+    assert_eq!(c.reply().await.0, 250);
+    relay.stop().await;
+    let message = String::from_utf8(fwd.messages()[0].1.clone()).unwrap();
+    let by = message.find("\tby ").expect("a by clause");
+    message[..by].to_string()
+}
+
+#[tokio::test]
+async fn a_hostile_helo_cannot_change_the_structure_of_the_received_header() {
+    for (helo, from) in [
+        (
+            "client.test",
+            "Received: from client.test ([127.0.0.1])\r\n",
+        ),
+        (
+            "[127.0.0.1]",
+            "Received: from [127.0.0.1] ([127.0.0.1])\r\n",
+        ),
+        ("[IPv6:::1]", "Received: from [IPv6:::1] ([127.0.0.1])\r\n"),
+        // UTF-8 names are written as their A-label: the header stays ASCII.
+        (
+            "évil.test",
+            "Received: from xn--vil-9la.test ([127.0.0.1])\r\n",
+        ),
+        (
+            "x)(by mx.google.com",
+            "Received: from unknown ([127.0.0.1])\r\n\t(helo=x??by)\r\n",
+        ),
+        (
+            "a\\)b\u{1b}[2J",
+            "Received: from unknown ([127.0.0.1])\r\n\t(helo=a??b?[2J)\r\n",
+        ),
+        (
+            "é(",
+            "Received: from unknown ([127.0.0.1])\r\n\t(helo=??)\r\n",
+        ),
+    ] {
+        assert_eq!(received_from(helo).await, from, "EHLO {helo}");
+    }
 }
