@@ -45,6 +45,9 @@ impl Session {
             }
             Ok(line) => line,
             Err(PathError::Syntax) => return self.reply(reply::bad_sender_syntax()),
+            Err(PathError::Parameters) => {
+                return self.reply(reply::syntax_error("malformed parameter"))
+            }
             Err(PathError::AngleInQuotes) => {
                 return self.reply(reply::address_not_relayed("5.1.7"))
             }

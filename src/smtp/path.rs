@@ -28,8 +28,12 @@ pub fn after_keyword<'a>(rest: &'a str, keyword: &str) -> Option<&'a str> {
 /// Why a MAIL or RCPT line was not taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum PathError {
-    #[error("syntax error")]
+    /// The path is not one of RFC 5321's (with RFC 6531's UTF-8).
+    #[error("syntax error in the path")]
     Syntax,
+    /// What follows the path is not ` KEYWORD[=value]` parameters.
+    #[error("syntax error in the parameters")]
+    Parameters,
     /// Valid syntax that we still refuse: `<` or `>` inside a quoted local part, which a next
     /// hop that ends the path at the first `>` would read as the start of parameters.
     #[error("angle bracket inside a quoted local part")]
@@ -172,7 +176,7 @@ pub fn address_literal(inside: &str) -> bool {
 /// ` KEY[=value]` pairs, as in RFC 5321 4.1.2 (`esmtp-param`), spaces between them.
 fn parameters(s: &str) -> Result<Vec<Param<'_>>, PathError> {
     if !s.is_empty() && !s.starts_with(' ') {
-        return Err(PathError::Syntax);
+        return Err(PathError::Parameters);
     }
     let mut params = Vec::new();
     for word in s.split(' ').filter(|w| !w.is_empty()) {
@@ -187,7 +191,7 @@ fn parameters(s: &str) -> Result<Vec<Param<'_>>, PathError> {
         let value_char = |c: char| ('!'..='~').contains(&c) && c != '=' || utf8_non_ascii(c);
         let value_ok = value.is_none_or(|v| !v.is_empty() && v.chars().all(value_char));
         if !keyword_ok || !value_ok {
-            return Err(PathError::Syntax);
+            return Err(PathError::Parameters);
         }
         params.push(Param { keyword, value });
     }
@@ -240,7 +244,6 @@ mod tests {
             "<a@c->",
             "<a@c..d>",
             "<\"a\x01\"@c>",
-            "<a@b>x",
             "<@r:>",
             "<@r a@b>",
         ] {
@@ -275,9 +278,14 @@ mod tests {
                 },
             ]
         );
-        assert_eq!(parse("<a@b>SIZE=1"), Err(PathError::Syntax));
-        assert_eq!(parse("<a@b> SIZE="), Err(PathError::Syntax));
-        assert_eq!(parse("<a@b> =1"), Err(PathError::Syntax));
+        for bad in [
+            "<a@b>SIZE=1",
+            "<a@b> SIZE=",
+            "<a@b> =1",
+            "<a@b> BODY=8BITMIME=x",
+        ] {
+            assert_eq!(parse(bad), Err(PathError::Parameters), "{bad}");
+        }
     }
 
     #[test]

@@ -17,6 +17,9 @@ impl Session {
         let line = match path::parse(rest) {
             Ok(line) => line,
             Err(PathError::Syntax) => return self.reply(reply::bad_recipient_syntax()),
+            Err(PathError::Parameters) => {
+                return self.reply(reply::syntax_error("malformed parameter"))
+            }
             Err(PathError::AngleInQuotes) => {
                 return self.reply(reply::address_not_relayed("5.1.3"))
             }

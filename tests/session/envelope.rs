@@ -14,7 +14,7 @@ fn envelope_lines(up: &TestUpstream) -> Vec<String> {
         .collect()
 }
 
-/// EHLO, then each command with the code it must get.
+/// Sends each command and checks the code it gets.
 async fn expect(c: &mut Client, steps: &[(&str, u16)]) {
     for (line, code) in steps {
         let (got, text) = c.cmd(line).await;
@@ -144,6 +144,8 @@ async fn malformed_paths_are_501() {
         "MAIL FROM:<a@-c.test>",
         r#"MAIL FROM:<"open@c.test>"#,
         "MAIL FROM:<a b@c.test>",
+        "MAIL FROM:<a@c.test>SIZE=1",
+        "MAIL FROM:<a@c.test> BODY=8BITMIME=x",
     ] {
         let (code, text) = c.cmd(bad).await;
         assert_eq!(code, 501, "{bad}: {text}");
