@@ -21,6 +21,7 @@
 //! | `auth_lockout` | failed AUTH attempts per client address, and the lockout |
 //! | `password` | argon2id password hashes for `[smtp.auth] users` |
 //! | `shutdown` | the one shutdown signal every task listens to |
+//! | `log_format` | the human log format's fields, client-supplied values quoted and escaped |
 //! | `config/` | the TOML schema, its defaults and validation |
 //! | `fuzzing` | (feature `fuzzing`) a session over an in-memory stream, for `fuzz/` and tests |
 //!
@@ -33,6 +34,7 @@ pub mod connection_limit;
 pub mod context;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
+pub mod log_format;
 pub mod metrics;
 pub mod password;
 pub mod policy;

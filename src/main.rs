@@ -78,7 +78,10 @@ fn init_logs(format: LogFormat) {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     match format {
-        LogFormat::Text => builder.init(),
+        // Client-supplied values (key headers, names) quoted: they cannot forge fields.
+        LogFormat::Text => builder
+            .fmt_fields(mailsluice::log_format::SafeFields)
+            .init(),
         LogFormat::Json => builder.json().init(),
     }
 }

@@ -268,35 +268,6 @@ mod tests {
     }
 
     #[test]
-    fn no_smuggling_variant_ends_data() {
-        let variants: [&[u8]; 10] = [
-            b"\n.\n",
-            b"\r.\r",
-            b"\r.\n",
-            b"\n.\r",
-            b"\n.\r\n",
-            b"\r\n.\n",
-            b"\r.\r\n",
-            b"\r\n.\r",
-            b"\r\n\0.\r\n",
-            b"\r\n.\0\r\n",
-        ];
-        for v in variants {
-            let mut input = b"a".to_vec();
-            input.extend_from_slice(v);
-            input.extend_from_slice(b"MAIL FROM:<x@y>\r\n");
-            let mut r = DataReader::new(1 << 20, 1000);
-            assert_eq!(
-                r.feed(&input),
-                None,
-                "{:?} ended DATA",
-                String::from_utf8_lossy(v)
-            );
-            assert_eq!(r.feed(b"\r\n.\r\n"), Some(5));
-        }
-    }
-
-    #[test]
     fn bare_newlines_are_refused_at_the_end() {
         assert_eq!(read(b"a\nb\r\n.\r\n").1, Err(DataProblem::BareNewline));
         assert_eq!(read(b"a\rb\r\n.\r\n").1, Err(DataProblem::BareNewline));

@@ -213,8 +213,10 @@ impl Session {
         tracing::info!(
             target: "mailsluice::message",
             outcome = record.outcome.as_str(),
-            layer = %record.layer,
-            key = %record.key,
+            // As `str`, not `%`: the key comes from a client's header, and even tracing's
+            // default text format quotes a `str` value, so it cannot forge fields.
+            layer = record.layer.as_str(),
+            key = record.key.as_str(),
             cost = record.cost,
             waited_ms = record.waited.as_millis() as u64,
             duration_ms = started.elapsed().as_millis() as u64,

@@ -4,6 +4,7 @@
 //!   named after its verb: `ehlo`, `mail`, `rcpt`, `data`, `rset`, `vrfy`, `help`,
 //!   `starttls` (upgrades the connection), `auth` (checks passwords).
 //! - `deliver`: the final dot: policy, throttle, trace, upstream, reply.
+//! - `path`: the address and parameters of MAIL and RCPT, kept as the client wrote them.
 //! - `received`: the `Received:` trace header.
 //! - `conn` and `data_reader`: the bytes in and out, and the DATA section.
 //! - `reply`: every reply text, and how throttle and upstream outcomes become replies.
@@ -16,6 +17,7 @@ mod deliver;
 mod ehlo;
 mod help;
 mod mail;
+mod path;
 mod rcpt;
 mod received;
 pub mod reply;

@@ -1,27 +1,46 @@
 //! RCPT TO: adds a recipient, up to `max_recipients`. Past it the answer is `452 4.5.3`
-//! (RFC 5321 4.5.3.1.10): the client sends the rest in another transaction.
+//! (RFC 5321 4.5.3.1.10): the client sends the rest in another transaction. The address is
+//! kept as written (`path`): a quoted local part stays quoted, and `<postmaster>` and address
+//! literals are taken (RFC 5321 4.5.1, 4.1.3).
 
-use std::borrow::Cow;
-
-use smtp_proto::RcptTo;
-
+use super::path::{self, PathError};
 use super::reply::{self, Reply};
 use super::session::Session;
 
 impl Session {
-    pub fn rcpt(&mut self, to: RcptTo<Cow<'_, str>>) {
+    pub(super) fn rcpt(&mut self, rest: &str) {
+        let Some(rest) = path::after_keyword(rest, "TO") else {
+            return self.reply(reply::syntax_error(
+                "expected RCPT TO:<forward-path> [parameters]",
+            ));
+        };
+        let line = match path::parse(rest) {
+            Ok(line) => line,
+            Err(PathError::Syntax) => return self.reply(reply::bad_recipient_syntax()),
+            Err(PathError::Parameters) => {
+                return self.reply(reply::syntax_error("malformed parameter"))
+            }
+            Err(PathError::AngleInQuotes) => {
+                return self.reply(reply::address_not_relayed("5.1.3"))
+            }
+        };
+        // We offer no RCPT parameter: DSN's NOTIFY and ORCPT would be lost upstream.
+        if let Some(param) = line.params.first() {
+            return self.reply(reply::unsupported_parameter(
+                &param.keyword.to_ascii_uppercase(),
+            ));
+        }
         let max = self.ctx.config.smtp.max_recipients.get();
         let Some(envelope) = self.envelope.as_mut() else {
             return self.reply(reply::bad_sequence("Need MAIL before RCPT"));
         };
-        let address = to.address.trim();
-        if address.is_empty() {
+        if line.mailbox.is_empty() {
             return self.reply(Reply::new(501, "5.1.3", "Empty recipient address"));
         }
         if envelope.rcpts.len() >= max {
             return self.reply(reply::too_many_recipients(max));
         }
-        envelope.rcpts.push(address.to_string());
+        envelope.rcpts.push(line.mailbox.to_string());
         self.reply(Reply::new(250, "2.1.5", "Recipient ok"));
     }
 }

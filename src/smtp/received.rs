@@ -1,8 +1,11 @@
 //! The `Received:` trace header a relay must add (RFC 5321 4.4). It is the only change made
-//! to a message's bytes, besides removing a key header the config asks to strip.
+//! to a message's bytes, besides removing a key header the config asks to strip. Nothing the
+//! client wrote may change its structure: a bad EHLO name is written as `unknown`.
 
 use std::net::IpAddr;
 use std::time::SystemTime;
+
+use super::path::domain_len;
 
 /// What the header records about the hop.
 pub struct Trace<'a> {
@@ -31,29 +34,59 @@ pub fn protocol(esmtp: bool, tls: bool, auth: bool) -> &'static str {
 
 /// The header, folded over lines of at most 78 characters, ending in CRLF.
 pub fn header(trace: &Trace<'_>, now: SystemTime) -> Vec<u8> {
-    let helo: String = trace
-        .helo
-        .chars()
-        .filter(|c| c.is_ascii_graphic())
-        .take(255)
-        .collect();
-    let helo = if helo.is_empty() { "unknown" } else { &helo };
     let date = httpdate::fmt_http_date(now).replace(" GMT", " +0000");
     let mut h = format!(
-        "Received: from {helo} ([{peer}])\r\n\tby {host} (mailsluice) with {proto} id {id}",
-        peer = trace.peer,
+        "Received: from {from}\r\n\tby {host} (mailsluice) with {proto} id {id}",
+        from = from_part(trace.helo, trace.peer),
         host = trace.hostname,
         proto = trace.protocol,
         id = trace.id,
     );
-    if let Some(rcpt) = trace
-        .for_rcpt
-        .filter(|r| r.len() < 200 && !r.contains(['\r', '\n']))
-    {
+    if let Some(rcpt) = trace.for_rcpt.filter(|r| plain_path(r)) {
         h.push_str(&format!("\r\n\tfor <{rcpt}>"));
     }
     h.push_str(&format!(";\r\n\t{date}\r\n"));
     h.into_bytes()
+}
+
+/// `<helo> ([<ip>])` when the EHLO name is a domain or an address literal (RFC 5321 4.1.1.1),
+/// as Postfix writes it. Any other name cannot be trusted to keep the comment structure, so
+/// the hop is `unknown` and the name goes in a comment of its own, every character that is
+/// not plainly safe there (parentheses, backslash, quotes, controls, non-ASCII) replaced.
+fn from_part(helo: &str, peer: IpAddr) -> String {
+    if let Some(name) = helo_name(helo) {
+        return format!("{name} ([{peer}])");
+    }
+    if helo.is_empty() {
+        return format!("unknown ([{peer}])");
+    }
+    let safe = |c: char| c.is_ascii_alphanumeric() || ".-_:[]".contains(c);
+    let shown: String = helo
+        .chars()
+        .take(64)
+        .map(|c| if safe(c) { c } else { '?' })
+        .collect();
+    format!("unknown ([{peer}])\r\n\t(helo={shown})")
+}
+
+/// The EHLO name as it may stand in the header: an ASCII domain or address literal as given,
+/// or a UTF-8 domain as its A-label (punycode), so that the header stays ASCII whether or not
+/// the next hop speaks SMTPUTF8, and still names the same domain (RFC 5890).
+fn helo_name(helo: &str) -> Option<String> {
+    let ascii = match helo.is_ascii() {
+        true => helo.to_string(),
+        false => idna::domain_to_ascii_strict(helo).ok()?,
+    };
+    (!ascii.is_empty() && domain_len(&ascii) == Ok(ascii.len())).then_some(ascii)
+}
+
+/// A recipient named in `for <...>` only when it holds nothing that a header parser could
+/// take for structure: quotes, comments, the `;` before the date, or non-ASCII.
+fn plain_path(rcpt: &str) -> bool {
+    rcpt.len() < 200
+        && rcpt
+            .chars()
+            .all(|c| c.is_ascii_graphic() && !"\"()\\;<>".contains(c))
 }
 
 #[cfg(test)]
@@ -88,7 +121,35 @@ mod tests {
             for_rcpt: None,
         };
         let h = String::from_utf8(header(&t, SystemTime::UNIX_EPOCH)).unwrap();
-        assert_eq!(h.matches("\r\n").count(), 3);
+        assert_eq!(h.matches("\r\n").count(), 4);
         assert!(!h.contains("\r\nBcc"));
+        assert!(h.contains("\r\n\t(helo=x??Bcc:?victim?example)\r\n"), "{h}");
+    }
+
+    #[test]
+    fn only_a_plain_recipient_is_named() {
+        assert!(plain_path("a.b+c@d.example"));
+        assert!(plain_path("user@[IPv6:::1]"));
+        for r in [r#""a b"@c"#, "a(b@c", "a;b@c", "é@c", "a\\b@c"] {
+            assert!(!plain_path(r), "{r}");
+        }
+    }
+
+    #[test]
+    fn helo_names_are_domains_or_literals() {
+        assert_eq!(
+            helo_name("Client.Example").as_deref(),
+            Some("Client.Example")
+        );
+        assert_eq!(helo_name("[10.0.0.1]").as_deref(), Some("[10.0.0.1]"));
+        assert_eq!(
+            helo_name("bücher.test").as_deref(),
+            Some("xn--bcher-kva.test")
+        );
+        for bad in [
+            "", "a_b", "-a.test", "a..b", "[1.2.3]", "a(b", "x)(by", "é(.test",
+        ] {
+            assert_eq!(helo_name(bad), None, "{bad}");
+        }
     }
 }

@@ -103,6 +103,23 @@ pub fn unknown_command() -> Reply {
 pub fn syntax_error(detail: &str) -> Reply {
     Reply::new(501, "5.5.4", format!("Syntax error: {detail}"))
 }
+pub fn bad_sender_syntax() -> Reply {
+    Reply::new(501, "5.1.7", "Bad sender address syntax")
+}
+pub fn bad_recipient_syntax() -> Reply {
+    Reply::new(501, "5.1.3", "Bad recipient address syntax")
+}
+/// A valid address we do not pass on: one a lax next hop could read as something else.
+pub fn address_not_relayed(esc: &'static str) -> Reply {
+    Reply::new(553, esc, "Address with < or > inside quotes is not relayed")
+}
+pub fn invalid_parameter(param: &str) -> Reply {
+    Reply::new(501, "5.5.4", format!("Invalid value for parameter {param}"))
+}
+/// RFC 5321 4.1.1.11: a parameter we do not offer is refused, never taken and dropped.
+pub fn unsupported_parameter(param: &str) -> Reply {
+    Reply::new(555, "5.5.4", format!("Unsupported parameter {param}"))
+}
 pub fn bad_sequence(detail: &str) -> Reply {
     Reply::new(503, "5.5.1", detail.to_string())
 }

@@ -139,6 +139,10 @@ impl Session {
             self.reply(problem);
             return Flow::Continue;
         }
+        // MAIL and RCPT are read by `path`: smtp-proto's parser changes addresses.
+        if self.envelope_command(line) {
+            return Flow::Continue;
+        }
         let request = match Request::parse(&mut line.iter()) {
             Ok(request) => request,
             Err(e) => {
@@ -152,8 +156,6 @@ impl Session {
         match request {
             Request::Ehlo { host } => self.ehlo(&host, true),
             Request::Helo { host } => self.ehlo(&host, false),
-            Request::Mail { from } => self.mail(from),
-            Request::Rcpt { to } => self.rcpt(to),
             Request::Data => return self.data().await,
             Request::Rset => self.rset(),
             Request::Noop { .. } => self.conn.reply(&reply::ok()),

@@ -17,10 +17,9 @@ use std::time::Duration;
 
 use lettre::transport::smtp::authentication::Credentials;
 use lettre::transport::smtp::client::{AsyncSmtpConnection, TlsParameters};
-use lettre::transport::smtp::commands::{Data, Mail, Rcpt, Rset};
+use lettre::transport::smtp::commands::{Data, Rset};
 use lettre::transport::smtp::extension::{ClientId, Extension, MailBodyParameter, MailParameter};
 use lettre::transport::smtp::Error as SmtpError;
-use lettre::Address;
 
 use super::pool::{Connector, Lease, Pool, Security};
 use super::reply::{connect_error, describe, rejected, smtp_error, unavailable};
@@ -110,11 +109,11 @@ impl SmtpForwarder {
     async fn send(&self, envelope: &Envelope, message: &[u8]) -> Result<Accepted, UpstreamError> {
         let from = match &envelope.from {
             None => None,
-            Some(a) => Some(address(a).ok_or_else(|| rejected(553, "5.1.7", bad(a)))?),
+            Some(a) => Some(path(a, false).ok_or_else(|| rejected(553, "5.1.7", bad(a)))?),
         };
         let mut rcpts = Vec::with_capacity(envelope.rcpts.len());
         for r in &envelope.rcpts {
-            rcpts.push(address(r).ok_or_else(|| rejected(553, "5.1.3", bad(r)))?);
+            rcpts.push(path(r, true).ok_or_else(|| rejected(553, "5.1.3", bad(r)))?);
         }
         if rcpts.is_empty() {
             return Err(rejected(503, "5.5.1", "no valid recipients".into()));
@@ -187,8 +186,8 @@ impl Forwarder for SmtpForwarder {
 /// One message's commands, ready to be played on a connection (twice, at most).
 struct Transaction<'a> {
     envelope: &'a Envelope,
-    from: Option<Address>,
-    rcpts: Vec<Address>,
+    from: Option<&'a str>,
+    rcpts: Vec<&'a str>,
     message: &'a [u8],
     timeout: Duration,
 }
@@ -196,14 +195,11 @@ struct Transaction<'a> {
 impl Transaction<'_> {
     async fn run(&self, conn: &mut AsyncSmtpConnection) -> Result<Accepted, Failure> {
         let params = self.mail_parameters(conn)?;
-        self.step(
-            Step::Mail,
-            conn.command(Mail::new(self.from.clone(), params)),
-        )
-        .await?;
+        let mail = mail_line(self.from, &params);
+        self.step(Step::Mail, conn.command(mail)).await?;
         for rcpt in &self.rcpts {
-            self.step(Step::Rcpt, conn.command(Rcpt::new(rcpt.clone(), vec![])))
-                .await?;
+            let line = format!("RCPT TO:<{rcpt}>\r\n");
+            self.step(Step::Rcpt, conn.command(line)).await?;
         }
         self.step(Step::Data, conn.command(Data)).await?;
         let reply = self
@@ -338,16 +334,39 @@ pub fn dot_after_bare_line_break(message: &[u8]) -> bool {
     })
 }
 
-/// The address exactly as the client gave it. lettre's own parser would refuse some valid
-/// forms (quoted local parts, address literals) that the client's server already accepted;
-/// the only thing that must never pass is what could break the command line.
-fn address(a: &str) -> Option<Address> {
+/// The address exactly as the client gave it (a quoted local part keeps its quotes), checked
+/// once more for what could break the command line: no control character, no `<` or `>`, a
+/// space only inside quotes. A recipient may be a bare `postmaster` (RFC 5321 4.5.1).
+fn path(a: &str, rcpt: bool) -> Option<&str> {
+    if rcpt && a.eq_ignore_ascii_case("postmaster") {
+        return Some(a);
+    }
     let (user, domain) = a.rsplit_once('@')?;
     let unsafe_char = |c: char| c.is_control() || c == '<' || c == '>';
     if user.is_empty() || domain.is_empty() || a.chars().any(unsafe_char) {
         return None;
     }
-    Some(Address::new_dangerous(user, domain))
+    let (mut quoted, mut escaped) = (false, false);
+    for c in user.chars() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if quoted => escaped = true,
+            '"' => quoted = !quoted,
+            ' ' if !quoted => return None,
+            _ => {}
+        }
+    }
+    (!quoted && !escaped && !domain.contains([' ', '"'])).then_some(a)
+}
+
+/// MAIL with the path written as given: lettre's `Mail` and `Rcpt` take an `Address`, which
+/// writes a quoted local part without its quotes and cannot hold a bare `postmaster`.
+fn mail_line(from: Option<&str>, params: &[MailParameter]) -> String {
+    let mut line = format!("MAIL FROM:<{}>", from.unwrap_or(""));
+    for param in params {
+        line.push_str(&format!(" {param}"));
+    }
+    line + "\r\n"
 }
 
 fn bad(a: &str) -> String {

@@ -1,4 +1,5 @@
-//! The SMTP session: the dialogue, hostile input, random byte streams, AUTH, TLS, and real
+//! The SMTP session: the dialogue, the envelope as relayed, hostile input and its bounds
+//! (AUTH checks, junk commands, buffered DATA), random byte streams, AUTH, TLS, and real
 //! clients (swaks, Python's smtplib) in front of the relay.
 
 #[path = "../support/mod.rs"]
@@ -7,6 +8,7 @@ mod support;
 mod auth;
 mod auth_bounds;
 mod command_bounds;
+mod envelope;
 mod external_client;
 mod hostile;
 mod session;

@@ -5,6 +5,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod envelope;
 mod faults;
 mod file;
 mod relay_faults;
