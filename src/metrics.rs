@@ -24,6 +24,12 @@ pub struct LayerLabel {
     pub layer: String,
 }
 
+/// Why upstream throttled: `rate`, `quota` or `connections`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: &'static str,
+}
+
 /// What became of a message that reached its final dot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -74,6 +80,9 @@ pub struct Metrics {
     evictions: Family<LayerLabel, Gauge>,
     upstream_seconds: Histogram,
     connections: Gauge,
+    layer_limit: Family<LayerLabel, Gauge>,
+    upstream_throttled: Family<ReasonLabel, Counter>,
+    upstream_paused: Gauge,
 }
 
 fn seconds_histogram() -> Histogram {
@@ -130,7 +139,28 @@ impl Metrics {
             "Client connections open",
             connections.clone(),
         );
+        let layer_limit = Family::<LayerLabel, Gauge>::default();
+        registry.register(
+            "layer_limit",
+            "The limit a layer runs at now (an adaptive layer's learned one)",
+            layer_limit.clone(),
+        );
+        let upstream_throttled = Family::<ReasonLabel, Counter>::default();
+        registry.register(
+            "upstream_throttled",
+            "Upstream throttle replies by reason (rate, quota, connections)",
+            upstream_throttled.clone(),
+        );
+        let upstream_paused = Gauge::default();
+        registry.register(
+            "upstream_paused",
+            "1 while upstream is paused after a quota reply",
+            upstream_paused.clone(),
+        );
         Arc::new(Metrics {
+            layer_limit,
+            upstream_throttled,
+            upstream_paused,
             registry,
             messages,
             wait_seconds,
@@ -167,6 +197,17 @@ impl Metrics {
             .inc();
     }
 
+    pub fn upstream_throttled(&self, reason: &'static str) {
+        self.upstream_throttled
+            .get_or_create(&ReasonLabel { reason })
+            .inc();
+    }
+
+    /// Whether upstream is paused (read when the metrics are served).
+    pub fn upstream_paused(&self, paused: bool) {
+        self.upstream_paused.set(i64::from(paused));
+    }
+
     pub fn upstream(&self, took: Duration) {
         self.upstream_seconds.observe(took.as_secs_f64());
     }
@@ -195,6 +236,8 @@ impl Metrics {
             self.evictions
                 .get_or_create(&label)
                 .set(gauge(throttle.evictions(i)));
+            let limit = throttle.effective_limit(i).unwrap_or(spec.limit);
+            self.layer_limit.get_or_create(&label).set(gauge(limit));
         }
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)

@@ -8,6 +8,7 @@
 //! Files, each importing only from the ones listed before it:
 //! - [`clock`]: monotonic integer time, injected (`TokioClock`, `FakeClock`).
 //! - [`bucket`]: the pure math of the three refill modes (drip, fixed window, lifetime).
+//! - [`adaptive`]: the pure math of an adaptive layer's effective limit (AIMD).
 //! - `spec`, `error`, `peek`, `charge`: the small types every part below shares (a layer's
 //!   numbers, the refusals, a bucket's allowance, what a message is charged), apart so that
 //!   none of those parts has to import another for them.
@@ -31,6 +32,7 @@
 //! `on_error`), `ratelimit.store_back` (info, when it answers again) and
 //! `ratelimit.give_back_failed` (warn: tokens a shared store could not take back; `error`).
 
+pub mod adaptive;
 pub mod bucket;
 mod charge;
 pub mod clock;
@@ -54,4 +56,4 @@ pub use peek::Peek;
 pub use setup::{from_config, redis_options, spec};
 pub use shared_layers::SharedLayers;
 pub use spec::LayerSpec;
-pub use throttle::{Permit, Throttle};
+pub use throttle::{Again, Permit, Throttle};

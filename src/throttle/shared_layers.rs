@@ -35,7 +35,7 @@ use super::charge::Charge;
 use super::clock::{nanos, Clock, Nanos};
 use super::error::ThrottleError;
 use super::layer::gate::Gate;
-use super::layer::Layer;
+use super::layer::{Layer, Turn};
 use super::peek::Peek;
 use super::spec::LayerSpec;
 use super::store::local::LocalStore;
@@ -95,10 +95,11 @@ async fn enter_gates<'a>(
     layers: &'a [Arc<Layer>],
     charges: &[Charge],
     now: Nanos,
+    turn: Turn,
 ) -> Result<Vec<Gate<'a>>, ThrottleError> {
     let mut gates = Vec::with_capacity(charges.len());
     for c in charges {
-        gates.push(layers[c.layer].gate(&c.key, c.cost, now).await?);
+        gates.push(layers[c.layer].gate(&c.key, c.cost, now, turn).await?);
     }
     Ok(gates)
 }
@@ -142,8 +143,9 @@ impl Shared {
         charges: Vec<Charge>,
         deadline: Nanos,
         now: Nanos,
+        turn: Turn,
     ) -> Result<(SharedTaken, Nanos), ThrottleError> {
-        let gates = enter_gates(layers, &charges, now).await?;
+        let gates = enter_gates(layers, &charges, now, turn).await?;
         let reject = charges
             .iter()
             .any(|c| layers[c.layer].spec().mode == Mode::Reject);

@@ -25,13 +25,14 @@
 //! message whose fate is unknown may have been sent, and never going over the limit is the
 //! promise; giving back is an explicit act (`upstream_failed`).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::charge::Charge;
 use super::clock::{nanos, Clock, Nanos};
 use super::error::ThrottleError;
-use super::layer::Layer;
+use super::layer::{Layer, Turn};
 use super::peek::Peek;
 use super::shared_layers::{Shared, SharedLayers, SharedTaken};
 use super::spec::LayerSpec;
@@ -44,6 +45,8 @@ struct Inner {
     clock: Arc<dyn Clock>,
     /// The store of the shared (`store = "redis"`) layers, if any.
     shared: Option<Shared>,
+    /// The next message's place in arrival order (see `Turn`).
+    next_order: AtomicU64,
 }
 
 /// The throttle: every layer's buckets and queues. `Send + Sync`; share it as `Arc<Throttle>`.
@@ -105,6 +108,7 @@ impl Throttle {
                 layers,
                 clock,
                 shared,
+                next_order: AtomicU64::new(0),
             }),
         }
     }
@@ -140,11 +144,37 @@ impl Throttle {
     /// FIFO wait or refusal; cancel-safe (dropping the future takes nothing); all layers or
     /// none (see the module doc). Panics if a charge names a layer index out of range.
     pub async fn acquire(&self, charges: Vec<Charge>) -> Result<Permit, ThrottleError> {
+        let arrival = self.inner.clock.now();
+        let order = self.inner.next_order.fetch_add(1, Ordering::Relaxed);
+        let turn = Turn {
+            order,
+            again: false,
+        };
+        self.take(charges, arrival, turn).await
+    }
+
+    /// Takes the tokens of a message upstream throttled, again: it waits ahead of every
+    /// message that arrived after it, within the budget counted from its first arrival. A
+    /// refusal's `retry_after` is the wait it would have needed.
+    pub async fn acquire_again(&self, again: Again) -> Result<Permit, ThrottleError> {
+        let turn = Turn {
+            order: again.order,
+            again: true,
+        };
+        self.take(again.charges, again.arrival, turn).await
+    }
+
+    async fn take(
+        &self,
+        charges: Vec<Charge>,
+        arrival: Nanos,
+        turn: Turn,
+    ) -> Result<Permit, ThrottleError> {
         let inner = &self.inner;
-        let arrival = inner.clock.now();
         let deadline = self.deadline(&charges, arrival);
-        if charges.len() > 1 {
-            self.precheck(&charges, deadline, arrival)?;
+        let arrival_now = inner.clock.now();
+        if charges.len() > 1 && !turn.again {
+            self.precheck(&charges, deadline, arrival_now)?;
         }
         let layers = &inner.layers;
         let (mut shared, mut charges): (Vec<_>, Vec<_>) = charges
@@ -153,10 +183,10 @@ impl Throttle {
         charges.sort_by_key(|c| (layers[c.layer].spec().mode == Mode::Wait, c.layer));
         let taken = Vec::with_capacity(charges.len());
         let mut held = Held { inner, taken };
-        let mut now = arrival;
+        let mut now = arrival_now;
         for c in charges {
             let layer = &layers[c.layer];
-            if let Some(at) = layer.acquire(&c.key, c.cost, deadline, now).await? {
+            if let Some(at) = layer.acquire(&c.key, c.cost, deadline, now, turn).await? {
                 now = at;
             }
             held.taken.push(c);
@@ -166,17 +196,19 @@ impl Throttle {
         let mut shared_taken = None;
         if let (false, Some(store)) = (shared.is_empty(), &inner.shared) {
             shared.sort_by_key(|c| c.layer);
-            let (taken, at) = store.acquire(layers, shared, deadline, now).await?;
+            let (taken, at) = store.acquire(layers, shared, deadline, now, turn).await?;
             now = now.max(at);
             shared_taken = Some(taken);
         }
-        let waited = Duration::from_nanos(now - arrival);
+        let waited = Duration::from_nanos(now - arrival_now);
         let taken = std::mem::take(&mut held.taken);
         Ok(Permit {
             inner: inner.clone(),
             taken,
             shared: shared_taken,
             waited,
+            arrival,
+            order: turn.order,
         })
     }
 
@@ -254,6 +286,11 @@ impl Throttle {
         self.inner.layers.get(layer).map_or(0, |l| l.waiting())
     }
 
+    /// The limit a layer runs at now (an adaptive layer's learned one), for metrics and peek.
+    pub fn effective_limit(&self, layer: usize) -> Option<u64> {
+        self.inner.layers.get(layer).map(|l| l.effective_limit())
+    }
+
     /// Buckets a layer holds (≤ `max_keys`), for metrics.
     pub fn keys(&self, layer: usize) -> usize {
         self.inner.layers.get(layer).map_or(0, |l| l.keys())
@@ -290,6 +327,17 @@ pub struct Permit {
     /// The charges of shared layers, and who granted them.
     shared: Option<SharedTaken>,
     waited: Duration,
+    /// The instant of the message's final dot, and its place in arrival order.
+    arrival: Nanos,
+    order: u64,
+}
+
+/// A message upstream throttled, to be sent again: what it is charged, when it arrived.
+#[derive(Debug)]
+pub struct Again {
+    charges: Vec<Charge>,
+    arrival: Nanos,
+    order: u64,
 }
 
 impl std::fmt::Debug for Permit {
@@ -334,6 +382,36 @@ impl Permit {
 
     /// Message delivered: keep the tokens. (Dropping the permit does the same.)
     pub fn delivered(self) {}
+
+    /// Whether a layer charged learns from upstream's throttle replies.
+    pub fn adaptive(&self) -> bool {
+        let layers = &self.inner.layers;
+        (self.taken.iter().chain(self.shared_charges()))
+            .any(|c| layers[c.layer].spec().adaptive.is_some())
+    }
+
+    /// Upstream answered with a throttle reply: it counts more than we do, so the tokens are
+    /// kept (not handed to the queue behind), each adaptive layer charged cuts its limit, and
+    /// the message can ask again ([`Throttle::acquire_again`]).
+    pub fn throttled(self) -> Again {
+        let layers = &self.inner.layers;
+        for c in &self.taken {
+            layers[c.layer].throttled();
+        }
+        let mut charges = self.taken.clone();
+        if let Some(shared) = &self.shared {
+            for c in &shared.charges {
+                layers[c.layer].throttled();
+            }
+            charges.extend(shared.charges.iter().cloned());
+        }
+        charges.sort_by_key(|c| c.layer);
+        Again {
+            charges,
+            arrival: self.arrival,
+            order: self.order,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 //!
 //! - `relay`: the relay in-process (`Relay`, `smtp_relay`, `memory_relay`) and a raw client.
 //! - `memory`: a forwarder that records what it is given (`MemoryForwarder`).
+//! - `hidden_rate`: an SES-like upstream in memory with its own hidden bucket (`HiddenRate`).
 //! - `upstream`: the test upstream SMTP server, with injected faults.
 //! - `process`: the `mailsluice` binary as a process of its own (signals, exit, memory).
 //! - `redis`: a private `redis-server` (`RedisServer::start`) and a three-node cluster.
@@ -19,6 +20,7 @@
 #![allow(dead_code)]
 
 pub mod auth;
+pub mod hidden_rate;
 pub mod host;
 pub mod http;
 pub mod invariant;

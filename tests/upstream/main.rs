@@ -6,6 +6,7 @@
 mod support;
 
 mod faults;
+mod feedback;
 mod file;
 mod relay_faults;
 mod smtp;

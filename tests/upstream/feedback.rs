@@ -1,0 +1,156 @@
+//! Upstream feedback on tokio's paused clock: an SES-like upstream with a hidden bucket
+//! (`HiddenRate`, in memory, on the same clock) behind a relay whose account layer is set
+//! above, at or below the hidden rate. Throttle replies are absorbed (the message waits again
+//! and goes again), adaptive layers learn the real rate, a message whose budget runs out gets
+//! the relay's own `451 4.7.1`, and a quota reply pauses the upstream.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::support::hidden_rate::{HiddenRate, SES_RATE};
+use crate::support::memory::{subject_of, MemoryForwarder};
+use crate::support::relay::{config_text, Relay};
+use mailsluice::upstream::reply::from_reply;
+use mailsluice::upstream::Forwarder;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+/// One `key = "none"` layer (adaptive by default) of `limit` recipients a second.
+fn account_layer(limit: u64, extra: &str) -> String {
+    format!(
+        "[[throttle]]\nname = \"account\"\nkey = \"none\"\ncost = \"recipients\"\n\
+         limit = {limit}\ninterval_ms = 1000\nmax_wait_ms = 60000\n{extra}\n"
+    )
+}
+
+async fn relay(layer: &str, upstream: &str, forwarder: Arc<dyn Forwarder>) -> Relay {
+    Relay::start(
+        &config_text("file://unused", "", &format!("{upstream}\n{layer}")),
+        forwarder,
+    )
+    .await
+}
+
+/// `clients` clients on their own connections, each sending `each` messages in turn;
+/// every reply, in order per client.
+fn clients(relay: &Relay, clients: usize, each: usize) -> Vec<JoinHandle<Vec<(u16, String)>>> {
+    (0..clients)
+        .map(|c| {
+            let mut client = relay.memory_connect();
+            tokio::spawn(async move {
+                client.greeting().await;
+                let mut replies = Vec::new();
+                for m in 0..each {
+                    let msg = format!("Subject: c{c}m{m}\r\n\r\nbody\r\n");
+                    let rcpt = ["user@example.net"];
+                    replies.push(
+                        client
+                            .send_mail("app@example.com", &rcpt, msg.as_bytes())
+                            .await,
+                    );
+                }
+                replies
+            })
+        })
+        .collect()
+}
+
+async fn replies(tasks: Vec<JoinHandle<Vec<(u16, String)>>>) -> Vec<(u16, String)> {
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    all
+}
+
+/// 200 messages from 40 clients against a hidden rate of 10/s, the relay at `limit`/s.
+async fn run(limit: u64) -> (Relay, Arc<HiddenRate>, Vec<(u16, String)>, Duration) {
+    let hidden = HiddenRate::new(10);
+    let relay = relay(&account_layer(limit, ""), "", hidden.clone()).await;
+    let started = Instant::now();
+    let replies = replies(clients(&relay, 40, 5)).await;
+    (relay, hidden, replies, started.elapsed())
+}
+
+fn assert_each_once(hidden: &HiddenRate, n: usize) {
+    let subjects: HashSet<String> = hidden
+        .accepted()
+        .iter()
+        .map(|(_, m, _)| subject_of(m))
+        .collect();
+    assert_eq!(
+        hidden.accepted().len(),
+        n,
+        "upstream holds each message once"
+    );
+    assert_eq!(subjects.len(), n, "no message twice upstream");
+}
+
+#[tokio::test(start_paused = true)]
+async fn at_twice_the_hidden_rate_every_message_goes_once_and_the_layer_learns() {
+    let (relay, hidden, replies, took) = run(20).await;
+    let refused: Vec<_> = replies.iter().filter(|(c, _)| *c != 250).collect();
+    assert!(refused.is_empty(), "every client gets 250: {refused:?}");
+    assert_each_once(&hidden, 200);
+    let rate_454 = hidden.rate_refusals();
+    assert!(
+        rate_454 <= 30,
+        "{rate_454} upstream 454s for 200 messages (> 15 %)"
+    );
+    let rate = 200.0 / took.as_secs_f64();
+    assert!(rate >= 8.0, "delivered {rate:.2}/s against a hidden 10/s");
+    let limit = relay.throttle.effective_limit(0).unwrap();
+    eprintln!("STATS 454s={rate_454} rate={rate:.2} limit={limit} took={took:?}");
+    assert!(limit < 20, "the layer learned a lower limit: {limit}");
+    assert!(relay.metric("mailsluice_upstream_throttled_total{reason=\"rate\"}") >= 1.0);
+    assert_eq!(
+        relay.metric("mailsluice_layer_limit{layer=\"account\"}"),
+        limit as f64
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn at_half_the_hidden_rate_nothing_is_throttled_and_nothing_cut() {
+    let (relay, hidden, replies, _) = run(5).await;
+    assert!(replies.iter().all(|(c, _)| *c == 250), "{replies:?}");
+    assert_each_once(&hidden, 200);
+    assert_eq!(hidden.rate_refusals(), 0);
+    assert_eq!(relay.throttle.effective_limit(0), Some(5));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_message_whose_budget_runs_out_gets_the_relays_451_and_nothing_goes_upstream() {
+    let fwd = MemoryForwarder::new();
+    fwd.fail_with(Some(from_reply(454, SES_RATE)));
+    let layer = account_layer(20, "max_wait_ms = 5000");
+    let layer = layer.replace("max_wait_ms = 60000\n", "");
+    let relay = relay(&layer, "", fwd.clone()).await;
+    let replies = replies(clients(&relay, 1, 1)).await;
+    let (code, text) = &replies[0];
+    assert_eq!(*code, 451, "{text}");
+    assert!(
+        text.starts_with("4.7.1 Upstream rate limit reached, retry after "),
+        "{text}"
+    );
+    assert!(
+        !text.contains("454") && !text.contains("Throttling"),
+        "{text}"
+    );
+    assert!(fwd.messages().is_empty());
+    assert!(relay.metric("mailsluice_upstream_throttled_total{reason=\"rate\"}") >= 2.0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_adaptive_off_upstreams_454_is_relayed_as_before() {
+    let fwd = MemoryForwarder::new();
+    fwd.fail_with(Some(from_reply(454, SES_RATE)));
+    let relay = relay(&account_layer(20, "adaptive = false"), "", fwd.clone()).await;
+    let replies = replies(clients(&relay, 1, 1)).await;
+    let (code, text) = &replies[0];
+    assert_eq!(*code, 454, "{text}");
+    assert!(text.contains("upstream: Throttling failure"), "{text}");
+    assert_eq!(relay.throttle.effective_limit(0), Some(20));
+    // The tokens went back, as for any upstream failure.
+    assert_eq!(relay.throttle.peek("account", "").unwrap().remaining, 20);
+}
