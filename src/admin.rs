@@ -34,7 +34,9 @@ impl Admin {
 
     /// The metrics text, with the gauges of the throttle in force.
     pub fn metrics_text(&self) -> Option<String> {
-        Some(self.metrics.encode(&self.live.current()?.throttle))
+        let ctx = self.live.current()?;
+        self.metrics.upstream_paused(ctx.pause.is_paused());
+        Some(self.metrics.encode(&ctx.throttle))
     }
 }
 
@@ -82,6 +84,9 @@ async fn readyz(State(admin): State<Arc<Admin>>) -> Response {
         "ready": ready,
         "listening": listening,
         "upstream": verdict(&upstream),
+        // A quota pause is not unreadiness: the relay still answers (with 451s), and every
+        // replica would be paused alike.
+        "paused": ctx.pause.is_paused(),
     });
     if let Some(store) = &store {
         body["redis"] = verdict(store);
@@ -103,7 +108,10 @@ async fn metrics(State(admin): State<Arc<Admin>>) -> Response {
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        admin.metrics.encode(&ctx.throttle),
+        {
+            admin.metrics.upstream_paused(ctx.pause.is_paused());
+            admin.metrics.encode(&ctx.throttle)
+        },
     )
         .into_response()
 }

@@ -21,7 +21,7 @@ use crate::metrics::Metrics;
 use crate::policy::LayerPolicy;
 use crate::throttle::{Clock, Throttle, TokioClock};
 use crate::tls::{Tls, TlsError};
-use crate::upstream::Forwarder;
+use crate::upstream::{Forwarder, Pause};
 
 /// What `run` needs from outside. Built by `main`, or by a test, which keeps handles on the
 /// throttle (to peek at buckets) and on `live` (to reload as SIGHUP does).
@@ -38,6 +38,8 @@ pub struct Deps {
     pub live: Arc<Live>,
     /// Inbound TLS from `[smtp.tls]`, loaded by `with_tls`.
     pub tls: Option<Arc<Tls>>,
+    /// Whether upstream is paused after a quota reply (kept across reloads).
+    pub pause: Arc<Pause>,
 }
 
 impl Deps {
@@ -55,6 +57,7 @@ impl Deps {
             clock,
             live: Live::new(),
             tls: None,
+            pause: Arc::new(Pause::default()),
         }
     }
 
@@ -95,6 +98,8 @@ pub struct Context {
     pub clock: Arc<dyn Clock>,
     /// Where a newer context is found after a reload.
     pub live: Weak<Live>,
+    /// Whether upstream is paused after a quota reply.
+    pub pause: Arc<Pause>,
 }
 
 /// What a context carries over from the one before it.
@@ -104,6 +109,7 @@ struct Kept {
     auth_failures: Arc<AuthFailures>,
     clock: Arc<dyn Clock>,
     live: Weak<Live>,
+    pause: Arc<Pause>,
 }
 
 impl Context {
@@ -116,6 +122,7 @@ impl Context {
             auth_failures: Arc::new(AuthFailures::new(lockout_rule(&deps.config))),
             clock: deps.clock,
             live: Arc::downgrade(&deps.live),
+            pause: deps.pause,
         };
         // `Deps::with_tls` reports a bad certificate at startup; a caller that skipped it
         // still gets TLS, or a logged reason why not.
@@ -143,6 +150,7 @@ impl Context {
             auth_failures: self.auth_failures.clone(),
             clock: self.clock.clone(),
             live: self.live.clone(),
+            pause: self.pause.clone(),
         };
         Context::assemble(parts, kept)
     }
@@ -162,6 +170,7 @@ impl Context {
             auth_failures: kept.auth_failures,
             clock: kept.clock,
             live: kept.live,
+            pause: kept.pause,
         }
     }
 

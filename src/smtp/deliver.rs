@@ -16,7 +16,7 @@ use crate::config::Feedback;
 use crate::metrics::Outcome;
 use crate::policy::{self, Charge, MessageFacts, Plan};
 use crate::throttle::{Again, Permit, ThrottleError};
-use crate::upstream::{Accepted, Envelope, UpstreamError};
+use crate::upstream::{Accepted, Admission, Envelope, UpstreamError};
 
 /// What one message came to, for its log line and the metrics.
 struct Record {
@@ -39,6 +39,8 @@ enum Tokens {
 enum NoTokens {
     /// The client closed the connection while it waited.
     Abandoned,
+    /// Upstream was paused (a quota reply) while it waited: the time left of the pause.
+    Paused(Duration),
     Refused(ThrottleError),
 }
 
@@ -47,6 +49,17 @@ impl Session {
         let started = Instant::now();
         let plan = policy::plan(&self.ctx.layers, &self.facts(&envelope, &body));
         let mut record = self.record(&plan.charges);
+        let pause = self.ctx.pause.clone();
+        let probe = match pause.admit().await {
+            Admission::Open => None,
+            Admission::Probe(probe) => Some(probe),
+            Admission::Paused(left) => {
+                record.outcome = Outcome::Throttled;
+                self.verdict(reply::upstream_quota_exhausted(left));
+                self.log_message(&envelope, &record, started, None);
+                return Flow::Continue;
+            }
+        };
         let permit = match self
             .wait_for_tokens(Tokens::First(plan.charges.clone()), &mut record)
             .await
@@ -70,6 +83,9 @@ impl Session {
                 return flow;
             }
         };
+        if let Some(probe) = probe {
+            probe.open();
+        }
         match (permit, &result) {
             (Some(permit), Ok(_)) => permit.delivered(),
             (Some(permit), Err(_)) => permit.upstream_failed(),
@@ -100,6 +116,15 @@ impl Session {
         record: &mut Record,
     ) -> Result<(Result<Accepted, UpstreamError>, Option<Permit>), Flow> {
         loop {
+            // Granted in the instant a quota reply paused upstream: it does not go either.
+            if let Some(left) = self.ctx.pause.left() {
+                if let Some(permit) = permit {
+                    permit.upstream_failed();
+                }
+                record.outcome = Outcome::Throttled;
+                self.verdict(reply::upstream_quota_exhausted(left));
+                return Err(Flow::Continue);
+            }
             let upstream_started = Instant::now();
             let result = self.ctx.forwarder.forward(envelope, message).await;
             self.ctx.metrics.upstream(upstream_started.elapsed());
@@ -126,14 +151,29 @@ impl Session {
                 upstream = %result.as_ref().err().map(ToString::to_string).unwrap_or_default(),
                 "upstream.throttled"
             );
-            let absorbed =
-                feedback != Feedback::Quota && permit.as_ref().is_some_and(Permit::adaptive);
+            if feedback == Feedback::Quota {
+                return Err(self.quota_reply(permit, record));
+            }
+            let absorbed = permit.as_ref().is_some_and(Permit::adaptive);
             let held = match permit {
                 Some(held) if absorbed => held,
                 _ => return Ok((result, permit)),
             };
             permit = Some(self.wait_again(held.throttled(), record).await?);
         }
+    }
+
+    /// Upstream's quota is spent: pause it, give the tokens back (nothing was sent) and
+    /// answer with the pause as the hint.
+    fn quota_reply(&mut self, permit: Option<Permit>, record: &mut Record) -> Flow {
+        let pause = Duration::from_millis(self.ctx.config.upstream.quota_pause_ms.get());
+        self.ctx.pause.pause(pause);
+        if let Some(permit) = permit {
+            permit.upstream_failed();
+        }
+        record.outcome = Outcome::Throttled;
+        self.verdict(reply::upstream_quota_exhausted(pause));
+        Flow::Continue
     }
 
     /// The wait of a message upstream throttled; past its budget the client gets `451 4.7.1
@@ -202,10 +242,15 @@ impl Session {
         // Biased: a message the buckets let through at once goes, as it would with no layer
         // at all, even if the client already half-closed after a pipelined QUIT; only a
         // real wait is abandoned when the client leaves.
+        let pause = self.ctx.pause.clone();
         let outcome = tokio::select! {
             biased;
             outcome = acquire => Some(outcome),
             _ = self.conn.closed() => None,
+            left = pause.paused() => {
+                record.waited += arrived.elapsed();
+                return Err(NoTokens::Paused(left));
+            }
         };
         let permit = match outcome {
             Some(Ok(permit)) => permit,
@@ -232,6 +277,11 @@ impl Session {
             NoTokens::Abandoned => {
                 record.outcome = Outcome::Abandoned;
                 return Flow::Close;
+            }
+            NoTokens::Paused(left) => {
+                record.outcome = Outcome::Throttled;
+                self.verdict(reply::upstream_quota_exhausted(left));
+                return Flow::Continue;
             }
             NoTokens::Refused(error) => error,
         };

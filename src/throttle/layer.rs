@@ -310,6 +310,7 @@ impl Layer {
         };
         Peek {
             waiting,
+            effective_limit: self.spec.adaptive.map(|_| st.limit),
             ..peek_of(st.table.bucket(), state, now, &*self.clock)
         }
     }

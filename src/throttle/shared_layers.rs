@@ -346,6 +346,7 @@ impl Shared {
             remaining: 0,
             reset: 0,
             waiting: 0,
+            effective_limit: None,
         })
     }
 }

@@ -253,6 +253,7 @@ impl Throttle {
         match &self.inner.shared {
             Some(s) if self.inner.layers[i].is_shared() => Some(Peek {
                 waiting: local.waiting,
+                effective_limit: local.effective_limit,
                 ..s.peek_fallback(i, key)
             }),
             _ => Some(local),
@@ -277,8 +278,13 @@ impl Throttle {
         else {
             return Some(Ok(local));
         };
-        let waiting = local.waiting;
-        Some(s.peek(i, key).await.map(|p| Peek { waiting, ..p }))
+        let (waiting, effective_limit) = (local.waiting, local.effective_limit);
+        let peek = s.peek(i, key).await.map(|p| Peek {
+            waiting,
+            effective_limit,
+            ..p
+        });
+        Some(peek)
     }
 
     /// Messages waiting in a layer, across its keys (0 for an unknown layer).

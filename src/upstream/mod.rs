@@ -4,9 +4,11 @@
 //! - `smtp`: `smtp://` and `smtps://`, driven one step at a time over lettre's connection.
 //! - `pool`: our pool of those connections (bounded, with timeouts on every step).
 //! - `file`: `file://DIR`, the embedded default: one `.eml` and one `.json` per message.
+//! - `pause`: the pause after a quota reply, and its probe.
 //! - `reply`: upstream's answers and lettre's errors as [`UpstreamError`]s.
 
 pub mod file;
+pub mod pause;
 mod pool;
 pub mod reply;
 pub mod smtp;
@@ -16,6 +18,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 pub use file::FileForwarder;
+pub use pause::{Admission, Pause};
 pub use smtp::{SmtpForwarder, SmtpSetupError};
 
 use crate::config::{UpstreamConfig, UpstreamUrl};

@@ -8,7 +8,8 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::support::hidden_rate::{HiddenRate, SES_RATE};
+use crate::support::hidden_rate::{HiddenRate, SES_QUOTA, SES_RATE};
+use crate::support::http::get;
 use crate::support::memory::{subject_of, MemoryForwarder};
 use crate::support::relay::{config_text, Relay};
 use mailsluice::upstream::reply::from_reply;
@@ -101,8 +102,9 @@ async fn at_twice_the_hidden_rate_every_message_goes_once_and_the_layer_learns()
     let rate = 200.0 / took.as_secs_f64();
     assert!(rate >= 8.0, "delivered {rate:.2}/s against a hidden 10/s");
     let limit = relay.throttle.effective_limit(0).unwrap();
-    eprintln!("STATS 454s={rate_454} rate={rate:.2} limit={limit} took={took:?}");
     assert!(limit < 20, "the layer learned a lower limit: {limit}");
+    let peek = relay.throttle.peek("account", "").unwrap();
+    assert_eq!(peek.effective_limit, Some(limit));
     assert!(relay.metric("mailsluice_upstream_throttled_total{reason=\"rate\"}") >= 1.0);
     assert_eq!(
         relay.metric("mailsluice_layer_limit{layer=\"account\"}"),
@@ -153,4 +155,103 @@ async fn with_adaptive_off_upstreams_454_is_relayed_as_before() {
     assert_eq!(relay.throttle.effective_limit(0), Some(20));
     // The tokens went back, as for any upstream failure.
     assert_eq!(relay.throttle.peek("account", "").unwrap().remaining, 20);
+}
+
+fn quota_config() -> (String, &'static str) {
+    let layer = "[[throttle]]\nname = \"account\"\nkey = \"none\"\ncost = \"message\"\n\
+                 limit = 1\ninterval_ms = 1000\nmax_wait_ms = 60000\n";
+    (layer.to_string(), "quota_pause_ms = 600000")
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_quota_reply_pauses_upstream_then_one_probe_goes() {
+    let hidden = HiddenRate::new(100);
+    hidden.set_quota(Some(1));
+    let (layer, upstream) = quota_config();
+    let relay = relay(&layer, upstream, hidden.clone()).await;
+    let started = Instant::now();
+    // One a second: the first goes, the second meets the quota, the other two wait.
+    let tasks = clients(&relay, 4, 1);
+    let mut replies = Vec::new();
+    for t in tasks {
+        let r = t.await.unwrap().remove(0);
+        replies.push((r, started.elapsed()));
+    }
+    let ok = replies.iter().filter(|((c, _), _)| *c == 250).count();
+    assert_eq!(ok, 1, "{replies:?}");
+    for ((code, text), at) in replies.iter().filter(|((c, _), _)| *c != 250) {
+        assert_eq!(*code, 451, "{text}");
+        assert!(
+            text.starts_with("4.7.1 Upstream sending quota exhausted, retry after "),
+            "{text}"
+        );
+        // Waiters were told when the quota reply came (at 1 s), not at their turn.
+        assert!(*at <= Duration::from_millis(1_001), "answered at {at:?}");
+    }
+    assert_eq!(
+        hidden.quota_refusals(),
+        1,
+        "nothing else was sent meanwhile: {replies:?}"
+    );
+    assert_eq!(relay.metric("mailsluice_upstream_paused"), 1.0);
+    assert_eq!(
+        relay.metric("mailsluice_upstream_throttled_total{reason=\"quota\"}"),
+        1.0
+    );
+    // A new message during the pause: refused at once, nothing sent.
+    let before = Instant::now();
+    let (code, text) = replies_of(&relay).await;
+    assert_eq!((code, before.elapsed()), (451, Duration::ZERO), "{text}");
+    // After the pause, the probe meets the quota again: paused again.
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    let (code, text) = replies_of(&relay).await;
+    assert!(code == 451 && text.contains("quota exhausted"), "{text}");
+    assert_eq!(hidden.quota_refusals(), 2);
+    let (code, _) = replies_of(&relay).await;
+    assert_eq!(
+        (code, hidden.quota_refusals()),
+        (451, 2),
+        "paused again, nothing sent"
+    );
+    // The quota is back: after the pause the probe goes, and so does the next.
+    hidden.set_quota(Some(10));
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    assert_eq!(replies_of(&relay).await.0, 250);
+    assert_eq!(relay.metric("mailsluice_upstream_paused"), 0.0);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(replies_of(&relay).await.0, 250);
+    assert_eq!(hidden.accepted().len(), 3);
+}
+
+async fn replies_of(relay: &Relay) -> (u16, String) {
+    replies(clients(relay, 1, 1)).await.remove(0)
+}
+
+/// Real time over TCP (the admin endpoint), no timing asserted.
+#[tokio::test]
+async fn readyz_stays_200_and_says_paused() {
+    let fwd = MemoryForwarder::new();
+    fwd.fail_with(Some(from_reply(454, SES_QUOTA)));
+    let (layer, upstream) = quota_config();
+    let text = config_text(
+        "file://unused",
+        "",
+        &format!("{upstream}\n{layer}\n[admin]\n"),
+    );
+    let relay = Relay::start(&text, fwd.clone()).await;
+    let admin = relay.start_admin().await;
+    let (_, body) = get(admin, "/readyz").await;
+    assert!(body.contains("\"paused\":false"), "{body}");
+    let mut c = relay.client().await;
+    let (code, _) = c
+        .send_mail(
+            "a@example.com",
+            &["b@example.net"],
+            b"Subject: q\r\n\r\nx\r\n",
+        )
+        .await;
+    assert_eq!(code, 451);
+    let (status, body) = get(admin, "/readyz").await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"paused\":true"), "{body}");
 }

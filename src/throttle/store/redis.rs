@@ -343,6 +343,7 @@ impl RedisStore {
             remaining: v(1),
             reset: v(2).div_ceil(1_000_000),
             waiting: 0,
+            effective_limit: None,
         })
     }
 }
