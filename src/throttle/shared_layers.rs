@@ -149,12 +149,15 @@ impl Shared {
         let reject = charges
             .iter()
             .any(|c| layers[c.layer].spec().mode == Mode::Reject);
+        // A message sent again after a throttle reply reports it in its first take.
+        let mut throttled = turn.again;
         loop {
             let max_wait = match reject {
                 true => 0,
                 false => deadline.saturating_sub(self.clock.now()),
             };
-            let (source, decision) = self.take(&charges, max_wait).await?;
+            let (source, decision) = self.take(&charges, max_wait, throttled).await?;
+            throttled = false;
             let answered = self.clock.now();
             match decision {
                 Decision::Granted => return Ok((SharedTaken { source, charges }, answered)),
@@ -240,9 +243,14 @@ impl Shared {
         &self,
         charges: &[Charge],
         max_wait: Nanos,
+        throttled: bool,
     ) -> Result<(Source, Decision), ThrottleError> {
         let sc = store_charges(charges);
-        if let Some(result) = self.try_store(self.store.take(&sc, max_wait)).await {
+        let call = match throttled {
+            true => self.store.take_throttled(&sc, max_wait),
+            false => self.store.take(&sc, max_wait),
+        };
+        if let Some(result) = self.try_store(call).await {
             return Ok((Source::Store, result));
         }
         match self.on_error {
@@ -337,6 +345,11 @@ impl Shared {
             Some(_) => Ok(()),
             None => Err("the shared store (Redis) does not answer".into()),
         }
+    }
+
+    /// The limit in force of an adaptive shared layer, as the store last said.
+    pub(crate) fn learned_limit(&self, layer: usize) -> Option<u64> {
+        self.store.learned_limit(layer)
     }
 
     /// This replica's in-process view of a shared bucket (what `on_error = "local"` uses).

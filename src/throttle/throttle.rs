@@ -253,7 +253,7 @@ impl Throttle {
         match &self.inner.shared {
             Some(s) if self.inner.layers[i].is_shared() => Some(Peek {
                 waiting: local.waiting,
-                effective_limit: local.effective_limit,
+                effective_limit: local.effective_limit.and(self.effective_limit(i)),
                 ..s.peek_fallback(i, key)
             }),
             _ => Some(local),
@@ -278,13 +278,8 @@ impl Throttle {
         else {
             return Some(Ok(local));
         };
-        let (waiting, effective_limit) = (local.waiting, local.effective_limit);
-        let peek = s.peek(i, key).await.map(|p| Peek {
-            waiting,
-            effective_limit,
-            ..p
-        });
-        Some(peek)
+        let waiting = local.waiting;
+        Some(s.peek(i, key).await.map(|p| Peek { waiting, ..p }))
     }
 
     /// Messages waiting in a layer, across its keys (0 for an unknown layer).
@@ -294,7 +289,11 @@ impl Throttle {
 
     /// The limit a layer runs at now (an adaptive layer's learned one), for metrics and peek.
     pub fn effective_limit(&self, layer: usize) -> Option<u64> {
-        self.inner.layers.get(layer).map(|l| l.effective_limit())
+        let l = self.inner.layers.get(layer)?;
+        match &self.inner.shared {
+            Some(s) if l.is_shared() => Some(s.learned_limit(layer).unwrap_or(l.spec().limit)),
+            _ => Some(l.effective_limit()),
+        }
     }
 
     /// Buckets a layer holds (≤ `max_keys`), for metrics.
@@ -405,10 +404,8 @@ impl Permit {
             layers[c.layer].throttled();
         }
         let mut charges = self.taken.clone();
+        // A shared layer learns in its store, in the message's next take (`take_throttled`).
         if let Some(shared) = &self.shared {
-            for c in &shared.charges {
-                layers[c.layer].throttled();
-            }
             charges.extend(shared.charges.iter().cloned());
         }
         charges.sort_by_key(|c| c.layer);
