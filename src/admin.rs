@@ -12,7 +12,7 @@ use axum::{Json, Router};
 use serde_json::json;
 use tokio::net::TcpListener;
 
-use crate::context::{Deps, Health, Live};
+use crate::context::{Context, Deps, Health, Live};
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
 
@@ -35,9 +35,15 @@ impl Admin {
     /// The metrics text, with the gauges of the throttle in force.
     pub fn metrics_text(&self) -> Option<String> {
         let ctx = self.live.current()?;
-        self.metrics.upstream_paused(ctx.pause.is_paused());
+        read_upstream(&self.metrics, &ctx);
         Some(self.metrics.encode(&ctx.throttle))
     }
+}
+
+/// The upstream's state as metrics: paused or not, and its "too many connections" count.
+fn read_upstream(metrics: &Metrics, ctx: &Context) {
+    metrics.upstream_paused(ctx.pause.is_paused());
+    metrics.upstream_crowded(ctx.forwarder.crowded());
 }
 
 /// The answer in the moment before `run` installs the first context.
@@ -109,7 +115,7 @@ async fn metrics(State(admin): State<Arc<Admin>>) -> Response {
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
         {
-            admin.metrics.upstream_paused(ctx.pause.is_paused());
+            read_upstream(&admin.metrics, &ctx);
             admin.metrics.encode(&ctx.throttle)
         },
     )

@@ -83,6 +83,8 @@ pub struct Metrics {
     layer_limit: Family<LayerLabel, Gauge>,
     upstream_throttled: Family<ReasonLabel, Counter>,
     upstream_paused: Gauge,
+    /// The forwarder's count of "too many connections" last added (see `upstream_crowded`).
+    crowded_seen: std::sync::atomic::AtomicU64,
 }
 
 fn seconds_histogram() -> Histogram {
@@ -161,6 +163,7 @@ impl Metrics {
             layer_limit,
             upstream_throttled,
             upstream_paused,
+            crowded_seen: Default::default(),
             registry,
             messages,
             wait_seconds,
@@ -201,6 +204,26 @@ impl Metrics {
         self.upstream_throttled
             .get_or_create(&ReasonLabel { reason })
             .inc();
+    }
+
+    /// The forwarder's own count of "too many connections" (it retries those itself): what
+    /// is new since the last reading is added to `upstream_throttled{reason="connections"}`.
+    pub fn upstream_crowded(&self, total: u64) {
+        use std::sync::atomic::Ordering;
+        let before = self.crowded_seen.swap(total, Ordering::Relaxed);
+        // A reload brings a new forwarder, counting from 0 again.
+        let new = if total >= before {
+            total - before
+        } else {
+            total
+        };
+        if new > 0 {
+            (self.upstream_throttled)
+                .get_or_create(&ReasonLabel {
+                    reason: "connections",
+                })
+                .inc_by(new);
+        }
     }
 
     /// Whether upstream is paused (read when the metrics are served).

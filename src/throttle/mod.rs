@@ -16,10 +16,12 @@
 //! - [`store`]: the [`store::Store`] boundary (one atomic take over several layers), its
 //!   in-process [`store::local::LocalStore`] and [`store::redis::RedisStore`] (replicas share).
 //! - `layer`: one layer's buckets and FIFO queues: timers at the exact due instant,
-//!   cancel-safe; for a shared layer only the queue (its turn in front of the store).
+//!   cancel-safe; for a shared layer only the queue (its turn in front of the store); an
+//!   adaptive layer's effective limit applied to its buckets (`layer/adapt.rs`).
 //! - `shared_layers`: the layers on a shared store (`store = "redis"`): one store call per
 //!   message, reservations, and `on_error` when the store fails.
-//! - `throttle`: [`Throttle`] and [`Permit`], stacked layers taken all or nothing — the API
+//! - `throttle`: [`Throttle`] and [`Permit`] (its own file, `throttle/permit.rs`, with
+//!   [`Again`]: a message upstream throttled), stacked layers taken all or nothing — the API
 //!   the SMTP session uses.
 //! - `setup`: [`from_config`], the throttle a configuration describes (the only TOML-aware part).
 //!

@@ -92,6 +92,12 @@ pub trait Forwarder: Send + Sync {
     fn check(&self) -> CheckFuture<'_> {
         Box::pin(async { Ok(()) })
     }
+
+    /// How many times upstream said it had too many connections from us and the forwarder
+    /// closed one and shrank its pool (and retried the message), for the metrics.
+    fn crowded(&self) -> u64 {
+        0
+    }
 }
 
 pub type CheckFuture<'a> = Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'a>>;

@@ -128,6 +128,10 @@ pub(super) struct Shared {
     pub kick_tx: watch::Sender<(u64, Option<String>)>,
     pub open_tx: watch::Sender<usize>,
     pub accepted: Mutex<usize>,
+    /// Like SES: past this many open connections, `421 ... Too many concurrent SMTP
+    /// connections` at the greeting (counted in `crowded`).
+    pub max_open: Mutex<Option<usize>>,
+    pub crowded: Mutex<usize>,
 }
 
 impl Shared {
@@ -187,6 +191,8 @@ impl TestUpstream {
             kick_tx: watch::Sender::new((0, None)),
             open_tx: watch::Sender::new(0),
             accepted: Mutex::new(0),
+            max_open: Mutex::new(None),
+            crowded: Mutex::new(0),
         });
         let task = tokio::spawn(accept_loop(listener, Arc::clone(&shared)));
         TestUpstream {
@@ -268,6 +274,17 @@ impl TestUpstream {
         *self.shared.accepted.lock().unwrap()
     }
 
+    /// From now on, a connection past `max` open ones is greeted with SES's `421 4.4.5 Too
+    /// many concurrent SMTP connections` and closed (`None`: no bound).
+    pub fn set_max_connections(&self, max: Option<usize>) {
+        *self.shared.max_open.lock().unwrap() = max;
+    }
+
+    /// Connections refused for the bound of `set_max_connections`.
+    pub fn crowded(&self) -> usize {
+        *self.shared.crowded.lock().unwrap()
+    }
+
     /// Connections currently open.
     pub fn open_connections(&self) -> usize {
         *self.shared.open_tx.borrow()
@@ -327,7 +344,13 @@ async fn accept_loop(listener: TcpListener, task_shared: Arc<Shared>) {
             *n += 1;
             *n
         };
-        let drawn = task_shared.draw(true);
+        let mut drawn = task_shared.draw(true);
+        let max = *task_shared.max_open.lock().unwrap();
+        if max.is_some_and(|max| *task_shared.open_tx.borrow() >= max) {
+            *task_shared.crowded.lock().unwrap() += 1;
+            let text = "4.4.5 Too many concurrent SMTP connections";
+            drawn = Some(Fault::reply(Step::Greeting, 421, text));
+        }
         if drawn.clone().unwrap_or_else(|| task_shared.fault()) == Fault::CloseOnConnect {
             drop(stream);
             continue;

@@ -11,7 +11,8 @@ use std::time::Duration;
 use crate::support::hidden_rate::{HiddenRate, SES_QUOTA, SES_RATE};
 use crate::support::http::get;
 use crate::support::memory::{subject_of, MemoryForwarder};
-use crate::support::relay::{config_text, Relay};
+use crate::support::relay::{config_text, smtp_relay, Client, Relay};
+use crate::support::upstream::TestUpstream;
 use mailsluice::upstream::reply::from_reply;
 use mailsluice::upstream::Forwarder;
 use tokio::task::JoinHandle;
@@ -254,4 +255,32 @@ async fn readyz_stays_200_and_says_paused() {
     let (status, body) = get(admin, "/readyz").await;
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("\"paused\":true"), "{body}");
+}
+
+/// Real time over TCP, no timing asserted: an upstream that allows 2 connections, a pool of 6.
+#[tokio::test]
+async fn too_many_connections_closes_one_retries_on_a_pooled_one_and_shrinks_the_pool() {
+    let up = TestUpstream::start().await;
+    up.set_max_connections(Some(2));
+    let relay = smtp_relay(&up.url(), "", "pool_size = 6\n").await;
+    let tasks: Vec<_> = (0..12)
+        .map(|i| {
+            let addr = relay.addr;
+            tokio::spawn(async move {
+                let mut c = Client::connect(addr).await;
+                let msg = format!("Subject: p{i}\r\n\r\nbody\r\n");
+                c.send_mail("a@example.com", &["b@example.net"], msg.as_bytes())
+                    .await
+            })
+        })
+        .collect();
+    for t in tasks {
+        let (code, text) = t.await.unwrap();
+        assert_eq!(code, 250, "{text}");
+    }
+    assert_eq!(up.messages().len(), 12, "each message once");
+    assert!(up.crowded() > 0, "upstream refused connections");
+    let counted = relay.metric("mailsluice_upstream_throttled_total{reason=\"connections\"}");
+    assert!(counted >= 1.0, "{counted}");
+    assert!(up.open_connections() <= 2);
 }

@@ -22,9 +22,12 @@
 //! that no message uses: the limit still holds, some quota is lost.
 //!
 //! Files under `redis/`: `keys.rs` (key names, a layer's script parameters, cluster slots);
-//! `bucket.lua` (the bucket math, put in front of each script); `take.lua`, `give_back.lua`
+//! `api.rs` (the [`Store`] trait over the calls here); `learned.rs` (the limits in force of
+//! adaptive layers, as answered); `bucket.lua` (the bucket math, put in front of each script);
+//! `adaptive.lua` (adaptive layers' learned limit, likewise); `take.lua`, `give_back.lua`
 //! and `peek.lua` (the three calls). Here: connections, script calls, and cluster slot groups.
 
+mod api;
 pub(crate) mod keys;
 mod learned;
 
@@ -36,7 +39,7 @@ use ::redis::cluster_async::ClusterConnection;
 use ::redis::{Script, ScriptInvocation};
 use tokio::sync::OnceCell;
 
-use super::{Decision, Store, StoreCharge, StoreError, StoreFuture};
+use super::{Decision, StoreCharge, StoreError};
 use crate::throttle::clock::{Clock, Nanos};
 use crate::throttle::peek::Peek;
 use crate::throttle::spec::LayerSpec;
@@ -381,34 +384,4 @@ fn by_slot(store: &RedisStore, charges: &[StoreCharge<'_>]) -> Result<Vec<Vec<us
         slots.entry(slot(&key)).or_default().push(i);
     }
     Ok(slots.into_values().collect())
-}
-
-impl Store for RedisStore {
-    fn take<'a>(
-        &'a self,
-        charges: &'a [StoreCharge<'a>],
-        max_wait: Nanos,
-    ) -> StoreFuture<'a, Decision> {
-        Box::pin(self.take_all(charges, max_wait, false))
-    }
-
-    fn take_throttled<'a>(
-        &'a self,
-        charges: &'a [StoreCharge<'a>],
-        max_wait: Nanos,
-    ) -> StoreFuture<'a, Decision> {
-        Box::pin(self.take_all(charges, max_wait, true))
-    }
-
-    fn learned_limit(&self, layer: usize) -> Option<u64> {
-        self.heard.get(layer)
-    }
-
-    fn give_back<'a>(&'a self, charges: &'a [StoreCharge<'a>]) -> StoreFuture<'a, ()> {
-        Box::pin(self.give_back_all(charges))
-    }
-
-    fn peek<'a>(&'a self, layer: usize, key: &'a str) -> StoreFuture<'a, Peek> {
-        Box::pin(self.peek_one(layer, key))
-    }
 }
