@@ -159,7 +159,8 @@ impl Session {
                 Some(held) if absorbed => held,
                 _ => return Ok((result, permit)),
             };
-            permit = Some(self.wait_again(held.throttled(), record).await?);
+            let again = held.throttled(feedback == Feedback::Rate);
+            permit = Some(self.wait_again(again, record).await?);
         }
     }
 

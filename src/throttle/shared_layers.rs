@@ -150,7 +150,7 @@ impl Shared {
             .iter()
             .any(|c| layers[c.layer].spec().mode == Mode::Reject);
         // A message sent again after a throttle reply reports it in its first take.
-        let mut throttled = turn.again;
+        let mut throttled = turn.cut;
         loop {
             let max_wait = match reject {
                 true => 0,

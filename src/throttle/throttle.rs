@@ -152,6 +152,7 @@ impl Throttle {
         let turn = Turn {
             order,
             again: false,
+            cut: false,
         };
         self.take(charges, arrival, turn).await
     }
@@ -163,6 +164,7 @@ impl Throttle {
         let turn = Turn {
             order: again.order,
             again: true,
+            cut: again.cut,
         };
         self.take(again.charges, again.arrival, turn).await
     }

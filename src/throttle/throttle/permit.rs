@@ -27,6 +27,8 @@ pub struct Again {
     pub(super) charges: Vec<Charge>,
     pub(super) arrival: Nanos,
     pub(super) order: u64,
+    /// The reply was about the rate: a shared adaptive layer cuts in the next take.
+    pub(super) cut: bool,
 }
 
 impl std::fmt::Debug for Permit {
@@ -80,11 +82,12 @@ impl Permit {
     }
 
     /// Upstream answered with a throttle reply: it counts more than we do, so the tokens are
-    /// kept (not handed to the queue behind), each adaptive layer charged cuts its limit, and
-    /// the message can ask again ([`Throttle::acquire_again`]).
-    pub fn throttled(self) -> Again {
+    /// kept (not handed to the queue behind), each adaptive layer charged cuts its limit when
+    /// the reply was about the rate (`cut`; not for "too many connections"), and the message
+    /// can ask again ([`super::Throttle::acquire_again`]).
+    pub fn throttled(self, cut: bool) -> Again {
         let layers = &self.inner.layers;
-        for c in &self.taken {
+        for c in self.taken.iter().filter(|_| cut) {
             layers[c.layer].throttled();
         }
         let mut charges = self.taken.clone();
@@ -97,6 +100,7 @@ impl Permit {
             charges,
             arrival: self.arrival,
             order: self.order,
+            cut,
         }
     }
 }

@@ -280,7 +280,7 @@ async fn a_throttled_message_waits_again_ahead_of_later_ones_and_the_layer_slows
         tokio::task::yield_now().await;
     }
     // Upstream throttled the first: the tokens stay taken, the limit is cut to 7.
-    let again = first.throttled();
+    let again = first.throttled(true);
     assert_eq!(t.effective_limit(0), Some(7));
     let retried = t.acquire_again(again).await.expect("granted again");
     assert!(
