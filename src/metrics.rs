@@ -10,7 +10,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 
 use crate::throttle::Throttle;
 
@@ -22,6 +22,16 @@ pub struct OutcomeLabel {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LayerLabel {
     pub layer: String,
+}
+
+/// Registers a metric made with `Default` under `name`; the handle kept for recording.
+fn add<M: Metric + Clone + Default>(r: &mut Registry, name: &str, help: &str) -> M {
+    add_metric(r, name, help, M::default())
+}
+
+fn add_metric<M: Metric + Clone>(r: &mut Registry, name: &str, help: &str, metric: M) -> M {
+    r.register(name, help, metric.clone());
+    metric
 }
 
 /// Why upstream throttled: `rate`, `quota` or `connections`.
@@ -95,84 +105,45 @@ fn seconds_histogram() -> Histogram {
 impl Metrics {
     pub fn new() -> Arc<Metrics> {
         let mut registry = Registry::with_prefix("mailsluice");
-        let messages = Family::<OutcomeLabel, Counter>::default();
-        registry.register(
-            "messages",
-            "Messages by outcome at their final dot",
-            messages.clone(),
-        );
+        let r = &mut registry;
         let wait_seconds = Family::<LayerLabel, Histogram>::new_with_constructor(
             seconds_histogram as fn() -> Histogram,
         );
-        registry.register(
-            "throttle_wait_seconds",
-            "Time messages waited for tokens, per layer",
-            wait_seconds.clone(),
-        );
-        let throttled = Family::<LayerLabel, Counter>::default();
-        registry.register(
-            "throttled",
-            "Messages refused 451 by a layer",
-            throttled.clone(),
-        );
-        let waiting = Family::<LayerLabel, Gauge>::default();
-        registry.register(
-            "throttle_waiting",
-            "Messages waiting in a layer's queues",
-            waiting.clone(),
-        );
-        let keys = Family::<LayerLabel, Gauge>::default();
-        registry.register("throttle_keys", "Buckets held by a layer", keys.clone());
-        let evictions = Family::<LayerLabel, Gauge>::default();
-        registry.register(
-            "throttle_evictions",
-            "Buckets dropped before they were full (max_keys reached), since start",
-            evictions.clone(),
-        );
-        let upstream_seconds = seconds_histogram();
-        registry.register(
-            "upstream_seconds",
-            "Time upstream took per message",
-            upstream_seconds.clone(),
-        );
-        let connections = Gauge::default();
-        registry.register(
-            "connections_open",
-            "Client connections open",
-            connections.clone(),
-        );
-        let layer_limit = Family::<LayerLabel, Gauge>::default();
-        registry.register(
-            "layer_limit",
-            "The limit a layer runs at now (an adaptive layer's learned one)",
-            layer_limit.clone(),
-        );
-        let upstream_throttled = Family::<ReasonLabel, Counter>::default();
-        registry.register(
-            "upstream_throttled",
-            "Upstream throttle replies by reason (rate, quota, connections)",
-            upstream_throttled.clone(),
-        );
-        let upstream_paused = Gauge::default();
-        registry.register(
-            "upstream_paused",
-            "1 while upstream is paused after a quota reply",
-            upstream_paused.clone(),
-        );
+        let layer = "The limit a layer runs at now (an adaptive layer's learned one)";
+        let evicted = "Buckets dropped before they were full (max_keys reached), since start";
+        let by_reason = "Upstream throttle replies by reason (rate, quota, connections)";
         Arc::new(Metrics {
-            layer_limit,
-            upstream_throttled,
-            upstream_paused,
+            messages: add(r, "messages", "Messages by outcome at their final dot"),
+            wait_seconds: add_metric(
+                r,
+                "throttle_wait_seconds",
+                "Time messages waited for tokens, per layer",
+                wait_seconds,
+            ),
+            throttled: add(r, "throttled", "Messages refused 451 by a layer"),
+            waiting: add(
+                r,
+                "throttle_waiting",
+                "Messages waiting in a layer's queues",
+            ),
+            keys: add(r, "throttle_keys", "Buckets held by a layer"),
+            evictions: add(r, "throttle_evictions", evicted),
+            upstream_seconds: add_metric(
+                r,
+                "upstream_seconds",
+                "Time upstream took per message",
+                seconds_histogram(),
+            ),
+            connections: add(r, "connections_open", "Client connections open"),
+            layer_limit: add(r, "layer_limit", layer),
+            upstream_throttled: add(r, "upstream_throttled", by_reason),
+            upstream_paused: add(
+                r,
+                "upstream_paused",
+                "1 while upstream is paused after a quota reply",
+            ),
             crowded_seen: Default::default(),
             registry,
-            messages,
-            wait_seconds,
-            throttled,
-            waiting,
-            keys,
-            evictions,
-            upstream_seconds,
-            connections,
         })
     }
 
