@@ -5,7 +5,8 @@
 //! - `relay`: the relay in-process (`Relay`, `smtp_relay`, `memory_relay`) and a raw client.
 //! - `memory`: a forwarder that records what it is given (`MemoryForwarder`).
 //! - `hidden_rate`: an SES-like upstream in memory with its own hidden bucket (`HiddenRate`).
-//! - `upstream`: the test upstream SMTP server, with injected faults.
+//! - `upstream`: the test upstream SMTP server, with injected faults, SES's hidden sending rate
+//!   (`set_hidden_rate`) and connection bound (`set_max_connections`).
 //! - `process`: the `mailsluice` binary as a process of its own (signals, exit, memory).
 //! - `redis`: a private `redis-server` (`RedisServer::start`) and a three-node cluster.
 //! - `throttle`: a throttle on tokio's paused clock, spawned acquires, recorded events.

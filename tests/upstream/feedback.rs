@@ -284,3 +284,31 @@ async fn too_many_connections_closes_one_retries_on_a_pooled_one_and_shrinks_the
     assert!(counted >= 1.0, "{counted}");
     assert!(up.open_connections() <= 2);
 }
+
+/// Real time over TCP, upper bounds only: the TCP test upstream with SES's hidden rate, the
+/// relay at twice it. Every message gets 250, each once upstream.
+#[tokio::test]
+async fn over_tcp_the_relay_absorbs_the_hidden_rate_of_the_test_upstream() {
+    let up = TestUpstream::start().await;
+    up.set_hidden_rate(Some(20));
+    let relay = smtp_relay(&up.url(), "", &account_layer(40, "")).await;
+    let tasks: Vec<_> = (0..60)
+        .map(|i| {
+            let addr = relay.addr;
+            tokio::spawn(async move {
+                let mut c = Client::connect(addr).await;
+                let msg = format!("Subject: t{i}\r\n\r\nbody\r\n");
+                c.send_mail("a@example.com", &["b@example.net"], msg.as_bytes())
+                    .await
+            })
+        })
+        .collect();
+    for t in tasks {
+        let (code, text) = t.await.unwrap();
+        assert_eq!(code, 250, "{text}");
+    }
+    let subjects: HashSet<String> = up.messages().iter().map(|m| subject_of(&m.data)).collect();
+    assert_eq!((up.messages().len(), subjects.len()), (60, 60));
+    assert!(up.rate_refusals() > 0, "upstream throttled");
+    assert!(relay.throttle.effective_limit(0).unwrap() < 40);
+}
