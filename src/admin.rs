@@ -13,7 +13,7 @@ use axum::{Json, Router};
 use serde_json::json;
 use tokio::net::TcpListener;
 
-use crate::context::{Deps, Health, Live};
+use crate::context::{Context, Deps, Health, Live};
 use crate::metrics::Metrics;
 use crate::recent::Recent;
 use crate::shutdown::Shutdown;
@@ -36,6 +36,18 @@ impl Admin {
             live: deps.live.clone(),
         })
     }
+
+    /// The metrics text of `ctx`: the counters, and the gauges of its throttle and upstream.
+    pub fn metrics_text(&self, ctx: &Context) -> String {
+        read_upstream(&self.metrics, ctx);
+        self.metrics.encode(&ctx.throttle)
+    }
+}
+
+/// The upstream's state as metrics: paused or not, and its "too many connections" count.
+fn read_upstream(metrics: &Metrics, ctx: &Context) {
+    metrics.upstream_paused(ctx.pause.is_paused());
+    metrics.upstream_crowded(ctx.forwarder.crowded());
 }
 
 /// The answer in the moment before `run` installs the first context.
@@ -83,6 +95,9 @@ async fn readyz(State(admin): State<Arc<Admin>>) -> Response {
         "ready": ready,
         "listening": listening,
         "upstream": verdict(&upstream),
+        // A quota pause is not unreadiness: the relay still answers (with 451s), and every
+        // replica would be paused alike.
+        "paused": ctx.pause.is_paused(),
     });
     if let Some(store) = &store {
         body["redis"] = verdict(store);
@@ -117,7 +132,7 @@ async fn metrics(State(admin): State<Arc<Admin>>) -> Response {
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        admin.metrics.encode(&ctx.throttle),
+        admin.metrics_text(&ctx),
     )
         .into_response()
 }

@@ -25,7 +25,7 @@ use crate::policy::LayerPolicy;
 use crate::recent::Recent;
 use crate::throttle::{Clock, Throttle, TokioClock};
 use crate::tls::{Tls, TlsError};
-use crate::upstream::Forwarder;
+use crate::upstream::{Forwarder, Pause};
 
 /// What `run` needs from outside. Built by `main`, or by a test, which keeps handles on the
 /// throttle (to peek at buckets) and on `live` (to reload as SIGHUP does).
@@ -44,6 +44,8 @@ pub struct Deps {
     pub live: Arc<Live>,
     /// Inbound TLS from `[smtp.tls]`, loaded by `with_tls`.
     pub tls: Option<Arc<Tls>>,
+    /// Whether upstream is paused after a quota reply (kept across reloads).
+    pub pause: Arc<Pause>,
 }
 
 impl Deps {
@@ -62,6 +64,7 @@ impl Deps {
             clock,
             live: Live::new(),
             tls: None,
+            pause: Arc::new(Pause::default()),
         }
     }
 
@@ -108,6 +111,8 @@ pub struct Context {
     pub clock: Arc<dyn Clock>,
     /// Where a newer context is found after a reload.
     pub live: Weak<Live>,
+    /// Whether upstream is paused after a quota reply.
+    pub pause: Arc<Pause>,
 }
 
 /// What a context carries over from the one before it.
@@ -120,6 +125,7 @@ struct Kept {
     buffered: Arc<Semaphore>,
     clock: Arc<dyn Clock>,
     live: Weak<Live>,
+    pause: Arc<Pause>,
 }
 
 impl Context {
@@ -137,6 +143,7 @@ impl Context {
             )),
             clock: deps.clock,
             live: Arc::downgrade(&deps.live),
+            pause: deps.pause,
         };
         // `Deps::with_tls` reports a bad certificate at startup; a caller that skipped it
         // still gets TLS, or a logged reason why not.
@@ -167,6 +174,7 @@ impl Context {
             buffered: self.buffered.clone(),
             clock: self.clock.clone(),
             live: self.live.clone(),
+            pause: self.pause.clone(),
         };
         Context::assemble(parts, kept)
     }
@@ -189,6 +197,7 @@ impl Context {
             buffered: kept.buffered,
             clock: kept.clock,
             live: kept.live,
+            pause: kept.pause,
         }
     }
 

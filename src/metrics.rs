@@ -10,7 +10,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 
 use crate::throttle::Throttle;
 
@@ -22,6 +22,22 @@ pub struct OutcomeLabel {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LayerLabel {
     pub layer: String,
+}
+
+/// Registers a metric made with `Default` under `name`; the handle kept for recording.
+fn add<M: Metric + Clone + Default>(r: &mut Registry, name: &str, help: &str) -> M {
+    add_metric(r, name, help, M::default())
+}
+
+fn add_metric<M: Metric + Clone>(r: &mut Registry, name: &str, help: &str, metric: M) -> M {
+    r.register(name, help, metric.clone());
+    metric
+}
+
+/// Why upstream throttled: `rate`, `quota` or `connections`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: &'static str,
 }
 
 /// What became of a message that reached its final dot.
@@ -74,6 +90,11 @@ pub struct Metrics {
     evictions: Family<LayerLabel, Gauge>,
     upstream_seconds: Histogram,
     connections: Gauge,
+    layer_limit: Family<LayerLabel, Gauge>,
+    upstream_throttled: Family<ReasonLabel, Counter>,
+    upstream_paused: Gauge,
+    /// The forwarder's count of "too many connections" last added (see `upstream_crowded`).
+    crowded_seen: std::sync::atomic::AtomicU64,
 }
 
 fn seconds_histogram() -> Histogram {
@@ -84,62 +105,45 @@ fn seconds_histogram() -> Histogram {
 impl Metrics {
     pub fn new() -> Arc<Metrics> {
         let mut registry = Registry::with_prefix("mailsluice");
-        let messages = Family::<OutcomeLabel, Counter>::default();
-        registry.register(
-            "messages",
-            "Messages by outcome at their final dot",
-            messages.clone(),
-        );
+        let r = &mut registry;
         let wait_seconds = Family::<LayerLabel, Histogram>::new_with_constructor(
             seconds_histogram as fn() -> Histogram,
         );
-        registry.register(
-            "throttle_wait_seconds",
-            "Time messages waited for tokens, per layer",
-            wait_seconds.clone(),
-        );
-        let throttled = Family::<LayerLabel, Counter>::default();
-        registry.register(
-            "throttled",
-            "Messages refused 451 by a layer",
-            throttled.clone(),
-        );
-        let waiting = Family::<LayerLabel, Gauge>::default();
-        registry.register(
-            "throttle_waiting",
-            "Messages waiting in a layer's queues",
-            waiting.clone(),
-        );
-        let keys = Family::<LayerLabel, Gauge>::default();
-        registry.register("throttle_keys", "Buckets held by a layer", keys.clone());
-        let evictions = Family::<LayerLabel, Gauge>::default();
-        registry.register(
-            "throttle_evictions",
-            "Buckets dropped before they were full (max_keys reached), since start",
-            evictions.clone(),
-        );
-        let upstream_seconds = seconds_histogram();
-        registry.register(
-            "upstream_seconds",
-            "Time upstream took per message",
-            upstream_seconds.clone(),
-        );
-        let connections = Gauge::default();
-        registry.register(
-            "connections_open",
-            "Client connections open",
-            connections.clone(),
-        );
+        let layer = "The limit a layer runs at now (an adaptive layer's learned one)";
+        let evicted = "Buckets dropped before they were full (max_keys reached), since start";
+        let by_reason = "Upstream throttle replies by reason (rate, quota, connections)";
         Arc::new(Metrics {
+            messages: add(r, "messages", "Messages by outcome at their final dot"),
+            wait_seconds: add_metric(
+                r,
+                "throttle_wait_seconds",
+                "Time messages waited for tokens, per layer",
+                wait_seconds,
+            ),
+            throttled: add(r, "throttled", "Messages refused 451 by a layer"),
+            waiting: add(
+                r,
+                "throttle_waiting",
+                "Messages waiting in a layer's queues",
+            ),
+            keys: add(r, "throttle_keys", "Buckets held by a layer"),
+            evictions: add(r, "throttle_evictions", evicted),
+            upstream_seconds: add_metric(
+                r,
+                "upstream_seconds",
+                "Time upstream took per message",
+                seconds_histogram(),
+            ),
+            connections: add(r, "connections_open", "Client connections open"),
+            layer_limit: add(r, "layer_limit", layer),
+            upstream_throttled: add(r, "upstream_throttled", by_reason),
+            upstream_paused: add(
+                r,
+                "upstream_paused",
+                "1 while upstream is paused after a quota reply",
+            ),
+            crowded_seen: Default::default(),
             registry,
-            messages,
-            wait_seconds,
-            throttled,
-            waiting,
-            keys,
-            evictions,
-            upstream_seconds,
-            connections,
         })
     }
 
@@ -165,6 +169,37 @@ impl Metrics {
                 layer: layer.to_string(),
             })
             .inc();
+    }
+
+    pub fn upstream_throttled(&self, reason: &'static str) {
+        self.upstream_throttled
+            .get_or_create(&ReasonLabel { reason })
+            .inc();
+    }
+
+    /// The forwarder's own count of "too many connections" (it retries those itself): what
+    /// is new since the last reading is added to `upstream_throttled{reason="connections"}`.
+    pub fn upstream_crowded(&self, total: u64) {
+        use std::sync::atomic::Ordering;
+        let before = self.crowded_seen.swap(total, Ordering::Relaxed);
+        // A reload brings a new forwarder, counting from 0 again.
+        let new = if total >= before {
+            total - before
+        } else {
+            total
+        };
+        if new > 0 {
+            (self.upstream_throttled)
+                .get_or_create(&ReasonLabel {
+                    reason: "connections",
+                })
+                .inc_by(new);
+        }
+    }
+
+    /// Whether upstream is paused (read when the metrics are served).
+    pub fn upstream_paused(&self, paused: bool) {
+        self.upstream_paused.set(i64::from(paused));
     }
 
     pub fn upstream(&self, took: Duration) {
@@ -195,6 +230,8 @@ impl Metrics {
             self.evictions
                 .get_or_create(&label)
                 .set(gauge(throttle.evictions(i)));
+            let limit = throttle.effective_limit(i).unwrap_or(spec.limit);
+            self.layer_limit.get_or_create(&label).set(gauge(limit));
         }
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)

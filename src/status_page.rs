@@ -50,6 +50,13 @@ fn readiness(html: &mut String, ctx: &Context, health: &Health, checks: &Checks)
     row_state(html, "SMTP listeners", &listening);
     let upstream = format!("upstream {}", ctx.config.upstream.url);
     row_state(html, &upstream, &checks.upstream);
+    if let Some(left) = ctx.pause.left() {
+        let paused = Err(format!(
+            "paused after a quota reply, {} s left",
+            left.as_secs()
+        ));
+        row_state(html, "upstream sending", &paused);
+    }
     if let Some(store) = &checks.store {
         row_state(html, "Redis (shared buckets)", store);
     }
@@ -75,12 +82,16 @@ fn layers(html: &mut String, ctx: &Context, recent: &Recent) {
          <th class=\"num\">waiting</th><th class=\"num\">refused (last minute)</th></tr>",
     );
     for (i, spec) in ctx.throttle.specs().iter().enumerate() {
+        // An adaptive layer's learned limit, when it runs below the configured one.
+        let limit = match ctx.throttle.effective_limit(i) {
+            Some(learned) if learned != spec.limit => format!("{learned} (of {})", spec.limit),
+            _ => spec.limit.to_string(),
+        };
         let _ = write!(
             html,
-            "<tr><td>{}</td><td>{} per {} ms, burst {}</td><td class=\"num\">{}</td>\
+            "<tr><td>{}</td><td>{limit} per {} ms, burst {}</td><td class=\"num\">{}</td>\
              <td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
             escape(&spec.name),
-            spec.limit,
             spec.interval.as_millis(),
             spec.burst,
             ctx.throttle.keys(i),

@@ -6,6 +6,7 @@
 //! | `smtp.rs` | `[smtp]`, the listening side |
 //! | `security.rs` | `[smtp.tls]` and `[smtp.auth]`: who may send |
 //! | `upstream.rs` | `[upstream]` and its URL |
+//! | `replies.rs` | `throttle_replies` / `quota_replies`: regexes over upstream's replies |
 //! | `throttle.rs` | `[[throttle]]` layers and their vocabulary (mode, refill, cost, store) |
 //! | `key_source.rs` | where a layer's key comes from (`key = "header:X-Tenant"`) |
 //! | `redis.rs` | `[redis]`, the store shared by replicas |
@@ -22,6 +23,7 @@ use serde::Deserialize;
 
 mod key_source;
 mod redis;
+mod replies;
 mod security;
 mod smtp;
 mod throttle;
@@ -29,10 +31,11 @@ mod upstream;
 
 pub use key_source::KeySource;
 pub use redis::{OnError, RedisConfig};
+pub use replies::ReplyPatterns;
 pub use security::{AuthConfig, TlsConfig, UserConfig};
 pub use smtp::SmtpConfig;
 pub use throttle::{Cost, MatchSpec, Mode, Refill, StoreKind, ThrottleConfig};
-pub use upstream::{UpstreamConfig, UpstreamTls, UpstreamUrl};
+pub use upstream::{Feedback, UpstreamConfig, UpstreamTls, UpstreamUrl};
 
 /// A configuration that could not be used; the text says which key and where.
 #[derive(Debug, thiserror::Error)]

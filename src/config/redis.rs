@@ -157,10 +157,12 @@ fn exact_in_lua(layer: &ThrottleConfig) -> Result<(), String> {
                 u128::from(layer.limit.get()),
                 micros(layer.interval_ms.get()),
             );
-            let (reduced_limit, reduced_interval) = (
-                limit / gcd(limit, interval),
-                interval / gcd(limit, interval),
-            );
+            // An adaptive layer's limit changes, so its numbers are not reduced.
+            let g = match layer.adaptive_floor() {
+                Some(_) => 1,
+                None => gcd(limit, interval),
+            };
+            let (reduced_limit, reduced_interval) = (limit / g, interval / g);
             let widest = (u128::from(layer.burst()) * reduced_interval + reduced_limit) * 2;
             (widest, reduced_limit)
         }

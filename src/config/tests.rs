@@ -97,3 +97,30 @@ fn bad_upstream_url_is_refused() {
         "{err}"
     );
 }
+
+#[test]
+fn bad_reply_pattern_names_key_and_line() {
+    let text = format!("{MINIMAL}throttle_replies = [\"^454 (\"]\n");
+    let err = Config::parse(&text).unwrap_err();
+    assert!(
+        err.contains("throttle_replies") && err.contains("line 5"),
+        "{err}"
+    );
+}
+
+#[test]
+fn reply_patterns_classify_and_can_be_replaced() {
+    use crate::config::Feedback;
+    let c = Config::parse(MINIMAL).unwrap();
+    let ses = "Throttling failure: Maximum sending rate exceeded.";
+    assert_eq!(c.upstream.classify(454, ses), Some(Feedback::Rate));
+    let quota = "Throttling failure: Daily message quota exceeded.";
+    assert_eq!(c.upstream.classify(454, quota), Some(Feedback::Quota));
+    let conns = "Too many concurrent SMTP connections";
+    assert_eq!(c.upstream.classify(421, conns), Some(Feedback::Connections));
+    assert_eq!(c.upstream.classify(550, ses), None);
+    let text = format!("{MINIMAL}throttle_replies = [\"^450 slow\"]\n");
+    let c = Config::parse(&text).unwrap();
+    assert_eq!(c.upstream.classify(454, ses), None);
+    assert_eq!(c.upstream.classify(450, "slow down"), Some(Feedback::Rate));
+}

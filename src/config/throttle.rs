@@ -89,12 +89,25 @@ pub struct ThrottleConfig {
     pub charge_failures: bool,
     #[serde(default = "default_true")]
     pub strip_key_header: bool,
+    /// Learn the effective limit from upstream's throttle replies; default: for a `key =
+    /// "none"` drip layer (the one that stands for the provider's account).
+    pub adaptive: Option<bool>,
+    /// The floor of an adaptive layer; default `limit / 10`, at least 1.
+    pub min_limit: Option<NonZeroU64>,
 }
 
 impl ThrottleConfig {
     /// Tokens held: `burst`, or `limit` when it is not set.
     pub fn burst(&self) -> u64 {
         self.burst.unwrap_or(self.limit).get()
+    }
+
+    /// The floor of the effective limit when the layer is adaptive (only drip layers are).
+    pub fn adaptive_floor(&self) -> Option<u64> {
+        let default = self.key == KeySource::None && self.refill == Refill::Drip;
+        let on = self.adaptive.unwrap_or(default) && self.refill == Refill::Drip;
+        let min = (self.min_limit.map(|m| m.get())).unwrap_or(self.limit.get() / 10);
+        on.then(|| min.clamp(1, self.limit.get()))
     }
 
     pub fn name(&self) -> &str {

@@ -6,6 +6,8 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
+use super::replies::ReplyPatterns;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum UpstreamTls {
@@ -33,6 +35,61 @@ pub struct UpstreamConfig {
     pub timeout_ms: NonZeroU64,
     /// Name this relay gives itself in EHLO upstream; defaults to `smtp.hostname`.
     pub helo_name: Option<String>,
+    /// Replies that mean "too fast": the message is sent again later, adaptive layers slow.
+    #[serde(default = "ReplyPatterns::default_throttle")]
+    pub throttle_replies: ReplyPatterns,
+    /// Replies that mean "no more today": the upstream is paused for `quota_pause_ms`.
+    #[serde(default = "ReplyPatterns::default_quota")]
+    pub quota_replies: ReplyPatterns,
+    #[serde(default = "default_quota_pause_ms")]
+    pub quota_pause_ms: NonZeroU64,
+}
+
+/// What an upstream refusal says about sending, beyond this one message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Feedback {
+    /// Sending too fast (SES `454 ... Maximum sending rate exceeded`).
+    Rate,
+    /// Too many connections open to it (a `421` that `throttle_replies` matches).
+    Connections,
+    /// The sending quota is used up.
+    Quota,
+}
+
+impl Feedback {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Feedback::Rate => "rate",
+            Feedback::Connections => "connections",
+            Feedback::Quota => "quota",
+        }
+    }
+}
+
+impl UpstreamConfig {
+    /// What upstream's reply `code text` (enhanced code included in `text`) signals, if
+    /// anything. Quota is checked first: its SES text is a "throttling failure" too.
+    pub fn classify(&self, code: u16, text: &str) -> Option<Feedback> {
+        if !(400..500).contains(&code) {
+            return None;
+        }
+        let reply = format!("{code} {text}");
+        if self.quota_replies.matches(&reply) {
+            Some(Feedback::Quota)
+        } else if self.throttle_replies.matches(&reply) {
+            Some(if code == 421 {
+                Feedback::Connections
+            } else {
+                Feedback::Rate
+            })
+        } else {
+            None
+        }
+    }
+}
+
+fn default_quota_pause_ms() -> NonZeroU64 {
+    NonZeroU64::new(900_000).unwrap()
 }
 
 fn default_pool_size() -> NonZeroUsize {

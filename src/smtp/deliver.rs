@@ -12,10 +12,11 @@ use tokio::time::Instant;
 use super::received::{self, Trace};
 use super::reply::{self, Reply};
 use super::session::{Flow, Session};
+use crate::config::Feedback;
 use crate::metrics::Outcome;
 use crate::policy::{self, Charge, MessageFacts, Plan};
-use crate::throttle::{Permit, ThrottleError};
-use crate::upstream::{Envelope, UpstreamError};
+use crate::throttle::{Again, Permit, ThrottleError};
+use crate::upstream::{Accepted, Admission, Envelope, UpstreamError};
 
 /// What one message came to, for its log line and the metrics.
 struct Record {
@@ -27,10 +28,19 @@ struct Record {
     waited: Duration,
 }
 
+/// What a message asks the throttle for: its first tokens, or tokens again after upstream
+/// throttled it.
+enum Tokens {
+    First(Vec<Charge>),
+    Again(Again),
+}
+
 /// Why a message got no tokens.
 enum NoTokens {
     /// The client closed the connection while it waited.
     Abandoned,
+    /// Upstream was paused (a quota reply) while it waited: the time left of the pause.
+    Paused(Duration),
     Refused(ThrottleError),
 }
 
@@ -39,8 +49,19 @@ impl Session {
         let started = Instant::now();
         let plan = policy::plan(&self.ctx.layers, &self.facts(&envelope, &body));
         let mut record = self.record(&plan.charges);
+        let pause = self.ctx.pause.clone();
+        let probe = match pause.admit().await {
+            Admission::Open => None,
+            Admission::Probe(probe) => Some(probe),
+            Admission::Paused(left) => {
+                record.outcome = Outcome::Throttled;
+                self.verdict(reply::upstream_quota_exhausted(left));
+                self.log_message(&envelope, &record, started, None);
+                return Flow::Continue;
+            }
+        };
         let permit = match self
-            .wait_for_tokens(plan.charges.clone(), &mut record)
+            .wait_for_tokens(Tokens::First(plan.charges.clone()), &mut record)
             .await
         {
             Ok(permit) => permit,
@@ -52,9 +73,19 @@ impl Session {
         };
         let message = self.forwarded(&envelope, &body, &plan);
         drop(body);
-        let upstream_started = Instant::now();
-        let result = self.ctx.forwarder.forward(&envelope, &message).await;
-        self.ctx.metrics.upstream(upstream_started.elapsed());
+        let (result, permit) = match self
+            .forward_absorbing(&envelope, &message, permit, &mut record)
+            .await
+        {
+            Ok(sent) => sent,
+            Err(flow) => {
+                self.log_message(&envelope, &record, started, None);
+                return flow;
+            }
+        };
+        if let Some(probe) = probe {
+            probe.open();
+        }
         match (permit, &result) {
             (Some(permit), Ok(_)) => permit.delivered(),
             (Some(permit), Err(_)) => permit.upstream_failed(),
@@ -71,6 +102,94 @@ impl Session {
         self.log_message(&envelope, &record, started, Some(&reply));
         self.verdict(reply);
         Flow::Continue
+    }
+
+    /// Forwards the message; a throttle reply of upstream is absorbed when an adaptive layer
+    /// charged it: the message was not accepted, so it waits again (ahead of later arrivals,
+    /// within its budget from the final dot) and goes again, never relaying the `454` as if
+    /// final. `Err` when the client has been answered here (budget spent, abandoned).
+    async fn forward_absorbing(
+        &mut self,
+        envelope: &Envelope,
+        message: &[u8],
+        mut permit: Option<Permit>,
+        record: &mut Record,
+    ) -> Result<(Result<Accepted, UpstreamError>, Option<Permit>), Flow> {
+        loop {
+            // Granted in the instant a quota reply paused upstream: it does not go either.
+            if let Some(left) = self.ctx.pause.left() {
+                if let Some(permit) = permit {
+                    permit.upstream_failed();
+                }
+                record.outcome = Outcome::Throttled;
+                self.verdict(reply::upstream_quota_exhausted(left));
+                return Err(Flow::Continue);
+            }
+            let upstream_started = Instant::now();
+            let result = self.ctx.forwarder.forward(envelope, message).await;
+            self.ctx.metrics.upstream(upstream_started.elapsed());
+            let feedback = match &result {
+                Err(UpstreamError::Rejected {
+                    code,
+                    enhanced,
+                    text,
+                }) => {
+                    let text = enhanced
+                        .as_ref()
+                        .map_or_else(|| text.clone(), |e| format!("{e} {text}"));
+                    self.ctx.config.upstream.classify(*code, &text)
+                }
+                _ => None,
+            };
+            let Some(feedback) = feedback else {
+                return Ok((result, permit));
+            };
+            self.ctx.metrics.upstream_throttled(feedback.as_str());
+            tracing::info!(
+                target: "mailsluice::upstream",
+                reason = feedback.as_str(),
+                upstream = %result.as_ref().err().map(ToString::to_string).unwrap_or_default(),
+                "upstream.throttled"
+            );
+            if feedback == Feedback::Quota {
+                return Err(self.quota_reply(permit, record));
+            }
+            let absorbed = permit.as_ref().is_some_and(Permit::adaptive);
+            let held = match permit {
+                Some(held) if absorbed => held,
+                _ => return Ok((result, permit)),
+            };
+            let again = held.throttled(feedback == Feedback::Rate);
+            permit = Some(self.wait_again(again, record).await?);
+        }
+    }
+
+    /// Upstream's quota is spent: pause it, give the tokens back (nothing was sent) and
+    /// answer with the pause as the hint.
+    fn quota_reply(&mut self, permit: Option<Permit>, record: &mut Record) -> Flow {
+        let pause = Duration::from_millis(self.ctx.config.upstream.quota_pause_ms.get());
+        self.ctx.pause.pause(pause);
+        if let Some(permit) = permit {
+            permit.upstream_failed();
+        }
+        record.outcome = Outcome::Throttled;
+        self.verdict(reply::upstream_quota_exhausted(pause));
+        Flow::Continue
+    }
+
+    /// The wait of a message upstream throttled; past its budget the client gets `451 4.7.1
+    /// Upstream rate limit reached` (nothing was accepted upstream).
+    async fn wait_again(&mut self, again: Again, record: &mut Record) -> Result<Permit, Flow> {
+        match self.wait_for_tokens(Tokens::Again(again), record).await {
+            Ok(Some(permit)) => Ok(permit),
+            Ok(None) => unreachable!("a message sent again is charged"),
+            Err(NoTokens::Refused(ThrottleError::Limited { retry_after, .. })) => {
+                record.outcome = Outcome::Throttled;
+                self.verdict(reply::upstream_rate_limited(retry_after));
+                Err(Flow::Continue)
+            }
+            Err(refusal) => Err(self.refused(refusal, record)),
+        }
     }
 
     /// What the policy may look at.
@@ -107,34 +226,45 @@ impl Session {
     /// is not forwarded, so a client that saw a failure never finds the message delivered too.
     async fn wait_for_tokens(
         &mut self,
-        charges: Vec<Charge>,
+        tokens: Tokens,
         record: &mut Record,
     ) -> Result<Option<Permit>, NoTokens> {
-        if charges.is_empty() {
+        if matches!(&tokens, Tokens::First(charges) if charges.is_empty()) {
             return Ok(None);
         }
         let throttle = self.ctx.throttle.clone();
         let arrived = Instant::now();
+        let acquire = async {
+            match tokens {
+                Tokens::First(charges) => throttle.acquire(charges).await,
+                Tokens::Again(again) => throttle.acquire_again(again).await,
+            }
+        };
         // Biased: a message the buckets let through at once goes, as it would with no layer
         // at all, even if the client already half-closed after a pipelined QUIT; only a
         // real wait is abandoned when the client leaves.
+        let pause = self.ctx.pause.clone();
         let outcome = tokio::select! {
             biased;
-            outcome = throttle.acquire(charges) => Some(outcome),
+            outcome = acquire => Some(outcome),
             _ = self.conn.closed() => None,
+            left = pause.paused() => {
+                record.waited += arrived.elapsed();
+                return Err(NoTokens::Paused(left));
+            }
         };
         let permit = match outcome {
             Some(Ok(permit)) => permit,
             Some(Err(error)) => {
-                record.waited = arrived.elapsed();
+                record.waited += arrived.elapsed();
                 return Err(NoTokens::Refused(error));
             }
             None => {
-                record.waited = arrived.elapsed();
+                record.waited += arrived.elapsed();
                 return Err(NoTokens::Abandoned);
             }
         };
-        record.waited = permit.waited();
+        record.waited += permit.waited();
         for charge in permit.charges() {
             let layer = &self.ctx.layers[charge.layer].name;
             self.ctx.metrics.waited(layer, permit.waited());
@@ -148,6 +278,11 @@ impl Session {
             NoTokens::Abandoned => {
                 record.outcome = Outcome::Abandoned;
                 return Flow::Close;
+            }
+            NoTokens::Paused(left) => {
+                record.outcome = Outcome::Throttled;
+                self.verdict(reply::upstream_quota_exhausted(left));
+                return Flow::Continue;
             }
             NoTokens::Refused(error) => error,
         };

@@ -212,6 +212,28 @@ pub fn rate_limited(layer: &str, retry_after: Duration) -> Reply {
         ),
     )
 }
+/// Upstream kept throttling a message until its wait budget ran out.
+pub fn upstream_rate_limited(retry_after: Duration) -> Reply {
+    Reply::new(
+        451,
+        "4.7.1",
+        format!(
+            "Upstream rate limit reached, {}",
+            retry_after_text(retry_after)
+        ),
+    )
+}
+/// Upstream's sending quota is used up: nothing goes until the pause ends.
+pub fn upstream_quota_exhausted(retry_after: Duration) -> Reply {
+    Reply::new(
+        451,
+        "4.7.1",
+        format!(
+            "Upstream sending quota exhausted, {}",
+            retry_after_text(retry_after)
+        ),
+    )
+}
 pub fn cost_over_burst(layer: &str, cost: u64, burst: u64) -> Reply {
     Reply::new(
         554,

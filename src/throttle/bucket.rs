@@ -135,6 +135,16 @@ impl Bucket {
         }
     }
 
+    /// `st` of the bucket `from` as a state of this one (same refill and interval, another
+    /// limit), holding the same tokens at `now`: an adaptive layer's limit changed.
+    pub fn converted(&self, from: &Bucket, st: State, now: Nanos) -> State {
+        if self.refill != Refill::Drip || from.refill != Refill::Drip {
+            return st;
+        }
+        let debt = from.scaled(st).saturating_sub(from.scaled_now(now));
+        self.state_at_scaled(self.scaled_now(now) + debt)
+    }
+
     /// Whole tokens available at `now`.
     pub fn remaining(&self, st: State, now: Nanos) -> u64 {
         match self.refill {

@@ -124,6 +124,20 @@ impl<W: Pin> KeyTable<W> {
         &self.bucket
     }
 
+    /// New bucket parameters (an adaptive layer's limit changed), every state converted by
+    /// `convert(old parameters, state)` so each bucket keeps the tokens it holds.
+    pub fn set_bucket(
+        &mut self,
+        bucket: Bucket,
+        now: Nanos,
+        convert: impl Fn(&Bucket, State) -> State,
+    ) {
+        let old = std::mem::replace(&mut self.bucket, bucket);
+        for id in self.ids() {
+            self.modify(id, now, |s, _| *s = convert(&old, *s));
+        }
+    }
+
     /// Keys held.
     pub fn len(&self) -> usize {
         self.map.len()

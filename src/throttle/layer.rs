@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
+use super::adaptive::Learned;
 use super::bucket::{Bucket, State};
 use super::clock::{nanos, Clock, Nanos};
 use super::error::ThrottleError;
@@ -31,6 +32,7 @@ use super::spec::LayerSpec;
 use crate::config::Mode;
 use waiters::{project, Queue, Waiter};
 
+mod adapt;
 pub(super) mod gate;
 mod queue;
 mod waiters;
@@ -40,18 +42,23 @@ struct LayerState {
     disposed: bool,
     waiting: usize,
     next_id: u64,
+    /// What an adaptive layer learned from upstream (see `adapt`).
+    learned: Learned,
+    /// The limit the table's bucket runs at now.
+    limit: u64,
 }
 
 impl LayerState {
-    /// Puts a waiter at the back of `slot`'s queue; `proj` and `at` are the bucket state and
-    /// instant projected for its grant.
+    /// Puts a waiter at the back of `slot`'s queue (`proj` and `at` are the bucket state and
+    /// instant projected for its grant), or, for a message sent again (`turn.again`), ahead
+    /// of every waiter that arrived after it.
     fn enqueue(
         &mut self,
         slot: u32,
         cost: u64,
         now: Nanos,
-        proj: State,
-        at: Nanos,
+        (proj, at): (State, Nanos),
+        turn: Turn,
     ) -> (u64, Arc<Notify>) {
         let (id, notify) = (self.next_id, Arc::new(Notify::new()));
         self.next_id += 1;
@@ -61,8 +68,12 @@ impl LayerState {
             arrived: now,
             notify: notify.clone(),
             proj,
+            order: turn.order,
         };
-        self.table.modify(slot, now, |_, q| q.push(w, (proj, at)));
+        self.table.modify(slot, now, |_, q| match turn.again {
+            false => q.push(w, (proj, at)),
+            true => q.insert_in_order(w),
+        });
         self.waiting += 1;
         (id, notify)
     }
@@ -76,6 +87,18 @@ pub(crate) struct Layer {
     state: Mutex<LayerState>,
     /// The buckets are in a shared store: this layer only queues (see `gate`).
     shared: bool,
+}
+
+/// Where a message stands in the queues: `order` is its place in arrival order (given once,
+/// at its final dot); `again` when it is sent again after an upstream throttle reply, and so
+/// goes ahead of every waiter that arrived after it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Turn {
+    pub(crate) order: u64,
+    pub(crate) again: bool,
+    /// Upstream's reply was about the rate (not its connections): a shared adaptive layer
+    /// cuts its limit in this message's next take.
+    pub(crate) cut: bool,
 }
 
 /// Removes a waiter whose future was dropped (the client went away).
@@ -108,6 +131,8 @@ impl Layer {
             disposed: false,
             waiting: 0,
             next_id: 0,
+            learned: Learned::default(),
+            limit: spec.limit,
         };
         Layer {
             spec,
@@ -228,8 +253,10 @@ impl Layer {
         if self.shared {
             return self.gate_admits(st, slot, key, cost);
         }
-        let (tail, from) = project(&self.bucket, &mut st.table, slot, now);
-        let (at, _) = self.bucket.reserve(tail, from, cost).expect("cost checked");
+        self.refresh(st, now);
+        let b = *st.table.bucket();
+        let (tail, from) = project(&b, &mut st.table, slot, now);
+        let (at, _) = b.reserve(tail, from, cost).expect("cost checked");
         let queued = st.table.extra(slot).len();
         if at == now && queued == 0 {
             return Ok(());
@@ -267,7 +294,8 @@ impl Layer {
             return; // dropped meanwhile: it reads as full
         };
         let now = self.clock.now();
-        let b = self.bucket;
+        self.refresh(st, now);
+        let b = *st.table.bucket();
         st.table.modify(slot, now, |s, q| {
             *s = b.give_back(*s, now, cost);
             q.invalidate();
@@ -276,15 +304,17 @@ impl Layer {
     }
 
     pub(crate) fn peek(&self, key: &str) -> Peek {
-        let st = self.lock();
+        let mut st = self.lock();
         let now = self.clock.now();
+        self.refresh(&mut st, now);
         let (state, waiting) = match st.table.find(key) {
             Some(id) => (st.table.state(id), st.table.extra(id).len()),
             None => (State::default(), 0),
         };
         Peek {
             waiting,
-            ..peek_of(&self.bucket, state, now, &*self.clock)
+            effective_limit: self.spec.adaptive.map(|_| st.limit),
+            ..peek_of(st.table.bucket(), state, now, &*self.clock)
         }
     }
 

@@ -8,6 +8,7 @@
 //! Files, each importing only from the ones listed before it:
 //! - [`clock`]: monotonic integer time, injected (`TokioClock`, `FakeClock`).
 //! - [`bucket`]: the pure math of the three refill modes (drip, fixed window, lifetime).
+//! - [`adaptive`]: the pure math of an adaptive layer's effective limit (AIMD).
 //! - `spec`, `error`, `peek`, `charge`: the small types every part below shares (a layer's
 //!   numbers, the refusals, a bucket's allowance, what a message is charged), apart so that
 //!   none of those parts has to import another for them.
@@ -15,10 +16,12 @@
 //! - [`store`]: the [`store::Store`] boundary (one atomic take over several layers), its
 //!   in-process [`store::local::LocalStore`] and [`store::redis::RedisStore`] (replicas share).
 //! - `layer`: one layer's buckets and FIFO queues: timers at the exact due instant,
-//!   cancel-safe; for a shared layer only the queue (its turn in front of the store).
+//!   cancel-safe; for a shared layer only the queue (its turn in front of the store); an
+//!   adaptive layer's effective limit applied to its buckets (`layer/adapt.rs`).
 //! - `shared_layers`: the layers on a shared store (`store = "redis"`): one store call per
 //!   message, reservations, and `on_error` when the store fails.
-//! - `throttle`: [`Throttle`] and [`Permit`], stacked layers taken all or nothing — the API
+//! - `throttle`: [`Throttle`] and [`Permit`] (its own file, `throttle/permit.rs`, with
+//!   [`Again`]: a message upstream throttled), stacked layers taken all or nothing — the API
 //!   the SMTP session uses.
 //! - `setup`: [`from_config`], the throttle a configuration describes (the only TOML-aware part).
 //!
@@ -27,10 +30,12 @@
 //! `reason` = reject | max_wait | max_queue | max_keys), `ratelimit.waiting` (debug:
 //! `estimate_ms`, `position`), `ratelimit.waited` (debug: `waited_ms`), `ratelimit.evicted`
 //! (warn: a bucket dropped before it was full; `remaining`, `max_keys`),
+//! `ratelimit.adapted` (info: an adaptive layer's limit changed; `old_limit`, `new_limit`),
 //! `ratelimit.store_unavailable` (warn, once when a shared store stops answering: `error`,
 //! `on_error`), `ratelimit.store_back` (info, when it answers again) and
 //! `ratelimit.give_back_failed` (warn: tokens a shared store could not take back; `error`).
 
+pub mod adaptive;
 pub mod bucket;
 mod charge;
 pub mod clock;
@@ -54,4 +59,4 @@ pub use peek::Peek;
 pub use setup::{from_config, redis_options, spec};
 pub use shared_layers::SharedLayers;
 pub use spec::LayerSpec;
-pub use throttle::{Permit, Throttle};
+pub use throttle::{Again, Permit, Throttle};

@@ -14,6 +14,9 @@ pub struct Peek {
     pub reset: u64,
     /// Messages waiting for this bucket.
     pub waiting: usize,
+    /// An adaptive layer's limit in force now (what upstream's throttle replies taught it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub effective_limit: Option<u64>,
 }
 
 /// The allowance of a bucket in `state` at `now` (`waiting` is 0: the caller knows its queue).
@@ -23,5 +26,6 @@ pub(crate) fn peek_of(b: &Bucket, st: State, now: Nanos, clock: &dyn Clock) -> P
         remaining: b.remaining(st, now),
         reset: b.reset_at(st, now).map_or(0, |at| clock.unix_secs_at(at)),
         waiting: 0,
+        effective_limit: None,
     }
 }

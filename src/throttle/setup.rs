@@ -54,6 +54,7 @@ pub fn spec(layer: &ThrottleConfig) -> LayerSpec {
         refill: layer.refill,
         idle_ttl: Duration::from_millis(layer.idle_ttl_ms.get()),
         charge_failures: layer.charge_failures,
+        adaptive: layer.adaptive_floor(),
     }
 }
 

@@ -35,7 +35,7 @@ use super::charge::Charge;
 use super::clock::{nanos, Clock, Nanos};
 use super::error::ThrottleError;
 use super::layer::gate::Gate;
-use super::layer::Layer;
+use super::layer::{Layer, Turn};
 use super::peek::Peek;
 use super::spec::LayerSpec;
 use super::store::local::LocalStore;
@@ -95,10 +95,11 @@ async fn enter_gates<'a>(
     layers: &'a [Arc<Layer>],
     charges: &[Charge],
     now: Nanos,
+    turn: Turn,
 ) -> Result<Vec<Gate<'a>>, ThrottleError> {
     let mut gates = Vec::with_capacity(charges.len());
     for c in charges {
-        gates.push(layers[c.layer].gate(&c.key, c.cost, now).await?);
+        gates.push(layers[c.layer].gate(&c.key, c.cost, now, turn).await?);
     }
     Ok(gates)
 }
@@ -142,17 +143,21 @@ impl Shared {
         charges: Vec<Charge>,
         deadline: Nanos,
         now: Nanos,
+        turn: Turn,
     ) -> Result<(SharedTaken, Nanos), ThrottleError> {
-        let gates = enter_gates(layers, &charges, now).await?;
+        let gates = enter_gates(layers, &charges, now, turn).await?;
         let reject = charges
             .iter()
             .any(|c| layers[c.layer].spec().mode == Mode::Reject);
+        // A message sent again after a throttle reply reports it in its first take.
+        let mut throttled = turn.cut;
         loop {
             let max_wait = match reject {
                 true => 0,
                 false => deadline.saturating_sub(self.clock.now()),
             };
-            let (source, decision) = self.take(&charges, max_wait).await?;
+            let (source, decision) = self.take(&charges, max_wait, throttled).await?;
+            throttled = false;
             let answered = self.clock.now();
             match decision {
                 Decision::Granted => return Ok((SharedTaken { source, charges }, answered)),
@@ -238,9 +243,14 @@ impl Shared {
         &self,
         charges: &[Charge],
         max_wait: Nanos,
+        throttled: bool,
     ) -> Result<(Source, Decision), ThrottleError> {
         let sc = store_charges(charges);
-        if let Some(result) = self.try_store(self.store.take(&sc, max_wait)).await {
+        let call = match throttled {
+            true => self.store.take_throttled(&sc, max_wait),
+            false => self.store.take(&sc, max_wait),
+        };
+        if let Some(result) = self.try_store(call).await {
             return Ok((Source::Store, result));
         }
         match self.on_error {
@@ -337,6 +347,11 @@ impl Shared {
         }
     }
 
+    /// The limit in force of an adaptive shared layer, as the store last said.
+    pub(crate) fn learned_limit(&self, layer: usize) -> Option<u64> {
+        self.store.learned_limit(layer)
+    }
+
     /// This replica's in-process view of a shared bucket (what `on_error = "local"` uses).
     pub(crate) fn peek_fallback(&self, layer: usize, key: &str) -> Peek {
         self.fallback.peek_now(layer, key).unwrap_or(Peek {
@@ -344,6 +359,7 @@ impl Shared {
             remaining: 0,
             reset: 0,
             waiting: 0,
+            effective_limit: None,
         })
     }
 }

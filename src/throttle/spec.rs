@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use super::adaptive::Aimd;
 use super::bucket::Bucket;
 use super::clock::nanos;
 use crate::config::{Mode, Refill};
@@ -27,9 +28,21 @@ pub struct LayerSpec {
     pub idle_ttl: Duration,
     /// Keep the tokens of a message upstream refused.
     pub charge_failures: bool,
+    /// `Some(min_limit)`: the layer learns its effective limit from upstream's throttle
+    /// replies (see `adaptive`), never below this floor. `None`: the limit is fixed.
+    pub adaptive: Option<u64>,
 }
 
 impl LayerSpec {
+    /// The AIMD numbers of an adaptive layer.
+    pub fn aimd(&self) -> Option<Aimd> {
+        self.adaptive.map(|min| Aimd {
+            limit: self.limit,
+            min,
+            interval: nanos(self.interval),
+        })
+    }
+
     /// A drip layer with the defaults of the configuration: burst = limit, wait mode, 25 s
     /// max_wait, 10,000 waiters and keys, 7 days idle_ttl, failures given back.
     pub fn new(name: &str, limit: u64, interval: Duration) -> LayerSpec {
@@ -45,13 +58,19 @@ impl LayerSpec {
             refill: Refill::Drip,
             idle_ttl: Duration::from_secs(7 * 86_400),
             charge_failures: false,
+            adaptive: None,
         }
     }
 
     /// The bucket parameters of this layer.
     pub fn bucket(&self) -> Bucket {
+        self.bucket_at(self.limit)
+    }
+
+    /// The bucket parameters with `limit` in force (an adaptive layer's effective limit).
+    pub fn bucket_at(&self, limit: u64) -> Bucket {
         match self.refill {
-            Refill::Drip => Bucket::drip(self.burst, self.limit, nanos(self.interval)),
+            Refill::Drip => Bucket::drip(self.burst, limit, nanos(self.interval)),
             Refill::FixedWindow => Bucket::fixed_window(self.limit, nanos(self.interval)),
             Refill::None => Bucket::lifetime(self.burst, nanos(self.idle_ttl)),
         }

@@ -25,16 +25,20 @@
 //! message whose fate is unknown may have been sent, and never going over the limit is the
 //! promise; giving back is an explicit act (`upstream_failed`).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::charge::Charge;
 use super::clock::{nanos, Clock, Nanos};
 use super::error::ThrottleError;
-use super::layer::Layer;
+use super::layer::{Layer, Turn};
 use super::peek::Peek;
-use super::shared_layers::{Shared, SharedLayers, SharedTaken};
+use super::shared_layers::{Shared, SharedLayers};
 use super::spec::LayerSpec;
+pub use permit::{Again, Permit};
+
+mod permit;
 use crate::config::Mode;
 
 struct Inner {
@@ -44,6 +48,8 @@ struct Inner {
     clock: Arc<dyn Clock>,
     /// The store of the shared (`store = "redis"`) layers, if any.
     shared: Option<Shared>,
+    /// The next message's place in arrival order (see `Turn`).
+    next_order: AtomicU64,
 }
 
 /// The throttle: every layer's buckets and queues. `Send + Sync`; share it as `Arc<Throttle>`.
@@ -105,6 +111,7 @@ impl Throttle {
                 layers,
                 clock,
                 shared,
+                next_order: AtomicU64::new(0),
             }),
         }
     }
@@ -140,11 +147,39 @@ impl Throttle {
     /// FIFO wait or refusal; cancel-safe (dropping the future takes nothing); all layers or
     /// none (see the module doc). Panics if a charge names a layer index out of range.
     pub async fn acquire(&self, charges: Vec<Charge>) -> Result<Permit, ThrottleError> {
+        let arrival = self.inner.clock.now();
+        let order = self.inner.next_order.fetch_add(1, Ordering::Relaxed);
+        let turn = Turn {
+            order,
+            again: false,
+            cut: false,
+        };
+        self.take(charges, arrival, turn).await
+    }
+
+    /// Takes the tokens of a message upstream throttled, again: it waits ahead of every
+    /// message that arrived after it, within the budget counted from its first arrival. A
+    /// refusal's `retry_after` is the wait it would have needed.
+    pub async fn acquire_again(&self, again: Again) -> Result<Permit, ThrottleError> {
+        let turn = Turn {
+            order: again.order,
+            again: true,
+            cut: again.cut,
+        };
+        self.take(again.charges, again.arrival, turn).await
+    }
+
+    async fn take(
+        &self,
+        charges: Vec<Charge>,
+        arrival: Nanos,
+        turn: Turn,
+    ) -> Result<Permit, ThrottleError> {
         let inner = &self.inner;
-        let arrival = inner.clock.now();
         let deadline = self.deadline(&charges, arrival);
-        if charges.len() > 1 {
-            self.precheck(&charges, deadline, arrival)?;
+        let arrival_now = inner.clock.now();
+        if charges.len() > 1 && !turn.again {
+            self.precheck(&charges, deadline, arrival_now)?;
         }
         let layers = &inner.layers;
         let (mut shared, mut charges): (Vec<_>, Vec<_>) = charges
@@ -153,10 +188,10 @@ impl Throttle {
         charges.sort_by_key(|c| (layers[c.layer].spec().mode == Mode::Wait, c.layer));
         let taken = Vec::with_capacity(charges.len());
         let mut held = Held { inner, taken };
-        let mut now = arrival;
+        let mut now = arrival_now;
         for c in charges {
             let layer = &layers[c.layer];
-            if let Some(at) = layer.acquire(&c.key, c.cost, deadline, now).await? {
+            if let Some(at) = layer.acquire(&c.key, c.cost, deadline, now, turn).await? {
                 now = at;
             }
             held.taken.push(c);
@@ -166,17 +201,19 @@ impl Throttle {
         let mut shared_taken = None;
         if let (false, Some(store)) = (shared.is_empty(), &inner.shared) {
             shared.sort_by_key(|c| c.layer);
-            let (taken, at) = store.acquire(layers, shared, deadline, now).await?;
+            let (taken, at) = store.acquire(layers, shared, deadline, now, turn).await?;
             now = now.max(at);
             shared_taken = Some(taken);
         }
-        let waited = Duration::from_nanos(now - arrival);
+        let waited = Duration::from_nanos(now - arrival_now);
         let taken = std::mem::take(&mut held.taken);
         Ok(Permit {
             inner: inner.clone(),
             taken,
             shared: shared_taken,
             waited,
+            arrival,
+            order: turn.order,
         })
     }
 
@@ -221,6 +258,7 @@ impl Throttle {
         match &self.inner.shared {
             Some(s) if self.inner.layers[i].is_shared() => Some(Peek {
                 waiting: local.waiting,
+                effective_limit: local.effective_limit.and(self.effective_limit(i)),
                 ..s.peek_fallback(i, key)
             }),
             _ => Some(local),
@@ -259,6 +297,15 @@ impl Throttle {
         (self.inner.layers.get(layer)).map_or_else(Vec::new, |l| l.most_waiting(n))
     }
 
+    /// The limit a layer runs at now (an adaptive layer's learned one), for metrics and peek.
+    pub fn effective_limit(&self, layer: usize) -> Option<u64> {
+        let l = self.inner.layers.get(layer)?;
+        match &self.inner.shared {
+            Some(s) if l.is_shared() => Some(s.learned_limit(layer).unwrap_or(l.spec().limit)),
+            _ => Some(l.effective_limit()),
+        }
+    }
+
     /// Buckets a layer holds (≤ `max_keys`), for metrics.
     pub fn keys(&self, layer: usize) -> usize {
         self.inner.layers.get(layer).map_or(0, |l| l.keys())
@@ -286,59 +333,6 @@ impl Throttle {
             shared.dispose();
         }
     }
-}
-
-/// Tokens taken on every charged layer for one message.
-pub struct Permit {
-    inner: Arc<Inner>,
-    taken: Vec<Charge>,
-    /// The charges of shared layers, and who granted them.
-    shared: Option<SharedTaken>,
-    waited: Duration,
-}
-
-impl std::fmt::Debug for Permit {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Permit")
-            .field("taken", &self.taken)
-            .field("waited", &self.waited)
-            .finish()
-    }
-}
-
-impl Permit {
-    /// How long the message waited for its tokens.
-    pub fn waited(&self) -> Duration {
-        self.waited
-    }
-
-    /// The charges taken from local layers.
-    pub fn charges(&self) -> &[Charge] {
-        &self.taken
-    }
-
-    /// The charges taken from shared layers.
-    pub fn shared_charges(&self) -> &[Charge] {
-        self.shared.as_ref().map_or(&[], |s| &s.charges)
-    }
-
-    /// Upstream did not accept: give tokens back on every layer whose spec has
-    /// `charge_failures == false`.
-    pub fn upstream_failed(self) {
-        for c in &self.taken {
-            let layer = &self.inner.layers[c.layer];
-            if !layer.spec().charge_failures {
-                layer.give_back(&c.key, c.cost);
-            }
-        }
-        if let (Some(taken), Some(store)) = (self.shared, &self.inner.shared) {
-            let layers = &self.inner.layers;
-            store.give_back(taken.retain(|c| !layers[c.layer].spec().charge_failures));
-        }
-    }
-
-    /// Message delivered: keep the tokens. (Dropping the permit does the same.)
-    pub fn delivered(self) {}
 }
 
 #[cfg(test)]

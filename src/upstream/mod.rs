@@ -4,9 +4,11 @@
 //! - `smtp`: `smtp://` and `smtps://`, driven one step at a time over lettre's connection.
 //! - `pool`: our pool of those connections (bounded, with timeouts on every step).
 //! - `file`: `file://DIR`, the embedded default: one `.eml` and one `.json` per message.
+//! - `pause`: the pause after a quota reply, and its probe.
 //! - `reply`: upstream's answers and lettre's errors as [`UpstreamError`]s.
 
 pub mod file;
+pub mod pause;
 mod pool;
 pub mod reply;
 pub mod smtp;
@@ -16,6 +18,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 pub use file::FileForwarder;
+pub use pause::{Admission, Pause};
 pub use smtp::{SmtpForwarder, SmtpSetupError};
 
 use crate::config::{UpstreamConfig, UpstreamUrl};
@@ -88,6 +91,12 @@ pub trait Forwarder: Send + Sync {
     /// Whether upstream looks reachable now, for `/readyz`; takes nothing and sends nothing.
     fn check(&self) -> CheckFuture<'_> {
         Box::pin(async { Ok(()) })
+    }
+
+    /// How many times upstream said it had too many connections from us and the forwarder
+    /// closed one and shrank its pool (and retried the message), for the metrics.
+    fn crowded(&self) -> u64 {
+        0
     }
 }
 

@@ -9,6 +9,7 @@
 //! every connection that fails or times out is dropped, never parked, and a semaphore bounds
 //! the connections open at once.
 
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -18,10 +19,17 @@ use lettre::transport::smtp::extension::ClientId;
 use lettre::transport::smtp::Error as SmtpError;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
+use super::reply::{smtp_error, too_many_connections};
+use crate::config::ReplyPatterns;
+
 /// A parked connection older than this is closed rather than reused: servers drop idle
 /// clients after a while (Postfix after 300 s), and reusing one that is almost surely dead
 /// costs a failed attempt before the retry.
 const IDLE_LIMIT: Duration = Duration::from_secs(60);
+
+/// How long the pool holds one connection fewer after upstream said it has too many from us:
+/// ten of the default throttle interval (1 s), long enough for upstream's count to drop.
+pub(super) const SHRINK_FOR: Duration = Duration::from_secs(10);
 
 /// How the connection is secured; `Implicit` is `smtps://`, the others are `smtp://`.
 #[derive(Clone)]
@@ -39,6 +47,8 @@ pub(super) struct Connector {
     pub security: Security,
     pub hello: ClientId,
     pub credentials: Option<Credentials>,
+    /// `throttle_replies`, to tell upstream's "too many connections" (a `421`).
+    pub replies: ReplyPatterns,
 }
 
 /// Why a connection could not be had.
@@ -53,6 +63,19 @@ pub(super) enum ConnectError {
 }
 
 impl Connector {
+    /// A transaction refused with upstream's "too many connections".
+    pub(super) fn too_many_failure(&self, e: &super::UpstreamError) -> bool {
+        too_many_connections(e, &self.replies)
+    }
+
+    /// A connection refused with upstream's "too many connections".
+    pub(super) fn too_many(&self, e: &ConnectError) -> bool {
+        match e {
+            ConnectError::Smtp(e) => too_many_connections(&smtp_error(e), &self.replies),
+            _ => false,
+        }
+    }
+
     async fn connect(&self) -> Result<AsyncSmtpConnection, ConnectError> {
         let mut conn = match &self.security {
             // lettre's own timeout here bounds only the TCP connect; the caller bounds the rest.
@@ -130,7 +153,7 @@ struct Parked {
 }
 
 pub(super) struct Pool {
-    connector: Connector,
+    pub(super) connector: Connector,
     timeout: Duration,
     /// Last in, first out: the most recently used connection is the most likely alive.
     idle: Mutex<Vec<Parked>>,
@@ -138,6 +161,11 @@ pub(super) struct Pool {
     slots: Arc<Semaphore>,
     /// Signalled when a connection is parked or a slot is freed.
     available: Arc<Notify>,
+    /// Slots held back after upstream's "too many connections" (see [`Pool::withhold`]).
+    withheld: Arc<AtomicUsize>,
+    size: usize,
+    /// How many times upstream said so, for the metrics.
+    pub(super) shrinks: AtomicU64,
 }
 
 impl Pool {
@@ -167,7 +195,39 @@ impl Pool {
             idle: Mutex::new(Vec::new()),
             slots: Arc::new(Semaphore::new(size)),
             available: Arc::new(Notify::new()),
+            withheld: Arc::new(AtomicUsize::new(0)),
+            size,
+            shrinks: AtomicU64::new(0),
         }
+    }
+
+    /// Upstream has too many connections from us: close `lease`'s and keep its slot empty
+    /// for [`SHRINK_FOR`], so the pool holds one fewer (never fewer than one).
+    pub fn close_shrinking(&self, lease: Lease) {
+        let Lease { conn, slot, .. } = lease;
+        drop(conn);
+        self.withhold(slot);
+    }
+
+    fn withhold(&self, slot: Slot) {
+        self.shrinks.fetch_add(1, Ordering::Relaxed);
+        let held = self.withheld.fetch_add(1, Ordering::Relaxed) + 1;
+        if held >= self.size {
+            self.withheld.fetch_sub(1, Ordering::Relaxed);
+            return; // the last slot stays
+        }
+        tracing::info!(
+            target: "mailsluice::upstream",
+            reason = "connections",
+            pool_bound = self.size - held,
+            "upstream.throttled"
+        );
+        let withheld = Arc::clone(&self.withheld);
+        tokio::spawn(async move {
+            tokio::time::sleep(SHRINK_FOR).await;
+            withheld.fetch_sub(1, Ordering::Relaxed);
+            drop(slot);
+        });
     }
 
     /// A parked connection if one is fresh enough, else a new one in a free slot, else waits
@@ -227,6 +287,10 @@ impl Pool {
                 reused: false,
                 slot,
             }),
+            Ok(Err(e)) if self.connector.too_many(&e) => {
+                self.withhold(slot);
+                Err(e)
+            }
             Ok(Err(e)) => Err(e),
             Err(_) => Err(ConnectError::TimedOut),
         }

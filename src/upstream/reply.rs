@@ -6,6 +6,7 @@ use lettre::transport::smtp::Error as SmtpError;
 
 use super::pool::ConnectError;
 use super::UpstreamError;
+use crate::config::ReplyPatterns;
 
 /// A refusal with a code and text we chose (a local check standing in for upstream).
 pub(crate) fn rejected(code: u16, enhanced: &str, text: String) -> UpstreamError {
@@ -78,6 +79,24 @@ pub(super) fn smtp_error(e: &SmtpError) -> UpstreamError {
             from_reply(u16::from(code), &text)
         }
         None => unavailable(describe(e)),
+    }
+}
+
+/// Whether a refusal is upstream saying it has too many connections from us (a `421` that
+/// `throttle_replies` matches): that connection goes and the pool holds fewer for a while.
+pub(super) fn too_many_connections(e: &UpstreamError, replies: &ReplyPatterns) -> bool {
+    match e {
+        UpstreamError::Rejected {
+            code: 421,
+            enhanced,
+            text,
+        } => {
+            let enhanced = enhanced
+                .as_deref()
+                .map_or(String::new(), |e| format!("{e} "));
+            replies.matches(&format!("421 {enhanced}{text}"))
+        }
+        _ => false,
     }
 }
 

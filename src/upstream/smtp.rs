@@ -43,6 +43,9 @@ pub enum SmtpSetupError {
     Tls { host: String, reason: String },
 }
 
+/// Attempts after upstream's "too many connections", each on another connection.
+const RETRIES: usize = 2;
+
 /// Forwards each message to one SMTP server over pooled connections.
 pub struct SmtpForwarder {
     pool: Arc<Pool>,
@@ -98,6 +101,7 @@ impl SmtpForwarder {
             security,
             hello: ClientId::Domain(cfg.helo_name.clone().unwrap_or_else(|| helo_name.into())),
             credentials: credentials(cfg)?,
+            replies: cfg.throttle_replies.clone(),
         };
         let timeout = Duration::from_millis(cfg.timeout_ms.get());
         Ok(SmtpForwarder {
@@ -133,8 +137,8 @@ impl SmtpForwarder {
             timeout: self.timeout,
         };
 
-        let mut lease = self.pool.checkout().await.map_err(connect_error)?;
-        let mut retried = false;
+        let mut lease = self.checkout().await?;
+        let (mut retried, mut crowded) = (false, 0);
         loop {
             match tx.run(&mut lease.conn).await {
                 Ok(accepted) => {
@@ -146,10 +150,27 @@ impl SmtpForwarder {
                     retried = true;
                     lease = self.pool.reconnect(lease).await.map_err(connect_error)?;
                 }
+                Err(f) if crowded < RETRIES && self.pool.connector.too_many_failure(&f.error) => {
+                    crowded += 1;
+                    self.pool.close_shrinking(lease);
+                    lease = self.checkout().await?;
+                }
                 Err(f) => {
                     self.finish_failed(lease, &f);
                     return Err(f.error);
                 }
+            }
+        }
+    }
+
+    /// A connection; one refused with "too many connections" is tried again (on a parked
+    /// one, or a new one once the shrunk pool has room).
+    async fn checkout(&self) -> Result<Lease, UpstreamError> {
+        let mut crowded = 0;
+        loop {
+            match self.pool.checkout().await {
+                Err(e) if crowded < RETRIES && self.pool.connector.too_many(&e) => crowded += 1,
+                other => return other.map_err(connect_error),
             }
         }
     }
@@ -180,6 +201,10 @@ impl Forwarder for SmtpForwarder {
 
     fn check(&self) -> CheckFuture<'_> {
         Box::pin(self.pool.probe())
+    }
+
+    fn crowded(&self) -> u64 {
+        self.pool.shrinks.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 

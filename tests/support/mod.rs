@@ -4,7 +4,9 @@
 //!
 //! - `relay`: the relay in-process (`Relay`, `smtp_relay`, `memory_relay`) and a raw client.
 //! - `memory`: a forwarder that records what it is given (`MemoryForwarder`).
-//! - `upstream`: the test upstream SMTP server, with injected faults.
+//! - `hidden_rate`: an SES-like upstream in memory with its own hidden bucket (`HiddenRate`).
+//! - `upstream`: the test upstream SMTP server, with injected faults, SES's hidden sending rate
+//!   (`set_hidden_rate`) and connection bound (`set_max_connections`).
 //! - `process`: the `mailsluice` binary as a process of its own (signals, exit, memory).
 //! - `redis`: a private `redis-server` (`RedisServer::start`) and a three-node cluster.
 //! - `throttle`: a throttle on tokio's paused clock, spawned acquires, recorded events.
@@ -19,6 +21,7 @@
 #![allow(dead_code)]
 
 pub mod auth;
+pub mod hidden_rate;
 pub mod host;
 pub mod http;
 pub mod invariant;

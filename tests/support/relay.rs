@@ -106,10 +106,11 @@ impl Relay {
     /// The sum of the samples of a Prometheus metric (`mailsluice_messages_total` adds up
     /// every outcome; `mailsluice_messages_total{outcome="delivered"}` one of them).
     pub fn metric(&self, name: &str) -> f64 {
-        // The throttle in force; the one it started with until `run` has installed it.
-        let throttle =
-            (self.live.current()).map_or_else(|| self.throttle.clone(), |c| c.throttle.clone());
-        let text = self.admin.metrics.encode(&throttle);
+        // The context in force; the throttle it started with until `run` has installed it.
+        let text = match self.live.current() {
+            Some(ctx) => self.admin.metrics_text(&ctx),
+            None => self.admin.metrics.encode(&self.throttle),
+        };
         sum_metric(&text, name)
     }
 

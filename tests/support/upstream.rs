@@ -6,6 +6,8 @@
 //! up.set_fault(Fault::reply(Step::Rcpt, 550, "5.1.1 no such user"));
 //! up.set_fault(Fault::None);                       // changeable while running
 //! let got = up.wait_for(1).await;                  // accepted messages, in order
+//! up.set_hidden_rate(Some(10));                    // SES: 454 past 10 recipients a second
+//! up.set_max_connections(Some(2));                 // SES: 421 past 2 connections
 //! ```
 //!
 //! Use it on a real clock: `wait_for` gives up (panics) after 30 s of tokio time.
@@ -19,7 +21,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::upstream_session::serve_connection;
+use super::upstream_session::accept_loop;
+use mailsluice::throttle::bucket::{Bucket, State, Take};
+use mailsluice::throttle::{Clock, TokioClock};
 
 /// The points of a transaction where a fault can be injected.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -128,6 +132,15 @@ pub(super) struct Shared {
     pub kick_tx: watch::Sender<(u64, Option<String>)>,
     pub open_tx: watch::Sender<usize>,
     pub accepted: Mutex<usize>,
+    /// Like SES: past this many open connections, `421 ... Too many concurrent SMTP
+    /// connections` at the greeting (counted in `crowded`).
+    pub max_open: Mutex<Option<usize>>,
+    pub crowded: Mutex<usize>,
+    /// Like SES: a hidden bucket charged per recipient at the final dot; empty, `454
+    /// Throttling failure: Maximum sending rate exceeded.` (counted in `rate_refusals`).
+    pub hidden: Mutex<Option<(Bucket, State)>>,
+    pub rate_refusals: Mutex<usize>,
+    pub clock: TokioClock,
 }
 
 impl Shared {
@@ -149,6 +162,24 @@ impl Shared {
             return Some(Fault::None);
         }
         Some(faults[(*n / mix.one_in) % faults.len()].clone())
+    }
+
+    /// Whether the hidden bucket (if any) grants `cost` recipients now; a refusal is counted.
+    pub fn hidden_allows(&self, cost: u64) -> bool {
+        let mut hidden = self.hidden.lock().unwrap();
+        let Some((bucket, state)) = hidden.as_mut() else {
+            return true;
+        };
+        match bucket.take(*state, self.clock.now(), cost) {
+            (Take::Granted, next) => {
+                *state = next;
+                true
+            }
+            _ => {
+                *self.rate_refusals.lock().unwrap() += 1;
+                false
+            }
+        }
     }
 
     pub fn record(&self, message: Received) {
@@ -187,6 +218,11 @@ impl TestUpstream {
             kick_tx: watch::Sender::new((0, None)),
             open_tx: watch::Sender::new(0),
             accepted: Mutex::new(0),
+            max_open: Mutex::new(None),
+            crowded: Mutex::new(0),
+            hidden: Mutex::new(None),
+            rate_refusals: Mutex::new(0),
+            clock: TokioClock::new(),
         });
         let task = tokio::spawn(accept_loop(listener, Arc::clone(&shared)));
         TestUpstream {
@@ -268,6 +304,29 @@ impl TestUpstream {
         *self.shared.accepted.lock().unwrap()
     }
 
+    /// From now on, a connection past `max` open ones is greeted with SES's `421 4.4.5 Too
+    /// many concurrent SMTP connections` and closed (`None`: no bound).
+    pub fn set_max_connections(&self, max: Option<usize>) {
+        *self.shared.max_open.lock().unwrap() = max;
+    }
+
+    /// From now on, SES's sending rate: `rate` recipients a second, holding as many, checked at
+    /// the final dot (`None`: no rate).
+    pub fn set_hidden_rate(&self, rate: Option<u64>) {
+        let bucket = rate.map(|r| (Bucket::drip(r, r, 1_000_000_000), State::default()));
+        *self.shared.hidden.lock().unwrap() = bucket;
+    }
+
+    /// The `454 ... Maximum sending rate exceeded` answered so far.
+    pub fn rate_refusals(&self) -> usize {
+        *self.shared.rate_refusals.lock().unwrap()
+    }
+
+    /// Connections refused for the bound of `set_max_connections`.
+    pub fn crowded(&self) -> usize {
+        *self.shared.crowded.lock().unwrap()
+    }
+
     /// Connections currently open.
     pub fn open_connections(&self) -> usize {
         *self.shared.open_tx.borrow()
@@ -318,25 +377,4 @@ impl Drop for TestUpstream {
 pub async fn unused_addr() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     listener.local_addr().unwrap()
-}
-
-async fn accept_loop(listener: TcpListener, task_shared: Arc<Shared>) {
-    while let Ok((stream, _)) = listener.accept().await {
-        let id = {
-            let mut n = task_shared.accepted.lock().unwrap();
-            *n += 1;
-            *n
-        };
-        let drawn = task_shared.draw(true);
-        if drawn.clone().unwrap_or_else(|| task_shared.fault()) == Fault::CloseOnConnect {
-            drop(stream);
-            continue;
-        }
-        let shared = Arc::clone(&task_shared);
-        shared.open_tx.send_modify(|n| *n += 1);
-        tokio::spawn(async move {
-            let _ = serve_connection(stream, id, &shared, drawn).await;
-            shared.open_tx.send_modify(|n| *n -= 1);
-        });
-    }
 }

@@ -1,11 +1,14 @@
-//! One connection of the test upstream: a strict, minimal ESMTP server. Strict where it
+//! The test upstream's accept loop (its connection bound) and one connection: a strict,
+//! minimal ESMTP server. Strict where it
 //! matters to the tests: only `<CRLF>.<CRLF>` ends the data, and a dot is unstuffed only at
 //! the start of a line that follows a CRLF, so any bytes a client gets wrong show up.
 
 use std::io;
 
+use std::sync::Arc;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::net::TcpStream;
+
+use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
 
 use super::upstream::{Fault, Received, Shared, Step};
@@ -146,6 +149,11 @@ pub(super) async fn serve_connection(
                 };
                 let at = Instant::now();
                 if before_reply(fault_of(&tx_drawn), Step::EndOfData, &mut io).await? {
+                    continue;
+                }
+                if !shared.hidden_allows(t.rcpts.len() as u64) {
+                    let text = "454 Throttling failure: Maximum sending rate exceeded.";
+                    reply(&mut io, text).await?;
                     continue;
                 }
                 shared.record(Received {
@@ -293,4 +301,31 @@ async fn reply(io: &mut BufReader<TcpStream>, text: &str) -> io::Result<()> {
     line.extend_from_slice(b"\r\n");
     stream.write_all(&line).await?;
     stream.flush().await
+}
+
+pub(super) async fn accept_loop(listener: TcpListener, task_shared: Arc<Shared>) {
+    while let Ok((stream, _)) = listener.accept().await {
+        let id = {
+            let mut n = task_shared.accepted.lock().unwrap();
+            *n += 1;
+            *n
+        };
+        let mut drawn = task_shared.draw(true);
+        let max = *task_shared.max_open.lock().unwrap();
+        if max.is_some_and(|max| *task_shared.open_tx.borrow() >= max) {
+            *task_shared.crowded.lock().unwrap() += 1;
+            let text = "4.4.5 Too many concurrent SMTP connections";
+            drawn = Some(Fault::reply(Step::Greeting, 421, text));
+        }
+        if drawn.clone().unwrap_or_else(|| task_shared.fault()) == Fault::CloseOnConnect {
+            drop(stream);
+            continue;
+        }
+        let shared = Arc::clone(&task_shared);
+        shared.open_tx.send_modify(|n| *n += 1);
+        tokio::spawn(async move {
+            let _ = serve_connection(stream, id, &shared, drawn).await;
+            shared.open_tx.send_modify(|n| *n -= 1);
+        });
+    }
 }

@@ -7,6 +7,7 @@ mod support;
 
 mod envelope;
 mod faults;
+mod feedback;
 mod file;
 mod relay_faults;
 mod smtp;

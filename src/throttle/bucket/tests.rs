@@ -211,3 +211,27 @@ fn reserve_folds_a_queue_in_order() {
         "a window's leftover is not pooled"
     );
 }
+
+#[test]
+fn a_converted_drip_keeps_its_tokens_and_refills_at_the_new_limit() {
+    let s = 1_000_000_000;
+    let fast = Bucket::drip(20, 20, s);
+    let slow = Bucket::drip(20, 10, s);
+    let mut st = State::default();
+    for _ in 0..15 {
+        st = fast.take(st, 0, 1).1;
+    }
+    assert_eq!(fast.remaining(st, 0), 5);
+    let st = slow.converted(&fast, st, 0);
+    assert_eq!(slow.remaining(st, 0), 5);
+    assert_eq!(slow.remaining(st, s), 15);
+    assert_eq!(
+        slow.take(slow.take(st, 0, 5).1, 0, 1).0,
+        Take::NotYet { wait: s / 10 }
+    );
+    // A full bucket stays full.
+    assert_eq!(
+        slow.remaining(slow.converted(&fast, State::default(), 7 * s), 7 * s),
+        20
+    );
+}

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use tokio::sync::Notify;
 
-use super::{CancelOnDrop, Layer};
+use super::{CancelOnDrop, Layer, Turn};
 use crate::throttle::bucket::State;
 use crate::throttle::clock::Nanos;
 use crate::throttle::error::ThrottleError;
@@ -33,8 +33,9 @@ impl Layer {
         key: &str,
         cost: u64,
         now: Nanos,
+        turn: Turn,
     ) -> Result<Gate<'_>, ThrottleError> {
-        let (slot, id, notify) = self.enter_gate(key, cost, now)?;
+        let (slot, id, notify) = self.enter_gate(key, cost, now, turn)?;
         let mut guard = CancelOnDrop {
             layer: self,
             slot,
@@ -61,6 +62,7 @@ impl Layer {
         key: &str,
         cost: u64,
         now: Nanos,
+        turn: Turn,
     ) -> Result<(u32, u64, Arc<Notify>), ThrottleError> {
         self.check_cost(cost)?;
         let mut guard = self.lock();
@@ -71,7 +73,7 @@ impl Layer {
         let slot = (st.table.find_or_insert(key, now))
             .map_err(|TableFull| self.limited(key, cost, self.hint(), "max_keys"))?;
         self.gate_admits(st, slot, key, cost)?;
-        let (id, notify) = st.enqueue(slot, cost, now, State::default(), now);
+        let (id, notify) = st.enqueue(slot, cost, now, (State::default(), now), turn);
         Ok((slot, id, notify))
     }
 }

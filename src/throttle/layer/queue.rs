@@ -22,7 +22,7 @@ use std::sync::Arc;
 use tokio::sync::Notify;
 
 use super::waiters::project;
-use super::{ceil_ms, CancelOnDrop, Layer};
+use super::{ceil_ms, CancelOnDrop, Layer, Turn};
 use crate::throttle::bucket::Take;
 use crate::throttle::clock::Nanos;
 use crate::throttle::error::ThrottleError;
@@ -56,8 +56,9 @@ impl Layer {
         cost: u64,
         deadline: Nanos,
         now: Nanos,
+        turn: Turn,
     ) -> Result<Option<Nanos>, ThrottleError> {
-        let Some(q) = self.enter(key, cost, deadline, now)? else {
+        let Some(q) = self.enter(key, cost, deadline, now, turn)? else {
             return Ok(None);
         };
         let mut guard = CancelOnDrop {
@@ -94,14 +95,20 @@ impl Layer {
         cost: u64,
         deadline: Nanos,
         now: Nanos,
+        turn: Turn,
     ) -> Result<Option<Queued>, ThrottleError> {
         self.check_cost(cost)?;
         let mut guard = self.lock();
         let st = &mut *guard;
         let slot = (st.table.find_or_insert(key, now))
             .map_err(|TableFull| self.limited(key, cost, self.hint(), "max_keys"))?;
-        let b = self.bucket;
-        if st.table.extra(slot).len() == 0 {
+        self.refresh(st, now);
+        let b = *st.table.bucket();
+        let queued = match turn.again {
+            true => st.table.extra(slot).ahead_of(turn.order),
+            false => st.table.extra(slot).len(),
+        };
+        if queued == 0 {
             let taken = st.table.modify(slot, now, |s, _| {
                 let (taken, next) = b.take(*s, now, cost);
                 *s = next;
@@ -116,11 +123,13 @@ impl Layer {
         if st.disposed {
             return Err(ThrottleError::Shutdown);
         }
-        let (tail, from) = project(&b, &mut st.table, slot, now);
+        let (tail, from) = match turn.again {
+            true => (st.table.extra(slot)).fold_first(&b, queued, (st.table.state(slot), now)),
+            false => project(&b, &mut st.table, slot, now),
+        };
         let (at, next) = b.reserve(tail, from, cost).expect("cost checked");
-        let queued = st.table.extra(slot).len();
         self.admit(key, cost, at - now, queued, now, deadline)?;
-        let (id, notify) = st.enqueue(slot, cost, now, next, at);
+        let (id, notify) = st.enqueue(slot, cost, now, (next, at), turn);
         tracing::debug!(
             target: "ratelimit",
             layer = %self.spec.name,
@@ -149,7 +158,8 @@ impl Layer {
         }
         let (cost, arrived) = (head.cost, head.arrived);
         let now = self.clock.now();
-        let next = match self.bucket.take(st.table.state(slot), now, cost) {
+        self.refresh(st, now);
+        let next = match st.table.bucket().take(st.table.state(slot), now, cost) {
             (Take::NotYet { wait }, _) => return Step::Sleep(now.saturating_add(wait)),
             (_, next) => next,
         };

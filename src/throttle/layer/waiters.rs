@@ -19,6 +19,8 @@ pub(super) struct Waiter {
     pub(super) notify: Arc<Notify>,
     /// The bucket state right after this waiter's projected grant.
     pub(super) proj: State,
+    /// Its place in arrival order (see `Turn`).
+    pub(super) order: u64,
 }
 
 #[derive(Default)]
@@ -63,6 +65,33 @@ impl Queue {
         let q = self.0.get_or_insert_with(Default::default);
         q.list.push_back(w);
         q.tail = Some(tail);
+    }
+
+    /// Puts a message sent again ahead of every waiter that arrived after it.
+    pub(super) fn insert_in_order(&mut self, w: Waiter) {
+        let q = self.0.get_or_insert_with(Default::default);
+        let pos = q.list.iter().position(|o| o.order > w.order);
+        q.list.insert(pos.unwrap_or(q.list.len()), w);
+        q.tail = None;
+    }
+
+    /// Waiters that arrived before `order`.
+    pub(super) fn ahead_of(&self, order: u64) -> usize {
+        let Some(q) = &self.0 else { return 0 };
+        q.list.iter().take_while(|w| w.order < order).count()
+    }
+
+    /// The bucket state and instant after the first `n` waiters are served, from `(st, at)`.
+    pub(super) fn fold_first(
+        &self,
+        b: &Bucket,
+        n: usize,
+        (mut st, mut at): (State, Nanos),
+    ) -> (State, Nanos) {
+        for w in self.0.iter().flat_map(|q| q.list.iter()).take(n) {
+            (at, st) = b.reserve(st, at, w.cost).expect("cost checked at entry");
+        }
+        (st, at)
     }
 
     pub(super) fn pop_head(&mut self) -> Option<Waiter> {

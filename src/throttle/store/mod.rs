@@ -84,6 +84,21 @@ pub trait Store: Send + Sync {
         max_wait: Nanos,
     ) -> StoreFuture<'a, Decision>;
 
+    /// [`Store::take`] for a message upstream just throttled: a store that keeps adaptive
+    /// layers' limits (Redis) cuts them in the same atomic call. By default, a plain take.
+    fn take_throttled<'a>(
+        &'a self,
+        charges: &'a [StoreCharge<'a>],
+        max_wait: Nanos,
+    ) -> StoreFuture<'a, Decision> {
+        self.take(charges, max_wait)
+    }
+
+    /// The limit in force of an adaptive layer as the store last said (`None`: it keeps none).
+    fn learned_limit(&self, _layer: usize) -> Option<u64> {
+        None
+    }
+
     /// Returns tokens taken (or reserved) earlier, capped at each bucket's capacity.
     fn give_back<'a>(&'a self, charges: &'a [StoreCharge<'a>]) -> StoreFuture<'a, ()>;
 

@@ -22,10 +22,14 @@
 //! that no message uses: the limit still holds, some quota is lost.
 //!
 //! Files under `redis/`: `keys.rs` (key names, a layer's script parameters, cluster slots);
-//! `bucket.lua` (the bucket math, put in front of each script); `take.lua`, `give_back.lua`
+//! `api.rs` (the [`Store`] trait over the calls here); `learned.rs` (the limits in force of
+//! adaptive layers, as answered); `bucket.lua` (the bucket math, put in front of each script);
+//! `adaptive.lua` (adaptive layers' learned limit, likewise); `take.lua`, `give_back.lua`
 //! and `peek.lua` (the three calls). Here: connections, script calls, and cluster slot groups.
 
+mod api;
 pub(crate) mod keys;
+mod learned;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,14 +39,16 @@ use ::redis::cluster_async::ClusterConnection;
 use ::redis::{Script, ScriptInvocation};
 use tokio::sync::OnceCell;
 
-use super::{Decision, Store, StoreCharge, StoreError, StoreFuture};
+use super::{Decision, StoreCharge, StoreError};
 use crate::throttle::clock::{Clock, Nanos};
 use crate::throttle::peek::Peek;
 use crate::throttle::spec::LayerSpec;
 pub use keys::slot;
 use keys::LayerKeys;
+use learned::Heard;
 
 const BUCKET_LUA: &str = include_str!("redis/bucket.lua");
+const ADAPTIVE_LUA: &str = include_str!("redis/adaptive.lua");
 
 /// Where the Redis store connects, and how.
 #[derive(Debug, Clone)]
@@ -79,6 +85,8 @@ pub struct RedisStore {
     timeout: Duration,
     /// Per throttle layer index.
     layers: Vec<LayerKeys>,
+    /// The limits in force of adaptive layers, as last answered.
+    heard: Heard,
     take: Script,
     give_back: Script,
     peek: Script,
@@ -128,8 +136,9 @@ impl RedisStore {
             .iter()
             .map(|s| LayerKeys::new(&opts.prefix, s))
             .collect();
-        let script = |body: &str| Script::new(&format!("{BUCKET_LUA}{body}"));
+        let script = |body: &str| Script::new(&format!("{BUCKET_LUA}{ADAPTIVE_LUA}{body}"));
         Ok(RedisStore {
+            heard: Heard::new(specs.len()),
             client,
             conn: OnceCell::new(),
             cluster: opts.cluster,
@@ -181,15 +190,23 @@ impl RedisStore {
         &self,
         inv: &mut ScriptInvocation<'s>,
         charges: &[StoreCharge<'_>],
+        throttled: bool,
     ) -> Result<(), StoreError> {
         for c in charges {
             let k = self.layer(c.layer)?;
             inv.key(k.key(c.key))
-                .arg(k.mode)
+                .arg(k.mode_arg(throttled))
                 .arg(c.cost)
                 .arg(k.cap)
                 .arg(k.p1)
                 .arg(k.p2);
+        }
+        // The learned keys of adaptive layers follow the buckets (see `redis/adaptive.lua`).
+        for c in charges {
+            let k = self.layer(c.layer)?;
+            if k.adaptive.is_some() {
+                inv.key(k.learned_key(c.key));
+            }
         }
         Ok(())
     }
@@ -235,11 +252,18 @@ impl RedisStore {
         &self,
         charges: &[StoreCharge<'_>],
         max_wait: Nanos,
+        throttled: bool,
     ) -> Result<Decision, StoreError> {
         let mut inv = self.take.prepare_invoke();
         inv.arg(max_wait / 1_000).arg(self.now_arg());
-        self.charge_args(&mut inv, charges)?;
+        self.charge_args(&mut inv, charges, throttled)?;
         let r = self.invoke(&inv).await?;
+        let fixed = match r.first() {
+            Some(0) => 1,
+            Some(1) => 2,
+            _ => 3,
+        };
+        (self.heard).note(&self.layers, charges, r.get(fixed..).unwrap_or(&[]));
         let at = |i: usize| r.get(i).copied().map(|v| u64::try_from(v).unwrap_or(0));
         let bad = || unavailable(format!("unexpected answer from the take script: {r:?}"));
         let us = |v: u64| v.saturating_mul(1_000);
@@ -262,20 +286,21 @@ impl RedisStore {
         &self,
         charges: &[StoreCharge<'_>],
         max_wait: Nanos,
+        throttled: bool,
     ) -> Result<Decision, StoreError> {
         if !self.cluster {
-            return self.take_one(charges, max_wait).await;
+            return self.take_one(charges, max_wait, throttled).await;
         }
         let groups = by_slot(self, charges)?;
         if groups.len() == 1 {
-            return self.take_one(charges, max_wait).await;
+            return self.take_one(charges, max_wait, throttled).await;
         }
         // Several slots: one call each, holding what earlier slots took (see the module doc).
         let mut held: Vec<StoreCharge<'_>> = Vec::new();
         let mut wait = 0;
         for group in &groups {
             let part: Vec<StoreCharge<'_>> = group.iter().map(|&i| charges[i]).collect();
-            let d = self.take_one(&part, max_wait).await;
+            let d = self.take_one(&part, max_wait, throttled).await;
             let refusal = match d {
                 Ok(Decision::Granted) => None,
                 Ok(Decision::Reserved { wait: w }) => {
@@ -321,7 +346,7 @@ impl RedisStore {
             let part: Vec<StoreCharge<'_>> = group.iter().map(|&i| charges[i]).collect();
             let mut inv = self.give_back.prepare_invoke();
             inv.arg(self.now_arg());
-            self.charge_args(&mut inv, &part)?;
+            self.charge_args(&mut inv, &part, false)?;
             self.invoke(&inv).await?;
         }
         Ok(())
@@ -330,8 +355,11 @@ impl RedisStore {
     async fn peek_one(&self, layer: usize, key: &str) -> Result<Peek, StoreError> {
         let k = self.layer(layer)?;
         let mut inv = self.peek.key(k.key(key));
+        if k.adaptive.is_some() {
+            inv.key(k.learned_key(key));
+        }
         inv.arg(self.now_arg())
-            .arg(k.mode)
+            .arg(k.mode_arg(false))
             .arg(0)
             .arg(k.cap)
             .arg(k.p1)
@@ -343,6 +371,7 @@ impl RedisStore {
             remaining: v(1),
             reset: v(2).div_ceil(1_000_000),
             waiting: 0,
+            effective_limit: k.adaptive.map(|_| v(3)),
         })
     }
 }
@@ -355,22 +384,4 @@ fn by_slot(store: &RedisStore, charges: &[StoreCharge<'_>]) -> Result<Vec<Vec<us
         slots.entry(slot(&key)).or_default().push(i);
     }
     Ok(slots.into_values().collect())
-}
-
-impl Store for RedisStore {
-    fn take<'a>(
-        &'a self,
-        charges: &'a [StoreCharge<'a>],
-        max_wait: Nanos,
-    ) -> StoreFuture<'a, Decision> {
-        Box::pin(self.take_all(charges, max_wait))
-    }
-
-    fn give_back<'a>(&'a self, charges: &'a [StoreCharge<'a>]) -> StoreFuture<'a, ()> {
-        Box::pin(self.give_back_all(charges))
-    }
-
-    fn peek<'a>(&'a self, layer: usize, key: &'a str) -> StoreFuture<'a, Peek> {
-        Box::pin(self.peek_one(layer, key))
-    }
 }

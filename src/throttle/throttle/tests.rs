@@ -255,3 +255,42 @@ async fn after_dispose_a_shared_layer_refuses_at_its_gate() {
     assert_eq!(r.map(Permit::delivered), Err(ThrottleError::Shutdown));
     assert_eq!(store.takes(), 0, "it never asked the store");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_throttled_message_waits_again_ahead_of_later_ones_and_the_layer_slows() {
+    let spec = LayerSpec {
+        burst: 1,
+        max_wait: 60 * SEC,
+        adaptive: Some(1),
+        ..LayerSpec::new("account", 10, SEC)
+    };
+    let t = Arc::new(Throttle::new(vec![spec], Arc::new(TokioClock::new())));
+    let first = t.acquire(charge("")).await.expect("granted at once");
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let later: Vec<_> = (0..2)
+        .map(|i| {
+            let (t, order) = (t.clone(), order.clone());
+            tokio::spawn(async move {
+                t.acquire(charge("")).await.expect("granted").delivered();
+                order.lock().unwrap().push(i);
+            })
+        })
+        .collect();
+    while t.waiting(0) < 2 {
+        tokio::task::yield_now().await;
+    }
+    // Upstream throttled the first: the tokens stay taken, the limit is cut to 7.
+    let again = first.throttled(true);
+    assert_eq!(t.effective_limit(0), Some(7));
+    let retried = t.acquire_again(again).await.expect("granted again");
+    assert!(
+        order.lock().unwrap().is_empty(),
+        "it went ahead of later arrivals"
+    );
+    // At the cut limit: a token every 1/7 s (tokio rounds the timer up to the millisecond).
+    assert!(retried.waited() >= Duration::from_nanos(1_000_000_000 / 7));
+    for l in later {
+        l.await.unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), vec![0, 1]);
+}

@@ -27,6 +27,9 @@ pub(crate) struct LayerKeys {
     pub(crate) cap: u64,
     pub(crate) p1: u64,
     pub(crate) p2: u64,
+    /// The floor of an adaptive drip layer: its limit in force lives in Redis too, so `p1`
+    /// and `p2` are the configured limit and the interval, not reduced (see `adaptive.lua`).
+    pub(crate) adaptive: Option<u64>,
 }
 
 fn micros(d: Duration) -> u64 {
@@ -43,17 +46,20 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
 impl LayerKeys {
     /// The layer's keys and parameters.
     pub(crate) fn new(prefix: &str, spec: &LayerSpec) -> LayerKeys {
+        let adaptive = spec.adaptive.filter(|_| spec.refill == Refill::Drip);
         let (mode, cap, p1, p2) = match spec.refill {
             Refill::Drip => {
                 let (l, i) = (spec.limit.max(1), micros(spec.interval));
-                let g = gcd(l, i);
+                let g = if adaptive.is_some() { 1 } else { gcd(l, i) };
                 ("d", spec.burst, l / g, i / g)
             }
             Refill::FixedWindow => ("w", spec.limit, micros(spec.interval), 0),
             Refill::None => ("n", spec.burst, micros(spec.idle_ttl), 0),
         };
+        // An adaptive layer's state is stored at its limit in force: other keys than a fixed one.
+        let mode_tag = if adaptive.is_some() { "a" } else { mode };
         let hash = fnv1a(&format!(
-            "{}|{mode}|{}|{}|{}|{}",
+            "{}|{mode_tag}|{}|{}|{}|{}",
             spec.name,
             spec.limit,
             micros(spec.interval),
@@ -66,7 +72,23 @@ impl LayerKeys {
             cap,
             p1,
             p2,
+            adaptive,
         }
+    }
+
+    /// The script's mode argument: `a:<min>` for an adaptive layer (`A:<min>` when the
+    /// message was just throttled by upstream, so the script cuts the limit in this call).
+    pub(crate) fn mode_arg(&self, throttled: bool) -> String {
+        match self.adaptive {
+            Some(min) if throttled => format!("A:{min}"),
+            Some(min) => format!("a:{min}"),
+            None => self.mode.to_string(),
+        }
+    }
+
+    /// The key of what an adaptive layer learned, in `key`'s slot (its hash tag).
+    pub(crate) fn learned_key(&self, key: &str) -> String {
+        format!("{}learned:{{{key}}}", self.prefix)
     }
 
     /// A loose form of the load-time check (`config::redis`), for debug assertions: the

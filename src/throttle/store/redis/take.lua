@@ -5,8 +5,10 @@
 -- Answers {0}: granted now; {1, wait}: reserved, taken now as of instant now + wait (the
 -- caller sleeps until then: a later take of the same bucket, from any replica, queues after
 -- it); {2, charge, retry_after}: refused, nothing written; {3, charge, capacity}: the cost
--- exceeds a bucket's capacity. Charges are 0-based in the answers.
-local n = #KEYS
+-- exceeds a bucket's capacity. Charges are 0-based in the answers. The learned keys of
+-- adaptive charges follow the n bucket keys (see adaptive.lua); every answer but {3, ...}
+-- ends with the limit in force of each adaptive charge, in order.
+local n = (#ARGV - 2) / 5
 local max_wait = tonumber(ARGV[1])
 local now = clock(ARGV[2])
 local P = {}
@@ -14,12 +16,29 @@ for i = 1, n do
   P[i] = params(2 + (i - 1) * 5)
   if P[i].cost > P[i].cap then return {3, i - 1, P[i].cap} end
 end
+resolve(P, n, now)
 local orig = {}
 for i = 1, n do
   if not orig[KEYS[i]] then
-    local a, b = load(KEYS[i])
+    local a, b = load_at(KEYS[i], P[i], now)
     orig[KEYS[i]] = {a, b}
   end
+end
+-- The answer, with the limits in force; writes the learned states (applied: whether the
+-- buckets were written at the limit in force).
+local function answer(r, applied)
+  for i = 1, n do
+    local p = P[i]
+    if p.learned then
+      if applied then
+        learned_store(p, p.p1, now)
+      elseif p.learned.written then
+        learned_store(p, p.learned.l.applied, now)
+      end
+      r[#r + 1] = p.p1
+    end
+  end
+  return r
 end
 -- Try every charge at instant T (now first); when some must wait, move T to the latest of
 -- their earliest instants and try again. One retry suffices unless one bucket is charged twice.
@@ -43,10 +62,10 @@ for _ = 1, 8 do
         st[KEYS[i]] = nil
       end
     end
-    if T == now then return {0} end
-    return {1, T - now}
+    if T == now then return answer({0}, true) end
+    return answer({1, T - now}, true)
   end
   T = T + worst
-  if T - now > max_wait then return {2, wi - 1, T - now} end
+  if T - now > max_wait then return answer({2, wi - 1, T - now}, false) end
 end
-return {2, 0, T - now}
+return answer({2, 0, T - now}, false)

@@ -1,0 +1,106 @@
+//! [`Permit`]: the tokens one message holds, and what becomes of them once upstream answered
+//! (kept, given back, or kept and asked for again after a throttle reply: [`Again`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::Inner;
+use crate::throttle::charge::Charge;
+use crate::throttle::clock::Nanos;
+use crate::throttle::shared_layers::SharedTaken;
+
+/// Tokens taken on every charged layer for one message.
+pub struct Permit {
+    pub(super) inner: Arc<Inner>,
+    pub(super) taken: Vec<Charge>,
+    /// The charges of shared layers, and who granted them.
+    pub(super) shared: Option<SharedTaken>,
+    pub(super) waited: Duration,
+    /// The instant of the message's final dot, and its place in arrival order.
+    pub(super) arrival: Nanos,
+    pub(super) order: u64,
+}
+
+/// A message upstream throttled, to be sent again: what it is charged, when it arrived.
+#[derive(Debug)]
+pub struct Again {
+    pub(super) charges: Vec<Charge>,
+    pub(super) arrival: Nanos,
+    pub(super) order: u64,
+    /// The reply was about the rate: a shared adaptive layer cuts in the next take.
+    pub(super) cut: bool,
+}
+
+impl std::fmt::Debug for Permit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Permit")
+            .field("taken", &self.taken)
+            .field("waited", &self.waited)
+            .finish()
+    }
+}
+
+impl Permit {
+    /// How long the message waited for its tokens.
+    pub fn waited(&self) -> Duration {
+        self.waited
+    }
+
+    /// The charges taken from local layers.
+    pub fn charges(&self) -> &[Charge] {
+        &self.taken
+    }
+
+    /// The charges taken from shared layers.
+    pub fn shared_charges(&self) -> &[Charge] {
+        self.shared.as_ref().map_or(&[], |s| &s.charges)
+    }
+
+    /// Upstream did not accept: give tokens back on every layer whose spec has
+    /// `charge_failures == false`.
+    pub fn upstream_failed(self) {
+        for c in &self.taken {
+            let layer = &self.inner.layers[c.layer];
+            if !layer.spec().charge_failures {
+                layer.give_back(&c.key, c.cost);
+            }
+        }
+        if let (Some(taken), Some(store)) = (self.shared, &self.inner.shared) {
+            let layers = &self.inner.layers;
+            store.give_back(taken.retain(|c| !layers[c.layer].spec().charge_failures));
+        }
+    }
+
+    /// Message delivered: keep the tokens. (Dropping the permit does the same.)
+    pub fn delivered(self) {}
+
+    /// Whether a layer charged learns from upstream's throttle replies.
+    pub fn adaptive(&self) -> bool {
+        let layers = &self.inner.layers;
+        (self.taken.iter().chain(self.shared_charges()))
+            .any(|c| layers[c.layer].spec().adaptive.is_some())
+    }
+
+    /// Upstream answered with a throttle reply: it counts more than we do, so the tokens are
+    /// kept (not handed to the queue behind), each adaptive layer charged cuts its limit when
+    /// the reply was about the rate (`cut`; not for "too many connections"), and the message
+    /// can ask again ([`super::Throttle::acquire_again`]).
+    pub fn throttled(self, cut: bool) -> Again {
+        let layers = &self.inner.layers;
+        for c in self.taken.iter().filter(|_| cut) {
+            layers[c.layer].throttled();
+        }
+        let mut charges = self.taken.clone();
+        // A shared layer learns in its store, in the message's next take (`take_throttled`).
+        if let Some(shared) = &self.shared {
+            charges.extend(shared.charges.iter().cloned());
+        }
+        charges.sort_by_key(|c| c.layer);
+        Again {
+            charges,
+            arrival: self.arrival,
+            order: self.order,
+            cut,
+        }
+    }
+}

@@ -1,0 +1,100 @@
+//! An upstream like SES, in memory: its own hidden token bucket, charged per recipient,
+//! answering `454 Throttling failure: Maximum sending rate exceeded.` at the final dot when
+//! empty, and optionally a daily quota (`454 ... Daily message quota exceeded.`). On tokio's
+//! clock, so that a paused-clock test drives the relay and this upstream on one time line.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use mailsluice::throttle::bucket::{Bucket, State, Take};
+use mailsluice::throttle::{Clock, TokioClock};
+use mailsluice::upstream::reply::from_reply;
+use mailsluice::upstream::{Accepted, Envelope, ForwardFuture, Forwarder};
+use tokio::time::Instant;
+
+pub const SES_RATE: &str = "Throttling failure: Maximum sending rate exceeded.";
+pub const SES_QUOTA: &str = "Throttling failure: Daily message quota exceeded.";
+
+pub struct HiddenRate {
+    bucket: Bucket,
+    clock: TokioClock,
+    state: Mutex<State>,
+    /// Messages it may still accept today; `None`: no quota.
+    quota: Mutex<Option<u64>>,
+    accepted: Mutex<Vec<(Envelope, Vec<u8>, Instant)>>,
+    rate_refusals: AtomicU64,
+    quota_refusals: AtomicU64,
+}
+
+impl HiddenRate {
+    /// `rate` recipients a second, holding as many (SES: its sending rate is also its burst).
+    pub fn new(rate: u64) -> Arc<HiddenRate> {
+        Arc::new(HiddenRate {
+            bucket: Bucket::drip(rate, rate, 1_000_000_000),
+            clock: TokioClock::new(),
+            state: Mutex::new(State::default()),
+            quota: Mutex::new(None),
+            accepted: Mutex::new(Vec::new()),
+            rate_refusals: AtomicU64::new(0),
+            quota_refusals: AtomicU64::new(0),
+        })
+    }
+
+    pub fn set_quota(&self, left: Option<u64>) {
+        *self.quota.lock().unwrap() = left;
+    }
+
+    /// What it accepted, with when.
+    pub fn accepted(&self) -> Vec<(Envelope, Vec<u8>, Instant)> {
+        self.accepted.lock().unwrap().clone()
+    }
+
+    /// The `454 ... Maximum sending rate exceeded` it answered.
+    pub fn rate_refusals(&self) -> u64 {
+        self.rate_refusals.load(Ordering::SeqCst)
+    }
+
+    pub fn quota_refusals(&self) -> u64 {
+        self.quota_refusals.load(Ordering::SeqCst)
+    }
+
+    fn verdict(
+        &self,
+        envelope: &Envelope,
+        message: &[u8],
+    ) -> Result<Accepted, (u64, &'static str)> {
+        let mut quota = self.quota.lock().unwrap();
+        if *quota == Some(0) {
+            return Err((454, SES_QUOTA));
+        }
+        let mut state = self.state.lock().unwrap();
+        let cost = envelope.rcpts.len() as u64;
+        match self.bucket.take(*state, self.clock.now(), cost) {
+            (Take::Granted, next) => *state = next,
+            _ => return Err((454, SES_RATE)),
+        }
+        if let Some(left) = quota.as_mut() {
+            *left -= 1;
+        }
+        let mut got = self.accepted.lock().unwrap();
+        got.push((envelope.clone(), message.to_vec(), Instant::now()));
+        Ok(Accepted {
+            text: format!("Ok {}", got.len()),
+        })
+    }
+}
+
+impl Forwarder for HiddenRate {
+    fn forward<'a>(&'a self, envelope: &'a Envelope, message: &'a [u8]) -> ForwardFuture<'a> {
+        Box::pin(async move {
+            self.verdict(envelope, message).map_err(|(code, text)| {
+                let counter = match text {
+                    SES_QUOTA => &self.quota_refusals,
+                    _ => &self.rate_refusals,
+                };
+                counter.fetch_add(1, Ordering::SeqCst);
+                from_reply(code as u16, text)
+            })
+        })
+    }
+}
