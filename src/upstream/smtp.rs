@@ -9,7 +9,7 @@
 //!
 //! Bytes: lettre dot-stuffs the body (a `.` at the start of a line after CRLF is doubled) and
 //! appends `CRLF.CRLF`; it changes nothing else (no line-ending or 8-bit conversion). See
-//! `wire_body` for the trailing CRLF and `dot_after_bare_line_break` for the one case its
+//! `wire.rs`: `wire_body` for the trailing CRLF and `dot_after_bare_line_break` for the one case its
 //! stuffing leaves open.
 
 use std::sync::Arc;
@@ -20,6 +20,10 @@ use lettre::transport::smtp::client::{AsyncSmtpConnection, TlsParameters};
 use lettre::transport::smtp::commands::{Data, Rset};
 use lettre::transport::smtp::extension::{ClientId, Extension, MailBodyParameter, MailParameter};
 use lettre::transport::smtp::Error as SmtpError;
+
+mod wire;
+
+use wire::{bad, dot_after_bare_line_break, mail_line, path, wire_body};
 
 use super::pool::{Connector, Lease, Pool, Security};
 use super::reply::{connect_error, describe, rejected, smtp_error, unavailable};
@@ -331,71 +335,6 @@ fn no_answer_within(step: Step, timeout: Duration) -> UpstreamError {
         Step::EndOfData => UpstreamError::Uncertain(reason),
         _ => unavailable(reason),
     }
-}
-
-/// The bytes to hand lettre so that upstream receives exactly `message`: lettre always
-/// appends `CRLF.CRLF`, whose CRLF already ends our last line. A message that does not end
-/// in CRLF gets one (SMTP cannot carry it otherwise); an empty message arrives as one empty
-/// line, for the same reason.
-fn wire_body(message: &[u8]) -> &[u8] {
-    message.strip_suffix(b"\r\n").unwrap_or(message)
-}
-
-/// lettre stuffs a dot only after CRLF. A dot after a bare CR or LF followed by a line break
-/// goes out as is, and an upstream lenient about line endings could take it for the end of
-/// data and read what follows as a second message (SMTP smuggling). Such messages are refused
-/// rather than altered, since altering them would break "bytes unchanged" for strict servers.
-pub fn dot_after_bare_line_break(message: &[u8]) -> bool {
-    message.iter().enumerate().any(|(i, &b)| {
-        if b != b'.' || i == 0 {
-            return false;
-        }
-        let bare_before = match message[i - 1] {
-            b'\r' => true,
-            b'\n' => i < 2 || message[i - 2] != b'\r',
-            _ => false,
-        };
-        bare_before && matches!(message.get(i + 1), None | Some(b'\r' | b'\n'))
-    })
-}
-
-/// The address exactly as the client gave it (a quoted local part keeps its quotes), checked
-/// once more for what could break the command line: no control character, no `<` or `>`, a
-/// space only inside quotes. A recipient may be a bare `postmaster` (RFC 5321 4.5.1).
-fn path(a: &str, rcpt: bool) -> Option<&str> {
-    if rcpt && a.eq_ignore_ascii_case("postmaster") {
-        return Some(a);
-    }
-    let (user, domain) = a.rsplit_once('@')?;
-    let unsafe_char = |c: char| c.is_control() || c == '<' || c == '>';
-    if user.is_empty() || domain.is_empty() || a.chars().any(unsafe_char) {
-        return None;
-    }
-    let (mut quoted, mut escaped) = (false, false);
-    for c in user.chars() {
-        match c {
-            _ if escaped => escaped = false,
-            '\\' if quoted => escaped = true,
-            '"' => quoted = !quoted,
-            ' ' if !quoted => return None,
-            _ => {}
-        }
-    }
-    (!quoted && !escaped && !domain.contains([' ', '"'])).then_some(a)
-}
-
-/// MAIL with the path written as given: lettre's `Mail` and `Rcpt` take an `Address`, which
-/// writes a quoted local part without its quotes and cannot hold a bare `postmaster`.
-fn mail_line(from: Option<&str>, params: &[MailParameter]) -> String {
-    let mut line = format!("MAIL FROM:<{}>", from.unwrap_or(""));
-    for param in params {
-        line.push_str(&format!(" {param}"));
-    }
-    line + "\r\n"
-}
-
-fn bad(a: &str) -> String {
-    format!("address <{}> cannot be relayed upstream", a.escape_debug())
 }
 
 fn credentials(cfg: &UpstreamConfig) -> Result<Option<Credentials>, SmtpSetupError> {

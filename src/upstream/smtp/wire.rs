@@ -1,0 +1,70 @@
+//! What goes on the wire upstream: the MAIL and RCPT lines with the paths exactly as the
+//! client gave them, and the body bytes lettre is handed so that upstream receives the
+//! message unchanged.
+
+use lettre::transport::smtp::extension::MailParameter;
+
+/// The bytes to hand lettre so that upstream receives exactly `message`: lettre always
+/// appends `CRLF.CRLF`, whose CRLF already ends our last line. A message that does not end
+/// in CRLF gets one (SMTP cannot carry it otherwise); an empty message arrives as one empty
+/// line, for the same reason.
+pub(super) fn wire_body(message: &[u8]) -> &[u8] {
+    message.strip_suffix(b"\r\n").unwrap_or(message)
+}
+
+/// lettre stuffs a dot only after CRLF. A dot after a bare CR or LF followed by a line break
+/// goes out as is, and an upstream lenient about line endings could take it for the end of
+/// data and read what follows as a second message (SMTP smuggling). Such messages are refused
+/// rather than altered, since altering them would break "bytes unchanged" for strict servers.
+pub(super) fn dot_after_bare_line_break(message: &[u8]) -> bool {
+    message.iter().enumerate().any(|(i, &b)| {
+        if b != b'.' || i == 0 {
+            return false;
+        }
+        let bare_before = match message[i - 1] {
+            b'\r' => true,
+            b'\n' => i < 2 || message[i - 2] != b'\r',
+            _ => false,
+        };
+        bare_before && matches!(message.get(i + 1), None | Some(b'\r' | b'\n'))
+    })
+}
+
+/// The address exactly as the client gave it (a quoted local part keeps its quotes), checked
+/// once more for what could break the command line: no control character, no `<` or `>`, a
+/// space only inside quotes. A recipient may be a bare `postmaster` (RFC 5321 4.5.1).
+pub(super) fn path(a: &str, rcpt: bool) -> Option<&str> {
+    if rcpt && a.eq_ignore_ascii_case("postmaster") {
+        return Some(a);
+    }
+    let (user, domain) = a.rsplit_once('@')?;
+    let unsafe_char = |c: char| c.is_control() || c == '<' || c == '>';
+    if user.is_empty() || domain.is_empty() || a.chars().any(unsafe_char) {
+        return None;
+    }
+    let (mut quoted, mut escaped) = (false, false);
+    for c in user.chars() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if quoted => escaped = true,
+            '"' => quoted = !quoted,
+            ' ' if !quoted => return None,
+            _ => {}
+        }
+    }
+    (!quoted && !escaped && !domain.contains([' ', '"'])).then_some(a)
+}
+
+/// MAIL with the path written as given: lettre's `Mail` and `Rcpt` take an `Address`, which
+/// writes a quoted local part without its quotes and cannot hold a bare `postmaster`.
+pub(super) fn mail_line(from: Option<&str>, params: &[MailParameter]) -> String {
+    let mut line = format!("MAIL FROM:<{}>", from.unwrap_or(""));
+    for param in params {
+        line.push_str(&format!(" {param}"));
+    }
+    line + "\r\n"
+}
+
+pub(super) fn bad(a: &str) -> String {
+    format!("address <{}> cannot be relayed upstream", a.escape_debug())
+}
