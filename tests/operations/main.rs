@@ -6,5 +6,6 @@ mod support;
 
 mod admin;
 mod cli;
+mod dashboards;
 mod shutdown;
 mod status_page;
