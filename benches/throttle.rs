@@ -90,6 +90,7 @@ fn decide(t: &Throttle, key: String) -> bool {
         layer: 0,
         key,
         cost: 1,
+        fair: String::new(),
     }]);
     let mut fut = pin!(fut);
     match fut.as_mut().poll(&mut Context::from_waker(Waker::noop())) {

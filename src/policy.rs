@@ -18,6 +18,8 @@ pub struct LayerPolicy {
     pub cost: Cost,
     pub matches: Option<MatchSpec>,
     pub strip_key_header: bool,
+    /// The source of the fair key (`fair_by`), computed like the key.
+    pub fair_by: Option<KeySource>,
 }
 
 impl LayerPolicy {
@@ -29,6 +31,7 @@ impl LayerPolicy {
             cost: layer.cost,
             matches: layer.match_.as_ref().map(|m| m.get_ref().clone()),
             strip_key_header: layer.strip_key_header,
+            fair_by: layer.fair_by.clone(),
         }
     }
 }
@@ -78,11 +81,14 @@ pub fn plan(layers: &[LayerPolicy], facts: &MessageFacts<'_>) -> Plan {
         .filter(|(_, layer)| applies(layer, facts.message, &fields))
         .map(|(layer_index, layer)| Charge {
             layer: layer_index,
-            key: key_of(layer, facts, &fields),
+            key: key_of(&layer.key, &layer.default_key, facts, &fields),
             cost: match layer.cost {
                 Cost::Recipients => facts.rcpts.len() as u64,
                 Cost::Message => 1,
             },
+            fair: (layer.fair_by.as_ref())
+                .map(|src| key_of(src, &layer.default_key, facts, &fields))
+                .unwrap_or_default(),
         })
         .collect();
     Plan {
@@ -104,8 +110,14 @@ fn applies(layer: &LayerPolicy, message: &[u8], fields: &[Field]) -> bool {
     }
 }
 
-fn key_of(layer: &LayerPolicy, facts: &MessageFacts<'_>, fields: &[Field]) -> String {
-    let found = match &layer.key {
+/// The key from `source` (a layer's `key` or `fair_by`), else `default_key`.
+fn key_of(
+    source: &KeySource,
+    default_key: &str,
+    facts: &MessageFacts<'_>,
+    fields: &[Field],
+) -> String {
+    let found = match source {
         KeySource::Auth => facts.auth_tenant.map(str::to_string),
         KeySource::Header(name) => facts
             .header_trusted
@@ -120,8 +132,8 @@ fn key_of(layer: &LayerPolicy, facts: &MessageFacts<'_>, fields: &[Field]) -> St
         KeySource::None => Some(String::new()),
     };
     match found {
-        Some(key) if !key.is_empty() || layer.key == KeySource::None => key,
-        _ => layer.default_key.clone(),
+        Some(key) if !key.is_empty() || *source == KeySource::None => key,
+        _ => default_key.to_string(),
     }
 }
 

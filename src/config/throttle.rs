@@ -2,6 +2,7 @@
 //! (mode, refill, cost, store), kept with the schema so that the throttle engine reads them
 //! without knowing TOML; `throttle::setup` turns a layer into the engine's spec.
 
+use std::collections::BTreeMap;
 use std::num::{NonZeroU64, NonZeroUsize};
 
 use serde::Deserialize;
@@ -94,6 +95,12 @@ pub struct ThrottleConfig {
     pub adaptive: Option<bool>,
     /// The floor of an adaptive layer; default `limit / 10`, at least 1.
     pub min_limit: Option<NonZeroU64>,
+    /// Serve this layer's waiters in turn by this key (same sources and trust as `key`), so
+    /// one tenant's backlog in a shared bucket does not hold back the others.
+    pub fair_by: Option<KeySource>,
+    /// Shares of the turns per fair key (default 1); needs `fair_by`.
+    #[serde(default)]
+    pub weights: BTreeMap<String, NonZeroU64>,
 }
 
 impl ThrottleConfig {

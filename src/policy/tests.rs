@@ -13,6 +13,7 @@ fn layer(key: &str, cost: Cost, matches: Option<(&str, &str)>) -> LayerPolicy {
             value: v.into(),
         }),
         strip_key_header: true,
+        fair_by: None,
     }
 }
 
@@ -41,7 +42,8 @@ fn header_key_is_unfolded_and_case_insensitive() {
         [Charge {
             layer: 0,
             key: "acme".into(),
-            cost: 2
+            cost: 2,
+            fair: String::new(),
         }]
     );
 }

@@ -30,7 +30,7 @@ use super::key_table::KeyTable;
 use super::peek::{peek_of, Peek};
 use super::spec::LayerSpec;
 use crate::config::Mode;
-use waiters::{project, Queue, Waiter};
+use waiters::{project_place, Queue, Waiter};
 
 mod adapt;
 pub(super) mod gate;
@@ -50,11 +50,11 @@ struct LayerState {
 
 impl LayerState {
     /// Puts a waiter at the back of `slot`'s queue (`proj` and `at` are the bucket state and
-    /// instant projected for its grant), or, for a message sent again (`turn.again`), ahead
-    /// of every waiter that arrived after it.
+    /// instant projected for its grant), at its fair place (`place`: tag and position), or,
+    /// for a message sent again (`turn.again`), ahead of every waiter that arrived after it.
     fn enqueue(
         &mut self,
-        slot: u32,
+        (slot, fair, place): (u32, &str, Option<(u64, usize)>),
         cost: u64,
         now: Nanos,
         (proj, at): (State, Nanos),
@@ -69,11 +69,15 @@ impl LayerState {
             notify: notify.clone(),
             proj,
             order: turn.order,
+            fair: fair.into(),
+            tag: place.map_or(0, |p| p.0),
         };
-        self.table.modify(slot, now, |_, q| match turn.again {
-            false => q.push(w, (proj, at)),
-            true => q.insert_in_order(w),
-        });
+        self.table
+            .modify(slot, now, |_, q| match (turn.again, place) {
+                (true, _) => q.insert_in_order(w),
+                (false, None) => q.push(w, (proj, at)),
+                (false, Some((_, pos))) => q.insert_fair(w, pos, (proj, at)),
+            });
         self.waiting += 1;
         (id, notify)
     }
@@ -236,7 +240,7 @@ impl Layer {
     /// refused at arrival, so a multi-layer message takes nothing when any layer would refuse.
     pub(crate) fn precheck(
         &self,
-        key: &str,
+        (key, fair): (&str, &str),
         cost: u64,
         deadline: Nanos,
         now: Nanos,
@@ -255,7 +259,8 @@ impl Layer {
         }
         self.refresh(st, now);
         let b = *st.table.bucket();
-        let (tail, from) = project(&b, &mut st.table, slot, now);
+        let placed = self.spec.fair_of(fair, cost);
+        let ((tail, from), _) = project_place(&b, &mut st.table, slot, now, placed);
         let (at, _) = b.reserve(tail, from, cost).expect("cost checked");
         let queued = st.table.extra(slot).len();
         if at == now && queued == 0 {

@@ -55,6 +55,10 @@ pub fn spec(layer: &ThrottleConfig) -> LayerSpec {
         idle_ttl: Duration::from_millis(layer.idle_ttl_ms.get()),
         charge_failures: layer.charge_failures,
         adaptive: layer.adaptive_floor(),
+        fair: layer.fair_by.is_some(),
+        weights: (layer.weights.iter())
+            .map(|(k, w)| (k.clone(), w.get()))
+            .collect(),
     }
 }
 

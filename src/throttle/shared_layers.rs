@@ -99,7 +99,11 @@ async fn enter_gates<'a>(
 ) -> Result<Vec<Gate<'a>>, ThrottleError> {
     let mut gates = Vec::with_capacity(charges.len());
     for c in charges {
-        gates.push(layers[c.layer].gate(&c.key, c.cost, now, turn).await?);
+        gates.push(
+            layers[c.layer]
+                .gate((&c.key, &c.fair), c.cost, now, turn)
+                .await?,
+        );
     }
     Ok(gates)
 }

@@ -2,6 +2,7 @@
 //! the bucket parameters they make. Apart because the key table, the stores and the layers
 //! all read it.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::adaptive::Aimd;
@@ -31,6 +32,11 @@ pub struct LayerSpec {
     /// `Some(min_limit)`: the layer learns its effective limit from upstream's throttle
     /// replies (see `adaptive`), never below this floor. `None`: the limit is fixed.
     pub adaptive: Option<u64>,
+    /// `fair_by` is set: the waiters of a bucket are served in turn by fair key (see
+    /// `layer/waiters.rs`) instead of in one FIFO.
+    pub fair: bool,
+    /// A fair key's share of the turns (default 1).
+    pub weights: BTreeMap<String, u64>,
 }
 
 impl LayerSpec {
@@ -59,7 +65,19 @@ impl LayerSpec {
             idle_ttl: Duration::from_secs(7 * 86_400),
             charge_failures: false,
             adaptive: None,
+            fair: false,
+            weights: BTreeMap::new(),
         }
+    }
+
+    /// The weight of fair key `key` (1 unless `weights` names it).
+    pub fn weight(&self, key: &str) -> u64 {
+        self.weights.get(key).copied().unwrap_or(1).max(1)
+    }
+
+    /// The fair placement of a charge: its fair key, cost and weight, when the layer is fair.
+    pub(crate) fn fair_of<'a>(&self, fair: &'a str, cost: u64) -> Option<(&'a str, u64, u64)> {
+        self.fair.then(|| (fair, cost, self.weight(fair)))
     }
 
     /// The bucket parameters of this layer.

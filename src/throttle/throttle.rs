@@ -191,7 +191,10 @@ impl Throttle {
         let mut now = arrival_now;
         for c in charges {
             let layer = &layers[c.layer];
-            if let Some(at) = layer.acquire(&c.key, c.cost, deadline, now, turn).await? {
+            if let Some(at) = layer
+                .acquire((&c.key, &c.fair), c.cost, deadline, now, turn)
+                .await?
+            {
                 now = at;
             }
             held.taken.push(c);
@@ -244,7 +247,7 @@ impl Throttle {
             layers[c.layer].check_cost(c.cost)?;
         }
         for c in charges {
-            layers[c.layer].precheck(&c.key, c.cost, deadline, now)?;
+            layers[c.layer].precheck((&c.key, &c.fair), c.cost, deadline, now)?;
         }
         Ok(())
     }

@@ -84,6 +84,15 @@ pub fn charge(layer: usize, key: &str, cost: u64) -> Charge {
         layer,
         key: key.to_string(),
         cost,
+        fair: String::new(),
+    }
+}
+
+/// A charge of a layer with `fair_by`: `fair` is the message's fair key.
+pub fn fair_charge(layer: usize, key: &str, fair: &str, cost: u64) -> Charge {
+    Charge {
+        fair: fair.to_string(),
+        ..charge(layer, key, cost)
     }
 }
 

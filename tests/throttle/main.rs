@@ -4,6 +4,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod throttle_fair;
 mod throttle_layers;
 mod throttle_props;
 mod throttle_seed;

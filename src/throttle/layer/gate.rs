@@ -30,12 +30,12 @@ impl Layer {
     /// Waits (FIFO) until the message is the head of `key`'s queue in this replica.
     pub(crate) async fn gate(
         &self,
-        key: &str,
+        (key, fair): (&str, &str),
         cost: u64,
         now: Nanos,
         turn: Turn,
     ) -> Result<Gate<'_>, ThrottleError> {
-        let (slot, id, notify) = self.enter_gate(key, cost, now, turn)?;
+        let (slot, id, notify) = self.enter_gate((key, fair), cost, now, turn)?;
         let mut guard = CancelOnDrop {
             layer: self,
             slot,
@@ -59,7 +59,7 @@ impl Layer {
 
     fn enter_gate(
         &self,
-        key: &str,
+        (key, fair): (&str, &str),
         cost: u64,
         now: Nanos,
         turn: Turn,
@@ -73,7 +73,16 @@ impl Layer {
         let slot = (st.table.find_or_insert(key, now))
             .map_err(|TableFull| self.limited(key, cost, self.hint(), "max_keys"))?;
         self.gate_admits(st, slot, key, cost)?;
-        let (id, notify) = st.enqueue(slot, cost, now, (State::default(), now), turn);
+        // A fair layer's turn to ask: by tag, as in a local queue (no projection here).
+        let place =
+            (self.spec.fair_of(fair, cost)).map(|(f, c, w)| st.table.extra(slot).place(f, c, w));
+        let (id, notify) = st.enqueue(
+            (slot, fair, place),
+            cost,
+            now,
+            (State::default(), now),
+            turn,
+        );
         Ok((slot, id, notify))
     }
 }

@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use tokio::sync::Notify;
 
-use super::waiters::project;
+use super::waiters::project_place;
 use super::{ceil_ms, CancelOnDrop, Layer, Turn};
 use crate::throttle::bucket::Take;
 use crate::throttle::clock::Nanos;
@@ -52,13 +52,13 @@ impl Layer {
     /// waited, `None` for one at once.
     pub(crate) async fn acquire(
         &self,
-        key: &str,
+        (key, fair): (&str, &str),
         cost: u64,
         deadline: Nanos,
         now: Nanos,
         turn: Turn,
     ) -> Result<Option<Nanos>, ThrottleError> {
-        let Some(q) = self.enter(key, cost, deadline, now, turn)? else {
+        let Some(q) = self.enter((key, fair), cost, deadline, now, turn)? else {
             return Ok(None);
         };
         let mut guard = CancelOnDrop {
@@ -91,7 +91,7 @@ impl Layer {
     /// Arrival: granted now (`None`), queued, or refused.
     fn enter(
         &self,
-        key: &str,
+        (key, fair): (&str, &str),
         cost: u64,
         deadline: Nanos,
         now: Nanos,
@@ -123,19 +123,23 @@ impl Layer {
         if st.disposed {
             return Err(ThrottleError::Shutdown);
         }
-        let (tail, from) = match turn.again {
-            true => (st.table.extra(slot)).fold_first(&b, queued, (st.table.state(slot), now)),
-            false => project(&b, &mut st.table, slot, now),
+        let placed = self.spec.fair_of(fair, cost);
+        let ((tail, from), place) = match turn.again {
+            true => {
+                let q = st.table.extra(slot);
+                (q.fold_first(&b, queued, (st.table.state(slot), now)), None)
+            }
+            false => project_place(&b, &mut st.table, slot, now, placed),
         };
         let (at, next) = b.reserve(tail, from, cost).expect("cost checked");
         self.admit(key, cost, at - now, queued, now, deadline)?;
-        let (id, notify) = st.enqueue(slot, cost, now, (next, at), turn);
+        let (id, notify) = st.enqueue((slot, fair, place), cost, now, (next, at), turn);
         tracing::debug!(
             target: "ratelimit",
             layer = %self.spec.name,
             key,
             cost,
-            position = queued,
+            position = place.map_or(queued, |p| p.1),
             estimate_ms = ceil_ms(at - now),
             "ratelimit.waiting"
         );

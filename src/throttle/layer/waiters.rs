@@ -2,8 +2,16 @@
 //!
 //! Why apart from `queue.rs` and `gate.rs`: this is the data (who waits, in which order, and
 //! when each would be served); they are the waiting itself (locks, timers, cancellation).
+//!
+//! **Fair share** (`fair_by`): the list stays the serving order, but a newcomer is placed by
+//! a virtual finish tag (self-clocked fair queueing, the cost-weighted form of round robin):
+//! `max(tag of the last waiter served, last tag of its fair key) + cost / weight`, after every
+//! waiter with a tag not above it. So one tenant's backlog does not delay another's newcomer
+//! by more than about one turn per active tenant, a 10-token message counts as ten 1-token
+//! ones, and tags only grow within a fair key, so its own order stays FIFO. Without
+//! `fair_by` every waiter goes to the back, as before.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use tokio::sync::Notify;
@@ -21,13 +29,34 @@ pub(super) struct Waiter {
     pub(super) proj: State,
     /// Its place in arrival order (see `Turn`).
     pub(super) order: u64,
+    /// Its fair key (empty for a layer without `fair_by`) and virtual finish tag.
+    pub(super) fair: Box<str>,
+    pub(super) tag: u64,
 }
+
+/// Virtual time per token of weight 1: fine enough that weights up to this divide well.
+const TAG_SCALE: u64 = 1 << 20;
 
 #[derive(Default)]
 struct Waiters {
     list: VecDeque<Waiter>,
     /// Projected bucket state and instant after the last waiter's grant; `None`: refold.
     tail: Option<(State, Nanos)>,
+    /// The tag of the last waiter served: the virtual time a newcomer starts from.
+    vtime: u64,
+    /// Per fair key with waiters: how many, and its last tag. Bounded by the waiters.
+    flows: HashMap<Box<str>, (usize, u64)>,
+}
+
+impl Waiters {
+    fn left(&mut self, w: &Waiter) {
+        if let Some(f) = self.flows.get_mut(&w.fair) {
+            f.0 -= 1;
+            if f.0 == 0 {
+                self.flows.remove(&w.fair);
+            }
+        }
+    }
 }
 
 /// The waiters of one bucket: boxed, and absent when empty, so an idle key costs one pointer.
@@ -67,11 +96,40 @@ impl Queue {
         q.tail = Some(tail);
     }
 
+    /// A fair newcomer's tag and its place in the serving order (see the module doc).
+    pub(super) fn place(&self, fair: &str, cost: u64, weight: u64) -> (u64, usize) {
+        let Some(q) = &self.0 else {
+            return (cost.saturating_mul(TAG_SCALE) / weight.max(1), 0);
+        };
+        let last = q.flows.get(fair).map_or(0, |f| f.1);
+        let step = cost.saturating_mul(TAG_SCALE) / weight.max(1);
+        let tag = q.vtime.max(last).saturating_add(step);
+        (tag, q.list.partition_point(|w| w.tag <= tag))
+    }
+
+    /// Inserts a fair waiter at `pos` (from [`Queue::place`]); `tail` is the projection after
+    /// it, kept only when it goes to the back.
+    pub(super) fn insert_fair(&mut self, w: Waiter, pos: usize, tail: (State, Nanos)) {
+        let q = self.0.get_or_insert_with(Default::default);
+        let flow = q.flows.entry(w.fair.clone()).or_default();
+        *flow = (flow.0 + 1, flow.1.max(w.tag));
+        q.tail = (pos == q.list.len()).then_some(tail);
+        q.list.insert(pos, w);
+    }
+
     /// Puts a message sent again ahead of every waiter that arrived after it.
-    pub(super) fn insert_in_order(&mut self, w: Waiter) {
+    pub(super) fn insert_in_order(&mut self, mut w: Waiter) {
         let q = self.0.get_or_insert_with(Default::default);
         let pos = q.list.iter().position(|o| o.order > w.order);
-        q.list.insert(pos.unwrap_or(q.list.len()), w);
+        let pos = pos.unwrap_or(q.list.len());
+        // The tag of its neighbours keeps the list sorted by tag for fair placements.
+        w.tag = (q.list.get(pos).or(q.list.back())).map_or(q.vtime, |o| o.tag);
+        if let Some(f) = q.flows.get_mut(&w.fair) {
+            f.0 += 1;
+        } else if !w.fair.is_empty() {
+            q.flows.insert(w.fair.clone(), (1, w.tag));
+        }
+        q.list.insert(pos, w);
         q.tail = None;
     }
 
@@ -96,18 +154,22 @@ impl Queue {
 
     pub(super) fn pop_head(&mut self) -> Option<Waiter> {
         let q = self.0.as_mut()?;
-        let w = q.list.pop_front();
+        let w = q.list.pop_front()?;
+        q.vtime = q.vtime.max(w.tag);
+        q.left(&w);
         if q.list.is_empty() {
             self.0 = None;
         }
-        w
+        Some(w)
     }
 
     /// Removes waiter `id`; its position, if it was there.
     pub(super) fn remove(&mut self, id: u64) -> Option<usize> {
         let q = self.0.as_mut()?;
         let pos = q.list.iter().position(|w| w.id == id)?;
-        q.list.remove(pos);
+        if let Some(w) = q.list.remove(pos) {
+            q.left(&w);
+        }
         q.tail = None;
         if q.list.is_empty() {
             self.0 = None;
@@ -140,4 +202,27 @@ pub(super) fn project(
     }
     q.tail = Some((st, at));
     (st, at)
+}
+
+/// Where a newcomer of fair key `fair` (cost, weight) would go, and the projected state and
+/// instant it starts from: after the waiters ahead of it only. `fair = None`: the back.
+pub(super) fn project_place(
+    b: &Bucket,
+    table: &mut KeyTable<Queue>,
+    slot: u32,
+    now: Nanos,
+    fair: Option<(&str, u64, u64)>,
+) -> ((State, Nanos), Option<(u64, usize)>) {
+    let Some((key, cost, weight)) = fair else {
+        return (project(b, table, slot, now), None);
+    };
+    let q = table.extra(slot);
+    let (tag, pos) = q.place(key, cost, weight);
+    if pos == q.len() {
+        return (project(b, table, slot, now), Some((tag, pos)));
+    }
+    let from = table
+        .extra(slot)
+        .fold_first(b, pos, (table.state(slot), now));
+    (from, Some((tag, pos)))
 }

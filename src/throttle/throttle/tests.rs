@@ -18,6 +18,7 @@ fn charge(key: &str) -> Vec<Charge> {
         layer: 0,
         key: key.to_string(),
         cost: 1,
+        fair: String::new(),
     }]
 }
 
