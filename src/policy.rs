@@ -31,7 +31,7 @@ impl LayerPolicy {
             cost: layer.cost,
             matches: layer.match_.as_ref().map(|m| m.get_ref().clone()),
             strip_key_header: layer.strip_key_header,
-            fair_by: layer.fair_by.clone(),
+            fair_by: layer.fair_by.as_ref().map(|f| f.0.clone()),
         }
     }
 }
@@ -213,7 +213,8 @@ fn key_headers(layers: &[LayerPolicy], message: &[u8], fields: &[Field]) -> Vec<
     let names: Vec<&str> = layers
         .iter()
         .filter(|l| l.strip_key_header)
-        .filter_map(|l| match &l.key {
+        .flat_map(|l| std::iter::once(&l.key).chain(&l.fair_by))
+        .filter_map(|source| match source {
             KeySource::Header(name) => Some(name.as_str()),
             _ => None,
         })

@@ -34,7 +34,7 @@ pub use redis::{OnError, RedisConfig};
 pub use replies::ReplyPatterns;
 pub use security::{AuthConfig, TlsConfig, UserConfig};
 pub use smtp::SmtpConfig;
-pub use throttle::{Cost, MatchSpec, Mode, Refill, StoreKind, ThrottleConfig};
+pub use throttle::{Cost, FairBy, MatchSpec, Mode, Refill, StoreKind, ThrottleConfig};
 pub use upstream::{Feedback, UpstreamConfig, UpstreamTls, UpstreamUrl};
 
 /// A configuration that could not be used; the text says which key and where.
@@ -134,6 +134,13 @@ fn validate_layer(layer: &ThrottleConfig, text: &str) -> Result<(), String> {
             text,
             layer.name.span(),
             "key `throttle.burst`: a fixed_window layer holds `limit`; leave burst out",
+        ));
+    }
+    if layer.fair_by.is_none() && !layer.weights.is_empty() {
+        return Err(located(
+            text,
+            layer.name.span(),
+            "key `throttle.weights`: weights share the turns of `fair_by`; set it",
         ));
     }
     Ok(())

@@ -56,6 +56,13 @@ fn impossible_layer_values_are_refused_with_key_and_line() {
             9,
         ),
         ("limit = 1\nfrobnicate = true", "frobnicate", 9),
+        ("limit = 1\nfair_by = \"moon\"", "throttle.fair_by", 9),
+        (
+            "limit = 1\nfair_by = \"auth\"\nweights = { a = 0 }",
+            "weights",
+            10,
+        ),
+        ("limit = 1\nweights = { a = 2 }", "throttle.weights", 6),
     ] {
         let err = layer_error(body);
         assert!(err.contains(key), "{body}: {err}");
@@ -123,4 +130,16 @@ fn reply_patterns_classify_and_can_be_replaced() {
     let c = Config::parse(&text).unwrap();
     assert_eq!(c.upstream.classify(454, ses), None);
     assert_eq!(c.upstream.classify(450, "slow down"), Some(Feedback::Rate));
+}
+
+#[test]
+fn fair_by_and_weights_are_read() {
+    let text = format!(
+        "{MINIMAL}[[throttle]]\nname = \"t\"\nkey = \"none\"\nlimit = 5\n\
+         fair_by = \"header:X-Tenant\"\nweights = {{ acme = 3 }}\n"
+    );
+    let config = Config::parse(&text).unwrap();
+    let spec = crate::throttle::spec(&config.throttle[0]);
+    assert!(spec.fair);
+    assert_eq!((spec.weight("acme"), spec.weight("other")), (3, 1));
 }

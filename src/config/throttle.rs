@@ -57,6 +57,21 @@ pub struct MatchSpec {
     pub value: String,
 }
 
+/// `fair_by`: a key source like `key`, named in its own errors.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub struct FairBy(pub KeySource);
+
+impl TryFrom<String> for FairBy {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<FairBy, String> {
+        KeySource::parse(&text)
+            .map(FairBy)
+            .map_err(|e| format!("key `throttle.fair_by`: {e}"))
+    }
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ThrottleConfig {
@@ -97,7 +112,7 @@ pub struct ThrottleConfig {
     pub min_limit: Option<NonZeroU64>,
     /// Serve this layer's waiters in turn by this key (same sources and trust as `key`), so
     /// one tenant's backlog in a shared bucket does not hold back the others.
-    pub fair_by: Option<KeySource>,
+    pub fair_by: Option<FairBy>,
     /// Shares of the turns per fair key (default 1); needs `fair_by`.
     #[serde(default)]
     pub weights: BTreeMap<String, NonZeroU64>,

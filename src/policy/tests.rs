@@ -153,3 +153,26 @@ fn empty_trusted_header_falls_back() {
     f.header_trusted = true;
     assert_eq!(charges(&layers, &f)[0].key, "t");
 }
+
+#[test]
+fn fair_key_follows_the_key_rules_and_its_header_is_stripped() {
+    let rcpts = vec!["a@b".to_string()];
+    let mut account = layer("none", Cost::Recipients, None);
+    account.fair_by = Some(KeySource::parse("header:X-Tenant").unwrap());
+    let layers = [account];
+    let trusted = plan(&layers, &facts(MSG, &rcpts, None));
+    assert_eq!(
+        (
+            trusted.charges[0].key.as_str(),
+            trusted.charges[0].fair.as_str()
+        ),
+        ("", "acme")
+    );
+    assert_eq!(trusted.key_headers.len(), 1, "X-Tenant is a routing hint");
+    // An authenticated client without header trust stays its tenant's fair key.
+    let authed = plan(&layers, &facts(MSG, &rcpts, Some("globex")));
+    assert_eq!(authed.charges[0].fair, "globex");
+    // No fair_by: no fair key.
+    let plain = [layer("none", Cost::Recipients, None)];
+    assert_eq!(plan(&plain, &facts(MSG, &rcpts, None)).charges[0].fair, "");
+}

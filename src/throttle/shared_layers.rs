@@ -7,7 +7,9 @@
 //! 2. The head makes **one** store call for all its shared layers, with what is left of its
 //!    deadline as `max_wait` (0 when one of them is in reject mode: then they must all grant
 //!    now). Granted: done. Reserved for instant T: it lets the next one ask at once and sleeps
-//!    until T (giving the tokens back if it is dropped meanwhile). Refused: `451` with the
+//!    until T (giving the tokens back if it is dropped meanwhile); in a `fair_by` layer it
+//!    holds that layer's turn until T, so this replica's backlog never holds reservations
+//!    beyond the next one and a newcomer of another tenant is next in line. Refused: `451` with the
 //!    store's retry time. `Later` (the in-process fallback): it sleeps, holding its place, and
 //!    asks again.
 //!
@@ -34,7 +36,7 @@ use tokio::sync::watch;
 use super::charge::Charge;
 use super::clock::{nanos, Clock, Nanos};
 use super::error::ThrottleError;
-use super::layer::gate::Gate;
+use super::layer::gate::{fair_gates, Gate};
 use super::layer::{Layer, Turn};
 use super::peek::Peek;
 use super::spec::LayerSpec;
@@ -166,7 +168,7 @@ impl Shared {
             match decision {
                 Decision::Granted => return Ok((SharedTaken { source, charges }, answered)),
                 Decision::Reserved { wait } => {
-                    drop(gates);
+                    let _fair = fair_gates(layers, gates, &charges);
                     let taken = SharedTaken { source, charges };
                     return self.wait_reserved(layers, taken, answered, wait).await;
                 }

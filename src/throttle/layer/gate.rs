@@ -1,4 +1,5 @@
-//! The turn of a shared (Redis) layer: FIFO per key in this replica, in front of the store.
+//! The turn of a shared (Redis) layer: FIFO per key in this replica, in front of the store
+//! (with `fair_by`, in turn by fair key, as in a local queue: see `waiters`).
 //!
 //! Why a gate and not the local bucket: the tokens live in the store, so the queue here only
 //! decides who asks next. Only the head of a key's queue calls the store; it holds the gate
@@ -17,6 +18,7 @@ use tokio::sync::Notify;
 
 use super::{CancelOnDrop, Layer, Turn};
 use crate::throttle::bucket::State;
+use crate::throttle::charge::Charge;
 use crate::throttle::clock::Nanos;
 use crate::throttle::error::ThrottleError;
 use crate::throttle::key_table::TableFull;
@@ -73,9 +75,17 @@ impl Layer {
         let slot = (st.table.find_or_insert(key, now))
             .map_err(|TableFull| self.limited(key, cost, self.hint(), "max_keys"))?;
         self.gate_admits(st, slot, key, cost)?;
-        // A fair layer's turn to ask: by tag, as in a local queue (no projection here).
-        let place =
-            (self.spec.fair_of(fair, cost)).map(|(f, c, w)| st.table.extra(slot).place(f, c, w));
+        // A fair layer's turn to ask: by tag, as in a local queue, but never ahead of the
+        // head, which may be asking the store right now.
+        let q = st.table.extra(slot);
+        let head = q.head().map(|h| h.tag);
+        let place = (self.spec.fair_of(fair, cost)).map(|(f, c, w)| {
+            let (tag, pos) = q.place(f, c, w);
+            match head {
+                Some(h) => (tag.max(h), pos.max(1)),
+                None => (tag, pos),
+            }
+        });
         let (id, notify) = st.enqueue(
             (slot, fair, place),
             cost,
@@ -85,4 +95,18 @@ impl Layer {
         );
         Ok((slot, id, notify))
     }
+}
+
+/// The gates of the `fair_by` layers, kept through a reservation's wait (the others are let
+/// go): the next message of this replica then asks only when this one's tokens are due, so
+/// who goes next is decided by the fair queue here, not by the store's FIFO of reservations.
+pub(crate) fn fair_gates<'a>(
+    layers: &[Arc<Layer>],
+    gates: Vec<Gate<'a>>,
+    charges: &[Charge],
+) -> Vec<Gate<'a>> {
+    (gates.into_iter().zip(charges))
+        .filter(|(_, c)| layers[c.layer].spec().fair)
+        .map(|(g, _)| g)
+        .collect()
 }
