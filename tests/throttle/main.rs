@@ -5,6 +5,7 @@
 mod support;
 
 mod throttle_fair;
+mod throttle_fair_props;
 mod throttle_fair_shared;
 mod throttle_layers;
 mod throttle_props;
