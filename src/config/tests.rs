@@ -139,7 +139,8 @@ fn fair_by_and_weights_are_read() {
          fair_by = \"header:X-Tenant\"\nweights = {{ acme = 3 }}\n"
     );
     let config = Config::parse(&text).unwrap();
-    let spec = crate::throttle::spec(&config.throttle[0]);
-    assert!(spec.fair);
-    assert_eq!((spec.weight("acme"), spec.weight("other")), (3, 1));
+    let layer = &config.throttle[0];
+    let by = layer.fair_by.as_ref().map(|f| &f.0);
+    assert_eq!(by, Some(&KeySource::Header("X-Tenant".into())));
+    assert_eq!(layer.weights["acme"].get(), 3);
 }

@@ -72,3 +72,20 @@ pub fn redis_options(redis: &RedisConfig) -> RedisOptions {
         prefix: redis.prefix.clone(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fair_by_and_weights_reach_the_spec() {
+        let text = "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"file://o\"\n\
+                    [[throttle]]\nname = \"a\"\nkey = \"none\"\nlimit = 5\n\
+                    fair_by = \"auth\"\nweights = { acme = 3 }\n\
+                    [[throttle]]\nname = \"b\"\nkey = \"auth\"\nlimit = 5\n";
+        let config = Config::parse(text).unwrap();
+        let (a, b) = (spec(&config.throttle[0]), spec(&config.throttle[1]));
+        assert!(a.fair && !b.fair);
+        assert_eq!((a.weight("acme"), a.weight("other")), (3, 1));
+    }
+}

@@ -12,4 +12,5 @@ mod throttle_props;
 mod throttle_seed;
 mod throttle_store;
 mod throttling;
+mod throttling_fair;
 mod throttling_tcp;
