@@ -14,7 +14,7 @@
 //! | `policy` | which buckets a message is charged to, how much, and which key headers it loses |
 //! | `recent` | the last refusals, and refusals per layer in the last minute (status page) |
 //! | `metrics` | the Prometheus registry and what is counted |
-//! | `throttle/` | token buckets (pure math in `bucket`), key tables, stores (local, Redis), layers with FIFO queues |
+//! | `throttle/` | token buckets (pure math in `bucket`), key tables, stores (local, Redis), layers with FIFO queues (fair by tenant with `fair_by`) |
 //! | `upstream/` | the `Forwarder` trait: `smtp` (lettre connections, our pool), `file` |
 //! | `tls` | inbound TLS: PEM loading, the rustls acceptor, its reload |
 //! | `connection_limit` | connections held per client address |

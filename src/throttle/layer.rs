@@ -4,7 +4,9 @@
 //!
 //! Why this design: one `std::sync::Mutex` per layer holds the bucket table and every queue, so
 //! "is it my turn, and are the tokens there?" is one short critical section, never held across
-//! an `await`. Only the head of a queue takes: a later, cheaper message never overtakes.
+//! an `await`. Only the head of a queue takes: a later, cheaper message never overtakes. With
+//! `fair_by` the queue is kept in fair order (see `waiters`): FIFO within a fair key, in
+//! turn across them; the head is still the only one that takes.
 //!
 //! **max_keys.** The table drops a full bucket, else the least recently used one without
 //! waiters (see `key_table`). When every bucket has waiters, a new key is refused with

@@ -15,8 +15,8 @@
 //! - `key_table`: one layer's buckets in process, bounded by `max_keys`, idle ones forgotten.
 //! - [`store`]: the [`store::Store`] boundary (one atomic take over several layers), its
 //!   in-process [`store::local::LocalStore`] and [`store::redis::RedisStore`] (replicas share).
-//! - `layer`: one layer's buckets and FIFO queues: timers at the exact due instant,
-//!   cancel-safe; for a shared layer only the queue (its turn in front of the store); an
+//! - `layer`: one layer's buckets and FIFO queues (with `fair_by`, served in turn by fair key:
+//!   `layer/waiters.rs`): timers at the exact due instant, cancel-safe; for a shared layer only the queue (its turn in front of the store); an
 //!   adaptive layer's effective limit applied to its buckets (`layer/adapt.rs`).
 //! - `shared_layers`: the layers on a shared store (`store = "redis"`): one store call per
 //!   message, reservations, and `on_error` when the store fails.
