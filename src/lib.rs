@@ -19,7 +19,7 @@
 //! | `tls` | inbound TLS: PEM loading, the rustls acceptor, its reload |
 //! | `connection_limit` | connections held per client address |
 //! | `auth_lockout` | failed AUTH attempts per client address, and the lockout |
-//! | `password` | argon2id password hashes for `[smtp.auth] users` |
+//! | `password` | argon2id password hashes for `[smtp.auth] users`, and the verifier that bounds checks in flight (memory) |
 //! | `shutdown` | the one shutdown signal every task listens to |
 //! | `log_format` | the human log format's fields, client-supplied values quoted and escaped |
 //! | `config/` | the TOML schema, its defaults and validation |
