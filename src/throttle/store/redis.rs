@@ -31,7 +31,6 @@ mod api;
 pub(crate) mod keys;
 mod learned;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use ::redis::aio::ConnectionManager;
@@ -40,12 +39,16 @@ use ::redis::{Script, ScriptInvocation};
 use tokio::sync::OnceCell;
 
 use super::{Decision, StoreCharge, StoreError};
-use crate::throttle::clock::{Clock, Nanos};
+use crate::throttle::clock::Nanos;
 use crate::throttle::peek::Peek;
 use crate::throttle::spec::LayerSpec;
 pub use keys::slot;
 use keys::LayerKeys;
 use learned::Heard;
+
+/// The clock a test gives the store in place of Redis `TIME`.
+#[cfg(any(test, feature = "test-support"))]
+pub type TestClock = std::sync::Arc<dyn crate::throttle::clock::Clock>;
 
 const BUCKET_LUA: &str = include_str!("redis/bucket.lua");
 const ADAPTIVE_LUA: &str = include_str!("redis/adaptive.lua");
@@ -91,7 +94,8 @@ pub struct RedisStore {
     give_back: Script,
     peek: Script,
     /// Tests only: the scripts' `now` from this clock instead of Redis `TIME`.
-    test_clock: Option<(Arc<dyn Clock>, u64)>,
+    #[cfg(any(test, feature = "test-support"))]
+    test_clock: Option<(TestClock, u64)>,
 }
 
 fn unavailable(e: impl std::fmt::Display) -> StoreError {
@@ -147,6 +151,7 @@ impl RedisStore {
             take: script(include_str!("redis/take.lua")),
             give_back: script(include_str!("redis/give_back.lua")),
             peek: script(include_str!("redis/peek.lua")),
+            #[cfg(any(test, feature = "test-support"))]
             test_clock: None,
         })
     }
@@ -155,7 +160,7 @@ impl RedisStore {
     /// instead of Redis `TIME`, so bucket math can be checked with a fake clock. Production
     /// never calls this.
     #[cfg(any(test, feature = "test-support"))]
-    pub fn with_test_clock(mut self, clock: Arc<dyn Clock>) -> RedisStore {
+    pub fn with_test_clock(mut self, clock: TestClock) -> RedisStore {
         let origin = clock.unix_secs_at(0) * 1_000_000;
         self.test_clock = Some((clock, origin));
         self
@@ -166,11 +171,13 @@ impl RedisStore {
         Some(self.layers.get(layer)?.key(key))
     }
 
+    /// The scripts' `now`: empty for Redis `TIME`, a test clock's reading in tests.
     fn now_arg(&self) -> String {
-        match &self.test_clock {
-            Some((clock, origin)) => (origin + clock.now() / 1_000).to_string(),
-            None => String::new(),
+        #[cfg(any(test, feature = "test-support"))]
+        if let Some((clock, origin)) = &self.test_clock {
+            return (origin + clock.now() / 1_000).to_string();
         }
+        String::new()
     }
 
     fn layer(&self, layer: usize) -> Result<&LayerKeys, StoreError> {
