@@ -26,7 +26,7 @@ fn message(tenant: &str, subject: &str) -> Vec<u8> {
 }
 
 /// Sends one message on a new connection, in a task of its own.
-fn send(relay: &Relay, tenant: &str, subject: &str) -> JoinHandle<(u16, String)> {
+pub(crate) fn send(relay: &Relay, tenant: &str, subject: &str) -> JoinHandle<(u16, String)> {
     let msg = message(tenant, subject);
     let mut c = relay.memory_connect();
     tokio::spawn(async move {
@@ -37,7 +37,7 @@ fn send(relay: &Relay, tenant: &str, subject: &str) -> JoinHandle<(u16, String)>
 }
 
 /// Lets the relay run, without moving the clock, until `cond` holds.
-async fn until(what: &str, cond: impl Fn() -> bool) {
+pub(crate) async fn until(what: &str, cond: impl Fn() -> bool) {
     for _ in 0..200_000 {
         if cond() {
             return;

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use crate::support::memory::subject_of;
-use crate::support::relay::{memory_relay, Relay};
-use tokio::task::JoinHandle;
+use crate::support::relay::memory_relay;
+use crate::throttling::{send, until};
 use tokio::time::Instant;
 
 fn layers(fair: bool) -> String {
@@ -19,26 +19,6 @@ fn layers(fair: bool) -> String {
         "[[throttle]]\nname = \"account\"\nkey = \"none\"\ncost = \"message\"\nlimit = 5\n{fair_by}\n\
          [[throttle]]\nname = \"tenant\"\nkey = \"header:X-Tenant\"\ncost = \"message\"\nlimit = 5\n"
     )
-}
-
-fn send(relay: &Relay, tenant: &str, subject: &str) -> JoinHandle<(u16, String)> {
-    let msg = format!("X-Tenant: {tenant}\r\nSubject: {subject}\r\n\r\nbody\r\n").into_bytes();
-    let mut c = relay.memory_connect();
-    tokio::spawn(async move {
-        c.greeting().await;
-        c.send_mail("app@example.com", &["user@example.net"], &msg)
-            .await
-    })
-}
-
-async fn until(what: &str, cond: impl Fn() -> bool) {
-    for _ in 0..200_000 {
-        if cond() {
-            return;
-        }
-        tokio::task::yield_now().await;
-    }
-    panic!("never happened: {what}");
 }
 
 /// How long B's message waited, and the subjects upstream saw.

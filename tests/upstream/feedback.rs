@@ -263,21 +263,7 @@ async fn too_many_connections_closes_one_retries_on_a_pooled_one_and_shrinks_the
     let up = TestUpstream::start().await;
     up.set_max_connections(Some(2));
     let relay = smtp_relay(&up.url(), "", "pool_size = 6\n").await;
-    let tasks: Vec<_> = (0..12)
-        .map(|i| {
-            let addr = relay.addr;
-            tokio::spawn(async move {
-                let mut c = Client::connect(addr).await;
-                let msg = format!("Subject: p{i}\r\n\r\nbody\r\n");
-                c.send_mail("a@example.com", &["b@example.net"], msg.as_bytes())
-                    .await
-            })
-        })
-        .collect();
-    for t in tasks {
-        let (code, text) = t.await.unwrap();
-        assert_eq!(code, 250, "{text}");
-    }
+    every_one_delivered(&relay, 12, "p").await;
     assert_eq!(up.messages().len(), 12, "each message once");
     assert!(up.crowded() > 0, "upstream refused connections");
     let counted = relay.metric("mailsluice_upstream_throttled_total{reason=\"connections\"}");
@@ -292,12 +278,22 @@ async fn over_tcp_the_relay_absorbs_the_hidden_rate_of_the_test_upstream() {
     let up = TestUpstream::start().await;
     up.set_hidden_rate(Some(20));
     let relay = smtp_relay(&up.url(), "", &account_layer(40, "")).await;
-    let tasks: Vec<_> = (0..60)
+    every_one_delivered(&relay, 60, "t").await;
+    let subjects: HashSet<String> = up.messages().iter().map(|m| subject_of(&m.data)).collect();
+    assert_eq!((up.messages().len(), subjects.len()), (60, 60));
+    assert!(up.rate_refusals() > 0, "upstream throttled");
+    assert!(relay.throttle.effective_limit(0).unwrap() < 40);
+}
+
+/// Sends `n` messages over TCP at once, one connection each (subjects `<prefix><i>`), and
+/// asserts that every client got 250.
+async fn every_one_delivered(relay: &Relay, n: usize, prefix: &str) {
+    let tasks: Vec<_> = (0..n)
         .map(|i| {
             let addr = relay.addr;
+            let msg = format!("Subject: {prefix}{i}\r\n\r\nbody\r\n");
             tokio::spawn(async move {
                 let mut c = Client::connect(addr).await;
-                let msg = format!("Subject: t{i}\r\n\r\nbody\r\n");
                 c.send_mail("a@example.com", &["b@example.net"], msg.as_bytes())
                     .await
             })
@@ -307,8 +303,4 @@ async fn over_tcp_the_relay_absorbs_the_hidden_rate_of_the_test_upstream() {
         let (code, text) = t.await.unwrap();
         assert_eq!(code, 250, "{text}");
     }
-    let subjects: HashSet<String> = up.messages().iter().map(|m| subject_of(&m.data)).collect();
-    assert_eq!((up.messages().len(), subjects.len()), (60, 60));
-    assert!(up.rate_refusals() > 0, "upstream throttled");
-    assert!(relay.throttle.effective_limit(0).unwrap() < 40);
 }
