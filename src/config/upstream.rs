@@ -4,7 +4,9 @@
 use std::num::{NonZeroU64, NonZeroUsize};
 use std::path::PathBuf;
 
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
+use toml::Spanned;
 
 use super::replies::ReplyPatterns;
 
@@ -17,9 +19,12 @@ pub enum UpstreamTls {
     Required,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UpstreamConfig {
+    /// What routes and layers call it; a single `[upstream]` table may leave it out
+    /// ("default"), each of several `[[upstream]]` tables needs one.
+    pub name: Option<Spanned<String>>,
     /// `smtp://host:port`, `smtps://host:port` or `file://DIR`.
     pub url: UpstreamUrl,
     #[serde(default)]
@@ -35,6 +40,13 @@ pub struct UpstreamConfig {
     pub timeout_ms: NonZeroU64,
     /// Name this relay gives itself in EHLO upstream; defaults to `smtp.hostname`.
     pub helo_name: Option<String>,
+    /// Reconnect after this many messages on one connection (0: no bound): providers behind
+    /// load balancers ask for it.
+    #[serde(default)]
+    pub max_messages_per_connection: u64,
+    /// Reconnect when a connection is older than this (0: no bound).
+    #[serde(default)]
+    pub max_connection_age_ms: u64,
     /// Replies that mean "too fast": the message is sent again later, adaptive layers slow.
     #[serde(default = "ReplyPatterns::default_throttle")]
     pub throttle_replies: ReplyPatterns,
@@ -67,6 +79,11 @@ impl Feedback {
 }
 
 impl UpstreamConfig {
+    /// The name routes and layers use.
+    pub fn name(&self) -> &str {
+        self.name.as_ref().map_or(DEFAULT_NAME, |n| n.get_ref())
+    }
+
     /// What upstream's reply `code text` (enhanced code included in `text`) signals, if
     /// anything. Quota is checked first: its SES text is a "throttling failure" too.
     pub fn classify(&self, code: u16, text: &str) -> Option<Feedback> {
@@ -86,6 +103,36 @@ impl UpstreamConfig {
             None
         }
     }
+}
+
+/// The name of an `[upstream]` table that has none.
+pub const DEFAULT_NAME: &str = "default";
+
+/// `upstream` as one table (`[upstream]`) or several (`[[upstream]]`). A visitor rather than an
+/// untagged enum, so that an error inside a table keeps its key and line.
+pub(super) fn one_or_many<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Vec<UpstreamConfig>, D::Error> {
+    struct OneOrMany;
+
+    impl<'de> Visitor<'de> for OneOrMany {
+        type Value = Vec<UpstreamConfig>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an [upstream] table or [[upstream]] tables")
+        }
+
+        fn visit_map<M: MapAccess<'de>>(self, map: M) -> Result<Self::Value, M::Error> {
+            let one = UpstreamConfig::deserialize(de::value::MapAccessDeserializer::new(map))?;
+            Ok(vec![one])
+        }
+
+        fn visit_seq<S: SeqAccess<'de>>(self, seq: S) -> Result<Self::Value, S::Error> {
+            Vec::deserialize(de::value::SeqAccessDeserializer::new(seq))
+        }
+    }
+
+    deserializer.deserialize_any(OneOrMany)
 }
 
 fn default_quota_pause_ms() -> NonZeroU64 {

@@ -84,7 +84,10 @@ async fn metrics_count_what_was_sent_and_peek_takes_nothing() {
     assert_eq!(m["mailsluice_throttled_total{layer=\"tenant\"}"], 1.0);
     assert_eq!(m["mailsluice_throttle_keys{layer=\"tenant\"}"], 1.0);
     assert_eq!(m["mailsluice_throttle_waiting{layer=\"tenant\"}"], 0.0);
-    assert_eq!(m["mailsluice_upstream_seconds_count"], 4.0);
+    assert_eq!(
+        m["mailsluice_upstream_seconds_count{upstream=\"default\"}"],
+        4.0
+    );
     assert_eq!(m["mailsluice_connections_open"], 1.0);
     assert!(!text.contains("acme"), "no per-key series");
 
