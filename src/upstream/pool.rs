@@ -362,3 +362,36 @@ impl Pool {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn age(old: Duration, transactions: u64) -> Age {
+        let opened = Instant::now()
+            .checked_sub(old)
+            .expect("the machine has been up that long");
+        Age {
+            opened,
+            transactions,
+        }
+    }
+
+    #[test]
+    fn a_connection_is_retired_at_either_bound_and_never_without_one() {
+        let none = Reconnect::default();
+        assert!(!none.due(&age(Duration::from_secs(3600), 1_000_000)));
+        let messages = Reconnect {
+            max_messages: Some(3),
+            max_age: None,
+        };
+        assert!(!messages.due(&age(Duration::from_secs(3600), 2)));
+        assert!(messages.due(&age(Duration::ZERO, 3)));
+        let aged = Reconnect {
+            max_messages: None,
+            max_age: Some(Duration::from_secs(60)),
+        };
+        assert!(!aged.due(&age(Duration::from_secs(30), 1_000)));
+        assert!(aged.due(&age(Duration::from_secs(61), 0)));
+    }
+}

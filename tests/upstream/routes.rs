@@ -141,6 +141,10 @@ async fn each_tenant_reaches_its_upstream_with_its_route_headers() {
     assert_eq!(subject(&c[0]), "to-c");
     assert_eq!((three.a.messages().len(), three.b.messages().len()), (1, 1));
     assert_eq!(three.c.messages().len(), 1);
+    for name in ["a", "b", "c"] {
+        let metric = format!("mailsluice_upstream_seconds_count{{upstream=\"{name}\"}}");
+        assert_eq!(relay.metric(&metric), 1.0, "{metric}");
+    }
 }
 
 #[tokio::test]
