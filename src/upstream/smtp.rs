@@ -5,7 +5,9 @@
 //! dot has been sent upstream cannot have accepted the message, so a connection found dead at
 //! MAIL, RCPT or DATA is replaced once and the message sent again; after it, never (a duplicate
 //! is worse than a `451`). It also lets each step carry its own timeout, and the MAIL
-//! parameters follow what the client asked for instead of lettre's guesses.
+//! parameters follow what the client asked for instead of lettre's guesses. When upstream
+//! offers PIPELINING, MAIL, RCPT and DATA go as one group (`pipeline.rs`); their replies are
+//! still read, timed and classified one by one.
 //!
 //! Bytes: lettre dot-stuffs the body (a `.` at the start of a line after CRLF is doubled) and
 //! appends `CRLF.CRLF`; it changes nothing else (no line-ending or 8-bit conversion). See
