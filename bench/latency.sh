@@ -27,6 +27,7 @@ fi
 cargo build --release -q --bin mailsluice
 cargo build -q --example latency
 work=$(mktemp -d)
+chmod 755 "$work" # Postfix (mail_owner) works in it
 PF_CONF=""
 cleanup() {
   kill $(jobs -p) 2>/dev/null || true
@@ -82,6 +83,7 @@ alias_database =
 relayhost = [127.0.0.1]:$UP_PORT
 mynetworks = 127.0.0.0/8
 smtpd_relay_restrictions = permit_mynetworks, reject
+maillog_file_prefixes = $dir
 maillog_file = $dir/maillog
 smtp_tls_security_level = none
 smtpd_tls_security_level = none
@@ -105,11 +107,11 @@ stop_postfix() {
   sleep 1
 }
 
-run() { # port messages sessions -> the upstream's line once all arrived
+run() { # port messages sessions; LINE = the upstream's line once all arrived
   smtp-source -d -s "$3" -l 1024 -m "$2" -f from@example.com -t to@example.com \
     127.0.0.1:"$1" >/dev/null 2>&1 || { echo "smtp-source failed against $1" >&2; exit 1; }
-  wait $UP_PID
-  cat "$work/up.out"
+  wait $UP_PID || { echo "upstream failed: $(cat "$work/up.err")" >&2; exit 1; }
+  LINE=$(cat "$work/up.out")
 }
 
 field() { echo "$2" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
@@ -122,15 +124,15 @@ for delay in $DELAYS; do
     for pool in $POOLS; do
       n=$((SCALE * pool * 40 / delay)); sessions=$((pool * 2 > 20 ? pool * 2 : 20))
       start_upstream "$delay" "$pipe" "$n"; start_relay "$pool"
-      line=$(run $RELAY_PORT "$n" "$sessions")
+      run $RELAY_PORT "$n" "$sessions"
       kill $RELAY_PID; wait $RELAY_PID 2>/dev/null || true
-      r=$(field rate "$line"); rf=$(field flights "$line")
+      r=$(field rate "$LINE"); rf=$(field flights "$LINE")
       p=- pf=- pd=- ratio=-
       if [ "$POSTFIX" = 1 ]; then
         start_upstream "$delay" "$pipe" "$n"; start_postfix "$pool"
-        line=$(run $PF_PORT "$n" "$sessions")
+        run $PF_PORT "$n" "$sessions"
         stop_postfix
-        p=$(field rate "$line"); pf=$(field flights "$line")
+        p=$(field rate "$LINE"); pf=$(field flights "$LINE")
         pd=$(printf '%.2f' "$(derived "$pool" "$p" "$delay")")
         ratio=$(printf '%.2f' "$(echo "$r / $p" | bc -l)")
       fi
