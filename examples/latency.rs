@@ -11,6 +11,7 @@
 //! `messages=<n> rate=<messages/s between the first and the last> flights=<flights per message>`.
 //! A flight is a group of lines that arrived in one read at the upstream (a command, a
 //! pipelined group of commands, or a message's data): one round trip each.
+//! `LATENCY_SHOW_FLIGHTS=<n>` prints the first `n` flights to stderr.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -60,6 +61,11 @@ async fn main() {
     let span = got[got.len() - 1].at - got[0].at;
     let rate = (got.len() - 1) as f64 / span.as_secs_f64();
     let flights = up.flights().len() as f64 / got.len() as f64;
+    if let Ok(n) = std::env::var("LATENCY_SHOW_FLIGHTS") {
+        for (conn, flight) in up.flights().iter().take(n.parse().unwrap_or(20)) {
+            eprintln!("{conn}: {flight:?}");
+        }
+    }
     println!("messages={} rate={rate:.1} flights={flights:.2}", got.len());
 }
 
