@@ -5,13 +5,16 @@
 //! dot has been sent upstream cannot have accepted the message, so a connection found dead at
 //! MAIL, RCPT or DATA is replaced once and the message sent again; after it, never (a duplicate
 //! is worse than a `451`). It also lets each step carry its own timeout, and the MAIL
-//! parameters follow what the client asked for instead of lettre's guesses.
+//! parameters follow what the client asked for instead of lettre's guesses. When upstream
+//! offers PIPELINING, MAIL, RCPT and DATA go as one group (`pipeline.rs`); their replies are
+//! still read, timed and classified one by one.
 //!
 //! Bytes: lettre dot-stuffs the body (a `.` at the start of a line after CRLF is doubled) and
 //! appends `CRLF.CRLF`; it changes nothing else (no line-ending or 8-bit conversion). See
 //! `wire.rs`: `wire_body` for the trailing CRLF and `dot_after_bare_line_break` for the one case its
 //! stuffing leaves open.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,9 +24,12 @@ use lettre::transport::smtp::commands::{Data, Rset};
 use lettre::transport::smtp::extension::{ClientId, Extension, MailBodyParameter, MailParameter};
 use lettre::transport::smtp::Error as SmtpError;
 
+mod pipeline;
 mod wire;
 
-use wire::{bad, dot_after_bare_line_break, mail_line, path, wire_body};
+pub(super) use pipeline::advertises_pipelining;
+use pipeline::{cut_short, Tracked};
+use wire::{bad, dot_after_bare_line_break, mail_line, path, rcpt_line, wire_body};
 
 use super::pool::{Connector, Lease, Pool, Reconnect, Security};
 use super::reply::{connect_error, describe, rejected, smtp_error, unavailable};
@@ -50,6 +56,9 @@ pub enum SmtpSetupError {
 /// Attempts after upstream's "too many connections", each on another connection.
 const RETRIES: usize = 2;
 
+/// How much of the body lettre dot-stuffs and writes at a time.
+const BODY_SLICE: usize = 64 * 1024;
+
 /// Forwards each message to one SMTP server over pooled connections.
 pub struct SmtpForwarder {
     pool: Arc<Pool>,
@@ -58,7 +67,7 @@ pub struct SmtpForwarder {
 
 /// The SMTP step at which a transaction failed; it decides whether a retry is safe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Step {
+pub(super) enum Step {
     Mail,
     Rcpt,
     Data,
@@ -69,13 +78,13 @@ enum Step {
 }
 
 /// How a transaction failed, and what that leaves of the connection.
-struct Failure {
-    step: Step,
-    error: UpstreamError,
+pub(super) struct Failure {
+    pub(super) step: Step,
+    pub(super) error: UpstreamError,
     /// The connection is between transactions (or can be put there with RSET).
-    clean: bool,
+    pub(super) clean: bool,
     /// Nothing was accepted and the connection died under us: worth one fresh attempt.
-    stale: bool,
+    pub(super) stale: bool,
 }
 
 impl SmtpForwarder {
@@ -140,17 +149,19 @@ impl SmtpForwarder {
                 "message has a bare CR or LF next to a dot; not relayed (SMTP smuggling)".into(),
             ));
         }
-        let tx = Transaction {
+        let mut tx = Transaction {
             envelope,
             from,
             rcpts,
             message,
             timeout: self.timeout,
+            pipelining: false,
         };
 
         let mut lease = self.checkout().await?;
         let (mut retried, mut crowded) = (false, 0);
         loop {
+            tx.pipelining = lease.pipelining;
             match tx.run(&mut lease.conn).await {
                 Ok(accepted) => {
                     self.pool.checkin(lease);
@@ -220,30 +231,56 @@ impl Forwarder for SmtpForwarder {
 }
 
 /// One message's commands, ready to be played on a connection (twice, at most).
-struct Transaction<'a> {
-    envelope: &'a Envelope,
-    from: Option<&'a str>,
-    rcpts: Vec<&'a str>,
-    message: &'a [u8],
-    timeout: Duration,
+pub(super) struct Transaction<'a> {
+    pub(super) envelope: &'a Envelope,
+    /// The paths as checked by `wire::path`; `None` is the null sender.
+    pub(super) from: Option<&'a str>,
+    pub(super) rcpts: Vec<&'a str>,
+    pub(super) message: &'a [u8],
+    /// Bounds each step: the write and the wait for its reply.
+    pub(super) timeout: Duration,
+    /// Upstream advertised PIPELINING on the connection about to be used (see
+    /// [`advertises_pipelining`]); set it for each connection the transaction is played on.
+    pub(super) pipelining: bool,
 }
 
 impl Transaction<'_> {
-    async fn run(&self, conn: &mut AsyncSmtpConnection) -> Result<Accepted, Failure> {
+    /// MAIL, every RCPT and DATA (pipelined when upstream advertises PIPELINING), up to upstream's 354.
+    pub(super) async fn prepare(&self, conn: &mut AsyncSmtpConnection) -> Result<(), Failure> {
         let params = self.mail_parameters(conn)?;
         let mail = mail_line(self.from, &params);
+        if self.pipelining {
+            return self.prepare_pipelined(conn, mail).await;
+        }
         self.step(Step::Mail, conn.command(mail)).await?;
         for rcpt in &self.rcpts {
-            let line = format!("RCPT TO:<{rcpt}>\r\n");
-            self.step(Step::Rcpt, conn.command(line)).await?;
+            self.step(Step::Rcpt, conn.command(rcpt_line(rcpt))).await?;
         }
         self.step(Step::Data, conn.command(Data)).await?;
-        let reply = self
-            .step(Step::EndOfData, conn.message(wire_body(self.message)))
-            .await?;
+        Ok(())
+    }
+
+    /// The body and the final dot, and upstream's reply to it. The body goes to lettre in
+    /// slices of the message itself, so its dot-stuffed copy is never more than one slice.
+    /// A failure is uncertain only once the whole body was written (see `Tracked`).
+    pub(super) async fn finish(&self, conn: &mut AsyncSmtpConnection) -> Result<Accepted, Failure> {
+        let whole = AtomicBool::new(false);
+        let body = Tracked {
+            parts: wire_body(self.message).chunks(BODY_SLICE),
+            whole: &whole,
+        };
+        let reply = match self.step(Step::EndOfData, conn.message_iter(body)).await {
+            Err(f) if !whole.load(Ordering::Relaxed) => return Err(cut_short(f)),
+            other => other?,
+        };
         Ok(Accepted {
             text: reply.message().collect::<Vec<_>>().join(" "),
         })
+    }
+
+    async fn run(&self, conn: &mut AsyncSmtpConnection) -> Result<Accepted, Failure> {
+        self.prepare(conn).await?;
+        self.finish(conn).await
     }
 
     /// Declares what the client declared, when upstream understands it. What cannot be
