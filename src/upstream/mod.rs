@@ -1,7 +1,8 @@
 //! Where a message goes once it may go. One trait so the session never knows whether it talks
 //! to SES, another relay or a directory: it only needs the upstream's verdict, which it relays.
 //!
-//! - `smtp`: `smtp://` and `smtps://`, driven one step at a time over lettre's connection.
+//! - `smtp`: `smtp://` and `smtps://` over lettre's connection, each step checked (MAIL, RCPT
+//!   and DATA pipelined when upstream offers it).
 //! - `pool`: our pool of those connections (bounded, with timeouts on every step).
 //! - `file`: `file://DIR`, the embedded default: one `.eml` and one `.json` per message.
 //! - `pause`: the pause after a quota reply, and its probe.

@@ -1,4 +1,4 @@
-//! `smtp://` and `smtps://` upstream: lettre's SMTP connection, driven one step at a time.
+//! `smtp://` and `smtps://` upstream: lettre's SMTP connection, each step's reply checked.
 //!
 //! We drive MAIL, RCPT, DATA ourselves (rather than `send_raw`) because only then do we know
 //! at which step a failure happened, and that decides whether a retry is safe: until the final
