@@ -1,6 +1,7 @@
 //! `[upstream]`: where messages go, and how to reach it. The URL is parsed once, when the file
 //! is read, so a typo is a startup error with its line.
 
+use std::net::SocketAddr;
 use std::num::{NonZeroU64, NonZeroUsize};
 use std::path::PathBuf;
 
@@ -20,7 +21,7 @@ pub enum UpstreamTls {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UpstreamConfig {
-    /// `smtp://host:port`, `smtps://host:port` or `file://DIR`.
+    /// `smtp://host:port`, `smtps://host:port`, `mx://` or `file://DIR`.
     pub url: UpstreamUrl,
     #[serde(default)]
     pub tls: UpstreamTls,
@@ -43,6 +44,14 @@ pub struct UpstreamConfig {
     pub quota_replies: ReplyPatterns,
     #[serde(default = "default_quota_pause_ms")]
     pub quota_pause_ms: NonZeroU64,
+    /// `mx://` only: the port of the MX hosts (default 25; tests use another). Unset keys
+    /// stay `None`, so a key given to another kind of upstream is an error, not ignored.
+    pub mx_port: Option<u16>,
+    /// `mx://` only: ask these name servers (`ip:port`, UDP and TCP) instead of the system's.
+    pub nameservers: Option<Vec<SocketAddr>>,
+    /// `mx://` only: connections in use at once to one recipient domain (default 10), so a
+    /// burst to one domain does not look like an attack to its servers.
+    pub max_connections_per_domain: Option<NonZeroUsize>,
 }
 
 /// What an upstream refusal says about sending, beyond this one message.
@@ -67,6 +76,55 @@ impl Feedback {
 }
 
 impl UpstreamConfig {
+    pub fn mx_port(&self) -> u16 {
+        self.mx_port.unwrap_or(25)
+    }
+
+    pub fn max_connections_per_domain(&self) -> NonZeroUsize {
+        self.max_connections_per_domain
+            .unwrap_or(NonZeroUsize::new(10).unwrap())
+    }
+
+    /// The rules between keys that no key's type can say: the `mx://` keys belong to it
+    /// alone, and MX hosts take no credentials (they are not our smarthost).
+    pub fn validate(&self) -> Result<(), String> {
+        let mx = matches!(self.url, UpstreamUrl::Mx);
+        let mx_only = [
+            ("mx_port", self.mx_port.is_some()),
+            ("nameservers", self.nameservers.is_some()),
+            (
+                "max_connections_per_domain",
+                self.max_connections_per_domain.is_some(),
+            ),
+        ];
+        if let Some((key, _)) = mx_only.iter().find(|(_, set)| *set && !mx) {
+            return Err(format!(
+                "key `upstream.{key}`: only for url = \"mx://\", not `{}`",
+                self.url
+            ));
+        }
+        if !mx {
+            return Ok(());
+        }
+        if self.mx_port == Some(0) {
+            return Err("key `upstream.mx_port`: must be a port, 1 to 65535".into());
+        }
+        if self.nameservers.as_ref().is_some_and(Vec::is_empty) {
+            return Err("key `upstream.nameservers`: give at least one `ip:port`, or leave it out for the system's".into());
+        }
+        let credentials = [
+            ("username", self.username.is_some()),
+            ("password", self.password.is_some()),
+            ("password_env", self.password_env.is_some()),
+        ];
+        if let Some((key, _)) = credentials.iter().find(|(_, set)| *set) {
+            return Err(format!(
+                "key `upstream.{key}`: not used with url = \"mx://\" (MX hosts take no AUTH)"
+            ));
+        }
+        Ok(())
+    }
+
     /// What upstream's reply `code text` (enhanced code included in `text`) signals, if
     /// anything. Quota is checked first: its SES text is a "throttling failure" too.
     pub fn classify(&self, code: u16, text: &str) -> Option<Feedback> {
@@ -109,6 +167,8 @@ pub enum UpstreamUrl {
     Smtps { host: String, port: u16 },
     /// `file://DIR`: one `.eml` per message, the embedded default.
     File { dir: PathBuf },
+    /// `mx://`: straight to each recipient domain's MX hosts.
+    Mx,
 }
 
 impl TryFrom<String> for UpstreamUrl {
@@ -129,6 +189,7 @@ impl std::fmt::Display for UpstreamUrl {
             UpstreamUrl::Smtp { host: h, port } => write!(f, "smtp://{}:{port}", host(h)),
             UpstreamUrl::Smtps { host: h, port } => write!(f, "smtps://{}:{port}", host(h)),
             UpstreamUrl::File { dir } => write!(f, "file://{}", dir.display()),
+            UpstreamUrl::Mx => write!(f, "mx://"),
         }
     }
 }
@@ -137,9 +198,13 @@ impl UpstreamUrl {
     pub fn parse(url: &str) -> Result<UpstreamUrl, String> {
         let (scheme, rest) = url
             .split_once("://")
-            .ok_or_else(|| format!("`{url}` is not a URL (smtp://, smtps:// or file://)"))?;
+            .ok_or_else(|| format!("`{url}` is not a URL (smtp://, smtps://, mx:// or file://)"))?;
         match scheme {
             "file" if !rest.is_empty() => Ok(UpstreamUrl::File { dir: rest.into() }),
+            "mx" if rest.is_empty() || rest == "/" => Ok(UpstreamUrl::Mx),
+            "mx" => Err(format!(
+                "`{url}`: mx:// takes no host (the recipients' domains are the hosts)"
+            )),
             "smtp" | "smtps" => {
                 let default_port = if scheme == "smtp" { 25 } else { 465 };
                 let (host, port) = split_host_port(rest.trim_end_matches('/'), default_port)?;
@@ -150,7 +215,7 @@ impl UpstreamUrl {
                 })
             }
             _ => Err(format!(
-                "`{url}`: scheme must be smtp://, smtps:// or file://DIR"
+                "`{url}`: scheme must be smtp://, smtps://, mx:// or file://DIR"
             )),
         }
     }
@@ -211,7 +276,60 @@ mod tests {
                 dir: "outbox".into()
             }
         );
+        assert_eq!(UpstreamUrl::parse("mx://").unwrap(), UpstreamUrl::Mx);
+        assert_eq!(UpstreamUrl::Mx.to_string(), "mx://");
+        assert!(UpstreamUrl::parse("mx://example.com").is_err());
         assert!(UpstreamUrl::parse("gopher://x").is_err());
         assert!(UpstreamUrl::parse("smtp://host:notaport").is_err());
+    }
+
+    fn upstream(toml_text: &str) -> UpstreamConfig {
+        toml::from_str(toml_text).expect("parses")
+    }
+
+    #[test]
+    fn mx_keys_have_defaults_and_belong_to_mx_alone() {
+        let mx = upstream("url = \"mx://\"");
+        assert_eq!(mx.mx_port(), 25);
+        assert_eq!(mx.max_connections_per_domain().get(), 10);
+        assert!(mx.validate().is_ok());
+        let set = upstream(
+            "url = \"mx://\"\nmx_port = 2525\nnameservers = [\"127.0.0.1:5353\"]\n\
+             max_connections_per_domain = 3",
+        );
+        assert_eq!(set.mx_port(), 2525);
+        assert_eq!(
+            set.nameservers,
+            Some(vec!["127.0.0.1:5353".parse().unwrap()])
+        );
+        assert!(set.validate().is_ok());
+        for (key, line) in [
+            ("mx_port", "mx_port = 2525"),
+            ("nameservers", "nameservers = [\"127.0.0.1:53\"]"),
+            (
+                "max_connections_per_domain",
+                "max_connections_per_domain = 2",
+            ),
+        ] {
+            let err = upstream(&format!("url = \"smtp://h:25\"\n{line}"))
+                .validate()
+                .unwrap_err();
+            assert!(err.contains(&format!("upstream.{key}")), "{err}");
+        }
+        let err = upstream("url = \"mx://\"\nusername = \"u\"\npassword = \"p\"")
+            .validate()
+            .unwrap_err();
+        assert!(err.contains("upstream.username"), "{err}");
+        let err = upstream("url = \"mx://\"\nnameservers = []")
+            .validate()
+            .unwrap_err();
+        assert!(err.contains("upstream.nameservers"), "{err}");
+        let err = upstream("url = \"mx://\"\nmx_port = 0")
+            .validate()
+            .unwrap_err();
+        assert!(err.contains("upstream.mx_port"), "{err}");
+        assert!(
+            toml::from_str::<UpstreamConfig>("url = \"mx://\"\nnameservers = [\"nope\"]").is_err()
+        );
     }
 }

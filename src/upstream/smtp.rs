@@ -58,7 +58,7 @@ pub struct SmtpForwarder {
 
 /// The SMTP step at which a transaction failed; it decides whether a retry is safe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Step {
+pub(super) enum Step {
     Mail,
     Rcpt,
     Data,
@@ -69,13 +69,13 @@ enum Step {
 }
 
 /// How a transaction failed, and what that leaves of the connection.
-struct Failure {
-    step: Step,
-    error: UpstreamError,
+pub(super) struct Failure {
+    pub(super) step: Step,
+    pub(super) error: UpstreamError,
     /// The connection is between transactions (or can be put there with RSET).
-    clean: bool,
+    pub(super) clean: bool,
     /// Nothing was accepted and the connection died under us: worth one fresh attempt.
-    stale: bool,
+    pub(super) stale: bool,
 }
 
 impl SmtpForwarder {
@@ -85,7 +85,9 @@ impl SmtpForwarder {
         let (host, port, implicit) = match &cfg.url {
             UpstreamUrl::Smtp { host, port } => (host, *port, false),
             UpstreamUrl::Smtps { host, port } => (host, *port, true),
-            UpstreamUrl::File { .. } => return Err(SmtpSetupError::NotSmtp(cfg.url.to_string())),
+            UpstreamUrl::File { .. } | UpstreamUrl::Mx => {
+                return Err(SmtpSetupError::NotSmtp(cfg.url.to_string()))
+            }
         };
         let tls = || {
             TlsParameters::new(host.clone()).map_err(|e| SmtpSetupError::Tls {
@@ -115,31 +117,7 @@ impl SmtpForwarder {
     }
 
     async fn send(&self, envelope: &Envelope, message: &[u8]) -> Result<Accepted, UpstreamError> {
-        let from = match &envelope.from {
-            None => None,
-            Some(a) => Some(path(a, false).ok_or_else(|| rejected(553, "5.1.7", bad(a)))?),
-        };
-        let mut rcpts = Vec::with_capacity(envelope.rcpts.len());
-        for r in &envelope.rcpts {
-            rcpts.push(path(r, true).ok_or_else(|| rejected(553, "5.1.3", bad(r)))?);
-        }
-        if rcpts.is_empty() {
-            return Err(rejected(503, "5.5.1", "no valid recipients".into()));
-        }
-        if dot_after_bare_line_break(message) {
-            return Err(rejected(
-                554,
-                "5.6.0",
-                "message has a bare CR or LF next to a dot; not relayed (SMTP smuggling)".into(),
-            ));
-        }
-        let tx = Transaction {
-            envelope,
-            from,
-            rcpts,
-            message,
-            timeout: self.timeout,
-        };
+        let tx = Transaction::new(envelope, message, self.timeout)?;
 
         let mut lease = self.checkout().await?;
         let (mut retried, mut crowded) = (false, 0);
@@ -213,7 +191,7 @@ impl Forwarder for SmtpForwarder {
 }
 
 /// One message's commands, ready to be played on a connection (twice, at most).
-struct Transaction<'a> {
+pub(super) struct Transaction<'a> {
     envelope: &'a Envelope,
     from: Option<&'a str>,
     rcpts: Vec<&'a str>,
@@ -221,8 +199,48 @@ struct Transaction<'a> {
     timeout: Duration,
 }
 
-impl Transaction<'_> {
+impl<'a> Transaction<'a> {
+    /// Checks what can be checked before talking to upstream: address forms, and the bare
+    /// CR or LF next to a dot that a smuggling attempt needs.
+    pub(super) fn new(
+        envelope: &'a Envelope,
+        message: &'a [u8],
+        timeout: Duration,
+    ) -> Result<Transaction<'a>, UpstreamError> {
+        let from = match &envelope.from {
+            None => None,
+            Some(a) => Some(path(a, false).ok_or_else(|| rejected(553, "5.1.7", bad(a)))?),
+        };
+        let mut rcpts = Vec::with_capacity(envelope.rcpts.len());
+        for r in &envelope.rcpts {
+            rcpts.push(path(r, true).ok_or_else(|| rejected(553, "5.1.3", bad(r)))?);
+        }
+        if rcpts.is_empty() {
+            return Err(rejected(503, "5.5.1", "no valid recipients".into()));
+        }
+        if dot_after_bare_line_break(message) {
+            return Err(rejected(
+                554,
+                "5.6.0",
+                "message has a bare CR or LF next to a dot; not relayed (SMTP smuggling)".into(),
+            ));
+        }
+        Ok(Transaction {
+            envelope,
+            from,
+            rcpts,
+            message,
+            timeout,
+        })
+    }
+
     async fn run(&self, conn: &mut AsyncSmtpConnection) -> Result<Accepted, Failure> {
+        self.prepare(conn).await?;
+        self.finish(conn).await
+    }
+
+    /// MAIL, every RCPT and DATA, up to upstream's 354.
+    pub(super) async fn prepare(&self, conn: &mut AsyncSmtpConnection) -> Result<(), Failure> {
         let params = self.mail_parameters(conn)?;
         let mail = mail_line(self.from, &params);
         self.step(Step::Mail, conn.command(mail)).await?;
@@ -231,6 +249,11 @@ impl Transaction<'_> {
             self.step(Step::Rcpt, conn.command(line)).await?;
         }
         self.step(Step::Data, conn.command(Data)).await?;
+        Ok(())
+    }
+
+    /// The body and the final dot, and upstream's reply to it.
+    pub(super) async fn finish(&self, conn: &mut AsyncSmtpConnection) -> Result<Accepted, Failure> {
         let reply = self
             .step(Step::EndOfData, conn.message(wire_body(self.message)))
             .await?;
