@@ -28,62 +28,70 @@ pub(super) fn report(
 ) -> Vec<u8> {
     let boundary = format!("=_dsn_{}", uuid::Uuid::new_v4().simple());
     let date = httpdate::fmt_http_date(now).replace(" GMT", " +0000");
-    let mut out = String::new();
-    let mut line = |s: &str| {
-        out.push_str(s);
-        out.push_str("\r\n");
-    };
-    line(&format!(
+    let mut out = Lines(String::new());
+    out.line(&format!(
         "From: Mail Delivery System <MAILER-DAEMON@{reporting_mta}>"
     ));
-    line(&format!("To: <{}>", clean(sender)));
-    line("Subject: Undelivered Mail Returned to Sender");
-    line(&format!("Date: {date}"));
-    line(&format!(
-        "Message-ID: <{}@{reporting_mta}>",
-        uuid::Uuid::new_v4().simple()
-    ));
-    line("Auto-Submitted: auto-replied");
-    line("MIME-Version: 1.0");
-    line(&format!(
+    out.line(&format!("To: <{}>", clean(sender)));
+    out.line("Subject: Undelivered Mail Returned to Sender");
+    out.line(&format!("Date: {date}"));
+    let id = uuid::Uuid::new_v4().simple();
+    out.line(&format!("Message-ID: <{id}@{reporting_mta}>"));
+    out.line("Auto-Submitted: auto-replied");
+    out.line("MIME-Version: 1.0");
+    out.line(&format!(
         "Content-Type: multipart/report; report-type=delivery-status; boundary=\"{boundary}\""
     ));
-    line("");
-    line(&format!("--{boundary}"));
-    line("Content-Type: text/plain; charset=us-ascii");
-    line("");
-    line("Your message was delivered to some of its recipients, but not to these:");
-    line("");
+    out.line("");
+    out.line(&format!("--{boundary}"));
+    out.line("Content-Type: text/plain; charset=us-ascii");
+    out.line("");
+    out.line("Your message was delivered to some of its recipients, but not to these:");
+    out.line("");
     for r in refused {
-        line(&format!("<{}>: {}", clean(&r.rcpt), diagnostic(&r.error)));
+        out.line(&format!("<{}>: {}", clean(&r.rcpt), diagnostic(&r.error)));
     }
-    line("");
-    line(&format!("--{boundary}"));
-    line("Content-Type: message/delivery-status");
-    line("");
-    line(&format!("Reporting-MTA: dns; {reporting_mta}"));
-    line(&format!("Arrival-Date: {date}"));
-    for r in refused {
-        line("");
-        line(&format!("Final-Recipient: rfc822; {}", clean(&r.rcpt)));
-        line("Action: failed");
-        line(&format!("Status: {}", status(&r.error)));
-        if let Some(remote) = &r.remote {
-            line(&format!("Remote-MTA: dns; {}", clean(remote)));
-        }
-        line(&format!("Diagnostic-Code: smtp; {}", diagnostic(&r.error)));
-    }
-    line("");
-    line(&format!("--{boundary}"));
-    line("Content-Type: text/rfc822-headers");
-    line("");
-    let mut bytes = out.into_bytes();
+    out.line("");
+    out.line(&format!("--{boundary}"));
+    delivery_status(&mut out, reporting_mta, &date, refused);
+    out.line("");
+    out.line(&format!("--{boundary}"));
+    out.line("Content-Type: text/rfc822-headers");
+    out.line("");
+    let mut bytes = out.0.into_bytes();
     bytes.extend_from_slice(headers(original));
     if !bytes.ends_with(b"\r\n") {
         bytes.extend_from_slice(b"\r\n");
     }
     bytes.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
     bytes
+}
+
+struct Lines(String);
+
+impl Lines {
+    fn line(&mut self, s: &str) {
+        self.0.push_str(s);
+        self.0.push_str("\r\n");
+    }
+}
+
+/// The machine-readable part: one block per refused recipient (RFC 3464 2.3).
+fn delivery_status(out: &mut Lines, reporting_mta: &str, date: &str, refused: &[Refused]) {
+    out.line("Content-Type: message/delivery-status");
+    out.line("");
+    out.line(&format!("Reporting-MTA: dns; {reporting_mta}"));
+    out.line(&format!("Arrival-Date: {date}"));
+    for r in refused {
+        out.line("");
+        out.line(&format!("Final-Recipient: rfc822; {}", clean(&r.rcpt)));
+        out.line("Action: failed");
+        out.line(&format!("Status: {}", status(&r.error)));
+        if let Some(remote) = &r.remote {
+            out.line(&format!("Remote-MTA: dns; {}", clean(remote)));
+        }
+        out.line(&format!("Diagnostic-Code: smtp; {}", diagnostic(&r.error)));
+    }
 }
 
 /// The header section, up to and including the CRLF before the blank line.
