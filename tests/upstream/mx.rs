@@ -9,7 +9,8 @@ use mailsluice::config::Config;
 use mailsluice::upstream::MxForwarder;
 
 use crate::support::dns::TestDns;
-use crate::support::relay::Relay;
+use crate::support::relay::{memory_relay, Relay};
+use crate::support::tls::TestCert;
 use crate::support::upstream::{Fault, Step, TestUpstream};
 use crate::support::wait::until;
 
@@ -36,10 +37,14 @@ fn config(dns: &TestDns, port: u16, extra: &str) -> String {
         true => "",
         false => "timeout_ms = 2000\n",
     };
+    let tls = match extra.contains("tls =") {
+        true => "",
+        false => "tls = \"none\"\n",
+    };
     format!(
         "[smtp]\nlisten = [\"127.0.0.1:0\"]\nhostname = \"relay.test\"\n\
-         [upstream]\nurl = \"mx://\"\ntls = \"none\"\nmx_port = {port}\n\
-         nameservers = [\"{}\"]\n{timeout}{extra}\n",
+         [upstream]\nurl = \"mx://\"\nmx_port = {port}\n\
+         nameservers = [\"{}\"]\n{timeout}{tls}{extra}\n",
         dns.addr()
     )
 }
@@ -246,4 +251,59 @@ async fn max_connections_per_domain_holds_under_50_concurrent_messages() {
         ups[0].open_connections() <= 3
     })
     .await;
+}
+
+/// The MX host with STARTTLS is another mailsluice on 127.0.0.1 with a self-signed
+/// certificate for `localhost`: no name we connect with matches it, and no CA vouches for it.
+#[tokio::test]
+async fn opportunistic_tls_encrypts_unverified_and_required_refuses_a_plain_host() {
+    let cert = TestCert::new();
+    let (tls_host, got) = memory_relay(&cert.config(""), "").await;
+    let port = tls_host.addr.port();
+    let plain = TestUpstream::start_at(SocketAddr::from((ip(19, 2), port))).await;
+    let dns = TestDns::start().await;
+    dns.mx("tls.test", 10, "mx.tls.test");
+    dns.a("mx.tls.test", Ipv4Addr::LOCALHOST);
+    dns.mx("plain.test", 10, "mx.plain.test");
+    dns.a("mx.plain.test", ip(19, 2));
+
+    let (opportunistic, _) = mx_relay(&dns, port, "tls = \"opportunistic\"").await;
+    for rcpt in ["u@tls.test", "u@plain.test"] {
+        let (code, text) = send(&opportunistic, "s@sender.test", &[rcpt]).await;
+        assert_eq!(code, 250, "{rcpt}: {text}");
+    }
+    until("the TLS host has the message", async || {
+        got.messages().len() == 1
+    })
+    .await;
+    let (_, data) = &got.messages()[0];
+    let received = String::from_utf8_lossy(data);
+    assert!(
+        received.starts_with("Received: from relay.test"),
+        "{received}"
+    );
+    assert!(
+        received.lines().nth(1).unwrap().contains("with ESMTPS"),
+        "{received}"
+    );
+    assert_eq!(
+        plain.wait_for(1).await.len(),
+        1,
+        "no STARTTLS: sent in clear"
+    );
+
+    let (required, _) = mx_relay(&dns, port, "tls = \"required\"").await;
+    let (code, text) = send(&required, "s@sender.test", &["v@tls.test"]).await;
+    assert_eq!(code, 250, "{text}");
+    let (code, text) = send(&required, "s@sender.test", &["v@plain.test"]).await;
+    assert_eq!(code, 451, "{text}");
+    until("the TLS host has both", async || got.messages().len() == 2).await;
+    assert_eq!(
+        plain.messages().len(),
+        1,
+        "nothing in clear under `required`"
+    );
+    for relay in [opportunistic, required, tls_host] {
+        relay.stop().await;
+    }
 }
