@@ -18,8 +18,10 @@ pub enum UpstreamTls {
     Required,
 }
 
+/// Parsed by serde's derive (`remote = "Self"`) and then checked by [`UpstreamConfig::validate`]
+/// in its `Deserialize`, so a rule between keys is a parse error with the table's line.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, remote = "Self")]
 pub struct UpstreamConfig {
     /// `smtp://host:port`, `smtps://host:port`, `mx://` or `file://DIR`.
     pub url: UpstreamUrl,
@@ -52,6 +54,14 @@ pub struct UpstreamConfig {
     /// `mx://` only: connections in use at once to one recipient domain (default 10), so a
     /// burst to one domain does not look like an attack to its servers.
     pub max_connections_per_domain: Option<NonZeroUsize>,
+}
+
+impl<'de> Deserialize<'de> for UpstreamConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let config = UpstreamConfig::deserialize(deserializer)?;
+        config.validate().map_err(serde::de::Error::custom)?;
+        Ok(config)
+    }
 }
 
 /// What an upstream refusal says about sending, beyond this one message.
@@ -287,6 +297,11 @@ mod tests {
         toml::from_str(toml_text).expect("parses")
     }
 
+    /// Parsed without the checks, to call `validate` itself.
+    fn unchecked(toml_text: &str) -> UpstreamConfig {
+        UpstreamConfig::deserialize(toml::Deserializer::new(toml_text)).unwrap()
+    }
+
     #[test]
     fn mx_keys_have_defaults_and_belong_to_mx_alone() {
         let mx = upstream("url = \"mx://\"");
@@ -311,20 +326,20 @@ mod tests {
                 "max_connections_per_domain = 2",
             ),
         ] {
-            let err = upstream(&format!("url = \"smtp://h:25\"\n{line}"))
+            let err = unchecked(&format!("url = \"smtp://h:25\"\n{line}"))
                 .validate()
                 .unwrap_err();
             assert!(err.contains(&format!("upstream.{key}")), "{err}");
         }
-        let err = upstream("url = \"mx://\"\nusername = \"u\"\npassword = \"p\"")
+        let err = unchecked("url = \"mx://\"\nusername = \"u\"\npassword = \"p\"")
             .validate()
             .unwrap_err();
         assert!(err.contains("upstream.username"), "{err}");
-        let err = upstream("url = \"mx://\"\nnameservers = []")
+        let err = unchecked("url = \"mx://\"\nnameservers = []")
             .validate()
             .unwrap_err();
         assert!(err.contains("upstream.nameservers"), "{err}");
-        let err = upstream("url = \"mx://\"\nmx_port = 0")
+        let err = unchecked("url = \"mx://\"\nmx_port = 0")
             .validate()
             .unwrap_err();
         assert!(err.contains("upstream.mx_port"), "{err}");
