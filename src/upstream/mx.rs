@@ -88,24 +88,7 @@ impl MxForwarder {
             .iter()
             .map(|(_, part)| Transaction::new(part, message, timeout))
             .collect::<Result<Vec<_>, _>>()?;
-        let (resolver, conns) = (&self.inner.resolver, &self.inner.conns);
-        let opening = parts.iter().zip(&txs);
-        let opened =
-            join_all(opening.map(|((domain, _), tx)| leg::open(resolver, conns, domain, tx))).await;
-        let mut legs = Vec::with_capacity(opened.len());
-        let mut refusal = None;
-        for result in opened {
-            match result {
-                Ok(leg) => legs.push(leg),
-                Err(e) => {
-                    refusal.get_or_insert(e);
-                }
-            }
-        }
-        if let Some(refusal) = refusal {
-            legs.into_iter().for_each(leg::Leg::abandon);
-            return Err(refusal);
-        }
+        let legs = self.open_all(&parts, &txs).await?;
         let hosts: Vec<String> = legs.iter().map(|l| l.host.clone()).collect();
         let outcomes = join_all(legs.into_iter().zip(&txs).map(|(leg, tx)| leg.finish(tx))).await;
         let mut accepted = Vec::new();
@@ -130,6 +113,40 @@ impl MxForwarder {
             }),
             Some(e) if accepted.is_empty() => Err(e),
             Some(_) => Ok(self.partly(envelope, message, accepted, refused)),
+        }
+    }
+
+    /// Every domain's transaction up to its 354, side by side; if one refuses, the others are
+    /// dropped and its refusal is the answer. Every domain is looked up before any connection,
+    /// so a domain that cannot be reached at all stops the message before anything is sent.
+    async fn open_all(
+        &self,
+        parts: &[(String, Envelope)],
+        txs: &[Transaction<'_>],
+    ) -> Result<Vec<leg::Leg>, UpstreamError> {
+        let (resolver, conns) = (&self.inner.resolver, &self.inner.conns);
+        let routes = join_all(parts.iter().map(|(domain, _)| resolver.route(domain)));
+        let routes = routes.await.into_iter().collect::<Result<Vec<_>, _>>()?;
+        let opening = parts.iter().zip(&routes).zip(txs);
+        let opened = opening.map(|(((domain, _), route), tx)| {
+            leg::open(resolver, conns, (domain.as_str(), route), tx)
+        });
+        let mut legs = Vec::with_capacity(parts.len());
+        let mut refusal = None;
+        for result in join_all(opened).await {
+            match result {
+                Ok(leg) => legs.push(leg),
+                Err(e) => {
+                    refusal.get_or_insert(e);
+                }
+            }
+        }
+        match refusal {
+            None => Ok(legs),
+            Some(refusal) => {
+                legs.into_iter().for_each(leg::Leg::abandon);
+                Err(refusal)
+            }
         }
     }
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use lettre::transport::smtp::commands::Rset;
 
 use super::connections::{Connections, DomainPermit};
-use super::resolve::MxResolver;
+use super::resolve::{MxResolver, Route};
 use crate::upstream::pool::{Lease, Pool};
 use crate::upstream::reply::connect_error;
 use crate::upstream::smtp::{Failure, Step, Transaction};
@@ -25,17 +25,16 @@ pub(super) struct Leg {
     pub host: String,
 }
 
-/// Resolves `domain`, connects to its best MX host that answers, and plays `tx` up to 354.
-/// A pooled connection found dead is replaced once, as for a smarthost.
+/// Connects to the best MX host of `domain` that answers and plays `tx` up to 354. A pooled
+/// connection found dead is replaced once, as for a smarthost.
 pub(super) async fn open(
     resolver: &MxResolver,
     conns: &Connections,
-    domain: &str,
+    (domain, route): (&str, &Route),
     tx: &Transaction<'_>,
 ) -> Result<Leg, UpstreamError> {
-    let route = resolver.route(domain).await?;
     let permit = conns.permit(domain).await?;
-    let (pool, mut lease, host) = connect(resolver, conns, &route).await?;
+    let (pool, mut lease, host) = connect(resolver, conns, route).await?;
     let mut retried = false;
     loop {
         match tx.prepare(&mut lease.conn).await {
@@ -66,7 +65,7 @@ pub(super) async fn open(
 async fn connect(
     resolver: &MxResolver,
     conns: &Connections,
-    route: &super::resolve::Route,
+    route: &Route,
 ) -> Result<(Arc<Pool>, Lease, String), UpstreamError> {
     let mut failure: Option<UpstreamError> = None;
     let mut note = |e: UpstreamError| {
