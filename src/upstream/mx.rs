@@ -249,6 +249,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn builds_outside_a_runtime_and_only_for_mx() {
+        let cfg: UpstreamConfig =
+            toml::from_str("url = \"mx://\"\nnameservers = [\"127.0.0.1:5353\"]").unwrap();
+        let forwarder = MxForwarder::new(&cfg, "relay.test").expect("builds");
+        assert_eq!(forwarder.partial(), 0);
+        let smtp: UpstreamConfig = toml::from_str("url = \"smtp://h:25\"").unwrap();
+        assert!(matches!(
+            MxForwarder::new(&smtp, "relay.test"),
+            Err(MxSetupError::NotMx(_))
+        ));
+    }
+
+    #[test]
     fn envelope_is_split_per_domain_in_order() {
         let envelope = Envelope {
             from: Some("s@a.test".into()),
