@@ -59,6 +59,10 @@ pub(super) async fn open(
     }
 }
 
+/// Addresses tried for one message and domain at most (Postfix's `smtp_mx_address_limit`):
+/// each dead one costs a connect timeout while the client waits.
+const MAX_ADDRESSES: usize = 5;
+
 /// The MX hosts in order, each of their addresses in turn: the next on a connection refused,
 /// timed out, or greeted with a refusal. The answer when none takes one is a temporary
 /// failure if any host's was (another try may find it back), else the last refusal.
@@ -78,7 +82,11 @@ async fn connect(
             failure = Some(e);
         }
     };
+    let mut tries = MAX_ADDRESSES;
     for name in &route.hosts {
+        if tries == 0 {
+            break;
+        }
         let addrs = match resolver.addresses(name, route.implicit).await {
             Ok(addrs) => addrs,
             Err(e) => {
@@ -86,7 +94,11 @@ async fn connect(
                 continue;
             }
         };
-        for ip in addrs.into_iter().take(super::resolve::MAX_HOSTS) {
+        for ip in addrs {
+            if tries == 0 {
+                break;
+            }
+            tries -= 1;
             let pool = conns.pool(SocketAddr::new(ip, conns.port), name)?;
             match pool.checkout().await {
                 Ok(lease) => return Ok((pool, lease, name.clone())),

@@ -18,9 +18,8 @@ use hickory_resolver::{Resolver, TokioResolver};
 use crate::upstream::reply::rejected;
 use crate::upstream::UpstreamError;
 
-/// MX hosts tried for one domain at most (Postfix's `smtp_mx_address_limit` is 5): each dead
-/// one costs a connect timeout while the client waits.
-pub(super) const MAX_HOSTS: usize = 5;
+/// MX hosts of one domain considered at most, best first (each may have several addresses).
+const MAX_HOSTS: usize = 5;
 
 /// The hosts to try for a domain, best first.
 #[derive(Debug, Clone, PartialEq, Eq)]
