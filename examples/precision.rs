@@ -33,13 +33,14 @@ async fn main() {
     let config = Arc::new(Config::parse(&text).unwrap());
     let grants = Arc::new(Mutex::new(Vec::<Instant>::new()));
     let forwarder = Arc::new(Stamped {
-        inner: mailsluice::upstream::build_forwarder(&config.upstream, "bench").unwrap(),
+        inner: mailsluice::upstream::build_forwarder(config.first_upstream(), "bench").unwrap(),
         times: grants.clone(),
     });
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let relay_addr = listener.local_addr().unwrap();
     let (_trigger, shutdown) = mailsluice::shutdown::channel();
-    let deps = mailsluice::Deps::new(config, forwarder);
+    let upstreams = mailsluice::upstream::Upstreams::with_first(&config, forwarder).unwrap();
+    let deps = mailsluice::Deps::new(config, upstreams);
     tokio::spawn(mailsluice::run(vec![listener], deps, shutdown));
 
     let start = Instant::now();

@@ -44,10 +44,54 @@ impl Admin {
     }
 }
 
-/// The upstream's state as metrics: paused or not, and its "too many connections" count.
+/// Each upstream's state as metrics: paused or not, and its "too many connections" count.
 fn read_upstream(metrics: &Metrics, ctx: &Context) {
-    metrics.upstream_paused(ctx.pause.is_paused());
-    metrics.upstream_crowded(ctx.forwarder.crowded());
+    for upstream in ctx.upstreams.iter() {
+        metrics.upstream_paused(upstream.name(), upstream.pause.is_paused());
+        metrics.upstream_crowded(upstream.name(), upstream.forwarder.crowded());
+    }
+}
+
+/// Every upstream checked at once (each check is bounded by its upstream's timeout).
+async fn check_upstreams(ctx: &Context) -> Vec<(String, Result<(), String>)> {
+    let checks: Vec<_> = (ctx.upstreams.iter())
+        .map(|upstream| {
+            let upstream = upstream.clone();
+            let name = upstream.name().to_string();
+            (
+                name,
+                tokio::spawn(async move { upstream.forwarder.check().await }),
+            )
+        })
+        .collect();
+    let mut results = Vec::with_capacity(checks.len());
+    for (name, check) in checks {
+        let result = check.await.unwrap_or_else(|e| Err(e.to_string()));
+        results.push((name, result));
+    }
+    results
+}
+
+/// Whether mail can go: every route reaches its upstream or its fallback (without routes,
+/// the first upstream). An unreachable upstream no route needs does not make the relay
+/// unready, nor a fallback while its primary is up: replicas share them, and pulling every
+/// replica out of the load balancer for it would stop all mail.
+fn upstreams_ready(ctx: &Context, checks: &[(String, Result<(), String>)]) -> Result<(), String> {
+    let ok = |name: &str| checks.iter().any(|(n, r)| n == name && r.is_ok());
+    let routes = &ctx.config.routes;
+    let needed = match routes.is_empty() {
+        true => ok(ctx.upstreams.first().name()),
+        false => routes.iter().all(|r| {
+            ok(r.upstream.get_ref()) || r.fallback.as_ref().is_some_and(|f| ok(f.get_ref()))
+        }),
+    };
+    if needed {
+        return Ok(());
+    }
+    let failing: Vec<String> = (checks.iter())
+        .filter_map(|(name, r)| r.as_ref().err().map(|e| format!("{name}: {e}")))
+        .collect();
+    Err(failing.join("; "))
 }
 
 /// The answer in the moment before `run` installs the first context.
@@ -84,20 +128,29 @@ async fn readyz(State(admin): State<Arc<Admin>>) -> Response {
         return starting();
     };
     let listening = admin.health.listening();
-    let upstream = ctx.forwarder.check().await;
+    let checks = check_upstreams(&ctx).await;
+    let upstream = upstreams_ready(&ctx, &checks);
     let store = ctx.throttle.check_store().await;
     let ready = listening && upstream.is_ok() && store.as_ref().is_none_or(|s| s.is_ok());
     let verdict = |check: &Result<(), String>| match check {
         Ok(()) => json!({"ok": true}),
         Err(e) => json!({"ok": false, "error": e}),
     };
+    let each: serde_json::Map<String, serde_json::Value> = (ctx.upstreams.iter().zip(&checks))
+        .map(|(u, (name, check))| {
+            let mut state = verdict(check);
+            // A quota pause is not unreadiness: the relay still answers (with 451s), and
+            // every replica would be paused alike.
+            state["paused"] = json!(u.pause.is_paused());
+            (name.clone(), state)
+        })
+        .collect();
     let mut body = json!({
         "ready": ready,
         "listening": listening,
         "upstream": verdict(&upstream),
-        // A quota pause is not unreadiness: the relay still answers (with 451s), and every
-        // replica would be paused alike.
-        "paused": ctx.pause.is_paused(),
+        "upstreams": each,
+        "paused": ctx.upstreams.iter().any(|u| u.pause.is_paused()),
     });
     if let Some(store) = &store {
         body["redis"] = verdict(store);
@@ -116,7 +169,7 @@ async fn status_page(State(admin): State<Arc<Admin>>) -> Response {
         return starting();
     };
     let checks = Checks {
-        upstream: ctx.forwarder.check().await,
+        upstreams: check_upstreams(&ctx).await,
         store: ctx.throttle.check_store().await,
     };
     let page = status_page::render(&ctx, &admin.health, &admin.recent, &checks);

@@ -1,6 +1,6 @@
 //! What sessions and the admin endpoint read, built in one place for start and reload.
 //!
-//! - [`Deps`]: what `run` needs from outside (the config, the upstream, the throttle), made by
+//! - [`Deps`]: what `run` needs from outside (the config, the upstreams, the throttle), made by
 //!   `main` or a test; nothing is global, so tests run several relays in one process.
 //! - [`Context`]: everything one session reads, made from `Deps` at start and from a new
 //!   config at reload, both through [`Context::assemble`]; what must outlive a reload (metrics,
@@ -25,14 +25,15 @@ use crate::policy::LayerPolicy;
 use crate::recent::Recent;
 use crate::throttle::{Clock, Throttle, TokioClock};
 use crate::tls::{Tls, TlsError};
-use crate::upstream::{Forwarder, Pause};
+use crate::upstream::Upstreams;
 
 /// What `run` needs from outside. Built by `main`, or by a test, which keeps handles on the
 /// throttle (to peek at buckets) and on `live` (to reload as SIGHUP does).
 #[derive(Clone)]
 pub struct Deps {
     pub config: Arc<Config>,
-    pub forwarder: Arc<dyn Forwarder>,
+    /// Every upstream of the config, each with its forwarder and its quota pause.
+    pub upstreams: Arc<Upstreams>,
     pub throttle: Arc<Throttle>,
     pub metrics: Arc<Metrics>,
     /// The last refusals, for the status page.
@@ -44,19 +45,17 @@ pub struct Deps {
     pub live: Arc<Live>,
     /// Inbound TLS from `[smtp.tls]`, loaded by `with_tls`.
     pub tls: Option<Arc<Tls>>,
-    /// Whether upstream is paused after a quota reply (kept across reloads).
-    pub pause: Arc<Pause>,
 }
 
 impl Deps {
     /// The throttle built from the config's layers (and `[redis]`), on the real (tokio)
     /// clock, and fresh metrics.
-    pub fn new(config: Arc<Config>, forwarder: Arc<dyn Forwarder>) -> Deps {
+    pub fn new(config: Arc<Config>, upstreams: Upstreams) -> Deps {
         let clock: Arc<dyn Clock> = Arc::new(TokioClock::new());
         let throttle = Arc::new(crate::throttle::from_config(&config, clock.clone()));
         Deps {
             config,
-            forwarder,
+            upstreams: Arc::new(upstreams),
             throttle,
             metrics: Metrics::new(),
             recent: Recent::new(),
@@ -64,7 +63,6 @@ impl Deps {
             clock,
             live: Live::new(),
             tls: None,
-            pause: Arc::new(Pause::default()),
         }
     }
 
@@ -81,7 +79,7 @@ impl Deps {
 /// The parts of a context that a reload replaces.
 pub struct Parts {
     pub config: Arc<Config>,
-    pub forwarder: Arc<dyn Forwarder>,
+    pub upstreams: Arc<Upstreams>,
     pub throttle: Arc<Throttle>,
     pub tls: Option<Arc<Tls>>,
 }
@@ -89,7 +87,7 @@ pub struct Parts {
 /// Shared by every session of one relay.
 pub struct Context {
     pub config: Arc<Config>,
-    pub forwarder: Arc<dyn Forwarder>,
+    pub upstreams: Arc<Upstreams>,
     pub throttle: Arc<Throttle>,
     /// STARTTLS and implicit TLS; `None` when `[smtp.tls]` is not set.
     pub tls: Option<Arc<Tls>>,
@@ -111,8 +109,6 @@ pub struct Context {
     pub clock: Arc<dyn Clock>,
     /// Where a newer context is found after a reload.
     pub live: Weak<Live>,
-    /// Whether upstream is paused after a quota reply.
-    pub pause: Arc<Pause>,
 }
 
 /// What a context carries over from the one before it.
@@ -125,7 +121,6 @@ struct Kept {
     buffered: Arc<Semaphore>,
     clock: Arc<dyn Clock>,
     live: Weak<Live>,
-    pause: Arc<Pause>,
 }
 
 impl Context {
@@ -143,7 +138,6 @@ impl Context {
             )),
             clock: deps.clock,
             live: Arc::downgrade(&deps.live),
-            pause: deps.pause,
         };
         // `Deps::with_tls` reports a bad certificate at startup; a caller that skipped it
         // still gets TLS, or a logged reason why not.
@@ -156,7 +150,7 @@ impl Context {
         });
         let parts = Parts {
             config: deps.config,
-            forwarder: deps.forwarder,
+            upstreams: deps.upstreams,
             throttle: deps.throttle,
             tls,
         };
@@ -174,7 +168,6 @@ impl Context {
             buffered: self.buffered.clone(),
             clock: self.clock.clone(),
             live: self.live.clone(),
-            pause: self.pause.clone(),
         };
         Context::assemble(parts, kept)
     }
@@ -186,7 +179,7 @@ impl Context {
             rcpt_max: rcpt_max(&parts.config),
             layers: layers.collect(),
             config: parts.config,
-            forwarder: parts.forwarder,
+            upstreams: parts.upstreams,
             throttle: parts.throttle,
             tls: parts.tls,
             metrics: kept.metrics,
@@ -197,7 +190,15 @@ impl Context {
             buffered: kept.buffered,
             clock: kept.clock,
             live: kept.live,
-            pause: kept.pause,
+        }
+    }
+
+    /// What the policy plans a message with.
+    pub fn rules(&self) -> crate::policy::Rules<'_> {
+        crate::policy::Rules {
+            layers: &self.layers,
+            routes: &self.config.routes,
+            first_upstream: self.upstreams.first().name(),
         }
     }
 
@@ -232,7 +233,7 @@ fn rcpt_max(config: &Config) -> usize {
     config
         .throttle
         .iter()
-        .filter(|l| l.cost == Cost::Recipients && l.match_.is_none())
+        .filter(|l| l.cost == Cost::Recipients && l.match_.is_none() && l.upstream.is_none())
         .map(|l| usize::try_from(l.burst()).unwrap_or(usize::MAX))
         .fold(config.smtp.max_recipients.get(), usize::min)
 }

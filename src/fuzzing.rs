@@ -65,7 +65,10 @@ pub fn config() -> Config {
 /// A context for `session`, and the forwarder to look at afterwards.
 pub fn context() -> (Arc<Context>, Arc<KeepingForwarder>) {
     let forwarder = Arc::new(KeepingForwarder::default());
-    let deps = Deps::new(Arc::new(config()), forwarder.clone());
+    let config = Arc::new(config());
+    let upstreams = crate::upstream::Upstreams::with_first(&config, forwarder.clone())
+        .expect("the fuzzing config's upstream");
+    let deps = Deps::new(config, upstreams);
     (Arc::new(Context::new(deps)), forwarder)
 }
 

@@ -9,13 +9,13 @@
 //! | `admin` | the HTTP endpoint: `/` (the status page, rendered by `status_page`), `/healthz`, `/readyz`, `/metrics`, `/buckets/{layer}/{key}` |
 //! | `status_page` | the HTML of `/`: readiness, layers, most waiting keys, last refusals |
 //! | `reload` | SIGHUP: a new context from a new config, unchanged layers kept |
-//! | `smtp/` | one client's session: the state machine, one file per verb, the final dot (`deliver`), every reply text (`reply`) |
+//! | `smtp/` | one client's session: the state machine, one file per verb, the final dot (`deliver`, and its upstream leg `forward`), every reply text (`reply`) |
 //! | `context` | `Deps` (what `run` needs), `Context` (what a session reads), `Live` (the context in force) |
-//! | `policy` | which buckets a message is charged to, how much, and which key headers it loses |
+//! | `policy` | which upstream a message takes (`route`), which buckets it is charged to, how much, and which key headers it loses |
 //! | `recent` | the last refusals, and refusals per layer in the last minute (status page) |
 //! | `metrics` | the Prometheus registry and what is counted |
 //! | `throttle/` | token buckets (pure math in `bucket`), key tables, stores (local, Redis), layers with FIFO queues (fair by tenant with `fair_by`) |
-//! | `upstream/` | the `Forwarder` trait: `smtp` (lettre connections, our pool), `file` |
+//! | `upstream/` | the `Forwarder` trait: `smtp` (lettre connections, our pool), `file`; the named upstreams (`upstreams`) |
 //! | `tls` | inbound TLS: PEM loading, the rustls acceptor, its reload |
 //! | `connection_limit` | connections held per client address |
 //! | `auth_lockout` | failed AUTH attempts per client address, and the lockout |

@@ -91,6 +91,9 @@ fn check(path: &std::path::Path) -> anyhow::Result<()> {
     if let Some(tls) = &config.smtp.tls {
         mailsluice::tls::Tls::load(tls)?;
     }
+    for warning in config.warnings() {
+        eprintln!("{}: warning: {warning}", path.display());
+    }
     println!("{}: ok", path.display());
     Ok(())
 }
@@ -174,15 +177,13 @@ fn serve(path: &std::path::Path) -> anyhow::Result<()> {
 }
 
 async fn serve_async(config: Arc<Config>, path: &std::path::Path) -> anyhow::Result<()> {
-    let helo = config
-        .upstream
-        .helo_name
-        .as_deref()
-        .unwrap_or(&config.smtp.hostname);
-    let forwarder = mailsluice::upstream::build_forwarder(&config.upstream, helo)
+    for warning in config.warnings() {
+        tracing::warn!("config: {warning}");
+    }
+    let upstreams = mailsluice::upstream::Upstreams::from_config(&config)
         .map_err(anyhow::Error::msg)
-        .context("setting up the upstream")?;
-    let deps = mailsluice::Deps::new(config.clone(), forwarder)
+        .context("setting up the upstreams")?;
+    let deps = mailsluice::Deps::new(config.clone(), upstreams)
         .with_tls()
         .context("loading [smtp.tls]")?;
     let mut listeners = mailsluice::Listeners {

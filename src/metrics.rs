@@ -38,6 +38,13 @@ fn add_metric<M: Metric + Clone>(r: &mut Registry, name: &str, help: &str, metri
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabel {
     pub reason: &'static str,
+    pub upstream: String,
+}
+
+/// Which upstream (names come from the config, so the label set is bounded).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UpstreamLabel {
+    pub upstream: String,
 }
 
 /// What became of a message that reached its final dot.
@@ -61,6 +68,8 @@ pub enum Outcome {
     Shutdown,
     /// The shared store failed and `on_error = "reject"` refused the message.
     StoreUnavailable,
+    /// `451 4.3.5`: routes are configured and none matched.
+    NoRoute,
 }
 
 impl Outcome {
@@ -76,6 +85,7 @@ impl Outcome {
             Outcome::Abandoned => "abandoned",
             Outcome::Shutdown => "shutdown",
             Outcome::StoreUnavailable => "store_unavailable",
+            Outcome::NoRoute => "no_route",
         }
     }
 }
@@ -88,13 +98,13 @@ pub struct Metrics {
     waiting: Family<LayerLabel, Gauge>,
     keys: Family<LayerLabel, Gauge>,
     evictions: Family<LayerLabel, Gauge>,
-    upstream_seconds: Histogram,
+    upstream_seconds: Family<UpstreamLabel, Histogram>,
     connections: Gauge,
     layer_limit: Family<LayerLabel, Gauge>,
     upstream_throttled: Family<ReasonLabel, Counter>,
-    upstream_paused: Gauge,
-    /// The forwarder's count of "too many connections" last added (see `upstream_crowded`).
-    crowded_seen: std::sync::atomic::AtomicU64,
+    upstream_paused: Family<UpstreamLabel, Gauge>,
+    /// Each forwarder's count of "too many connections" last added (see `upstream_crowded`).
+    crowded_seen: std::sync::Mutex<std::collections::HashMap<String, u64>>,
 }
 
 fn seconds_histogram() -> Histogram {
@@ -132,7 +142,7 @@ impl Metrics {
                 r,
                 "upstream_seconds",
                 "Time upstream took per message",
-                seconds_histogram(),
+                Family::new_with_constructor(seconds_histogram as fn() -> Histogram),
             ),
             connections: add(r, "connections_open", "Client connections open"),
             layer_limit: add(r, "layer_limit", layer),
@@ -171,39 +181,50 @@ impl Metrics {
             .inc();
     }
 
-    pub fn upstream_throttled(&self, reason: &'static str) {
+    pub fn upstream_throttled(&self, upstream: &str, reason: &'static str) {
+        let upstream = upstream.to_string();
         self.upstream_throttled
-            .get_or_create(&ReasonLabel { reason })
+            .get_or_create(&ReasonLabel { reason, upstream })
             .inc();
     }
 
-    /// The forwarder's own count of "too many connections" (it retries those itself): what
+    /// A forwarder's own count of "too many connections" (it retries those itself): what
     /// is new since the last reading is added to `upstream_throttled{reason="connections"}`.
-    pub fn upstream_crowded(&self, total: u64) {
-        use std::sync::atomic::Ordering;
-        let before = self.crowded_seen.swap(total, Ordering::Relaxed);
-        // A reload brings a new forwarder, counting from 0 again.
+    pub fn upstream_crowded(&self, upstream: &str, total: u64) {
+        let mut seen = self.crowded_seen.lock().unwrap_or_else(|e| e.into_inner());
+        let before = seen.insert(upstream.to_string(), total).unwrap_or(0);
+        // A reload may bring a new forwarder, counting from 0 again.
         let new = if total >= before {
             total - before
         } else {
             total
         };
         if new > 0 {
-            (self.upstream_throttled)
-                .get_or_create(&ReasonLabel {
-                    reason: "connections",
-                })
-                .inc_by(new);
+            let label = ReasonLabel {
+                reason: "connections",
+                upstream: upstream.to_string(),
+            };
+            self.upstream_throttled.get_or_create(&label).inc_by(new);
         }
     }
 
-    /// Whether upstream is paused (read when the metrics are served).
-    pub fn upstream_paused(&self, paused: bool) {
-        self.upstream_paused.set(i64::from(paused));
+    /// Whether an upstream is paused (read when the metrics are served).
+    pub fn upstream_paused(&self, upstream: &str, paused: bool) {
+        let label = UpstreamLabel {
+            upstream: upstream.to_string(),
+        };
+        self.upstream_paused
+            .get_or_create(&label)
+            .set(i64::from(paused));
     }
 
-    pub fn upstream(&self, took: Duration) {
-        self.upstream_seconds.observe(took.as_secs_f64());
+    pub fn upstream(&self, upstream: &str, took: Duration) {
+        let label = UpstreamLabel {
+            upstream: upstream.to_string(),
+        };
+        self.upstream_seconds
+            .get_or_create(&label)
+            .observe(took.as_secs_f64());
     }
 
     pub fn connection_opened(&self) {

@@ -1,12 +1,17 @@
-//! Which buckets a message is charged to, how much, and which of its headers are routing hints
-//! for this relay (key headers, removed before forwarding). Kept apart from the session so that
-//! the rules a tenant could try to game (header keys) are in one place, and computed in one
-//! pass over the header section: the session gets a [`Plan`] and never asks again.
+//! Which upstream a message takes (`route`), which buckets it is charged to, how much, and which
+//! of its headers are routing hints for this relay (key headers, removed before forwarding).
+//! Kept apart from the session so that the rules a tenant could try to game (header keys) are
+//! in one place, and computed in one pass over the header section: the session gets a [`Plan`]
+//! and never asks again.
 
 use std::net::IpAddr;
 use std::ops::Range;
 
-use crate::config::{Cost, KeySource, MatchSpec, ThrottleConfig};
+use crate::config::{Cost, KeySource, MatchSpec, RouteConfig, ThrottleConfig};
+
+mod route;
+
+pub use route::Route;
 
 /// One `[[throttle]]` layer's rules for choosing a key and a cost (the bucket math is in
 /// `throttle`; this is only what a message is charged).
@@ -20,6 +25,8 @@ pub struct LayerPolicy {
     pub strip_key_header: bool,
     /// The source of the fair key (`fair_by`), computed like the key.
     pub fair_by: Option<KeySource>,
+    /// The upstream whose messages alone the layer applies to.
+    pub upstream: Option<String>,
 }
 
 impl LayerPolicy {
@@ -32,6 +39,7 @@ impl LayerPolicy {
             matches: layer.match_.as_ref().map(|m| m.get_ref().clone()),
             strip_key_header: layer.strip_key_header,
             fair_by: layer.fair_by.as_ref().map(|f| f.0.clone()),
+            upstream: layer.upstream.as_ref().map(|u| u.get_ref().clone()),
         }
     }
 }
@@ -57,9 +65,15 @@ pub use crate::throttle::Charge;
 /// What the policy decided for one message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
-    /// One charge per layer that applies to the message, in layer order.
+    /// Where it goes; `None` when routes are configured and none matches.
+    pub route: Option<Route>,
+    /// The charges of the layers that apply to the message on its route, in layer order: one
+    /// per layer, or for an `rcpt-domain` layer one per recipient domain.
     pub charges: Vec<Charge>,
-    /// The byte ranges of the key headers to remove (whole fields, in message order).
+    /// What the layers scoped to the route's fallback add if it goes there.
+    pub fallback_charges: Vec<Charge>,
+    /// The byte ranges of the fields to remove (whole fields, in message order): key headers,
+    /// and the client's own fields of the names the route adds.
     pub key_headers: Vec<Range<usize>>,
 }
 
@@ -72,34 +86,89 @@ impl Plan {
     }
 }
 
-/// The charges and key headers of a message.
-pub fn plan(layers: &[LayerPolicy], facts: &MessageFacts<'_>) -> Plan {
+/// What a plan is made from besides the message: the layers, the routes, and the upstream
+/// of a message when there are no routes.
+#[derive(Clone, Copy)]
+pub struct Rules<'a> {
+    pub layers: &'a [LayerPolicy],
+    pub routes: &'a [RouteConfig],
+    pub first_upstream: &'a str,
+}
+
+/// The route, charges and key headers of a message.
+pub fn plan(rules: Rules<'_>, facts: &MessageFacts<'_>) -> Plan {
     let fields = header_fields(facts.message);
-    let charges = layers
-        .iter()
-        .enumerate()
-        .filter(|(_, layer)| applies(layer, facts.message, &fields))
-        .map(|(layer_index, layer)| Charge {
-            layer: layer_index,
-            key: key_of(&layer.key, &layer.default_key, facts, &fields),
-            cost: match layer.cost {
-                Cost::Recipients => facts.rcpts.len() as u64,
-                Cost::Message => 1,
-            },
-            fair: (layer.fair_by.as_ref())
-                .map(|src| key_of(src, &layer.default_key, facts, &fields))
-                .unwrap_or_default(),
-        })
-        .collect();
+    let route = route::choose(rules.routes, rules.first_upstream, facts, &fields);
+    let upstream = route.as_ref().map(|r| r.upstream.as_str());
+    let fallback = route.as_ref().and_then(|r| r.fallback.as_deref());
+    let charges = |scope: Option<&str>, unscoped: bool| -> Vec<Charge> {
+        (rules.layers.iter().enumerate())
+            .filter(|(_, l)| match &l.upstream {
+                None => unscoped,
+                Some(u) => scope == Some(u.as_str()),
+            })
+            .filter(|(_, layer)| applies(layer, facts.message, &fields))
+            .flat_map(|(index, layer)| layer_charges(index, layer, facts, &fields))
+            .collect()
+    };
+    let mut key_headers = key_headers(rules, facts.message, &fields);
+    if let Some(route) = &route {
+        let added = route.headers.iter().map(|(name, _)| name.as_str());
+        key_headers.extend(named_fields(facts.message, &fields, added));
+        key_headers.sort_by_key(|r| r.start);
+        key_headers.dedup();
+    }
     Plan {
-        charges,
-        key_headers: key_headers(layers, facts.message, &fields),
+        charges: charges(upstream, true),
+        fallback_charges: fallback.map_or_else(Vec::new, |f| charges(Some(f), false)),
+        route,
+        key_headers,
     }
 }
 
-/// The charges of a message, one per layer that applies to it, in layer order.
+/// What one layer charges a message: one charge, or for a layer keyed by recipient domain one
+/// per domain, each domain's recipients to its own bucket.
+fn layer_charges(
+    index: usize,
+    layer: &LayerPolicy,
+    facts: &MessageFacts<'_>,
+    fields: &[Field],
+) -> Vec<Charge> {
+    let fair = (layer.fair_by.as_ref())
+        .map(|src| key_of(src, &layer.default_key, facts, fields))
+        .unwrap_or_default();
+    let charge = |key: String, recipients: usize| Charge {
+        layer: index,
+        key,
+        cost: match layer.cost {
+            Cost::Recipients => recipients as u64,
+            Cost::Message => 1,
+        },
+        fair: fair.clone(),
+    };
+    if layer.key != KeySource::RcptDomain || facts.rcpts.len() < 2 {
+        let key = key_of(&layer.key, &layer.default_key, facts, fields);
+        return vec![charge(key, facts.rcpts.len())];
+    }
+    let mut domains: Vec<(String, usize)> = Vec::new();
+    for rcpt in facts.rcpts {
+        let domain = domain_of(rcpt).unwrap_or_else(|| layer.default_key.clone());
+        match domains.iter_mut().find(|(d, _)| *d == domain) {
+            Some((_, n)) => *n += 1,
+            None => domains.push((domain, 1)),
+        }
+    }
+    domains.into_iter().map(|(d, n)| charge(d, n)).collect()
+}
+
+/// The charges of a message without routes, in layer order.
 pub fn charges(layers: &[LayerPolicy], facts: &MessageFacts<'_>) -> Vec<Charge> {
-    plan(layers, facts).charges
+    let rules = Rules {
+        layers,
+        routes: &[],
+        first_upstream: "",
+    };
+    plan(rules, facts).charges
 }
 
 fn applies(layer: &LayerPolicy, message: &[u8], fields: &[Field]) -> bool {
@@ -207,18 +276,27 @@ fn header_value(message: &[u8], fields: &[Field], name: &str) -> Option<String> 
     Some(value[..cut].to_string())
 }
 
-/// The fields named by the key of a layer that strips its key header: a key header is a
-/// routing hint for this relay, not content for the recipient.
-fn key_headers(layers: &[LayerPolicy], message: &[u8], fields: &[Field]) -> Vec<Range<usize>> {
-    let names: Vec<&str> = layers
-        .iter()
+/// The fields named by the key of a layer or route that strips its key header: a key header
+/// is a routing hint for this relay, not content for the recipient.
+fn key_headers(rules: Rules<'_>, message: &[u8], fields: &[Field]) -> Vec<Range<usize>> {
+    let names = (rules.layers.iter())
         .filter(|l| l.strip_key_header)
         .flat_map(|l| std::iter::once(&l.key).chain(&l.fair_by))
         .filter_map(|source| match source {
             KeySource::Header(name) => Some(name.as_str()),
             _ => None,
         })
-        .collect();
+        .chain(route::key_header_names(rules.routes));
+    named_fields(message, fields, names)
+}
+
+/// The byte ranges of the fields called one of `names` (case-insensitive).
+fn named_fields<'a>(
+    message: &[u8],
+    fields: &[Field],
+    names: impl Iterator<Item = &'a str>,
+) -> Vec<Range<usize>> {
+    let names: Vec<&str> = names.collect();
     if names.is_empty() {
         return Vec::new();
     }
@@ -237,12 +315,19 @@ fn key_headers(layers: &[LayerPolicy], message: &[u8], fields: &[Field]) -> Vec<
 /// The message without the key headers of the layers that strip theirs.
 pub fn strip_key_headers(layers: &[LayerPolicy], message: Vec<u8>) -> Vec<u8> {
     let fields = header_fields(&message);
-    let key_headers = key_headers(layers, &message, &fields);
+    let rules = Rules {
+        layers,
+        routes: &[],
+        first_upstream: "",
+    };
+    let key_headers = key_headers(rules, &message, &fields);
     if key_headers.is_empty() {
         return message;
     }
     let plan = Plan {
+        route: None,
         charges: Vec::new(),
+        fallback_charges: Vec::new(),
         key_headers,
     };
     plan.forwarded(&message).collect::<Vec<_>>().concat()

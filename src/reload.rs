@@ -10,6 +10,7 @@ use std::sync::Arc;
 use crate::config::Config;
 use crate::context::{Context, Live, Parts};
 use crate::tls::{Tls, TlsError};
+use crate::upstream::Upstreams;
 
 /// Why a new configuration was refused (the old one stays).
 #[derive(Debug, thiserror::Error)]
@@ -61,13 +62,12 @@ pub fn reload(live: &Live, config: Config) -> Result<Vec<String>, ReloadError> {
 }
 
 /// The new parts for `config`, keeping what must outlive a reload: the buckets of unchanged
-/// layers (a reload must not hand every tenant a full bucket again) and the certificate
-/// holder when the files are the same (it rereads them).
+/// layers (a reload must not hand every tenant a full bucket again), unchanged upstreams with
+/// their connections, and the certificate holder when the files are the same (it rereads
+/// them).
 fn parts(old: &Context, config: Config) -> Result<Parts, ReloadError> {
     let config = Arc::new(config);
-    let helo = (config.upstream.helo_name.as_deref()).unwrap_or(&config.smtp.hostname);
-    let forwarder =
-        crate::upstream::build_forwarder(&config.upstream, helo).map_err(ReloadError::Upstream)?;
+    let upstreams = Upstreams::reloaded(&config, &old.upstreams).map_err(ReloadError::Upstream)?;
     let throttle =
         crate::throttle::from_config(&config, old.clock.clone()).keeping_unchanged(&old.throttle);
     let tls = match (&config.smtp.tls, &old.tls) {
@@ -80,7 +80,7 @@ fn parts(old: &Context, config: Config) -> Result<Parts, ReloadError> {
     };
     Ok(Parts {
         config,
-        forwarder,
+        upstreams: Arc::new(upstreams),
         throttle: Arc::new(throttle),
         tls,
     })

@@ -17,7 +17,8 @@ const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:1rem;max-width
 
 /// What the page says about readiness, gathered by the caller (the checks are async).
 pub struct Checks {
-    pub upstream: Result<(), String>,
+    /// Each upstream's reachability, by name, in config order.
+    pub upstreams: Vec<(String, Result<(), String>)>,
     /// `None` when no layer uses a shared store.
     pub store: Option<Result<(), String>>,
 }
@@ -48,14 +49,16 @@ fn readiness(html: &mut String, ctx: &Context, health: &Health, checks: &Checks)
         false => Err("not accepting".to_string()),
     };
     row_state(html, "SMTP listeners", &listening);
-    let upstream = format!("upstream {}", ctx.config.upstream.url);
-    row_state(html, &upstream, &checks.upstream);
-    if let Some(left) = ctx.pause.left() {
-        let paused = Err(format!(
-            "paused after a quota reply, {} s left",
-            left.as_secs()
-        ));
-        row_state(html, "upstream sending", &paused);
+    for (upstream, (name, check)) in ctx.upstreams.iter().zip(&checks.upstreams) {
+        let part = format!("upstream {name} ({})", upstream.config.url);
+        row_state(html, &part, check);
+        if let Some(left) = upstream.pause.left() {
+            let paused = Err(format!(
+                "paused after a quota reply, {} s left",
+                left.as_secs()
+            ));
+            row_state(html, &format!("upstream {name} sending"), &paused);
+        }
     }
     if let Some(store) = &checks.store {
         row_state(html, "Redis (shared buckets)", store);

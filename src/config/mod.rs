@@ -5,7 +5,8 @@
 //! |---|---|
 //! | `smtp.rs` | `[smtp]`, the listening side |
 //! | `security.rs` | `[smtp.tls]` and `[smtp.auth]`: who may send |
-//! | `upstream.rs` | `[upstream]` and its URL |
+//! | `upstream.rs` | `[upstream]` / `[[upstream]]` and their URLs |
+//! | `route.rs` | `[[route]]`: which upstream carries a message |
 //! | `replies.rs` | `throttle_replies` / `quota_replies`: regexes over upstream's replies |
 //! | `throttle.rs` | `[[throttle]]` layers and their vocabulary (mode, refill, cost, store) |
 //! | `key_source.rs` | where a layer's key comes from (`key = "header:X-Tenant"`) |
@@ -24,6 +25,7 @@ use serde::Deserialize;
 mod key_source;
 mod redis;
 mod replies;
+mod route;
 mod security;
 mod smtp;
 mod throttle;
@@ -32,10 +34,11 @@ mod upstream;
 pub use key_source::KeySource;
 pub use redis::{OnError, RedisConfig};
 pub use replies::ReplyPatterns;
+pub use route::{RouteConfig, RouteKey};
 pub use security::{AuthConfig, TlsConfig, UserConfig};
 pub use smtp::SmtpConfig;
 pub use throttle::{Cost, FairBy, MatchSpec, Mode, Refill, StoreKind, ThrottleConfig};
-pub use upstream::{Feedback, UpstreamConfig, UpstreamTls, UpstreamUrl};
+pub use upstream::{Feedback, UpstreamConfig, UpstreamTls, UpstreamUrl, DEFAULT_NAME};
 
 /// A configuration that could not be used; the text says which key and where.
 #[derive(Debug, thiserror::Error)]
@@ -53,7 +56,12 @@ pub enum ConfigError {
 #[serde(deny_unknown_fields)]
 pub struct Config {
     pub smtp: SmtpConfig,
-    pub upstream: UpstreamConfig,
+    /// `[upstream]`, or several `[[upstream]]`; without routes every message takes the first.
+    #[serde(rename = "upstream", deserialize_with = "upstream::one_or_many")]
+    pub upstreams: Vec<UpstreamConfig>,
+    /// `[[route]]`, first match wins.
+    #[serde(rename = "route", default)]
+    pub routes: Vec<RouteConfig>,
     #[serde(default)]
     pub throttle: Vec<ThrottleConfig>,
     /// The HTTP endpoint for health, metrics and peeks; off when the section is absent.
@@ -93,6 +101,21 @@ impl Config {
         Ok(config)
     }
 
+    /// The upstream called `name`.
+    pub fn upstream(&self, name: &str) -> Option<&UpstreamConfig> {
+        self.upstreams.iter().find(|u| u.name() == name)
+    }
+
+    /// The upstream of a message when there are no routes: the first.
+    pub fn first_upstream(&self) -> &UpstreamConfig {
+        &self.upstreams[0]
+    }
+
+    /// What is valid but probably not meant, for `mailsluice check` and the startup log.
+    pub fn warnings(&self) -> Vec<String> {
+        route::warnings(self)
+    }
+
     /// The layer called `name`.
     pub fn layer(&self, name: &str) -> Option<&ThrottleConfig> {
         self.throttle.iter().find(|l| l.name() == name)
@@ -114,6 +137,7 @@ impl Config {
             }
             validate_layer(layer, text)?;
         }
+        route::validate(self, text)?;
         redis::validate(self, text)
     }
 }

@@ -10,6 +10,18 @@ use serde::Deserialize;
 #[serde(try_from = "Vec<String>")]
 pub struct ReplyPatterns(Vec<Regex>);
 
+/// Two lists are equal when their patterns are, so a reload can tell an unchanged upstream.
+impl PartialEq for ReplyPatterns {
+    fn eq(&self, other: &ReplyPatterns) -> bool {
+        let patterns = |p: &ReplyPatterns| {
+            p.0.iter()
+                .map(|r| r.as_str().to_owned())
+                .collect::<Vec<_>>()
+        };
+        patterns(self) == patterns(other)
+    }
+}
+
 impl ReplyPatterns {
     /// Whether any pattern matches `reply` (e.g. `"454 Throttling failure: ..."`).
     pub fn matches(&self, reply: &str) -> bool {

@@ -120,16 +120,25 @@ fn reply_patterns_classify_and_can_be_replaced() {
     use crate::config::Feedback;
     let c = Config::parse(MINIMAL).unwrap();
     let ses = "Throttling failure: Maximum sending rate exceeded.";
-    assert_eq!(c.upstream.classify(454, ses), Some(Feedback::Rate));
+    assert_eq!(c.first_upstream().classify(454, ses), Some(Feedback::Rate));
     let quota = "Throttling failure: Daily message quota exceeded.";
-    assert_eq!(c.upstream.classify(454, quota), Some(Feedback::Quota));
+    assert_eq!(
+        c.first_upstream().classify(454, quota),
+        Some(Feedback::Quota)
+    );
     let conns = "Too many concurrent SMTP connections";
-    assert_eq!(c.upstream.classify(421, conns), Some(Feedback::Connections));
-    assert_eq!(c.upstream.classify(550, ses), None);
+    assert_eq!(
+        c.first_upstream().classify(421, conns),
+        Some(Feedback::Connections)
+    );
+    assert_eq!(c.first_upstream().classify(550, ses), None);
     let text = format!("{MINIMAL}throttle_replies = [\"^450 slow\"]\n");
     let c = Config::parse(&text).unwrap();
-    assert_eq!(c.upstream.classify(454, ses), None);
-    assert_eq!(c.upstream.classify(450, "slow down"), Some(Feedback::Rate));
+    assert_eq!(c.first_upstream().classify(454, ses), None);
+    assert_eq!(
+        c.first_upstream().classify(450, "slow down"),
+        Some(Feedback::Rate)
+    );
 }
 
 #[test]
@@ -143,4 +152,82 @@ fn fair_by_and_weights_are_read() {
     let by = layer.fair_by.as_ref().map(|f| &f.0);
     assert_eq!(by, Some(&KeySource::Header("X-Tenant".into())));
     assert_eq!(layer.weights["acme"].get(), 3);
+}
+
+const TWO: &str = "[smtp]\nlisten = [\"127.0.0.1:0\"]\n\
+    [[upstream]]\nname = \"eu\"\nurl = \"smtp://eu.example:587\"\n\
+    [[upstream]]\nname = \"backup\"\nurl = \"smtp://backup.example:25\"\n";
+
+#[test]
+fn one_upstream_table_is_named_default_and_several_keep_their_names() {
+    let one = Config::parse(MINIMAL).unwrap();
+    assert_eq!(one.upstreams.len(), 1);
+    assert_eq!(one.first_upstream().name(), DEFAULT_NAME);
+    let two = Config::parse(TWO).unwrap();
+    let names: Vec<&str> = two.upstreams.iter().map(UpstreamConfig::name).collect();
+    assert_eq!(names, ["eu", "backup"]);
+    assert!(two.warnings().is_empty(), "no routes, no warning");
+}
+
+fn route_error(rest: &str) -> String {
+    Config::parse(&format!("{TWO}{rest}")).unwrap_err()
+}
+
+#[test]
+fn route_and_upstream_names_are_checked_with_their_lines() {
+    let unknown = route_error("[[route]]\nupstream = \"us\"\n");
+    assert!(
+        unknown.contains("route.upstream") && unknown.contains("\"us\""),
+        "{unknown}"
+    );
+    assert!(unknown.contains("line 10"), "{unknown}");
+    let fallback = route_error("[[route]]\nupstream = \"eu\"\nfallback = \"eu\"\n");
+    assert!(
+        fallback.contains("route.fallback") && fallback.contains("line 11"),
+        "{fallback}"
+    );
+    let missing = route_error("[[route]]\nupstream = \"eu\"\nfallback = \"nope\"\n");
+    assert!(missing.contains("no upstream named \"nope\""), "{missing}");
+    let layer =
+        route_error("[[throttle]]\nname = \"t\"\nkey = \"none\"\nlimit = 1\nupstream = \"x\"\n");
+    assert!(
+        layer.contains("throttle.upstream") && layer.contains("line 13"),
+        "{layer}"
+    );
+    let dup = Config::parse(&format!(
+        "{TWO}[[upstream]]\nname = \"eu\"\nurl = \"file://o\"\n"
+    ))
+    .unwrap_err();
+    assert!(
+        dup.contains("duplicate upstream name") && dup.contains("line 10"),
+        "{dup}"
+    );
+    let nameless = Config::parse(&format!("{TWO}[[upstream]]\nurl = \"file://o\"\n")).unwrap_err();
+    assert!(
+        nameless.contains("needs a name") && nameless.contains("line 9"),
+        "{nameless}"
+    );
+    let key = route_error("[[route]]\nkey = \"moon\"\nupstream = \"eu\"\n");
+    assert!(key.contains("route.key"), "{key}");
+}
+
+#[test]
+fn added_headers_must_be_fields() {
+    let bad_name =
+        route_error("[[route]]\nupstream = \"eu\"\nadd_headers = { \"X Bad\" = \"v\" }\n");
+    assert!(bad_name.contains("not a header field name"), "{bad_name}");
+    let bad_value = route_error(
+        "[[route]]\nupstream = \"eu\"\nadd_headers = { \"X-Ok\" = \"a\\r\\nBcc: x\" }\n",
+    );
+    assert!(bad_value.contains("control character"), "{bad_value}");
+}
+
+#[test]
+fn routes_without_a_catch_all_are_warned_of() {
+    let routed = "[[route]]\nkey = \"header:X-Tenant\"\nvalues = [\"acme\"]\nupstream = \"eu\"\n";
+    let c = Config::parse(&format!("{TWO}{routed}")).unwrap();
+    assert_eq!(c.warnings().len(), 1);
+    assert!(c.warnings()[0].contains("451 4.3.5"));
+    let c = Config::parse(&format!("{TWO}{routed}[[route]]\nupstream = \"backup\"\n")).unwrap();
+    assert!(c.warnings().is_empty());
 }

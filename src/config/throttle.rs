@@ -113,6 +113,8 @@ pub struct ThrottleConfig {
     /// Serve this layer's waiters in turn by this key (same sources and trust as `key`), so
     /// one tenant's backlog in a shared bucket does not hold back the others.
     pub fair_by: Option<FairBy>,
+    /// Apply only to messages carried by this upstream (each account has its own rate).
+    pub upstream: Option<Spanned<String>>,
     /// Shares of the turns per fair key (default 1); needs `fair_by`.
     #[serde(default)]
     pub weights: BTreeMap<String, NonZeroU64>,

@@ -5,7 +5,9 @@ use std::net::SocketAddr;
 use std::num::{NonZeroU64, NonZeroUsize};
 use std::path::PathBuf;
 
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
+use toml::Spanned;
 
 use super::replies::ReplyPatterns;
 
@@ -20,9 +22,12 @@ pub enum UpstreamTls {
 
 /// Parsed by serde's derive (`remote = "Self"`) and then checked by [`UpstreamConfig::validate`]
 /// in its `Deserialize`, so a rule between keys is a parse error with the table's line.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, remote = "Self")]
 pub struct UpstreamConfig {
+    /// What routes and layers call it; a single `[upstream]` table may leave it out
+    /// ("default"), each of several `[[upstream]]` tables needs one.
+    pub name: Option<Spanned<String>>,
     /// `smtp://host:port`, `smtps://host:port`, `mx://` or `file://DIR`.
     pub url: UpstreamUrl,
     #[serde(default)]
@@ -38,6 +43,13 @@ pub struct UpstreamConfig {
     pub timeout_ms: NonZeroU64,
     /// Name this relay gives itself in EHLO upstream; defaults to `smtp.hostname`.
     pub helo_name: Option<String>,
+    /// Reconnect after this many messages on one connection (0: no bound): providers behind
+    /// load balancers ask for it.
+    #[serde(default)]
+    pub max_messages_per_connection: u64,
+    /// Reconnect when a connection is older than this (0: no bound).
+    #[serde(default)]
+    pub max_connection_age_ms: u64,
     /// Replies that mean "too fast": the message is sent again later, adaptive layers slow.
     #[serde(default = "ReplyPatterns::default_throttle")]
     pub throttle_replies: ReplyPatterns,
@@ -86,6 +98,11 @@ impl Feedback {
 }
 
 impl UpstreamConfig {
+    /// The name routes and layers use.
+    pub fn name(&self) -> &str {
+        self.name.as_ref().map_or(DEFAULT_NAME, |n| n.get_ref())
+    }
+
     pub fn mx_port(&self) -> u16 {
         self.mx_port.unwrap_or(25)
     }
@@ -98,6 +115,13 @@ impl UpstreamConfig {
     /// The rules between keys that no key's type can say: the `mx://` keys belong to it
     /// alone, and MX hosts take no credentials (they are not our smarthost).
     pub fn validate(&self) -> Result<(), String> {
+        self.validate_keys().map_err(|e| match &self.name {
+            Some(name) => format!("{e} (upstream {:?})", name.get_ref()),
+            None => e,
+        })
+    }
+
+    fn validate_keys(&self) -> Result<(), String> {
         let mx = matches!(self.url, UpstreamUrl::Mx);
         let mx_only = [
             ("mx_port", self.mx_port.is_some()),
@@ -154,6 +178,38 @@ impl UpstreamConfig {
             None
         }
     }
+}
+
+/// The name of an `[upstream]` table that has none.
+pub const DEFAULT_NAME: &str = "default";
+
+/// `upstream` as one table (`[upstream]`) or several (`[[upstream]]`). A visitor rather than an
+/// untagged enum, so that an error inside a table keeps its key and line.
+pub(super) fn one_or_many<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Vec<UpstreamConfig>, D::Error> {
+    struct OneOrMany;
+
+    impl<'de> Visitor<'de> for OneOrMany {
+        type Value = Vec<UpstreamConfig>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an [upstream] table or [[upstream]] tables")
+        }
+
+        fn visit_map<M: MapAccess<'de>>(self, map: M) -> Result<Self::Value, M::Error> {
+            let one = <UpstreamConfig as Deserialize>::deserialize(
+                de::value::MapAccessDeserializer::new(map),
+            )?;
+            Ok(vec![one])
+        }
+
+        fn visit_seq<S: SeqAccess<'de>>(self, seq: S) -> Result<Self::Value, S::Error> {
+            Vec::deserialize(de::value::SeqAccessDeserializer::new(seq))
+        }
+    }
+
+    deserializer.deserialize_any(OneOrMany)
 }
 
 fn default_quota_pause_ms() -> NonZeroU64 {
@@ -293,58 +349,44 @@ mod tests {
         assert!(UpstreamUrl::parse("smtp://host:notaport").is_err());
     }
 
-    fn upstream(toml_text: &str) -> UpstreamConfig {
-        toml::from_str(toml_text).expect("parses")
-    }
-
-    /// Parsed without the checks, to call `validate` itself.
-    fn unchecked(toml_text: &str) -> UpstreamConfig {
-        UpstreamConfig::deserialize(toml::Deserializer::new(toml_text)).unwrap()
-    }
-
     #[test]
     fn mx_keys_have_defaults_and_belong_to_mx_alone() {
-        let mx = upstream("url = \"mx://\"");
-        assert_eq!(mx.mx_port(), 25);
-        assert_eq!(mx.max_connections_per_domain().get(), 10);
-        assert!(mx.validate().is_ok());
-        let set = upstream(
-            "url = \"mx://\"\nmx_port = 2525\nnameservers = [\"127.0.0.1:5353\"]\n\
-             max_connections_per_domain = 3",
+        let parse = |text: &str| toml::from_str::<UpstreamConfig>(text);
+        let mx = parse("url = \"mx://\"").unwrap();
+        assert_eq!(
+            (mx.mx_port(), mx.max_connections_per_domain().get()),
+            (25, 10)
         );
+        let set =
+            parse("url = \"mx://\"\nmx_port = 2525\nnameservers = [\"127.0.0.1:5353\"]").unwrap();
         assert_eq!(set.mx_port(), 2525);
         assert_eq!(
             set.nameservers,
             Some(vec!["127.0.0.1:5353".parse().unwrap()])
         );
-        assert!(set.validate().is_ok());
-        for (key, line) in [
-            ("mx_port", "mx_port = 2525"),
-            ("nameservers", "nameservers = [\"127.0.0.1:53\"]"),
+        for (key, text) in [
+            ("mx_port", "url = \"smtp://h:25\"\nmx_port = 2525"),
+            (
+                "nameservers",
+                "url = \"file://x\"\nnameservers = [\"127.0.0.1:53\"]",
+            ),
             (
                 "max_connections_per_domain",
-                "max_connections_per_domain = 2",
+                "url = \"smtp://h:25\"\nmax_connections_per_domain = 2",
             ),
+            (
+                "username",
+                "url = \"mx://\"\nusername = \"u\"\npassword = \"p\"",
+            ),
+            ("nameservers", "url = \"mx://\"\nnameservers = []"),
+            ("mx_port", "url = \"mx://\"\nmx_port = 0"),
         ] {
-            let err = unchecked(&format!("url = \"smtp://h:25\"\n{line}"))
-                .validate()
-                .unwrap_err();
-            assert!(err.contains(&format!("upstream.{key}")), "{err}");
+            // Checked when parsed, and by `validate` for a config built otherwise.
+            let err = parse(text).unwrap_err().to_string();
+            assert!(err.contains(&format!("upstream.{key}")), "{text}: {err}");
+            let unchecked = UpstreamConfig::deserialize(toml::Deserializer::new(text)).unwrap();
+            assert!(unchecked.validate().unwrap_err().contains(key), "{text}");
         }
-        let err = unchecked("url = \"mx://\"\nusername = \"u\"\npassword = \"p\"")
-            .validate()
-            .unwrap_err();
-        assert!(err.contains("upstream.username"), "{err}");
-        let err = unchecked("url = \"mx://\"\nnameservers = []")
-            .validate()
-            .unwrap_err();
-        assert!(err.contains("upstream.nameservers"), "{err}");
-        let err = unchecked("url = \"mx://\"\nmx_port = 0")
-            .validate()
-            .unwrap_err();
-        assert!(err.contains("upstream.mx_port"), "{err}");
-        assert!(
-            toml::from_str::<UpstreamConfig>("url = \"mx://\"\nnameservers = [\"nope\"]").is_err()
-        );
+        assert!(parse("url = \"mx://\"\nnameservers = [\"nope\"]").is_err());
     }
 }

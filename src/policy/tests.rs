@@ -14,6 +14,15 @@ fn layer(key: &str, cost: Cost, matches: Option<(&str, &str)>) -> LayerPolicy {
         }),
         strip_key_header: true,
         fair_by: None,
+        upstream: None,
+    }
+}
+
+fn rules(layers: &[LayerPolicy]) -> Rules<'_> {
+    Rules {
+        layers,
+        routes: &[],
+        first_upstream: "default",
     }
 }
 
@@ -160,7 +169,7 @@ fn fair_key_follows_the_key_rules_and_its_header_is_stripped() {
     let mut account = layer("none", Cost::Recipients, None);
     account.fair_by = Some(KeySource::parse("header:X-Tenant").unwrap());
     let layers = [account];
-    let trusted = plan(&layers, &facts(MSG, &rcpts, None));
+    let trusted = plan(rules(&layers), &facts(MSG, &rcpts, None));
     assert_eq!(
         (
             trusted.charges[0].key.as_str(),
@@ -170,9 +179,86 @@ fn fair_key_follows_the_key_rules_and_its_header_is_stripped() {
     );
     assert_eq!(trusted.key_headers.len(), 1, "X-Tenant is a routing hint");
     // An authenticated client without header trust stays its tenant's fair key.
-    let authed = plan(&layers, &facts(MSG, &rcpts, Some("globex")));
+    let authed = plan(rules(&layers), &facts(MSG, &rcpts, Some("globex")));
     assert_eq!(authed.charges[0].fair, "globex");
     // No fair_by: no fair key.
     let plain = [layer("none", Cost::Recipients, None)];
-    assert_eq!(plan(&plain, &facts(MSG, &rcpts, None)).charges[0].fair, "");
+    assert_eq!(
+        plan(rules(&plain), &facts(MSG, &rcpts, None)).charges[0].fair,
+        ""
+    );
+}
+
+#[test]
+fn a_rcpt_domain_layer_charges_each_domain_its_own_recipients() {
+    let rcpts: Vec<String> = ["a@X.example", "b@y.example", "c@x.example"]
+        .map(String::from)
+        .to_vec();
+    let layers = [
+        layer("rcpt-domain", Cost::Recipients, None),
+        layer("rcpt-domain", Cost::Message, None),
+    ];
+    let got: Vec<(usize, String, u64)> = charges(&layers, &facts(MSG, &rcpts, None))
+        .into_iter()
+        .map(|c| (c.layer, c.key, c.cost))
+        .collect();
+    let want = [
+        (0, "x.example", 2),
+        (0, "y.example", 1),
+        (1, "x.example", 1),
+        (1, "y.example", 1),
+    ]
+    .map(|(l, k, c)| (l, k.to_string(), c));
+    assert_eq!(got, want);
+}
+
+fn routes(text: &str) -> Vec<RouteConfig> {
+    let config = format!(
+        "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[[upstream]]\nname = \"a\"\nurl = \"file://a\"\n\
+         [[upstream]]\nname = \"b\"\nurl = \"file://b\"\n{text}"
+    );
+    crate::config::Config::parse(&config).unwrap().routes
+}
+
+#[test]
+fn the_route_scopes_the_layers_and_the_header_it_adds_replaces_the_clients() {
+    let routes = routes(
+        "[[route]]\nkey = \"header:X-Tenant\"\nvalues = [\"ACME\"]\nupstream = \"a\"\n\
+         fallback = \"b\"\nadd_headers = { \"Subject\" = \"[{key}]\" }\n\
+         [[route]]\nupstream = \"b\"\n",
+    );
+    let mut on_a = layer("none", Cost::Message, None);
+    on_a.upstream = Some("a".into());
+    let mut on_b = layer("none", Cost::Message, None);
+    on_b.upstream = Some("b".into());
+    let layers = [layer("header:X-Tier", Cost::Message, None), on_a, on_b];
+    let rules = Rules {
+        layers: &layers,
+        routes: &routes,
+        first_upstream: "a",
+    };
+    let rcpts = vec!["r@example.net".to_string()];
+    let plan = plan(rules, &facts(MSG, &rcpts, None));
+    let route = plan.route.clone().unwrap();
+    assert_eq!(
+        (route.upstream.as_str(), route.fallback.as_deref()),
+        ("a", Some("b"))
+    );
+    assert_eq!(
+        route.headers,
+        [("Subject".to_string(), "[acme]".to_string())]
+    );
+    let layers_of = |c: &[Charge]| c.iter().map(|c| c.layer).collect::<Vec<_>>();
+    assert_eq!(layers_of(&plan.charges), [0, 1]);
+    assert_eq!(layers_of(&plan.fallback_charges), [2]);
+    let forwarded: Vec<u8> = plan.forwarded(MSG).collect::<Vec<_>>().concat();
+    assert_eq!(
+        forwarded, b"\r\nX-Tenant: body\r\n",
+        "the client's Subject (replaced), the route's and the layer's key headers are out, the \
+         body untouched"
+    );
+    let other = b"X-Tenant: initech\r\n\r\n";
+    let plan = super::plan(rules, &facts(other, &rcpts, None));
+    assert_eq!(plan.route.unwrap().upstream, "b");
+    assert_eq!(layers_of(&plan.charges), [0, 2]);
 }

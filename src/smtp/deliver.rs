@@ -1,7 +1,7 @@
-//! The final dot, top to bottom: the facts of the message, its plan (charges and key headers,
-//! from `policy`), the wait for tokens (`throttle`), the message as forwarded (trace added,
-//! key headers removed), upstream, and upstream's verdict relayed; tokens of a message
-//! upstream refused go back. The client gets `250` only after upstream accepted
+//! The final dot, top to bottom: the facts of the message, its plan (route, charges and key
+//! headers, from `policy`), the wait for tokens (`throttle`), the message as forwarded (trace
+//! and route fields added, key headers removed), upstream (`forward`), and upstream's verdict
+//! relayed; tokens of a message upstream refused go back. The client gets `250` only after upstream accepted
 //! (pass-through, never store-and-forward), so a crash here loses nothing: the client still
 //! holds the message.
 
@@ -12,31 +12,32 @@ use tokio::time::Instant;
 use super::received::{self, Trace};
 use super::reply::{self, Reply};
 use super::session::{Flow, Session};
-use crate::config::Feedback;
 use crate::metrics::Outcome;
 use crate::policy::{self, Charge, MessageFacts, Plan};
 use crate::throttle::{Again, Permit, ThrottleError};
-use crate::upstream::{Accepted, Admission, Envelope, UpstreamError};
+use crate::upstream::{Accepted, Admission, Envelope, Upstream, UpstreamError};
 
 /// What one message came to, for its log line and the metrics.
-struct Record {
-    outcome: Outcome,
+pub(super) struct Record {
+    pub outcome: Outcome,
     /// The layer and key that decided a refusal, or the first charge of a granted message.
     layer: String,
     key: String,
     cost: u64,
     waited: Duration,
+    /// The upstream of its route.
+    pub via: String,
 }
 
 /// What a message asks the throttle for: its first tokens, or tokens again after upstream
 /// throttled it.
-enum Tokens {
+pub(super) enum Tokens {
     First(Vec<Charge>),
     Again(Again),
 }
 
 /// Why a message got no tokens.
-enum NoTokens {
+pub(super) enum NoTokens {
     /// The client closed the connection while it waited.
     Abandoned,
     /// Upstream was paused (a quota reply) while it waited: the time left of the pause.
@@ -47,9 +48,15 @@ enum NoTokens {
 impl Session {
     pub async fn deliver(&mut self, envelope: Envelope, body: Vec<u8>) -> Flow {
         let started = Instant::now();
-        let plan = policy::plan(&self.ctx.layers, &self.facts(&envelope, &body));
+        let plan = policy::plan(self.ctx.rules(), &self.facts(&envelope, &body));
         let mut record = self.record(&plan.charges);
-        let pause = self.ctx.pause.clone();
+        let Some(route) = &plan.route else {
+            return self.no_route(&envelope, record, started);
+        };
+        let upstream = self.ctx.upstreams.get(&route.upstream).cloned();
+        let upstream = upstream.expect("route names are validated with the config");
+        record.via = upstream.name().to_string();
+        let pause = upstream.pause.clone();
         let probe = match pause.admit().await {
             Admission::Open => None,
             Admission::Probe(probe) => Some(probe),
@@ -60,10 +67,8 @@ impl Session {
                 return Flow::Continue;
             }
         };
-        let permit = match self
-            .wait_for_tokens(Tokens::First(plan.charges.clone()), &mut record)
-            .await
-        {
+        let tokens = Tokens::First(plan.charges.clone());
+        let permit = match self.wait_for_tokens(tokens, &upstream, &mut record).await {
             Ok(permit) => permit,
             Err(refusal) => {
                 let flow = self.refused(refusal, &mut record);
@@ -73,10 +78,9 @@ impl Session {
         };
         let message = self.forwarded(&envelope, &body, &plan);
         drop(body);
-        let (result, permit) = match self
-            .forward_absorbing(&envelope, &message, permit, &mut record)
-            .await
-        {
+        let sent =
+            self.forward_on_route(&upstream, &plan, &envelope, &message, permit, &mut record);
+        let (result, permits) = match sent.await {
             Ok(sent) => sent,
             Err(flow) => {
                 self.log_message(&envelope, &record, started, None);
@@ -86,110 +90,32 @@ impl Session {
         if let Some(probe) = probe {
             probe.open();
         }
-        match (permit, &result) {
-            (Some(permit), Ok(_)) => permit.delivered(),
-            (Some(permit), Err(_)) => permit.upstream_failed(),
-            (None, _) => {}
+        for permit in permits {
+            match &result {
+                Ok(_) => permit.delivered(),
+                Err(_) => permit.upstream_failed(),
+            }
         }
         let reply = reply::upstream_verdict(&result);
-        record.outcome = match &result {
-            Ok(_) => Outcome::Delivered,
-            Err(UpstreamError::Unavailable(_)) => Outcome::UpstreamUnavailable,
-            Err(UpstreamError::Uncertain(_)) => Outcome::UpstreamUncertain,
-            Err(UpstreamError::Rejected { code, .. }) if *code >= 500 => Outcome::UpstreamPermFail,
-            Err(UpstreamError::Rejected { .. }) => Outcome::UpstreamTempFail,
-        };
+        record.outcome = outcome_of(&result);
         self.log_message(&envelope, &record, started, Some(&reply));
         self.verdict(reply);
         Flow::Continue
     }
 
-    /// Forwards the message; a throttle reply of upstream is absorbed when an adaptive layer
-    /// charged it: the message was not accepted, so it waits again (ahead of later arrivals,
-    /// within its budget from the final dot) and goes again, never relaying the `454` as if
-    /// final. `Err` when the client has been answered here (budget spent, abandoned).
-    async fn forward_absorbing(
-        &mut self,
-        envelope: &Envelope,
-        message: &[u8],
-        mut permit: Option<Permit>,
-        record: &mut Record,
-    ) -> Result<(Result<Accepted, UpstreamError>, Option<Permit>), Flow> {
-        loop {
-            // Granted in the instant a quota reply paused upstream: it does not go either.
-            if let Some(left) = self.ctx.pause.left() {
-                if let Some(permit) = permit {
-                    permit.upstream_failed();
-                }
-                record.outcome = Outcome::Throttled;
-                self.verdict(reply::upstream_quota_exhausted(left));
-                return Err(Flow::Continue);
-            }
-            let upstream_started = Instant::now();
-            let result = self.ctx.forwarder.forward(envelope, message).await;
-            self.ctx.metrics.upstream(upstream_started.elapsed());
-            let feedback = match &result {
-                Err(UpstreamError::Rejected {
-                    code,
-                    enhanced,
-                    text,
-                }) => {
-                    let text = enhanced
-                        .as_ref()
-                        .map_or_else(|| text.clone(), |e| format!("{e} {text}"));
-                    self.ctx.config.upstream.classify(*code, &text)
-                }
-                _ => None,
-            };
-            let Some(feedback) = feedback else {
-                return Ok((result, permit));
-            };
-            self.ctx.metrics.upstream_throttled(feedback.as_str());
-            tracing::info!(
-                target: "mailsluice::upstream",
-                reason = feedback.as_str(),
-                upstream = %result.as_ref().err().map(ToString::to_string).unwrap_or_default(),
-                "upstream.throttled"
-            );
-            if feedback == Feedback::Quota {
-                return Err(self.quota_reply(permit, record));
-            }
-            let absorbed = permit.as_ref().is_some_and(Permit::adaptive);
-            let held = match permit {
-                Some(held) if absorbed => held,
-                _ => return Ok((result, permit)),
-            };
-            let again = held.throttled(feedback == Feedback::Rate);
-            permit = Some(self.wait_again(again, record).await?);
-        }
-    }
-
-    /// Upstream's quota is spent: pause it, give the tokens back (nothing was sent) and
-    /// answer with the pause as the hint.
-    fn quota_reply(&mut self, permit: Option<Permit>, record: &mut Record) -> Flow {
-        let pause = Duration::from_millis(self.ctx.config.upstream.quota_pause_ms.get());
-        self.ctx.pause.pause(pause);
-        if let Some(permit) = permit {
-            permit.upstream_failed();
-        }
-        record.outcome = Outcome::Throttled;
-        self.verdict(reply::upstream_quota_exhausted(pause));
+    /// Routes are configured and none is for this message: a gap in the config the operator
+    /// must see (a warning), and a `451` for the client, which keeps the message.
+    fn no_route(&mut self, envelope: &Envelope, mut record: Record, started: Instant) -> Flow {
+        tracing::warn!(
+            target: "mailsluice::route",
+            peer = %self.peer,
+            "no [[route]] matches this message; refused with 451 4.3.5"
+        );
+        record.outcome = Outcome::NoRoute;
+        let reply = reply::no_route();
+        self.log_message(envelope, &record, started, Some(&reply));
+        self.verdict(reply);
         Flow::Continue
-    }
-
-    /// The wait of a message upstream throttled; past its budget the client gets `451 4.7.1
-    /// Upstream rate limit reached` (nothing was accepted upstream).
-    async fn wait_again(&mut self, again: Again, record: &mut Record) -> Result<Permit, Flow> {
-        match self.wait_for_tokens(Tokens::Again(again), record).await {
-            Ok(Some(permit)) => Ok(permit),
-            Ok(None) => unreachable!("a message sent again is charged"),
-            Err(NoTokens::Refused(ThrottleError::Limited { retry_after, .. })) => {
-                record.outcome = Outcome::Throttled;
-                self.verdict(reply::upstream_rate_limited(retry_after));
-                Err(Flow::Continue)
-            }
-            Err(refusal) => Err(self.refused(refusal, record)),
-        }
     }
 
     /// What the policy may look at.
@@ -217,6 +143,7 @@ impl Session {
             key: first.map_or_else(String::new, |c| c.key.clone()),
             cost: first.map_or(0, |c| c.cost),
             waited: Duration::ZERO,
+            via: String::new(),
         }
     }
 
@@ -224,9 +151,10 @@ impl Session {
     /// refill; `None` when no layer applies. While it waits the connection is watched: a client
     /// that closes it has abandoned the message, which then leaves the queue, takes nothing and
     /// is not forwarded, so a client that saw a failure never finds the message delivered too.
-    async fn wait_for_tokens(
+    pub(super) async fn wait_for_tokens(
         &mut self,
         tokens: Tokens,
+        upstream: &Upstream,
         record: &mut Record,
     ) -> Result<Option<Permit>, NoTokens> {
         if matches!(&tokens, Tokens::First(charges) if charges.is_empty()) {
@@ -243,7 +171,7 @@ impl Session {
         // Biased: a message the buckets let through at once goes, as it would with no layer
         // at all, even if the client already half-closed after a pipelined QUIT; only a
         // real wait is abandoned when the client leaves.
-        let pause = self.ctx.pause.clone();
+        let pause = upstream.pause.clone();
         let outcome = tokio::select! {
             biased;
             outcome = acquire => Some(outcome),
@@ -273,7 +201,7 @@ impl Session {
     }
 
     /// Answers a message that got no tokens; how the session goes on.
-    fn refused(&mut self, refusal: NoTokens, record: &mut Record) -> Flow {
+    pub(super) fn refused(&mut self, refusal: NoTokens, record: &mut Record) -> Flow {
         let error = match refusal {
             NoTokens::Abandoned => {
                 record.outcome = Outcome::Abandoned;
@@ -308,7 +236,8 @@ impl Session {
         Flow::Continue
     }
 
-    /// The message as it goes upstream: our `Received:` header in front, the key headers out.
+    /// The message as it goes upstream: our `Received:` header in front, then the fields its
+    /// route adds, the key headers (and the client's fields of those names) out.
     fn forwarded(&self, envelope: &Envelope, body: &[u8], plan: &Plan) -> Vec<u8> {
         let id = uuid::Uuid::new_v4().simple().to_string();
         let greeting = self.greeting.as_ref();
@@ -326,6 +255,9 @@ impl Session {
         };
         let mut message = received::header(&trace, SystemTime::now());
         message.reserve(body.len());
+        for (name, value) in plan.route.iter().flat_map(|r| &r.headers) {
+            message.extend_from_slice(format!("{name}: {value}\r\n").as_bytes());
+        }
         for piece in plan.forwarded(body) {
             message.extend_from_slice(piece);
         }
@@ -357,8 +289,20 @@ impl Session {
             duration_ms = started.elapsed().as_millis() as u64,
             rcpts = envelope.rcpts.len(),
             upstream = upstream.as_deref().unwrap_or(""),
+            via = record.via.as_str(),
             peer = %self.peer,
             "message"
         );
+    }
+}
+
+/// The outcome of a message that upstream answered (or did not).
+fn outcome_of(result: &Result<Accepted, UpstreamError>) -> Outcome {
+    match result {
+        Ok(_) => Outcome::Delivered,
+        Err(UpstreamError::Unavailable(_)) => Outcome::UpstreamUnavailable,
+        Err(UpstreamError::Uncertain(_)) => Outcome::UpstreamUncertain,
+        Err(UpstreamError::Rejected { code, .. }) if *code >= 500 => Outcome::UpstreamPermFail,
+        Err(UpstreamError::Rejected { .. }) => Outcome::UpstreamTempFail,
     }
 }

@@ -3,7 +3,8 @@
 //! - `session`: one client's state and command loop; it dispatches each command to the file
 //!   named after its verb: `ehlo`, `mail`, `rcpt`, `data`, `rset`, `vrfy`, `help`,
 //!   `starttls` (upgrades the connection), `auth` (checks passwords).
-//! - `deliver`: the final dot: policy, throttle, trace, upstream, reply.
+//! - `deliver`: the final dot: policy, throttle, trace, upstream, reply; `forward`: its upstream
+//!   leg (throttle replies absorbed, quota pause, fallback).
 //! - `path`: the address and parameters of MAIL and RCPT, kept as the client wrote them.
 //! - `received`: the `Received:` trace header.
 //! - `conn` and `data_reader`: the bytes in and out, and the DATA section.
@@ -15,6 +16,7 @@ mod data;
 mod data_reader;
 mod deliver;
 mod ehlo;
+mod forward;
 mod help;
 mod mail;
 mod path;

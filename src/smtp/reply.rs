@@ -223,6 +223,11 @@ pub fn upstream_rate_limited(retry_after: Duration) -> Reply {
         ),
     )
 }
+/// Routes are configured and none is for this message: a configuration gap the operator must
+/// see, so temporary (the client retries once it is fixed), never a silent drop.
+pub fn no_route() -> Reply {
+    Reply::new(451, "4.3.5", "No route for this message")
+}
 /// Upstream's sending quota is used up: nothing goes until the pause ends.
 pub fn upstream_quota_exhausted(retry_after: Duration) -> Reply {
     Reply::new(

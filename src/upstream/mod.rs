@@ -7,6 +7,7 @@
 //! - `file`: `file://DIR`, the embedded default: one `.eml` and one `.json` per message.
 //! - `pause`: the pause after a quota reply, and its probe.
 //! - `reply`: upstream's answers and lettre's errors as [`UpstreamError`]s.
+//! - `upstreams`: the configured upstreams by name, each with its forwarder and its pause.
 
 pub mod file;
 pub mod mx;
@@ -14,6 +15,7 @@ pub mod pause;
 mod pool;
 pub mod reply;
 pub mod smtp;
+pub mod upstreams;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -23,6 +25,7 @@ pub use file::FileForwarder;
 pub use mx::{MxForwarder, MxSetupError};
 pub use pause::{Admission, Pause};
 pub use smtp::{SmtpForwarder, SmtpSetupError};
+pub use upstreams::{Upstream, Upstreams};
 
 use crate::config::{UpstreamConfig, UpstreamUrl};
 

@@ -144,12 +144,36 @@ pub(super) struct Lease {
     /// It served an earlier message, so upstream may have closed it while it sat idle.
     pub reused: bool,
     slot: Slot,
+    age: Age,
 }
 
 struct Parked {
     conn: AsyncSmtpConnection,
     since: Instant,
     slot: Slot,
+    age: Age,
+}
+
+/// How much a connection has served, for the reconnect bounds.
+#[derive(Clone, Copy)]
+struct Age {
+    opened: Instant,
+    transactions: u64,
+}
+
+/// When a connection is retired between messages (upstream asks for it, e.g. SES behind its
+/// load balancers); `None`: no bound.
+#[derive(Clone, Copy, Default)]
+pub(super) struct Reconnect {
+    pub max_messages: Option<u64>,
+    pub max_age: Option<Duration>,
+}
+
+impl Reconnect {
+    fn due(&self, age: &Age) -> bool {
+        self.max_messages.is_some_and(|max| age.transactions >= max)
+            || self.max_age.is_some_and(|max| age.opened.elapsed() >= max)
+    }
 }
 
 pub(super) struct Pool {
@@ -164,6 +188,7 @@ pub(super) struct Pool {
     /// Slots held back after upstream's "too many connections" (see [`Pool::withhold`]).
     withheld: Arc<AtomicUsize>,
     size: usize,
+    reconnect: Reconnect,
     /// How many times upstream said so, for the metrics.
     pub(super) shrinks: AtomicU64,
 }
@@ -197,8 +222,15 @@ impl Pool {
             available: Arc::new(Notify::new()),
             withheld: Arc::new(AtomicUsize::new(0)),
             size,
+            reconnect: Reconnect::default(),
             shrinks: AtomicU64::new(0),
         }
+    }
+
+    /// The pool with connections retired after `reconnect`'s bounds.
+    pub fn with_reconnect(mut self, reconnect: Reconnect) -> Pool {
+        self.reconnect = reconnect;
+        self
     }
 
     /// Upstream has too many connections from us: close `lease`'s and keep its slot empty
@@ -243,6 +275,7 @@ impl Pool {
                     conn: parked.conn,
                     reused: true,
                     slot: parked.slot,
+                    age: parked.age,
                 });
             }
             if let Ok(permit) = Arc::clone(&self.slots).try_acquire_owned() {
@@ -266,15 +299,24 @@ impl Pool {
         self.open(slot).await
     }
 
-    /// Parks a connection whose last transaction ended cleanly, for the next message.
+    /// Parks a connection whose last transaction ended cleanly, for the next message; one
+    /// past its reconnect bounds says QUIT instead (between messages, never within one).
     pub fn checkin(&self, lease: Lease) {
         if lease.conn.has_broken() {
             return;
+        }
+        let age = Age {
+            transactions: lease.age.transactions + 1,
+            ..lease.age
+        };
+        if self.reconnect.due(&age) {
+            return self.retire(lease.conn, lease.slot);
         }
         let parked = Parked {
             conn: lease.conn,
             since: Instant::now(),
             slot: lease.slot,
+            age,
         };
         self.idle.lock().expect("pool lock").push(parked);
         self.available.notify_one();
@@ -286,6 +328,10 @@ impl Pool {
                 conn,
                 reused: false,
                 slot,
+                age: Age {
+                    opened: Instant::now(),
+                    transactions: 0,
+                },
             }),
             Ok(Err(e)) if self.connector.too_many(&e) => {
                 self.withhold(slot);
@@ -299,17 +345,53 @@ impl Pool {
     fn pop_idle(&self) -> Option<Parked> {
         let mut idle = self.idle.lock().expect("pool lock");
         while let Some(parked) = idle.pop() {
-            if parked.since.elapsed() < IDLE_LIMIT {
+            if parked.since.elapsed() < IDLE_LIMIT && !self.reconnect.due(&parked.age) {
                 return Some(parked);
             }
-            // Say goodbye politely, off the message's path; the slot frees when it is done.
-            let timeout = self.timeout;
-            let Parked { mut conn, slot, .. } = parked;
-            tokio::spawn(async move {
-                let _ = tokio::time::timeout(timeout, conn.quit()).await;
-                drop(slot);
-            });
+            self.retire(parked.conn, parked.slot);
         }
         None
+    }
+
+    /// Says goodbye politely, off the message's path; the slot frees when it is done.
+    fn retire(&self, mut conn: AsyncSmtpConnection, slot: Slot) {
+        let timeout = self.timeout;
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(timeout, conn.quit()).await;
+            drop(slot);
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn age(old: Duration, transactions: u64) -> Age {
+        let opened = Instant::now()
+            .checked_sub(old)
+            .expect("the machine has been up that long");
+        Age {
+            opened,
+            transactions,
+        }
+    }
+
+    #[test]
+    fn a_connection_is_retired_at_either_bound_and_never_without_one() {
+        let none = Reconnect::default();
+        assert!(!none.due(&age(Duration::from_secs(3600), 1_000_000)));
+        let messages = Reconnect {
+            max_messages: Some(3),
+            max_age: None,
+        };
+        assert!(!messages.due(&age(Duration::from_secs(3600), 2)));
+        assert!(messages.due(&age(Duration::ZERO, 3)));
+        let aged = Reconnect {
+            max_messages: None,
+            max_age: Some(Duration::from_secs(60)),
+        };
+        assert!(!aged.due(&age(Duration::from_secs(30), 1_000)));
+        assert!(aged.due(&age(Duration::from_secs(61), 0)));
     }
 }

@@ -25,7 +25,7 @@ mod wire;
 
 use wire::{bad, dot_after_bare_line_break, mail_line, path, wire_body};
 
-use super::pool::{Connector, Lease, Pool, Security};
+use super::pool::{Connector, Lease, Pool, Reconnect, Security};
 use super::reply::{connect_error, describe, rejected, smtp_error, unavailable};
 use super::{Accepted, CheckFuture, Envelope, ForwardFuture, Forwarder, UpstreamError};
 use crate::config::{UpstreamConfig, UpstreamTls, UpstreamUrl};
@@ -110,8 +110,15 @@ impl SmtpForwarder {
             replies: cfg.throttle_replies.clone(),
         };
         let timeout = Duration::from_millis(cfg.timeout_ms.get());
+        let reconnect = Reconnect {
+            max_messages: (cfg.max_messages_per_connection > 0)
+                .then_some(cfg.max_messages_per_connection),
+            max_age: (cfg.max_connection_age_ms > 0)
+                .then(|| Duration::from_millis(cfg.max_connection_age_ms)),
+        };
+        let pool = Pool::new(connector, cfg.pool_size.get(), timeout).with_reconnect(reconnect);
         Ok(SmtpForwarder {
-            pool: Arc::new(Pool::new(connector, cfg.pool_size.get(), timeout)),
+            pool: Arc::new(pool),
             timeout,
         })
     }

@@ -2,7 +2,7 @@
 //! that report and do not change `remaining`, readiness that follows the upstream.
 
 use crate::support::http::get;
-use crate::support::relay::smtp_relay;
+use crate::support::relay::{smtp_relay, upstream_relay};
 use crate::support::upstream::{Fault, Step, TestUpstream};
 use std::collections::HashMap;
 
@@ -84,7 +84,10 @@ async fn metrics_count_what_was_sent_and_peek_takes_nothing() {
     assert_eq!(m["mailsluice_throttled_total{layer=\"tenant\"}"], 1.0);
     assert_eq!(m["mailsluice_throttle_keys{layer=\"tenant\"}"], 1.0);
     assert_eq!(m["mailsluice_throttle_waiting{layer=\"tenant\"}"], 0.0);
-    assert_eq!(m["mailsluice_upstream_seconds_count"], 4.0);
+    assert_eq!(
+        m["mailsluice_upstream_seconds_count{upstream=\"default\"}"],
+        4.0
+    );
     assert_eq!(m["mailsluice_connections_open"], 1.0);
     assert!(!text.contains("acme"), "no per-key series");
 
@@ -103,6 +106,52 @@ async fn metrics_count_what_was_sent_and_peek_takes_nothing() {
     assert!(body.contains("nosuch"), "{body}");
     let (status, _) = get(admin, "/healthz").await;
     assert_eq!(status, 200);
+    relay.stop().await;
+}
+
+#[tokio::test]
+async fn readyz_lists_each_upstream_and_needs_each_route_to_reach_one() {
+    let (main, backup) = (TestUpstream::start().await, TestUpstream::start().await);
+    let spare = TestUpstream::start().await;
+    let text = format!(
+        "[smtp]\nlisten = [\"127.0.0.1:0\"]\nhostname = \"relay.test\"\n\
+         [[upstream]]\nname = \"main\"\nurl = \"{}\"\ntls = \"none\"\ntimeout_ms = 2000\n\
+         [[upstream]]\nname = \"backup\"\nurl = \"{}\"\ntls = \"none\"\ntimeout_ms = 2000\n\
+         [[upstream]]\nname = \"spare\"\nurl = \"{}\"\ntls = \"none\"\ntimeout_ms = 2000\n\
+         [[route]]\nupstream = \"main\"\nfallback = \"backup\"\n",
+        main.url(),
+        backup.url(),
+        spare.url()
+    );
+    let relay = upstream_relay(&text).await;
+    let admin = relay.start_admin().await;
+    let ready = async || {
+        let (status, body) = get(admin, "/readyz").await;
+        let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+        (status, json)
+    };
+    let (status, json) = ready().await;
+    assert_eq!(status, 200, "{json}");
+    for name in ["main", "backup", "spare"] {
+        assert_eq!(json["upstreams"][name]["ok"], true, "{json}");
+        assert_eq!(json["upstreams"][name]["paused"], false, "{json}");
+    }
+    spare.stop_listening();
+    let (status, json) = ready().await;
+    assert_eq!(status, 200, "no route needs spare: {json}");
+    assert_eq!(json["upstreams"]["spare"]["ok"], false, "{json}");
+    main.stop_listening();
+    let (status, json) = ready().await;
+    assert_eq!(status, 200, "the route still reaches its fallback: {json}");
+    backup.stop_listening();
+    let (status, json) = ready().await;
+    assert_eq!(status, 503, "{json}");
+    assert_eq!(json["upstream"]["ok"], false, "{json}");
+    let error = json["upstream"]["error"].as_str().unwrap();
+    assert!(
+        error.contains("main: ") && error.contains("backup: "),
+        "{error}"
+    );
     relay.stop().await;
 }
 

@@ -36,6 +36,7 @@ fn check_accepts_the_shipped_configs() {
         "config/examples/tiers.toml",
         "config/examples/lifetime.toml",
         "config/examples/replicas.toml",
+        "config/examples/ses-multi.toml",
     ] {
         let out = Command::new(BIN)
             .args(["check", "--config", path])
@@ -47,6 +48,27 @@ fn check_accepts_the_shipped_configs() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+}
+
+#[test]
+fn check_warns_when_no_route_is_a_catch_all_and_refuses_unknown_names() {
+    let upstreams = "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[[upstream]]\nname = \"eu\"\n\
+                     url = \"file://x\"\n";
+    let routed = "[[route]]\nkey = \"header:X-Tenant\"\nvalues = [\"acme\"]\nupstream = \"eu\"\n";
+    let out = check(&format!("{upstreams}{routed}"));
+    assert_eq!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("warning") && err.contains("catch-all"),
+        "{err}"
+    );
+    let out = check(&format!("{upstreams}[[route]]\nupstream = \"us\"\n"));
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no upstream named \"us\"") && err.contains("line 7"),
+        "{err}"
+    );
 }
 
 #[test]

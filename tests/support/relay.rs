@@ -12,7 +12,7 @@ use mailsluice::server::Listeners;
 use mailsluice::shutdown::{self, ShutdownTrigger};
 use mailsluice::smtp::AsyncStream;
 use mailsluice::tls::Tls;
-use mailsluice::upstream::Forwarder;
+use mailsluice::upstream::{Forwarder, Upstreams};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
@@ -46,8 +46,22 @@ pub fn config_text(upstream_url: &str, extra_smtp: &str, rest: &str) -> String {
 }
 
 impl Relay {
+    /// A relay whose first upstream forwards through `forwarder` (the others, if any, are
+    /// built from the config).
     pub async fn start(config: &str, forwarder: Arc<dyn Forwarder>) -> Relay {
         let config = Arc::new(Config::parse(config).expect("test config is valid"));
+        let upstreams = Upstreams::with_first(&config, forwarder).expect("upstreams");
+        Relay::launch(config, upstreams).await
+    }
+
+    /// A relay forwarding with what its upstream sections build (as the binary does).
+    pub async fn start_configured(config: &str) -> Relay {
+        let config = Arc::new(Config::parse(config).expect("test config is valid"));
+        let upstreams = Upstreams::from_config(&config).expect("upstreams");
+        Relay::launch(config, upstreams).await
+    }
+
+    async fn launch(config: Arc<Config>, upstreams: Upstreams) -> Relay {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let mut listeners = Listeners::from(vec![listener]);
@@ -58,7 +72,7 @@ impl Relay {
             listeners.implicit_tls.push(implicit);
         }
         let (trigger, shutdown) = shutdown::channel();
-        let deps = mailsluice::Deps::new(config, forwarder)
+        let deps = mailsluice::Deps::new(config, upstreams)
             .with_tls()
             .expect("test certificate loads");
         let throttle = deps.throttle.clone();
@@ -271,10 +285,7 @@ pub async fn smtp_relay(upstream_url: &str, extra_smtp: &str, rest: &str) -> Rel
 /// A relay on the whole config `text`, forwarding with what its `[upstream]` section builds
 /// (as the binary does: SMTP, or a directory).
 pub async fn upstream_relay(text: &str) -> Relay {
-    let config = Config::parse(text).expect("test config is valid");
-    let forwarder =
-        mailsluice::upstream::build_forwarder(&config.upstream, "relay.test").expect("forwarder");
-    Relay::start(text, forwarder).await
+    Relay::start_configured(text).await
 }
 
 /// A relay on [`config_text`] (with `extra_smtp` and `rest`) whose forwarder records what it

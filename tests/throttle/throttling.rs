@@ -420,3 +420,31 @@ async fn reload_keeps_unchanged_buckets_and_starts_changed_ones_fresh() {
     relay.stop().await;
     let _ = std::fs::remove_dir_all(&outbox);
 }
+
+#[tokio::test]
+async fn a_rcpt_domain_layer_charges_each_domain_of_a_message_its_own_recipients() {
+    let layer = "[[throttle]]\nname = \"domain\"\nkey = \"rcpt-domain\"\ncost = \"recipients\"\n\
+                 limit = 2\ninterval_ms = 3600000\nmode = \"reject\"\n";
+    let (relay, fwd) = memory_relay("", layer).await;
+    let mut client = relay.client().await;
+    let rcpts = ["a@x.example", "b@X.example", "c@y.example"];
+    let (code, text) = client
+        .send_mail("app@example.com", &rcpts, b"Subject: split\r\n\r\nbody\r\n")
+        .await;
+    assert_eq!(
+        code, 250,
+        "three recipients, but at most two per domain: {text}"
+    );
+    assert_eq!(fwd.messages().len(), 1);
+    let remaining = |key: &str| relay.throttle.peek("domain", key).unwrap().remaining;
+    assert_eq!((remaining("x.example"), remaining("y.example")), (0, 1));
+    let (code, text) = client
+        .send_mail(
+            "app@example.com",
+            &["d@y.example", "e@x.example"],
+            b"Subject: x full\r\n\r\n.\r\n",
+        )
+        .await;
+    assert_eq!(code, 451, "x.example's bucket is empty: {text}");
+    assert_eq!(remaining("y.example"), 1, "a refused message takes nothing");
+}

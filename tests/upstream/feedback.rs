@@ -106,7 +106,10 @@ async fn at_twice_the_hidden_rate_every_message_goes_once_and_the_layer_learns()
     assert!(limit < 20, "the layer learned a lower limit: {limit}");
     let peek = relay.throttle.peek("account", "").unwrap();
     assert_eq!(peek.effective_limit, Some(limit));
-    assert!(relay.metric("mailsluice_upstream_throttled_total{reason=\"rate\"}") >= 1.0);
+    assert!(
+        relay.metric("mailsluice_upstream_throttled_total{reason=\"rate\",upstream=\"default\"}")
+            >= 1.0
+    );
     assert_eq!(
         relay.metric("mailsluice_layer_limit{layer=\"account\"}"),
         limit as f64
@@ -141,7 +144,10 @@ async fn a_message_whose_budget_runs_out_gets_the_relays_451_and_nothing_goes_up
         "{text}"
     );
     assert!(fwd.messages().is_empty());
-    assert!(relay.metric("mailsluice_upstream_throttled_total{reason=\"rate\"}") >= 2.0);
+    assert!(
+        relay.metric("mailsluice_upstream_throttled_total{reason=\"rate\",upstream=\"default\"}")
+            >= 2.0
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -196,7 +202,7 @@ async fn a_quota_reply_pauses_upstream_then_one_probe_goes() {
     );
     assert_eq!(relay.metric("mailsluice_upstream_paused"), 1.0);
     assert_eq!(
-        relay.metric("mailsluice_upstream_throttled_total{reason=\"quota\"}"),
+        relay.metric("mailsluice_upstream_throttled_total{reason=\"quota\",upstream=\"default\"}"),
         1.0
     );
     // A new message during the pause: refused at once, nothing sent.
@@ -266,7 +272,8 @@ async fn too_many_connections_closes_one_retries_on_a_pooled_one_and_shrinks_the
     every_one_delivered(&relay, 12, "p").await;
     assert_eq!(up.messages().len(), 12, "each message once");
     assert!(up.crowded() > 0, "upstream refused connections");
-    let counted = relay.metric("mailsluice_upstream_throttled_total{reason=\"connections\"}");
+    let counted = relay
+        .metric("mailsluice_upstream_throttled_total{reason=\"connections\",upstream=\"default\"}");
     assert!(counted >= 1.0, "{counted}");
     assert!(up.open_connections() <= 2);
 }

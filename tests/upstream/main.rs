@@ -11,6 +11,7 @@ mod feedback;
 mod file;
 mod mx;
 mod relay_faults;
+mod routes;
 mod smtp;
 
 use mailsluice::config::{Config, UpstreamConfig};
@@ -20,7 +21,10 @@ use mailsluice::upstream::{Envelope, SmtpForwarder};
 pub fn upstream_config(url: &str, extra: &str) -> UpstreamConfig {
     let text =
         format!("[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"{url}\"\n{extra}\n");
-    Config::parse(&text).expect("test config").upstream
+    Config::parse(&text)
+        .expect("test config")
+        .upstreams
+        .remove(0)
 }
 
 /// An SMTP forwarder to `url` with a short timeout, so that stalls fail fast.

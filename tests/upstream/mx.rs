@@ -54,9 +54,10 @@ fn config(dns: &TestDns, port: u16, extra: &str) -> String {
 async fn mx_relay(dns: &TestDns, port: u16, extra: &str) -> (Relay, Arc<MxForwarder>) {
     let text = config(dns, port, extra);
     let cfg = Config::parse(&text).expect("test config");
-    let built = mailsluice::upstream::build_forwarder(&cfg.upstream, "relay.test");
+    let built = mailsluice::upstream::build_forwarder(cfg.first_upstream(), "relay.test");
     assert!(built.is_ok(), "build_forwarder takes mx://");
-    let forwarder = Arc::new(MxForwarder::new(&cfg.upstream, "relay.test").expect("forwarder"));
+    let forwarder =
+        Arc::new(MxForwarder::new(cfg.first_upstream(), "relay.test").expect("forwarder"));
     (Relay::start(&text, forwarder.clone()).await, forwarder)
 }
 
@@ -306,4 +307,40 @@ async fn opportunistic_tls_encrypts_unverified_and_required_refuses_a_plain_host
     for relay in [opportunistic, required, tls_host] {
         relay.stop().await;
     }
+}
+
+/// `mx://` as one named upstream among others: a route sends one tenant's mail to the
+/// recipients' MX hosts, the rest goes to the smarthost.
+#[tokio::test]
+async fn a_route_sends_one_tenant_direct_to_mx_and_the_rest_to_the_smarthost() {
+    let dns = TestDns::start().await;
+    let (port, ups) = mx_hosts(20, &[2]).await;
+    dns.mx("alpha.test", 10, "mx.alpha.test");
+    dns.a("mx.alpha.test", ip(20, 2));
+    let smarthost = TestUpstream::start().await;
+    let text = format!(
+        "[smtp]\nlisten = [\"127.0.0.1:0\"]\nhostname = \"relay.test\"\n\
+         [[upstream]]\nname = \"smarthost\"\nurl = \"{}\"\ntls = \"none\"\ntimeout_ms = 2000\n\
+         [[upstream]]\nname = \"direct\"\nurl = \"mx://\"\ntls = \"none\"\ntimeout_ms = 2000\n\
+         mx_port = {port}\nnameservers = [\"{}\"]\n\
+         [[route]]\nkey = \"header:X-Tenant\"\nvalues = [\"acme\"]\nupstream = \"direct\"\n\
+         [[route]]\nupstream = \"smarthost\"\n",
+        smarthost.url(),
+        dns.addr()
+    );
+    let relay = Relay::start_configured(&text).await;
+    let mut c = relay.client().await;
+    let direct = b"X-Tenant: acme\r\nSubject: direct\r\n\r\nHi.\r\n";
+    let (code, reply) = c
+        .send_mail("s@sender.test", &["u@alpha.test"], direct)
+        .await;
+    assert_eq!(code, 250, "{reply}");
+    let (code, reply) = c
+        .send_mail("s@sender.test", &["v@alpha.test"], MESSAGE)
+        .await;
+    assert_eq!(code, 250, "{reply}");
+    assert_eq!(ups[0].wait_for(1).await[0].rcpts, ["u@alpha.test"]);
+    assert_eq!(smarthost.wait_for(1).await[0].rcpts, ["v@alpha.test"]);
+    assert_eq!(ups[0].messages().len(), 1);
+    relay.stop().await;
 }

@@ -1,0 +1,160 @@
+//! `[[route]]`: which upstream carries a message. Routes are read in order and the first whose
+//! key matches wins; the key comes from the same sources, with the same trust rules, as a
+//! throttle layer's, so a client cannot route itself onto another tenant's account.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::KeySource;
+
+/// `key` of a route: a key source like a layer's, named in its own errors.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub struct RouteKey(pub KeySource);
+
+impl TryFrom<String> for RouteKey {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<RouteKey, String> {
+        KeySource::parse(&text)
+            .map(RouteKey)
+            .map_err(|e| format!("key `route.key`: {e}"))
+    }
+}
+
+impl Default for RouteKey {
+    fn default() -> RouteKey {
+        RouteKey(KeySource::None)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    /// Where the route's key comes from; `none` (the default) makes a route for every message.
+    #[serde(default)]
+    pub key: RouteKey,
+    /// The route applies when the key is one of these (ASCII case ignored); left out, to any.
+    pub values: Option<Vec<String>>,
+    /// The upstream's `name`.
+    pub upstream: Spanned<String>,
+    /// Used when `upstream` cannot be reached (nothing of the message was sent to it).
+    pub fallback: Option<Spanned<String>>,
+    /// Header fields added to the message, after our `Received:`; `{key}` in a value is the
+    /// route's key. A field of the same name from the client is replaced.
+    #[serde(default)]
+    pub add_headers: BTreeMap<String, String>,
+    /// Remove the key header (a routing hint for this relay) before forwarding.
+    #[serde(default = "yes")]
+    pub strip_key_header: bool,
+}
+
+impl RouteConfig {
+    /// A route that applies to every message (no `values`).
+    pub fn catch_all(&self) -> bool {
+        self.values.is_none()
+    }
+
+    /// Whether the route applies to a message whose route key is `key`.
+    pub fn matches(&self, key: &str) -> bool {
+        match &self.values {
+            None => true,
+            Some(values) => values.iter().any(|v| v.eq_ignore_ascii_case(key)),
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// The rules of the routes and of the upstream names that no single key's type can say.
+pub(super) fn validate(config: &super::Config, text: &str) -> Result<(), String> {
+    let located = super::located;
+    let mut names = std::collections::HashSet::new();
+    for (i, upstream) in config.upstreams.iter().enumerate() {
+        let span = upstream.name.as_ref().map_or(0..0, Spanned::span);
+        if config.upstreams.len() > 1 && upstream.name.is_none() {
+            let message = "key `upstream.name`: each of several [[upstream]] tables needs a name";
+            return Err(located(text, table_span(text, i), message));
+        }
+        if !names.insert(upstream.name()) {
+            return Err(located(
+                text,
+                span,
+                "key `upstream.name`: duplicate upstream name",
+            ));
+        }
+    }
+    if config.upstreams.is_empty() {
+        return Err("key `upstream`: at least one upstream is needed".into());
+    }
+    let known = |name: &Spanned<String>, key: &str| match names.contains(name.get_ref().as_str()) {
+        true => Ok(()),
+        false => Err(located(
+            text,
+            name.span(),
+            &format!("key `{key}`: no upstream named {:?}", name.get_ref()),
+        )),
+    };
+    for route in &config.routes {
+        known(&route.upstream, "route.upstream")?;
+        if let Some(fallback) = &route.fallback {
+            known(fallback, "route.fallback")?;
+            if fallback.get_ref() == route.upstream.get_ref() {
+                let message = "key `route.fallback`: the fallback is the route's own upstream";
+                return Err(located(text, fallback.span(), message));
+            }
+        }
+        for (name, value) in &route.add_headers {
+            check_added_header(name, value)
+                .map_err(|e| located(text, route.upstream.span(), &e))?;
+        }
+    }
+    for layer in &config.throttle {
+        if let Some(upstream) = &layer.upstream {
+            known(upstream, "throttle.upstream")?;
+        }
+    }
+    Ok(())
+}
+
+/// An added field must be a field: a valid name, and a value that cannot start another one.
+fn check_added_header(name: &str, value: &str) -> Result<(), String> {
+    let name_ok = !name.is_empty() && name.bytes().all(|b| (33..=126).contains(&b) && b != b':');
+    if !name_ok {
+        return Err(format!(
+            "key `route.add_headers`: {name:?} is not a header field name"
+        ));
+    }
+    if value.chars().any(|c| c.is_control() && c != '\t') {
+        return Err(format!(
+            "key `route.add_headers`: the value of {name:?} holds a control character"
+        ));
+    }
+    Ok(())
+}
+
+/// Where the `i`th `[[upstream]]` table starts, to report a key it lacks.
+fn table_span(text: &str, i: usize) -> std::ops::Range<usize> {
+    let at = text
+        .match_indices("[[upstream]]")
+        .nth(i)
+        .map_or(0, |(at, _)| at);
+    at..at
+}
+
+/// What `mailsluice check` warns of: valid, but probably not what was meant.
+pub(super) fn warnings(config: &super::Config) -> Vec<String> {
+    let mut warnings = Vec::new();
+    if !config.routes.is_empty() && !config.routes.iter().any(RouteConfig::catch_all) {
+        warnings.push(
+            "no [[route]] is a catch-all (without `values`): a message no route matches is \
+             refused with 451 4.3.5"
+                .to_string(),
+        );
+    }
+    warnings
+}

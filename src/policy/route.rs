@@ -1,0 +1,95 @@
+//! Which upstream carries a message: the first `[[route]]` whose key matches, its fallback,
+//! and the header fields it adds. The key is read like a layer's (same sources, same trust),
+//! so an authenticated tenant cannot route itself onto another tenant's account by a header.
+
+use crate::config::{KeySource, RouteConfig};
+
+use super::{key_of, Field, MessageFacts};
+
+/// The way a message goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    /// The upstream's name.
+    pub upstream: String,
+    /// Tried when `upstream` cannot be reached.
+    pub fallback: Option<String>,
+    /// Fields to add after our `Received:`, rendered (`{key}` replaced and made safe).
+    pub headers: Vec<(String, String)>,
+}
+
+/// The route of a message; `None` when there are routes and none matches. Without routes,
+/// every message takes `first_upstream`.
+pub(super) fn choose(
+    routes: &[RouteConfig],
+    first_upstream: &str,
+    facts: &MessageFacts<'_>,
+    fields: &[Field],
+) -> Option<Route> {
+    if routes.is_empty() {
+        return Some(Route {
+            upstream: first_upstream.to_string(),
+            fallback: None,
+            headers: Vec::new(),
+        });
+    }
+    routes.iter().find_map(|route| {
+        let key = key_of(&route.key.0, "", facts, fields);
+        route.matches(&key).then(|| Route {
+            upstream: route.upstream.get_ref().clone(),
+            fallback: route.fallback.as_ref().map(|f| f.get_ref().clone()),
+            headers: rendered(route, &key),
+        })
+    })
+}
+
+/// The route's `add_headers` with `{key}` replaced. A field whose value needs the key is left
+/// out when there is none (an empty SES configuration set would make SES refuse the message).
+fn rendered(route: &RouteConfig, key: &str) -> Vec<(String, String)> {
+    (route.add_headers.iter())
+        .filter(|(_, template)| !key.is_empty() || !template.contains("{key}"))
+        .map(|(name, template)| {
+            let value = template.replace("{key}", &safe_key(name, key));
+            (name.clone(), value)
+        })
+        .collect()
+}
+
+/// `key` made safe for the field `name`: never a line break or other control character (the
+/// key comes from a client's header), and for SES's own fields (configuration set, message
+/// tags) only the characters SES takes, `[A-Za-z0-9_-]`, the others replaced by `_`.
+fn safe_key(name: &str, key: &str) -> String {
+    let ses = name
+        .get(..6)
+        .is_some_and(|p| p.eq_ignore_ascii_case("x-ses-"));
+    key.chars()
+        .map(|c| match c {
+            'A'..='Z' | 'a'..='z' | '0'..='9' | '_' | '-' => c,
+            _ if ses || c.is_control() => '_',
+            _ => c,
+        })
+        .collect()
+}
+
+/// The header names routes read their key from and remove before forwarding.
+pub(super) fn key_header_names(routes: &[RouteConfig]) -> impl Iterator<Item = &str> {
+    routes
+        .iter()
+        .filter(|r| r.strip_key_header)
+        .filter_map(|r| match &r.key.0 {
+            KeySource::Header(name) => Some(name.as_str()),
+            _ => None,
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_cannot_break_a_header_line() {
+        assert_eq!(safe_key("X-Tag", "a\r\nBcc: x"), "a__Bcc: x");
+        assert_eq!(safe_key("X-SES-CONFIGURATION-SET", "ac me/1"), "ac_me_1");
+        assert_eq!(safe_key("x-ses-message-tags", "t=é"), "t__");
+        assert_eq!(safe_key("X-Other", "ünï"), "ünï");
+    }
+}
