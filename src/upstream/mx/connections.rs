@@ -12,7 +12,7 @@ use lettre::transport::smtp::extension::ClientId;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::config::{ReplyPatterns, UpstreamConfig, UpstreamTls};
-use crate::upstream::pool::{Connector, Pool, Security};
+use crate::upstream::pool::{Connector, Pool, Reconnect, Security};
 use crate::upstream::reply::unavailable;
 use crate::upstream::UpstreamError;
 
@@ -30,6 +30,8 @@ pub(super) struct Connections {
     pool_size: usize,
     replies: ReplyPatterns,
     per_domain: usize,
+    /// `max_messages_per_connection` and `max_connection_age_ms`, for every MX host's pool.
+    reconnect: (u64, u64),
     pools: Mutex<HashMap<SocketAddr, Arc<Pool>>>,
     domains: Domains,
 }
@@ -65,6 +67,7 @@ impl Connections {
             pool_size: cfg.pool_size.get(),
             replies: cfg.throttle_replies.clone(),
             per_domain: cfg.max_connections_per_domain().get(),
+            reconnect: (cfg.max_messages_per_connection, cfg.max_connection_age_ms),
             pools: Mutex::new(HashMap::new()),
             domains: Arc::new(Mutex::new(HashMap::new())),
         }
@@ -114,7 +117,13 @@ impl Connections {
             credentials: None,
             replies: self.replies.clone(),
         };
-        let pool = Arc::new(Pool::new(connector, self.pool_size, self.timeout));
+        let (messages, age_ms) = self.reconnect;
+        let reconnect = Reconnect {
+            max_messages: (messages > 0).then_some(messages),
+            max_age: (age_ms > 0).then(|| Duration::from_millis(age_ms)),
+        };
+        let pool = Pool::new(connector, self.pool_size, self.timeout).with_reconnect(reconnect);
+        let pool = Arc::new(pool);
         pools.insert(addr, Arc::clone(&pool));
         Ok(pool)
     }

@@ -34,9 +34,9 @@ pub(super) struct MxResolver {
 }
 
 impl MxResolver {
-    /// `nameservers` (UDP and TCP) instead of the system's `resolv.conf` when given. One
-    /// lookup waits at most `timeout`, tried twice, so a dead name server cannot hold a
-    /// client longer than its upstream timeout would.
+    /// `nameservers` (UDP and TCP) instead of the system's `resolv.conf` when given. A query
+    /// times out after the upstream timeout (at most 5 s, resolv.conf's default) and is
+    /// retried twice, so a dead name server holds a client about as long as a dead MX host.
     pub fn new(nameservers: Option<&[SocketAddr]>, timeout: Duration) -> Result<Self, String> {
         let mut builder = match nameservers {
             Some(list) => {
