@@ -180,9 +180,10 @@ impl MxForwarder {
         }
         Accepted {
             text: format!(
-                "{} ({} recipients refused; the sender is sent a report)",
+                "{} (refused for {} of {} recipients; the sender is sent a report)",
                 accepted.join("; "),
-                refused.len()
+                refused.len(),
+                envelope.rcpts.len()
             ),
         }
     }

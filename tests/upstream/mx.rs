@@ -200,6 +200,10 @@ async fn a_refusal_at_the_final_dot_after_another_accepted_is_250_and_one_report
     let (relay, forwarder) = mx_relay(&dns, port, "").await;
     let (code, text) = send(&relay, "s@sender.test", &["x@a.test", "y@b.test"]).await;
     assert_eq!(code, 250, "{text}");
+    assert!(
+        text.ends_with("(refused for 1 of 2 recipients; the sender is sent a report)"),
+        "{text}"
+    );
     assert_eq!(ups[0].wait_for(1).await[0].rcpts, ["x@a.test"]);
     let report = ups[2].wait_for(1).await;
     assert_eq!(report[0].from, "", "from the null sender");
