@@ -84,11 +84,11 @@ impl MxForwarder {
     async fn send(&self, envelope: &Envelope, message: &[u8]) -> Result<Accepted, UpstreamError> {
         let parts = split(envelope)?;
         let timeout = self.inner.conns.timeout;
-        let txs = parts
+        let mut txs = parts
             .iter()
             .map(|(_, part)| Transaction::new(part, message, timeout))
             .collect::<Result<Vec<_>, _>>()?;
-        let legs = self.open_all(&parts, &txs).await?;
+        let legs = self.open_all(&parts, &mut txs).await?;
         let hosts: Vec<String> = legs.iter().map(|l| l.host.clone()).collect();
         let outcomes = join_all(legs.into_iter().zip(&txs).map(|(leg, tx)| leg.finish(tx))).await;
         let mut accepted = Vec::new();
@@ -122,12 +122,12 @@ impl MxForwarder {
     async fn open_all(
         &self,
         parts: &[(String, Envelope)],
-        txs: &[Transaction<'_>],
+        txs: &mut [Transaction<'_>],
     ) -> Result<Vec<leg::Leg>, UpstreamError> {
         let (resolver, conns) = (&self.inner.resolver, &self.inner.conns);
         let routes = join_all(parts.iter().map(|(domain, _)| resolver.route(domain)));
         let routes = routes.await.into_iter().collect::<Result<Vec<_>, _>>()?;
-        let opening = parts.iter().zip(&routes).zip(txs);
+        let opening = parts.iter().zip(&routes).zip(txs.iter_mut());
         let opened = opening.map(|(((domain, _), route), tx)| {
             leg::open(resolver, conns, (domain.as_str(), route), tx)
         });

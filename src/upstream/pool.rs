@@ -76,7 +76,8 @@ impl Connector {
         }
     }
 
-    async fn connect(&self) -> Result<AsyncSmtpConnection, ConnectError> {
+    /// A ready connection, and whether upstream advertised PIPELINING on it.
+    async fn connect(&self) -> Result<(AsyncSmtpConnection, bool), ConnectError> {
         let mut conn = match &self.security {
             // lettre's own timeout here bounds only the TCP connect; the caller bounds the rest.
             Security::Implicit(params) => AsyncSmtpConnection::connect_tokio1(
@@ -114,12 +115,15 @@ impl Connector {
                 .map_err(ConnectError::Smtp)?,
             _ => {}
         }
+        let pipelining = super::smtp::advertises_pipelining(&mut conn, &self.hello)
+            .await
+            .map_err(ConnectError::Smtp)?;
         if let Some(credentials) = &self.credentials {
             conn.auth(DEFAULT_MECHANISMS, credentials)
                 .await
                 .map_err(ConnectError::Smtp)?;
         }
-        Ok(conn)
+        Ok((conn, pipelining))
     }
 }
 
@@ -141,6 +145,8 @@ impl Drop for Slot {
 /// slot: that is what happens to every connection whose state is not known to be clean.
 pub(super) struct Lease {
     pub conn: AsyncSmtpConnection,
+    /// Upstream advertised PIPELINING on this connection.
+    pub pipelining: bool,
     /// It served an earlier message, so upstream may have closed it while it sat idle.
     pub reused: bool,
     slot: Slot,
@@ -149,6 +155,7 @@ pub(super) struct Lease {
 
 struct Parked {
     conn: AsyncSmtpConnection,
+    pipelining: bool,
     since: Instant,
     slot: Slot,
     age: Age,
@@ -273,6 +280,7 @@ impl Pool {
             if let Some(parked) = self.pop_idle() {
                 return Ok(Lease {
                     conn: parked.conn,
+                    pipelining: parked.pipelining,
                     reused: true,
                     slot: parked.slot,
                     age: parked.age,
@@ -314,6 +322,7 @@ impl Pool {
         }
         let parked = Parked {
             conn: lease.conn,
+            pipelining: lease.pipelining,
             since: Instant::now(),
             slot: lease.slot,
             age,
@@ -324,8 +333,9 @@ impl Pool {
 
     async fn open(&self, slot: Slot) -> Result<Lease, ConnectError> {
         match tokio::time::timeout(self.timeout, self.connector.connect()).await {
-            Ok(Ok(conn)) => Ok(Lease {
+            Ok(Ok((conn, pipelining))) => Ok(Lease {
                 conn,
+                pipelining,
                 reused: false,
                 slot,
                 age: Age {

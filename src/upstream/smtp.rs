@@ -5,13 +5,16 @@
 //! dot has been sent upstream cannot have accepted the message, so a connection found dead at
 //! MAIL, RCPT or DATA is replaced once and the message sent again; after it, never (a duplicate
 //! is worse than a `451`). It also lets each step carry its own timeout, and the MAIL
-//! parameters follow what the client asked for instead of lettre's guesses.
+//! parameters follow what the client asked for instead of lettre's guesses. When upstream
+//! offers PIPELINING, MAIL, RCPT and DATA go as one group (`pipeline.rs`); their replies are
+//! still read, timed and classified one by one.
 //!
 //! Bytes: lettre dot-stuffs the body (a `.` at the start of a line after CRLF is doubled) and
 //! appends `CRLF.CRLF`; it changes nothing else (no line-ending or 8-bit conversion). See
 //! `wire.rs`: `wire_body` for the trailing CRLF and `dot_after_bare_line_break` for the one case its
 //! stuffing leaves open.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,9 +24,13 @@ use lettre::transport::smtp::commands::{Data, Rset};
 use lettre::transport::smtp::extension::{ClientId, Extension, MailBodyParameter, MailParameter};
 use lettre::transport::smtp::Error as SmtpError;
 
+mod checks;
+mod pipeline;
 mod wire;
 
-use wire::{bad, dot_after_bare_line_break, mail_line, path, wire_body};
+pub(super) use pipeline::advertises_pipelining;
+use pipeline::{cut_short, Tracked};
+use wire::{mail_line, rcpt_line, wire_body};
 
 use super::pool::{Connector, Lease, Pool, Reconnect, Security};
 use super::reply::{connect_error, describe, rejected, smtp_error, unavailable};
@@ -49,6 +56,9 @@ pub enum SmtpSetupError {
 
 /// Attempts after upstream's "too many connections", each on another connection.
 const RETRIES: usize = 2;
+
+/// How much of the body lettre dot-stuffs and writes at a time.
+const BODY_SLICE: usize = 64 * 1024;
 
 /// Forwards each message to one SMTP server over pooled connections.
 pub struct SmtpForwarder {
@@ -124,11 +134,12 @@ impl SmtpForwarder {
     }
 
     async fn send(&self, envelope: &Envelope, message: &[u8]) -> Result<Accepted, UpstreamError> {
-        let tx = Transaction::new(envelope, message, self.timeout)?;
+        let mut tx = Transaction::new(envelope, message, self.timeout)?;
 
         let mut lease = self.checkout().await?;
         let (mut retried, mut crowded) = (false, 0);
         loop {
+            tx.pipelining = lease.pipelining;
             match tx.run(&mut lease.conn).await {
                 Ok(accepted) => {
                     self.pool.checkin(lease);
@@ -199,74 +210,55 @@ impl Forwarder for SmtpForwarder {
 
 /// One message's commands, ready to be played on a connection (twice, at most).
 pub(super) struct Transaction<'a> {
-    envelope: &'a Envelope,
-    from: Option<&'a str>,
-    rcpts: Vec<&'a str>,
-    message: &'a [u8],
-    timeout: Duration,
+    pub(super) envelope: &'a Envelope,
+    /// The paths as checked by `wire::path`; `None` is the null sender.
+    pub(super) from: Option<&'a str>,
+    pub(super) rcpts: Vec<&'a str>,
+    pub(super) message: &'a [u8],
+    /// Bounds each step: the write and the wait for its reply.
+    pub(super) timeout: Duration,
+    /// Upstream advertised PIPELINING on the connection about to be used (see
+    /// [`advertises_pipelining`]); set it for each connection the transaction is played on.
+    pub(super) pipelining: bool,
 }
 
-impl<'a> Transaction<'a> {
-    /// Checks what can be checked before talking to upstream: address forms, and the bare
-    /// CR or LF next to a dot that a smuggling attempt needs.
-    pub(super) fn new(
-        envelope: &'a Envelope,
-        message: &'a [u8],
-        timeout: Duration,
-    ) -> Result<Transaction<'a>, UpstreamError> {
-        let from = match &envelope.from {
-            None => None,
-            Some(a) => Some(path(a, false).ok_or_else(|| rejected(553, "5.1.7", bad(a)))?),
+impl Transaction<'_> {
+    /// MAIL, every RCPT and DATA (pipelined when upstream advertises PIPELINING), up to upstream's 354.
+    pub(super) async fn prepare(&self, conn: &mut AsyncSmtpConnection) -> Result<(), Failure> {
+        let params = self.mail_parameters(conn)?;
+        let mail = mail_line(self.from, &params);
+        if self.pipelining {
+            return self.prepare_pipelined(conn, mail).await;
+        }
+        self.step(Step::Mail, conn.command(mail)).await?;
+        for rcpt in &self.rcpts {
+            self.step(Step::Rcpt, conn.command(rcpt_line(rcpt))).await?;
+        }
+        self.step(Step::Data, conn.command(Data)).await?;
+        Ok(())
+    }
+
+    /// The body and the final dot, and upstream's reply to it. The body goes to lettre in
+    /// slices of the message itself, so its dot-stuffed copy is never more than one slice.
+    /// A failure is uncertain only once the whole body was written (see `Tracked`).
+    pub(super) async fn finish(&self, conn: &mut AsyncSmtpConnection) -> Result<Accepted, Failure> {
+        let whole = AtomicBool::new(false);
+        let body = Tracked {
+            parts: wire_body(self.message).chunks(BODY_SLICE),
+            whole: &whole,
         };
-        let mut rcpts = Vec::with_capacity(envelope.rcpts.len());
-        for r in &envelope.rcpts {
-            rcpts.push(path(r, true).ok_or_else(|| rejected(553, "5.1.3", bad(r)))?);
-        }
-        if rcpts.is_empty() {
-            return Err(rejected(503, "5.5.1", "no valid recipients".into()));
-        }
-        if dot_after_bare_line_break(message) {
-            return Err(rejected(
-                554,
-                "5.6.0",
-                "message has a bare CR or LF next to a dot; not relayed (SMTP smuggling)".into(),
-            ));
-        }
-        Ok(Transaction {
-            envelope,
-            from,
-            rcpts,
-            message,
-            timeout,
+        let reply = match self.step(Step::EndOfData, conn.message_iter(body)).await {
+            Err(f) if !whole.load(Ordering::Relaxed) => return Err(cut_short(f)),
+            other => other?,
+        };
+        Ok(Accepted {
+            text: reply.message().collect::<Vec<_>>().join(" "),
         })
     }
 
     async fn run(&self, conn: &mut AsyncSmtpConnection) -> Result<Accepted, Failure> {
         self.prepare(conn).await?;
         self.finish(conn).await
-    }
-
-    /// MAIL, every RCPT and DATA, up to upstream's 354.
-    pub(super) async fn prepare(&self, conn: &mut AsyncSmtpConnection) -> Result<(), Failure> {
-        let params = self.mail_parameters(conn)?;
-        let mail = mail_line(self.from, &params);
-        self.step(Step::Mail, conn.command(mail)).await?;
-        for rcpt in &self.rcpts {
-            let line = format!("RCPT TO:<{rcpt}>\r\n");
-            self.step(Step::Rcpt, conn.command(line)).await?;
-        }
-        self.step(Step::Data, conn.command(Data)).await?;
-        Ok(())
-    }
-
-    /// The body and the final dot, and upstream's reply to it.
-    pub(super) async fn finish(&self, conn: &mut AsyncSmtpConnection) -> Result<Accepted, Failure> {
-        let reply = self
-            .step(Step::EndOfData, conn.message(wire_body(self.message)))
-            .await?;
-        Ok(Accepted {
-            text: reply.message().collect::<Vec<_>>().join(" "),
-        })
     }
 
     /// Declares what the client declared, when upstream understands it. What cannot be

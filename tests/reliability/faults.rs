@@ -4,6 +4,9 @@
 //! only for a message upstream accepted exactly once, nothing upstream that was refused,
 //! abandoned or never finished.
 //!
+//! Every case runs twice: against an upstream that advertises PIPELINING (MAIL, RCPT and
+//! DATA go in one flight) and against one that does not (one command at a time).
+//!
 //! The relay's upstream timeout is 500 ms here, so a stall "past the timeout" is 1.5 s and a
 //! slow acceptance 200 ms; the cases of one client behaviour run concurrently.
 
@@ -13,7 +16,7 @@ use std::time::Duration;
 use crate::support::invariant::{self, assert_holds, is_uncertain, settle, ClientLog, Seen};
 use crate::support::relay::{upstream_relay, Relay};
 use crate::support::traffic::{self, Leave};
-use crate::support::upstream::{Fault, Step, TestUpstream};
+use crate::support::upstream::{Fault, Step, TestUpstream, DEFAULT_EXTENSIONS};
 
 /// What upstream does to the message under test.
 #[derive(Clone, Debug)]
@@ -171,6 +174,20 @@ async fn start_relay(up: &TestUpstream) -> Relay {
     upstream_relay(&config(&up.url())).await
 }
 
+/// A test upstream, advertising PIPELINING or not.
+async fn start_upstream(pipelining: bool) -> TestUpstream {
+    let up = TestUpstream::start().await;
+    if !pipelining {
+        let without: Vec<&str> = DEFAULT_EXTENSIONS
+            .iter()
+            .copied()
+            .filter(|e| *e != "PIPELINING")
+            .collect();
+        up.set_extensions(&without);
+    }
+    up
+}
+
 /// Lets the relay work until `cond` holds (checked every 5 ms, for at most 20 s).
 async fn until(what: &str, cond: impl Fn() -> bool) -> Result<(), String> {
     for _ in 0..4000 {
@@ -184,8 +201,8 @@ async fn until(what: &str, cond: impl Fn() -> bool) -> Result<(), String> {
 
 /// One case: a fresh upstream and relay, the upstream behaviour set up, the client behaviour
 /// played, then the answers and the invariant checked.
-async fn case(row: &Row, client: Client) -> Result<(), String> {
-    let up = TestUpstream::start().await;
+async fn case(row: &Row, client: Client, pipelining: bool) -> Result<(), String> {
+    let up = start_upstream(pipelining).await;
     let relay = start_relay(&up).await;
     let addr = relay.addr;
     let log = ClientLog::new();
@@ -259,6 +276,7 @@ async fn case(row: &Row, client: Client) -> Result<(), String> {
     };
     relay.stop().await;
     settle(&up).await;
+    check_flights(&up, pipelining)?;
     let summary = invariant::check(&log.entries(), &invariant::upstream_ids(&up))?;
     let has = invariant::upstream_ids(&up)
         .iter()
@@ -274,15 +292,36 @@ async fn case(row: &Row, client: Client) -> Result<(), String> {
     Ok(())
 }
 
-/// Every row for one client behaviour, concurrently; all failures reported together.
+/// The relay pipelined exactly when upstream offered it: each MAIL came with its RCPT and
+/// DATA in one flight, or alone.
+fn check_flights(up: &TestUpstream, pipelining: bool) -> Result<(), String> {
+    let flights = up.flights();
+    let mails = flights.iter().filter(|(_, f)| f[0].starts_with("MAIL"));
+    for (_, flight) in mails {
+        if (flight.len() > 1) != pipelining {
+            return Err(format!("pipelining {pipelining}, yet got {flight:?}"));
+        }
+    }
+    Ok(())
+}
+
+/// Every row for one client behaviour, with and without PIPELINING, concurrently; all
+/// failures reported together.
 async fn matrix(client: Client) {
     let mut tasks = tokio::task::JoinSet::new();
-    for row in rows() {
-        let row = Arc::new(row);
-        tasks.spawn(async move {
-            let result = case(&row, client).await;
-            (row.name, result)
-        });
+    for pipelining in [true, false] {
+        for row in rows() {
+            let row = Arc::new(row);
+            tasks.spawn(async move {
+                let result = case(&row, client, pipelining).await;
+                let upstream = if pipelining {
+                    "PIPELINING"
+                } else {
+                    "no PIPELINING"
+                };
+                (format!("{} ({upstream})", row.name), result)
+            });
+        }
     }
     let mut failures = Vec::new();
     let mut ran = 0;
@@ -294,7 +333,7 @@ async fn matrix(client: Client) {
             Err(e) => failures.push(format!("a case panicked: {e}")),
         }
     }
-    assert_eq!(ran, rows().len());
+    assert_eq!(ran, 2 * rows().len());
     assert!(
         failures.is_empty(),
         "{client:?}: {} of {ran} cases failed:\n{}",
@@ -334,7 +373,16 @@ async fn client_that_leaves_before_the_reply_gets_upstreams_verdict_anyway() {
 /// invariant holds over all of them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mixed_faults_and_clients_keep_the_invariant() {
-    let up = TestUpstream::start().await;
+    mixed(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mixed_faults_and_clients_keep_the_invariant_without_pipelining() {
+    mixed(false).await;
+}
+
+async fn mixed(pipelining: bool) {
+    let up = start_upstream(pipelining).await;
     up.set_fault_mix(
         4,
         vec![
@@ -371,6 +419,7 @@ async fn mixed_faults_and_clients_keep_the_invariant() {
     }
     relay.stop().await;
     settle(&up).await;
+    check_flights(&up, pipelining).unwrap();
     let summary = assert_holds("mixed", &log, &up);
     assert_eq!(log.len(), 200);
     let explained = |code: u16, text: &str| match code {

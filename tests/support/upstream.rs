@@ -141,6 +141,33 @@ pub(super) struct Shared {
     pub hidden: Mutex<Option<(Bucket, State)>>,
     pub rate_refusals: Mutex<usize>,
     pub clock: TokioClock,
+    /// What pipelining tests set and observe (see [`Extra`]).
+    pub extra: Mutex<Extra>,
+}
+
+/// Knobs and observations for pipelining tests.
+#[derive(Default)]
+pub(super) struct Extra {
+    /// Per connection, each "flight": the command lines that arrived together, in one read
+    /// of the socket (the first found nothing buffered). A message's data shows as `<data>`.
+    pub flights: Vec<(usize, Vec<String>)>,
+    /// RCPTs to these addresses get this reply (`"550 5.1.1 no such user"`).
+    pub refused_rcpts: Vec<(String, String)>,
+    /// Answer DATA with `354` even when no recipient was accepted, as RFC 2920 lets a server
+    /// do; the data then gets `554` and is kept in `unaddressed`.
+    pub data_without_rcpts: bool,
+    pub unaddressed: Vec<Vec<u8>>,
+}
+
+impl Extra {
+    /// Notes a line read: `fresh` when the read found nothing buffered (a new flight).
+    pub fn arrived(&mut self, conn: usize, fresh: bool, line: &str) {
+        let last = self.flights.iter_mut().rev().find(|(c, _)| *c == conn);
+        match last {
+            Some((_, flight)) if !fresh => flight.push(line.to_string()),
+            _ => self.flights.push((conn, vec![line.to_string()])),
+        }
+    }
 }
 
 impl Shared {
@@ -229,6 +256,7 @@ impl TestUpstream {
             hidden: Mutex::new(None),
             rate_refusals: Mutex::new(0),
             clock: TokioClock::new(),
+            extra: Mutex::new(Extra::default()),
         });
         let task = tokio::spawn(accept_loop(listener, Arc::clone(&shared)));
         TestUpstream {
@@ -331,6 +359,28 @@ impl TestUpstream {
     /// Connections refused for the bound of `set_max_connections`.
     pub fn crowded(&self) -> usize {
         *self.shared.crowded.lock().unwrap()
+    }
+
+    /// Per connection, the command lines grouped by the socket read they arrived in (see
+    /// [`Extra::flights`]). A pipelining client's MAIL, RCPTs and DATA come as one.
+    pub fn flights(&self) -> Vec<(usize, Vec<String>)> {
+        self.shared.extra.lock().unwrap().flights.clone()
+    }
+
+    /// From now on, RCPT to `address` is answered `reply` (e.g. `"550 5.1.1 no such user"`).
+    pub fn refuse_rcpt(&self, address: &str, reply: &str) {
+        let mut extra = self.shared.extra.lock().unwrap();
+        extra.refused_rcpts.push((address.into(), reply.into()));
+    }
+
+    /// Whether DATA gets `354` even with no accepted recipient (see [`Extra`]).
+    pub fn set_data_without_rcpts(&self, on: bool) {
+        self.shared.extra.lock().unwrap().data_without_rcpts = on;
+    }
+
+    /// The data of transactions that had no recipient (with `set_data_without_rcpts`).
+    pub fn unaddressed(&self) -> Vec<Vec<u8>> {
+        self.shared.extra.lock().unwrap().unaddressed.clone()
     }
 
     /// Connections currently open.

@@ -42,6 +42,7 @@ pub(super) async fn serve_connection(
     let mut line = Vec::new();
     loop {
         line.clear();
+        let fresh = io.buffer().is_empty();
         tokio::select! {
             read = io.read_until(b'\n', &mut line) => {
                 if read? == 0 {
@@ -60,6 +61,7 @@ pub(super) async fn serve_connection(
             .trim_end_matches(['\r', '\n'])
             .to_string();
         shared.commands.lock().unwrap().push(text.clone());
+        shared.extra.lock().unwrap().arrived(id, fresh, &text);
         let upper = text.to_ascii_uppercase();
         let verb = upper.split(' ').next().unwrap_or("").to_string();
         match verb.as_str() {
@@ -127,11 +129,29 @@ pub(super) async fn serve_connection(
                     reply(&mut io, "503 5.5.1 Error: need MAIL command").await?;
                     continue;
                 };
+                let refused = shared.extra.lock().unwrap().refused_rcpts.clone();
+                if let Some((_, refusal)) = refused.iter().find(|(a, _)| *a == rcpt) {
+                    reply(&mut io, refusal).await?;
+                    continue;
+                }
                 t.rcpts.push(rcpt);
                 reply(&mut io, "250 2.1.5 Ok").await?;
             }
             "DATA" => {
                 if before_reply(fault_of(&tx_drawn), Step::Data, &mut io).await? {
+                    continue;
+                }
+                let lenient = shared.extra.lock().unwrap().data_without_rcpts;
+                if lenient && tx.as_ref().is_some_and(|t| t.rcpts.is_empty()) {
+                    tx = None;
+                    reply(&mut io, "354 End data with <CR><LF>.<CR><LF>").await?;
+                    let fresh = io.buffer().is_empty();
+                    shared.extra.lock().unwrap().arrived(id, fresh, "<data>");
+                    let Some(data) = read_data(&mut io).await? else {
+                        return Ok(());
+                    };
+                    shared.extra.lock().unwrap().unaddressed.push(data);
+                    reply(&mut io, "554 5.5.1 Error: no valid recipients").await?;
                     continue;
                 }
                 let Some(t) = tx.take().filter(|t| !t.rcpts.is_empty()) else {
@@ -144,6 +164,8 @@ pub(super) async fn serve_connection(
                     io.read_until(b'\n', &mut some).await?;
                     return Ok(());
                 }
+                let fresh = io.buffer().is_empty();
+                shared.extra.lock().unwrap().arrived(id, fresh, "<data>");
                 let Some(data) = read_data(&mut io).await? else {
                     return Ok(());
                 };

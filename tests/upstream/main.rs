@@ -10,6 +10,7 @@ mod faults;
 mod feedback;
 mod file;
 mod mx;
+mod pipelining;
 mod relay_faults;
 mod routes;
 mod smtp;

@@ -31,12 +31,13 @@ pub(super) async fn open(
     resolver: &MxResolver,
     conns: &Connections,
     (domain, route): (&str, &Route),
-    tx: &Transaction<'_>,
+    tx: &mut Transaction<'_>,
 ) -> Result<Leg, UpstreamError> {
     let permit = conns.permit(domain).await?;
     let (pool, mut lease, host) = connect(resolver, conns, route).await?;
     let mut retried = false;
     loop {
+        tx.pipelining = lease.pipelining;
         match tx.prepare(&mut lease.conn).await {
             Ok(()) => {
                 return Ok(Leg {

@@ -68,3 +68,8 @@ pub(super) fn mail_line(from: Option<&str>, params: &[MailParameter]) -> String 
 pub(super) fn bad(a: &str) -> String {
     format!("address <{}> cannot be relayed upstream", a.escape_debug())
 }
+
+/// RCPT with the path written as given, for the same reason as [`mail_line`].
+pub(super) fn rcpt_line(rcpt: &str) -> String {
+    format!("RCPT TO:<{rcpt}>\r\n")
+}

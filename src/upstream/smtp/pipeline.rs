@@ -1,0 +1,177 @@
+//! PIPELINING (RFC 2920): MAIL, every RCPT and DATA in one write, their replies read in order.
+//! Against an upstream 20 ms away that is one round trip instead of two plus one per
+//! recipient.
+//!
+//! lettre has no public raw write, but `command` writes its argument's `Display` text
+//! verbatim and then reads one reply. So the whole group goes out through one `command` (its
+//! reply is MAIL's), and `read_response`, which is public, reads the rest. lettre's EHLO
+//! parsing keeps only the extensions lettre knows, and PIPELINING is not one of them: whether
+//! upstream offers it is asked once per connection by [`advertises_pipelining`].
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use lettre::transport::smtp::client::AsyncSmtpConnection;
+use lettre::transport::smtp::commands::Ehlo;
+use lettre::transport::smtp::extension::ClientId;
+use lettre::transport::smtp::Error as SmtpError;
+
+use super::wire::rcpt_line;
+use super::{Failure, Step, Transaction};
+use crate::upstream::reply::unavailable;
+
+/// At most this many commands in one write. A group so large that upstream's replies fill
+/// the socket buffers before we finish writing would stall both sides (RFC 2920 section 3.1);
+/// a hundred short replies are far from that.
+const GROUP: usize = 100;
+
+/// Sends EHLO once more and reads its keywords: lettre's `ServerInfo` drops PIPELINING. Sent
+/// after STARTTLS (so it is the encrypted session's answer) and before AUTH (so it cannot
+/// disturb an authenticated session). One round trip per connection, not per message.
+pub(in crate::upstream) async fn advertises_pipelining(
+    conn: &mut AsyncSmtpConnection,
+    hello: &ClientId,
+) -> Result<bool, SmtpError> {
+    let reply = conn.command(Ehlo::new(hello.clone())).await?;
+    // The first line is the greeting; each later one is a keyword and its parameters.
+    let offered = reply.message().skip(1).any(|line| {
+        line.split_whitespace()
+            .next()
+            .is_some_and(|word| word.eq_ignore_ascii_case("PIPELINING"))
+    });
+    Ok(offered)
+}
+
+/// What the replies read so far say.
+#[derive(Default)]
+struct Replies {
+    mail: bool,
+    /// Some RCPT was accepted: with MAIL, upstream holds a transaction a dot would deliver.
+    rcpt: bool,
+    /// DATA got its 354.
+    data: bool,
+    /// The first refusal, in command order: the client's answer.
+    refusal: Option<Failure>,
+}
+
+impl Replies {
+    /// A reply was read: `Ok` if the connection is still in step, else the failure to return.
+    fn take(&mut self, step: Step, read: Result<(), Failure>) -> Result<(), Failure> {
+        match read {
+            Ok(()) if step == Step::Mail => self.mail = true,
+            Ok(()) if step == Step::Rcpt => self.rcpt = true,
+            Ok(()) if step == Step::Data => self.data = true,
+            Ok(()) => {}
+            Err(f) if f.clean => {
+                self.refusal.get_or_insert(f);
+            }
+            // No reply (or a 421): the connection is gone. An earlier refusal still is the
+            // answer, and it was no stale connection's doing.
+            Err(f) => return Err(self.lost(f)),
+        }
+        Ok(())
+    }
+
+    fn lost(&mut self, f: Failure) -> Failure {
+        match self.refusal.take() {
+            Some(refusal) => Failure {
+                clean: false,
+                ..refusal
+            },
+            None => f,
+        }
+    }
+}
+
+impl Transaction<'_> {
+    /// Writes the commands in groups (one, unless there are more than [`GROUP`]), reading
+    /// every reply of a group before the next; stops after a group with a refusal. A refusal
+    /// leaves the connection in step, to be reset like any refused transaction.
+    pub(super) async fn prepare_pipelined(
+        &self,
+        conn: &mut AsyncSmtpConnection,
+        mail: String,
+    ) -> Result<(), Failure> {
+        let mut commands = Vec::with_capacity(self.rcpts.len() + 2);
+        commands.push((Step::Mail, mail));
+        commands.extend(self.rcpts.iter().map(|r| (Step::Rcpt, rcpt_line(r))));
+        commands.push((Step::Data, "DATA\r\n".to_string()));
+        let mut replies = Replies::default();
+        for group in commands.chunks(GROUP) {
+            let text: String = group.iter().map(|(_, line)| line.as_str()).collect();
+            let first = self.step(group[0].0, conn.command(text)).await.map(drop);
+            replies.take(group[0].0, first)?;
+            for (step, _) in &group[1..] {
+                let read = self.step(*step, conn.read_response()).await.map(drop);
+                replies.take(*step, read)?;
+            }
+            if replies.refusal.is_some() {
+                break;
+            }
+        }
+        match replies.refusal.take() {
+            None => Ok(()), // DATA's 354: the body may go
+            // DATA refused, or never sent: nothing to undo but the envelope.
+            Some(f) if !replies.data => Err(f),
+            Some(f) => Err(self.abandon_data(conn, &replies, f).await),
+        }
+    }
+
+    /// Upstream said 354 although the message is refused. With no transaction to deliver
+    /// to, RFC 2920 says to send a lone dot, which ends the empty message and keeps the
+    /// connection in step. With one (MAIL and some RCPT accepted, another refused), a dot
+    /// would deliver an empty message to those recipients: the connection is dropped
+    /// instead, and a server discards data that never got its final dot.
+    async fn abandon_data(
+        &self,
+        conn: &mut AsyncSmtpConnection,
+        replies: &Replies,
+        refusal: Failure,
+    ) -> Failure {
+        if replies.mail && replies.rcpt {
+            return Failure {
+                clean: false,
+                ..refusal
+            };
+        }
+        let dot = tokio::time::timeout(self.timeout, conn.command(".\r\n")).await;
+        let clean = match dot {
+            Ok(Ok(_)) => true,
+            Ok(Err(e)) => e.status().is_some_and(|code| u16::from(code) != 421),
+            Err(_) => false,
+        };
+        Failure { clean, ..refusal }
+    }
+}
+
+/// The body's slices, noting when the last one has been written: lettre asks for the next
+/// slice only after writing the one before, and writes the final dot only after the last.
+pub(super) struct Tracked<'a, I> {
+    pub(super) parts: I,
+    pub(super) whole: &'a AtomicBool,
+}
+
+impl<'a, I: Iterator<Item = &'a [u8]>> Iterator for Tracked<'_, I> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        let next = self.parts.next();
+        if next.is_none() {
+            self.whole.store(true, Ordering::Relaxed);
+        }
+        next
+    }
+}
+
+/// The connection failed while the body was still being written: without its final dot
+/// upstream cannot have taken the message, so this is "unavailable", not uncertain.
+pub(super) fn cut_short(f: Failure) -> Failure {
+    Failure {
+        error: unavailable(format!(
+            "connection lost while sending the body: {}",
+            f.error
+        )),
+        clean: false,
+        stale: false,
+        ..f
+    }
+}
