@@ -1,6 +1,7 @@
 //! `[upstream]`: where messages go, and how to reach it. The URL is parsed once, when the file
 //! is read, so a typo is a startup error with its line.
 
+use std::net::SocketAddr;
 use std::num::{NonZeroU64, NonZeroUsize};
 use std::path::PathBuf;
 
@@ -19,13 +20,15 @@ pub enum UpstreamTls {
     Required,
 }
 
+/// Parsed by serde's derive (`remote = "Self"`) and then checked by [`UpstreamConfig::validate`]
+/// in its `Deserialize`, so a rule between keys is a parse error with the table's line.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, remote = "Self")]
 pub struct UpstreamConfig {
     /// What routes and layers call it; a single `[upstream]` table may leave it out
     /// ("default"), each of several `[[upstream]]` tables needs one.
     pub name: Option<Spanned<String>>,
-    /// `smtp://host:port`, `smtps://host:port` or `file://DIR`.
+    /// `smtp://host:port`, `smtps://host:port`, `mx://` or `file://DIR`.
     pub url: UpstreamUrl,
     #[serde(default)]
     pub tls: UpstreamTls,
@@ -55,6 +58,22 @@ pub struct UpstreamConfig {
     pub quota_replies: ReplyPatterns,
     #[serde(default = "default_quota_pause_ms")]
     pub quota_pause_ms: NonZeroU64,
+    /// `mx://` only: the port of the MX hosts (default 25; tests use another). Unset keys
+    /// stay `None`, so a key given to another kind of upstream is an error, not ignored.
+    pub mx_port: Option<u16>,
+    /// `mx://` only: ask these name servers (`ip:port`, UDP and TCP) instead of the system's.
+    pub nameservers: Option<Vec<SocketAddr>>,
+    /// `mx://` only: connections in use at once to one recipient domain (default 10), so a
+    /// burst to one domain does not look like an attack to its servers.
+    pub max_connections_per_domain: Option<NonZeroUsize>,
+}
+
+impl<'de> Deserialize<'de> for UpstreamConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let config = UpstreamConfig::deserialize(deserializer)?;
+        config.validate().map_err(serde::de::Error::custom)?;
+        Ok(config)
+    }
 }
 
 /// What an upstream refusal says about sending, beyond this one message.
@@ -82,6 +101,62 @@ impl UpstreamConfig {
     /// The name routes and layers use.
     pub fn name(&self) -> &str {
         self.name.as_ref().map_or(DEFAULT_NAME, |n| n.get_ref())
+    }
+
+    pub fn mx_port(&self) -> u16 {
+        self.mx_port.unwrap_or(25)
+    }
+
+    pub fn max_connections_per_domain(&self) -> NonZeroUsize {
+        self.max_connections_per_domain
+            .unwrap_or(NonZeroUsize::new(10).unwrap())
+    }
+
+    /// The rules between keys that no key's type can say: the `mx://` keys belong to it
+    /// alone, and MX hosts take no credentials (they are not our smarthost).
+    pub fn validate(&self) -> Result<(), String> {
+        self.validate_keys().map_err(|e| match &self.name {
+            Some(name) => format!("{e} (upstream {:?})", name.get_ref()),
+            None => e,
+        })
+    }
+
+    fn validate_keys(&self) -> Result<(), String> {
+        let mx = matches!(self.url, UpstreamUrl::Mx);
+        let mx_only = [
+            ("mx_port", self.mx_port.is_some()),
+            ("nameservers", self.nameservers.is_some()),
+            (
+                "max_connections_per_domain",
+                self.max_connections_per_domain.is_some(),
+            ),
+        ];
+        if let Some((key, _)) = mx_only.iter().find(|(_, set)| *set && !mx) {
+            return Err(format!(
+                "key `upstream.{key}`: only for url = \"mx://\", not `{}`",
+                self.url
+            ));
+        }
+        if !mx {
+            return Ok(());
+        }
+        if self.mx_port == Some(0) {
+            return Err("key `upstream.mx_port`: must be a port, 1 to 65535".into());
+        }
+        if self.nameservers.as_ref().is_some_and(Vec::is_empty) {
+            return Err("key `upstream.nameservers`: give at least one `ip:port`, or leave it out for the system's".into());
+        }
+        let credentials = [
+            ("username", self.username.is_some()),
+            ("password", self.password.is_some()),
+            ("password_env", self.password_env.is_some()),
+        ];
+        if let Some((key, _)) = credentials.iter().find(|(_, set)| *set) {
+            return Err(format!(
+                "key `upstream.{key}`: not used with url = \"mx://\" (MX hosts take no AUTH)"
+            ));
+        }
+        Ok(())
     }
 
     /// What upstream's reply `code text` (enhanced code included in `text`) signals, if
@@ -123,7 +198,9 @@ pub(super) fn one_or_many<'de, D: Deserializer<'de>>(
         }
 
         fn visit_map<M: MapAccess<'de>>(self, map: M) -> Result<Self::Value, M::Error> {
-            let one = UpstreamConfig::deserialize(de::value::MapAccessDeserializer::new(map))?;
+            let one = <UpstreamConfig as Deserialize>::deserialize(
+                de::value::MapAccessDeserializer::new(map),
+            )?;
             Ok(vec![one])
         }
 
@@ -156,6 +233,8 @@ pub enum UpstreamUrl {
     Smtps { host: String, port: u16 },
     /// `file://DIR`: one `.eml` per message, the embedded default.
     File { dir: PathBuf },
+    /// `mx://`: straight to each recipient domain's MX hosts.
+    Mx,
 }
 
 impl TryFrom<String> for UpstreamUrl {
@@ -176,6 +255,7 @@ impl std::fmt::Display for UpstreamUrl {
             UpstreamUrl::Smtp { host: h, port } => write!(f, "smtp://{}:{port}", host(h)),
             UpstreamUrl::Smtps { host: h, port } => write!(f, "smtps://{}:{port}", host(h)),
             UpstreamUrl::File { dir } => write!(f, "file://{}", dir.display()),
+            UpstreamUrl::Mx => write!(f, "mx://"),
         }
     }
 }
@@ -184,9 +264,13 @@ impl UpstreamUrl {
     pub fn parse(url: &str) -> Result<UpstreamUrl, String> {
         let (scheme, rest) = url
             .split_once("://")
-            .ok_or_else(|| format!("`{url}` is not a URL (smtp://, smtps:// or file://)"))?;
+            .ok_or_else(|| format!("`{url}` is not a URL (smtp://, smtps://, mx:// or file://)"))?;
         match scheme {
             "file" if !rest.is_empty() => Ok(UpstreamUrl::File { dir: rest.into() }),
+            "mx" if rest.is_empty() || rest == "/" => Ok(UpstreamUrl::Mx),
+            "mx" => Err(format!(
+                "`{url}`: mx:// takes no host (the recipients' domains are the hosts)"
+            )),
             "smtp" | "smtps" => {
                 let default_port = if scheme == "smtp" { 25 } else { 465 };
                 let (host, port) = split_host_port(rest.trim_end_matches('/'), default_port)?;
@@ -197,7 +281,7 @@ impl UpstreamUrl {
                 })
             }
             _ => Err(format!(
-                "`{url}`: scheme must be smtp://, smtps:// or file://DIR"
+                "`{url}`: scheme must be smtp://, smtps://, mx:// or file://DIR"
             )),
         }
     }
@@ -258,7 +342,51 @@ mod tests {
                 dir: "outbox".into()
             }
         );
+        assert_eq!(UpstreamUrl::parse("mx://").unwrap(), UpstreamUrl::Mx);
+        assert_eq!(UpstreamUrl::Mx.to_string(), "mx://");
+        assert!(UpstreamUrl::parse("mx://example.com").is_err());
         assert!(UpstreamUrl::parse("gopher://x").is_err());
         assert!(UpstreamUrl::parse("smtp://host:notaport").is_err());
+    }
+
+    #[test]
+    fn mx_keys_have_defaults_and_belong_to_mx_alone() {
+        let parse = |text: &str| toml::from_str::<UpstreamConfig>(text);
+        let mx = parse("url = \"mx://\"").unwrap();
+        assert_eq!(
+            (mx.mx_port(), mx.max_connections_per_domain().get()),
+            (25, 10)
+        );
+        let set =
+            parse("url = \"mx://\"\nmx_port = 2525\nnameservers = [\"127.0.0.1:5353\"]").unwrap();
+        assert_eq!(set.mx_port(), 2525);
+        assert_eq!(
+            set.nameservers,
+            Some(vec!["127.0.0.1:5353".parse().unwrap()])
+        );
+        for (key, text) in [
+            ("mx_port", "url = \"smtp://h:25\"\nmx_port = 2525"),
+            (
+                "nameservers",
+                "url = \"file://x\"\nnameservers = [\"127.0.0.1:53\"]",
+            ),
+            (
+                "max_connections_per_domain",
+                "url = \"smtp://h:25\"\nmax_connections_per_domain = 2",
+            ),
+            (
+                "username",
+                "url = \"mx://\"\nusername = \"u\"\npassword = \"p\"",
+            ),
+            ("nameservers", "url = \"mx://\"\nnameservers = []"),
+            ("mx_port", "url = \"mx://\"\nmx_port = 0"),
+        ] {
+            // Checked when parsed, and by `validate` for a config built otherwise.
+            let err = parse(text).unwrap_err().to_string();
+            assert!(err.contains(&format!("upstream.{key}")), "{text}: {err}");
+            let unchecked = UpstreamConfig::deserialize(toml::Deserializer::new(text)).unwrap();
+            assert!(unchecked.validate().unwrap_err().contains(key), "{text}");
+        }
+        assert!(parse("url = \"mx://\"\nnameservers = [\"nope\"]").is_err());
     }
 }

@@ -4,12 +4,14 @@
 //! - `smtp`: `smtp://` and `smtps://` over lettre's connection, each step checked (MAIL, RCPT
 //!   and DATA pipelined when upstream offers it).
 //! - `pool`: our pool of those connections (bounded, with timeouts on every step).
+//! - `mx`: `mx://`, straight to each recipient domain's MX hosts (hickory-resolver).
 //! - `file`: `file://DIR`, the embedded default: one `.eml` and one `.json` per message.
 //! - `pause`: the pause after a quota reply, and its probe.
 //! - `reply`: upstream's answers and lettre's errors as [`UpstreamError`]s.
 //! - `upstreams`: the configured upstreams by name, each with its forwarder and its pause.
 
 pub mod file;
+pub mod mx;
 pub mod pause;
 mod pool;
 pub mod reply;
@@ -21,6 +23,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 pub use file::FileForwarder;
+pub use mx::{MxForwarder, MxSetupError};
 pub use pause::{Admission, Pause};
 pub use smtp::{SmtpForwarder, SmtpSetupError};
 pub use upstreams::{Upstream, Upstreams};
@@ -37,6 +40,10 @@ pub fn build_forwarder(
         UpstreamUrl::File { dir } => Ok(Arc::new(FileForwarder::new(dir.clone()))),
         UpstreamUrl::Smtp { .. } | UpstreamUrl::Smtps { .. } => {
             let forwarder = SmtpForwarder::new(cfg, helo_name).map_err(|e| e.to_string())?;
+            Ok(Arc::new(forwarder))
+        }
+        UpstreamUrl::Mx => {
+            let forwarder = MxForwarder::new(cfg, helo_name).map_err(|e| e.to_string())?;
             Ok(Arc::new(forwarder))
         }
     }

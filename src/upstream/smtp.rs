@@ -24,12 +24,13 @@ use lettre::transport::smtp::commands::{Data, Rset};
 use lettre::transport::smtp::extension::{ClientId, Extension, MailBodyParameter, MailParameter};
 use lettre::transport::smtp::Error as SmtpError;
 
+mod checks;
 mod pipeline;
 mod wire;
 
 pub(super) use pipeline::advertises_pipelining;
 use pipeline::{cut_short, Tracked};
-use wire::{bad, dot_after_bare_line_break, mail_line, path, rcpt_line, wire_body};
+use wire::{mail_line, rcpt_line, wire_body};
 
 use super::pool::{Connector, Lease, Pool, Reconnect, Security};
 use super::reply::{connect_error, describe, rejected, smtp_error, unavailable};
@@ -94,7 +95,9 @@ impl SmtpForwarder {
         let (host, port, implicit) = match &cfg.url {
             UpstreamUrl::Smtp { host, port } => (host, *port, false),
             UpstreamUrl::Smtps { host, port } => (host, *port, true),
-            UpstreamUrl::File { .. } => return Err(SmtpSetupError::NotSmtp(cfg.url.to_string())),
+            UpstreamUrl::File { .. } | UpstreamUrl::Mx => {
+                return Err(SmtpSetupError::NotSmtp(cfg.url.to_string()))
+            }
         };
         let tls = || {
             TlsParameters::new(host.clone()).map_err(|e| SmtpSetupError::Tls {
@@ -131,32 +134,7 @@ impl SmtpForwarder {
     }
 
     async fn send(&self, envelope: &Envelope, message: &[u8]) -> Result<Accepted, UpstreamError> {
-        let from = match &envelope.from {
-            None => None,
-            Some(a) => Some(path(a, false).ok_or_else(|| rejected(553, "5.1.7", bad(a)))?),
-        };
-        let mut rcpts = Vec::with_capacity(envelope.rcpts.len());
-        for r in &envelope.rcpts {
-            rcpts.push(path(r, true).ok_or_else(|| rejected(553, "5.1.3", bad(r)))?);
-        }
-        if rcpts.is_empty() {
-            return Err(rejected(503, "5.5.1", "no valid recipients".into()));
-        }
-        if dot_after_bare_line_break(message) {
-            return Err(rejected(
-                554,
-                "5.6.0",
-                "message has a bare CR or LF next to a dot; not relayed (SMTP smuggling)".into(),
-            ));
-        }
-        let mut tx = Transaction {
-            envelope,
-            from,
-            rcpts,
-            message,
-            timeout: self.timeout,
-            pipelining: false,
-        };
+        let mut tx = Transaction::new(envelope, message, self.timeout)?;
 
         let mut lease = self.checkout().await?;
         let (mut retried, mut crowded) = (false, 0);

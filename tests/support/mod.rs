@@ -3,6 +3,7 @@
 //! part of it:
 //!
 //! - `relay`: the relay in-process (`Relay`, `smtp_relay`, `memory_relay`) and a raw client.
+//! - `dns`: a DNS server on 127.0.0.1 answering from a zone the test writes (`TestDns`).
 //! - `memory`: a forwarder that records what it is given (`MemoryForwarder`).
 //! - `hidden_rate`: an SES-like upstream in memory with its own hidden bucket (`HiddenRate`).
 //! - `upstream`: the test upstream SMTP server, with injected faults, SES's hidden sending rate
@@ -21,6 +22,7 @@
 #![allow(dead_code)]
 
 pub mod auth;
+pub mod dns;
 pub mod hidden_rate;
 pub mod host;
 pub mod http;

@@ -232,7 +232,13 @@ pub const DEFAULT_EXTENSIONS: &[&str] = &[
 
 impl TestUpstream {
     pub async fn start() -> TestUpstream {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        TestUpstream::start_at("127.0.0.1:0".parse().unwrap()).await
+    }
+
+    /// Listens on `addr` (any of 127.0.0.0/8, port 0 for a free one): several upstreams on
+    /// one port at 127.0.0.2, 127.0.0.3, ... stand for the MX hosts of `mx://`.
+    pub async fn start_at(addr: SocketAddr) -> TestUpstream {
+        let listener = TcpListener::bind(addr).await.expect("bind");
         let addr = listener.local_addr().unwrap();
         let shared = Arc::new(Shared {
             fault: Mutex::new(Fault::None),

@@ -9,6 +9,7 @@ mod envelope;
 mod faults;
 mod feedback;
 mod file;
+mod mx;
 mod pipelining;
 mod relay_faults;
 mod routes;

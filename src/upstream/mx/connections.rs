@@ -1,0 +1,149 @@
+//! The connections to MX hosts: one pool per host address (so a message to a domain reuses
+//! the connection an earlier one left), and a bound per recipient domain on the connections
+//! in use at once, so that a burst to one domain never opens more than its servers allow.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lettre::transport::smtp::client::TlsParameters;
+use lettre::transport::smtp::extension::ClientId;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::config::{ReplyPatterns, UpstreamConfig, UpstreamTls};
+use crate::upstream::pool::{Connector, Pool, Reconnect, Security};
+use crate::upstream::reply::unavailable;
+use crate::upstream::UpstreamError;
+
+/// Pools kept at most; past it, those no message is using are dropped (their parked
+/// connections close), so a relay that has sent to many hosts holds no more than this.
+const MAX_POOLS: usize = 1024;
+
+type Domains = Arc<Mutex<HashMap<String, Arc<Semaphore>>>>;
+
+pub(super) struct Connections {
+    pub port: u16,
+    pub timeout: Duration,
+    tls: UpstreamTls,
+    hello: ClientId,
+    pool_size: usize,
+    replies: ReplyPatterns,
+    per_domain: usize,
+    /// `max_messages_per_connection` and `max_connection_age_ms`, for every MX host's pool.
+    reconnect: (u64, u64),
+    pools: Mutex<HashMap<SocketAddr, Arc<Pool>>>,
+    domains: Domains,
+}
+
+/// The right to use one connection for a domain; the domain's entry goes with its last one.
+pub(super) struct DomainPermit {
+    permit: Option<OwnedSemaphorePermit>,
+    domain: String,
+    domains: Domains,
+}
+
+impl Drop for DomainPermit {
+    fn drop(&mut self) {
+        drop(self.permit.take());
+        let mut domains = self.domains.lock().expect("domains lock");
+        // Only the map holds it: nobody uses or waits for the domain now.
+        if domains
+            .get(&self.domain)
+            .is_some_and(|s| Arc::strong_count(s) == 1)
+        {
+            domains.remove(&self.domain);
+        }
+    }
+}
+
+impl Connections {
+    pub fn new(cfg: &UpstreamConfig, helo_name: &str) -> Connections {
+        Connections {
+            port: cfg.mx_port(),
+            timeout: Duration::from_millis(cfg.timeout_ms.get()),
+            tls: cfg.tls,
+            hello: ClientId::Domain(cfg.helo_name.clone().unwrap_or_else(|| helo_name.into())),
+            pool_size: cfg.pool_size.get(),
+            replies: cfg.throttle_replies.clone(),
+            per_domain: cfg.max_connections_per_domain().get(),
+            reconnect: (cfg.max_messages_per_connection, cfg.max_connection_age_ms),
+            pools: Mutex::new(HashMap::new()),
+            domains: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+
+    /// Waits (up to the timeout) until `domain` has a connection to spare.
+    pub async fn permit(&self, domain: &str) -> Result<DomainPermit, UpstreamError> {
+        let semaphore = {
+            let mut domains = self.domains.lock().expect("domains lock");
+            let entry = domains
+                .entry(domain.to_string())
+                .or_insert_with(|| Arc::new(Semaphore::new(self.per_domain)));
+            Arc::clone(entry)
+        };
+        let acquired = tokio::time::timeout(self.timeout, semaphore.acquire_owned()).await;
+        let mut permit = DomainPermit {
+            permit: None,
+            domain: domain.to_string(),
+            domains: Arc::clone(&self.domains),
+        };
+        match acquired {
+            Ok(Ok(p)) => {
+                permit.permit = Some(p);
+                Ok(permit)
+            }
+            _ => Err(unavailable(format!(
+                "all {} connections to {domain} stayed busy",
+                self.per_domain
+            ))),
+        }
+    }
+
+    /// The pool of the MX host `name` at `addr`, made on first use.
+    pub fn pool(&self, addr: SocketAddr, name: &str) -> Result<Arc<Pool>, UpstreamError> {
+        let mut pools = self.pools.lock().expect("pools lock");
+        if let Some(pool) = pools.get(&addr) {
+            return Ok(Arc::clone(pool));
+        }
+        if pools.len() >= MAX_POOLS {
+            pools.retain(|_, pool| Arc::strong_count(pool) > 1);
+        }
+        let connector = Connector {
+            host: addr.ip().to_string(),
+            port: addr.port(),
+            security: self.security(name)?,
+            hello: self.hello.clone(),
+            credentials: None,
+            replies: self.replies.clone(),
+        };
+        let (messages, age_ms) = self.reconnect;
+        let reconnect = Reconnect {
+            max_messages: (messages > 0).then_some(messages),
+            max_age: (age_ms > 0).then(|| Duration::from_millis(age_ms)),
+        };
+        let pool = Pool::new(connector, self.pool_size, self.timeout).with_reconnect(reconnect);
+        let pool = Arc::new(pool);
+        pools.insert(addr, Arc::clone(&pool));
+        Ok(pool)
+    }
+
+    /// MX hosts are found through DNS, which an attacker may answer, and most carry
+    /// certificates that match no name we could check: so, as Postfix does at `may` and
+    /// `encrypt`, encrypt without verifying. `required` still refuses a host that offers
+    /// no STARTTLS: the message never crosses in clear.
+    fn security(&self, name: &str) -> Result<Security, UpstreamError> {
+        let params = || {
+            TlsParameters::builder(name.to_string())
+                .dangerous_accept_invalid_certs(true)
+                .dangerous_accept_invalid_hostnames(true)
+                .build_rustls()
+                .map_err(|e| unavailable(format!("TLS for {name}: {e}")))
+        };
+        Ok(match self.tls {
+            UpstreamTls::None => Security::Plain,
+            UpstreamTls::Opportunistic => Security::Opportunistic(params()?),
+            UpstreamTls::Required => Security::Required(params()?),
+        })
+    }
+}

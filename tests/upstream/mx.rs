@@ -1,0 +1,350 @@
+//! `mx://` through the relay: a DNS server of the tests on 127.0.0.1 tells where each
+//! domain's mail goes, and test upstreams on 127.0.N.2, 127.0.N.3, ... (one port) are the MX
+//! hosts. Each test has its own N, so tests side by side never share an address.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+
+use mailsluice::config::Config;
+use mailsluice::upstream::MxForwarder;
+
+use crate::support::dns::TestDns;
+use crate::support::relay::{memory_relay, Relay};
+use crate::support::tls::TestCert;
+use crate::support::upstream::{Fault, Step, TestUpstream};
+use crate::support::wait::until;
+
+const MESSAGE: &[u8] = b"Subject: mx\r\nFrom: s@sender.test\r\n\r\nHello.\r\n";
+
+fn ip(net: u8, host: u8) -> Ipv4Addr {
+    Ipv4Addr::new(127, 0, net, host)
+}
+
+/// Test upstreams at 127.0.`net`.`h` for each `h` of `hosts`, all on one port (free at the
+/// first); `down` is the host number of an address on that port where nothing listens.
+async fn mx_hosts(net: u8, hosts: &[u8]) -> (u16, Vec<TestUpstream>) {
+    let first = TestUpstream::start_at(SocketAddr::from((ip(net, hosts[0]), 0))).await;
+    let port = first.addr().port();
+    let mut ups = vec![first];
+    for h in &hosts[1..] {
+        ups.push(TestUpstream::start_at(SocketAddr::from((ip(net, *h), port))).await);
+    }
+    (port, ups)
+}
+
+fn config(dns: &TestDns, port: u16, extra: &str) -> String {
+    let timeout = match extra.contains("timeout_ms") {
+        true => "",
+        false => "timeout_ms = 2000\n",
+    };
+    let tls = match extra.contains("tls =") {
+        true => "",
+        false => "tls = \"none\"\n",
+    };
+    format!(
+        "[smtp]\nlisten = [\"127.0.0.1:0\"]\nhostname = \"relay.test\"\n\
+         [upstream]\nurl = \"mx://\"\nmx_port = {port}\n\
+         nameservers = [\"{}\"]\n{timeout}{tls}{extra}\n",
+        dns.addr()
+    )
+}
+
+/// The relay with an MX forwarder as the binary builds it, and that forwarder, to read its
+/// counter.
+async fn mx_relay(dns: &TestDns, port: u16, extra: &str) -> (Relay, Arc<MxForwarder>) {
+    let text = config(dns, port, extra);
+    let cfg = Config::parse(&text).expect("test config");
+    let built = mailsluice::upstream::build_forwarder(cfg.first_upstream(), "relay.test");
+    assert!(built.is_ok(), "build_forwarder takes mx://");
+    let forwarder =
+        Arc::new(MxForwarder::new(cfg.first_upstream(), "relay.test").expect("forwarder"));
+    (Relay::start(&text, forwarder.clone()).await, forwarder)
+}
+
+async fn send(relay: &Relay, from: &str, rcpts: &[&str]) -> (u16, String) {
+    relay.client().await.send_mail(from, rcpts, MESSAGE).await
+}
+
+#[tokio::test]
+async fn mx_preference_is_followed_past_a_host_that_is_down() {
+    let dns = TestDns::start().await;
+    // 127.0.11.2 (preference 10) is down; 20 must be taken before 30.
+    let (port, ups) = mx_hosts(11, &[3, 4]).await;
+    dns.mx("alpha.test", 30, "mx3.alpha.test");
+    dns.mx("alpha.test", 10, "mx1.alpha.test");
+    dns.mx("alpha.test", 20, "mx2.alpha.test");
+    for h in 1..=3 {
+        dns.a(&format!("mx{h}.alpha.test"), ip(11, h + 1));
+    }
+    let (relay, _) = mx_relay(&dns, port, "").await;
+    let (code, text) = send(&relay, "s@sender.test", &["u@alpha.test"]).await;
+    assert_eq!(code, 250, "{text}");
+    let got = ups[0].wait_for(1).await;
+    assert_eq!(got[0].rcpts, ["u@alpha.test"]);
+    assert!(got[0].data.ends_with(b"Hello.\r\n"));
+    assert!(ups[1].messages().is_empty(), "preference 30 before 20");
+    assert!(dns.queries().contains(&"mx1.alpha.test A".to_string()));
+    relay.stop().await;
+}
+
+#[tokio::test]
+async fn a_domain_without_mx_is_its_own_mx() {
+    let dns = TestDns::start().await;
+    let (port, ups) = mx_hosts(12, &[2]).await;
+    dns.a("beta.test", ip(12, 2));
+    let (relay, _) = mx_relay(&dns, port, "").await;
+    let (code, text) = send(&relay, "s@sender.test", &["u@beta.test"]).await;
+    assert_eq!(code, 250, "{text}");
+    assert_eq!(ups[0].wait_for(1).await[0].rcpts, ["u@beta.test"]);
+    relay.stop().await;
+}
+
+#[tokio::test]
+async fn null_mx_nxdomain_and_servfail_have_their_pinned_replies() {
+    let dns = TestDns::start().await;
+    let (port, ups) = mx_hosts(13, &[2]).await;
+    dns.null_mx("nomail.test");
+    dns.servfail("broken.test");
+    let (relay, _) = mx_relay(&dns, port, "").await;
+    for (rcpt, code, enhanced) in [
+        ("u@nomail.test", 556, "5.1.10"),
+        ("u@nowhere.test", 550, "5.1.2"),
+        ("u@broken.test", 451, "4.4.3"),
+    ] {
+        let (got, text) = send(&relay, "s@sender.test", &[rcpt]).await;
+        assert_eq!(got, code, "{rcpt}: {text}");
+        assert!(text.starts_with(enhanced), "{rcpt}: {text}");
+    }
+    assert!(ups[0].messages().is_empty());
+    assert_eq!(ups[0].connections(), 0, "no MX host was contacted");
+    relay.stop().await;
+}
+
+#[tokio::test]
+async fn a_silent_name_server_is_451_4_4_3() {
+    let dns = TestDns::start().await;
+    let (port, _ups) = mx_hosts(14, &[2]).await;
+    dns.silent("slow.test");
+    let (relay, _) = mx_relay(&dns, port, "timeout_ms = 300").await;
+    let (code, text) = send(&relay, "s@sender.test", &["u@slow.test"]).await;
+    assert_eq!(code, 451, "{text}");
+    assert!(text.starts_with("4.4.3"), "{text}");
+    relay.stop().await;
+}
+
+/// a.test at 127.0.N.2, b.test at 127.0.N.3, the sender's domain at 127.0.N.4.
+async fn two_domains(net: u8) -> (TestDns, u16, Vec<TestUpstream>) {
+    let dns = TestDns::start().await;
+    let (port, ups) = mx_hosts(net, &[2, 3, 4]).await;
+    for (domain, h) in [("a.test", 2), ("b.test", 3), ("sender.test", 4)] {
+        dns.mx(domain, 10, &format!("mx.{domain}"));
+        dns.a(&format!("mx.{domain}"), ip(net, h));
+    }
+    (dns, port, ups)
+}
+
+#[tokio::test]
+async fn two_domains_get_one_message_each_with_only_their_recipients() {
+    let (dns, port, ups) = two_domains(15).await;
+    let (relay, forwarder) = mx_relay(&dns, port, "").await;
+    let rcpts = ["x@a.test", "y@b.test", "z@A.test"];
+    let (code, text) = send(&relay, "s@sender.test", &rcpts).await;
+    assert_eq!(code, 250, "{text}");
+    let a = ups[0].wait_for(1).await;
+    let b = ups[1].wait_for(1).await;
+    assert_eq!(a.len(), 1);
+    assert_eq!(b.len(), 1);
+    assert_eq!(a[0].rcpts, ["x@a.test", "z@A.test"]);
+    assert_eq!(b[0].rcpts, ["y@b.test"]);
+    assert_eq!(a[0].from, "s@sender.test");
+    assert_eq!(a[0].data, b[0].data, "the same bytes to each domain");
+    assert!(ups[2].messages().is_empty(), "no report");
+    assert_eq!(forwarder.partial(), 0);
+    relay.stop().await;
+}
+
+#[tokio::test]
+async fn a_refusal_at_rcpt_delivers_nothing_anywhere_and_is_relayed() {
+    let (dns, port, ups) = two_domains(16).await;
+    ups[1].set_fault(Fault::reply(Step::Rcpt, 550, "5.1.1 no such user"));
+    let (relay, _) = mx_relay(&dns, port, "").await;
+    let (code, text) = send(&relay, "s@sender.test", &["x@a.test", "y@b.test"]).await;
+    assert_eq!(code, 550, "{text}");
+    assert!(
+        text.starts_with("5.1.1") && text.contains("no such user"),
+        "{text}"
+    );
+    // a.test was brought to its 354 and then left without the final dot.
+    assert!(
+        ups[0].commands().iter().any(|c| c == "DATA"),
+        "{:?}",
+        ups[0].commands()
+    );
+    assert!(ups[0].messages().is_empty(), "nothing delivered to a.test");
+    assert!(ups[1].messages().is_empty());
+    assert!(
+        ups[2].messages().is_empty(),
+        "no report: the client was told"
+    );
+    relay.stop().await;
+}
+
+#[tokio::test]
+async fn a_refusal_at_the_final_dot_after_another_accepted_is_250_and_one_report() {
+    let (dns, port, ups) = two_domains(17).await;
+    ups[1].set_fault(Fault::reply(
+        Step::EndOfData,
+        554,
+        "5.7.1 rejected by policy",
+    ));
+    let (relay, forwarder) = mx_relay(&dns, port, "").await;
+    let (code, text) = send(&relay, "s@sender.test", &["x@a.test", "y@b.test"]).await;
+    assert_eq!(code, 250, "{text}");
+    assert!(
+        text.ends_with("(refused for 1 of 2 recipients; the sender is sent a report)"),
+        "{text}"
+    );
+    assert_eq!(ups[0].wait_for(1).await[0].rcpts, ["x@a.test"]);
+    let report = ups[2].wait_for(1).await;
+    assert_eq!(report[0].from, "", "from the null sender");
+    assert_eq!(report[0].rcpts, ["s@sender.test"]);
+    let body = String::from_utf8_lossy(&report[0].data);
+    assert!(
+        body.contains("multipart/report; report-type=delivery-status"),
+        "{body}"
+    );
+    assert!(
+        body.contains("Final-Recipient: rfc822; y@b.test\r\nAction: failed\r\nStatus: 5.7.1"),
+        "{body}"
+    );
+    assert!(
+        !body.contains("Final-Recipient: rfc822; x@a.test"),
+        "{body}"
+    );
+    assert!(body.contains("Subject: mx\r\n"), "{body}");
+    assert_eq!(forwarder.partial(), 1);
+    relay.stop().await;
+    assert_eq!(ups[2].messages().len(), 1, "one report");
+}
+
+#[tokio::test]
+async fn max_connections_per_domain_holds_under_50_concurrent_messages() {
+    let dns = TestDns::start().await;
+    let (port, ups) = mx_hosts(18, &[2]).await;
+    dns.mx("busy.test", 10, "mx.busy.test");
+    dns.a("mx.busy.test", ip(18, 2));
+    // Past 3 open connections the MX host answers 421 and closes, as SES does.
+    ups[0].set_max_connections(Some(3));
+    let extra = "max_connections_per_domain = 3\npool_size = 16\ntimeout_ms = 20000";
+    let (relay, _) = mx_relay(&dns, port, extra).await;
+    let relay = Arc::new(relay);
+    let mut clients = Vec::new();
+    for i in 0..50 {
+        let relay = relay.clone();
+        clients.push(tokio::spawn(async move {
+            let rcpt = format!("u{i}@busy.test");
+            send(&relay, "s@sender.test", &[rcpt.as_str()]).await
+        }));
+    }
+    for client in clients {
+        let (code, text) = client.await.unwrap();
+        assert_eq!(code, 250, "{text}");
+    }
+    assert_eq!(ups[0].wait_for(50).await.len(), 50);
+    assert_eq!(ups[0].crowded(), 0, "never more than 3 connections at once");
+    until("parked connections stay within the bound", async || {
+        ups[0].open_connections() <= 3
+    })
+    .await;
+}
+
+/// The MX host with STARTTLS is another mailsluice on 127.0.0.1 with a self-signed
+/// certificate for `localhost`: no name we connect with matches it, and no CA vouches for it.
+#[tokio::test]
+async fn opportunistic_tls_encrypts_unverified_and_required_refuses_a_plain_host() {
+    let cert = TestCert::new();
+    let (tls_host, got) = memory_relay(&cert.config(""), "").await;
+    let port = tls_host.addr.port();
+    let plain = TestUpstream::start_at(SocketAddr::from((ip(19, 2), port))).await;
+    let dns = TestDns::start().await;
+    dns.mx("tls.test", 10, "mx.tls.test");
+    dns.a("mx.tls.test", Ipv4Addr::LOCALHOST);
+    dns.mx("plain.test", 10, "mx.plain.test");
+    dns.a("mx.plain.test", ip(19, 2));
+
+    let (opportunistic, _) = mx_relay(&dns, port, "tls = \"opportunistic\"").await;
+    for rcpt in ["u@tls.test", "u@plain.test"] {
+        let (code, text) = send(&opportunistic, "s@sender.test", &[rcpt]).await;
+        assert_eq!(code, 250, "{rcpt}: {text}");
+    }
+    until("the TLS host has the message", async || {
+        got.messages().len() == 1
+    })
+    .await;
+    let (_, data) = &got.messages()[0];
+    let received = String::from_utf8_lossy(data);
+    assert!(
+        received.starts_with("Received: from relay.test"),
+        "{received}"
+    );
+    assert!(
+        received.lines().nth(1).unwrap().contains("with ESMTPS"),
+        "{received}"
+    );
+    assert_eq!(
+        plain.wait_for(1).await.len(),
+        1,
+        "no STARTTLS: sent in clear"
+    );
+
+    let (required, _) = mx_relay(&dns, port, "tls = \"required\"").await;
+    let (code, text) = send(&required, "s@sender.test", &["v@tls.test"]).await;
+    assert_eq!(code, 250, "{text}");
+    let (code, text) = send(&required, "s@sender.test", &["v@plain.test"]).await;
+    assert_eq!(code, 451, "{text}");
+    until("the TLS host has both", async || got.messages().len() == 2).await;
+    assert_eq!(
+        plain.messages().len(),
+        1,
+        "nothing in clear under `required`"
+    );
+    for relay in [opportunistic, required, tls_host] {
+        relay.stop().await;
+    }
+}
+
+/// `mx://` as one named upstream among others: a route sends one tenant's mail to the
+/// recipients' MX hosts, the rest goes to the smarthost.
+#[tokio::test]
+async fn a_route_sends_one_tenant_direct_to_mx_and_the_rest_to_the_smarthost() {
+    let dns = TestDns::start().await;
+    let (port, ups) = mx_hosts(20, &[2]).await;
+    dns.mx("alpha.test", 10, "mx.alpha.test");
+    dns.a("mx.alpha.test", ip(20, 2));
+    let smarthost = TestUpstream::start().await;
+    let text = format!(
+        "[smtp]\nlisten = [\"127.0.0.1:0\"]\nhostname = \"relay.test\"\n\
+         [[upstream]]\nname = \"smarthost\"\nurl = \"{}\"\ntls = \"none\"\ntimeout_ms = 2000\n\
+         [[upstream]]\nname = \"direct\"\nurl = \"mx://\"\ntls = \"none\"\ntimeout_ms = 2000\n\
+         mx_port = {port}\nnameservers = [\"{}\"]\n\
+         [[route]]\nkey = \"header:X-Tenant\"\nvalues = [\"acme\"]\nupstream = \"direct\"\n\
+         [[route]]\nupstream = \"smarthost\"\n",
+        smarthost.url(),
+        dns.addr()
+    );
+    let relay = Relay::start_configured(&text).await;
+    let mut c = relay.client().await;
+    let direct = b"X-Tenant: acme\r\nSubject: direct\r\n\r\nHi.\r\n";
+    let (code, reply) = c
+        .send_mail("s@sender.test", &["u@alpha.test"], direct)
+        .await;
+    assert_eq!(code, 250, "{reply}");
+    let (code, reply) = c
+        .send_mail("s@sender.test", &["v@alpha.test"], MESSAGE)
+        .await;
+    assert_eq!(code, 250, "{reply}");
+    assert_eq!(ups[0].wait_for(1).await[0].rcpts, ["u@alpha.test"]);
+    assert_eq!(smarthost.wait_for(1).await[0].rcpts, ["v@alpha.test"]);
+    assert_eq!(ups[0].messages().len(), 1);
+    relay.stop().await;
+}
