@@ -21,9 +21,7 @@ impl Forwarder for KeepingForwarder {
         Box::pin(async move {
             let mut messages = self.messages.lock().unwrap_or_else(|e| e.into_inner());
             messages.push(message.to_vec());
-            Ok(Accepted {
-                text: format!("Ok {}", messages.len()),
-            })
+            Ok(Accepted::new(format!("Ok {}", messages.len())))
         })
     }
 }

@@ -15,7 +15,7 @@
 //! | `recent` | the last refusals, and refusals per layer in the last minute (status page) |
 //! | `metrics` | the Prometheus registry and what is counted |
 //! | `throttle/` | token buckets (pure math in `bucket`), key tables, stores (local, Redis), layers with FIFO queues (fair by tenant with `fair_by`) |
-//! | `upstream/` | the `Forwarder` trait: `smtp` (lettre connections, our pool), `file`; the named upstreams (`upstreams`) |
+//! | `upstream/` | the `Forwarder` trait: `smtp` (lettre connections, our pool, pipelining), `mx` (direct delivery, hickory-resolver), `file`; the named upstreams (`upstreams`) |
 //! | `tls` | inbound TLS: PEM loading, the rustls acceptor, its reload |
 //! | `connection_limit` | connections held per client address |
 //! | `auth_lockout` | failed AUTH attempts per client address, and the lockout |

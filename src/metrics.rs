@@ -51,6 +51,8 @@ pub struct UpstreamLabel {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
     Delivered,
+    /// `250`, but some recipients' domains refused it after its end (the sender gets a report).
+    Partial,
     /// `451 4.7.1`: over a layer's bounds.
     Throttled,
     /// Refused by the relay itself: cost over burst, size, bare CR/LF, line length.
@@ -76,6 +78,7 @@ impl Outcome {
     pub fn as_str(self) -> &'static str {
         match self {
             Outcome::Delivered => "delivered",
+            Outcome::Partial => "partial",
             Outcome::Throttled => "throttled",
             Outcome::Rejected => "rejected",
             Outcome::UpstreamTempFail => "upstream_temp_fail",

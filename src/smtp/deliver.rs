@@ -299,6 +299,7 @@ impl Session {
 /// The outcome of a message that upstream answered (or did not).
 fn outcome_of(result: &Result<Accepted, UpstreamError>) -> Outcome {
     match result {
+        Ok(accepted) if accepted.partial => Outcome::Partial,
         Ok(_) => Outcome::Delivered,
         Err(UpstreamError::Unavailable(_)) => Outcome::UpstreamUnavailable,
         Err(UpstreamError::Uncertain(_)) => Outcome::UpstreamUncertain,

@@ -80,9 +80,7 @@ impl Forwarder for FileForwarder {
                 .await
                 .map_err(|e| UpstreamError::Unavailable(format!("file writer task: {e}")))?
                 .map_err(UpstreamError::Unavailable)?;
-            Ok(Accepted {
-                text: format!("2.0.0 Ok: queued as {id}"),
-            })
+            Ok(Accepted::new(format!("2.0.0 Ok: queued as {id}")))
         })
     }
 }

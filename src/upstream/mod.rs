@@ -66,6 +66,19 @@ pub struct Envelope {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Accepted {
     pub text: String,
+    /// Taken for some recipients and refused after its end for others (direct delivery to
+    /// several domains): the client still gets `250`, since a retry would duplicate the
+    /// accepted copies, and the sender a delivery report.
+    pub partial: bool,
+}
+
+impl Accepted {
+    pub fn new(text: impl Into<String>) -> Accepted {
+        Accepted {
+            text: text.into(),
+            partial: false,
+        }
+    }
 }
 
 /// Why upstream did not take a message. The session maps each variant to the client's reply,

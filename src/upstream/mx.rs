@@ -16,7 +16,6 @@ mod dsn;
 mod leg;
 mod resolve;
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -51,8 +50,6 @@ struct Inner {
     conns: Connections,
     /// Our name in the reports we send (`Reporting-MTA`, `MAILER-DAEMON@`).
     reporting_mta: String,
-    /// Messages some of whose domains accepted and others refused after the client's `250`.
-    partial: AtomicU64,
 }
 
 impl MxForwarder {
@@ -68,17 +65,10 @@ impl MxForwarder {
             resolver,
             conns,
             reporting_mta: cfg.helo_name.clone().unwrap_or_else(|| helo_name.into()),
-            partial: AtomicU64::new(0),
         };
         Ok(MxForwarder {
             inner: Arc::new(inner),
         })
-    }
-
-    /// How many messages were delivered to some domains and refused by others after the
-    /// client was told `250` (each got a report to its sender), for the metrics.
-    pub fn partial(&self) -> u64 {
-        self.inner.partial.load(Ordering::Relaxed)
     }
 
     async fn send(&self, envelope: &Envelope, message: &[u8]) -> Result<Accepted, UpstreamError> {
@@ -108,9 +98,7 @@ impl MxForwarder {
             }
         }
         match first {
-            None => Ok(Accepted {
-                text: accepted.join("; "),
-            }),
+            None => Ok(Accepted::new(accepted.join("; "))),
             Some(e) if accepted.is_empty() => Err(e),
             Some(_) => Ok(self.partly(envelope, message, accepted, refused)),
         }
@@ -159,7 +147,6 @@ impl MxForwarder {
         accepted: Vec<String>,
         refused: Vec<Refused>,
     ) -> Accepted {
-        self.inner.partial.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(
             target: "mailsluice::upstream",
             outcome = "partial",
@@ -178,13 +165,15 @@ impl MxForwarder {
             );
             self.send_report(sender, report);
         }
+        let text = format!(
+            "{} (refused for {} of {} recipients; the sender is sent a report)",
+            accepted.join("; "),
+            refused.len(),
+            envelope.rcpts.len()
+        );
         Accepted {
-            text: format!(
-                "{} (refused for {} of {} recipients; the sender is sent a report)",
-                accepted.join("; "),
-                refused.len(),
-                envelope.rcpts.len()
-            ),
+            partial: true,
+            ..Accepted::new(text)
         }
     }
 
@@ -253,8 +242,7 @@ mod tests {
     fn builds_outside_a_runtime_and_only_for_mx() {
         let cfg: UpstreamConfig =
             toml::from_str("url = \"mx://\"\nnameservers = [\"127.0.0.1:5353\"]").unwrap();
-        let forwarder = MxForwarder::new(&cfg, "relay.test").expect("builds");
-        assert_eq!(forwarder.partial(), 0);
+        MxForwarder::new(&cfg, "relay.test").expect("builds");
         let smtp: UpstreamConfig = toml::from_str("url = \"smtp://h:25\"").unwrap();
         assert!(matches!(
             MxForwarder::new(&smtp, "relay.test"),

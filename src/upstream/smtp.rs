@@ -251,9 +251,7 @@ impl Transaction<'_> {
             Err(f) if !whole.load(Ordering::Relaxed) => return Err(cut_short(f)),
             other => other?,
         };
-        Ok(Accepted {
-            text: reply.message().collect::<Vec<_>>().join(" "),
-        })
+        Ok(Accepted::new(reply.message().collect::<Vec<_>>().join(" ")))
     }
 
     async fn run(&self, conn: &mut AsyncSmtpConnection) -> Result<Accepted, Failure> {

@@ -37,6 +37,7 @@ fn check_accepts_the_shipped_configs() {
         "config/examples/lifetime.toml",
         "config/examples/replicas.toml",
         "config/examples/ses-multi.toml",
+        "config/examples/mx.toml",
     ] {
         let out = Command::new(BIN)
             .args(["check", "--config", path])

@@ -78,9 +78,7 @@ impl HiddenRate {
         }
         let mut got = self.accepted.lock().unwrap();
         got.push((envelope.clone(), message.to_vec(), Instant::now()));
-        Ok(Accepted {
-            text: format!("Ok {}", got.len()),
-        })
+        Ok(Accepted::new(format!("Ok {}", got.len())))
     }
 }
 

@@ -44,9 +44,7 @@ impl Forwarder for MemoryForwarder {
             let mut got = self.got.lock().unwrap();
             got.push((envelope.clone(), message.to_vec()));
             self.at.lock().unwrap().push(tokio::time::Instant::now());
-            Ok(Accepted {
-                text: format!("Ok queued as mem-{}", got.len()),
-            })
+            Ok(Accepted::new(format!("Ok queued as mem-{}", got.len())))
         })
     }
 }

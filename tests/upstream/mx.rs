@@ -5,9 +5,6 @@
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
-use mailsluice::config::Config;
-use mailsluice::upstream::MxForwarder;
-
 use crate::support::dns::TestDns;
 use crate::support::relay::{memory_relay, Relay};
 use crate::support::tls::TestCert;
@@ -51,14 +48,9 @@ fn config(dns: &TestDns, port: u16, extra: &str) -> String {
 
 /// The relay with an MX forwarder as the binary builds it, and that forwarder, to read its
 /// counter.
-async fn mx_relay(dns: &TestDns, port: u16, extra: &str) -> (Relay, Arc<MxForwarder>) {
-    let text = config(dns, port, extra);
-    let cfg = Config::parse(&text).expect("test config");
-    let built = mailsluice::upstream::build_forwarder(cfg.first_upstream(), "relay.test");
-    assert!(built.is_ok(), "build_forwarder takes mx://");
-    let forwarder =
-        Arc::new(MxForwarder::new(cfg.first_upstream(), "relay.test").expect("forwarder"));
-    (Relay::start(&text, forwarder.clone()).await, forwarder)
+/// A relay on an `mx://` upstream, built from the config as the binary builds it.
+async fn mx_relay(dns: &TestDns, port: u16, extra: &str) -> Relay {
+    Relay::start_configured(&config(dns, port, extra)).await
 }
 
 async fn send(relay: &Relay, from: &str, rcpts: &[&str]) -> (u16, String) {
@@ -76,7 +68,7 @@ async fn mx_preference_is_followed_past_a_host_that_is_down() {
     for h in 1..=3 {
         dns.a(&format!("mx{h}.alpha.test"), ip(11, h + 1));
     }
-    let (relay, _) = mx_relay(&dns, port, "").await;
+    let relay = mx_relay(&dns, port, "").await;
     let (code, text) = send(&relay, "s@sender.test", &["u@alpha.test"]).await;
     assert_eq!(code, 250, "{text}");
     let got = ups[0].wait_for(1).await;
@@ -92,7 +84,7 @@ async fn a_domain_without_mx_is_its_own_mx() {
     let dns = TestDns::start().await;
     let (port, ups) = mx_hosts(12, &[2]).await;
     dns.a("beta.test", ip(12, 2));
-    let (relay, _) = mx_relay(&dns, port, "").await;
+    let relay = mx_relay(&dns, port, "").await;
     let (code, text) = send(&relay, "s@sender.test", &["u@beta.test"]).await;
     assert_eq!(code, 250, "{text}");
     assert_eq!(ups[0].wait_for(1).await[0].rcpts, ["u@beta.test"]);
@@ -105,7 +97,7 @@ async fn null_mx_nxdomain_and_servfail_have_their_pinned_replies() {
     let (port, ups) = mx_hosts(13, &[2]).await;
     dns.null_mx("nomail.test");
     dns.servfail("broken.test");
-    let (relay, _) = mx_relay(&dns, port, "").await;
+    let relay = mx_relay(&dns, port, "").await;
     for (rcpt, code, enhanced) in [
         ("u@nomail.test", 556, "5.1.10"),
         ("u@nowhere.test", 550, "5.1.2"),
@@ -125,7 +117,7 @@ async fn a_silent_name_server_is_451_4_4_3() {
     let dns = TestDns::start().await;
     let (port, _ups) = mx_hosts(14, &[2]).await;
     dns.silent("slow.test");
-    let (relay, _) = mx_relay(&dns, port, "timeout_ms = 300").await;
+    let relay = mx_relay(&dns, port, "timeout_ms = 300").await;
     let (code, text) = send(&relay, "s@sender.test", &["u@slow.test"]).await;
     assert_eq!(code, 451, "{text}");
     assert!(text.starts_with("4.4.3"), "{text}");
@@ -146,7 +138,7 @@ async fn two_domains(net: u8) -> (TestDns, u16, Vec<TestUpstream>) {
 #[tokio::test]
 async fn two_domains_get_one_message_each_with_only_their_recipients() {
     let (dns, port, ups) = two_domains(15).await;
-    let (relay, forwarder) = mx_relay(&dns, port, "").await;
+    let relay = mx_relay(&dns, port, "").await;
     let rcpts = ["x@a.test", "y@b.test", "z@A.test"];
     let (code, text) = send(&relay, "s@sender.test", &rcpts).await;
     assert_eq!(code, 250, "{text}");
@@ -159,7 +151,10 @@ async fn two_domains_get_one_message_each_with_only_their_recipients() {
     assert_eq!(a[0].from, "s@sender.test");
     assert_eq!(a[0].data, b[0].data, "the same bytes to each domain");
     assert!(ups[2].messages().is_empty(), "no report");
-    assert_eq!(forwarder.partial(), 0);
+    assert_eq!(
+        relay.metric("mailsluice_messages_total{outcome=\"partial\"}"),
+        0.0
+    );
     relay.stop().await;
 }
 
@@ -167,7 +162,7 @@ async fn two_domains_get_one_message_each_with_only_their_recipients() {
 async fn a_refusal_at_rcpt_delivers_nothing_anywhere_and_is_relayed() {
     let (dns, port, ups) = two_domains(16).await;
     ups[1].set_fault(Fault::reply(Step::Rcpt, 550, "5.1.1 no such user"));
-    let (relay, _) = mx_relay(&dns, port, "").await;
+    let relay = mx_relay(&dns, port, "").await;
     let (code, text) = send(&relay, "s@sender.test", &["x@a.test", "y@b.test"]).await;
     assert_eq!(code, 550, "{text}");
     assert!(
@@ -197,7 +192,7 @@ async fn a_refusal_at_the_final_dot_after_another_accepted_is_250_and_one_report
         554,
         "5.7.1 rejected by policy",
     ));
-    let (relay, forwarder) = mx_relay(&dns, port, "").await;
+    let relay = mx_relay(&dns, port, "").await;
     let (code, text) = send(&relay, "s@sender.test", &["x@a.test", "y@b.test"]).await;
     assert_eq!(code, 250, "{text}");
     assert!(
@@ -222,7 +217,10 @@ async fn a_refusal_at_the_final_dot_after_another_accepted_is_250_and_one_report
         "{body}"
     );
     assert!(body.contains("Subject: mx\r\n"), "{body}");
-    assert_eq!(forwarder.partial(), 1);
+    assert_eq!(
+        relay.metric("mailsluice_messages_total{outcome=\"partial\"}"),
+        1.0
+    );
     relay.stop().await;
     assert_eq!(ups[2].messages().len(), 1, "one report");
 }
@@ -236,7 +234,7 @@ async fn max_connections_per_domain_holds_under_50_concurrent_messages() {
     // Past 3 open connections the MX host answers 421 and closes, as SES does.
     ups[0].set_max_connections(Some(3));
     let extra = "max_connections_per_domain = 3\npool_size = 16\ntimeout_ms = 20000";
-    let (relay, _) = mx_relay(&dns, port, extra).await;
+    let relay = mx_relay(&dns, port, extra).await;
     let relay = Arc::new(relay);
     let mut clients = Vec::new();
     for i in 0..50 {
@@ -272,7 +270,7 @@ async fn opportunistic_tls_encrypts_unverified_and_required_refuses_a_plain_host
     dns.mx("plain.test", 10, "mx.plain.test");
     dns.a("mx.plain.test", ip(19, 2));
 
-    let (opportunistic, _) = mx_relay(&dns, port, "tls = \"opportunistic\"").await;
+    let opportunistic = mx_relay(&dns, port, "tls = \"opportunistic\"").await;
     for rcpt in ["u@tls.test", "u@plain.test"] {
         let (code, text) = send(&opportunistic, "s@sender.test", &[rcpt]).await;
         assert_eq!(code, 250, "{rcpt}: {text}");
@@ -297,7 +295,7 @@ async fn opportunistic_tls_encrypts_unverified_and_required_refuses_a_plain_host
         "no STARTTLS: sent in clear"
     );
 
-    let (required, _) = mx_relay(&dns, port, "tls = \"required\"").await;
+    let required = mx_relay(&dns, port, "tls = \"required\"").await;
     let (code, text) = send(&required, "s@sender.test", &["v@tls.test"]).await;
     assert_eq!(code, 250, "{text}");
     let (code, text) = send(&required, "s@sender.test", &["v@plain.test"]).await;

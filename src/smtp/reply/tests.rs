@@ -41,13 +41,9 @@ fn wire(r: &Reply) -> String {
 
 #[test]
 fn accepted_keeps_upstream_id() {
-    let r = upstream_verdict(&Ok(Accepted {
-        text: "Ok 0100018c-abc".into(),
-    }));
+    let r = upstream_verdict(&Ok(Accepted::new("Ok 0100018c-abc")));
     assert_eq!(wire(&r), "250 2.0.0 Ok 0100018c-abc\r\n");
-    let r = upstream_verdict(&Ok(Accepted {
-        text: "2.6.0 queued as 42".into(),
-    }));
+    let r = upstream_verdict(&Ok(Accepted::new("2.6.0 queued as 42")));
     assert_eq!(wire(&r), "250 2.6.0 queued as 42\r\n");
 }
 
