@@ -24,7 +24,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use support::upstream::{TestUpstream, DEFAULT_EXTENSIONS};
+use support::upstream::TestUpstream;
 
 #[tokio::main]
 async fn main() {
@@ -37,12 +37,7 @@ async fn main() {
     let messages: usize = messages.parse().expect("messages");
     let up = TestUpstream::start().await;
     if pipelining == "off" {
-        let without: Vec<&str> = DEFAULT_EXTENSIONS
-            .iter()
-            .copied()
-            .filter(|e| *e != "PIPELINING")
-            .collect();
-        up.set_extensions(&without);
+        up.without_pipelining();
     }
     let listener = TcpListener::bind(("127.0.0.1", port)).await.expect("bind");
     let target = up.addr();

@@ -16,7 +16,7 @@ use std::time::Duration;
 use crate::support::invariant::{self, assert_holds, is_uncertain, settle, ClientLog, Seen};
 use crate::support::relay::{upstream_relay, Relay};
 use crate::support::traffic::{self, Leave};
-use crate::support::upstream::{Fault, Step, TestUpstream, DEFAULT_EXTENSIONS};
+use crate::support::upstream::{Fault, Step, TestUpstream};
 
 /// What upstream does to the message under test.
 #[derive(Clone, Debug)]
@@ -178,12 +178,7 @@ async fn start_relay(up: &TestUpstream) -> Relay {
 async fn start_upstream(pipelining: bool) -> TestUpstream {
     let up = TestUpstream::start().await;
     if !pipelining {
-        let without: Vec<&str> = DEFAULT_EXTENSIONS
-            .iter()
-            .copied()
-            .filter(|e| *e != "PIPELINING")
-            .collect();
-        up.set_extensions(&without);
+        up.without_pipelining();
     }
     up
 }

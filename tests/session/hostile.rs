@@ -343,6 +343,9 @@ impl std::io::Write for LogBuffer {
 // A current-thread runtime: the relay's tasks run on this thread, under its subscriber.
 #[tokio::test]
 async fn a_key_header_cannot_forge_log_fields_nor_reach_the_terminal_raw() {
+    // The binary's global subscriber first: with it registered, a callsite another test's
+    // thread reaches first is not cached as uninteresting, so the scoped one below sees it.
+    crate::support::throttle::Events::install();
     let log = LogBuffer::default();
     let sink = log.clone();
     let subscriber = tracing_subscriber::fmt()

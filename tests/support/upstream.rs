@@ -303,6 +303,15 @@ impl TestUpstream {
             extensions.iter().map(|s| s.to_string()).collect();
     }
 
+    /// From now on, advertise the default extensions but PIPELINING: each command then waits
+    /// for its reply.
+    pub fn without_pipelining(&self) {
+        let without: Vec<&str> = (DEFAULT_EXTENSIONS.iter().copied())
+            .filter(|e| *e != "PIPELINING")
+            .collect();
+        self.set_extensions(&without);
+    }
+
     /// From now on, advertise `AUTH PLAIN` and refuse MAIL (`530`) until a client
     /// authenticates with these credentials.
     pub fn require_auth(&self, user: &str, password: &str) {

@@ -6,7 +6,7 @@
 use mailsluice::upstream::{Accepted, Forwarder, UpstreamError};
 
 use super::{envelope, smtp_forwarder, SIMPLE};
-use crate::support::upstream::{Fault, Step, TestUpstream, DEFAULT_EXTENSIONS};
+use crate::support::upstream::{Fault, Step, TestUpstream};
 
 async fn send(fwd: &impl Forwarder, rcpts: &[&str]) -> Result<Accepted, UpstreamError> {
     fwd.forward(&envelope(Some("a@x.test"), rcpts), SIMPLE)
@@ -66,12 +66,7 @@ async fn mail_rcpts_and_data_arrive_in_one_flight_and_the_body_in_the_next() {
 #[tokio::test]
 async fn without_pipelining_each_command_waits_for_its_reply() {
     let up = TestUpstream::start().await;
-    let without: Vec<&str> = DEFAULT_EXTENSIONS
-        .iter()
-        .copied()
-        .filter(|e| *e != "PIPELINING")
-        .collect();
-    up.set_extensions(&without);
+    up.without_pipelining();
     let fwd = smtp_forwarder(&up.url(), "");
     send(&fwd, &["b@y.test", "c@y.test"]).await.unwrap();
     assert_eq!(up.wait_for(1).await[0].rcpts, ["b@y.test", "c@y.test"]);
