@@ -92,16 +92,19 @@ async fn a_domain_without_mx_is_its_own_mx() {
 }
 
 #[tokio::test]
-async fn null_mx_nxdomain_and_servfail_have_their_pinned_replies() {
+async fn null_mx_nxdomain_servfail_and_a_hostless_mx_have_their_pinned_replies() {
     let dns = TestDns::start().await;
     let (port, ups) = mx_hosts(13, &[2]).await;
     dns.null_mx("nomail.test");
     dns.servfail("broken.test");
+    // An MX record whose host has no address at all.
+    dns.mx("ghost.test", 10, "mx.ghost.test");
     let relay = mx_relay(&dns, port, "").await;
     for (rcpt, code, enhanced) in [
         ("u@nomail.test", 556, "5.1.10"),
         ("u@nowhere.test", 550, "5.1.2"),
         ("u@broken.test", 451, "4.4.3"),
+        ("u@ghost.test", 550, "5.4.4"),
     ] {
         let (got, text) = send(&relay, "s@sender.test", &[rcpt]).await;
         assert_eq!(got, code, "{rcpt}: {text}");
