@@ -18,7 +18,7 @@ fn ip(net: u8, host: u8) -> Ipv4Addr {
 }
 
 /// Test upstreams at 127.0.`net`.`h` for each `h` of `hosts`, all on one port (free at the
-/// first); `down` is the host number of an address on that port where nothing listens.
+/// first); on the other addresses of 127.0.`net` nothing listens at that port.
 async fn mx_hosts(net: u8, hosts: &[u8]) -> (u16, Vec<TestUpstream>) {
     let first = TestUpstream::start_at(SocketAddr::from((ip(net, hosts[0]), 0))).await;
     let port = first.addr().port();
@@ -46,8 +46,6 @@ fn config(dns: &TestDns, port: u16, extra: &str) -> String {
     )
 }
 
-/// The relay with an MX forwarder as the binary builds it, and that forwarder, to read its
-/// counter.
 /// A relay on an `mx://` upstream, built from the config as the binary builds it.
 async fn mx_relay(dns: &TestDns, port: u16, extra: &str) -> Relay {
     Relay::start_configured(&config(dns, port, extra)).await
@@ -112,6 +110,38 @@ async fn null_mx_nxdomain_servfail_and_a_hostless_mx_have_their_pinned_replies()
     }
     assert!(ups[0].messages().is_empty());
     assert_eq!(ups[0].connections(), 0, "no MX host was contacted");
+    relay.stop().await;
+}
+
+#[tokio::test]
+async fn at_most_five_mx_hosts_and_addresses_are_tried_for_a_domain() {
+    let dns = TestDns::start().await;
+    // Only 127.0.21.7 listens; .2 to .6 refuse the connection at once.
+    let (port, ups) = mx_hosts(21, &[7]).await;
+    for (n, h) in [2, 3, 4, 5, 7].into_iter().enumerate() {
+        dns.mx(
+            "five.test",
+            10 * (n as u16 + 1),
+            &format!("mx{h}.five.test"),
+        );
+        dns.a(&format!("mx{h}.five.test"), ip(21, h));
+    }
+    for (n, h) in [2, 3, 4, 5, 6, 7].into_iter().enumerate() {
+        dns.mx("six.test", 10 * (n as u16 + 1), &format!("mx{h}.six.test"));
+        dns.a(&format!("mx{h}.six.test"), ip(21, h));
+    }
+    let relay = mx_relay(&dns, port, "").await;
+    let (code, text) = send(&relay, "s@sender.test", &["u@five.test"]).await;
+    assert_eq!(code, 250, "the fifth address is still tried: {text}");
+    assert_eq!(ups[0].connections(), 1);
+    let (code, text) = send(&relay, "s@sender.test", &["u@six.test"]).await;
+    assert_eq!(code, 451, "the sixth is not: {text}");
+    assert!(text.starts_with("4.4.1"), "{text}");
+    assert_eq!(
+        ups[0].messages().len(),
+        1,
+        "six.test's message reached no host"
+    );
     relay.stop().await;
 }
 
