@@ -22,7 +22,7 @@ pub(super) type Sent = (Result<Accepted, UpstreamError>, Vec<Permit>);
 impl Session {
     /// Forwards the message on its route: to the upstream, and when nothing of it could reach
     /// that upstream (`Unavailable`), to the fallback, charged to the fallback's own layers
-    /// too. Never after `Uncertain` (it may have been delivered) nor after a reply (upstream
+    /// instead of the upstream's. Never after `Uncertain` (it may have been delivered) nor after a reply (upstream
     /// decided). `Err` when the client has been answered here.
     pub(super) async fn forward_on_route(
         &mut self,
@@ -46,6 +46,10 @@ impl Session {
             .get(fallback)
             .cloned()
             .expect("validated name");
+        // Nothing reached the first upstream: its own layers' tokens go back.
+        let layers = &self.ctx.layers;
+        let its_own = |layer: usize| layers[layer].upstream.as_deref() == Some(upstream.name());
+        permits.iter_mut().for_each(|p| p.not_sent_through(its_own));
         tracing::warn!(
             target: "mailsluice::upstream",
             upstream = upstream.name(),

@@ -378,10 +378,14 @@ async fn return_tokens(store: &dyn Store, charges: &[Charge]) {
 }
 
 impl SharedTaken {
-    /// Keeps only the charges of layers that give back on failure.
-    pub(crate) fn retain(mut self, keep: impl Fn(&Charge) -> bool) -> SharedTaken {
-        self.charges.retain(keep);
-        self
+    /// The charges `which` picks, and the others, each granted by the same store.
+    pub(crate) fn split(self, which: impl Fn(&Charge) -> bool) -> (SharedTaken, SharedTaken) {
+        let (picked, others) = self.charges.into_iter().partition(which);
+        let part = |charges| SharedTaken {
+            source: self.source,
+            charges,
+        };
+        (part(picked), part(others))
     }
 }
 

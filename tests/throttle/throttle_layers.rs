@@ -1,10 +1,12 @@
 //! Stacked layers, cancellation in the middle of a queue, give-back and permits, on tokio's
 //! paused clock.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::throttle::*;
-use mailsluice::throttle::{LayerSpec, Mode};
+use mailsluice::throttle::store::local::LocalStore;
+use mailsluice::throttle::{LayerSpec, Mode, OnError, SharedLayers, Throttle, TokioClock};
 
 #[tokio::test(start_paused = true)]
 async fn abort_in_middle_of_queue_moves_those_behind_up() {
@@ -273,4 +275,49 @@ async fn logs_limited_at_info_waiting_and_waited_at_debug() {
         f.contains("key=acme cost=1 retry_after_ms=1100 reason=max_wait"),
         "{f}"
     );
+}
+
+/// A message a fallback carried: the tokens of the layers it did not go through go back (a
+/// shared one's too), the others stay until upstream's verdict.
+#[tokio::test(start_paused = true)]
+async fn a_permit_gives_back_only_the_layers_its_message_did_not_go_through() {
+    Events::install();
+    let clock = Arc::new(TokioClock::new());
+    let specs = vec![
+        per_sec("shared", 5),
+        per_sec("local", 5),
+        per_sec("kept", 5),
+    ];
+    let store = Arc::new(LocalStore::for_layers(&specs, clock.clone()));
+    let shared = SharedLayers {
+        store,
+        layers: vec![0],
+        on_error: OnError::Reject,
+    };
+    let t = Throttle::with_shared(specs, clock, shared);
+    let charges = vec![charge(0, "k", 2), charge(1, "k", 2), charge(2, "k", 2)];
+    let mut permit = t.acquire(charges).await.unwrap();
+    let remaining = async |layer: &str| t.peek_async(layer, "k").await.unwrap().unwrap().remaining;
+    assert_eq!(
+        (
+            remaining("shared").await,
+            remaining("local").await,
+            remaining("kept").await
+        ),
+        (3, 3, 3)
+    );
+    permit.not_sent_through(|layer| layer != 2);
+    settle().await;
+    assert_eq!(
+        (
+            remaining("shared").await,
+            remaining("local").await,
+            remaining("kept").await
+        ),
+        (5, 5, 3)
+    );
+    permit.upstream_failed();
+    settle().await;
+    assert_eq!(remaining("kept").await, 5);
+    assert_eq!(remaining("shared").await, 5, "nothing given back twice");
 }

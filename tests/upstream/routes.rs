@@ -191,16 +191,23 @@ async fn a_layer_scoped_to_an_upstream_throttles_only_its_messages() {
 async fn an_unreachable_upstream_hands_its_messages_to_the_fallback() {
     let three = Three::start().await;
     let down = format!("smtp://{}", unused_addr().await);
-    let layer = "[[throttle]]\nname = \"c-account\"\nupstream = \"c\"\nkey = \"none\"\n\
-                 limit = 1\ninterval_ms = 3600000\nmode = \"reject\"\n";
+    let layers = "[[throttle]]\nname = \"c-account\"\nupstream = \"c\"\nkey = \"none\"\n\
+                  limit = 1\ninterval_ms = 3600000\nmode = \"reject\"\n\
+                  [[throttle]]\nname = \"b-account\"\nupstream = \"b\"\nkey = \"none\"\n\
+                  limit = 5\ninterval_ms = 3600000\nmode = \"reject\"\n";
     let text = config(
         "",
         &three.upstreams(&down),
-        &format!("{TENANT_ROUTES}\n{layer}"),
+        &format!("{TENANT_ROUTES}\n{layers}"),
     );
     let relay = upstream_relay(&text).await;
     let (code, reply) = send_as(&relay, "globex", "via-c", "").await;
     assert_eq!(code, 250, "{reply}");
+    let b_account = relay.throttle.peek("b-account", "").unwrap();
+    assert_eq!(
+        b_account.remaining, 5,
+        "b never saw it: its tokens went back"
+    );
     let c = three.c.wait_for(1).await;
     assert_eq!(subject(&c[0]), "via-c");
     let (code, reply) = send_as(&relay, "globex", "over-c's-rate", "").await;

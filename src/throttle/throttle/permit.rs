@@ -59,15 +59,37 @@ impl Permit {
     /// Upstream did not accept: give tokens back on every layer whose spec has
     /// `charge_failures == false`.
     pub fn upstream_failed(self) {
-        for c in &self.taken {
+        self.give_back_local(&self.taken);
+        if let (Some(taken), Some(store)) = (self.shared, &self.inner.shared) {
+            let layers = &self.inner.layers;
+            store.give_back(taken.split(|c| !layers[c.layer].spec().charge_failures).0);
+        }
+    }
+
+    /// The message will not reach what the layers `which` picks stand for (their upstream
+    /// could not be reached, and a fallback carries it): those tokens go back as for a
+    /// failure, the others stay with the message.
+    pub fn not_sent_through(&mut self, which: impl Fn(usize) -> bool) {
+        let (back, kept) = std::mem::take(&mut self.taken)
+            .into_iter()
+            .partition::<Vec<_>, _>(|c| which(c.layer));
+        self.taken = kept;
+        self.give_back_local(&back);
+        if let (Some(shared), Some(store)) = (self.shared.take(), &self.inner.shared) {
+            let (back, kept) = shared.split(|c| which(c.layer));
+            self.shared = Some(kept);
+            let layers = &self.inner.layers;
+            store.give_back(back.split(|c| !layers[c.layer].spec().charge_failures).0);
+        }
+    }
+
+    /// Gives back the local `charges` of layers that do not charge failures.
+    fn give_back_local(&self, charges: &[Charge]) {
+        for c in charges {
             let layer = &self.inner.layers[c.layer];
             if !layer.spec().charge_failures {
                 layer.give_back(&c.key, c.cost);
             }
-        }
-        if let (Some(taken), Some(store)) = (self.shared, &self.inner.shared) {
-            let layers = &self.inner.layers;
-            store.give_back(taken.retain(|c| !layers[c.layer].spec().charge_failures));
         }
     }
 
