@@ -379,3 +379,42 @@ async fn a_route_sends_one_tenant_direct_to_mx_and_the_rest_to_the_smarthost() {
     assert_eq!(ups[0].messages().len(), 1);
     relay.stop().await;
 }
+
+#[tokio::test]
+async fn direct_delivery_falls_back_to_the_smarthost_when_no_mx_host_answers() {
+    let dns = TestDns::start().await;
+    // Nothing listens at 127.0.22.3 on the MX port: the domain's one MX host is down.
+    let (port, ups) = mx_hosts(22, &[2]).await;
+    dns.mx("down.test", 10, "mx.down.test");
+    dns.a("mx.down.test", ip(22, 3));
+    dns.mx("up.test", 10, "mx.up.test");
+    dns.a("mx.up.test", ip(22, 2));
+    let smarthost = TestUpstream::start().await;
+    let text = format!(
+        "[smtp]\nlisten = [\"127.0.0.1:0\"]\nhostname = \"relay.test\"\n\
+         [[upstream]]\nname = \"direct\"\nurl = \"mx://\"\ntls = \"none\"\ntimeout_ms = 2000\n\
+         mx_port = {port}\nnameservers = [\"{}\"]\n\
+         [[upstream]]\nname = \"smarthost\"\nurl = \"{}\"\ntls = \"none\"\ntimeout_ms = 2000\n\
+         [[route]]\nupstream = \"direct\"\nfallback = \"smarthost\"\n",
+        dns.addr(),
+        smarthost.url(),
+    );
+    let relay = Relay::start_configured(&text).await;
+    let (code, reply) = send(&relay, "s@sender.test", &["u@up.test", "v@down.test"]).await;
+    assert_eq!(code, 250, "{reply}");
+    let carried = smarthost.wait_for(1).await;
+    assert_eq!(
+        carried[0].rcpts,
+        ["u@up.test", "v@down.test"],
+        "the whole message"
+    );
+    assert!(
+        ups[0].messages().is_empty(),
+        "nothing went direct: no domain got a dot"
+    );
+    let (code, reply) = send(&relay, "s@sender.test", &["w@up.test"]).await;
+    assert_eq!(code, 250, "{reply}");
+    assert_eq!(ups[0].wait_for(1).await[0].rcpts, ["w@up.test"]);
+    assert_eq!(smarthost.messages().len(), 1);
+    relay.stop().await;
+}
