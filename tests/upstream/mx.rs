@@ -90,23 +90,27 @@ async fn a_domain_without_mx_is_its_own_mx() {
 }
 
 #[tokio::test]
-async fn null_mx_nxdomain_servfail_and_a_hostless_mx_have_their_pinned_replies() {
+async fn null_mx_nxdomain_servfail_and_domains_without_addresses_have_their_pinned_replies() {
     let dns = TestDns::start().await;
     let (port, ups) = mx_hosts(13, &[2]).await;
     dns.null_mx("nomail.test");
     dns.servfail("broken.test");
     // An MX record whose host has no address at all.
     dns.mx("ghost.test", 10, "mx.ghost.test");
+    // A name that exists without MX or address records.
+    dns.exists("bare.test");
     let relay = mx_relay(&dns, port, "").await;
-    for (rcpt, code, enhanced) in [
-        ("u@nomail.test", 556, "5.1.10"),
-        ("u@nowhere.test", 550, "5.1.2"),
-        ("u@broken.test", 451, "4.4.3"),
-        ("u@ghost.test", 550, "5.4.4"),
+    for (rcpt, code, enhanced, says) in [
+        ("u@nomail.test", 556, "5.1.10", "null MX"),
+        ("u@nowhere.test", 550, "5.1.2", "does not exist"),
+        ("u@broken.test", 451, "4.4.3", ""),
+        ("u@ghost.test", 550, "5.4.4", "has no address"),
+        ("u@bare.test", 550, "5.1.2", "no MX and no address"),
     ] {
         let (got, text) = send(&relay, "s@sender.test", &[rcpt]).await;
         assert_eq!(got, code, "{rcpt}: {text}");
         assert!(text.starts_with(enhanced), "{rcpt}: {text}");
+        assert!(text.contains(says), "{rcpt}: {text}");
     }
     assert!(ups[0].messages().is_empty());
     assert_eq!(ups[0].connections(), 0, "no MX host was contacted");
