@@ -4,6 +4,7 @@
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::support::dns::TestDns;
 use crate::support::relay::{memory_relay, Relay};
@@ -260,6 +261,35 @@ async fn a_refusal_at_the_final_dot_after_another_accepted_is_250_and_one_report
     );
     relay.stop().await;
     assert_eq!(ups[2].messages().len(), 1, "one report");
+}
+
+#[tokio::test]
+async fn a_domain_silent_after_its_dot_is_reported_as_it_may_have_arrived() {
+    let (dns, port, ups) = two_domains(23).await;
+    ups[1].set_fault(Fault::stall(Step::EndOfData, Duration::from_millis(900)));
+    let relay = mx_relay(&dns, port, "timeout_ms = 300").await;
+    let (code, text) = send(&relay, "s@sender.test", &["x@a.test", "y@b.test"]).await;
+    assert_eq!(
+        code, 250,
+        "a.test took it: a retry would duplicate it: {text}"
+    );
+    let report = ups[2].wait_for(1).await;
+    let body = String::from_utf8_lossy(&report[0].data);
+    assert!(
+        body.contains("Final-Recipient: rfc822; y@b.test\r\nAction: failed\r\nStatus: 4.4.2"),
+        "{body}"
+    );
+    assert!(body.contains("it may have arrived"), "{body}");
+    assert_eq!(
+        ups[1].wait_for(1).await.len(),
+        1,
+        "b.test did take it, late"
+    );
+    assert_eq!(
+        relay.metric("mailsluice_messages_total{outcome=\"partial\"}"),
+        1.0
+    );
+    relay.stop().await;
 }
 
 #[tokio::test]
