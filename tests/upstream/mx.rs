@@ -378,6 +378,26 @@ async fn opportunistic_tls_encrypts_unverified_and_required_refuses_a_plain_host
     }
 }
 
+/// A relay with two upstreams, `direct` (`mx://`, asking `dns`, MX hosts at `port`) and
+/// `smarthost`, and `routes` between them.
+async fn direct_and_smarthost(
+    dns: &TestDns,
+    port: u16,
+    smarthost: &TestUpstream,
+    routes: &str,
+) -> Relay {
+    let text = format!(
+        "[smtp]\nlisten = [\"127.0.0.1:0\"]\nhostname = \"relay.test\"\n\
+         [[upstream]]\nname = \"direct\"\nurl = \"mx://\"\ntls = \"none\"\ntimeout_ms = 2000\n\
+         mx_port = {port}\nnameservers = [\"{}\"]\n\
+         [[upstream]]\nname = \"smarthost\"\nurl = \"{}\"\ntls = \"none\"\ntimeout_ms = 2000\n\
+         {routes}",
+        dns.addr(),
+        smarthost.url(),
+    );
+    Relay::start_configured(&text).await
+}
+
 /// `mx://` as one named upstream among others: a route sends one tenant's mail to the
 /// recipients' MX hosts, the rest goes to the smarthost.
 #[tokio::test]
@@ -387,17 +407,10 @@ async fn a_route_sends_one_tenant_direct_to_mx_and_the_rest_to_the_smarthost() {
     dns.mx("alpha.test", 10, "mx.alpha.test");
     dns.a("mx.alpha.test", ip(20, 2));
     let smarthost = TestUpstream::start().await;
-    let text = format!(
-        "[smtp]\nlisten = [\"127.0.0.1:0\"]\nhostname = \"relay.test\"\n\
-         [[upstream]]\nname = \"smarthost\"\nurl = \"{}\"\ntls = \"none\"\ntimeout_ms = 2000\n\
-         [[upstream]]\nname = \"direct\"\nurl = \"mx://\"\ntls = \"none\"\ntimeout_ms = 2000\n\
-         mx_port = {port}\nnameservers = [\"{}\"]\n\
-         [[route]]\nkey = \"header:X-Tenant\"\nvalues = [\"acme\"]\nupstream = \"direct\"\n\
-         [[route]]\nupstream = \"smarthost\"\n",
-        smarthost.url(),
-        dns.addr()
-    );
-    let relay = Relay::start_configured(&text).await;
+    let routes =
+        "[[route]]\nkey = \"header:X-Tenant\"\nvalues = [\"acme\"]\nupstream = \"direct\"\n\
+                  [[route]]\nupstream = \"smarthost\"\n";
+    let relay = direct_and_smarthost(&dns, port, &smarthost, routes).await;
     let mut c = relay.client().await;
     let direct = b"X-Tenant: acme\r\nSubject: direct\r\n\r\nHi.\r\n";
     let (code, reply) = c
@@ -424,16 +437,8 @@ async fn direct_delivery_falls_back_to_the_smarthost_when_no_mx_host_answers() {
     dns.mx("up.test", 10, "mx.up.test");
     dns.a("mx.up.test", ip(22, 2));
     let smarthost = TestUpstream::start().await;
-    let text = format!(
-        "[smtp]\nlisten = [\"127.0.0.1:0\"]\nhostname = \"relay.test\"\n\
-         [[upstream]]\nname = \"direct\"\nurl = \"mx://\"\ntls = \"none\"\ntimeout_ms = 2000\n\
-         mx_port = {port}\nnameservers = [\"{}\"]\n\
-         [[upstream]]\nname = \"smarthost\"\nurl = \"{}\"\ntls = \"none\"\ntimeout_ms = 2000\n\
-         [[route]]\nupstream = \"direct\"\nfallback = \"smarthost\"\n",
-        dns.addr(),
-        smarthost.url(),
-    );
-    let relay = Relay::start_configured(&text).await;
+    let routes = "[[route]]\nupstream = \"direct\"\nfallback = \"smarthost\"\n";
+    let relay = direct_and_smarthost(&dns, port, &smarthost, routes).await;
     let (code, reply) = send(&relay, "s@sender.test", &["u@up.test", "v@down.test"]).await;
     assert_eq!(code, 250, "{reply}");
     let carried = smarthost.wait_for(1).await;
