@@ -76,8 +76,12 @@ impl Session {
                 return flow;
             }
         };
-        let message = self.forwarded(&envelope, &body, &plan);
-        drop(body);
+        // Our fields, then the client's bytes as runs between the key headers: the pieces go
+        // upstream as they are, with no copy of the whole message.
+        let ours = self.added_fields(&envelope, &plan);
+        let message: Vec<&[u8]> = std::iter::once(ours.as_slice())
+            .chain(plan.forwarded(&body))
+            .collect();
         let sent =
             self.forward_on_route(&upstream, &plan, &envelope, &message, permit, &mut record);
         let (result, permits) = match sent.await {
@@ -236,9 +240,10 @@ impl Session {
         Flow::Continue
     }
 
-    /// The message as it goes upstream: our `Received:` header in front, then the fields its
-    /// route adds, the key headers (and the client's fields of those names) out.
-    fn forwarded(&self, envelope: &Envelope, body: &[u8], plan: &Plan) -> Vec<u8> {
+    /// What goes upstream in front of the client's bytes: our `Received:` header, then the
+    /// fields the route adds (the key headers and the client's fields of those names are
+    /// left out of the client's bytes by `Plan::forwarded`).
+    fn added_fields(&self, envelope: &Envelope, plan: &Plan) -> Vec<u8> {
         let id = uuid::Uuid::new_v4().simple().to_string();
         let greeting = self.greeting.as_ref();
         let esmtp = greeting.is_some_and(|g| g.esmtp);
@@ -253,15 +258,11 @@ impl Session {
                 _ => None,
             },
         };
-        let mut message = received::header(&trace, SystemTime::now());
-        message.reserve(body.len());
+        let mut fields = received::header(&trace, SystemTime::now());
         for (name, value) in plan.route.iter().flat_map(|r| &r.headers) {
-            message.extend_from_slice(format!("{name}: {value}\r\n").as_bytes());
+            fields.extend_from_slice(format!("{name}: {value}\r\n").as_bytes());
         }
-        for piece in plan.forwarded(body) {
-            message.extend_from_slice(piece);
-        }
-        message
+        fields
     }
 
     /// One info line per message (no content, no addresses beyond the envelope's counts) and

@@ -29,7 +29,7 @@ impl Session {
         upstream: &Arc<Upstream>,
         plan: &Plan,
         envelope: &Envelope,
-        message: &[u8],
+        message: &[&[u8]],
         permit: Option<Permit>,
         record: &mut Record,
     ) -> Result<Sent, Flow> {
@@ -85,7 +85,7 @@ impl Session {
         &mut self,
         upstream: &Arc<Upstream>,
         envelope: &Envelope,
-        message: &[u8],
+        message: &[&[u8]],
         mut permit: Option<Permit>,
         record: &mut Record,
     ) -> Result<(Result<Accepted, UpstreamError>, Option<Permit>), Flow> {
@@ -100,7 +100,7 @@ impl Session {
                 return Err(Flow::Continue);
             }
             let upstream_started = Instant::now();
-            let result = upstream.forwarder.forward(envelope, message).await;
+            let result = upstream.forwarder.forward_pieces(envelope, message).await;
             (self.ctx.metrics).upstream(upstream.name(), upstream_started.elapsed());
             let Some(feedback) = feedback(upstream, &result) else {
                 return Ok((result, permit));

@@ -112,6 +112,17 @@ pub type ForwardFuture<'a> =
 pub trait Forwarder: Send + Sync {
     fn forward<'a>(&'a self, envelope: &'a Envelope, message: &'a [u8]) -> ForwardFuture<'a>;
 
+    /// The same message in pieces, sent one after the other (our trace and route fields, then
+    /// runs of the client's bytes): a forwarder that can send them as they are need not join
+    /// them into one more copy of the message.
+    fn forward_pieces<'a>(
+        &'a self,
+        envelope: &'a Envelope,
+        pieces: &'a [&'a [u8]],
+    ) -> ForwardFuture<'a> {
+        Box::pin(async move { self.forward(envelope, &pieces.concat()).await })
+    }
+
     /// Whether upstream looks reachable now, for `/readyz`; takes nothing and sends nothing.
     fn check(&self) -> CheckFuture<'_> {
         Box::pin(async { Ok(()) })

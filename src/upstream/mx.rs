@@ -76,7 +76,7 @@ impl MxForwarder {
         let timeout = self.inner.conns.timeout;
         let mut txs = parts
             .iter()
-            .map(|(_, part)| Transaction::new(part, message, timeout))
+            .map(|(_, part)| Transaction::new(part, std::slice::from_ref(&message), timeout))
             .collect::<Result<Vec<_>, _>>()?;
         let legs = self.open_all(&parts, &mut txs).await?;
         let hosts: Vec<String> = legs.iter().map(|l| l.host.clone()).collect();

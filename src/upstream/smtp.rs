@@ -11,7 +11,7 @@
 //!
 //! Bytes: lettre dot-stuffs the body (a `.` at the start of a line after CRLF is doubled) and
 //! appends `CRLF.CRLF`; it changes nothing else (no line-ending or 8-bit conversion). See
-//! `wire.rs`: `wire_body` for the trailing CRLF and `dot_after_bare_line_break` for the one case its
+//! `wire.rs`: `wire_body` (and `wire_pieces`) for the trailing CRLF and `dot_after_bare_line_break` for the one case its
 //! stuffing leaves open.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,7 +30,7 @@ mod wire;
 
 pub(super) use pipeline::advertises_pipelining;
 use pipeline::{cut_short, Tracked};
-use wire::{mail_line, rcpt_line, wire_body};
+use wire::{mail_line, rcpt_line, wire_pieces};
 
 use super::pool::{Connector, Lease, Pool, Reconnect, Security};
 use super::reply::{connect_error, describe, rejected, smtp_error, unavailable};
@@ -133,7 +133,11 @@ impl SmtpForwarder {
         })
     }
 
-    async fn send(&self, envelope: &Envelope, message: &[u8]) -> Result<Accepted, UpstreamError> {
+    async fn send(
+        &self,
+        envelope: &Envelope,
+        message: &[&[u8]],
+    ) -> Result<Accepted, UpstreamError> {
         let mut tx = Transaction::new(envelope, message, self.timeout)?;
 
         let mut lease = self.checkout().await?;
@@ -196,7 +200,15 @@ impl SmtpForwarder {
 
 impl Forwarder for SmtpForwarder {
     fn forward<'a>(&'a self, envelope: &'a Envelope, message: &'a [u8]) -> ForwardFuture<'a> {
-        Box::pin(self.send(envelope, message))
+        Box::pin(async move { self.send(envelope, &[message]).await })
+    }
+
+    fn forward_pieces<'a>(
+        &'a self,
+        envelope: &'a Envelope,
+        pieces: &'a [&'a [u8]],
+    ) -> ForwardFuture<'a> {
+        Box::pin(self.send(envelope, pieces))
     }
 
     fn check(&self) -> CheckFuture<'_> {
@@ -214,7 +226,8 @@ pub(super) struct Transaction<'a> {
     /// The paths as checked by `wire::path`; `None` is the null sender.
     pub(super) from: Option<&'a str>,
     pub(super) rcpts: Vec<&'a str>,
-    pub(super) message: &'a [u8],
+    /// The message in pieces, sent one after the other (our header fields, the client's bytes).
+    pub(super) message: &'a [&'a [u8]],
     /// Bounds each step: the write and the wait for its reply.
     pub(super) timeout: Duration,
     /// Upstream advertised PIPELINING on the connection about to be used (see
@@ -244,7 +257,9 @@ impl Transaction<'_> {
     pub(super) async fn finish(&self, conn: &mut AsyncSmtpConnection) -> Result<Accepted, Failure> {
         let whole = AtomicBool::new(false);
         let body = Tracked {
-            parts: wire_body(self.message).chunks(BODY_SLICE),
+            parts: wire_pieces(self.message)
+                .into_iter()
+                .flat_map(|piece| piece.chunks(BODY_SLICE)),
             whole: &whole,
         };
         let reply = match self.step(Step::EndOfData, conn.message_iter(body)).await {
@@ -283,7 +298,7 @@ impl Transaction<'_> {
                 "upstream does not support SMTPUTF8; non-ASCII address not relayed",
             ));
         }
-        let eight_bit = !self.message.is_ascii();
+        let eight_bit = !self.message.iter().all(|piece| piece.is_ascii());
         if info.supports_feature(Extension::EightBitMime) {
             if self.envelope.body_8bit || eight_bit {
                 params.push(MailParameter::Body(MailBodyParameter::EightBitMime));

@@ -10,10 +10,11 @@ use crate::upstream::{Envelope, UpstreamError};
 
 impl<'a> Transaction<'a> {
     /// Checks what can be checked before talking to upstream: address forms, and the bare
-    /// CR or LF next to a dot that a smuggling attempt needs. Set `pipelining` per connection.
+    /// CR or LF next to a dot that a smuggling attempt needs. `message` is the message in
+    /// pieces, sent one after the other. Set `pipelining` per connection.
     pub(in crate::upstream) fn new(
         envelope: &'a Envelope,
-        message: &'a [u8],
+        message: &'a [&'a [u8]],
         timeout: Duration,
     ) -> Result<Transaction<'a>, UpstreamError> {
         let from = match &envelope.from {
@@ -27,7 +28,9 @@ impl<'a> Transaction<'a> {
         if rcpts.is_empty() {
             return Err(rejected(503, "5.5.1", "no valid recipients".into()));
         }
-        if dot_after_bare_line_break(message) {
+        // Each piece but the last ends with a CRLF (pieces are whole header fields and what
+        // follows them), so no bare line break can straddle two.
+        if message.iter().any(|piece| dot_after_bare_line_break(piece)) {
             return Err(rejected(
                 554,
                 "5.6.0",

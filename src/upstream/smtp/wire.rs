@@ -12,6 +12,16 @@ pub(super) fn wire_body(message: &[u8]) -> &[u8] {
     message.strip_suffix(b"\r\n").unwrap_or(message)
 }
 
+/// [`wire_body`] for a message in pieces: the last piece that holds anything loses its CRLF,
+/// the pieces after it are empty.
+pub(super) fn wire_pieces<'a>(pieces: &[&'a [u8]]) -> Vec<&'a [u8]> {
+    let mut wire: Vec<&[u8]> = pieces.iter().copied().filter(|p| !p.is_empty()).collect();
+    if let Some(last) = wire.last_mut() {
+        *last = wire_body(last);
+    }
+    wire
+}
+
 /// lettre stuffs a dot only after CRLF. A dot after a bare CR or LF followed by a line break
 /// goes out as is, and an upstream lenient about line endings could take it for the end of
 /// data and read what follows as a second message (SMTP smuggling). Such messages are refused
@@ -72,4 +82,22 @@ pub(super) fn bad(a: &str) -> String {
 /// RCPT with the path written as given, for the same reason as [`mail_line`].
 pub(super) fn rcpt_line(rcpt: &str) -> String {
     format!("RCPT TO:<{rcpt}>\r\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_go_as_they_are_but_the_last_crlf() {
+        let pieces: [&[u8]; 3] = [b"Received: x\r\n", b"Subject: s\r\n\r\nbody\r\n", b""];
+        let wire = wire_pieces(&pieces);
+        assert_eq!(wire, [&b"Received: x\r\n"[..], b"Subject: s\r\n\r\nbody"]);
+        assert_eq!(wire.concat(), wire_body(&pieces.concat()));
+        let empty: [&[u8]; 2] = [b"", b""];
+        assert!(
+            wire_pieces(&empty).is_empty(),
+            "lettre's CRLF.CRLF alone: one empty line"
+        );
+    }
 }
