@@ -161,16 +161,6 @@ fn layer_charges(
     domains.into_iter().map(|(d, n)| charge(d, n)).collect()
 }
 
-/// The charges of a message without routes, in layer order.
-pub fn charges(layers: &[LayerPolicy], facts: &MessageFacts<'_>) -> Vec<Charge> {
-    let rules = Rules {
-        layers,
-        routes: &[],
-        first_upstream: "",
-    };
-    plan(rules, facts).charges
-}
-
 fn applies(layer: &LayerPolicy, message: &[u8], fields: &[Field]) -> bool {
     match &layer.matches {
         None => true,
@@ -310,27 +300,6 @@ fn named_fields<'a>(
         })
         .map(|f| f.whole.clone())
         .collect()
-}
-
-/// The message without the key headers of the layers that strip theirs.
-pub fn strip_key_headers(layers: &[LayerPolicy], message: Vec<u8>) -> Vec<u8> {
-    let fields = header_fields(&message);
-    let rules = Rules {
-        layers,
-        routes: &[],
-        first_upstream: "",
-    };
-    let key_headers = key_headers(rules, &message, &fields);
-    if key_headers.is_empty() {
-        return message;
-    }
-    let plan = Plan {
-        route: None,
-        charges: Vec::new(),
-        fallback_charges: Vec::new(),
-        key_headers,
-    };
-    plan.forwarded(&message).collect::<Vec<_>>().concat()
 }
 
 #[cfg(test)]

@@ -44,11 +44,18 @@ impl KeySource {
     }
 }
 
+impl KeySource {
+    /// [`KeySource::parse`], its error naming the config `key` it was read from.
+    pub(super) fn parse_for(key: &str, text: &str) -> Result<KeySource, String> {
+        KeySource::parse(text).map_err(|e| format!("key `{key}`: {e}"))
+    }
+}
+
 impl TryFrom<String> for KeySource {
     type Error = String;
 
     fn try_from(text: String) -> Result<KeySource, String> {
-        KeySource::parse(&text).map_err(|e| format!("key `throttle.key`: {e}"))
+        KeySource::parse_for("throttle.key", &text)
     }
 }
 

@@ -101,11 +101,6 @@ impl Config {
         Ok(config)
     }
 
-    /// The upstream called `name`.
-    pub fn upstream(&self, name: &str) -> Option<&UpstreamConfig> {
-        self.upstreams.iter().find(|u| u.name() == name)
-    }
-
     /// The upstream of a message when there are no routes: the first.
     pub fn first_upstream(&self) -> &UpstreamConfig {
         &self.upstreams[0]

@@ -18,9 +18,7 @@ impl TryFrom<String> for RouteKey {
     type Error = String;
 
     fn try_from(text: String) -> Result<RouteKey, String> {
-        KeySource::parse(&text)
-            .map(RouteKey)
-            .map_err(|e| format!("key `route.key`: {e}"))
+        KeySource::parse_for("route.key", &text).map(RouteKey)
     }
 }
 

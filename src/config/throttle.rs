@@ -66,9 +66,7 @@ impl TryFrom<String> for FairBy {
     type Error = String;
 
     fn try_from(text: String) -> Result<FairBy, String> {
-        KeySource::parse(&text)
-            .map(FairBy)
-            .map_err(|e| format!("key `throttle.fair_by`: {e}"))
+        KeySource::parse_for("throttle.fair_by", &text).map(FairBy)
     }
 }
 

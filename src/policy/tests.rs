@@ -26,6 +26,17 @@ fn rules(layers: &[LayerPolicy]) -> Rules<'_> {
     }
 }
 
+/// The charges of a message without routes, in layer order.
+fn charges(layers: &[LayerPolicy], facts: &MessageFacts<'_>) -> Vec<Charge> {
+    plan(rules(layers), facts).charges
+}
+
+/// The message without the key headers of the layers that strip theirs.
+fn strip_key_headers(layers: &[LayerPolicy], message: Vec<u8>) -> Vec<u8> {
+    let plan = plan(rules(layers), &facts(&message, &[], None));
+    plan.forwarded(&message).collect::<Vec<_>>().concat()
+}
+
 fn facts<'a>(message: &'a [u8], rcpts: &'a [String], tenant: Option<&'a str>) -> MessageFacts<'a> {
     MessageFacts {
         auth_tenant: tenant,

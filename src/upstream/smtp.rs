@@ -160,7 +160,7 @@ impl SmtpForwarder {
                     lease = self.checkout().await?;
                 }
                 Err(f) => {
-                    self.finish_failed(lease, &f);
+                    settle_failed(Arc::clone(&self.pool), lease, &f, self.timeout, ());
                     return Err(f.error);
                 }
             }
@@ -179,23 +179,6 @@ impl SmtpForwarder {
         }
     }
 
-    /// Keeps the connection when a reply refused the message but left the session usable.
-    /// The RSET runs off the message's path: the client's answer need not wait for it.
-    fn finish_failed(&self, mut lease: Lease, failure: &Failure) {
-        if !failure.clean {
-            return; // dropped: closed without a word, its state is unknown
-        }
-        if !matches!(failure.step, Step::Mail | Step::Rcpt | Step::Data) {
-            return self.pool.checkin(lease);
-        }
-        let (pool, timeout) = (Arc::clone(&self.pool), self.timeout);
-        tokio::spawn(async move {
-            let reset = tokio::time::timeout(timeout, lease.conn.command(Rset)).await;
-            if matches!(reset, Ok(Ok(_))) {
-                pool.checkin(lease);
-            }
-        });
-    }
 }
 
 impl Forwarder for SmtpForwarder {
@@ -218,6 +201,33 @@ impl Forwarder for SmtpForwarder {
     fn crowded(&self) -> u64 {
         self.pool.shrinks.load(std::sync::atomic::Ordering::Relaxed)
     }
+}
+
+/// Keeps the connection when a reply refused the message but left the session usable: after
+/// a reply to the final dot or a local check as it is, after MAIL, RCPT or DATA once an RSET
+/// (off the message's path: the client's answer need not wait for it) has put it back between
+/// transactions. `hold` (what bounds the connection besides its slot) goes last.
+pub(super) fn settle_failed<H: Send + 'static>(
+    pool: Arc<Pool>,
+    mut lease: Lease,
+    failure: &Failure,
+    timeout: Duration,
+    hold: H,
+) {
+    if !failure.clean {
+        return; // dropped: closed without a word, its state is unknown
+    }
+    if !matches!(failure.step, Step::Mail | Step::Rcpt | Step::Data) {
+        pool.checkin(lease);
+        return drop(hold);
+    }
+    tokio::spawn(async move {
+        let reset = tokio::time::timeout(timeout, lease.conn.command(Rset)).await;
+        if matches!(reset, Ok(Ok(_))) {
+            pool.checkin(lease);
+        }
+        drop(hold);
+    });
 }
 
 /// One message's commands, ready to be played on a connection (twice, at most).

@@ -58,12 +58,8 @@ impl Permit {
 
     /// Upstream did not accept: give tokens back on every layer whose spec has
     /// `charge_failures == false`.
-    pub fn upstream_failed(self) {
-        self.give_back_local(&self.taken);
-        if let (Some(taken), Some(store)) = (self.shared, &self.inner.shared) {
-            let layers = &self.inner.layers;
-            store.give_back(taken.split(|c| !layers[c.layer].spec().charge_failures).0);
-        }
+    pub fn upstream_failed(mut self) {
+        self.not_sent_through(|_| true);
     }
 
     /// The message will not reach what the layers `which` picks stand for (their upstream
@@ -74,22 +70,17 @@ impl Permit {
             .into_iter()
             .partition::<Vec<_>, _>(|c| which(c.layer));
         self.taken = kept;
-        self.give_back_local(&back);
+        for c in &back {
+            let layer = &self.inner.layers[c.layer];
+            if !layer.spec().charge_failures {
+                layer.give_back(&c.key, c.cost);
+            }
+        }
         if let (Some(shared), Some(store)) = (self.shared.take(), &self.inner.shared) {
             let (back, kept) = shared.split(|c| which(c.layer));
             self.shared = Some(kept);
             let layers = &self.inner.layers;
             store.give_back(back.split(|c| !layers[c.layer].spec().charge_failures).0);
-        }
-    }
-
-    /// Gives back the local `charges` of layers that do not charge failures.
-    fn give_back_local(&self, charges: &[Charge]) {
-        for c in charges {
-            let layer = &self.inner.layers[c.layer];
-            if !layer.spec().charge_failures {
-                layer.give_back(&c.key, c.cost);
-            }
         }
     }
 

@@ -6,13 +6,11 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use lettre::transport::smtp::commands::Rset;
-
 use super::connections::{Connections, DomainPermit};
 use super::resolve::{MxResolver, Route};
 use crate::upstream::pool::{Lease, Pool};
 use crate::upstream::reply::connect_error;
-use crate::upstream::smtp::{Failure, Step, Transaction};
+use crate::upstream::smtp::{settle_failed, Transaction};
 use crate::upstream::{Accepted, UpstreamError};
 
 /// A domain's transaction waiting for its final dot.
@@ -53,7 +51,7 @@ pub(super) async fn open(
                 lease = pool.reconnect(lease).await.map_err(connect_error)?;
             }
             Err(f) => {
-                settle(pool, lease, permit, &f, conns.timeout);
+                settle_failed(pool, lease, &f, conns.timeout, permit);
                 return Err(f.error);
             }
         }
@@ -124,7 +122,7 @@ impl Leg {
                 Ok(accepted)
             }
             Err(f) => {
-                settle(self.pool, self.lease, self.permit, &f, self.timeout);
+                settle_failed(self.pool, self.lease, &f, self.timeout, self.permit);
                 Err(f.error)
             }
         }
@@ -137,30 +135,4 @@ impl Leg {
         drop(self.lease);
         drop(self.permit);
     }
-}
-
-/// Keeps the connection when a reply refused the message but left the session usable: after
-/// a reply to the final dot or a local check as it is, after MAIL, RCPT or DATA once an RSET
-/// (off the client's path) has put it back between transactions. The permit goes last.
-fn settle(
-    pool: Arc<Pool>,
-    mut lease: Lease,
-    permit: DomainPermit,
-    failure: &Failure,
-    timeout: std::time::Duration,
-) {
-    if !failure.clean {
-        return; // dropped: closed without a word, its state is unknown
-    }
-    if !matches!(failure.step, Step::Mail | Step::Rcpt | Step::Data) {
-        pool.checkin(lease);
-        return drop(permit);
-    }
-    tokio::spawn(async move {
-        let reset = tokio::time::timeout(timeout, lease.conn.command(Rset)).await;
-        if matches!(reset, Ok(Ok(_))) {
-            pool.checkin(lease);
-        }
-        drop(permit);
-    });
 }
