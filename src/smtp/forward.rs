@@ -50,6 +50,7 @@ impl Session {
         let layers = &self.ctx.layers;
         let its_own = |layer: usize| layers[layer].upstream.as_deref() == Some(upstream.name());
         permits.iter_mut().for_each(|p| p.not_sent_through(its_own));
+        record.via = fallback.name().to_string();
         tracing::warn!(
             target: "mailsluice::upstream",
             upstream = upstream.name(),

@@ -178,7 +178,6 @@ impl SmtpForwarder {
             }
         }
     }
-
 }
 
 impl Forwarder for SmtpForwarder {

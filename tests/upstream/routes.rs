@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::support::auth::{auth_config, plain};
 use crate::support::relay::{upstream_relay, Client, Relay};
+use crate::support::throttle::Events;
 use crate::support::upstream::{unused_addr, Fault, Received, Step, TestUpstream};
 use crate::support::wait::until;
 use mailsluice::config::Config;
@@ -201,8 +202,14 @@ async fn an_unreachable_upstream_hands_its_messages_to_the_fallback() {
         &format!("{TENANT_ROUTES}\n{layers}"),
     );
     let relay = upstream_relay(&text).await;
+    let (events, _capture) = Events::capture();
     let (code, reply) = send_as(&relay, "globex", "via-c", "").await;
     assert_eq!(code, 250, "{reply}");
+    let logged = events.named("message");
+    assert!(
+        logged[0].1.contains("via=c "),
+        "the log names who carried it: {logged:?}"
+    );
     let b_account = relay.throttle.peek("b-account", "").unwrap();
     assert_eq!(
         b_account.remaining, 5,
