@@ -38,7 +38,7 @@ pub use route::{RouteConfig, RouteKey};
 pub use security::{AuthConfig, TlsConfig, UserConfig};
 pub use smtp::SmtpConfig;
 pub use throttle::{Cost, FairBy, MatchSpec, Mode, Refill, StoreKind, ThrottleConfig};
-pub use upstream::{Feedback, UpstreamConfig, UpstreamTls, UpstreamUrl, DEFAULT_NAME};
+pub use upstream::{UpstreamConfig, UpstreamTls, UpstreamUrl, DEFAULT_NAME};
 
 /// A configuration that could not be used; the text says which key and where.
 #[derive(Debug, thiserror::Error)]

@@ -116,32 +116,6 @@ fn bad_reply_pattern_names_key_and_line() {
 }
 
 #[test]
-fn reply_patterns_classify_and_can_be_replaced() {
-    use crate::config::Feedback;
-    let c = Config::parse(MINIMAL).unwrap();
-    let ses = "Throttling failure: Maximum sending rate exceeded.";
-    assert_eq!(c.first_upstream().classify(454, ses), Some(Feedback::Rate));
-    let quota = "Throttling failure: Daily message quota exceeded.";
-    assert_eq!(
-        c.first_upstream().classify(454, quota),
-        Some(Feedback::Quota)
-    );
-    let conns = "Too many concurrent SMTP connections";
-    assert_eq!(
-        c.first_upstream().classify(421, conns),
-        Some(Feedback::Connections)
-    );
-    assert_eq!(c.first_upstream().classify(550, ses), None);
-    let text = format!("{MINIMAL}throttle_replies = [\"^450 slow\"]\n");
-    let c = Config::parse(&text).unwrap();
-    assert_eq!(c.first_upstream().classify(454, ses), None);
-    assert_eq!(
-        c.first_upstream().classify(450, "slow down"),
-        Some(Feedback::Rate)
-    );
-}
-
-#[test]
 fn fair_by_and_weights_are_read() {
     let text = format!(
         "{MINIMAL}[[throttle]]\nname = \"t\"\nkey = \"none\"\nlimit = 5\n\

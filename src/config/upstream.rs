@@ -76,27 +76,6 @@ impl<'de> Deserialize<'de> for UpstreamConfig {
     }
 }
 
-/// What an upstream refusal says about sending, beyond this one message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Feedback {
-    /// Sending too fast (SES `454 ... Maximum sending rate exceeded`).
-    Rate,
-    /// Too many connections open to it (a `421` that `throttle_replies` matches).
-    Connections,
-    /// The sending quota is used up.
-    Quota,
-}
-
-impl Feedback {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Feedback::Rate => "rate",
-            Feedback::Connections => "connections",
-            Feedback::Quota => "quota",
-        }
-    }
-}
-
 impl UpstreamConfig {
     /// The name routes and layers use.
     pub fn name(&self) -> &str {
@@ -157,26 +136,6 @@ impl UpstreamConfig {
             ));
         }
         Ok(())
-    }
-
-    /// What upstream's reply `code text` (enhanced code included in `text`) signals, if
-    /// anything. Quota is checked first: its SES text is a "throttling failure" too.
-    pub fn classify(&self, code: u16, text: &str) -> Option<Feedback> {
-        if !(400..500).contains(&code) {
-            return None;
-        }
-        let reply = format!("{code} {text}");
-        if self.quota_replies.matches(&reply) {
-            Some(Feedback::Quota)
-        } else if self.throttle_replies.matches(&reply) {
-            Some(if code == 421 {
-                Feedback::Connections
-            } else {
-                Feedback::Rate
-            })
-        } else {
-            None
-        }
     }
 }
 

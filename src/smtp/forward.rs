@@ -10,11 +10,10 @@ use tokio::time::Instant;
 use super::deliver::{NoTokens, Record, Tokens};
 use super::reply;
 use super::session::{Flow, Session};
-use crate::config::Feedback;
 use crate::metrics::Outcome;
 use crate::policy::Plan;
 use crate::throttle::{Again, Permit, ThrottleError};
-use crate::upstream::{Accepted, Envelope, Upstream, UpstreamError};
+use crate::upstream::{Accepted, Envelope, Feedback, Upstream, UpstreamError};
 
 /// Upstream's verdict, and the permits whose tokens it settles.
 pub(super) type Sent = (Result<Accepted, UpstreamError>, Vec<Permit>);
@@ -103,7 +102,7 @@ impl Session {
             let upstream_started = Instant::now();
             let result = upstream.forwarder.forward_pieces(envelope, message).await;
             (self.ctx.metrics).upstream(upstream.name(), upstream_started.elapsed());
-            let Some(feedback) = feedback(upstream, &result) else {
+            let Some(feedback) = result.as_ref().err().and_then(UpstreamError::feedback) else {
                 return Ok((result, permit));
             };
             self.ctx
@@ -116,7 +115,7 @@ impl Session {
                 upstream = %result.as_ref().err().map(ToString::to_string).unwrap_or_default(),
                 "upstream.throttled"
             );
-            if feedback == Feedback::Quota {
+            if feedback.pauses() {
                 return Err(self.quota_reply(upstream, permit, record));
             }
             let absorbed = permit.as_ref().is_some_and(Permit::adaptive);
@@ -169,20 +168,4 @@ impl Session {
             Err(refusal) => Err(self.refused(refusal, record)),
         }
     }
-}
-
-/// What upstream's refusal says about sending, by that upstream's reply patterns.
-fn feedback(upstream: &Upstream, result: &Result<Accepted, UpstreamError>) -> Option<Feedback> {
-    let Err(UpstreamError::Rejected {
-        code,
-        enhanced,
-        text,
-    }) = result
-    else {
-        return None;
-    };
-    let text = enhanced
-        .as_ref()
-        .map_or_else(|| text.clone(), |e| format!("{e} {text}"));
-    upstream.config.classify(*code, &text)
 }

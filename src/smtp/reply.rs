@@ -278,11 +278,19 @@ pub fn upstream_verdict(result: &Result<Accepted, UpstreamError>) -> Reply {
             Some(_) => Reply::raw(250, accepted.text.trim()),
             None => Reply::new(250, "2.0.0", accepted.text.trim()),
         },
-        Err(UpstreamError::Rejected {
-            code,
-            enhanced,
-            text,
-        }) => {
+        Err(
+            UpstreamError::Rejected {
+                code,
+                enhanced,
+                text,
+            }
+            | UpstreamError::Pushback {
+                code,
+                enhanced,
+                text,
+                ..
+            },
+        ) => {
             let code = match *code {
                 421 => 451,
                 c @ 400..=599 => c,

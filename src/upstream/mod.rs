@@ -6,10 +6,13 @@
 //! - `pool`: our pool of those connections (bounded, with timeouts on every step).
 //! - `mx`: `mx://`, straight to each recipient domain's MX hosts (hickory-resolver).
 //! - `file`: `file://DIR`, the embedded default: one `.eml` and one `.json` per message.
+//! - `feedback`: what a refusal says about our sending (too fast, quota, paused, too many
+//!   connections), typed; SMTP replies classified by the configured patterns.
 //! - `pause`: the pause after a quota reply, and its probe.
 //! - `reply`: upstream's answers and lettre's errors as [`UpstreamError`]s.
 //! - `upstreams`: the configured upstreams by name, each with its forwarder and its pause.
 
+pub mod feedback;
 pub mod file;
 pub mod mx;
 pub mod pause;
@@ -22,6 +25,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+pub use feedback::{Classifier, Feedback};
 pub use file::FileForwarder;
 pub use mx::{MxForwarder, MxSetupError};
 pub use pause::{Admission, Pause};
@@ -93,6 +97,16 @@ pub enum UpstreamError {
         enhanced: Option<String>,
         text: String,
     },
+    /// Upstream refused the message for how we send, not for what it is: too fast, quota
+    /// used up, sending paused, too many connections. Its reply is kept for the client and
+    /// the log.
+    #[error("upstream replied {code} {text} ({})", feedback.as_str())]
+    Pushback {
+        feedback: Feedback,
+        code: u16,
+        enhanced: Option<String>,
+        text: String,
+    },
     /// No answer to relay: connection refused, dropped, TLS failed, or timed out, before
     /// the message was sent: upstream cannot have accepted it.
     #[error("upstream unavailable: {0}")]
@@ -102,6 +116,16 @@ pub enum UpstreamError {
     /// (RFC 1047). The client gets a `451` that says so; a retry may then duplicate it.
     #[error("no answer from upstream after the message was sent: {0}")]
     Uncertain(String),
+}
+
+impl UpstreamError {
+    /// What the refusal says about our sending, when it is about that.
+    pub fn feedback(&self) -> Option<Feedback> {
+        match self {
+            UpstreamError::Pushback { feedback, .. } => Some(*feedback),
+            _ => None,
+        }
+    }
 }
 
 pub type ForwardFuture<'a> =

@@ -26,7 +26,7 @@ use self::dsn::Refused;
 use self::resolve::MxResolver;
 use super::reply::rejected;
 use super::smtp::Transaction;
-use super::{Accepted, Envelope, ForwardFuture, Forwarder, UpstreamError};
+use super::{Accepted, Classifier, Envelope, ForwardFuture, Forwarder, UpstreamError};
 use crate::config::{UpstreamConfig, UpstreamUrl};
 
 /// Why an MX upstream could not be set up from the configuration.
@@ -48,6 +48,7 @@ pub struct MxForwarder {
 struct Inner {
     resolver: MxResolver,
     conns: Connections,
+    classifier: Classifier,
     /// Our name in the reports we send (`Reporting-MTA`, `MAILER-DAEMON@`).
     reporting_mta: String,
 }
@@ -64,6 +65,7 @@ impl MxForwarder {
         let inner = Inner {
             resolver,
             conns,
+            classifier: Classifier::new(cfg),
             reporting_mta: cfg.helo_name.clone().unwrap_or_else(|| helo_name.into()),
         };
         Ok(MxForwarder {
@@ -201,7 +203,10 @@ impl MxForwarder {
 
 impl Forwarder for MxForwarder {
     fn forward<'a>(&'a self, envelope: &'a Envelope, message: &'a [u8]) -> ForwardFuture<'a> {
-        Box::pin(self.send(envelope, message))
+        Box::pin(async move {
+            let sent = self.send(envelope, message).await;
+            sent.map_err(|e| self.inner.classifier.classify(e))
+        })
     }
 }
 

@@ -34,7 +34,7 @@ use wire::{mail_line, rcpt_line, wire_pieces};
 
 use super::pool::{Connector, Lease, Pool, Reconnect, Security};
 use super::reply::{connect_error, describe, rejected, smtp_error, unavailable};
-use super::{Accepted, CheckFuture, Envelope, ForwardFuture, Forwarder, UpstreamError};
+use super::{Accepted, CheckFuture, Classifier, Envelope, ForwardFuture, Forwarder, UpstreamError};
 use crate::config::{UpstreamConfig, UpstreamTls, UpstreamUrl};
 
 /// Why an SMTP upstream could not be set up from the configuration.
@@ -64,6 +64,7 @@ const BODY_SLICE: usize = 64 * 1024;
 pub struct SmtpForwarder {
     pool: Arc<Pool>,
     timeout: Duration,
+    classifier: Classifier,
 }
 
 /// The SMTP step at which a transaction failed; it decides whether a retry is safe.
@@ -130,6 +131,7 @@ impl SmtpForwarder {
         Ok(SmtpForwarder {
             pool: Arc::new(pool),
             timeout,
+            classifier: Classifier::new(cfg),
         })
     }
 
@@ -182,7 +184,10 @@ impl SmtpForwarder {
 
 impl Forwarder for SmtpForwarder {
     fn forward<'a>(&'a self, envelope: &'a Envelope, message: &'a [u8]) -> ForwardFuture<'a> {
-        Box::pin(async move { self.send(envelope, &[message]).await })
+        Box::pin(async move {
+            let sent = self.send(envelope, &[message]).await;
+            sent.map_err(|e| self.classifier.classify(e))
+        })
     }
 
     fn forward_pieces<'a>(
@@ -190,7 +195,10 @@ impl Forwarder for SmtpForwarder {
         envelope: &'a Envelope,
         pieces: &'a [&'a [u8]],
     ) -> ForwardFuture<'a> {
-        Box::pin(self.send(envelope, pieces))
+        Box::pin(async move {
+            let sent = self.send(envelope, pieces).await;
+            sent.map_err(|e| self.classifier.classify(e))
+        })
     }
 
     fn check(&self) -> CheckFuture<'_> {

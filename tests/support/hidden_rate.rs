@@ -8,8 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use mailsluice::throttle::bucket::{Bucket, State, Take};
 use mailsluice::throttle::{Clock, TokioClock};
-use mailsluice::upstream::reply::from_reply;
-use mailsluice::upstream::{Accepted, Envelope, ForwardFuture, Forwarder};
+use mailsluice::upstream::{Accepted, Envelope, Feedback, ForwardFuture, Forwarder, UpstreamError};
 use tokio::time::Instant;
 
 pub const SES_RATE: &str = "Throttling failure: Maximum sending rate exceeded.";
@@ -86,12 +85,18 @@ impl Forwarder for HiddenRate {
     fn forward<'a>(&'a self, envelope: &'a Envelope, message: &'a [u8]) -> ForwardFuture<'a> {
         Box::pin(async move {
             self.verdict(envelope, message).map_err(|(code, text)| {
-                let counter = match text {
-                    SES_QUOTA => &self.quota_refusals,
-                    _ => &self.rate_refusals,
+                let (counter, feedback) = match text {
+                    SES_QUOTA => (&self.quota_refusals, Feedback::Quota),
+                    _ => (&self.rate_refusals, Feedback::Rate),
                 };
                 counter.fetch_add(1, Ordering::SeqCst);
-                from_reply(code as u16, text)
+                // Typed, as an API upstream says it (an SMTP one is read by its patterns).
+                UpstreamError::Pushback {
+                    feedback,
+                    code: code as u16,
+                    enhanced: None,
+                    text: text.into(),
+                }
             })
         })
     }

@@ -108,8 +108,13 @@ fn status(error: &UpstreamError) -> String {
     match error {
         UpstreamError::Rejected {
             enhanced: Some(e), ..
+        }
+        | UpstreamError::Pushback {
+            enhanced: Some(e), ..
         } => e.clone(),
-        UpstreamError::Rejected { code, .. } => format!("{}.0.0", code / 100),
+        UpstreamError::Rejected { code, .. } | UpstreamError::Pushback { code, .. } => {
+            format!("{}.0.0", code / 100)
+        }
         UpstreamError::Unavailable(_) => "4.4.1".into(),
         UpstreamError::Uncertain(_) => "4.4.2".into(),
     }
@@ -118,7 +123,9 @@ fn status(error: &UpstreamError) -> String {
 /// The reply as the client would have seen it, on one line.
 fn diagnostic(error: &UpstreamError) -> String {
     let text = match error {
-        UpstreamError::Rejected { code, text, .. } => format!("{code} {} {text}", status(error)),
+        UpstreamError::Rejected { code, text, .. } | UpstreamError::Pushback { code, text, .. } => {
+            format!("{code} {} {text}", status(error))
+        }
         UpstreamError::Unavailable(reason) => format!("451 4.4.1 {reason}"),
         UpstreamError::Uncertain(reason) => {
             format!("451 4.4.2 no answer after the message was sent, it may have arrived: {reason}")
