@@ -85,19 +85,27 @@ impl Forwarder for HiddenRate {
     fn forward<'a>(&'a self, envelope: &'a Envelope, message: &'a [u8]) -> ForwardFuture<'a> {
         Box::pin(async move {
             self.verdict(envelope, message).map_err(|(code, text)| {
-                let (counter, feedback) = match text {
-                    SES_QUOTA => (&self.quota_refusals, Feedback::Quota),
-                    _ => (&self.rate_refusals, Feedback::Rate),
+                let counter = match text {
+                    SES_QUOTA => &self.quota_refusals,
+                    _ => &self.rate_refusals,
                 };
                 counter.fetch_add(1, Ordering::SeqCst);
-                // Typed, as an API upstream says it (an SMTP one is read by its patterns).
-                UpstreamError::Pushback {
-                    feedback,
-                    code: code as u16,
-                    enhanced: None,
-                    text: text.into(),
-                }
+                ses_refusal(code as u16, text)
             })
         })
+    }
+}
+
+/// SES's refusal of `text` as a forwarder returns it: typed, as an API upstream says it (an
+/// SMTP forwarder reads the same from its reply patterns).
+pub fn ses_refusal(code: u16, text: &str) -> UpstreamError {
+    UpstreamError::Pushback {
+        feedback: match text {
+            SES_QUOTA => Feedback::Quota,
+            _ => Feedback::Rate,
+        },
+        code,
+        enhanced: None,
+        text: text.into(),
     }
 }

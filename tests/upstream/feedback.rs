@@ -8,12 +8,11 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::support::hidden_rate::{HiddenRate, SES_QUOTA, SES_RATE};
+use crate::support::hidden_rate::{ses_refusal, HiddenRate, SES_QUOTA, SES_RATE};
 use crate::support::http::get;
 use crate::support::memory::{subject_of, MemoryForwarder};
 use crate::support::relay::{config_text, smtp_relay, Client, Relay};
 use crate::support::upstream::TestUpstream;
-use mailsluice::upstream::reply::from_reply;
 use mailsluice::upstream::Forwarder;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -128,7 +127,7 @@ async fn at_half_the_hidden_rate_nothing_is_throttled_and_nothing_cut() {
 #[tokio::test(start_paused = true)]
 async fn a_message_whose_budget_runs_out_gets_the_relays_451_and_nothing_goes_upstream() {
     let fwd = MemoryForwarder::new();
-    fwd.fail_with(Some(from_reply(454, SES_RATE)));
+    fwd.fail_with(Some(ses_refusal(454, SES_RATE)));
     let layer = account_layer(20, "max_wait_ms = 5000");
     let layer = layer.replace("max_wait_ms = 60000\n", "");
     let relay = relay(&layer, "", fwd.clone()).await;
@@ -153,7 +152,7 @@ async fn a_message_whose_budget_runs_out_gets_the_relays_451_and_nothing_goes_up
 #[tokio::test(start_paused = true)]
 async fn with_adaptive_off_upstreams_454_is_relayed_as_before() {
     let fwd = MemoryForwarder::new();
-    fwd.fail_with(Some(from_reply(454, SES_RATE)));
+    fwd.fail_with(Some(ses_refusal(454, SES_RATE)));
     let relay = relay(&account_layer(20, "adaptive = false"), "", fwd.clone()).await;
     let replies = replies(clients(&relay, 1, 1)).await;
     let (code, text) = &replies[0];
@@ -238,7 +237,7 @@ async fn replies_of(relay: &Relay) -> (u16, String) {
 #[tokio::test]
 async fn readyz_stays_200_and_says_paused() {
     let fwd = MemoryForwarder::new();
-    fwd.fail_with(Some(from_reply(454, SES_QUOTA)));
+    fwd.fail_with(Some(ses_refusal(454, SES_QUOTA)));
     let (layer, upstream) = quota_config();
     let text = config_text(
         "file://unused",
