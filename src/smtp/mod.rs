@@ -3,8 +3,10 @@
 //! - `session`: one client's state and command loop; it dispatches each command to the file
 //!   named after its verb: `ehlo`, `mail`, `rcpt`, `data`, `rset`, `vrfy`, `help`,
 //!   `starttls` (upgrades the connection), `auth` (checks passwords).
-//! - `deliver`: the final dot: policy, throttle, trace, upstream, reply; `forward`: its upstream
-//!   leg (throttle replies absorbed, quota pause, fallback).
+//! - `deliver`: the final dot: policy, throttle, trace, upstream, and one `verdict` (reply,
+//!   outcome, log record) that the session answers and logs once; `waiter`: the wait for
+//!   tokens (the client watched); `forward`: the upstream leg (throttle replies absorbed,
+//!   quota pause, fallback).
 //! - `path`: the address and parameters of MAIL and RCPT, kept as the client wrote them.
 //! - `received`: the `Received:` trace header.
 //! - `conn` and `data_reader`: the bytes in and out, and the DATA section.
@@ -26,7 +28,9 @@ pub mod reply;
 mod rset;
 mod session;
 mod starttls;
+mod verdict;
 mod vrfy;
+mod waiter;
 
 pub use data_reader::{DataProblem, DataReader};
 

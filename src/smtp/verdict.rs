@@ -1,0 +1,133 @@
+//! What one message came to at its final dot: the client's reply, whether the session goes
+//! on, and the record for its log line and the metrics. The final dot's steps return it; the
+//! session answers and logs it once (`deliver`).
+
+use std::time::Duration;
+
+use super::reply::{self, Reply};
+use crate::metrics::Outcome;
+use crate::throttle::ThrottleError;
+use crate::upstream::{Accepted, UpstreamError};
+
+/// What one message came to, for its log line and the metrics.
+pub(super) struct Record {
+    pub outcome: Outcome,
+    /// The layer and key that decided a refusal, or the first charge of a granted message.
+    pub layer: String,
+    pub key: String,
+    pub cost: u64,
+    pub waited: Duration,
+    /// The upstream that carried it (or would have): its route's, or the fallback's.
+    pub via: String,
+    /// A layer's bucket refused it (counted per layer).
+    pub limited: bool,
+}
+
+/// Why a message got no verdict from upstream.
+pub(super) enum Held {
+    /// The client closed the connection while the message waited.
+    Abandoned,
+    /// Upstream is paused after its quota reply: the time left of the pause.
+    Paused(Duration),
+    /// Upstream throttled the message and its wait to go again ran past its budget.
+    UpstreamRate(Duration),
+    /// The throttle refused it.
+    Refused(ThrottleError),
+}
+
+/// The end of one message's final dot.
+pub(super) struct Verdict {
+    /// What the client is told; nothing when it left.
+    pub reply: Option<Reply>,
+    /// The session ends after the reply.
+    pub close: bool,
+    /// The reply is upstream's (or the routes') word on the message, written in the log
+    /// line's `upstream` field; the relay's own refusals leave that field empty.
+    pub decided_upstream: bool,
+    pub record: Record,
+}
+
+impl Verdict {
+    /// Upstream's answer (or the lack of one), relayed.
+    pub fn upstream(result: &Result<Accepted, UpstreamError>, mut record: Record) -> Verdict {
+        record.outcome = outcome_of(result);
+        Verdict {
+            reply: Some(reply::upstream_verdict(result)),
+            close: false,
+            decided_upstream: true,
+            record,
+        }
+    }
+
+    /// Routes are configured and none is for this message: `451`, the client keeps it.
+    pub fn no_route(mut record: Record) -> Verdict {
+        record.outcome = Outcome::NoRoute;
+        Verdict {
+            reply: Some(reply::no_route()),
+            close: false,
+            decided_upstream: true,
+            record,
+        }
+    }
+
+    /// A message that never reached an upstream's verdict.
+    pub fn held(held: Held, mut record: Record) -> Verdict {
+        let (outcome, reply) = match held {
+            Held::Abandoned => (Outcome::Abandoned, None),
+            Held::Paused(left) => (
+                Outcome::Throttled,
+                Some(reply::upstream_quota_exhausted(left)),
+            ),
+            Held::UpstreamRate(retry_after) => (
+                Outcome::Throttled,
+                Some(reply::upstream_rate_limited(retry_after)),
+            ),
+            Held::Refused(error) => (
+                refused(&error, &mut record),
+                Some(reply::throttle_refusal(&error)),
+            ),
+        };
+        record.outcome = outcome;
+        Verdict {
+            reply,
+            close: matches!(outcome, Outcome::Abandoned | Outcome::Shutdown),
+            decided_upstream: false,
+            record,
+        }
+    }
+}
+
+/// The outcome of a refusal by the throttle; the layer and key that decided it recorded.
+fn refused(error: &ThrottleError, record: &mut Record) -> Outcome {
+    match error {
+        ThrottleError::Limited { layer, key, .. } => {
+            (record.layer, record.key) = (layer.clone(), key.clone());
+            record.limited = true;
+            Outcome::Throttled
+        }
+        ThrottleError::CostOverBurst { layer, .. } => {
+            record.layer = layer.clone();
+            Outcome::Rejected
+        }
+        ThrottleError::Shutdown => Outcome::Shutdown,
+        ThrottleError::StoreUnavailable => Outcome::StoreUnavailable,
+    }
+}
+
+/// The outcome of a message that upstream answered (or did not).
+fn outcome_of(result: &Result<Accepted, UpstreamError>) -> Outcome {
+    match result {
+        Ok(accepted) if accepted.partial => Outcome::Partial,
+        Ok(_) => Outcome::Delivered,
+        Err(UpstreamError::Unavailable(_)) => Outcome::UpstreamUnavailable,
+        Err(UpstreamError::Uncertain(_)) => Outcome::UpstreamUncertain,
+        Err(UpstreamError::Rejected { code, .. } | UpstreamError::Pushback { code, .. })
+            if *code >= 500 =>
+        {
+            Outcome::UpstreamPermFail
+        }
+        Err(UpstreamError::Rejected { .. } | UpstreamError::Pushback { .. }) => {
+            Outcome::UpstreamTempFail
+        }
+    }
+}
