@@ -50,7 +50,7 @@ fn readiness(html: &mut String, ctx: &Context, health: &Health, checks: &Checks)
     };
     row_state(html, "SMTP listeners", &listening);
     for (upstream, (name, check)) in ctx.upstreams.iter().zip(&checks.upstreams) {
-        let part = format!("upstream {name} ({})", upstream.config.url);
+        let part = format!("upstream {name} ({})", upstream.config.url());
         row_state(html, &part, check);
         if let Some(left) = upstream.pause.left() {
             let paused = Err(format!(

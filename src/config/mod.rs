@@ -5,7 +5,7 @@
 //! |---|---|
 //! | `smtp.rs` | `[smtp]`, the listening side |
 //! | `security.rs` | `[smtp.tls]` and `[smtp.auth]`: who may send |
-//! | `upstream.rs` | `[upstream]` / `[[upstream]]` and their URLs |
+//! | `upstream/` | `[upstream]` / `[[upstream]]`: the keys every kind shares, and each kind's own |
 //! | `route.rs` | `[[route]]`: which upstream carries a message |
 //! | `replies.rs` | `throttle_replies` / `quota_replies`: regexes over upstream's replies |
 //! | `throttle.rs` | `[[throttle]]` layers and their vocabulary (mode, refill, cost, store) |
@@ -38,7 +38,10 @@ pub use route::{RouteConfig, RouteKey};
 pub use security::{AuthConfig, TlsConfig, UserConfig};
 pub use smtp::SmtpConfig;
 pub use throttle::{Cost, FairBy, MatchSpec, Mode, Refill, StoreKind, ThrottleConfig};
-pub use upstream::{UpstreamConfig, UpstreamTls, UpstreamUrl, DEFAULT_NAME};
+pub use upstream::{
+    FileUpstream, MxKeys, MxUpstream, SmtpClient, SmtpCredentials, SmtpUpstream, UpstreamConfig,
+    UpstreamKind, UpstreamTls, DEFAULT_NAME,
+};
 
 /// A configuration that could not be used; the text says which key and where.
 #[derive(Debug, thiserror::Error)]
@@ -96,8 +99,11 @@ impl Config {
 
     /// Parses and validates a TOML document; the error text names the key and the line.
     pub fn parse(text: &str) -> Result<Config, String> {
-        let config: Config = toml::from_str(text).map_err(|e| e.to_string())?;
+        let mut config: Config = toml::from_str(text).map_err(|e| e.to_string())?;
         config.validate(text)?;
+        for upstream in &mut config.upstreams {
+            upstream.default_helo_name(&config.smtp.hostname);
+        }
         Ok(config)
     }
 

@@ -63,8 +63,11 @@ pub struct SmtpConfig {
     pub max_buffered_bytes: NonZeroUsize,
 }
 
+/// `smtp.hostname` when the file leaves it out.
+pub const DEFAULT_HOSTNAME: &str = "mailsluice.localhost";
+
 fn default_hostname() -> String {
-    "mailsluice.localhost".into()
+    DEFAULT_HOSTNAME.into()
 }
 fn default_max_message_bytes() -> NonZeroUsize {
     NonZeroUsize::new(26_214_400).unwrap()

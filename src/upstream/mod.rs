@@ -32,22 +32,19 @@ pub use pause::{Admission, Pause};
 pub use smtp::{SmtpForwarder, SmtpSetupError};
 pub use upstreams::{Upstream, Upstreams};
 
-use crate::config::{UpstreamConfig, UpstreamUrl};
+use crate::config::{UpstreamConfig, UpstreamKind};
 
 /// The forwarder the configuration asks for. Errors are meant for the operator at startup
 /// (bad URL, missing password variable), so they are plain text naming the key.
-pub fn build_forwarder(
-    cfg: &UpstreamConfig,
-    helo_name: &str,
-) -> Result<Arc<dyn Forwarder>, String> {
-    match &cfg.url {
-        UpstreamUrl::File { dir } => Ok(Arc::new(FileForwarder::new(dir.clone()))),
-        UpstreamUrl::Smtp { .. } | UpstreamUrl::Smtps { .. } => {
-            let forwarder = SmtpForwarder::new(cfg, helo_name).map_err(|e| e.to_string())?;
+pub fn build_forwarder(cfg: &UpstreamConfig) -> Result<Arc<dyn Forwarder>, String> {
+    match &cfg.kind {
+        UpstreamKind::File(file) => Ok(Arc::new(FileForwarder::new(file.dir.clone()))),
+        UpstreamKind::Smtp(_) => {
+            let forwarder = SmtpForwarder::new(cfg).map_err(|e| e.to_string())?;
             Ok(Arc::new(forwarder))
         }
-        UpstreamUrl::Mx => {
-            let forwarder = MxForwarder::new(cfg, helo_name).map_err(|e| e.to_string())?;
+        UpstreamKind::Mx(_) => {
+            let forwarder = MxForwarder::new(cfg).map_err(|e| e.to_string())?;
             Ok(Arc::new(forwarder))
         }
     }

@@ -27,15 +27,13 @@ use self::resolve::MxResolver;
 use super::reply::rejected;
 use super::smtp::Transaction;
 use super::{Accepted, Classifier, Envelope, ForwardFuture, Forwarder, UpstreamError};
-use crate::config::{UpstreamConfig, UpstreamUrl};
+use crate::config::{UpstreamConfig, UpstreamKind};
 
 /// Why an MX upstream could not be set up from the configuration.
 #[derive(Debug, thiserror::Error)]
 pub enum MxSetupError {
     #[error("upstream.url: `{0}` is not mx://")]
     NotMx(String),
-    #[error("{0}")]
-    Invalid(String),
     #[error("{0}")]
     Resolver(String),
 }
@@ -54,19 +52,18 @@ struct Inner {
 }
 
 impl MxForwarder {
-    pub fn new(cfg: &UpstreamConfig, helo_name: &str) -> Result<MxForwarder, MxSetupError> {
-        if cfg.url != UpstreamUrl::Mx {
-            return Err(MxSetupError::NotMx(cfg.url.to_string()));
-        }
-        cfg.validate().map_err(MxSetupError::Invalid)?;
-        let conns = Connections::new(cfg, helo_name);
-        let resolver = MxResolver::new(cfg.nameservers.as_deref(), conns.timeout)
-            .map_err(MxSetupError::Resolver)?;
+    pub fn new(cfg: &UpstreamConfig) -> Result<MxForwarder, MxSetupError> {
+        let UpstreamKind::Mx(mx) = &cfg.kind else {
+            return Err(MxSetupError::NotMx(cfg.url()));
+        };
+        let conns = Connections::new(cfg, mx);
+        let resolver =
+            MxResolver::new(mx.nameservers(), conns.timeout).map_err(MxSetupError::Resolver)?;
         let inner = Inner {
             resolver,
             conns,
             classifier: Classifier::new(cfg),
-            reporting_mta: cfg.helo_name.clone().unwrap_or_else(|| helo_name.into()),
+            reporting_mta: mx.client.helo_name().to_string(),
         };
         Ok(MxForwarder {
             inner: Arc::new(inner),
@@ -247,10 +244,10 @@ mod tests {
     fn builds_outside_a_runtime_and_only_for_mx() {
         let cfg: UpstreamConfig =
             toml::from_str("url = \"mx://\"\nnameservers = [\"127.0.0.1:5353\"]").unwrap();
-        MxForwarder::new(&cfg, "relay.test").expect("builds");
+        MxForwarder::new(&cfg).expect("builds");
         let smtp: UpstreamConfig = toml::from_str("url = \"smtp://h:25\"").unwrap();
         assert!(matches!(
-            MxForwarder::new(&smtp, "relay.test"),
+            MxForwarder::new(&smtp),
             Err(MxSetupError::NotMx(_))
         ));
     }

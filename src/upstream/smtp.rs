@@ -35,7 +35,7 @@ use wire::{mail_line, rcpt_line, wire_pieces};
 use super::pool::{Connector, Lease, Pool, Reconnect, Security};
 use super::reply::{connect_error, describe, rejected, smtp_error, unavailable};
 use super::{Accepted, CheckFuture, Classifier, Envelope, ForwardFuture, Forwarder, UpstreamError};
-use crate::config::{UpstreamConfig, UpstreamTls, UpstreamUrl};
+use crate::config::{SmtpCredentials, UpstreamConfig, UpstreamKind, UpstreamTls};
 
 /// Why an SMTP upstream could not be set up from the configuration.
 #[derive(Debug, thiserror::Error)]
@@ -92,21 +92,18 @@ pub(super) struct Failure {
 impl SmtpForwarder {
     /// Reads the password from the environment now, so a missing variable stops startup with
     /// a clear message instead of failing every message later.
-    pub fn new(cfg: &UpstreamConfig, helo_name: &str) -> Result<SmtpForwarder, SmtpSetupError> {
-        let (host, port, implicit) = match &cfg.url {
-            UpstreamUrl::Smtp { host, port } => (host, *port, false),
-            UpstreamUrl::Smtps { host, port } => (host, *port, true),
-            UpstreamUrl::File { .. } | UpstreamUrl::Mx => {
-                return Err(SmtpSetupError::NotSmtp(cfg.url.to_string()))
-            }
+    pub fn new(cfg: &UpstreamConfig) -> Result<SmtpForwarder, SmtpSetupError> {
+        let UpstreamKind::Smtp(smtp) = &cfg.kind else {
+            return Err(SmtpSetupError::NotSmtp(cfg.url()));
         };
+        let host = &smtp.host;
         let tls = || {
             TlsParameters::new(host.clone()).map_err(|e| SmtpSetupError::Tls {
                 host: host.clone(),
                 reason: e.to_string(),
             })
         };
-        let security = match (implicit, cfg.tls) {
+        let security = match (smtp.implicit_tls, smtp.client.tls) {
             (true, _) => Security::Implicit(tls()?),
             (false, UpstreamTls::None) => Security::Plain,
             (false, UpstreamTls::Opportunistic) => Security::Opportunistic(tls()?),
@@ -114,18 +111,19 @@ impl SmtpForwarder {
         };
         let connector = Connector {
             host: host.clone(),
-            port,
+            port: smtp.port,
             security,
-            hello: ClientId::Domain(cfg.helo_name.clone().unwrap_or_else(|| helo_name.into())),
-            credentials: credentials(cfg)?,
+            hello: ClientId::Domain(smtp.client.helo_name().to_string()),
+            credentials: credentials(&smtp.credentials)?,
             replies: cfg.throttle_replies.clone(),
         };
         let timeout = Duration::from_millis(cfg.timeout_ms.get());
+        let client = &smtp.client;
         let reconnect = Reconnect {
-            max_messages: (cfg.max_messages_per_connection > 0)
-                .then_some(cfg.max_messages_per_connection),
-            max_age: (cfg.max_connection_age_ms > 0)
-                .then(|| Duration::from_millis(cfg.max_connection_age_ms)),
+            max_messages: (client.max_messages_per_connection > 0)
+                .then_some(client.max_messages_per_connection),
+            max_age: (client.max_connection_age_ms > 0)
+                .then(|| Duration::from_millis(client.max_connection_age_ms)),
         };
         let pool = Pool::new(connector, cfg.pool_size.get(), timeout).with_reconnect(reconnect);
         Ok(SmtpForwarder {
@@ -389,7 +387,7 @@ fn no_answer_within(step: Step, timeout: Duration) -> UpstreamError {
     }
 }
 
-fn credentials(cfg: &UpstreamConfig) -> Result<Option<Credentials>, SmtpSetupError> {
+fn credentials(cfg: &SmtpCredentials) -> Result<Option<Credentials>, SmtpSetupError> {
     let password = match (&cfg.password, &cfg.password_env) {
         (Some(_), Some(_)) => return Err(SmtpSetupError::TwoPasswords),
         (Some(p), None) => Some(p.clone()),

@@ -12,8 +12,6 @@ pub struct Upstream {
     pub config: UpstreamConfig,
     pub forwarder: Arc<dyn Forwarder>,
     pub pause: Arc<Pause>,
-    /// The EHLO name its forwarder was built with (a reload that changes it rebuilds it).
-    helo: String,
 }
 
 impl Upstream {
@@ -56,25 +54,21 @@ impl Upstreams {
         let mut first = first;
         let mut list = Vec::with_capacity(config.upstreams.len());
         for cfg in &config.upstreams {
-            let helo = cfg
-                .helo_name
-                .clone()
-                .unwrap_or(config.smtp.hostname.clone());
             let before = old.and_then(|old| old.get(cfg.name()));
-            if let Some(before) = before.filter(|b| b.config == *cfg && b.helo == helo) {
+            if let Some(before) = before.filter(|b| b.config == *cfg) {
                 list.push(before.clone());
                 continue;
             }
             let forwarder = match first.take() {
                 Some(forwarder) => forwarder,
-                None => build_forwarder(cfg, &helo)
-                    .map_err(|e| format!("upstream {:?}: {e}", cfg.name()))?,
+                None => {
+                    build_forwarder(cfg).map_err(|e| format!("upstream {:?}: {e}", cfg.name()))?
+                }
             };
             list.push(Arc::new(Upstream {
                 config: cfg.clone(),
                 forwarder,
                 pause: before.map_or_else(Arc::default, |b| b.pause.clone()),
-                helo,
             }));
         }
         Ok(Upstreams { list })

@@ -18,10 +18,13 @@ mod smtp;
 use mailsluice::config::{Config, UpstreamConfig};
 use mailsluice::upstream::{Envelope, SmtpForwarder};
 
-/// An `[upstream]` section as a user would write it, plus `extra` TOML lines.
+/// An `[upstream]` section as a user would write it, plus `extra` TOML lines, on a relay
+/// called `relay.test`.
 pub fn upstream_config(url: &str, extra: &str) -> UpstreamConfig {
-    let text =
-        format!("[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"{url}\"\n{extra}\n");
+    let text = format!(
+        "[smtp]\nlisten = [\"127.0.0.1:0\"]\nhostname = \"relay.test\"\n\
+         [upstream]\nurl = \"{url}\"\n{extra}\n"
+    );
     Config::parse(&text)
         .expect("test config")
         .upstreams
@@ -41,7 +44,7 @@ pub fn smtp_forwarder(url: &str, extra: &str) -> SmtpForwarder {
         "timeout_ms = 500\n"
     };
     let cfg = upstream_config(url, &format!("{timeout}{tls}{extra}"));
-    SmtpForwarder::new(&cfg, "relay.test").expect("forwarder")
+    SmtpForwarder::new(&cfg).expect("forwarder")
 }
 
 pub fn envelope(from: Option<&str>, rcpts: &[&str]) -> Envelope {

@@ -297,7 +297,7 @@ async fn setup_errors_are_clear() {
         url,
         "username = \"u\"\npassword_env = \"MAILSLUICE_TEST_UNSET_VAR\"",
     );
-    let err = mailsluice::upstream::SmtpForwarder::new(&missing, "h")
+    let err = mailsluice::upstream::SmtpForwarder::new(&missing)
         .err()
         .unwrap();
     assert!(
@@ -308,27 +308,22 @@ async fn setup_errors_are_clear() {
         "{err}"
     );
     let no_user = upstream_config(url, "password = \"p\"");
-    assert!(build_forwarder(&no_user, "h").is_err());
+    assert!(build_forwarder(&no_user).is_err());
     let no_pass = upstream_config(url, "username = \"u\"");
-    assert!(build_forwarder(&no_pass, "h").is_err());
+    assert!(build_forwarder(&no_pass).is_err());
 }
 
 #[tokio::test]
 async fn build_forwarder_picks_by_url() {
     let up = TestUpstream::start().await;
-    let smtp =
-        build_forwarder(&upstream_config(&up.url(), "tls = \"none\""), "relay.test").unwrap();
+    let smtp = build_forwarder(&upstream_config(&up.url(), "tls = \"none\"")).unwrap();
     smtp.forward(&envelope(Some("a@x.test"), &["b@y.test"]), SIMPLE)
         .await
         .unwrap();
     assert!(up.commands().contains(&"EHLO relay.test".to_string()));
 
     let dir = scratch_path("build");
-    let file = build_forwarder(
-        &upstream_config(&format!("file://{}", dir.display()), ""),
-        "h",
-    )
-    .unwrap();
+    let file = build_forwarder(&upstream_config(&format!("file://{}", dir.display()), "")).unwrap();
     let accepted = file
         .forward(
             &Envelope {

@@ -11,7 +11,7 @@ use lettre::transport::smtp::client::TlsParameters;
 use lettre::transport::smtp::extension::ClientId;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::config::{ReplyPatterns, UpstreamConfig, UpstreamTls};
+use crate::config::{MxUpstream, ReplyPatterns, UpstreamConfig, UpstreamTls};
 use crate::upstream::pool::{Connector, Pool, Reconnect, Security};
 use crate::upstream::reply::unavailable;
 use crate::upstream::UpstreamError;
@@ -58,16 +58,19 @@ impl Drop for DomainPermit {
 }
 
 impl Connections {
-    pub fn new(cfg: &UpstreamConfig, helo_name: &str) -> Connections {
+    pub fn new(cfg: &UpstreamConfig, mx: &MxUpstream) -> Connections {
         Connections {
-            port: cfg.mx_port(),
+            port: mx.port(),
             timeout: Duration::from_millis(cfg.timeout_ms.get()),
-            tls: cfg.tls,
-            hello: ClientId::Domain(cfg.helo_name.clone().unwrap_or_else(|| helo_name.into())),
+            tls: mx.client.tls,
+            hello: ClientId::Domain(mx.client.helo_name().to_string()),
             pool_size: cfg.pool_size.get(),
             replies: cfg.throttle_replies.clone(),
-            per_domain: cfg.max_connections_per_domain().get(),
-            reconnect: (cfg.max_messages_per_connection, cfg.max_connection_age_ms),
+            per_domain: mx.max_connections_per_domain().get(),
+            reconnect: (
+                mx.client.max_messages_per_connection,
+                mx.client.max_connection_age_ms,
+            ),
             pools: Mutex::new(HashMap::new()),
             domains: Arc::new(Mutex::new(HashMap::new())),
         }

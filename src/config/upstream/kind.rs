@@ -1,0 +1,102 @@
+//! Which kind of upstream a table is, chosen by the scheme of its `url`: each kind with its
+//! own keys, in the file named after it. A new kind is one file here, one variant below (with
+//! its arms in this file), and its forwarder in `crate::upstream`.
+
+use super::file::FileUpstream;
+use super::keys::KindKeys;
+use super::mx::MxUpstream;
+use super::smtp::SmtpUpstream;
+use super::smtp_client::SmtpClient;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UpstreamKind {
+    /// `file://DIR`: one `.eml` per message, the embedded default.
+    File(FileUpstream),
+    /// `smtp://host:port` (STARTTLS per `tls`) or `smtps://host:port` (TLS from the start).
+    Smtp(SmtpUpstream),
+    /// `mx://`: straight to each recipient domain's MX hosts.
+    Mx(MxUpstream),
+}
+
+/// Every kind's scheme and own keys, for the URL's parse and for naming the kind that owns a
+/// key given to another.
+const KINDS: &[(&str, &[&[&str]])] = &[
+    ("file://DIR", &[]),
+    ("smtp://", SmtpUpstream::KEYS),
+    ("smtps://", SmtpUpstream::KEYS),
+    ("mx://", MxUpstream::KEYS),
+];
+
+impl UpstreamKind {
+    /// The kind a URL names, its own keys not read yet.
+    pub fn from_url(url: &str) -> Result<UpstreamKind, String> {
+        let schemes = "smtp://, smtps://, mx:// or file://DIR";
+        let (scheme, rest) = url
+            .split_once("://")
+            .ok_or_else(|| format!("`{url}` is not a URL ({schemes})"))?;
+        let kind = match scheme {
+            "file" => UpstreamKind::File(FileUpstream::from_url(rest)?),
+            "smtp" => UpstreamKind::Smtp(SmtpUpstream::from_url(rest, false)?),
+            "smtps" => UpstreamKind::Smtp(SmtpUpstream::from_url(rest, true)?),
+            "mx" => UpstreamKind::Mx(MxUpstream::from_url(rest)?),
+            _ => return Err(format!("`{url}`: scheme must be {schemes}")),
+        };
+        Ok(kind)
+    }
+
+    /// Whether some kind has a key called `key`.
+    pub(super) fn owns(key: &str) -> bool {
+        KINDS
+            .iter()
+            .any(|(_, keys)| keys.iter().any(|k| k.contains(&key)))
+    }
+
+    /// Takes this kind's keys; a key of another kind is an error that names both.
+    pub(super) fn read_keys(&mut self, mut keys: KindKeys) -> Result<(), String> {
+        match self {
+            UpstreamKind::File(_) => {}
+            UpstreamKind::Smtp(smtp) => smtp.read_keys(&mut keys)?,
+            UpstreamKind::Mx(mx) => mx.read_keys(&mut keys)?,
+        }
+        let Some(key) = keys.left() else {
+            return Ok(());
+        };
+        let owners: Vec<&str> = KINDS
+            .iter()
+            .filter(|(_, keys)| keys.iter().any(|k| k.contains(&key)))
+            .map(|(scheme, _)| *scheme)
+            .collect();
+        Err(format!(
+            "key `upstream.{key}`: only for url = {}, not `{self}`",
+            owners.join(" or ")
+        ))
+    }
+
+    /// The SMTP client settings of the kinds that speak SMTP to the next hop.
+    pub fn smtp_client(&self) -> Option<&SmtpClient> {
+        match self {
+            UpstreamKind::File(_) => None,
+            UpstreamKind::Smtp(smtp) => Some(&smtp.client),
+            UpstreamKind::Mx(mx) => Some(&mx.client),
+        }
+    }
+
+    pub(super) fn smtp_client_mut(&mut self) -> Option<&mut SmtpClient> {
+        match self {
+            UpstreamKind::File(_) => None,
+            UpstreamKind::Smtp(smtp) => Some(&mut smtp.client),
+            UpstreamKind::Mx(mx) => Some(&mut mx.client),
+        }
+    }
+}
+
+/// The URL, normalised (default ports written out).
+impl std::fmt::Display for UpstreamKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            UpstreamKind::File(file) => file.fmt(f),
+            UpstreamKind::Smtp(smtp) => smtp.fmt(f),
+            UpstreamKind::Mx(_) => f.write_str("mx://"),
+        }
+    }
+}

@@ -1,0 +1,69 @@
+//! `mx://`: straight to each recipient domain's MX hosts, as an MTA does. Its keys: the MX
+//! hosts' port, the name servers to ask, and the bound per recipient domain.
+
+use std::net::SocketAddr;
+use std::num::NonZeroUsize;
+
+use serde::Deserialize;
+
+use super::keys::KindKeys;
+use super::smtp_client::SmtpClient;
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MxUpstream {
+    pub keys: MxKeys,
+    pub client: SmtpClient,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct MxKeys {
+    /// The port of the MX hosts (default 25; tests use another).
+    pub mx_port: Option<u16>,
+    /// Ask these name servers (`ip:port`, UDP and TCP) instead of the system's.
+    pub nameservers: Option<Vec<SocketAddr>>,
+    /// Connections in use at once to one recipient domain (default 10), so a burst to one
+    /// domain does not look like an attack to its servers.
+    pub max_connections_per_domain: Option<NonZeroUsize>,
+}
+
+impl MxKeys {
+    const KEYS: &'static [&'static str] = &["mx_port", "nameservers", "max_connections_per_domain"];
+}
+
+impl MxUpstream {
+    pub(super) const KEYS: &'static [&'static [&'static str]] = &[MxKeys::KEYS, SmtpClient::KEYS];
+
+    pub(super) fn from_url(rest: &str) -> Result<MxUpstream, String> {
+        match rest {
+            "" | "/" => Ok(MxUpstream::default()),
+            _ => Err(format!(
+                "`mx://{rest}`: mx:// takes no host (the recipients' domains are the hosts)"
+            )),
+        }
+    }
+
+    pub(super) fn read_keys(&mut self, keys: &mut KindKeys) -> Result<(), String> {
+        self.keys = keys.take(MxKeys::KEYS)?;
+        self.client = keys.take(SmtpClient::KEYS)?;
+        if self.keys.mx_port == Some(0) {
+            return Err("key `upstream.mx_port`: must be a port, 1 to 65535".into());
+        }
+        if self.keys.nameservers.as_ref().is_some_and(Vec::is_empty) {
+            return Err("key `upstream.nameservers`: give at least one `ip:port`, or leave it out for the system's".into());
+        }
+        Ok(())
+    }
+
+    pub fn port(&self) -> u16 {
+        self.keys.mx_port.unwrap_or(25)
+    }
+
+    pub fn nameservers(&self) -> Option<&[SocketAddr]> {
+        self.keys.nameservers.as_deref()
+    }
+
+    pub fn max_connections_per_domain(&self) -> NonZeroUsize {
+        (self.keys.max_connections_per_domain).unwrap_or(NonZeroUsize::new(10).unwrap())
+    }
+}

@@ -1,0 +1,86 @@
+//! `smtp://host:port` and `smtps://host:port`: one SMTP server (a smarthost such as SES's SMTP
+//! endpoint), with its credentials.
+
+use serde::Deserialize;
+
+use super::keys::KindKeys;
+use super::smtp_client::SmtpClient;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SmtpUpstream {
+    pub host: String,
+    pub port: u16,
+    /// `smtps://`: TLS from the first byte (port 465); `smtp://` uses STARTTLS per `tls`.
+    pub implicit_tls: bool,
+    pub credentials: SmtpCredentials,
+    pub client: SmtpClient,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct SmtpCredentials {
+    pub username: Option<String>,
+    pub password: Option<String>,
+    /// Name of the environment variable that holds the password, so it stays out of files.
+    pub password_env: Option<String>,
+}
+
+impl SmtpCredentials {
+    pub(super) const KEYS: &'static [&'static str] = &["username", "password", "password_env"];
+}
+
+impl SmtpUpstream {
+    pub(super) const KEYS: &'static [&'static [&'static str]] =
+        &[SmtpCredentials::KEYS, SmtpClient::KEYS];
+
+    /// `rest` is what follows `smtp://` (`implicit_tls` false) or `smtps://`.
+    pub(super) fn from_url(rest: &str, implicit_tls: bool) -> Result<SmtpUpstream, String> {
+        let default_port = if implicit_tls { 465 } else { 25 };
+        let (host, port) = split_host_port(rest.trim_end_matches('/'), default_port)?;
+        Ok(SmtpUpstream {
+            host,
+            port,
+            implicit_tls,
+            credentials: SmtpCredentials::default(),
+            client: SmtpClient::default(),
+        })
+    }
+
+    pub(super) fn read_keys(&mut self, keys: &mut KindKeys) -> Result<(), String> {
+        self.credentials = keys.take(SmtpCredentials::KEYS)?;
+        self.client = keys.take(SmtpClient::KEYS)?;
+        Ok(())
+    }
+}
+
+impl std::fmt::Display for SmtpUpstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let scheme = if self.implicit_tls { "smtps" } else { "smtp" };
+        match self.host.contains(':') {
+            true => write!(f, "{scheme}://[{}]:{}", self.host, self.port),
+            false => write!(f, "{scheme}://{}:{}", self.host, self.port),
+        }
+    }
+}
+
+fn split_host_port(authority: &str, default_port: u16) -> Result<(String, u16), String> {
+    if authority.is_empty() {
+        return Err("missing host".into());
+    }
+    // Bracketed IPv6 literal: [::1]:25
+    if let Some(rest) = authority.strip_prefix('[') {
+        let (host, after) = rest.split_once(']').ok_or("unclosed [ in host")?;
+        let port = match after.strip_prefix(':') {
+            Some(p) => p.parse().map_err(|_| format!("bad port `{p}`"))?,
+            None => default_port,
+        };
+        return Ok((host.to_string(), port));
+    }
+    match authority.rsplit_once(':') {
+        Some((host, p)) => Ok((
+            host.to_string(),
+            p.parse().map_err(|_| format!("bad port `{p}`"))?,
+        )),
+        None => Ok((authority.to_string(), default_port)),
+    }
+}

@@ -1,0 +1,111 @@
+use super::*;
+
+fn smtp(host: &str, port: u16, implicit_tls: bool) -> UpstreamKind {
+    UpstreamKind::Smtp(SmtpUpstream {
+        host: host.into(),
+        port,
+        implicit_tls,
+        credentials: SmtpCredentials::default(),
+        client: SmtpClient::default(),
+    })
+}
+
+#[test]
+fn urls_parse_with_default_ports() {
+    assert_eq!(
+        UpstreamKind::from_url("smtp://email-smtp.eu-west-1.amazonaws.com:587").unwrap(),
+        smtp("email-smtp.eu-west-1.amazonaws.com", 587, false)
+    );
+    assert_eq!(
+        UpstreamKind::from_url("smtps://mail.example").unwrap(),
+        smtp("mail.example", 465, true)
+    );
+    assert_eq!(
+        UpstreamKind::from_url("smtp://[::1]:2526").unwrap(),
+        smtp("::1", 2526, false)
+    );
+    assert_eq!(
+        UpstreamKind::from_url("file://outbox").unwrap(),
+        UpstreamKind::File(FileUpstream {
+            dir: "outbox".into()
+        })
+    );
+    assert_eq!(
+        UpstreamKind::from_url("mx://").unwrap(),
+        UpstreamKind::Mx(MxUpstream::default())
+    );
+    assert_eq!(UpstreamKind::Mx(MxUpstream::default()).to_string(), "mx://");
+    assert_eq!(smtp("::1", 2526, false).to_string(), "smtp://[::1]:2526");
+    assert!(UpstreamKind::from_url("mx://example.com").is_err());
+    assert!(UpstreamKind::from_url("gopher://x").is_err());
+    assert!(UpstreamKind::from_url("smtp://host:notaport").is_err());
+}
+
+#[test]
+fn mx_keys_have_defaults_and_belong_to_mx_alone() {
+    let parse = |text: &str| toml::from_str::<UpstreamConfig>(text);
+    let mx_of = |cfg: UpstreamConfig| match cfg.kind {
+        UpstreamKind::Mx(mx) => mx,
+        other => panic!("not mx: {other}"),
+    };
+    let mx = mx_of(parse("url = \"mx://\"").unwrap());
+    assert_eq!((mx.port(), mx.max_connections_per_domain().get()), (25, 10));
+    let set = mx_of(
+        parse("url = \"mx://\"\nmx_port = 2525\nnameservers = [\"127.0.0.1:5353\"]").unwrap(),
+    );
+    assert_eq!(set.port(), 2525);
+    assert_eq!(
+        set.nameservers(),
+        Some(&["127.0.0.1:5353".parse().unwrap()][..])
+    );
+    for (key, text) in [
+        ("mx_port", "url = \"smtp://h:25\"\nmx_port = 2525"),
+        (
+            "nameservers",
+            "url = \"file://x\"\nnameservers = [\"127.0.0.1:53\"]",
+        ),
+        (
+            "max_connections_per_domain",
+            "url = \"smtp://h:25\"\nmax_connections_per_domain = 2",
+        ),
+        (
+            "username",
+            "url = \"mx://\"\nusername = \"u\"\npassword = \"p\"",
+        ),
+        ("nameservers", "url = \"mx://\"\nnameservers = []"),
+        ("mx_port", "url = \"mx://\"\nmx_port = 0"),
+        // The URL after the key: the key is still judged by the URL's kind.
+        ("mx_port", "mx_port = 2525\nurl = \"smtp://h:25\""),
+    ] {
+        let err = parse(text).unwrap_err().to_string();
+        assert!(err.contains(&format!("upstream.{key}")), "{text}: {err}");
+    }
+    assert!(parse("url = \"mx://\"\nnameservers = [\"nope\"]").is_err());
+}
+
+#[test]
+fn each_kind_reads_its_own_keys_and_smtp_clients_share_theirs() {
+    let cfg: UpstreamConfig = toml::from_str(
+        "url = \"smtps://h\"\nusername = \"u\"\npassword_env = \"P\"\ntls = \"required\"\n\
+         helo_name = \"me.test\"\nmax_messages_per_connection = 3\npool_size = 2",
+    )
+    .unwrap();
+    let UpstreamKind::Smtp(smtp) = &cfg.kind else {
+        panic!("{:?}", cfg.kind)
+    };
+    assert_eq!(smtp.credentials.username.as_deref(), Some("u"));
+    assert_eq!(smtp.credentials.password_env.as_deref(), Some("P"));
+    assert_eq!(smtp.client.tls, UpstreamTls::Required);
+    assert_eq!(smtp.client.helo_name(), "me.test");
+    assert_eq!(smtp.client.max_messages_per_connection, 3);
+    assert_eq!(cfg.pool_size.get(), 2);
+    let mx: UpstreamConfig = toml::from_str("url = \"mx://\"\nhelo_name = \"mx.test\"").unwrap();
+    assert_eq!(mx.kind.smtp_client().unwrap().helo_name(), "mx.test");
+    let file = toml::from_str::<UpstreamConfig>("url = \"file://x\"\ntls = \"none\"");
+    let err = file.unwrap_err().to_string();
+    assert!(
+        err.contains("upstream.tls") && err.contains("file://x"),
+        "{err}"
+    );
+    assert!(mx.kind.smtp_client().is_some());
+}
