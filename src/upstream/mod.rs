@@ -126,6 +126,26 @@ impl UpstreamError {
             _ => None,
         }
     }
+
+    /// Upstream's reply (code, enhanced code, text) when it refused, whether or not the
+    /// refusal was about our sending: what a refusal means for the message does not depend
+    /// on that.
+    pub fn reply(&self) -> Option<(u16, Option<&str>, &str)> {
+        match self {
+            UpstreamError::Rejected {
+                code,
+                enhanced,
+                text,
+            }
+            | UpstreamError::Pushback {
+                code,
+                enhanced,
+                text,
+                ..
+            } => Some((*code, enhanced.as_deref(), text)),
+            UpstreamError::Unavailable(_) | UpstreamError::Uncertain(_) => None,
+        }
+    }
 }
 
 pub type ForwardFuture<'a> =

@@ -18,6 +18,21 @@ pub(super) struct Refused {
     pub error: UpstreamError,
 }
 
+/// The first bytes of a message in pieces: all that [`report`] can keep of its header section
+/// (`MAX_HEADERS`, and two more to see a blank line right after the cut). Copied only when a
+/// report is sent, so a message that needs none is never joined.
+pub(super) fn head(pieces: &[&[u8]]) -> Vec<u8> {
+    let mut head = Vec::new();
+    for piece in pieces {
+        let room = MAX_HEADERS + 2 - head.len();
+        head.extend_from_slice(&piece[..piece.len().min(room)]);
+        if head.len() == MAX_HEADERS + 2 {
+            break;
+        }
+    }
+    head
+}
+
 /// The report's bytes (CRLF lines, ASCII), from `MAILER-DAEMON@<reporting_mta>` to `sender`.
 pub(super) fn report(
     reporting_mta: &str,
