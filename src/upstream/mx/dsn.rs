@@ -212,4 +212,15 @@ mod tests {
             String::from_utf8(report("r", "s@a", &refused, b"", SystemTime::UNIX_EPOCH)).unwrap();
         assert!(!text.contains("\r\nBcc:"));
     }
+
+    #[test]
+    fn head_copies_only_what_a_report_can_keep() {
+        let pieces: [&[u8]; 3] = [b"Received: x\r\n", b"Subject: s\r\n", b"\r\nbody\r\n"];
+        assert_eq!(head(&pieces), pieces.concat());
+        let big = vec![b'a'; MAX_HEADERS];
+        let pieces: [&[u8]; 3] = [b"X: y\r\n", &big, &big];
+        let copied = head(&pieces);
+        assert_eq!(copied.len(), MAX_HEADERS + 2);
+        assert_eq!(headers(&copied), headers(&pieces.concat()));
+    }
 }
