@@ -8,6 +8,9 @@
 //! open. So we keep lettre's connection (TLS, STARTTLS, AUTH, dot-stuffing) and own the pool:
 //! every connection that fails or times out is dropped, never parked, and a semaphore bounds
 //! the connections open at once.
+//!
+//! - `connector`: opening one ready connection, its refusals classified.
+//! - `reconnect`: when a connection is retired between messages.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
