@@ -278,20 +278,11 @@ pub fn upstream_verdict(result: &Result<Accepted, UpstreamError>) -> Reply {
             Some(_) => Reply::raw(250, accepted.text.trim()),
             None => Reply::new(250, "2.0.0", accepted.text.trim()),
         },
-        Err(
-            UpstreamError::Rejected {
-                code,
-                enhanced,
-                text,
-            }
-            | UpstreamError::Pushback {
-                code,
-                enhanced,
-                text,
-                ..
-            },
-        ) => {
-            let code = match *code {
+        Err(UpstreamError::Unavailable(_)) => upstream_unavailable(),
+        Err(UpstreamError::Uncertain(_)) => upstream_uncertain(),
+        Err(refused) => {
+            let (code, enhanced, text) = refused.reply().expect("a refusal has a reply");
+            let code = match code {
                 421 => 451,
                 c @ 400..=599 => c,
                 _ => 451,
@@ -301,13 +292,11 @@ pub fn upstream_verdict(result: &Result<Accepted, UpstreamError>) -> Reply {
                 None => (None, text.trim()),
             };
             let default = if code >= 500 { "5.0.0" } else { "4.0.0" };
-            let esc = enhanced.as_deref().or(found).unwrap_or(default);
+            let esc = enhanced.or(found).unwrap_or(default);
             // Upstream's enhanced code must agree with the (possibly remapped) class.
             let esc = format!("{}{}", code / 100, esc.get(1..).unwrap_or(".0.0"));
             Reply::raw(code, format!("{esc} upstream: {rest}"))
         }
-        Err(UpstreamError::Unavailable(_)) => upstream_unavailable(),
-        Err(UpstreamError::Uncertain(_)) => upstream_uncertain(),
     }
 }
 

@@ -121,13 +121,9 @@ fn outcome_of(result: &Result<Accepted, UpstreamError>) -> Outcome {
         Ok(_) => Outcome::Delivered,
         Err(UpstreamError::Unavailable(_)) => Outcome::UpstreamUnavailable,
         Err(UpstreamError::Uncertain(_)) => Outcome::UpstreamUncertain,
-        Err(UpstreamError::Rejected { code, .. } | UpstreamError::Pushback { code, .. })
-            if *code >= 500 =>
-        {
-            Outcome::UpstreamPermFail
-        }
-        Err(UpstreamError::Rejected { .. } | UpstreamError::Pushback { .. }) => {
-            Outcome::UpstreamTempFail
-        }
+        Err(refused) => match refused.reply() {
+            Some((code, ..)) if code >= 500 => Outcome::UpstreamPermFail,
+            _ => Outcome::UpstreamTempFail,
+        },
     }
 }

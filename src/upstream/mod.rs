@@ -3,11 +3,13 @@
 //!
 //! - `smtp`: `smtp://` and `smtps://` over lettre's connection, each step checked (MAIL, RCPT
 //!   and DATA pipelined when upstream offers it).
-//! - `pool`: our pool of those connections (bounded, with timeouts on every step).
+//! - `pool`: our pool of those connections (bounded, with timeouts on every step), and the
+//!   connector that opens them.
 //! - `mx`: `mx://`, straight to each recipient domain's MX hosts (hickory-resolver).
 //! - `file`: `file://DIR`, the embedded default: one `.eml` and one `.json` per message.
 //! - `feedback`: what a refusal says about our sending (too fast, quota, paused, too many
-//!   connections), typed; SMTP replies classified by the configured patterns.
+//!   connections), typed; SMTP replies classified by the configured patterns where they
+//!   become errors (the pool's connector, the transaction).
 //! - `pause`: the pause after a quota reply, and its probe.
 //! - `reply`: upstream's answers and lettre's errors as [`UpstreamError`]s.
 //! - `upstreams`: the configured upstreams by name, each with its forwarder and its pause.
@@ -121,6 +123,26 @@ impl UpstreamError {
         match self {
             UpstreamError::Pushback { feedback, .. } => Some(*feedback),
             _ => None,
+        }
+    }
+
+    /// Upstream's reply (code, enhanced code, text) when it refused, whether or not the
+    /// refusal was about our sending: what a refusal means for the message does not depend
+    /// on that.
+    pub fn reply(&self) -> Option<(u16, Option<&str>, &str)> {
+        match self {
+            UpstreamError::Rejected {
+                code,
+                enhanced,
+                text,
+            }
+            | UpstreamError::Pushback {
+                code,
+                enhanced,
+                text,
+                ..
+            } => Some((*code, enhanced.as_deref(), text)),
+            UpstreamError::Unavailable(_) | UpstreamError::Uncertain(_) => None,
         }
     }
 }

@@ -26,7 +26,7 @@ use self::dsn::Refused;
 use self::resolve::MxResolver;
 use super::reply::rejected;
 use super::smtp::Transaction;
-use super::{Accepted, Classifier, Envelope, ForwardFuture, Forwarder, UpstreamError};
+use super::{Accepted, Envelope, ForwardFuture, Forwarder, UpstreamError};
 use crate::config::{UpstreamConfig, UpstreamKind};
 
 /// Why an MX upstream could not be set up from the configuration.
@@ -46,7 +46,6 @@ pub struct MxForwarder {
 struct Inner {
     resolver: MxResolver,
     conns: Connections,
-    classifier: Classifier,
     /// Our name in the reports we send (`Reporting-MTA`, `MAILER-DAEMON@`).
     reporting_mta: String,
 }
@@ -62,7 +61,6 @@ impl MxForwarder {
         let inner = Inner {
             resolver,
             conns,
-            classifier: Classifier::new(cfg),
             reporting_mta: mx.client.helo_name().to_string(),
         };
         Ok(MxForwarder {
@@ -70,12 +68,18 @@ impl MxForwarder {
         })
     }
 
-    async fn send(&self, envelope: &Envelope, message: &[u8]) -> Result<Accepted, UpstreamError> {
+    /// `message` is the message in pieces, sent one after the other; each domain's
+    /// transaction sends the same pieces.
+    async fn send(
+        &self,
+        envelope: &Envelope,
+        message: &[&[u8]],
+    ) -> Result<Accepted, UpstreamError> {
         let parts = split(envelope)?;
-        let timeout = self.inner.conns.timeout;
+        let conns = &self.inner.conns;
         let mut txs = parts
             .iter()
-            .map(|(_, part)| Transaction::new(part, std::slice::from_ref(&message), timeout))
+            .map(|(_, part)| Transaction::new(part, message, conns.timeout, &conns.classifier))
             .collect::<Result<Vec<_>, _>>()?;
         let legs = self.open_all(&parts, &mut txs).await?;
         let hosts: Vec<String> = legs.iter().map(|l| l.host.clone()).collect();
@@ -142,7 +146,7 @@ impl MxForwarder {
     fn partly(
         &self,
         envelope: &Envelope,
-        message: &[u8],
+        message: &[&[u8]],
         accepted: Vec<String>,
         refused: Vec<Refused>,
     ) -> Accepted {
@@ -159,7 +163,7 @@ impl MxForwarder {
                 &self.inner.reporting_mta,
                 sender,
                 &refused,
-                message,
+                &dsn::head(message),
                 SystemTime::now(),
             );
             self.send_report(sender, report);
@@ -200,10 +204,16 @@ impl MxForwarder {
 
 impl Forwarder for MxForwarder {
     fn forward<'a>(&'a self, envelope: &'a Envelope, message: &'a [u8]) -> ForwardFuture<'a> {
-        Box::pin(async move {
-            let sent = self.send(envelope, message).await;
-            sent.map_err(|e| self.inner.classifier.classify(e))
-        })
+        Box::pin(async move { self.send(envelope, &[message]).await })
+    }
+
+    /// The pieces go to every domain as they are, never joined into one more copy.
+    fn forward_pieces<'a>(
+        &'a self,
+        envelope: &'a Envelope,
+        pieces: &'a [&'a [u8]],
+    ) -> ForwardFuture<'a> {
+        Box::pin(self.send(envelope, pieces))
     }
 }
 

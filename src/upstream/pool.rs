@@ -8,22 +8,23 @@
 //! open. So we keep lettre's connection (TLS, STARTTLS, AUTH, dot-stuffing) and own the pool:
 //! every connection that fails or times out is dropped, never parked, and a semaphore bounds
 //! the connections open at once.
+//!
+//! - `connector`: opening one ready connection, its refusals classified.
+//! - `reconnect`: when a connection is retired between messages.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lettre::transport::smtp::authentication::{Credentials, DEFAULT_MECHANISMS};
-use lettre::transport::smtp::client::{AsyncSmtpConnection, TlsParameters};
-use lettre::transport::smtp::extension::ClientId;
-use lettre::transport::smtp::Error as SmtpError;
+use lettre::transport::smtp::client::AsyncSmtpConnection;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
-use super::reply::{smtp_error, too_many_connections};
-use crate::config::ReplyPatterns;
+use super::Feedback;
 
+mod connector;
 mod reconnect;
 
+pub(super) use connector::{ConnectError, Connector, Security};
 use reconnect::Age;
 pub(super) use reconnect::Reconnect;
 
@@ -35,102 +36,6 @@ const IDLE_LIMIT: Duration = Duration::from_secs(60);
 /// How long the pool holds one connection fewer after upstream said it has too many from us:
 /// ten of the default throttle interval (1 s), long enough for upstream's count to drop.
 pub(super) const SHRINK_FOR: Duration = Duration::from_secs(10);
-
-/// How the connection is secured; `Implicit` is `smtps://`, the others are `smtp://`.
-#[derive(Clone)]
-pub(super) enum Security {
-    Plain,
-    Opportunistic(TlsParameters),
-    Required(TlsParameters),
-    Implicit(TlsParameters),
-}
-
-/// Everything needed to open one ready-to-use connection (greeted, EHLO'd, TLS, AUTH).
-pub(super) struct Connector {
-    pub host: String,
-    pub port: u16,
-    pub security: Security,
-    pub hello: ClientId,
-    pub credentials: Option<Credentials>,
-    /// `throttle_replies`, to tell upstream's "too many connections" (a `421`).
-    pub replies: ReplyPatterns,
-}
-
-/// Why a connection could not be had.
-pub(super) enum ConnectError {
-    /// Upstream answered with a negative reply (greeting, EHLO, STARTTLS or AUTH).
-    Smtp(SmtpError),
-    /// The TCP connection could not be made.
-    Io(std::io::Error),
-    TimedOut,
-    /// Every slot stayed busy for the whole timeout.
-    PoolBusy,
-}
-
-impl Connector {
-    /// A transaction refused with upstream's "too many connections".
-    pub(super) fn too_many_failure(&self, e: &super::UpstreamError) -> bool {
-        too_many_connections(e, &self.replies)
-    }
-
-    /// A connection refused with upstream's "too many connections".
-    pub(super) fn too_many(&self, e: &ConnectError) -> bool {
-        match e {
-            ConnectError::Smtp(e) => too_many_connections(&smtp_error(e), &self.replies),
-            _ => false,
-        }
-    }
-
-    /// A ready connection, and whether upstream advertised PIPELINING on it.
-    async fn connect(&self) -> Result<(AsyncSmtpConnection, bool), ConnectError> {
-        let mut conn = match &self.security {
-            // lettre's own timeout here bounds only the TCP connect; the caller bounds the rest.
-            Security::Implicit(params) => AsyncSmtpConnection::connect_tokio1(
-                (self.host.as_str(), self.port),
-                None,
-                &self.hello,
-                Some(params.clone()),
-                None,
-            )
-            .await
-            .map_err(ConnectError::Smtp)?,
-            _ => {
-                // Our own socket, to turn Nagle off: lettre writes the message and its final
-                // dot separately, and Nagle would hold the dot for a delayed ACK (~40 ms a
-                // message).
-                let tcp = tokio::net::TcpStream::connect((self.host.as_str(), self.port))
-                    .await
-                    .map_err(ConnectError::Io)?;
-                let _ = tcp.set_nodelay(true);
-                AsyncSmtpConnection::connect_with_transport(Box::new(tcp), &self.hello)
-                    .await
-                    .map_err(ConnectError::Smtp)?
-            }
-        };
-        match &self.security {
-            Security::Opportunistic(params) if conn.can_starttls() => conn
-                .starttls(params.clone(), &self.hello)
-                .await
-                .map_err(ConnectError::Smtp)?,
-            // lettre refuses (client error) when the server offers no STARTTLS, so no
-            // credentials or mail ever cross a connection that was meant to be encrypted.
-            Security::Required(params) => conn
-                .starttls(params.clone(), &self.hello)
-                .await
-                .map_err(ConnectError::Smtp)?,
-            _ => {}
-        }
-        let pipelining = super::smtp::advertises_pipelining(&mut conn, &self.hello)
-            .await
-            .map_err(ConnectError::Smtp)?;
-        if let Some(credentials) = &self.credentials {
-            conn.auth(DEFAULT_MECHANISMS, credentials)
-                .await
-                .map_err(ConnectError::Smtp)?;
-        }
-        Ok((conn, pipelining))
-    }
-}
 
 /// The right to hold one open connection. Freeing it wakes a message waiting for a
 /// connection, which could not otherwise tell a freed slot from a parked connection.
@@ -326,7 +231,7 @@ impl Pool {
                     transactions: 0,
                 },
             }),
-            Ok(Err(e)) if self.connector.too_many(&e) => {
+            Ok(Err(e)) if e.feedback() == Some(Feedback::Connections) => {
                 self.withhold(slot);
                 Err(e)
             }

@@ -4,9 +4,7 @@
 
 use lettre::transport::smtp::Error as SmtpError;
 
-use super::pool::ConnectError;
 use super::UpstreamError;
-use crate::config::ReplyPatterns;
 
 /// A refusal with a code and text we chose (a local check standing in for upstream).
 pub(crate) fn rejected(code: u16, enhanced: &str, text: String) -> UpstreamError {
@@ -57,19 +55,8 @@ pub fn split_enhanced(text: &str) -> Option<(&str, &str)> {
     ok.then(|| (candidate, text[end..].trim()))
 }
 
-/// A connection that could not be had, as the session's answer: a refusal with a code (a
-/// `554` greeting, a failed AUTH) is upstream's own; anything else is "unavailable".
-pub(super) fn connect_error(e: ConnectError) -> UpstreamError {
-    match e {
-        ConnectError::Smtp(e) if e.status().is_some() => smtp_error(&e),
-        ConnectError::Smtp(e) => unavailable(format!("connecting: {}", describe(&e))),
-        ConnectError::Io(e) => unavailable(format!("connecting: {e}")),
-        ConnectError::TimedOut => unavailable("connecting: timed out".into()),
-        ConnectError::PoolBusy => unavailable("every upstream connection stayed busy".into()),
-    }
-}
-
-/// A negative reply becomes `Rejected` with upstream's own code and text.
+/// A negative reply becomes `Rejected` with upstream's own code and text; the caller
+/// classifies it (see [`super::Classifier`]).
 pub(super) fn smtp_error(e: &SmtpError) -> UpstreamError {
     match e.status() {
         Some(code) => {
@@ -79,24 +66,6 @@ pub(super) fn smtp_error(e: &SmtpError) -> UpstreamError {
             from_reply(u16::from(code), &text)
         }
         None => unavailable(describe(e)),
-    }
-}
-
-/// Whether a refusal is upstream saying it has too many connections from us (a `421` that
-/// `throttle_replies` matches): that connection goes and the pool holds fewer for a while.
-pub(super) fn too_many_connections(e: &UpstreamError, replies: &ReplyPatterns) -> bool {
-    match e {
-        UpstreamError::Rejected {
-            code: 421,
-            enhanced,
-            text,
-        } => {
-            let enhanced = enhanced
-                .as_deref()
-                .map_or(String::new(), |e| format!("{e} "));
-            replies.matches(&format!("421 {enhanced}{text}"))
-        }
-        _ => false,
     }
 }
 

@@ -9,32 +9,35 @@
 //! offers PIPELINING, MAIL, RCPT and DATA go as one group (`pipeline.rs`); their replies are
 //! still read, timed and classified one by one.
 //!
+//! - `transaction`: one message's steps on one connection, shared with `mx://`.
+//! - `pipeline`: MAIL, RCPT and DATA in one write.
+//! - `tracked`: the body as lettre writes it, and whether all of it went.
+//! - `wire`: the command lines and body bytes exactly as upstream receives them.
+//!
 //! Bytes: lettre dot-stuffs the body (a `.` at the start of a line after CRLF is doubled) and
 //! appends `CRLF.CRLF`; it changes nothing else (no line-ending or 8-bit conversion). See
 //! `wire.rs`: `wire_body` (and `wire_pieces`) for the trailing CRLF and `dot_after_bare_line_break` for the one case its
 //! stuffing leaves open.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use lettre::transport::smtp::authentication::Credentials;
-use lettre::transport::smtp::client::{AsyncSmtpConnection, TlsParameters};
-use lettre::transport::smtp::commands::{Data, Rset};
-use lettre::transport::smtp::extension::{ClientId, Extension, MailBodyParameter, MailParameter};
-use lettre::transport::smtp::Error as SmtpError;
+use lettre::transport::smtp::client::TlsParameters;
+use lettre::transport::smtp::commands::Rset;
+use lettre::transport::smtp::extension::ClientId;
 
-mod checks;
 mod pipeline;
+mod tracked;
+mod transaction;
 mod wire;
 
-pub(super) use pipeline::advertises_pipelining;
-use pipeline::{cut_short, Tracked};
-use wire::{mail_line, rcpt_line, wire_pieces};
+pub(super) use transaction::{Failure, Step, Transaction};
 
 use super::pool::{Connector, Lease, Pool, Reconnect, Security};
-use super::reply::{connect_error, describe, rejected, smtp_error, unavailable};
-use super::{Accepted, CheckFuture, Classifier, Envelope, ForwardFuture, Forwarder, UpstreamError};
+use super::{
+    Accepted, CheckFuture, Classifier, Envelope, Feedback, ForwardFuture, Forwarder, UpstreamError,
+};
 use crate::config::{SmtpCredentials, UpstreamConfig, UpstreamKind, UpstreamTls};
 
 /// Why an SMTP upstream could not be set up from the configuration.
@@ -57,36 +60,10 @@ pub enum SmtpSetupError {
 /// Attempts after upstream's "too many connections", each on another connection.
 const RETRIES: usize = 2;
 
-/// How much of the body lettre dot-stuffs and writes at a time.
-const BODY_SLICE: usize = 64 * 1024;
-
 /// Forwards each message to one SMTP server over pooled connections.
 pub struct SmtpForwarder {
     pool: Arc<Pool>,
     timeout: Duration,
-    classifier: Classifier,
-}
-
-/// The SMTP step at which a transaction failed; it decides whether a retry is safe.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Step {
-    Mail,
-    Rcpt,
-    Data,
-    /// Sending the body and waiting for the reply to the final dot.
-    EndOfData,
-    /// Checks of our own before MAIL (address forms, extensions upstream lacks).
-    Local,
-}
-
-/// How a transaction failed, and what that leaves of the connection.
-pub(super) struct Failure {
-    pub(super) step: Step,
-    pub(super) error: UpstreamError,
-    /// The connection is between transactions (or can be put there with RSET).
-    pub(super) clean: bool,
-    /// Nothing was accepted and the connection died under us: worth one fresh attempt.
-    pub(super) stale: bool,
 }
 
 impl SmtpForwarder {
@@ -115,7 +92,7 @@ impl SmtpForwarder {
             security,
             hello: ClientId::Domain(smtp.client.helo_name().to_string()),
             credentials: credentials(&smtp.credentials)?,
-            replies: cfg.throttle_replies.clone(),
+            classifier: Classifier::new(cfg),
         };
         let timeout = Duration::from_millis(cfg.timeout_ms.get());
         let client = &smtp.client;
@@ -129,7 +106,6 @@ impl SmtpForwarder {
         Ok(SmtpForwarder {
             pool: Arc::new(pool),
             timeout,
-            classifier: Classifier::new(cfg),
         })
     }
 
@@ -138,7 +114,8 @@ impl SmtpForwarder {
         envelope: &Envelope,
         message: &[&[u8]],
     ) -> Result<Accepted, UpstreamError> {
-        let mut tx = Transaction::new(envelope, message, self.timeout)?;
+        let classifier = &self.pool.connector.classifier;
+        let mut tx = Transaction::new(envelope, message, self.timeout, classifier)?;
 
         let mut lease = self.checkout().await?;
         let (mut retried, mut crowded) = (false, 0);
@@ -152,9 +129,11 @@ impl SmtpForwarder {
                 Err(f) if f.stale && lease.reused && !retried => {
                     tracing::debug!(step = ?f.step, error = %f.error, "pooled upstream connection was dead; retrying on a new one");
                     retried = true;
-                    lease = self.pool.reconnect(lease).await.map_err(connect_error)?;
+                    lease = self.pool.reconnect(lease).await?;
                 }
-                Err(f) if crowded < RETRIES && self.pool.connector.too_many_failure(&f.error) => {
+                Err(f)
+                    if crowded < RETRIES && f.error.feedback() == Some(Feedback::Connections) =>
+                {
                     crowded += 1;
                     self.pool.close_shrinking(lease);
                     lease = self.checkout().await?;
@@ -173,8 +152,10 @@ impl SmtpForwarder {
         let mut crowded = 0;
         loop {
             match self.pool.checkout().await {
-                Err(e) if crowded < RETRIES && self.pool.connector.too_many(&e) => crowded += 1,
-                other => return other.map_err(connect_error),
+                Err(e) if crowded < RETRIES && e.feedback() == Some(Feedback::Connections) => {
+                    crowded += 1
+                }
+                other => return Ok(other?),
             }
         }
     }
@@ -182,10 +163,7 @@ impl SmtpForwarder {
 
 impl Forwarder for SmtpForwarder {
     fn forward<'a>(&'a self, envelope: &'a Envelope, message: &'a [u8]) -> ForwardFuture<'a> {
-        Box::pin(async move {
-            let sent = self.send(envelope, &[message]).await;
-            sent.map_err(|e| self.classifier.classify(e))
-        })
+        Box::pin(async move { self.send(envelope, &[message]).await })
     }
 
     fn forward_pieces<'a>(
@@ -193,10 +171,7 @@ impl Forwarder for SmtpForwarder {
         envelope: &'a Envelope,
         pieces: &'a [&'a [u8]],
     ) -> ForwardFuture<'a> {
-        Box::pin(async move {
-            let sent = self.send(envelope, pieces).await;
-            sent.map_err(|e| self.classifier.classify(e))
-        })
+        Box::pin(self.send(envelope, pieces))
     }
 
     fn check(&self) -> CheckFuture<'_> {
@@ -233,158 +208,6 @@ pub(super) fn settle_failed<H: Send + 'static>(
         }
         drop(hold);
     });
-}
-
-/// One message's commands, ready to be played on a connection (twice, at most).
-pub(super) struct Transaction<'a> {
-    pub(super) envelope: &'a Envelope,
-    /// The paths as checked by `wire::path`; `None` is the null sender.
-    pub(super) from: Option<&'a str>,
-    pub(super) rcpts: Vec<&'a str>,
-    /// The message in pieces, sent one after the other (our header fields, the client's bytes).
-    pub(super) message: &'a [&'a [u8]],
-    /// Bounds each step: the write and the wait for its reply.
-    pub(super) timeout: Duration,
-    /// Upstream advertised PIPELINING on the connection about to be used (see
-    /// [`advertises_pipelining`]); set it for each connection the transaction is played on.
-    pub(super) pipelining: bool,
-}
-
-impl Transaction<'_> {
-    /// MAIL, every RCPT and DATA (pipelined when upstream advertises PIPELINING), up to upstream's 354.
-    pub(super) async fn prepare(&self, conn: &mut AsyncSmtpConnection) -> Result<(), Failure> {
-        let params = self.mail_parameters(conn)?;
-        let mail = mail_line(self.from, &params);
-        if self.pipelining {
-            return self.prepare_pipelined(conn, mail).await;
-        }
-        self.step(Step::Mail, conn.command(mail)).await?;
-        for rcpt in &self.rcpts {
-            self.step(Step::Rcpt, conn.command(rcpt_line(rcpt))).await?;
-        }
-        self.step(Step::Data, conn.command(Data)).await?;
-        Ok(())
-    }
-
-    /// The body and the final dot, and upstream's reply to it. The body goes to lettre in
-    /// slices of the message itself, so its dot-stuffed copy is never more than one slice.
-    /// A failure is uncertain only once the whole body was written (see `Tracked`).
-    pub(super) async fn finish(&self, conn: &mut AsyncSmtpConnection) -> Result<Accepted, Failure> {
-        let whole = AtomicBool::new(false);
-        let body = Tracked {
-            parts: wire_pieces(self.message)
-                .into_iter()
-                .flat_map(|piece| piece.chunks(BODY_SLICE)),
-            whole: &whole,
-        };
-        let reply = match self.step(Step::EndOfData, conn.message_iter(body)).await {
-            Err(f) if !whole.load(Ordering::Relaxed) => return Err(cut_short(f)),
-            other => other?,
-        };
-        Ok(Accepted::new(reply.message().collect::<Vec<_>>().join(" ")))
-    }
-
-    async fn run(&self, conn: &mut AsyncSmtpConnection) -> Result<Accepted, Failure> {
-        self.prepare(conn).await?;
-        self.finish(conn).await
-    }
-
-    /// Declares what the client declared, when upstream understands it. What cannot be
-    /// relayed faithfully is refused here, as RFC 6152 and RFC 6531 ask of a relay.
-    fn mail_parameters(&self, conn: &AsyncSmtpConnection) -> Result<Vec<MailParameter>, Failure> {
-        let info = conn.server_info();
-        let local = |code, enhanced, text: &str| Failure {
-            step: Step::Local,
-            error: rejected(code, enhanced, text.into()),
-            clean: true,
-            stale: false,
-        };
-        let mut params = Vec::new();
-        let utf8_addresses = self.envelope.from.as_deref().is_some_and(|a| !a.is_ascii())
-            || self.envelope.rcpts.iter().any(|a| !a.is_ascii());
-        if info.supports_feature(Extension::SmtpUtfEight) {
-            if self.envelope.smtputf8 || utf8_addresses {
-                params.push(MailParameter::SmtpUtfEight);
-            }
-        } else if utf8_addresses {
-            return Err(local(
-                553,
-                "5.6.7",
-                "upstream does not support SMTPUTF8; non-ASCII address not relayed",
-            ));
-        }
-        let eight_bit = !self.message.iter().all(|piece| piece.is_ascii());
-        if info.supports_feature(Extension::EightBitMime) {
-            if self.envelope.body_8bit || eight_bit {
-                params.push(MailParameter::Body(MailBodyParameter::EightBitMime));
-            }
-        } else if eight_bit {
-            return Err(local(
-                554,
-                "5.6.3",
-                "upstream does not support 8BITMIME; 8-bit message not relayed",
-            ));
-        }
-        Ok(params)
-    }
-
-    /// Runs one step under the timeout and classifies its failure.
-    async fn step<T>(
-        &self,
-        step: Step,
-        fut: impl std::future::Future<Output = Result<T, SmtpError>>,
-    ) -> Result<T, Failure> {
-        let before_body = step != Step::EndOfData;
-        match tokio::time::timeout(self.timeout, fut).await {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => match e.status().map(u16::from) {
-                // 421: upstream is closing this connection (often its idle timeout, read
-                // only now); nothing was accepted, so a fresh connection may do better.
-                Some(421) => Err(Failure {
-                    step,
-                    error: smtp_error(&e),
-                    clean: false,
-                    stale: before_body,
-                }),
-                Some(_) => Err(Failure {
-                    step,
-                    error: smtp_error(&e),
-                    clean: true,
-                    stale: false,
-                }),
-                None => Err(Failure {
-                    step,
-                    error: no_answer(step, format!("{step:?}: {}", describe(&e)), &e),
-                    clean: false,
-                    stale: before_body && !e.is_client(),
-                }),
-            },
-            Err(_) => Err(Failure {
-                step,
-                error: no_answer_within(step, self.timeout),
-                clean: false,
-                stale: false,
-            }),
-        }
-    }
-}
-
-/// A step that ended without a reply. Once the body is on its way (`EndOfData`) upstream
-/// may have taken the message without our hearing it: that is not the same answer as
-/// "unreachable", and the client is told so.
-fn no_answer(step: Step, reason: String, e: &SmtpError) -> UpstreamError {
-    match step {
-        Step::EndOfData if !e.is_client() => UpstreamError::Uncertain(reason),
-        _ => unavailable(reason),
-    }
-}
-
-fn no_answer_within(step: Step, timeout: Duration) -> UpstreamError {
-    let reason = format!("no answer at {step:?} within {} ms", timeout.as_millis());
-    match step {
-        Step::EndOfData => UpstreamError::Uncertain(reason),
-        _ => unavailable(reason),
-    }
 }
 
 fn credentials(cfg: &SmtpCredentials) -> Result<Option<Credentials>, SmtpSetupError> {

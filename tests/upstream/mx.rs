@@ -457,3 +457,52 @@ async fn direct_delivery_falls_back_to_the_smarthost_when_no_mx_host_answers() {
     assert_eq!(smarthost.messages().len(), 1);
     relay.stop().await;
 }
+
+/// `forward_pieces` straight on the forwarder, the headers cut across pieces: each domain
+/// gets the bytes the pieces make together, and a report built from the pieces holds the
+/// headers and not the body.
+#[tokio::test]
+async fn pieces_reach_each_domain_as_one_message_and_a_report_takes_their_headers() {
+    use mailsluice::config::Config;
+    use mailsluice::upstream::{Envelope, Forwarder, MxForwarder};
+
+    let (dns, port, ups) = two_domains(24).await;
+    let cfg = Config::parse(&config(&dns, port, ""))
+        .unwrap()
+        .upstreams
+        .remove(0);
+    let forwarder = MxForwarder::new(&cfg).unwrap();
+    let pieces: [&[u8]; 4] = [
+        b"Received: from app by relay.test\r\n",
+        b"Subject: mx\r\nFrom: s@sender.test\r\n",
+        b"\r\nHello.\r\n",
+        b"",
+    ];
+    let envelope = Envelope {
+        from: Some("s@sender.test".into()),
+        rcpts: vec!["x@a.test".into(), "y@b.test".into()],
+        ..Envelope::default()
+    };
+    let accepted = forwarder.forward_pieces(&envelope, &pieces).await.unwrap();
+    assert!(!accepted.partial, "{}", accepted.text);
+    assert_eq!(ups[0].wait_for(1).await[0].data, pieces.concat());
+    assert_eq!(ups[1].wait_for(1).await[0].data, pieces.concat());
+
+    ups[1].set_fault(Fault::reply(
+        Step::EndOfData,
+        554,
+        "5.7.1 rejected by policy",
+    ));
+    let accepted = forwarder.forward_pieces(&envelope, &pieces).await.unwrap();
+    assert!(accepted.partial, "{}", accepted.text);
+    assert_eq!(ups[0].wait_for(2).await[1].data, pieces.concat());
+    let report = ups[2].wait_for(1).await;
+    let body = String::from_utf8_lossy(&report[0].data);
+    assert!(
+        body.contains(
+            "Received: from app by relay.test\r\nSubject: mx\r\nFrom: s@sender.test\r\n\r\n--"
+        ),
+        "{body}"
+    );
+    assert!(!body.contains("Hello."), "headers only: {body}");
+}

@@ -11,10 +11,10 @@ use lettre::transport::smtp::client::TlsParameters;
 use lettre::transport::smtp::extension::ClientId;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::config::{MxUpstream, ReplyPatterns, UpstreamConfig, UpstreamTls};
+use crate::config::{MxUpstream, UpstreamConfig, UpstreamTls};
 use crate::upstream::pool::{Connector, Pool, Reconnect, Security};
 use crate::upstream::reply::unavailable;
-use crate::upstream::UpstreamError;
+use crate::upstream::{Classifier, UpstreamError};
 
 /// Pools kept at most; past it, those no message is using are dropped (their parked
 /// connections close), so a relay that has sent to many hosts holds no more than this.
@@ -28,7 +28,9 @@ pub(super) struct Connections {
     tls: UpstreamTls,
     hello: ClientId,
     pool_size: usize,
-    replies: ReplyPatterns,
+    /// Reads every MX host's refusals (`throttle_replies`, `quota_replies`), on connecting and
+    /// in the transactions.
+    pub classifier: Classifier,
     per_domain: usize,
     /// `max_messages_per_connection` and `max_connection_age_ms`, for every MX host's pool.
     reconnect: (u64, u64),
@@ -65,7 +67,7 @@ impl Connections {
             tls: mx.client.tls,
             hello: ClientId::Domain(mx.client.helo_name().to_string()),
             pool_size: cfg.pool_size.get(),
-            replies: cfg.throttle_replies.clone(),
+            classifier: Classifier::new(cfg),
             per_domain: mx.max_connections_per_domain().get(),
             reconnect: (
                 mx.client.max_messages_per_connection,
@@ -118,7 +120,7 @@ impl Connections {
             security: self.security(name)?,
             hello: self.hello.clone(),
             credentials: None,
-            replies: self.replies.clone(),
+            classifier: self.classifier.clone(),
         };
         let (messages, age_ms) = self.reconnect;
         let reconnect = Reconnect {

@@ -18,6 +18,21 @@ pub(super) struct Refused {
     pub error: UpstreamError,
 }
 
+/// The first bytes of a message in pieces: all that [`report`] can keep of its header section
+/// (`MAX_HEADERS`, and two more to see a blank line right after the cut). Copied only when a
+/// report is sent, so a message that needs none is never joined.
+pub(super) fn head(pieces: &[&[u8]]) -> Vec<u8> {
+    let mut head = Vec::new();
+    for piece in pieces {
+        let room = MAX_HEADERS + 2 - head.len();
+        head.extend_from_slice(&piece[..piece.len().min(room)]);
+        if head.len() == MAX_HEADERS + 2 {
+            break;
+        }
+    }
+    head
+}
+
 /// The report's bytes (CRLF lines, ASCII), from `MAILER-DAEMON@<reporting_mta>` to `sender`.
 pub(super) fn report(
     reporting_mta: &str,
@@ -106,29 +121,25 @@ fn headers(message: &[u8]) -> &[u8] {
 /// The RFC 3463 status of a refusal; the class of what the client would have been told.
 fn status(error: &UpstreamError) -> String {
     match error {
-        UpstreamError::Rejected {
-            enhanced: Some(e), ..
-        }
-        | UpstreamError::Pushback {
-            enhanced: Some(e), ..
-        } => e.clone(),
-        UpstreamError::Rejected { code, .. } | UpstreamError::Pushback { code, .. } => {
-            format!("{}.0.0", code / 100)
-        }
         UpstreamError::Unavailable(_) => "4.4.1".into(),
         UpstreamError::Uncertain(_) => "4.4.2".into(),
+        refused => match refused.reply().expect("a refusal has a reply") {
+            (_, Some(enhanced), _) => enhanced.to_string(),
+            (code, None, _) => format!("{}.0.0", code / 100),
+        },
     }
 }
 
 /// The reply as the client would have seen it, on one line.
 fn diagnostic(error: &UpstreamError) -> String {
     let text = match error {
-        UpstreamError::Rejected { code, text, .. } | UpstreamError::Pushback { code, text, .. } => {
-            format!("{code} {} {text}", status(error))
-        }
         UpstreamError::Unavailable(reason) => format!("451 4.4.1 {reason}"),
         UpstreamError::Uncertain(reason) => {
             format!("451 4.4.2 no answer after the message was sent, it may have arrived: {reason}")
+        }
+        refused => {
+            let (code, _, text) = refused.reply().expect("a refusal has a reply");
+            format!("{code} {} {text}", status(error))
         }
     };
     clean(&text)
@@ -196,5 +207,16 @@ mod tests {
         let text =
             String::from_utf8(report("r", "s@a", &refused, b"", SystemTime::UNIX_EPOCH)).unwrap();
         assert!(!text.contains("\r\nBcc:"));
+    }
+
+    #[test]
+    fn head_copies_only_what_a_report_can_keep() {
+        let pieces: [&[u8]; 3] = [b"Received: x\r\n", b"Subject: s\r\n", b"\r\nbody\r\n"];
+        assert_eq!(head(&pieces), pieces.concat());
+        let big = vec![b'a'; MAX_HEADERS];
+        let pieces: [&[u8]; 3] = [b"X: y\r\n", &big, &big];
+        let copied = head(&pieces);
+        assert_eq!(copied.len(), MAX_HEADERS + 2);
+        assert_eq!(headers(&copied), headers(&pieces.concat()));
     }
 }

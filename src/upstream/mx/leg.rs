@@ -9,7 +9,6 @@ use std::sync::Arc;
 use super::connections::{Connections, DomainPermit};
 use super::resolve::{MxResolver, Route};
 use crate::upstream::pool::{Lease, Pool};
-use crate::upstream::reply::connect_error;
 use crate::upstream::smtp::{settle_failed, Transaction};
 use crate::upstream::{Accepted, UpstreamError};
 
@@ -48,7 +47,7 @@ pub(super) async fn open(
             }
             Err(f) if f.stale && lease.reused && !retried => {
                 retried = true;
-                lease = pool.reconnect(lease).await.map_err(connect_error)?;
+                lease = pool.reconnect(lease).await?;
             }
             Err(f) => {
                 settle_failed(pool, lease, &f, conns.timeout, permit);
@@ -72,8 +71,7 @@ async fn connect(
 ) -> Result<(Arc<Pool>, Lease, String), UpstreamError> {
     let mut failure: Option<UpstreamError> = None;
     let mut note = |e: UpstreamError| {
-        let temporary =
-            |e: &UpstreamError| !matches!(e, UpstreamError::Rejected { code, .. } if *code >= 500);
+        let temporary = |e: &UpstreamError| !matches!(e.reply(), Some((code, ..)) if code >= 500);
         if failure
             .as_ref()
             .is_none_or(|f| !temporary(f) || temporary(&e))
@@ -102,7 +100,7 @@ async fn connect(
             match pool.checkout().await {
                 Ok(lease) => return Ok((pool, lease, name.clone())),
                 Err(e) => {
-                    let e = connect_error(e);
+                    let e = UpstreamError::from(e);
                     tracing::debug!(target: "mailsluice::upstream", host = %name, %ip, error = %e, "MX host not taken; trying the next");
                     note(e);
                 }

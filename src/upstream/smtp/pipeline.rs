@@ -6,40 +6,17 @@
 //! verbatim and then reads one reply. So the whole group goes out through one `command` (its
 //! reply is MAIL's), and `read_response`, which is public, reads the rest. lettre's EHLO
 //! parsing keeps only the extensions lettre knows, and PIPELINING is not one of them: whether
-//! upstream offers it is asked once per connection by [`advertises_pipelining`].
-
-use std::sync::atomic::{AtomicBool, Ordering};
+//! upstream offers it is asked once per connection by the pool's connector.
 
 use lettre::transport::smtp::client::AsyncSmtpConnection;
-use lettre::transport::smtp::commands::Ehlo;
-use lettre::transport::smtp::extension::ClientId;
-use lettre::transport::smtp::Error as SmtpError;
 
+use super::transaction::{Failure, Step, Transaction};
 use super::wire::rcpt_line;
-use super::{Failure, Step, Transaction};
-use crate::upstream::reply::unavailable;
 
 /// At most this many commands in one write. A group so large that upstream's replies fill
 /// the socket buffers before we finish writing would stall both sides (RFC 2920 section 3.1);
 /// a hundred short replies are far from that.
 const GROUP: usize = 100;
-
-/// Sends EHLO once more and reads its keywords: lettre's `ServerInfo` drops PIPELINING. Sent
-/// after STARTTLS (so it is the encrypted session's answer) and before AUTH (so it cannot
-/// disturb an authenticated session). One round trip per connection, not per message.
-pub(in crate::upstream) async fn advertises_pipelining(
-    conn: &mut AsyncSmtpConnection,
-    hello: &ClientId,
-) -> Result<bool, SmtpError> {
-    let reply = conn.command(Ehlo::new(hello.clone())).await?;
-    // The first line is the greeting; each later one is a keyword and its parameters.
-    let offered = reply.message().skip(1).any(|line| {
-        line.split_whitespace()
-            .next()
-            .is_some_and(|word| word.eq_ignore_ascii_case("PIPELINING"))
-    });
-    Ok(offered)
-}
 
 /// What the replies read so far say.
 #[derive(Default)]
@@ -140,38 +117,5 @@ impl Transaction<'_> {
             Err(_) => false,
         };
         Failure { clean, ..refusal }
-    }
-}
-
-/// The body's slices, noting when the last one has been written: lettre asks for the next
-/// slice only after writing the one before, and writes the final dot only after the last.
-pub(super) struct Tracked<'a, I> {
-    pub(super) parts: I,
-    pub(super) whole: &'a AtomicBool,
-}
-
-impl<'a, I: Iterator<Item = &'a [u8]>> Iterator for Tracked<'_, I> {
-    type Item = &'a [u8];
-
-    fn next(&mut self) -> Option<&'a [u8]> {
-        let next = self.parts.next();
-        if next.is_none() {
-            self.whole.store(true, Ordering::Relaxed);
-        }
-        next
-    }
-}
-
-/// The connection failed while the body was still being written: without its final dot
-/// upstream cannot have taken the message, so this is "unavailable", not uncertain.
-pub(super) fn cut_short(f: Failure) -> Failure {
-    Failure {
-        error: unavailable(format!(
-            "connection lost while sending the body: {}",
-            f.error
-        )),
-        clean: false,
-        stale: false,
-        ..f
     }
 }

@@ -1,0 +1,147 @@
+//! Opening one ready-to-use connection to an SMTP upstream: TCP (or implicit TLS), greeting,
+//! EHLO, STARTTLS, the PIPELINING probe and AUTH. A refusal on the way is classified here,
+//! once, so the pool can tell upstream's "too many connections" by its type.
+
+use lettre::transport::smtp::authentication::{Credentials, DEFAULT_MECHANISMS};
+use lettre::transport::smtp::client::{AsyncSmtpConnection, TlsParameters};
+use lettre::transport::smtp::commands::Ehlo;
+use lettre::transport::smtp::extension::ClientId;
+use lettre::transport::smtp::Error as SmtpError;
+
+use crate::upstream::reply::{describe, smtp_error, unavailable};
+use crate::upstream::{Classifier, Feedback, UpstreamError};
+
+/// How the connection is secured; `Implicit` is `smtps://`, the others are `smtp://`.
+#[derive(Clone)]
+pub(in crate::upstream) enum Security {
+    Plain,
+    Opportunistic(TlsParameters),
+    Required(TlsParameters),
+    Implicit(TlsParameters),
+}
+
+/// Everything needed to open one ready-to-use connection (greeted, EHLO'd, TLS, AUTH).
+pub(in crate::upstream) struct Connector {
+    pub host: String,
+    pub port: u16,
+    pub security: Security,
+    pub hello: ClientId,
+    pub credentials: Option<Credentials>,
+    /// Reads upstream's refusals, here and in the transactions played on the connections.
+    pub classifier: Classifier,
+}
+
+/// Why a connection could not be had.
+pub(in crate::upstream) enum ConnectError {
+    /// Upstream answered with a negative reply (greeting, EHLO, STARTTLS or AUTH), classified.
+    Refused(UpstreamError),
+    /// lettre failed without a reply from upstream (TLS, a dropped connection).
+    Smtp(SmtpError),
+    /// The TCP connection could not be made.
+    Io(std::io::Error),
+    TimedOut,
+    /// Every slot stayed busy for the whole timeout.
+    PoolBusy,
+}
+
+impl ConnectError {
+    /// What upstream's refusal says about our sending, when it refused.
+    pub fn feedback(&self) -> Option<Feedback> {
+        match self {
+            ConnectError::Refused(e) => e.feedback(),
+            _ => None,
+        }
+    }
+}
+
+/// A connection that could not be had, as the session's answer: a refusal with a code (a
+/// `554` greeting, a failed AUTH) is upstream's own; anything else is "unavailable".
+impl From<ConnectError> for UpstreamError {
+    fn from(e: ConnectError) -> UpstreamError {
+        match e {
+            ConnectError::Refused(e) => e,
+            ConnectError::Smtp(e) => unavailable(format!("connecting: {}", describe(&e))),
+            ConnectError::Io(e) => unavailable(format!("connecting: {e}")),
+            ConnectError::TimedOut => unavailable("connecting: timed out".into()),
+            ConnectError::PoolBusy => unavailable("every upstream connection stayed busy".into()),
+        }
+    }
+}
+
+impl Connector {
+    /// A ready connection, and whether upstream advertised PIPELINING on it.
+    pub(super) async fn connect(&self) -> Result<(AsyncSmtpConnection, bool), ConnectError> {
+        let mut conn = match &self.security {
+            // lettre's own timeout here bounds only the TCP connect; the caller bounds the rest.
+            Security::Implicit(params) => AsyncSmtpConnection::connect_tokio1(
+                (self.host.as_str(), self.port),
+                None,
+                &self.hello,
+                Some(params.clone()),
+                None,
+            )
+            .await
+            .map_err(|e| self.failed(e))?,
+            _ => {
+                // Our own socket, to turn Nagle off: lettre writes the message and its final
+                // dot separately, and Nagle would hold the dot for a delayed ACK (~40 ms a
+                // message).
+                let tcp = tokio::net::TcpStream::connect((self.host.as_str(), self.port))
+                    .await
+                    .map_err(ConnectError::Io)?;
+                let _ = tcp.set_nodelay(true);
+                AsyncSmtpConnection::connect_with_transport(Box::new(tcp), &self.hello)
+                    .await
+                    .map_err(|e| self.failed(e))?
+            }
+        };
+        match &self.security {
+            Security::Opportunistic(params) if conn.can_starttls() => conn
+                .starttls(params.clone(), &self.hello)
+                .await
+                .map_err(|e| self.failed(e))?,
+            // lettre refuses (client error) when the server offers no STARTTLS, so no
+            // credentials or mail ever cross a connection that was meant to be encrypted.
+            Security::Required(params) => conn
+                .starttls(params.clone(), &self.hello)
+                .await
+                .map_err(|e| self.failed(e))?,
+            _ => {}
+        }
+        let pipelining = advertises_pipelining(&mut conn, &self.hello)
+            .await
+            .map_err(|e| self.failed(e))?;
+        if let Some(credentials) = &self.credentials {
+            conn.auth(DEFAULT_MECHANISMS, credentials)
+                .await
+                .map_err(|e| self.failed(e))?;
+        }
+        Ok((conn, pipelining))
+    }
+
+    /// lettre's error on the way to a ready connection; a reply is classified.
+    fn failed(&self, e: SmtpError) -> ConnectError {
+        match e.status() {
+            Some(_) => ConnectError::Refused(self.classifier.classify(smtp_error(&e))),
+            None => ConnectError::Smtp(e),
+        }
+    }
+}
+
+/// Sends EHLO once more and reads its keywords: lettre's `ServerInfo` drops PIPELINING, and
+/// lettre parses only the extensions it knows. Sent after STARTTLS (so it is the encrypted
+/// session's answer) and before AUTH (so it cannot disturb an authenticated session). One
+/// round trip per connection, not per message.
+async fn advertises_pipelining(
+    conn: &mut AsyncSmtpConnection,
+    hello: &ClientId,
+) -> Result<bool, SmtpError> {
+    let reply = conn.command(Ehlo::new(hello.clone())).await?;
+    // The first line is the greeting; each later one is a keyword and its parameters.
+    let offered = reply.message().skip(1).any(|line| {
+        line.split_whitespace()
+            .next()
+            .is_some_and(|word| word.eq_ignore_ascii_case("PIPELINING"))
+    });
+    Ok(offered)
+}

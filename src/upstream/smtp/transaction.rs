@@ -1,0 +1,261 @@
+//! One message's transaction on one connection: our checks before anything is sent, then
+//! MAIL, RCPT, DATA (pipelined when upstream offers it, `pipeline.rs`), the body and the
+//! final dot, each step under the timeout. Played by `smtp://` and by each domain's share of
+//! an `mx://` message. Upstream's refusals are classified here, where they become
+//! [`UpstreamError`]s.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use lettre::transport::smtp::client::AsyncSmtpConnection;
+use lettre::transport::smtp::commands::Data;
+use lettre::transport::smtp::extension::{Extension, MailBodyParameter, MailParameter};
+use lettre::transport::smtp::Error as SmtpError;
+
+use super::tracked::Tracked;
+use super::wire::{bad, dot_after_bare_line_break, mail_line, path, rcpt_line, wire_pieces};
+use crate::upstream::reply::{describe, rejected, smtp_error, unavailable};
+use crate::upstream::{Accepted, Classifier, Envelope, UpstreamError};
+
+/// How much of the body lettre dot-stuffs and writes at a time.
+const BODY_SLICE: usize = 64 * 1024;
+
+/// The SMTP step at which a transaction failed; it decides whether a retry is safe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::upstream) enum Step {
+    Mail,
+    Rcpt,
+    Data,
+    /// Sending the body and waiting for the reply to the final dot.
+    EndOfData,
+    /// Checks of our own before MAIL (address forms, extensions upstream lacks).
+    Local,
+}
+
+/// How a transaction failed, and what that leaves of the connection.
+pub(in crate::upstream) struct Failure {
+    pub(in crate::upstream) step: Step,
+    pub(in crate::upstream) error: UpstreamError,
+    /// The connection is between transactions (or can be put there with RSET).
+    pub(in crate::upstream) clean: bool,
+    /// Nothing was accepted and the connection died under us: worth one fresh attempt.
+    pub(in crate::upstream) stale: bool,
+}
+
+/// One message's commands, ready to be played on a connection (twice, at most).
+pub(in crate::upstream) struct Transaction<'a> {
+    pub(super) envelope: &'a Envelope,
+    /// The paths as checked by `wire::path`; `None` is the null sender.
+    pub(super) from: Option<&'a str>,
+    pub(super) rcpts: Vec<&'a str>,
+    /// The message in pieces, sent one after the other (our header fields, the client's bytes).
+    pub(super) message: &'a [&'a [u8]],
+    /// Bounds each step: the write and the wait for its reply.
+    pub(super) timeout: Duration,
+    /// Reads upstream's refusals: the same patterns as the connector's.
+    classifier: &'a Classifier,
+    /// Upstream advertised PIPELINING on the connection about to be used (the pool's
+    /// connector asks); set it for each connection the transaction is played on.
+    pub(in crate::upstream) pipelining: bool,
+}
+
+impl<'a> Transaction<'a> {
+    /// Checks what can be checked before talking to upstream: address forms, and the bare
+    /// CR or LF next to a dot that a smuggling attempt needs. `message` is the message in
+    /// pieces, sent one after the other. Set `pipelining` per connection.
+    pub(in crate::upstream) fn new(
+        envelope: &'a Envelope,
+        message: &'a [&'a [u8]],
+        timeout: Duration,
+        classifier: &'a Classifier,
+    ) -> Result<Transaction<'a>, UpstreamError> {
+        let from = match &envelope.from {
+            None => None,
+            Some(a) => Some(path(a, false).ok_or_else(|| rejected(553, "5.1.7", bad(a)))?),
+        };
+        let mut rcpts = Vec::with_capacity(envelope.rcpts.len());
+        for r in &envelope.rcpts {
+            rcpts.push(path(r, true).ok_or_else(|| rejected(553, "5.1.3", bad(r)))?);
+        }
+        if rcpts.is_empty() {
+            return Err(rejected(503, "5.5.1", "no valid recipients".into()));
+        }
+        // Each piece but the last ends with a CRLF (pieces are whole header fields and what
+        // follows them), so no bare line break can straddle two.
+        if message.iter().any(|piece| dot_after_bare_line_break(piece)) {
+            return Err(rejected(
+                554,
+                "5.6.0",
+                "message has a bare CR or LF next to a dot; not relayed (SMTP smuggling)".into(),
+            ));
+        }
+        Ok(Transaction {
+            envelope,
+            from,
+            rcpts,
+            message,
+            timeout,
+            classifier,
+            pipelining: false,
+        })
+    }
+}
+
+impl Transaction<'_> {
+    /// MAIL, every RCPT and DATA (pipelined when upstream advertises PIPELINING), up to upstream's 354.
+    pub(in crate::upstream) async fn prepare(
+        &self,
+        conn: &mut AsyncSmtpConnection,
+    ) -> Result<(), Failure> {
+        let params = self.mail_parameters(conn)?;
+        let mail = mail_line(self.from, &params);
+        if self.pipelining {
+            return self.prepare_pipelined(conn, mail).await;
+        }
+        self.step(Step::Mail, conn.command(mail)).await?;
+        for rcpt in &self.rcpts {
+            self.step(Step::Rcpt, conn.command(rcpt_line(rcpt))).await?;
+        }
+        self.step(Step::Data, conn.command(Data)).await?;
+        Ok(())
+    }
+
+    /// The body and the final dot, and upstream's reply to it. The body goes to lettre in
+    /// slices of the message itself, so its dot-stuffed copy is never more than one slice.
+    /// A failure is uncertain only once the whole body was written (see `Tracked`).
+    pub(in crate::upstream) async fn finish(
+        &self,
+        conn: &mut AsyncSmtpConnection,
+    ) -> Result<Accepted, Failure> {
+        let whole = AtomicBool::new(false);
+        let body = Tracked {
+            parts: wire_pieces(self.message)
+                .into_iter()
+                .flat_map(|piece| piece.chunks(BODY_SLICE)),
+            whole: &whole,
+        };
+        let reply = match self.step(Step::EndOfData, conn.message_iter(body)).await {
+            Err(f) if !whole.load(Ordering::Relaxed) => return Err(cut_short(f)),
+            other => other?,
+        };
+        Ok(Accepted::new(reply.message().collect::<Vec<_>>().join(" ")))
+    }
+
+    pub(super) async fn run(&self, conn: &mut AsyncSmtpConnection) -> Result<Accepted, Failure> {
+        self.prepare(conn).await?;
+        self.finish(conn).await
+    }
+
+    /// Declares what the client declared, when upstream understands it. What cannot be
+    /// relayed faithfully is refused here, as RFC 6152 and RFC 6531 ask of a relay.
+    fn mail_parameters(&self, conn: &AsyncSmtpConnection) -> Result<Vec<MailParameter>, Failure> {
+        let info = conn.server_info();
+        let local = |code, enhanced, text: &str| Failure {
+            step: Step::Local,
+            error: rejected(code, enhanced, text.into()),
+            clean: true,
+            stale: false,
+        };
+        let mut params = Vec::new();
+        let utf8_addresses = self.envelope.from.as_deref().is_some_and(|a| !a.is_ascii())
+            || self.envelope.rcpts.iter().any(|a| !a.is_ascii());
+        if info.supports_feature(Extension::SmtpUtfEight) {
+            if self.envelope.smtputf8 || utf8_addresses {
+                params.push(MailParameter::SmtpUtfEight);
+            }
+        } else if utf8_addresses {
+            return Err(local(
+                553,
+                "5.6.7",
+                "upstream does not support SMTPUTF8; non-ASCII address not relayed",
+            ));
+        }
+        let eight_bit = !self.message.iter().all(|piece| piece.is_ascii());
+        if info.supports_feature(Extension::EightBitMime) {
+            if self.envelope.body_8bit || eight_bit {
+                params.push(MailParameter::Body(MailBodyParameter::EightBitMime));
+            }
+        } else if eight_bit {
+            return Err(local(
+                554,
+                "5.6.3",
+                "upstream does not support 8BITMIME; 8-bit message not relayed",
+            ));
+        }
+        Ok(params)
+    }
+
+    /// Runs one step under the timeout and classifies its failure: upstream's refusal by
+    /// what it says about our sending (the configured patterns), and by what it leaves of
+    /// the connection.
+    pub(super) async fn step<T>(
+        &self,
+        step: Step,
+        fut: impl std::future::Future<Output = Result<T, SmtpError>>,
+    ) -> Result<T, Failure> {
+        let before_body = step != Step::EndOfData;
+        match tokio::time::timeout(self.timeout, fut).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => match e.status().map(u16::from) {
+                // 421: upstream is closing this connection (often its idle timeout, read
+                // only now); nothing was accepted, so a fresh connection may do better.
+                Some(421) => Err(Failure {
+                    step,
+                    error: self.classifier.classify(smtp_error(&e)),
+                    clean: false,
+                    stale: before_body,
+                }),
+                Some(_) => Err(Failure {
+                    step,
+                    error: self.classifier.classify(smtp_error(&e)),
+                    clean: true,
+                    stale: false,
+                }),
+                None => Err(Failure {
+                    step,
+                    error: no_answer(step, format!("{step:?}: {}", describe(&e)), &e),
+                    clean: false,
+                    stale: before_body && !e.is_client(),
+                }),
+            },
+            Err(_) => Err(Failure {
+                step,
+                error: no_answer_within(step, self.timeout),
+                clean: false,
+                stale: false,
+            }),
+        }
+    }
+}
+
+/// A step that ended without a reply. Once the body is on its way (`EndOfData`) upstream
+/// may have taken the message without our hearing it: that is not the same answer as
+/// "unreachable", and the client is told so.
+fn no_answer(step: Step, reason: String, e: &SmtpError) -> UpstreamError {
+    match step {
+        Step::EndOfData if !e.is_client() => UpstreamError::Uncertain(reason),
+        _ => unavailable(reason),
+    }
+}
+
+fn no_answer_within(step: Step, timeout: Duration) -> UpstreamError {
+    let reason = format!("no answer at {step:?} within {} ms", timeout.as_millis());
+    match step {
+        Step::EndOfData => UpstreamError::Uncertain(reason),
+        _ => unavailable(reason),
+    }
+}
+
+/// The connection failed while the body was still being written: without its final dot
+/// upstream cannot have taken the message, so this is "unavailable", not uncertain.
+fn cut_short(f: Failure) -> Failure {
+    Failure {
+        error: unavailable(format!(
+            "connection lost while sending the body: {}",
+            f.error
+        )),
+        clean: false,
+        stale: false,
+        ..f
+    }
+}
