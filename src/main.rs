@@ -80,7 +80,7 @@ fn init_logs(format: LogFormat) {
     match format {
         // Client-supplied values (key headers, names) quoted: they cannot forge fields.
         LogFormat::Text => builder
-            .fmt_fields(mailsluice::log_format::SafeFields)
+            .fmt_fields(mailsluice::observe::log_format::SafeFields)
             .init(),
         LogFormat::Json => builder.json().init(),
     }
@@ -89,7 +89,7 @@ fn init_logs(format: LogFormat) {
 fn check(path: &std::path::Path) -> anyhow::Result<()> {
     let config = Config::load(path)?;
     if let Some(tls) = &config.smtp.tls {
-        mailsluice::tls::Tls::load(tls)?;
+        mailsluice::inbound::tls::Tls::load(tls)?;
     }
     for warning in config.warnings() {
         eprintln!("{}: warning: {warning}", path.display());
@@ -164,7 +164,8 @@ fn hash_password() -> anyhow::Result<()> {
     let password = line.strip_suffix('\n').unwrap_or(&line);
     let password = password.strip_suffix('\r').unwrap_or(password);
     anyhow::ensure!(!password.is_empty(), "empty password on standard input");
-    let hash = mailsluice::password::hash(password).map_err(|e| anyhow::anyhow!("hashing: {e}"))?;
+    let hash = mailsluice::inbound::password::hash(password)
+        .map_err(|e| anyhow::anyhow!("hashing: {e}"))?;
     println!("{hash}");
     Ok(())
 }
@@ -194,11 +195,11 @@ async fn serve_async(config: Arc<Config>, path: &std::path::Path) -> anyhow::Res
     if let Some(admin) = &config.admin {
         listeners.admin = Some(bind_admin(admin.listen).await?);
     }
-    tokio::spawn(mailsluice::reload::on_hangup(
+    tokio::spawn(mailsluice::serve::reload::on_hangup(
         path.to_owned(),
         deps.live.clone(),
     ));
-    let (trigger, shutdown) = mailsluice::shutdown::channel();
+    let (trigger, shutdown) = mailsluice::state::shutdown::channel();
     tokio::spawn(async move {
         wait_for_signal().await;
         tracing::info!("shutting down: no new connections, finishing transactions in flight");

@@ -12,10 +12,11 @@ use tokio::time::Instant;
 use super::received::{self, Trace};
 use super::reply::{self, Reply};
 use super::session::{Flow, Session};
-use crate::metrics::Outcome;
+use crate::message::Envelope;
+use crate::message::Outcome;
 use crate::policy::{self, Charge, MessageFacts, Plan};
 use crate::throttle::{Again, Permit, ThrottleError};
-use crate::upstream::{Accepted, Admission, Envelope, Upstream, UpstreamError};
+use crate::upstream::{Accepted, Admission, Upstream, UpstreamError};
 
 /// What one message came to, for its log line and the metrics.
 pub(super) struct Record {

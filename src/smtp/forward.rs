@@ -10,10 +10,11 @@ use tokio::time::Instant;
 use super::deliver::{NoTokens, Record, Tokens};
 use super::reply;
 use super::session::{Flow, Session};
-use crate::metrics::Outcome;
+use crate::message::Envelope;
+use crate::message::Outcome;
 use crate::policy::Plan;
 use crate::throttle::{Again, Permit, ThrottleError};
-use crate::upstream::{Accepted, Envelope, Feedback, Upstream, UpstreamError};
+use crate::upstream::{Accepted, Feedback, Upstream, UpstreamError};
 
 /// Upstream's verdict, and the permits whose tokens it settles.
 pub(super) type Sent = (Result<Accepted, UpstreamError>, Vec<Permit>);

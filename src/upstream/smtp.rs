@@ -34,8 +34,9 @@ use wire::{mail_line, rcpt_line, wire_pieces};
 
 use super::pool::{Connector, Lease, Pool, Reconnect, Security};
 use super::reply::{connect_error, describe, rejected, smtp_error, unavailable};
-use super::{Accepted, CheckFuture, Classifier, Envelope, ForwardFuture, Forwarder, UpstreamError};
+use super::{Accepted, CheckFuture, Classifier, ForwardFuture, Forwarder, UpstreamError};
 use crate::config::{UpstreamConfig, UpstreamTls, UpstreamUrl};
+use crate::message::Envelope;
 
 /// Why an SMTP upstream could not be set up from the configuration.
 #[derive(Debug, thiserror::Error)]

@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use super::wire::{bad, dot_after_bare_line_break, path};
 use super::Transaction;
+use crate::message::Envelope;
 use crate::upstream::reply::rejected;
-use crate::upstream::{Envelope, UpstreamError};
+use crate::upstream::UpstreamError;
 
 impl<'a> Transaction<'a> {
     /// Checks what can be checked before talking to upstream: address forms, and the bare

@@ -1,0 +1,7 @@
+//! Wiring: what starts and runs the relay, on top of every other part.
+//!
+//! - `server`: the accept loop, the connection bounds, graceful shutdown: `run`.
+//! - `reload`: SIGHUP: a new context from a new config, unchanged layers kept.
+
+pub mod reload;
+pub mod server;
