@@ -2,6 +2,8 @@
 //!
 //! - `server`: the accept loop, the connection bounds, graceful shutdown: `run`.
 //! - `reload`: SIGHUP: a new context from a new config, unchanged layers kept.
+//! - `commands`: the subcommands `check`, `peek` and `hash-password`.
 
+pub mod commands;
 pub mod reload;
 pub mod server;
