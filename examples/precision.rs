@@ -34,7 +34,7 @@ async fn main() {
     let config = Arc::new(Config::parse(&text).unwrap());
     let grants = Arc::new(Mutex::new(Vec::<Instant>::new()));
     let forwarder = Arc::new(Stamped {
-        inner: mailsluice::upstream::build_forwarder(config.first_upstream(), "bench").unwrap(),
+        inner: mailsluice::upstream::build_forwarder(&config.upstreams[0], "bench").unwrap(),
         times: grants.clone(),
     });
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
