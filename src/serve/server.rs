@@ -1,6 +1,6 @@
 //! Accepting connections: the connection bounds, one task per session, graceful shutdown.
-//! Everything a session needs is in its `Context` (see `context`); this file only accepts,
-//! counts and spawns.
+//! Everything a session needs is in its `Context` (see `state::context`); this file only
+//! accepts, counts and spawns.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
