@@ -9,7 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mailsluice::config::Config;
-use mailsluice::upstream::{Envelope, ForwardFuture, Forwarder};
+use mailsluice::message::Envelope;
+use mailsluice::upstream::{ForwardFuture, Forwarder};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -38,7 +39,7 @@ async fn main() {
     });
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let relay_addr = listener.local_addr().unwrap();
-    let (_trigger, shutdown) = mailsluice::shutdown::channel();
+    let (_trigger, shutdown) = mailsluice::state::shutdown::channel();
     let upstreams = mailsluice::upstream::Upstreams::with_first(&config, forwarder).unwrap();
     let deps = mailsluice::Deps::new(config, upstreams);
     tokio::spawn(mailsluice::run(vec![listener], deps, shutdown));

@@ -7,8 +7,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::config::Config;
-use crate::context::{Context, Deps};
-use crate::upstream::{Accepted, Envelope, ForwardFuture, Forwarder};
+use crate::message::Envelope;
+use crate::state::context::{Context, Deps};
+use crate::upstream::{Accepted, ForwardFuture, Forwarder};
 
 /// A forwarder that accepts everything and keeps the messages.
 #[derive(Default)]
@@ -76,7 +77,7 @@ pub fn context() -> (Arc<Context>, Arc<KeepingForwarder>) {
 pub async fn session(ctx: Arc<Context>, input: &[u8]) -> Vec<u8> {
     let (client, server) = tokio::io::duplex(16 * 1024);
     let peer = "127.0.0.1:2525".parse().expect("an address");
-    let (_trigger, shutdown) = crate::shutdown::channel();
+    let (_trigger, shutdown) = crate::state::shutdown::channel();
     let serve = crate::smtp::serve(ctx, Box::new(server), peer, shutdown, false);
     let (mut rd, mut wr) = tokio::io::split(client);
     let write = async move {

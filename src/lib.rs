@@ -5,48 +5,44 @@
 //!
 //! | module | what it holds |
 //! |---|---|
-//! | `server` | the accept loop, the connection bounds, graceful shutdown: [`run`] |
-//! | `admin` | the HTTP endpoint: `/` (the status page, rendered by `status_page`), `/healthz`, `/readyz`, `/metrics`, `/buckets/{layer}/{key}` |
-//! | `status_page` | the HTML of `/`: readiness, layers, most waiting keys, last refusals |
-//! | `reload` | SIGHUP: a new context from a new config, unchanged layers kept |
-//! | `smtp/` | one client's session: the state machine, one file per verb, the final dot (`deliver`, and its upstream leg `forward`), every reply text (`reply`) |
-//! | `context` | `Deps` (what `run` needs), `Context` (what a session reads), `Live` (the context in force) |
-//! | `policy` | which upstream a message takes (`route`), which buckets it is charged to, how much, and which key headers it loses |
-//! | `recent` | the last refusals, and refusals per layer in the last minute (status page) |
-//! | `metrics` | the Prometheus registry and what is counted |
-//! | `throttle/` | token buckets (pure math in `bucket`), key tables, stores (local, Redis), layers with FIFO queues (fair by tenant with `fair_by`) |
-//! | `upstream/` | the `Forwarder` trait: `smtp` (lettre connections, our pool, pipelining), `mx` (direct delivery, hickory-resolver), `file`; the named upstreams (`upstreams`) |
-//! | `tls` | inbound TLS: PEM loading, the rustls acceptor, its reload |
-//! | `connection_limit` | connections held per client address |
-//! | `auth_lockout` | failed AUTH attempts per client address, and the lockout |
-//! | `password` | argon2id password hashes for `[smtp.auth] users`, and the verifier that bounds checks in flight (memory) |
-//! | `shutdown` | the one shutdown signal every task listens to |
-//! | `log_format` | the human log format's fields, client-supplied values quoted and escaped |
-//! | `config/` | the TOML schema, its defaults and validation |
+//! | `serve/` | wiring: the accept loop and graceful shutdown (`server`: [`run`]), SIGHUP (`reload`), the subcommands `check`, `peek`, `hash-password` (`commands`) |
+//! | `admin/` | the admin HTTP endpoint (`endpoint`): `/` (the status page, `status_page`), `/healthz`, `/readyz`, `/metrics`, `/buckets/{layer}/{key}` |
 //! | `fuzzing` | (feature `fuzzing`) a session over an in-memory stream, for `fuzz/` and tests |
+//! | `smtp/` | one client's session: the state machine, one file per verb, the final dot (`deliver`: the wait for tokens in `waiter`, the upstream leg in `forward`, one `verdict` answered and logged once), every reply text (`reply`) |
+//! | `state/` | what the running relay's tasks share: `Deps`, `Context`, `Live` (`context`); the one shutdown signal (`shutdown`) |
+//! | `observe/` | what the relay records about itself: Prometheus metrics (`metrics`), the last refusals (`recent`), the human log format's fields (`log_format`) |
+//! | `inbound/` | inbound security: TLS (`tls`), password hashes (`password`), the AUTH lockout (`auth_lockout`), connections per client address (`connection_limit`) |
+//! | `policy` | which upstream a message takes (`route`), which buckets it is charged to, how much, and which key headers it loses |
+//! | `throttle/` | token buckets (pure math in `bucket`), key tables, stores (local, Redis), layers with FIFO queues (fair by tenant with `fair_by`) |
+//! | `upstream/` | the `Forwarder` trait, one module per kind: `smtp` (lettre connections, our pool, pipelining), `mx` (direct delivery, hickory-resolver), `file`; what a refusal says about our sending, typed (`feedback`); the named upstreams (`upstreams`) |
+//! | `message/` | plain data about one message: its `Envelope`, its `Outcome` |
+//! | `config/` | the TOML schema, its defaults and validation; `config/upstream/` the keys every upstream shares and each kind's own |
 //!
-//! `main.rs` only parses the command line, loads the config, binds and calls [`run`].
+//! A new kind of upstream touches these files and no others:
+//! - `config/upstream/<kind>.rs` (new): its URL, its keys and their checks;
+//! - `config/upstream/kind.rs`: its variant of `UpstreamKind`, with its arms there (scheme,
+//!   keys, URL text, SMTP client settings if it speaks SMTP);
+//! - `upstream/<kind>.rs` (new): its `Forwarder`, which returns its refusals typed (an
+//!   `UpstreamError::Pushback` with a `Feedback` when upstream pushed back on our sending);
+//! - `upstream/mod.rs`: its `mod` line and its arm in `build_forwarder`;
+//! - README.md: the rows of its keys.
+//!
+//! `main.rs` only parses the command line and dispatches: to serve, it loads the config, binds
+//! and calls [`run`]; the other subcommands are in `serve::commands`.
 
 pub mod admin;
-pub mod auth_lockout;
 pub mod config;
-pub mod connection_limit;
-pub mod context;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
-pub mod log_format;
-pub mod metrics;
-pub mod password;
+pub mod inbound;
+pub mod message;
+pub mod observe;
 pub mod policy;
-pub mod recent;
-pub mod reload;
-pub mod server;
-pub mod shutdown;
+pub mod serve;
 pub mod smtp;
-pub mod status_page;
+pub mod state;
 pub mod throttle;
-pub mod tls;
 pub mod upstream;
 
-pub use context::{Context, Deps};
-pub use server::{run, Listeners};
+pub use serve::server::{run, Listeners};
+pub use state::context::{Context, Deps};

@@ -1,6 +1,6 @@
 //! The `mailsluice` command: parse the command line, load the config, bind, and run until
-//! SIGTERM/SIGINT (SIGHUP reloads the config, see `reload`). Everything else is in the
-//! library; the subcommands (`check`, `peek`, `hash-password`) are thin too.
+//! SIGTERM/SIGINT (SIGHUP reloads the config, see `serve::reload`). Everything else is in the
+//! library, the other subcommands (`check`, `peek`, `hash-password`) in `serve::commands`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -9,6 +9,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
 use mailsluice::config::Config;
+use mailsluice::serve::commands;
 use tokio::net::TcpListener;
 
 #[derive(Parser)]
@@ -56,9 +57,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logs(cli.log_format);
     let result = match cli.command {
-        Some(Command::Check) => check(&cli.config),
-        Some(Command::Peek { ref layer, ref key }) => peek(&cli.config, layer, key),
-        Some(Command::HashPassword) => hash_password(),
+        Some(Command::Check) => commands::check(&cli.config).map_err(Into::into),
+        Some(Command::Peek { ref layer, ref key }) => {
+            commands::peek(&cli.config, layer, key).map_err(Into::into)
+        }
+        Some(Command::HashPassword) => commands::hash_password().map_err(Into::into),
         None => serve(&cli.config),
     };
     match result {
@@ -80,93 +83,10 @@ fn init_logs(format: LogFormat) {
     match format {
         // Client-supplied values (key headers, names) quoted: they cannot forge fields.
         LogFormat::Text => builder
-            .fmt_fields(mailsluice::log_format::SafeFields)
+            .fmt_fields(mailsluice::observe::log_format::SafeFields)
             .init(),
         LogFormat::Json => builder.json().init(),
     }
-}
-
-fn check(path: &std::path::Path) -> anyhow::Result<()> {
-    let config = Config::load(path)?;
-    if let Some(tls) = &config.smtp.tls {
-        mailsluice::tls::Tls::load(tls)?;
-    }
-    for warning in config.warnings() {
-        eprintln!("{}: warning: {warning}", path.display());
-    }
-    println!("{}: ok", path.display());
-    Ok(())
-}
-
-/// A redis layer is read from Redis itself (the shared state); a local layer lives in the
-/// running relay, so it is asked through its admin endpoint.
-fn peek(path: &std::path::Path, layer: &str, key: &str) -> anyhow::Result<()> {
-    let config = Config::load(path)?;
-    let Some(spec) = config.layer(layer) else {
-        anyhow::bail!("{}: no layer named {layer:?}", path.display());
-    };
-    if spec.store == mailsluice::config::StoreKind::Redis {
-        let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-        let peek = runtime.block_on(async {
-            let clock = Arc::new(mailsluice::throttle::TokioClock::new());
-            let throttle = mailsluice::throttle::from_config(&config, clock);
-            if let Some(Err(e)) = throttle.check_store().await {
-                return Err(anyhow::anyhow!(e));
-            }
-            Ok(throttle.peek_async(layer, key).await)
-        })?;
-        let peek = peek.expect("layer exists").context("reading Redis")?;
-        println!("{}", serde_json::to_string(&peek)?);
-        return Ok(());
-    }
-    let admin = config
-        .admin
-        .as_ref()
-        .context("peek asks the relay's admin endpoint: the config has no [admin] section")?;
-    let url = format!(
-        "http://{}/buckets/{}/{}",
-        admin.listen,
-        percent_encode(layer),
-        percent_encode(key)
-    );
-    let body = ureq::get(&url)
-        .call()
-        .with_context(|| format!("asking {url} (is the relay running?)"))?
-        .body_mut()
-        .read_to_string()
-        .context("reading the admin endpoint's answer")?;
-    println!("{body}");
-    Ok(())
-}
-
-/// Path segment encoding for keys, which may hold anything a header may.
-fn percent_encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
-fn hash_password() -> anyhow::Result<()> {
-    use std::io::{BufRead, IsTerminal};
-    if std::io::stdin().is_terminal() {
-        eprint!("Password (shown as typed): ");
-    }
-    let mut line = String::new();
-    std::io::stdin()
-        .lock()
-        .read_line(&mut line)
-        .context("reading the password from standard input")?;
-    let password = line.strip_suffix('\n').unwrap_or(&line);
-    let password = password.strip_suffix('\r').unwrap_or(password);
-    anyhow::ensure!(!password.is_empty(), "empty password on standard input");
-    let hash = mailsluice::password::hash(password).map_err(|e| anyhow::anyhow!("hashing: {e}"))?;
-    println!("{hash}");
-    Ok(())
 }
 
 fn serve(path: &std::path::Path) -> anyhow::Result<()> {
@@ -194,11 +114,11 @@ async fn serve_async(config: Arc<Config>, path: &std::path::Path) -> anyhow::Res
     if let Some(admin) = &config.admin {
         listeners.admin = Some(bind_admin(admin.listen).await?);
     }
-    tokio::spawn(mailsluice::reload::on_hangup(
+    tokio::spawn(mailsluice::serve::reload::on_hangup(
         path.to_owned(),
         deps.live.clone(),
     ));
-    let (trigger, shutdown) = mailsluice::shutdown::channel();
+    let (trigger, shutdown) = mailsluice::state::shutdown::channel();
     tokio::spawn(async move {
         wait_for_signal().await;
         tracing::info!("shutting down: no new connections, finishing transactions in flight");

@@ -107,11 +107,6 @@ impl Config {
         Ok(config)
     }
 
-    /// The upstream of a message when there are no routes: the first.
-    pub fn first_upstream(&self) -> &UpstreamConfig {
-        &self.upstreams[0]
-    }
-
     /// What is valid but probably not meant, for `mailsluice check` and the startup log.
     pub fn warnings(&self) -> Vec<String> {
         route::warnings(self)

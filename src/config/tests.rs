@@ -136,7 +136,7 @@ const TWO: &str = "[smtp]\nlisten = [\"127.0.0.1:0\"]\n\
 fn one_upstream_table_is_named_default_and_several_keep_their_names() {
     let one = Config::parse(MINIMAL).unwrap();
     assert_eq!(one.upstreams.len(), 1);
-    assert_eq!(one.first_upstream().name(), DEFAULT_NAME);
+    assert_eq!(one.upstreams[0].name(), DEFAULT_NAME);
     let two = Config::parse(TWO).unwrap();
     let names: Vec<&str> = two.upstreams.iter().map(UpstreamConfig::name).collect();
     assert_eq!(names, ["eu", "backup"]);

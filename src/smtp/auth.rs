@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use super::conn::{Line, Stop};
 use super::reply::{self, Reply};
 use super::session::{AuthUser, Flow, Session};
-use crate::auth_lockout::Attempt;
+use crate::inbound::auth_lockout::Attempt;
 
 /// How an exchange ended without complete credentials.
 enum Exchange {

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use super::data_reader::DataReader;
 use super::reply::Reply;
-use crate::shutdown::Shutdown;
+use crate::state::shutdown::Shutdown;
 
 /// Any byte stream a session can run on: plain TCP now, TLS after STARTTLS.
 pub trait AsyncStream: AsyncRead + AsyncWrite + Unpin + Send {}
@@ -291,7 +291,7 @@ mod tests {
     async fn the_input_buffer_stays_small_between_commands_and_after_data() {
         let (client, server) = tokio::io::duplex(1 << 20);
         let mut conn = Conn::new(Box::new(server), Duration::from_secs(5), 4096);
-        let (_trigger, mut shutdown) = crate::shutdown::channel();
+        let (_trigger, mut shutdown) = crate::state::shutdown::channel();
         let mut client = client;
         client.write_all(b"EHLO x\r\nDATA\r\n").await.unwrap();
         assert!(matches!(

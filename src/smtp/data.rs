@@ -51,7 +51,7 @@ impl Session {
         let _budget = reader.take_budget();
         let body = reader.finish();
         if body.is_err() {
-            self.ctx.metrics.message(crate::metrics::Outcome::Rejected);
+            self.ctx.metrics.message(crate::message::Outcome::Rejected);
         }
         match body {
             Ok(body) => return self.deliver(envelope, body).await,

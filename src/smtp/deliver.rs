@@ -15,10 +15,10 @@ use super::received::{self, Trace};
 use super::session::{Flow, Session};
 use super::verdict::{Held, Record, Verdict};
 use super::waiter::{Tokens, Waiter};
-use crate::context::Context;
-use crate::metrics::Outcome;
+use crate::message::{Envelope, Outcome};
 use crate::policy::{self, Charge, MessageFacts, Plan};
-use crate::upstream::{Admission, Envelope};
+use crate::state::context::Context;
+use crate::upstream::Admission;
 
 impl Session {
     pub async fn deliver(&mut self, envelope: Envelope, body: Vec<u8>) -> Flow {

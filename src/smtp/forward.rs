@@ -10,9 +10,10 @@ use tokio::time::Instant;
 
 use super::verdict::{Held, Record};
 use super::waiter::{Tokens, Waiter};
+use crate::message::Envelope;
 use crate::policy::Plan;
 use crate::throttle::{Permit, ThrottleError};
-use crate::upstream::{Accepted, Envelope, Feedback, Upstream, UpstreamError};
+use crate::upstream::{Accepted, Feedback, Upstream, UpstreamError};
 
 /// Upstream's verdict, and the permits whose tokens it settles.
 pub(super) type Sent = (Result<Accepted, UpstreamError>, Vec<Permit>);

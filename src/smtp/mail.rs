@@ -5,7 +5,7 @@
 use super::path::{self, Param, PathError};
 use super::reply::{self, Reply};
 use super::session::Session;
-use crate::upstream::Envelope;
+use crate::message::Envelope;
 
 /// What MAIL's parameters ask for.
 #[derive(Debug, Default, PartialEq, Eq)]

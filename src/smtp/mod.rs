@@ -1,4 +1,4 @@
-//! The inbound ESMTP dialogue (the accept loop is `crate::server`).
+//! The inbound ESMTP dialogue (the accept loop is `crate::serve::server`).
 //!
 //! - `session`: one client's state and command loop; it dispatches each command to the file
 //!   named after its verb: `ehlo`, `mail`, `rcpt`, `data`, `rset`, `vrfy`, `help`,
@@ -37,8 +37,8 @@ pub use data_reader::{DataProblem, DataReader};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use crate::context::Context;
-use crate::shutdown::Shutdown;
+use crate::state::context::Context;
+use crate::state::shutdown::Shutdown;
 
 /// Runs one client's session on `stream` until it ends.
 pub async fn serve(

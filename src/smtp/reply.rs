@@ -30,10 +30,6 @@ impl Reply {
         Reply::new(code, "", text)
     }
 
-    pub fn is_positive(&self) -> bool {
-        self.code < 400
-    }
-
     /// Appends the reply in wire form. CR and LF inside a text (from upstream) are replaced
     /// so a reply can never be split into two.
     pub fn write_to(&self, out: &mut Vec<u8>) {

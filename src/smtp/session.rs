@@ -9,9 +9,9 @@ use smtp_proto::{Error as ParseError, Request};
 
 use super::conn::{Conn, Line, Stop};
 use super::reply::{self, Reply};
-use crate::context::Context;
-use crate::shutdown::Shutdown;
-use crate::upstream::Envelope;
+use crate::message::Envelope;
+use crate::state::context::Context;
+use crate::state::shutdown::Shutdown;
 
 /// Whether the session goes on after a command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

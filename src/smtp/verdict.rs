@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::reply::{self, Reply};
-use crate::metrics::Outcome;
+use crate::message::Outcome;
 use crate::throttle::ThrottleError;
 use crate::upstream::{Accepted, UpstreamError};
 

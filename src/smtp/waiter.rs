@@ -7,8 +7,8 @@ use tokio::time::Instant;
 
 use super::conn::Conn;
 use super::verdict::{Held, Record};
-use crate::context::Context;
 use crate::policy::Charge;
+use crate::state::context::Context;
 use crate::throttle::{Again, Permit};
 use crate::upstream::Upstream;
 

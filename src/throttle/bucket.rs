@@ -173,10 +173,6 @@ impl Bucket {
         }
     }
 
-    pub fn is_full(&self, st: State, now: Nanos) -> bool {
-        self.full_at(st) <= now
-    }
-
     // Drip (GCRA) --------------------------------------------------------------------------
 
     fn scaled(&self, st: State) -> u128 {

@@ -14,7 +14,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
-use super::{Accepted, CheckFuture, Envelope, ForwardFuture, Forwarder, UpstreamError};
+use super::{Accepted, CheckFuture, ForwardFuture, Forwarder, UpstreamError};
+use crate::message::Envelope;
 
 /// Writes each message as `<id>.eml` with its envelope beside it in `<id>.json`.
 #[derive(Debug, Clone)]

@@ -35,6 +35,7 @@ pub use smtp::{SmtpForwarder, SmtpSetupError};
 pub use upstreams::{Upstream, Upstreams};
 
 use crate::config::{UpstreamConfig, UpstreamKind};
+use crate::message::Envelope;
 
 /// The forwarder the configuration asks for. Errors are meant for the operator at startup
 /// (bad URL, missing password variable), so they are plain text naming the key.
@@ -50,18 +51,6 @@ pub fn build_forwarder(cfg: &UpstreamConfig) -> Result<Arc<dyn Forwarder>, Strin
             Ok(Arc::new(forwarder))
         }
     }
-}
-
-/// The SMTP envelope as the client gave it. `from` is `None` for the null sender `<>`
-/// (bounces), which must stay null upstream.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Envelope {
-    pub from: Option<String>,
-    pub rcpts: Vec<String>,
-    /// The client asked for SMTPUTF8 at MAIL.
-    pub smtputf8: bool,
-    /// The client declared BODY=8BITMIME at MAIL.
-    pub body_8bit: bool,
 }
 
 /// Upstream took the message; `text` is its reply text (carries the upstream's message id,

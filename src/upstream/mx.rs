@@ -26,8 +26,9 @@ use self::dsn::Refused;
 use self::resolve::MxResolver;
 use super::reply::rejected;
 use super::smtp::Transaction;
-use super::{Accepted, Envelope, ForwardFuture, Forwarder, UpstreamError};
+use super::{Accepted, ForwardFuture, Forwarder, UpstreamError};
 use crate::config::{UpstreamConfig, UpstreamKind};
+use crate::message::Envelope;
 
 /// Why an MX upstream could not be set up from the configuration.
 #[derive(Debug, thiserror::Error)]

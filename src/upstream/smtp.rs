@@ -35,10 +35,9 @@ mod wire;
 pub(super) use transaction::{Failure, Step, Transaction};
 
 use super::pool::{Connector, Lease, Pool, Reconnect, Security};
-use super::{
-    Accepted, CheckFuture, Classifier, Envelope, Feedback, ForwardFuture, Forwarder, UpstreamError,
-};
+use super::{Accepted, CheckFuture, Classifier, Feedback, ForwardFuture, Forwarder, UpstreamError};
 use crate::config::{SmtpCredentials, UpstreamConfig, UpstreamKind, UpstreamTls};
+use crate::message::Envelope;
 
 /// Why an SMTP upstream could not be set up from the configuration.
 #[derive(Debug, thiserror::Error)]

@@ -210,7 +210,7 @@ async fn peek_reads_the_config_in_force_after_a_reload() {
             &up.url(),
             &format!("tls = \"none\"\n{}", rest(layer, limit)),
         );
-        mailsluice::reload::reload(&relay.live, text).expect("the new config is used")
+        mailsluice::serve::reload::reload(&relay.live, text).expect("the new config is used")
     };
     reloaded("tenant", 5);
     assert_eq!(

@@ -5,6 +5,8 @@ use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::Receiver;
 
+use mailsluice::inbound::password;
+
 use crate::support::host::{free_port, scratch_path};
 use crate::support::relay::Client;
 
@@ -273,8 +275,8 @@ fn hash_password_reads_stdin_and_prints_an_argon2id_hash() {
     let hash = String::from_utf8(out.stdout).unwrap();
     let hash = hash.trim();
     assert!(hash.starts_with("$argon2id$v=19$"), "{hash}");
-    assert!(mailsluice::password::matches(hash, "correct horse"));
-    assert!(!mailsluice::password::matches(hash, "correct horse\n"));
+    assert!(password::matches(hash, "correct horse"));
+    assert!(!password::matches(hash, "correct horse\n"));
     // A config with that hash is valid.
     let config = format!(
         "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[smtp.auth]\nusers = [{{ user = \"u\", password_hash = \"{hash}\" }}]\n[upstream]\nurl = \"file://x\"\n"

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use argon2::password_hash::{PasswordHasher, SaltString};
 use argon2::{Algorithm, Argon2, Params, Version};
-use mailsluice::password::Verifier;
+use mailsluice::inbound::password::Verifier;
 
 use crate::support::auth::plain;
 use crate::support::memory::MemoryForwarder;

@@ -349,7 +349,7 @@ async fn a_key_header_cannot_forge_log_fields_nor_reach_the_terminal_raw() {
     let log = LogBuffer::default();
     let sink = log.clone();
     let subscriber = tracing_subscriber::fmt()
-        .fmt_fields(mailsluice::log_format::SafeFields)
+        .fmt_fields(mailsluice::observe::log_format::SafeFields)
         .with_ansi(false)
         .with_writer(move || sink.clone())
         .finish();

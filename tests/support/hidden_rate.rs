@@ -6,9 +6,10 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use mailsluice::message::Envelope;
 use mailsluice::throttle::bucket::{Bucket, State, Take};
 use mailsluice::throttle::{Clock, TokioClock};
-use mailsluice::upstream::{Accepted, Envelope, Feedback, ForwardFuture, Forwarder, UpstreamError};
+use mailsluice::upstream::{Accepted, Feedback, ForwardFuture, Forwarder, UpstreamError};
 use tokio::time::Instant;
 
 pub const SES_RATE: &str = "Throttling failure: Maximum sending rate exceeded.";

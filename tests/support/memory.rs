@@ -6,7 +6,8 @@
 
 use std::sync::{Arc, Mutex};
 
-use mailsluice::upstream::{Accepted, Envelope, ForwardFuture, Forwarder, UpstreamError};
+use mailsluice::message::Envelope;
+use mailsluice::upstream::{Accepted, ForwardFuture, Forwarder, UpstreamError};
 
 #[derive(Default)]
 pub struct MemoryForwarder {

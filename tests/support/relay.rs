@@ -7,11 +7,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use mailsluice::config::Config;
-use mailsluice::context::Context;
-use mailsluice::server::Listeners;
-use mailsluice::shutdown::{self, ShutdownTrigger};
+use mailsluice::inbound::tls::Tls;
+use mailsluice::serve::server::Listeners;
 use mailsluice::smtp::AsyncStream;
-use mailsluice::tls::Tls;
+use mailsluice::state::context::Context;
+use mailsluice::state::shutdown::{self, ShutdownTrigger};
 use mailsluice::upstream::{Forwarder, Upstreams};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
@@ -24,7 +24,7 @@ pub struct Relay {
     pub addr: SocketAddr,
     /// Sessions over in-memory streams share this context with the TCP ones.
     ctx: Arc<Context>,
-    admin: Arc<mailsluice::admin::Admin>,
+    admin: Arc<mailsluice::admin::endpoint::Admin>,
     /// The implicit-TLS port, when the config has `[smtp.tls]`.
     pub tls_addr: Option<SocketAddr>,
     /// The relay's certificate holder, to call `reload` as SIGHUP does.
@@ -32,7 +32,7 @@ pub struct Relay {
     /// The relay's throttle, to peek at buckets.
     pub throttle: Arc<mailsluice::throttle::Throttle>,
     /// The relay's current context, to reload it as SIGHUP does.
-    pub live: Arc<mailsluice::context::Live>,
+    pub live: Arc<mailsluice::state::context::Live>,
     trigger: ShutdownTrigger,
     task: JoinHandle<()>,
 }
@@ -78,7 +78,7 @@ impl Relay {
         let throttle = deps.throttle.clone();
         let live = deps.live.clone();
         let ctx = Arc::new(Context::new(deps.clone()));
-        let admin = mailsluice::admin::Admin::new(&deps);
+        let admin = mailsluice::admin::endpoint::Admin::new(&deps);
         let tls = deps.tls.clone();
         let task = tokio::spawn(mailsluice::run(listeners, deps, shutdown));
         Relay {
@@ -109,7 +109,7 @@ impl Relay {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let shutdown = self.trigger.subscribe();
-        tokio::spawn(mailsluice::admin::serve(
+        tokio::spawn(mailsluice::admin::endpoint::serve(
             listener,
             self.admin.clone(),
             shutdown,

@@ -392,7 +392,7 @@ async fn reload_keeps_unchanged_buckets_and_starts_changed_ones_fresh() {
     assert_eq!(send(&relay, "acme", "over").await.unwrap().0, 451);
     // Another key changes, the layer does not: its buckets carry over.
     let same = mailsluice::config::Config::parse(&layer(2, "max_recipients = 50")).unwrap();
-    assert!(mailsluice::reload::reload(&relay.live, same)
+    assert!(mailsluice::serve::reload::reload(&relay.live, same)
         .unwrap()
         .is_empty());
     assert_eq!(send(&relay, "acme", "still over").await.unwrap().0, 451);
@@ -404,7 +404,7 @@ async fn reload_keeps_unchanged_buckets_and_starts_changed_ones_fresh() {
     );
     // A changed layer starts on fresh buckets at the new limit.
     let changed = mailsluice::config::Config::parse(&layer(3, "")).unwrap();
-    mailsluice::reload::reload(&relay.live, changed).unwrap();
+    mailsluice::serve::reload::reload(&relay.live, changed).unwrap();
     assert_eq!(send(&relay, "acme", "fresh").await.unwrap().0, 250);
     assert_eq!(
         relay

@@ -16,7 +16,8 @@ mod routes;
 mod smtp;
 
 use mailsluice::config::{Config, UpstreamConfig};
-use mailsluice::upstream::{Envelope, SmtpForwarder};
+use mailsluice::message::Envelope;
+use mailsluice::upstream::SmtpForwarder;
 
 /// An `[upstream]` section as a user would write it, plus `extra` TOML lines, on a relay
 /// called `relay.test`.

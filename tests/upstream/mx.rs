@@ -464,7 +464,8 @@ async fn direct_delivery_falls_back_to_the_smarthost_when_no_mx_host_answers() {
 #[tokio::test]
 async fn pieces_reach_each_domain_as_one_message_and_a_report_takes_their_headers() {
     use mailsluice::config::Config;
-    use mailsluice::upstream::{Envelope, Forwarder, MxForwarder};
+    use mailsluice::message::Envelope;
+    use mailsluice::upstream::{Forwarder, MxForwarder};
 
     let (dns, port, ups) = two_domains(24).await;
     let cfg = Config::parse(&config(&dns, port, ""))

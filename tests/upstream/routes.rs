@@ -329,7 +329,7 @@ async fn a_reload_routes_the_next_message_anew_and_keeps_unchanged_pools() {
 
     let after = config("", &three.upstreams(&three.b.url()), &routes("b"));
     let after = Config::parse(&after).unwrap();
-    mailsluice::reload::reload(&relay.live, after).expect("reloaded");
+    mailsluice::serve::reload::reload(&relay.live, after).expect("reloaded");
     assert_eq!(send_as(&relay, "acme", "after", "").await.0, 250);
     assert_eq!(subject(&three.b.wait_for(1).await[0]), "after");
     assert_eq!(send_as(&relay, "initech", "still-a", "").await.0, 250);

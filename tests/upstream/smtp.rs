@@ -2,7 +2,8 @@
 
 use std::sync::Arc;
 
-use mailsluice::upstream::{build_forwarder, Envelope, Forwarder, SmtpSetupError, UpstreamError};
+use mailsluice::message::Envelope;
+use mailsluice::upstream::{build_forwarder, Forwarder, SmtpSetupError, UpstreamError};
 
 use super::{envelope, smtp_forwarder, upstream_config, SIMPLE};
 use crate::support::host::scratch_path;

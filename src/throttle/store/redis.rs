@@ -166,7 +166,8 @@ impl RedisStore {
         self
     }
 
-    /// The Redis key of `key`'s bucket in layer `layer` (for tests and operators).
+    /// The Redis key of `key`'s bucket in layer `layer`, for tests that read Redis directly.
+    #[cfg(any(test, feature = "test-support"))]
     pub fn key_of(&self, layer: usize, key: &str) -> Option<String> {
         Some(self.layers.get(layer)?.key(key))
     }

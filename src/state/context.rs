@@ -16,15 +16,15 @@ use std::time::Duration;
 
 use tokio::sync::Semaphore;
 
-use crate::auth_lockout::{AuthFailures, LockoutRule};
 use crate::config::{Config, Cost};
-use crate::connection_limit::Connections;
-use crate::metrics::Metrics;
-use crate::password::Verifier;
+use crate::inbound::auth_lockout::{AuthFailures, LockoutRule};
+use crate::inbound::connection_limit::Connections;
+use crate::inbound::password::Verifier;
+use crate::inbound::tls::{Tls, TlsError};
+use crate::observe::metrics::Metrics;
+use crate::observe::recent::Recent;
 use crate::policy::LayerPolicy;
-use crate::recent::Recent;
 use crate::throttle::{Clock, Throttle, TokioClock};
-use crate::tls::{Tls, TlsError};
 use crate::upstream::Upstreams;
 
 /// What `run` needs from outside. Built by `main`, or by a test, which keeps handles on the

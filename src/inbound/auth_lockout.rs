@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::connection_limit::client_key;
+use crate::inbound::connection_limit::client_key;
 
 /// Addresses whose failed AUTH attempts are remembered at once.
 pub const MAX_TRACKED: usize = 10_000;

@@ -9,7 +9,7 @@ use std::time::SystemTime;
 
 use tokio::time::Instant;
 
-use crate::metrics::Outcome;
+use crate::message::Outcome;
 
 /// Refusals kept for the page.
 pub const KEPT: usize = 50;

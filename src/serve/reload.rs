@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::config::Config;
-use crate::context::{Context, Live, Parts};
-use crate::tls::{Tls, TlsError};
+use crate::inbound::tls::{Tls, TlsError};
+use crate::state::context::{Context, Live, Parts};
 use crate::upstream::Upstreams;
 
 /// Why a new configuration was refused (the old one stays).

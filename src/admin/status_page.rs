@@ -4,8 +4,8 @@
 
 use std::fmt::Write as _;
 
-use crate::context::{Context, Health};
-use crate::recent::Recent;
+use crate::observe::recent::Recent;
+use crate::state::context::{Context, Health};
 
 /// Keys listed in "most waiting".
 const TOP_KEYS: usize = 20;

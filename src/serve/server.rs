@@ -1,6 +1,6 @@
 //! Accepting connections: the connection bounds, one task per session, graceful shutdown.
-//! Everything a session needs is in its `Context` (see `context`); this file only accepts,
-//! counts and spawns.
+//! Everything a session needs is in its `Context` (see `state::context`); this file only
+//! accepts, counts and spawns.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -10,10 +10,10 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio_util::task::TaskTracker;
 
-use crate::admin::Admin;
-use crate::context::{Context, Deps};
-use crate::shutdown::Shutdown;
+use crate::admin::endpoint::Admin;
 use crate::smtp::{self, reply};
+use crate::state::context::{Context, Deps};
+use crate::state::shutdown::Shutdown;
 
 /// The sockets `run` serves: plain SMTP (with STARTTLS when `[smtp.tls]` is set), implicit
 /// TLS (`tls_listen`, RFC 8314) and the admin endpoint. A bare `Vec` is plain SMTP only.
@@ -42,7 +42,7 @@ pub async fn run(listeners: impl Into<Listeners>, deps: Deps, shutdown: Shutdown
     if let Some(listener) = listeners.admin {
         let (admin, shutdown) = (Admin::new(&deps), shutdown.clone());
         tokio::spawn(async move {
-            if let Err(e) = crate::admin::serve(listener, admin, shutdown).await {
+            if let Err(e) = crate::admin::endpoint::serve(listener, admin, shutdown).await {
                 tracing::error!(error = %e, "admin endpoint failed");
             }
         });

@@ -35,10 +35,6 @@ impl ShutdownTrigger {
 }
 
 impl Shutdown {
-    pub fn is_triggered(&self) -> bool {
-        *self.rx.borrow()
-    }
-
     /// Resolves once shutdown is triggered (at once if it already was). Cancel-safe.
     pub async fn wait(&mut self) {
         // An error means the trigger is gone without firing: then shutdown never comes.
@@ -52,14 +48,18 @@ impl Shutdown {
 mod tests {
     use super::*;
 
+    fn is_triggered(shutdown: &Shutdown) -> bool {
+        *shutdown.rx.borrow()
+    }
+
     #[tokio::test]
     async fn late_subscribers_see_an_earlier_trigger() {
         let (trigger, mut early) = channel();
-        assert!(!early.is_triggered());
+        assert!(!is_triggered(&early));
         trigger.trigger();
         early.wait().await;
         let mut late = trigger.subscribe();
         late.wait().await;
-        assert!(late.is_triggered());
+        assert!(is_triggered(&late));
     }
 }

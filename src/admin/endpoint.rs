@@ -13,11 +13,11 @@ use axum::{Json, Router};
 use serde_json::json;
 use tokio::net::TcpListener;
 
-use crate::context::{Context, Deps, Health, Live};
-use crate::metrics::Metrics;
-use crate::recent::Recent;
-use crate::shutdown::Shutdown;
-use crate::status_page::{self, Checks};
+use crate::admin::status_page::{self, Checks};
+use crate::observe::metrics::Metrics;
+use crate::observe::recent::Recent;
+use crate::state::context::{Context, Deps, Health, Live};
+use crate::state::shutdown::Shutdown;
 
 /// Everything the endpoints read.
 pub struct Admin {

@@ -1,0 +1,12 @@
+//! Inbound security: what guards the SMTP listener against its clients.
+//!
+//! - `tls`: PEM loading, the rustls acceptor, its reload.
+//! - `password`: argon2id hashes for `[smtp.auth] users`, and the verifier that bounds checks
+//!   in flight (memory).
+//! - `auth_lockout`: failed AUTH attempts per client address, and the lockout.
+//! - `connection_limit`: connections held per client address.
+
+pub mod auth_lockout;
+pub mod connection_limit;
+pub mod password;
+pub mod tls;

@@ -1,0 +1,11 @@
+//! Plain data about one message, shared by the parts it passes through (the session,
+//! `policy`, `throttle`, `upstream`, `observe`); it imports nothing of the crate.
+//!
+//! - `envelope`: the envelope as the client gave it.
+//! - `outcome`: what became of the message.
+
+mod envelope;
+mod outcome;
+
+pub use envelope::Envelope;
+pub use outcome::Outcome;

@@ -1,0 +1,10 @@
+//! What the relay records about itself, for operators; the sessions write it, the admin
+//! endpoint and the logs show it.
+//!
+//! - `metrics`: the Prometheus registry and what is counted.
+//! - `recent`: the last refusals, and refusals per layer in the last minute (status page).
+//! - `log_format`: the human log format's fields, client-supplied values quoted and escaped.
+
+pub mod log_format;
+pub mod metrics;
+pub mod recent;

@@ -1,0 +1,9 @@
+//! Wiring: what starts and runs the relay, on top of every other part.
+//!
+//! - `server`: the accept loop, the connection bounds, graceful shutdown: `run`.
+//! - `reload`: SIGHUP: a new context from a new config, unchanged layers kept.
+//! - `commands`: the subcommands `check`, `peek` and `hash-password`.
+
+pub mod commands;
+pub mod reload;
+pub mod server;

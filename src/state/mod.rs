@@ -1,0 +1,9 @@
+//! What the tasks of a running relay share: below the sessions and the admin endpoint, which
+//! read it, and above the parts it holds.
+//!
+//! - `context`: `Deps` (what `run` needs), `Context` (what a session reads), `Live` (the
+//!   context in force).
+//! - `shutdown`: the one shutdown signal every task listens to.
+
+pub mod context;
+pub mod shutdown;
