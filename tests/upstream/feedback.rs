@@ -13,7 +13,7 @@ use crate::support::http::get;
 use crate::support::memory::{subject_of, MemoryForwarder};
 use crate::support::relay::{config_text, smtp_relay, Client, Relay};
 use crate::support::upstream::TestUpstream;
-use mailsluice::upstream::Forwarder;
+use mailsluice::upstream::{Feedback, Forwarder, UpstreamError};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -147,6 +147,39 @@ async fn a_message_whose_budget_runs_out_gets_the_relays_451_and_nothing_goes_up
         relay.metric("mailsluice_upstream_throttled_total{reason=\"rate\",upstream=\"default\"}")
             >= 2.0
     );
+}
+
+/// An upstream that says in its own type that it has stopped sending for the account (as an
+/// API does): paused like a quota reply, whatever its words.
+#[tokio::test(start_paused = true)]
+async fn an_upstream_that_says_paused_is_paused_like_a_quota() {
+    let fwd = MemoryForwarder::new();
+    fwd.fail_with(Some(UpstreamError::Pushback {
+        feedback: Feedback::Paused,
+        code: 454,
+        enhanced: Some("4.7.0".into()),
+        text: "Sending paused for this account.".into(),
+    }));
+    let (layer, upstream) = quota_config();
+    let relay = relay(&layer, upstream, fwd.clone()).await;
+    let (code, text) = replies_of(&relay).await;
+    assert_eq!(code, 451, "{text}");
+    assert!(
+        text.starts_with("4.7.1 Upstream sending quota exhausted, retry after 600.000 s"),
+        "{text}"
+    );
+    assert_eq!(relay.metric("mailsluice_upstream_paused"), 1.0);
+    assert_eq!(
+        relay.metric("mailsluice_upstream_throttled_total{reason=\"paused\",upstream=\"default\"}"),
+        1.0
+    );
+    // Paused: the next message is refused without being sent, even once upstream would take it.
+    fwd.fail_with(None);
+    assert_eq!(replies_of(&relay).await.0, 451);
+    assert!(fwd.messages().is_empty());
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    assert_eq!(replies_of(&relay).await.0, 250);
+    assert_eq!(fwd.messages().len(), 1);
 }
 
 #[tokio::test(start_paused = true)]
