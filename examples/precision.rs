@@ -73,9 +73,13 @@ struct Stamped {
 }
 
 impl Forwarder for Stamped {
-    fn forward<'a>(&'a self, envelope: &'a Envelope, message: &'a [u8]) -> ForwardFuture<'a> {
+    fn forward_pieces<'a>(
+        &'a self,
+        envelope: &'a Envelope,
+        pieces: &'a [&'a [u8]],
+    ) -> ForwardFuture<'a> {
         self.times.lock().unwrap().push(Instant::now());
-        self.inner.forward(envelope, message)
+        self.inner.forward_pieces(envelope, pieces)
     }
 }
 

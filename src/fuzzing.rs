@@ -18,10 +18,14 @@ pub struct KeepingForwarder {
 }
 
 impl Forwarder for KeepingForwarder {
-    fn forward<'a>(&'a self, _envelope: &'a Envelope, message: &'a [u8]) -> ForwardFuture<'a> {
+    fn forward_pieces<'a>(
+        &'a self,
+        _envelope: &'a Envelope,
+        pieces: &'a [&'a [u8]],
+    ) -> ForwardFuture<'a> {
         Box::pin(async move {
             let mut messages = self.messages.lock().unwrap_or_else(|e| e.into_inner());
-            messages.push(message.to_vec());
+            messages.push(pieces.concat());
             Ok(Accepted::new(format!("Ok {}", messages.len())))
         })
     }

@@ -62,7 +62,11 @@ impl Forwarder for FileForwarder {
         })
     }
 
-    fn forward<'a>(&'a self, envelope: &'a Envelope, message: &'a [u8]) -> ForwardFuture<'a> {
+    fn forward_pieces<'a>(
+        &'a self,
+        envelope: &'a Envelope,
+        pieces: &'a [&'a [u8]],
+    ) -> ForwardFuture<'a> {
         Box::pin(async move {
             let dir = self.dir.clone();
             let received_at = rfc3339(SystemTime::now());
@@ -74,7 +78,7 @@ impl Forwarder for FileForwarder {
                 received_at,
             })
             .map_err(|e| UpstreamError::Unavailable(format!("encoding envelope: {e}")))?;
-            let message = message.to_vec();
+            let message = pieces.concat();
             let id = new_id();
             let task_id = id.clone();
             tokio::task::spawn_blocking(move || write_pair(&dir, &task_id, &json, &message))

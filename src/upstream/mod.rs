@@ -139,20 +139,24 @@ impl UpstreamError {
 pub type ForwardFuture<'a> =
     Pin<Box<dyn Future<Output = Result<Accepted, UpstreamError>> + Send + 'a>>;
 
-/// Hands one complete message to the next hop. `message` is the exact bytes to deliver
-/// (headers and body, CRLF line endings, not dot-stuffed, without the final `.`).
+/// Hands one complete message to the next hop. The message comes in pieces, to be sent one
+/// after the other (our trace and route fields, then runs of the client's bytes), so a
+/// forwarder that can send them as they are never joins them into one more copy. Together
+/// they are the exact bytes to deliver (headers and body, CRLF line endings, not
+/// dot-stuffed, without the final `.`).
 pub trait Forwarder: Send + Sync {
-    fn forward<'a>(&'a self, envelope: &'a Envelope, message: &'a [u8]) -> ForwardFuture<'a>;
-
-    /// The same message in pieces, sent one after the other (our trace and route fields, then
-    /// runs of the client's bytes): a forwarder that can send them as they are need not join
-    /// them into one more copy of the message.
     fn forward_pieces<'a>(
         &'a self,
         envelope: &'a Envelope,
         pieces: &'a [&'a [u8]],
-    ) -> ForwardFuture<'a> {
-        Box::pin(async move { self.forward(envelope, &pieces.concat()).await })
+    ) -> ForwardFuture<'a>;
+
+    /// The message in one piece.
+    fn forward<'a>(&'a self, envelope: &'a Envelope, message: &'a [u8]) -> ForwardFuture<'a> {
+        Box::pin(async move {
+            let pieces = [message];
+            self.forward_pieces(envelope, &pieces).await
+        })
     }
 
     /// Whether upstream looks reachable now, for `/readyz`; takes nothing and sends nothing.

@@ -204,10 +204,6 @@ impl MxForwarder {
 }
 
 impl Forwarder for MxForwarder {
-    fn forward<'a>(&'a self, envelope: &'a Envelope, message: &'a [u8]) -> ForwardFuture<'a> {
-        Box::pin(async move { self.send(envelope, &[message]).await })
-    }
-
     /// The pieces go to every domain as they are, never joined into one more copy.
     fn forward_pieces<'a>(
         &'a self,

@@ -161,10 +161,6 @@ impl SmtpForwarder {
 }
 
 impl Forwarder for SmtpForwarder {
-    fn forward<'a>(&'a self, envelope: &'a Envelope, message: &'a [u8]) -> ForwardFuture<'a> {
-        Box::pin(async move { self.send(envelope, &[message]).await })
-    }
-
     fn forward_pieces<'a>(
         &'a self,
         envelope: &'a Envelope,

@@ -83,16 +83,21 @@ impl HiddenRate {
 }
 
 impl Forwarder for HiddenRate {
-    fn forward<'a>(&'a self, envelope: &'a Envelope, message: &'a [u8]) -> ForwardFuture<'a> {
+    fn forward_pieces<'a>(
+        &'a self,
+        envelope: &'a Envelope,
+        pieces: &'a [&'a [u8]],
+    ) -> ForwardFuture<'a> {
         Box::pin(async move {
-            self.verdict(envelope, message).map_err(|(code, text)| {
-                let counter = match text {
-                    SES_QUOTA => &self.quota_refusals,
-                    _ => &self.rate_refusals,
-                };
-                counter.fetch_add(1, Ordering::SeqCst);
-                ses_refusal(code as u16, text)
-            })
+            self.verdict(envelope, &pieces.concat())
+                .map_err(|(code, text)| {
+                    let counter = match text {
+                        SES_QUOTA => &self.quota_refusals,
+                        _ => &self.rate_refusals,
+                    };
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    ses_refusal(code as u16, text)
+                })
         })
     }
 }

@@ -37,13 +37,17 @@ impl MemoryForwarder {
 }
 
 impl Forwarder for MemoryForwarder {
-    fn forward<'a>(&'a self, envelope: &'a Envelope, message: &'a [u8]) -> ForwardFuture<'a> {
+    fn forward_pieces<'a>(
+        &'a self,
+        envelope: &'a Envelope,
+        pieces: &'a [&'a [u8]],
+    ) -> ForwardFuture<'a> {
         Box::pin(async move {
             if let Some(e) = self.fail_with.lock().unwrap().clone() {
                 return Err(e);
             }
             let mut got = self.got.lock().unwrap();
-            got.push((envelope.clone(), message.to_vec()));
+            got.push((envelope.clone(), pieces.concat()));
             self.at.lock().unwrap().push(tokio::time::Instant::now());
             Ok(Accepted::new(format!("Ok queued as mem-{}", got.len())))
         })
