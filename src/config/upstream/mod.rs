@@ -107,7 +107,13 @@ impl<'de> Visitor<'de> for Table {
                 "throttle_replies" => throttle_replies = Some(map.next_value()?),
                 "quota_replies" => quota_replies = Some(map.next_value()?),
                 "quota_pause_ms" => quota_pause_ms = Some(map.next_value()?),
-                _ => own.push(key, map.next_value()?),
+                _ => {
+                    let value = map.next_value_seed(OwnKey {
+                        key: &key,
+                        kind: kind.as_ref(),
+                    })?;
+                    own.push(key, value);
+                }
             }
         }
         let mut kind = kind.ok_or_else(|| de::Error::missing_field("url"))?;
@@ -143,6 +149,27 @@ impl<'de> DeserializeSeed<'de> for Key {
         Err(de::Error::custom(format!(
             "unknown field `{key}` in `upstream`, expected one of {SHARED:?} or a key of its kind (see the README)"
         )))
+    }
+}
+
+/// A key of the kind, held as a value. Once the URL has named the kind (it usually comes
+/// first), the key is checked at once, so that a refusal names its own line.
+struct OwnKey<'k> {
+    key: &'k str,
+    kind: Option<&'k UpstreamKind>,
+}
+
+impl<'de> DeserializeSeed<'de> for OwnKey<'_> {
+    type Value = toml::Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<toml::Value, D::Error> {
+        let value = toml::Value::deserialize(deserializer)?;
+        if let Some(kind) = self.kind {
+            let mut alone = KindKeys::default();
+            alone.push(self.key.to_string(), value.clone());
+            kind.clone().read_keys(alone).map_err(de::Error::custom)?;
+        }
+        Ok(value)
     }
 }
 

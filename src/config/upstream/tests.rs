@@ -109,3 +109,28 @@ fn each_kind_reads_its_own_keys_and_smtp_clients_share_theirs() {
     );
     assert!(mx.kind.smtp_client().is_some());
 }
+
+#[test]
+fn a_kind_key_after_the_url_is_refused_at_its_own_line() {
+    let text = |body: &str| format!("[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\n{body}\n");
+    for (body, key, line) in [
+        ("url = \"mx://\"\n\nmx_port = \"x\"", "mx_port", 6),
+        ("url = \"smtp://h\"\ntls = \"bogus\"", "tls", 5),
+        (
+            "url = \"smtp://h\"\npool_size = 2\nmx_port = 3",
+            "upstream.mx_port",
+            6,
+        ),
+        (
+            "url = \"mx://\"\nnameservers = []",
+            "upstream.nameservers",
+            5,
+        ),
+        // Before the URL, the kind is not known yet: the table's line.
+        ("mx_port = 3\nurl = \"smtp://h\"", "upstream.mx_port", 3),
+    ] {
+        let err = crate::config::Config::parse(&text(body)).unwrap_err();
+        assert!(err.contains(key), "{body}: {err}");
+        assert!(err.contains(&format!("line {line}")), "{body}: {err}");
+    }
+}
