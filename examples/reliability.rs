@@ -215,7 +215,7 @@ async fn soak(duration: Duration) {
                 tokio::time::sleep(Duration::from_secs(15)).await;
                 round += 1;
                 if round.is_multiple_of(4) {
-                    up2.stop_listening();
+                    up2.stop_listening().await;
                     tokio::time::sleep(Duration::from_secs(2)).await;
                     up2.resume_listening().await;
                 } else {

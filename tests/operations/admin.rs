@@ -136,14 +136,14 @@ async fn readyz_lists_each_upstream_and_needs_each_route_to_reach_one() {
         assert_eq!(json["upstreams"][name]["ok"], true, "{json}");
         assert_eq!(json["upstreams"][name]["paused"], false, "{json}");
     }
-    spare.stop_listening();
+    spare.stop_listening().await;
     let (status, json) = ready().await;
     assert_eq!(status, 200, "no route needs spare: {json}");
     assert_eq!(json["upstreams"]["spare"]["ok"], false, "{json}");
-    main.stop_listening();
+    main.stop_listening().await;
     let (status, json) = ready().await;
     assert_eq!(status, 200, "the route still reaches its fallback: {json}");
-    backup.stop_listening();
+    backup.stop_listening().await;
     let (status, json) = ready().await;
     assert_eq!(status, 503, "{json}");
     assert_eq!(json["upstream"]["ok"], false, "{json}");
@@ -162,7 +162,7 @@ async fn readyz_follows_the_upstream() {
     let admin = relay.start_admin().await;
     let (status, body) = get(admin, "/readyz").await;
     assert_eq!(status, 200, "{body}");
-    up.stop_listening();
+    up.stop_listening().await;
     let (status, body) = get(admin, "/readyz").await;
     assert_eq!(status, 503, "{body}");
     let json: serde_json::Value = serde_json::from_str(&body).unwrap();

@@ -202,7 +202,7 @@ async fn case(row: &Row, client: Client, pipelining: bool) -> Result<(), String>
     let addr = relay.addr;
     let log = ClientLog::new();
     match &row.upstream {
-        Upstream::Refuses => up.stop_listening(),
+        Upstream::Refuses => up.stop_listening().await,
         Upstream::Fault(fault) => up.set_fault(fault.clone()),
         Upstream::IdleClosed(notice) => {
             let warm = traffic::send(addr, &log, "warm", "warm", Leave::Never).await;
@@ -217,7 +217,7 @@ async fn case(row: &Row, client: Client, pipelining: bool) -> Result<(), String>
                 return Err(format!("warm-up message: {warm:?}"));
             }
             up.close_idle_connections(None).await;
-            up.stop_listening();
+            up.stop_listening().await;
         }
     }
     let expect = row.expect;

@@ -16,7 +16,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -220,6 +220,10 @@ pub struct TestUpstream {
     addr: SocketAddr,
     shared: Arc<Shared>,
     listener: Mutex<Option<JoinHandle<()>>>,
+    /// While it does not listen: its port, bound and not listening, so that connections are
+    /// refused and no other listener of the test process (tests run side by side) gets the
+    /// port and answers in its place.
+    held: Mutex<Option<TcpSocket>>,
 }
 
 pub const DEFAULT_EXTENSIONS: &[&str] = &[
@@ -263,6 +267,7 @@ impl TestUpstream {
             addr,
             shared,
             listener: Mutex::new(Some(task)),
+            held: Mutex::new(None),
         }
     }
 
@@ -319,17 +324,21 @@ impl TestUpstream {
     }
 
     /// Stops listening: new connections are refused by the OS; open ones carry on.
+    pub async fn stop_listening(&self) {
+        let task = self.listener.lock().unwrap().take();
+        if let Some(task) = task {
+            task.abort();
+            let _ = task.await;
+        }
+        *self.held.lock().unwrap() = Some(hold(self.addr));
+    }
+
     /// Listens again on the same address after `stop_listening` (upstream back up).
     pub async fn resume_listening(&self) {
+        self.held.lock().unwrap().take();
         let listener = TcpListener::bind(self.addr).await.expect("rebind");
         let task = tokio::spawn(accept_loop(listener, Arc::clone(&self.shared)));
         *self.listener.lock().unwrap() = Some(task);
-    }
-
-    pub fn stop_listening(&self) {
-        if let Some(task) = self.listener.lock().unwrap().take() {
-            task.abort();
-        }
     }
 
     /// Every accepted message so far, in order.
@@ -434,12 +443,32 @@ impl TestUpstream {
 
 impl Drop for TestUpstream {
     fn drop(&mut self) {
-        self.stop_listening();
+        if let Some(task) = self.listener.lock().unwrap().take() {
+            task.abort();
+        }
     }
 }
 
-/// An address nothing listens on (bound, then released), for "connection refused".
-pub async fn unused_addr() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    listener.local_addr().unwrap()
+/// A port bound and not listening: connections to it are refused, and while it is held no
+/// other socket binding port 0 can get it.
+fn hold(addr: SocketAddr) -> TcpSocket {
+    let socket = TcpSocket::new_v4().expect("socket");
+    // The port may still carry connections of the listener that had it.
+    socket.set_reuseaddr(true).expect("SO_REUSEADDR");
+    socket.bind(addr).expect("holding the port");
+    socket
+}
+
+/// An address nothing listens on, for "connection refused": held (bound, not listening)
+/// as long as the value lives.
+pub struct Refusing(TcpSocket);
+
+impl Refusing {
+    pub fn addr(&self) -> SocketAddr {
+        self.0.local_addr().expect("bound")
+    }
+}
+
+pub fn refusing_addr() -> Refusing {
+    Refusing(hold("127.0.0.1:0".parse().unwrap()))
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 use mailsluice::upstream::{Forwarder, UpstreamError};
 
 use super::{envelope, smtp_forwarder, SIMPLE};
-use crate::support::upstream::{unused_addr, Fault, Step, TestUpstream, ALL_STEPS};
+use crate::support::upstream::{refusing_addr, Fault, Step, TestUpstream, ALL_STEPS};
 
 async fn send(fwd: &impl Forwarder) -> Result<mailsluice::upstream::Accepted, UpstreamError> {
     fwd.forward(&envelope(Some("a@x.test"), &["b@y.test"]), SIMPLE)
@@ -29,7 +29,8 @@ fn assert_uncertain(result: Result<mailsluice::upstream::Accepted, UpstreamError
 
 #[tokio::test]
 async fn nobody_listening_is_unavailable() {
-    let fwd = smtp_forwarder(&format!("smtp://{}", unused_addr().await), "");
+    let refusing = refusing_addr();
+    let fwd = smtp_forwarder(&format!("smtp://{}", refusing.addr()), "");
     assert_unavailable(send(&fwd).await, "refused");
 }
 
@@ -37,7 +38,7 @@ async fn nobody_listening_is_unavailable() {
 async fn upstream_that_stops_listening_is_unavailable() {
     let up = TestUpstream::start().await;
     let fwd = smtp_forwarder(&up.url(), "");
-    up.stop_listening();
+    up.stop_listening().await;
     assert_unavailable(send(&fwd).await, "stopped");
 }
 

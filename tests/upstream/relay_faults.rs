@@ -63,7 +63,7 @@ async fn unreachable_dropped_or_silent_upstream_is_451_4_4_1() {
         assert_eq!(code, 451, "{fault:?}: {text}");
         assert!(text.starts_with("4.4.1"), "{fault:?}: {text}");
     }
-    up.stop_listening();
+    up.stop_listening().await;
     let mut c = relay.client().await;
     let (code, _) = c
         .send_mail("a@example.com", &["b@example.net"], b"x\r\n")

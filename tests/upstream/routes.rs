@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::support::auth::{auth_config, plain};
 use crate::support::relay::{upstream_relay, Client, Relay};
 use crate::support::throttle::Events;
-use crate::support::upstream::{unused_addr, Fault, Received, Step, TestUpstream};
+use crate::support::upstream::{refusing_addr, Fault, Received, Step, TestUpstream};
 use crate::support::wait::until;
 use mailsluice::config::Config;
 
@@ -191,7 +191,8 @@ async fn a_layer_scoped_to_an_upstream_throttles_only_its_messages() {
 #[tokio::test]
 async fn an_unreachable_upstream_hands_its_messages_to_the_fallback() {
     let three = Three::start().await;
-    let down = format!("smtp://{}", unused_addr().await);
+    let refusing = refusing_addr();
+    let down = format!("smtp://{}", refusing.addr());
     let layers = "[[throttle]]\nname = \"c-account\"\nupstream = \"c\"\nkey = \"none\"\n\
                   limit = 1\ninterval_ms = 3600000\nmode = \"reject\"\n\
                   [[throttle]]\nname = \"b-account\"\nupstream = \"b\"\nkey = \"none\"\n\
