@@ -55,13 +55,14 @@ impl Session {
         };
         let verdict = final_dot(&mut waiter, &message, record).await;
         self.log_message(&envelope, &verdict, started);
+        let flow = match verdict.closes() {
+            true => Flow::Close,
+            false => Flow::Continue,
+        };
         if let Some(reply) = verdict.reply {
             self.verdict(reply);
         }
-        match verdict.close {
-            true => Flow::Close,
-            false => Flow::Continue,
-        }
+        flow
     }
 
     /// What the policy may look at.
@@ -89,13 +90,11 @@ impl Session {
         if record.limited {
             metrics.throttled(&record.layer);
         }
-        let code = verdict.reply.as_ref().filter(|_| verdict.decided_upstream);
-        let code = code.map(|r| r.code);
+        let upstream_reply = verdict.upstream_reply();
+        let code = upstream_reply.map(|r| r.code);
         (self.ctx.recent).message(record.outcome, &record.layer, &record.key, code);
-        let upstream = match (&verdict.reply, verdict.decided_upstream) {
-            (Some(r), true) => format!("{} {}", r.code, r.lines.join(" ")),
-            _ => String::new(),
-        };
+        let upstream = upstream_reply
+            .map_or_else(String::new, |r| format!("{} {}", r.code, r.lines.join(" ")));
         tracing::info!(
             target: "mailsluice::message",
             outcome = record.outcome.as_str(),

@@ -39,11 +39,6 @@ pub(super) enum Held {
 pub(super) struct Verdict {
     /// What the client is told; nothing when it left.
     pub reply: Option<Reply>,
-    /// The session ends after the reply.
-    pub close: bool,
-    /// The reply is upstream's (or the routes') word on the message, written in the log
-    /// line's `upstream` field; the relay's own refusals leave that field empty.
-    pub decided_upstream: bool,
     pub record: Record,
 }
 
@@ -53,8 +48,6 @@ impl Verdict {
         record.outcome = outcome_of(result);
         Verdict {
             reply: Some(reply::upstream_verdict(result)),
-            close: false,
-            decided_upstream: true,
             record,
         }
     }
@@ -64,8 +57,6 @@ impl Verdict {
         record.outcome = Outcome::NoRoute;
         Verdict {
             reply: Some(reply::no_route()),
-            close: false,
-            decided_upstream: true,
             record,
         }
     }
@@ -88,12 +79,32 @@ impl Verdict {
             ),
         };
         record.outcome = outcome;
-        Verdict {
-            reply,
-            close: matches!(outcome, Outcome::Abandoned | Outcome::Shutdown),
-            decided_upstream: false,
-            record,
-        }
+        Verdict { reply, record }
+    }
+
+    /// The session ends after the reply: the client left, or the relay is shutting down.
+    pub fn closes(&self) -> bool {
+        matches!(self.record.outcome, Outcome::Abandoned | Outcome::Shutdown)
+    }
+
+    /// The reply when it is upstream's (or the routes') word on the message, for the log
+    /// line's `upstream` field; the relay's own refusals leave that field empty.
+    pub fn upstream_reply(&self) -> Option<&Reply> {
+        let upstreams = match self.record.outcome {
+            Outcome::Delivered
+            | Outcome::Partial
+            | Outcome::UpstreamTempFail
+            | Outcome::UpstreamPermFail
+            | Outcome::UpstreamUnavailable
+            | Outcome::UpstreamUncertain
+            | Outcome::NoRoute => true,
+            Outcome::Throttled
+            | Outcome::Rejected
+            | Outcome::Abandoned
+            | Outcome::Shutdown
+            | Outcome::StoreUnavailable => false,
+        };
+        self.reply.as_ref().filter(|_| upstreams)
     }
 }
 

@@ -94,13 +94,7 @@ impl SmtpForwarder {
             classifier: Classifier::new(cfg),
         };
         let timeout = Duration::from_millis(cfg.timeout_ms.get());
-        let client = &smtp.client;
-        let reconnect = Reconnect {
-            max_messages: (client.max_messages_per_connection > 0)
-                .then_some(client.max_messages_per_connection),
-            max_age: (client.max_connection_age_ms > 0)
-                .then(|| Duration::from_millis(client.max_connection_age_ms)),
-        };
+        let reconnect = Reconnect::of(&smtp.client);
         let pool = Pool::new(connector, cfg.pool_size.get(), timeout).with_reconnect(reconnect);
         Ok(SmtpForwarder {
             pool: Arc::new(pool),

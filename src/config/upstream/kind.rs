@@ -46,9 +46,7 @@ impl UpstreamKind {
 
     /// Whether some kind has a key called `key`.
     pub(super) fn owns(key: &str) -> bool {
-        KINDS
-            .iter()
-            .any(|(_, keys)| keys.iter().any(|k| k.contains(&key)))
+        owners(key).next().is_some()
     }
 
     /// Takes this kind's keys; a key of another kind is an error that names both.
@@ -61,11 +59,7 @@ impl UpstreamKind {
         let Some(key) = keys.left() else {
             return Ok(());
         };
-        let owners: Vec<&str> = KINDS
-            .iter()
-            .filter(|(_, keys)| keys.iter().any(|k| k.contains(&key)))
-            .map(|(scheme, _)| *scheme)
-            .collect();
+        let owners: Vec<&str> = owners(key).collect();
         Err(format!(
             "key `upstream.{key}`: only for url = {}, not `{self}`",
             owners.join(" or ")
@@ -73,14 +67,6 @@ impl UpstreamKind {
     }
 
     /// The SMTP client settings of the kinds that speak SMTP to the next hop.
-    pub fn smtp_client(&self) -> Option<&SmtpClient> {
-        match self {
-            UpstreamKind::File(_) => None,
-            UpstreamKind::Smtp(smtp) => Some(&smtp.client),
-            UpstreamKind::Mx(mx) => Some(&mx.client),
-        }
-    }
-
     pub(super) fn smtp_client_mut(&mut self) -> Option<&mut SmtpClient> {
         match self {
             UpstreamKind::File(_) => None,
@@ -88,6 +74,14 @@ impl UpstreamKind {
             UpstreamKind::Mx(mx) => Some(&mut mx.client),
         }
     }
+}
+
+/// The schemes of the kinds that have a key called `key`.
+fn owners(key: &str) -> impl Iterator<Item = &'static str> + '_ {
+    KINDS
+        .iter()
+        .filter(move |(_, keys)| keys.iter().any(|k| k.contains(&key)))
+        .map(|(scheme, _)| *scheme)
 }
 
 /// The URL, normalised (default ports written out).

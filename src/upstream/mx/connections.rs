@@ -32,8 +32,8 @@ pub(super) struct Connections {
     /// in the transactions.
     pub classifier: Classifier,
     per_domain: usize,
-    /// `max_messages_per_connection` and `max_connection_age_ms`, for every MX host's pool.
-    reconnect: (u64, u64),
+    /// For every MX host's pool.
+    reconnect: Reconnect,
     pools: Mutex<HashMap<SocketAddr, Arc<Pool>>>,
     domains: Domains,
 }
@@ -69,10 +69,7 @@ impl Connections {
             pool_size: cfg.pool_size.get(),
             classifier: Classifier::new(cfg),
             per_domain: mx.max_connections_per_domain().get(),
-            reconnect: (
-                mx.client.max_messages_per_connection,
-                mx.client.max_connection_age_ms,
-            ),
+            reconnect: Reconnect::of(&mx.client),
             pools: Mutex::new(HashMap::new()),
             domains: Arc::new(Mutex::new(HashMap::new())),
         }
@@ -122,12 +119,8 @@ impl Connections {
             credentials: None,
             classifier: self.classifier.clone(),
         };
-        let (messages, age_ms) = self.reconnect;
-        let reconnect = Reconnect {
-            max_messages: (messages > 0).then_some(messages),
-            max_age: (age_ms > 0).then(|| Duration::from_millis(age_ms)),
-        };
-        let pool = Pool::new(connector, self.pool_size, self.timeout).with_reconnect(reconnect);
+        let pool = Pool::new(connector, self.pool_size, self.timeout);
+        let pool = pool.with_reconnect(self.reconnect);
         let pool = Arc::new(pool);
         pools.insert(addr, Arc::clone(&pool));
         Ok(pool)

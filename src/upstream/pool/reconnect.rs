@@ -3,6 +3,8 @@
 
 use std::time::{Duration, Instant};
 
+use crate::config::SmtpClient;
+
 /// How much a connection has served, for the reconnect bounds.
 #[derive(Clone, Copy)]
 pub(super) struct Age {
@@ -19,6 +21,18 @@ pub(in crate::upstream) struct Reconnect {
 }
 
 impl Reconnect {
+    /// The bounds `max_messages_per_connection` and `max_connection_age_ms` set (0: none).
+    pub(in crate::upstream) fn of(client: &SmtpClient) -> Reconnect {
+        let (messages, age_ms) = (
+            client.max_messages_per_connection,
+            client.max_connection_age_ms,
+        );
+        Reconnect {
+            max_messages: (messages > 0).then_some(messages),
+            max_age: (age_ms > 0).then(|| Duration::from_millis(age_ms)),
+        }
+    }
+
     pub(super) fn due(&self, age: &Age) -> bool {
         self.max_messages.is_some_and(|max| age.transactions >= max)
             || self.max_age.is_some_and(|max| age.opened.elapsed() >= max)
