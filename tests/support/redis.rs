@@ -147,12 +147,17 @@ impl RedisCluster {
     pub fn start() -> Option<RedisCluster> {
         let mut nodes = Vec::new();
         for _ in 0..3 {
-            // Each node has its own directory, which holds its nodes.conf.
+            // Each node has its own directory, which holds its nodes.conf. The bus port is
+            // chosen too: by default it is the node's port + 10000, and Redis refuses to
+            // start a node whose port is above 55535.
+            let bus = free_port().to_string();
             let args = [
                 "--cluster-enabled",
                 "yes",
                 "--cluster-config-file",
                 "nodes.conf",
+                "--cluster-port",
+                &bus,
             ];
             nodes.push(RedisServer::start_with(&args)?);
         }
