@@ -181,6 +181,10 @@ pub fn auth_locked_out() -> Reply {
 pub fn upstream_unavailable() -> Reply {
     Reply::new(451, "4.4.1", "Upstream unavailable, try again later")
 }
+/// Upstream refused the relay's own credentials: the client keeps the message and retries.
+pub fn upstream_credentials() -> Reply {
+    Reply::new(451, "4.7.0", "Upstream refused the relay's credentials")
+}
 /// The message went upstream whole, and its answer never came: it may have been delivered.
 pub fn upstream_uncertain() -> Reply {
     Reply::new(
@@ -276,6 +280,7 @@ pub fn upstream_verdict(result: &Result<Accepted, UpstreamError>) -> Reply {
         },
         Err(UpstreamError::Unavailable(_)) => upstream_unavailable(),
         Err(UpstreamError::Uncertain(_)) => upstream_uncertain(),
+        Err(UpstreamError::Credentials(_)) => upstream_credentials(),
         Err(refused) => {
             let (code, enhanced, text) = refused.reply().expect("a refusal has a reply");
             let code = match code {

@@ -130,7 +130,9 @@ fn outcome_of(result: &Result<Accepted, UpstreamError>) -> Outcome {
     match result {
         Ok(accepted) if accepted.partial => Outcome::Partial,
         Ok(_) => Outcome::Delivered,
-        Err(UpstreamError::Unavailable(_)) => Outcome::UpstreamUnavailable,
+        Err(UpstreamError::Unavailable(_) | UpstreamError::Credentials(_)) => {
+            Outcome::UpstreamUnavailable
+        }
         Err(UpstreamError::Uncertain(_)) => Outcome::UpstreamUncertain,
         Err(refused) => match refused.reply() {
             Some((code, ..)) if code >= 500 => Outcome::UpstreamPermFail,

@@ -104,6 +104,11 @@ pub enum UpstreamError {
     /// (RFC 1047). The client gets a `451` that says so; a retry may then duplicate it.
     #[error("no answer from upstream after the message was sent: {0}")]
     Uncertain(String),
+    /// Upstream refused the relay's own credentials (its login, its TLS, its signature), or
+    /// credentials are configured and it offers no way to use them. Nothing was sent: the
+    /// operator must act, not the client, so the client keeps the message (`451 4.7.0`).
+    #[error("upstream refused the relay's credentials: {0}")]
+    Credentials(String),
 }
 
 impl UpstreamError {
@@ -131,7 +136,9 @@ impl UpstreamError {
                 text,
                 ..
             } => Some((*code, enhanced.as_deref(), text)),
-            UpstreamError::Unavailable(_) | UpstreamError::Uncertain(_) => None,
+            UpstreamError::Unavailable(_)
+            | UpstreamError::Uncertain(_)
+            | UpstreamError::Credentials(_) => None,
         }
     }
 }

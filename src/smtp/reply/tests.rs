@@ -76,6 +76,19 @@ fn unavailable_is_451_4_4_1() {
 }
 
 #[test]
+fn refused_credentials_are_451_4_7_0_and_keep_the_reason_out() {
+    let r = upstream_verdict(&Err(UpstreamError::Credentials(
+        "535 5.7.8 bad credentials".into(),
+    )));
+    assert!(
+        wire(&r).starts_with("451 4.7.0 Upstream refused the relay's credentials"),
+        "{}",
+        wire(&r)
+    );
+    assert!(!wire(&r).contains("535"), "{}", wire(&r));
+}
+
+#[test]
 fn throttle_refusals_have_their_codes() {
     let limited = ThrottleError::Limited {
         layer: "tenant".into(),
