@@ -39,7 +39,7 @@ pub use security::{AuthConfig, TlsConfig, UserConfig};
 pub use smtp::SmtpConfig;
 pub use throttle::{Cost, FairBy, MatchSpec, Mode, Refill, StoreKind, ThrottleConfig};
 pub use upstream::{
-    FileUpstream, MxKeys, MxUpstream, SmtpClient, SmtpCredentials, SmtpUpstream, UpstreamConfig,
+    FileUpstream, MxKeys, MxUpstream, SesKeys, SesUpstream, SmtpClient, SmtpCredentials, SmtpUpstream, UpstreamConfig,
     UpstreamKind, UpstreamTls, DEFAULT_NAME,
 };
 

@@ -47,6 +47,9 @@ pub struct RouteConfig {
     /// Remove the key header (a routing hint for this relay) before forwarding.
     #[serde(default = "yes")]
     pub strip_key_header: bool,
+    /// The message's SES `TenantName` (`{key}` is the route's key), on routes to a `ses://`
+    /// upstream only: SES keeps reputation and sending status per tenant.
+    pub ses_tenant: Option<Spanned<String>>,
 }
 
 impl RouteConfig {
@@ -106,6 +109,9 @@ pub(super) fn validate(config: &super::Config, text: &str) -> Result<(), String>
                 return Err(located(text, fallback.span(), message));
             }
         }
+        if let Some(tenant) = &route.ses_tenant {
+            check_ses_tenant(config, route, tenant).map_err(|e| located(text, tenant.span(), &e))?;
+        }
         for (name, value) in &route.add_headers {
             check_added_header(name, value)
                 .map_err(|e| located(text, route.upstream.span(), &e))?;
@@ -115,6 +121,32 @@ pub(super) fn validate(config: &super::Config, text: &str) -> Result<(), String>
         if let Some(upstream) = &layer.upstream {
             known(upstream, "throttle.upstream")?;
         }
+    }
+    Ok(())
+}
+
+/// `ses_tenant` names an SES tenant, so only a route to SES's API may carry one; the name,
+/// once `{key}` is replaced, must be one SES takes.
+fn check_ses_tenant(
+    config: &super::Config,
+    route: &RouteConfig,
+    tenant: &Spanned<String>,
+) -> Result<(), String> {
+    let upstream = (config.upstreams.iter())
+        .find(|u| u.name() == route.upstream.get_ref())
+        .expect("checked above");
+    if !matches!(upstream.kind, super::UpstreamKind::Ses(_)) {
+        return Err(format!(
+            "key `route.ses_tenant`: only for routes to a ses:// upstream, not `{}`",
+            upstream.kind
+        ));
+    }
+    if !super::upstream::ses_name(&tenant.get_ref().replace("{key}", "k")) {
+        return Err(format!(
+            "key `route.ses_tenant`: {:?} is not an SES tenant name (letters, digits, _ and -, \
+             at most 64, `{{key}}` for the route's key)",
+            tenant.get_ref()
+        ));
     }
     Ok(())
 }

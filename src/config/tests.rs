@@ -205,3 +205,28 @@ fn routes_without_a_catch_all_are_warned_of() {
     let c = Config::parse(&format!("{TWO}{routed}[[route]]\nupstream = \"backup\"\n")).unwrap();
     assert!(c.warnings().is_empty());
 }
+
+#[test]
+fn ses_tenant_is_only_for_routes_to_ses_and_names_its_line() {
+    let ses = format!("{TWO}[[upstream]]\nname = \"ses\"\nurl = \"ses://eu-west-1\"\n");
+    let ok = Config::parse(&format!(
+        "{ses}[[route]]\nkey = \"header:X-Tenant\"\nupstream = \"ses\"\nses_tenant = \"t-{{key}}\"\n"
+    ))
+    .unwrap();
+    assert_eq!(ok.routes[0].ses_tenant.as_ref().unwrap().get_ref(), "t-{key}");
+    // Line 14: the route's `ses_tenant` on a route to an SMTP upstream.
+    let smtp = Config::parse(&format!(
+        "{ses}[[route]]\nkey = \"header:X-Tenant\"\nupstream = \"eu\"\nses_tenant = \"{{key}}\"\n"
+    ))
+    .unwrap_err();
+    assert!(
+        smtp.contains("route.ses_tenant") && smtp.contains("smtp://eu.example:587"),
+        "{smtp}"
+    );
+    assert!(smtp.contains("line 15"), "{smtp}");
+    let bad = Config::parse(&format!(
+        "{ses}[[route]]\nupstream = \"ses\"\nses_tenant = \"a b\"\n"
+    ))
+    .unwrap_err();
+    assert!(bad.contains("route.ses_tenant") && bad.contains("line 14"), "{bad}");
+}

@@ -15,6 +15,8 @@ pub struct Route {
     pub fallback: Option<String>,
     /// Fields to add after our `Received:`, rendered (`{key}` replaced and made safe).
     pub headers: Vec<(String, String)>,
+    /// The SES tenant the message is sent as (`ses_tenant`, rendered like an SES field).
+    pub ses_tenant: Option<String>,
 }
 
 /// The route of a message; `None` when there are routes and none matches. Without routes,
@@ -30,6 +32,7 @@ pub(super) fn choose(
             upstream: first_upstream.to_string(),
             fallback: None,
             headers: Vec::new(),
+            ses_tenant: None,
         });
     }
     routes.iter().find_map(|route| {
@@ -38,6 +41,14 @@ pub(super) fn choose(
             upstream: route.upstream.get_ref().clone(),
             fallback: route.fallback.as_ref().map(|f| f.get_ref().clone()),
             headers: rendered(route, &key),
+            ses_tenant: (route.ses_tenant.as_ref())
+                .map(|t| t.get_ref())
+                .filter(|t| !key.is_empty() || !t.contains("{key}"))
+                .map(|t| t.replace("{key}", &safe_key("x-ses-tenant", &key)))
+                .map(|mut t| {
+                    t.truncate(64);
+                    t
+                }),
         })
     })
 }

@@ -159,6 +159,7 @@ async fn final_dot(waiter: &mut Waiter<'_>, message: &Message<'_>, record: Recor
     let out = Outbound {
         envelope: message.envelope,
         message: &pieces,
+        tenant: route.ses_tenant.as_deref(),
     };
     let sent = forward::on_route(waiter, &upstream, plan, &out, permit, &mut record).await;
     let (result, permits) = match sent {

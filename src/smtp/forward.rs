@@ -23,6 +23,8 @@ pub(super) type Sent = (Result<Accepted, UpstreamError>, Vec<Permit>);
 pub(super) struct Outbound<'m> {
     pub envelope: &'m Envelope,
     pub message: &'m [&'m [u8]],
+    /// The upstream's tenant the route sends it as (`ses_tenant`).
+    pub tenant: Option<&'m str>,
 }
 
 /// Forwards the message on its route: to the upstream, and when nothing of it could reach
@@ -99,7 +101,7 @@ async fn absorbing(
         }
         let upstream_started = Instant::now();
         let result = (upstream.forwarder)
-            .forward_pieces(out.envelope, out.message)
+            .forward_for_tenant(out.envelope, out.message, out.tenant)
             .await;
         metrics.upstream(upstream.name(), upstream_started.elapsed());
         let Some(feedback) = result.as_ref().err().and_then(UpstreamError::feedback) else {

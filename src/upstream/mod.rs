@@ -6,6 +6,7 @@
 //! - `pool`: our pool of those connections (bounded, with timeouts on every step), and the
 //!   connector that opens them.
 //! - `mx`: `mx://`, straight to each recipient domain's MX hosts (hickory-resolver).
+//! - `ses`: `ses://REGION`, Amazon SES over its v2 API (the AWS SDK), SES tenants.
 //! - `file`: `file://DIR`, the embedded default: one `.eml` and one `.json` per message.
 //! - `feedback`: what a refusal says about our sending (too fast, quota, paused, too many
 //!   connections), typed; SMTP replies classified by the configured patterns where they
@@ -20,6 +21,7 @@ pub mod mx;
 pub mod pause;
 mod pool;
 pub mod reply;
+pub mod ses;
 pub mod smtp;
 pub mod upstreams;
 
@@ -31,6 +33,7 @@ pub use feedback::{Classifier, Feedback};
 pub use file::FileForwarder;
 pub use mx::{MxForwarder, MxSetupError};
 pub use pause::{Admission, Pause};
+pub use ses::SesForwarder;
 pub use smtp::{SmtpForwarder, SmtpSetupError};
 pub use upstreams::{Upstream, Upstreams};
 
@@ -50,6 +53,7 @@ pub fn build_forwarder(cfg: &UpstreamConfig) -> Result<Arc<dyn Forwarder>, Strin
             let forwarder = MxForwarder::new(cfg).map_err(|e| e.to_string())?;
             Ok(Arc::new(forwarder))
         }
+        UpstreamKind::Ses(_) => ses::build(cfg),
     }
 }
 
@@ -157,6 +161,18 @@ pub trait Forwarder: Send + Sync {
         envelope: &'a Envelope,
         pieces: &'a [&'a [u8]],
     ) -> ForwardFuture<'a>;
+
+    /// As [`Forwarder::forward_pieces`], sent as `tenant` where upstream keeps tenants of its
+    /// own (SES's `TenantName`, from the route's `ses_tenant`); other kinds ignore it.
+    fn forward_for_tenant<'a>(
+        &'a self,
+        envelope: &'a Envelope,
+        pieces: &'a [&'a [u8]],
+        tenant: Option<&'a str>,
+    ) -> ForwardFuture<'a> {
+        let _ = tenant;
+        self.forward_pieces(envelope, pieces)
+    }
 
     /// The message in one piece.
     fn forward<'a>(&'a self, envelope: &'a Envelope, message: &'a [u8]) -> ForwardFuture<'a> {

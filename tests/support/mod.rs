@@ -32,6 +32,7 @@ pub mod memory;
 pub mod process;
 pub mod redis;
 pub mod relay;
+pub mod ses;
 pub mod throttle;
 pub mod tls;
 pub mod traffic;

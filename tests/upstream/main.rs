@@ -13,6 +13,7 @@ mod mx;
 mod pipelining;
 mod relay_faults;
 mod routes;
+mod ses;
 mod smtp;
 
 use mailsluice::config::{Config, UpstreamConfig};

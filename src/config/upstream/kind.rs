@@ -5,6 +5,7 @@
 use super::file::FileUpstream;
 use super::keys::KindKeys;
 use super::mx::MxUpstream;
+use super::ses::SesUpstream;
 use super::smtp::SmtpUpstream;
 use super::smtp_client::SmtpClient;
 
@@ -16,6 +17,8 @@ pub enum UpstreamKind {
     Smtp(SmtpUpstream),
     /// `mx://`: straight to each recipient domain's MX hosts.
     Mx(MxUpstream),
+    /// `ses://REGION`: Amazon SES over its v2 API.
+    Ses(SesUpstream),
 }
 
 /// Every kind's scheme and own keys, for the URL's parse and for naming the kind that owns a
@@ -25,12 +28,13 @@ const KINDS: &[(&str, &[&[&str]])] = &[
     ("smtp://", SmtpUpstream::KEYS),
     ("smtps://", SmtpUpstream::KEYS),
     ("mx://", MxUpstream::KEYS),
+    ("ses://REGION", SesUpstream::KEYS),
 ];
 
 impl UpstreamKind {
     /// The kind a URL names, its own keys not read yet.
     pub fn from_url(url: &str) -> Result<UpstreamKind, String> {
-        let schemes = "smtp://, smtps://, mx:// or file://DIR";
+        let schemes = "smtp://, smtps://, mx://, ses://REGION or file://DIR";
         let (scheme, rest) = url
             .split_once("://")
             .ok_or_else(|| format!("`{url}` is not a URL ({schemes})"))?;
@@ -39,6 +43,7 @@ impl UpstreamKind {
             "smtp" => UpstreamKind::Smtp(SmtpUpstream::from_url(rest, false)?),
             "smtps" => UpstreamKind::Smtp(SmtpUpstream::from_url(rest, true)?),
             "mx" => UpstreamKind::Mx(MxUpstream::from_url(rest)?),
+            "ses" => UpstreamKind::Ses(SesUpstream::from_url(rest)?),
             _ => return Err(format!("`{url}`: scheme must be {schemes}")),
         };
         Ok(kind)
@@ -55,6 +60,7 @@ impl UpstreamKind {
             UpstreamKind::File(_) => {}
             UpstreamKind::Smtp(smtp) => smtp.read_keys(&mut keys)?,
             UpstreamKind::Mx(mx) => mx.read_keys(&mut keys)?,
+            UpstreamKind::Ses(ses) => ses.read_keys(&mut keys)?,
         }
         let Some(key) = keys.left() else {
             return Ok(());
@@ -69,7 +75,7 @@ impl UpstreamKind {
     /// The SMTP client settings of the kinds that speak SMTP to the next hop.
     pub(super) fn smtp_client_mut(&mut self) -> Option<&mut SmtpClient> {
         match self {
-            UpstreamKind::File(_) => None,
+            UpstreamKind::File(_) | UpstreamKind::Ses(_) => None,
             UpstreamKind::Smtp(smtp) => Some(&mut smtp.client),
             UpstreamKind::Mx(mx) => Some(&mut mx.client),
         }
@@ -91,6 +97,7 @@ impl std::fmt::Display for UpstreamKind {
             UpstreamKind::File(file) => file.fmt(f),
             UpstreamKind::Smtp(smtp) => smtp.fmt(f),
             UpstreamKind::Mx(_) => f.write_str("mx://"),
+            UpstreamKind::Ses(ses) => ses.fmt(f),
         }
     }
 }

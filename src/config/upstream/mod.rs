@@ -1,6 +1,6 @@
 //! `[upstream]` / `[[upstream]]`: where messages go, and how to reach it. The keys every kind
 //! shares are here; the URL's scheme picks the kind (`kind.rs`), whose own keys live in the
-//! file named after it (`file.rs`, `smtp.rs`, `mx.rs`; `smtp_client.rs` for the keys of an
+//! file named after it (`file.rs`, `smtp.rs`, `mx.rs`, `ses.rs`; `smtp_client.rs` for the keys of an
 //! SMTP client that `smtp://` and `mx://` share). The URL is parsed once, when the file is
 //! read, so a typo is a startup error with its line.
 
@@ -16,12 +16,14 @@ mod file;
 mod keys;
 mod kind;
 mod mx;
+mod ses;
 mod smtp;
 mod smtp_client;
 
 pub use file::FileUpstream;
 pub use kind::UpstreamKind;
 pub use mx::{MxKeys, MxUpstream};
+pub use ses::{ses_name, SesKeys, SesUpstream};
 pub use smtp::{SmtpCredentials, SmtpUpstream};
 pub use smtp_client::{SmtpClient, UpstreamTls};
 
@@ -33,7 +35,8 @@ pub struct UpstreamConfig {
     /// What routes and layers call it; a single `[upstream]` table may leave it out
     /// ("default"), each of several `[[upstream]]` tables needs one.
     pub name: Option<Spanned<String>>,
-    /// From `url`: `smtp://host:port`, `smtps://host:port`, `mx://` or `file://DIR`.
+    /// From `url`: `smtp://host:port`, `smtps://host:port`, `mx://`, `ses://REGION` or
+    /// `file://DIR`.
     pub kind: UpstreamKind,
     /// Connections (or requests) in flight at once.
     pub pool_size: NonZeroUsize,

@@ -136,3 +136,40 @@ fn a_kind_key_after_the_url_is_refused_at_its_own_line() {
         assert!(err.contains(&format!("line {line}")), "{body}: {err}");
     }
 }
+
+#[test]
+fn ses_takes_a_region_its_own_keys_and_the_shared_ones() {
+    let parse = |text: &str| toml::from_str::<UpstreamConfig>(text);
+    let cfg = parse(
+        "url = \"ses://eu-west-1\"\nendpoint_url = \"http://127.0.0.1:4566\"\n\
+         configuration_set = \"transactional\"\ntimeout_ms = 5000\npool_size = 4",
+    )
+    .unwrap();
+    let UpstreamKind::Ses(ses) = &cfg.kind else {
+        panic!("{:?}", cfg.kind)
+    };
+    assert_eq!(ses.region, "eu-west-1");
+    assert_eq!(ses.keys.endpoint_url.as_deref(), Some("http://127.0.0.1:4566"));
+    assert_eq!(ses.keys.configuration_set.as_deref(), Some("transactional"));
+    assert_eq!((cfg.timeout_ms.get(), cfg.pool_size.get()), (5000, 4));
+    assert_eq!(cfg.url(), "ses://eu-west-1");
+    for bad in ["ses://", "ses://EU west", "ses://eu-west-1/x"] {
+        assert!(UpstreamKind::from_url(bad).is_err(), "{bad}");
+    }
+    for (key, text) in [
+        ("tls", "url = \"ses://eu-west-1\"\ntls = \"required\""),
+        ("username", "url = \"ses://eu-west-1\"\nusername = \"u\""),
+        ("helo_name", "url = \"ses://eu-west-1\"\nhelo_name = \"h\""),
+        ("mx_port", "url = \"ses://eu-west-1\"\nmx_port = 25"),
+        ("endpoint_url", "url = \"smtp://h:25\"\nendpoint_url = \"http://x\""),
+        ("endpoint_url", "url = \"ses://eu-west-1\"\nendpoint_url = \"ftp://x\""),
+        ("configuration_set", "url = \"ses://eu-west-1\"\nconfiguration_set = \"a b\""),
+    ] {
+        let err = parse(text).unwrap_err().to_string();
+        assert!(err.contains(&format!("upstream.{key}")), "{text}: {err}");
+    }
+    // An SMTP key on a ses:// table, refused at its own line.
+    let text = "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"ses://eu-west-1\"\n\npassword_env = \"P\"\n";
+    let err = crate::config::Config::parse(text).unwrap_err();
+    assert!(err.contains("upstream.password_env") && err.contains("line 6"), "{err}");
+}

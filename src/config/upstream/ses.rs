@@ -1,0 +1,79 @@
+//! `ses://REGION`: Amazon SES over its v2 API (`SendEmail` with raw content). Its keys: another
+//! endpoint (a VPC endpoint, FIPS, a test server) and the default configuration set. No
+//! credentials: they come from the AWS SDK's default chain, never from this file.
+
+use serde::Deserialize;
+
+use super::keys::KindKeys;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SesUpstream {
+    /// The AWS region whose SESv2 endpoint takes the messages (`eu-west-1`).
+    pub region: String,
+    pub keys: SesKeys,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct SesKeys {
+    /// `https://...` (or `http://` for a test server): sent there instead of the region's
+    /// public endpoint.
+    pub endpoint_url: Option<String>,
+    /// The `ConfigurationSetName` of a message whose route sets no `X-SES-CONFIGURATION-SET`.
+    pub configuration_set: Option<String>,
+}
+
+impl SesKeys {
+    const KEYS: &'static [&'static str] = &["endpoint_url", "configuration_set"];
+}
+
+impl SesUpstream {
+    pub(super) const KEYS: &'static [&'static [&'static str]] = &[SesKeys::KEYS];
+
+    /// `rest` is what follows `ses://`: the region, nothing else.
+    pub(super) fn from_url(rest: &str) -> Result<SesUpstream, String> {
+        let region = rest.trim_end_matches('/');
+        let valid = !region.is_empty()
+            && (region.bytes()).all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+        match valid {
+            true => Ok(SesUpstream {
+                region: region.to_string(),
+                keys: SesKeys::default(),
+            }),
+            false => Err(format!(
+                "`ses://{rest}`: ses:// takes an AWS region (ses://eu-west-1)"
+            )),
+        }
+    }
+
+    pub(super) fn read_keys(&mut self, keys: &mut KindKeys) -> Result<(), String> {
+        self.keys = keys.take(SesKeys::KEYS)?;
+        if let Some(url) = &self.keys.endpoint_url {
+            if !(url.starts_with("https://") || url.starts_with("http://")) {
+                return Err(format!(
+                    "key `upstream.endpoint_url`: `{url}` is not an http:// or https:// URL"
+                ));
+            }
+        }
+        if let Some(set) = &self.keys.configuration_set {
+            if !ses_name(set) {
+                return Err(format!(
+                    "key `upstream.configuration_set`: `{set}` is not an SES name (letters, digits, _ and -, at most 64)"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What SES takes as a configuration set or tenant name.
+pub fn ses_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && (name.bytes()).all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+impl std::fmt::Display for SesUpstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ses://{}", self.region)
+    }
+}

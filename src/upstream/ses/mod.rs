@@ -1,0 +1,240 @@
+//! `ses://REGION`: Amazon SES over its v2 API, one `SendEmail` request with raw content per
+//! message through the AWS SDK (credentials from its default chain: environment, profile, web
+//! identity, ECS, instance metadata).
+//!
+//! - `raw`: the message as SES takes it (SES's header conventions become API fields).
+//! - `answers`: SES's answers as typed refusals.
+//! - `body`: the request body that tells "not sent" from "sent, no answer".
+//! - `tenants`: SES tenants paused one by one.
+//!
+//! The SDK's own retries are off: the throttle decides when a message goes again, and a retry
+//! after a timeout could send a message twice.
+
+mod answers;
+mod body;
+mod raw;
+mod tenants;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_config::BehaviorVersion;
+use aws_sdk_sesv2::config::retry::RetryConfig;
+use aws_sdk_sesv2::config::timeout::TimeoutConfig;
+use aws_sdk_sesv2::config::{ProvideCredentials, Region, SharedCredentialsProvider};
+use aws_sdk_sesv2::config::StalledStreamProtectionConfig;
+use aws_sdk_sesv2::primitives::Blob;
+use aws_sdk_sesv2::types::{Destination, EmailContent, MessageTag, RawMessage};
+use aws_sdk_sesv2::Client;
+use tokio::sync::{OnceCell, Semaphore};
+
+use super::reply::rejected;
+use super::{Accepted, Admission, CheckFuture, ForwardFuture, Forwarder, UpstreamError};
+use crate::config::{SesUpstream, UpstreamConfig, UpstreamKind};
+use crate::message::Envelope;
+use answers::Answer;
+use tenants::Tenants;
+
+pub use answers::classify;
+
+/// The most SES's API takes in one request (its limit for a raw message).
+pub const MAX_MESSAGE_BYTES: usize = 40 * 1024 * 1024;
+
+pub struct SesForwarder {
+    ses: SesUpstream,
+    timeout: Duration,
+    credentials: Option<SharedCredentialsProvider>,
+    /// Built at the first request: the SDK's configuration is loaded asynchronously.
+    client: OnceCell<Client>,
+    /// Requests in flight at once (`pool_size`).
+    in_flight: Semaphore,
+    tenants: Tenants,
+}
+
+impl SesForwarder {
+    /// Credentials from the AWS SDK's default chain.
+    pub fn new(cfg: &UpstreamConfig) -> Result<SesForwarder, String> {
+        let UpstreamKind::Ses(ses) = &cfg.kind else {
+            return Err(format!("not a ses:// upstream: {}", cfg.kind));
+        };
+        Ok(SesForwarder {
+            ses: ses.clone(),
+            timeout: Duration::from_millis(cfg.timeout_ms.get()),
+            credentials: None,
+            client: OnceCell::new(),
+            in_flight: Semaphore::new(cfg.pool_size.get()),
+            tenants: Tenants::new(Duration::from_millis(cfg.quota_pause_ms.get())),
+        })
+    }
+
+    /// With credentials of the embedder's own instead of the default chain.
+    pub fn with_credentials(
+        cfg: &UpstreamConfig,
+        credentials: impl ProvideCredentials + 'static,
+    ) -> Result<SesForwarder, String> {
+        let mut forwarder = SesForwarder::new(cfg)?;
+        forwarder.credentials = Some(SharedCredentialsProvider::new(credentials));
+        Ok(forwarder)
+    }
+
+    async fn client(&self) -> &Client {
+        self.client
+            .get_or_init(|| async {
+                let timeouts = TimeoutConfig::builder()
+                    .connect_timeout(self.timeout)
+                    .operation_timeout(self.timeout)
+                    .build();
+                let mut loader = aws_config::defaults(BehaviorVersion::latest())
+                    .region(Region::new(self.ses.region.clone()))
+                    .retry_config(RetryConfig::disabled())
+                    .timeout_config(timeouts)
+                    .stalled_stream_protection(StalledStreamProtectionConfig::disabled());
+                if let Some(url) = &self.ses.keys.endpoint_url {
+                    loader = loader.endpoint_url(url);
+                }
+                if let Some(credentials) = &self.credentials {
+                    loader = loader.credentials_provider(credentials.clone());
+                }
+                Client::new(&loader.load().await)
+            })
+            .await
+    }
+
+    /// One `SendEmail`; its answer typed.
+    async fn send(
+        &self,
+        envelope: &Envelope,
+        raw: raw::Raw,
+        tenant: Option<&str>,
+    ) -> Result<String, Answer> {
+        let client = self.client().await;
+        let content = RawMessage::builder()
+            .data(Blob::new(raw.bytes))
+            .build()
+            .map_err(|e| Answer::Error(UpstreamError::Unavailable(e.to_string())))?;
+        let tags: Vec<MessageTag> = (raw.tags.into_iter())
+            .filter_map(|(name, value)| MessageTag::builder().name(name).value(value).build().ok())
+            .collect();
+        let request = client
+            .send_email()
+            .destination(
+                Destination::builder()
+                    .set_to_addresses(Some(envelope.rcpts.clone()))
+                    .build(),
+            )
+            .content(EmailContent::builder().raw(content).build())
+            // The null sender `<>` leaves it out: SES then takes the From: field, and it
+            // always sends with its own bounce address, never a null one.
+            .set_from_email_address(envelope.from.clone())
+            .set_configuration_set_name(raw.configuration_set.or(self.ses.keys.configuration_set.clone()))
+            .set_email_tags((!tags.is_empty()).then_some(tags))
+            .set_tenant_name(tenant.map(str::to_string));
+        let track = body::Track::default();
+        let sent = request.customize().interceptor(track.clone()).send().await;
+        match sent {
+            Ok(output) => Ok(output.message_id().unwrap_or_default().to_string()),
+            Err(e) => Err(answers::from_sdk(e, track.body_sent(), tenant)),
+        }
+    }
+
+    async fn forward_as(
+        &self,
+        envelope: &Envelope,
+        pieces: &[&[u8]],
+        tenant: Option<&str>,
+    ) -> Result<Accepted, UpstreamError> {
+        let size: usize = pieces.iter().map(|p| p.len()).sum();
+        if size > MAX_MESSAGE_BYTES {
+            return Err(too_big(size));
+        }
+        let paused = tenant.and_then(|t| self.tenants.get(t).map(|p| (t, p)));
+        let probe = match &paused {
+            None => None,
+            Some((tenant, pause)) => match pause.admit().await {
+                Admission::Open => None,
+                Admission::Probe(probe) => Some(probe),
+                Admission::Paused(left) => {
+                    return Err(tenants::refusal(tenant, "paused by SES", left))
+                }
+            },
+        };
+        let raw = raw::from_pieces(pieces);
+        let _slot = self.in_flight.acquire().await.expect("never closed");
+        match self.send(envelope, raw, tenant).await {
+            Ok(id) => {
+                if let (Some(probe), Some(tenant)) = (probe, tenant) {
+                    probe.open();
+                    self.tenants.resumed(tenant);
+                }
+                Ok(Accepted::new(format!("2.0.0 Ok {id}")))
+            }
+            Err(Answer::TenantPaused(text)) => {
+                let tenant = tenant.expect("a tenant's answer");
+                Err(self.tenants.pause(tenant, &text))
+            }
+            Err(Answer::Error(e)) => {
+                if let UpstreamError::Credentials(why) = &e {
+                    tracing::error!(
+                        target: "mailsluice::upstream",
+                        region = self.ses.region.as_str(),
+                        error = why.as_str(),
+                        "SES refused the relay's AWS credentials"
+                    );
+                }
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Larger than SES's API takes: permanent, as over SMTP's `SIZE`.
+pub fn too_big(size: usize) -> UpstreamError {
+    rejected(
+        552,
+        "5.3.4",
+        format!("Message too big for SES ({size} bytes, at most {MAX_MESSAGE_BYTES})"),
+    )
+}
+
+impl Forwarder for SesForwarder {
+    fn forward_pieces<'a>(
+        &'a self,
+        envelope: &'a Envelope,
+        pieces: &'a [&'a [u8]],
+    ) -> ForwardFuture<'a> {
+        Box::pin(self.forward_as(envelope, pieces, None))
+    }
+
+    fn forward_for_tenant<'a>(
+        &'a self,
+        envelope: &'a Envelope,
+        pieces: &'a [&'a [u8]],
+        tenant: Option<&'a str>,
+    ) -> ForwardFuture<'a> {
+        Box::pin(self.forward_as(envelope, pieces, tenant))
+    }
+
+    /// `GetAccount`: signed, sends nothing; proves the credentials and the endpoint, and that
+    /// SES lets the account send.
+    fn check(&self) -> CheckFuture<'_> {
+        Box::pin(async move {
+            let account = (self.client().await.get_account().send().await)
+                .map_err(|e| format!("SES GetAccount: {}", aws_sdk_sesv2::error::DisplayErrorContext(e)))?;
+            let enforcement = account.enforcement_status().unwrap_or("unknown");
+            match account.sending_enabled() {
+                true => Ok(()),
+                false => Err(format!(
+                    "SES: SendingEnabled false, EnforcementStatus {enforcement}"
+                )),
+            }
+        })
+    }
+}
+
+/// The shared handle the upstream table keeps.
+pub fn build(cfg: &UpstreamConfig) -> Result<Arc<dyn Forwarder>, String> {
+    Ok(Arc::new(SesForwarder::new(cfg)?))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,205 @@
+//! `ses://` against a fake SESv2 endpoint in this process (`support::ses`) and, when it is
+//! installed, moto's server (`support::moto`): the envelope and the raw bytes as SES gets
+//! them, SES's header conventions as API fields, every row of SES's answers table, tenants
+//! paused alone, SES's hidden rate learned by an adaptive layer, "uncertain" and
+//! "unavailable" told apart, and `GetAccount` for readiness.
+
+use std::collections::HashSet;
+
+use crate::envelope;
+use crate::support::memory::subject_of;
+use crate::support::relay::{Client, Relay};
+use crate::support::ses::{forwarder, FakeSes, Mode, GOOD_KEY};
+use crate::support::upstream::refusing_addr;
+use crate::support::wait::until;
+use mailsluice::upstream::{Forwarder, UpstreamError};
+
+/// A relay whose only upstream is `ses://` at the fake, routed by `X-Tenant` with the route
+/// keys of an SES SMTP setup, plus `rest`.
+async fn relay(fake: &FakeSes, upstream_extra: &str, rest: &str) -> Relay {
+    let text = format!(
+        "[smtp]\nlisten = [\"127.0.0.1:0\"]\nhostname = \"relay.test\"\n\
+         [upstream]\n{}\n\
+         [[route]]\nkey = \"header:X-Tenant\"\nupstream = \"default\"\nses_tenant = \"{{key}}\"\n\
+         add_headers = {{ \"X-SES-CONFIGURATION-SET\" = \"tenant-{{key}}\", \"X-SES-MESSAGE-TAGS\" = \"tenant={{key}}\" }}\n\
+         {rest}\n",
+        fake.upstream_toml(&format!("timeout_ms = 5000\n{upstream_extra}"))
+    );
+    Relay::start(&text, forwarder(&text, GOOD_KEY)).await
+}
+
+async fn send(relay: &Relay, tenant: &str, subject: &str) -> (u16, String) {
+    let msg = format!("X-Tenant: {tenant}\r\nSubject: {subject}\r\n\r\nbody\r\n");
+    let mut c = Client::connect(relay.addr).await;
+    c.send_mail("app@example.com", &["to@example.net"], msg.as_bytes()).await
+}
+
+#[tokio::test]
+async fn the_envelope_is_the_destination_and_ses_fields_become_api_fields() {
+    let fake = FakeSes::start().await;
+    let relay = relay(&fake, "", "").await;
+    let msg = b"X-Tenant: acme\r\nTo: header-only@example.org\r\n\
+                X-SES-MESSAGE-TAGS: client=forged\r\nSubject: hi\r\n\r\n.dot line\r\n";
+    let mut c = Client::connect(relay.addr).await;
+    let rcpts = ["to@example.net", "bcc@example.net"];
+    let (code, text) = c.send_mail("app@example.com", &rcpts, msg).await;
+    assert_eq!(code, 250, "{text}");
+    assert!(text.contains("fake-000001"), "SES's MessageId in the 250: {text}");
+    let (code, _) = c.send_mail("", &["to@example.net"], b"X-Tenant: acme\r\n\r\nbounce\r\n").await;
+    assert_eq!(code, 250);
+    let sent = fake.sent();
+    let first = &sent[0];
+    assert_eq!(first.to, rcpts, "exactly the envelope, Bcc included, never the To: field");
+    assert_eq!(first.from.as_deref(), Some("app@example.com"));
+    assert_eq!(sent[1].from, None, "the null sender leaves FromEmailAddress out");
+    assert_eq!(first.tenant.as_deref(), Some("acme"));
+    assert_eq!(first.configuration_set.as_deref(), Some("tenant-acme"));
+    assert_eq!(first.tags, [("tenant".to_string(), "acme".to_string())]);
+    let raw = String::from_utf8(first.raw.clone()).unwrap();
+    assert!(raw.starts_with("Received: from "), "{raw}");
+    for gone in ["X-SES-", "X-Tenant", "client=forged"] {
+        assert!(!raw.contains(gone), "{gone} left in: {raw}");
+    }
+    assert!(raw.ends_with("Subject: hi\r\n\r\n.dot line\r\n"), "not dot-stuffed: {raw}");
+}
+
+#[tokio::test]
+async fn each_ses_answer_gets_its_pinned_reply() {
+    let fake = FakeSes::start().await;
+    let relay = relay(&fake, "", "").await;
+    for (status, kind, text, reply) in [
+        (400, "MessageRejected", "Email address is not verified.", "554 5.6.0"),
+        (400, "BadRequestException", "Invalid tag.", "554 5.6.0"),
+        (400, "MailFromDomainNotVerifiedException", "MAIL FROM not verified.", "550 5.7.1"),
+        (403, "AccessDeniedException", "not authorized", "451 4.7.0"),
+        (403, "SignatureDoesNotMatch", "bad signature", "451 4.7.0"),
+        (503, "ServiceUnavailable", "Service is unavailable.", "451 4.4.1"),
+        (500, "InternalFailure", "Internal failure.", "451 4.4.1"),
+    ] {
+        fake.fail_with(Some((status, kind, text)));
+        let (code, got) = send(&relay, "acme", kind).await;
+        let got = format!("{code} {got}");
+        assert!(got.starts_with(reply), "{kind}: {got}");
+        if !reply.starts_with("451 4.7.0") {
+            assert!(got.contains(text), "SES's text passed on: {got}");
+        }
+    }
+    assert!(fake.sent().is_empty());
+}
+
+#[tokio::test]
+async fn quota_and_account_pause_pause_the_upstream_and_nothing_more_goes() {
+    for (kind, text) in [
+        ("LimitExceededException", "Daily message quota exceeded."),
+        ("SendingPausedException", "Sending is paused for this account."),
+        ("AccountSuspendedException", "Account suspended."),
+    ] {
+        let fake = FakeSes::start().await;
+        // No route to a tenant: the account's answer.
+        let text_cfg = format!(
+            "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\n{}",
+            fake.upstream_toml("")
+        );
+        let relay = Relay::start(&text_cfg, forwarder(&text_cfg, GOOD_KEY)).await;
+        fake.fail_with(Some((400, kind, text)));
+        let (code, got) = send(&relay, "acme", "first").await;
+        assert_eq!(code, 451, "{kind}: {got}");
+        assert!(got.starts_with("4.7.1 Upstream sending quota exhausted"), "{kind}: {got}");
+        fake.fail_with(None);
+        let (code, got) = send(&relay, "acme", "second").await;
+        assert_eq!((code, fake.requests()), (451, 1), "paused: {got}");
+    }
+}
+
+#[tokio::test]
+async fn a_paused_tenant_alone_is_held_and_a_probe_resumes_it() {
+    let fake = FakeSes::start().await;
+    let relay = relay(&fake, "quota_pause_ms = 2000\n", "").await;
+    fake.pause_tenant("acme", true);
+    let (code, text) = send(&relay, "acme", "a1").await;
+    assert_eq!(code, 451, "{text}");
+    assert!(text.starts_with("4.7.1") && text.contains("SES tenant acme paused"), "{text}");
+    let (code, text) = send(&relay, "acme", "a2").await;
+    assert_eq!((code, fake.requests()), (451, 1), "held without asking SES: {text}");
+    let (code, text) = send(&relay, "globex", "g1").await;
+    assert_eq!(code, 250, "another tenant goes on: {text}");
+    fake.pause_tenant("acme", false);
+    until("the probe resumes acme", async || send(&relay, "acme", "a3").await.0 == 250).await;
+    let tenants: Vec<_> = fake.sent().iter().map(|s| s.tenant.clone().unwrap()).collect();
+    assert_eq!(tenants, ["globex", "acme"]);
+    assert_eq!(send(&relay, "acme", "a4").await.0, 250);
+}
+
+/// The SMTP path's hidden-rate test over TCP, against SES's API: 60 messages at once, SES at a
+/// hidden 20 recipients a second, the relay's adaptive layer at 40.
+#[tokio::test]
+async fn ses_429_is_absorbed_and_the_adaptive_layer_learns_the_hidden_rate() {
+    let fake = FakeSes::start().await;
+    fake.set_hidden_rate(Some(20));
+    let layer = "[[throttle]]\nname = \"account\"\nkey = \"none\"\ncost = \"recipients\"\n\
+                 limit = 40\ninterval_ms = 1000\nmax_wait_ms = 60000\n";
+    let relay = relay(&fake, "pool_size = 16\n", layer).await;
+    let tasks: Vec<_> = (0..60)
+        .map(|i| {
+            let addr = relay.addr;
+            tokio::spawn(async move {
+                let mut c = Client::connect(addr).await;
+                let msg = format!("Subject: t{i}\r\n\r\nbody\r\n");
+                c.send_mail("a@example.com", &["b@example.net"], msg.as_bytes()).await
+            })
+        })
+        .collect();
+    for t in tasks {
+        let (code, text) = t.await.unwrap();
+        assert_eq!(code, 250, "{text}");
+    }
+    let subjects: HashSet<String> = fake.sent().iter().map(|m| subject_of(&m.raw)).collect();
+    assert_eq!((fake.sent().len(), subjects.len()), (60, 60), "each message once");
+    assert!(fake.rate_refusals() > 0, "SES throttled");
+    assert!(relay.throttle.effective_limit(0).unwrap() < 40);
+}
+
+fn upstream(fake_url: &str, extra: &str) -> String {
+    format!(
+        "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"ses://eu-west-1\"\n\
+         endpoint_url = \"{fake_url}\"\n{extra}\n"
+    )
+}
+
+#[tokio::test]
+async fn no_answer_after_the_request_was_read_is_uncertain_and_before_unavailable() {
+    let fake = FakeSes::start().await;
+    let ses = forwarder(&upstream(&fake.url(), "timeout_ms = 1000"), GOOD_KEY);
+    let env = envelope(Some("a@example.com"), &["b@example.net"]);
+    fake.set_mode(Mode::StallAfterRead);
+    let err = ses.forward(&env, b"Subject: x\r\n\r\nx\r\n").await.unwrap_err();
+    assert!(matches!(err, UpstreamError::Uncertain(_)), "{err:?}");
+    assert_eq!(fake.read_whole(), 1);
+    // Reset once the head is read: most of a large body never left.
+    fake.set_mode(Mode::ResetBeforeBody);
+    let big = vec![b'a'; 24 * 1024 * 1024];
+    let err = ses.forward(&env, &big).await.unwrap_err();
+    assert!(matches!(err, UpstreamError::Unavailable(_)), "{err:?}");
+    assert_eq!((fake.requests(), fake.read_whole()), (2, 1));
+    // Nothing listening.
+    let refusing = refusing_addr();
+    let closed = forwarder(&upstream(&format!("http://{}", refusing.addr()), ""), GOOD_KEY);
+    let err = closed.forward(&env, b"Subject: x\r\n\r\nx\r\n").await.unwrap_err();
+    assert!(matches!(err, UpstreamError::Unavailable(_)), "{err:?}");
+}
+
+#[tokio::test]
+async fn readiness_asks_get_account_with_the_relays_credentials() {
+    let fake = FakeSes::start().await;
+    let text = upstream(&fake.url(), "");
+    assert_eq!(forwarder(&text, GOOD_KEY).check().await, Ok(()));
+    let bad = forwarder(&text, "AKIDWRONG").check().await.unwrap_err();
+    assert!(bad.contains("UnrecognizedClientException"), "{bad}");
+    let env = envelope(Some("a@example.com"), &["b@example.net"]);
+    let refused = forwarder(&text, "AKIDWRONG").forward(&env, b"\r\nx\r\n").await;
+    assert!(matches!(refused, Err(UpstreamError::Credentials(_))), "{refused:?}");
+    fake.set_account(14.0, false);
+    let disabled = forwarder(&text, GOOD_KEY).check().await.unwrap_err();
+    assert!(disabled.contains("SendingEnabled false, EnforcementStatus SHUTDOWN"), "{disabled}");
+    assert!(fake.sent().is_empty(), "readiness sends nothing");
+}
