@@ -39,8 +39,8 @@ pub use security::{AuthConfig, TlsConfig, UserConfig};
 pub use smtp::SmtpConfig;
 pub use throttle::{Cost, FairBy, MatchSpec, Mode, Refill, StoreKind, ThrottleConfig};
 pub use upstream::{
-    FileUpstream, MxKeys, MxUpstream, SesKeys, SesUpstream, SmtpClient, SmtpCredentials, SmtpUpstream, UpstreamConfig,
-    UpstreamKind, UpstreamTls, DEFAULT_NAME,
+    FileUpstream, MxKeys, MxUpstream, SesKeys, SesUpstream, SmtpClient, SmtpCredentials,
+    SmtpUpstream, UpstreamConfig, UpstreamKind, UpstreamTls, DEFAULT_NAME,
 };
 
 /// A configuration that could not be used; the text says which key and where.

@@ -110,7 +110,8 @@ pub(super) fn validate(config: &super::Config, text: &str) -> Result<(), String>
             }
         }
         if let Some(tenant) = &route.ses_tenant {
-            check_ses_tenant(config, route, tenant).map_err(|e| located(text, tenant.span(), &e))?;
+            check_ses_tenant(config, route, tenant)
+                .map_err(|e| located(text, tenant.span(), &e))?;
         }
         for (name, value) in &route.add_headers {
             check_added_header(name, value)

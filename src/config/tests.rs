@@ -213,7 +213,10 @@ fn ses_tenant_is_only_for_routes_to_ses_and_names_its_line() {
         "{ses}[[route]]\nkey = \"header:X-Tenant\"\nupstream = \"ses\"\nses_tenant = \"t-{{key}}\"\n"
     ))
     .unwrap();
-    assert_eq!(ok.routes[0].ses_tenant.as_ref().unwrap().get_ref(), "t-{key}");
+    assert_eq!(
+        ok.routes[0].ses_tenant.as_ref().unwrap().get_ref(),
+        "t-{key}"
+    );
     // Line 14: the route's `ses_tenant` on a route to an SMTP upstream.
     let smtp = Config::parse(&format!(
         "{ses}[[route]]\nkey = \"header:X-Tenant\"\nupstream = \"eu\"\nses_tenant = \"{{key}}\"\n"
@@ -228,5 +231,8 @@ fn ses_tenant_is_only_for_routes_to_ses_and_names_its_line() {
         "{ses}[[route]]\nupstream = \"ses\"\nses_tenant = \"a b\"\n"
     ))
     .unwrap_err();
-    assert!(bad.contains("route.ses_tenant") && bad.contains("line 14"), "{bad}");
+    assert!(
+        bad.contains("route.ses_tenant") && bad.contains("line 14"),
+        "{bad}"
+    );
 }

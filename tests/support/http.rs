@@ -4,15 +4,20 @@ use std::net::SocketAddr;
 
 /// Status and body of `GET http://{addr}{path}`; a 4xx or 5xx is an answer, not an error.
 pub async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+    try_get(addr, path).await.expect("an HTTP answer")
+}
+
+/// As [`get`], `None` when nothing answers (a server still starting).
+pub async fn try_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
     let url = format!("http://{addr}{path}");
     tokio::task::spawn_blocking(move || {
         let agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .build()
             .new_agent();
-        let mut response = agent.get(&url).call().unwrap();
+        let mut response = agent.get(&url).call().ok()?;
         let status = response.status().as_u16();
-        (status, response.body_mut().read_to_string().unwrap())
+        Some((status, response.body_mut().read_to_string().ok()?))
     })
     .await
     .unwrap()

@@ -6,6 +6,8 @@
 //! - `dns`: a DNS server on 127.0.0.1 answering from a zone the test writes (`TestDns`).
 //! - `memory`: a forwarder that records what it is given (`MemoryForwarder`).
 //! - `hidden_rate`: an SES-like upstream in memory with its own hidden bucket (`HiddenRate`).
+//! - `ses`: a fake SESv2 HTTP endpoint with injected answers (`FakeSes`); `moto`: moto's
+//!   server as SES's API stand-in (`MotoServer::spawn`, a failure under `CI=true` without it).
 //! - `upstream`: the test upstream SMTP server, with injected faults, SES's hidden sending rate
 //!   (`set_hidden_rate`) and connection bound (`set_max_connections`).
 //! - `process`: the `mailsluice` binary as a process of its own (signals, exit, memory).
@@ -29,6 +31,7 @@ pub mod http;
 pub mod invariant;
 pub mod load;
 pub mod memory;
+pub mod moto;
 pub mod process;
 pub mod redis;
 pub mod relay;

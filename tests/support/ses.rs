@@ -166,7 +166,9 @@ impl FakeSes {
                 // Closing with the body unread resets the connection.
                 return;
             }
-            let length = header(&head, "content-length").and_then(|v| v.parse().ok()).unwrap_or(0);
+            let length = header(&head, "content-length")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
             while buf.len() < head_end + length {
                 let mut chunk = vec![0; 64 * 1024];
                 match stream.read(&mut chunk).await {
@@ -232,10 +234,22 @@ impl FakeSes {
             return error(*status, kind, text);
         }
         if faults.quota_left == Some(0) {
-            return error(400, "LimitExceededException", "Daily message quota exceeded.");
+            return error(
+                400,
+                "LimitExceededException",
+                "Daily message quota exceeded.",
+            );
         }
-        if email.tenant.as_ref().is_some_and(|t| faults.paused_tenants.contains(t)) {
-            return error(400, "SendingPausedException", "Sending is paused for this tenant.");
+        if email
+            .tenant
+            .as_ref()
+            .is_some_and(|t| faults.paused_tenants.contains(t))
+        {
+            return error(
+                400,
+                "SendingPausedException",
+                "Sending is paused for this tenant.",
+            );
         }
         drop(faults);
         if let Some((bucket, state)) = self.rate.lock().unwrap().as_mut() {
@@ -243,7 +257,11 @@ impl FakeSes {
                 (Take::Granted, next) => *state = next,
                 _ => {
                     self.rate_refusals.fetch_add(1, Ordering::SeqCst);
-                    return error(429, "TooManyRequestsException", "Maximum sending rate exceeded.");
+                    return error(
+                        429,
+                        "TooManyRequestsException",
+                        "Maximum sending rate exceeded.",
+                    );
                 }
             }
         }
@@ -253,7 +271,11 @@ impl FakeSes {
         let mut sent = self.sent.lock().unwrap();
         sent.push(email);
         let id = format!("fake-{:06}", sent.len());
-        (200, None, serde_json::json!({ "MessageId": id }).to_string())
+        (
+            200,
+            None,
+            serde_json::json!({ "MessageId": id }).to_string(),
+        )
     }
 }
 
@@ -284,13 +306,23 @@ fn parse_send_email(body: &[u8]) -> SentEmail {
     let data = json["Content"]["Raw"]["Data"].as_str().unwrap_or("");
     SentEmail {
         from: text(&json["FromEmailAddress"]),
-        to: (json["Destination"]["ToAddresses"].as_array().into_iter().flatten())
-            .filter_map(text)
-            .collect(),
-        raw: base64::engine::general_purpose::STANDARD.decode(data).unwrap_or_default(),
+        to: (json["Destination"]["ToAddresses"]
+            .as_array()
+            .into_iter()
+            .flatten())
+        .filter_map(text)
+        .collect(),
+        raw: base64::engine::general_purpose::STANDARD
+            .decode(data)
+            .unwrap_or_default(),
         configuration_set: text(&json["ConfigurationSetName"]),
         tags: (json["EmailTags"].as_array().into_iter().flatten())
-            .map(|t| (text(&t["Name"]).unwrap_or_default(), text(&t["Value"]).unwrap_or_default()))
+            .map(|t| {
+                (
+                    text(&t["Name"]).unwrap_or_default(),
+                    text(&t["Value"]).unwrap_or_default(),
+                )
+            })
             .collect(),
         tenant: text(&json["TenantName"]),
     }

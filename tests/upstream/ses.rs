@@ -31,7 +31,8 @@ async fn relay(fake: &FakeSes, upstream_extra: &str, rest: &str) -> Relay {
 async fn send(relay: &Relay, tenant: &str, subject: &str) -> (u16, String) {
     let msg = format!("X-Tenant: {tenant}\r\nSubject: {subject}\r\n\r\nbody\r\n");
     let mut c = Client::connect(relay.addr).await;
-    c.send_mail("app@example.com", &["to@example.net"], msg.as_bytes()).await
+    c.send_mail("app@example.com", &["to@example.net"], msg.as_bytes())
+        .await
 }
 
 #[tokio::test]
@@ -39,19 +40,30 @@ async fn the_envelope_is_the_destination_and_ses_fields_become_api_fields() {
     let fake = FakeSes::start().await;
     let relay = relay(&fake, "", "").await;
     let msg = b"X-Tenant: acme\r\nTo: header-only@example.org\r\n\
-                X-SES-MESSAGE-TAGS: client=forged\r\nSubject: hi\r\n\r\n.dot line\r\n";
+                X-SES-MESSAGE-TAGS: client=forged\r\nSubject: hi\r\n\r\n..dot line\r\n";
     let mut c = Client::connect(relay.addr).await;
     let rcpts = ["to@example.net", "bcc@example.net"];
     let (code, text) = c.send_mail("app@example.com", &rcpts, msg).await;
     assert_eq!(code, 250, "{text}");
-    assert!(text.contains("fake-000001"), "SES's MessageId in the 250: {text}");
-    let (code, _) = c.send_mail("", &["to@example.net"], b"X-Tenant: acme\r\n\r\nbounce\r\n").await;
+    assert!(
+        text.contains("fake-000001"),
+        "SES's MessageId in the 250: {text}"
+    );
+    let (code, _) = c
+        .send_mail("", &["to@example.net"], b"X-Tenant: acme\r\n\r\nbounce\r\n")
+        .await;
     assert_eq!(code, 250);
     let sent = fake.sent();
     let first = &sent[0];
-    assert_eq!(first.to, rcpts, "exactly the envelope, Bcc included, never the To: field");
+    assert_eq!(
+        first.to, rcpts,
+        "exactly the envelope, Bcc included, never the To: field"
+    );
     assert_eq!(first.from.as_deref(), Some("app@example.com"));
-    assert_eq!(sent[1].from, None, "the null sender leaves FromEmailAddress out");
+    assert_eq!(
+        sent[1].from, None,
+        "the null sender leaves FromEmailAddress out"
+    );
     assert_eq!(first.tenant.as_deref(), Some("acme"));
     assert_eq!(first.configuration_set.as_deref(), Some("tenant-acme"));
     assert_eq!(first.tags, [("tenant".to_string(), "acme".to_string())]);
@@ -60,7 +72,10 @@ async fn the_envelope_is_the_destination_and_ses_fields_become_api_fields() {
     for gone in ["X-SES-", "X-Tenant", "client=forged"] {
         assert!(!raw.contains(gone), "{gone} left in: {raw}");
     }
-    assert!(raw.ends_with("Subject: hi\r\n\r\n.dot line\r\n"), "not dot-stuffed: {raw}");
+    assert!(
+        raw.ends_with("Subject: hi\r\n\r\n.dot line\r\n"),
+        "not dot-stuffed: {raw}"
+    );
 }
 
 #[tokio::test]
@@ -68,12 +83,27 @@ async fn each_ses_answer_gets_its_pinned_reply() {
     let fake = FakeSes::start().await;
     let relay = relay(&fake, "", "").await;
     for (status, kind, text, reply) in [
-        (400, "MessageRejected", "Email address is not verified.", "554 5.6.0"),
+        (
+            400,
+            "MessageRejected",
+            "Email address is not verified.",
+            "554 5.6.0",
+        ),
         (400, "BadRequestException", "Invalid tag.", "554 5.6.0"),
-        (400, "MailFromDomainNotVerifiedException", "MAIL FROM not verified.", "550 5.7.1"),
+        (
+            400,
+            "MailFromDomainNotVerifiedException",
+            "MAIL FROM not verified.",
+            "550 5.7.1",
+        ),
         (403, "AccessDeniedException", "not authorized", "451 4.7.0"),
         (403, "SignatureDoesNotMatch", "bad signature", "451 4.7.0"),
-        (503, "ServiceUnavailable", "Service is unavailable.", "451 4.4.1"),
+        (
+            503,
+            "ServiceUnavailable",
+            "Service is unavailable.",
+            "451 4.4.1",
+        ),
         (500, "InternalFailure", "Internal failure.", "451 4.4.1"),
     ] {
         fake.fail_with(Some((status, kind, text)));
@@ -91,7 +121,10 @@ async fn each_ses_answer_gets_its_pinned_reply() {
 async fn quota_and_account_pause_pause_the_upstream_and_nothing_more_goes() {
     for (kind, text) in [
         ("LimitExceededException", "Daily message quota exceeded."),
-        ("SendingPausedException", "Sending is paused for this account."),
+        (
+            "SendingPausedException",
+            "Sending is paused for this account.",
+        ),
         ("AccountSuspendedException", "Account suspended."),
     ] {
         let fake = FakeSes::start().await;
@@ -104,7 +137,10 @@ async fn quota_and_account_pause_pause_the_upstream_and_nothing_more_goes() {
         fake.fail_with(Some((400, kind, text)));
         let (code, got) = send(&relay, "acme", "first").await;
         assert_eq!(code, 451, "{kind}: {got}");
-        assert!(got.starts_with("4.7.1 Upstream sending quota exhausted"), "{kind}: {got}");
+        assert!(
+            got.starts_with("4.7.1 Upstream sending quota exhausted"),
+            "{kind}: {got}"
+        );
         fake.fail_with(None);
         let (code, got) = send(&relay, "acme", "second").await;
         assert_eq!((code, fake.requests()), (451, 1), "paused: {got}");
@@ -118,14 +154,28 @@ async fn a_paused_tenant_alone_is_held_and_a_probe_resumes_it() {
     fake.pause_tenant("acme", true);
     let (code, text) = send(&relay, "acme", "a1").await;
     assert_eq!(code, 451, "{text}");
-    assert!(text.starts_with("4.7.1") && text.contains("SES tenant acme paused"), "{text}");
+    assert!(
+        text.starts_with("4.7.1") && text.contains("SES tenant acme paused"),
+        "{text}"
+    );
     let (code, text) = send(&relay, "acme", "a2").await;
-    assert_eq!((code, fake.requests()), (451, 1), "held without asking SES: {text}");
+    assert_eq!(
+        (code, fake.requests()),
+        (451, 1),
+        "held without asking SES: {text}"
+    );
     let (code, text) = send(&relay, "globex", "g1").await;
     assert_eq!(code, 250, "another tenant goes on: {text}");
     fake.pause_tenant("acme", false);
-    until("the probe resumes acme", async || send(&relay, "acme", "a3").await.0 == 250).await;
-    let tenants: Vec<_> = fake.sent().iter().map(|s| s.tenant.clone().unwrap()).collect();
+    until("the probe resumes acme", async || {
+        send(&relay, "acme", "a3").await.0 == 250
+    })
+    .await;
+    let tenants: Vec<_> = fake
+        .sent()
+        .iter()
+        .map(|s| s.tenant.clone().unwrap())
+        .collect();
     assert_eq!(tenants, ["globex", "acme"]);
     assert_eq!(send(&relay, "acme", "a4").await.0, 250);
 }
@@ -145,7 +195,8 @@ async fn ses_429_is_absorbed_and_the_adaptive_layer_learns_the_hidden_rate() {
             tokio::spawn(async move {
                 let mut c = Client::connect(addr).await;
                 let msg = format!("Subject: t{i}\r\n\r\nbody\r\n");
-                c.send_mail("a@example.com", &["b@example.net"], msg.as_bytes()).await
+                c.send_mail("a@example.com", &["b@example.net"], msg.as_bytes())
+                    .await
             })
         })
         .collect();
@@ -154,7 +205,11 @@ async fn ses_429_is_absorbed_and_the_adaptive_layer_learns_the_hidden_rate() {
         assert_eq!(code, 250, "{text}");
     }
     let subjects: HashSet<String> = fake.sent().iter().map(|m| subject_of(&m.raw)).collect();
-    assert_eq!((fake.sent().len(), subjects.len()), (60, 60), "each message once");
+    assert_eq!(
+        (fake.sent().len(), subjects.len()),
+        (60, 60),
+        "each message once"
+    );
     assert!(fake.rate_refusals() > 0, "SES throttled");
     assert!(relay.throttle.effective_limit(0).unwrap() < 40);
 }
@@ -172,19 +227,29 @@ async fn no_answer_after_the_request_was_read_is_uncertain_and_before_unavailabl
     let ses = forwarder(&upstream(&fake.url(), "timeout_ms = 1000"), GOOD_KEY);
     let env = envelope(Some("a@example.com"), &["b@example.net"]);
     fake.set_mode(Mode::StallAfterRead);
-    let err = ses.forward(&env, b"Subject: x\r\n\r\nx\r\n").await.unwrap_err();
+    let err = ses
+        .forward(&env, b"Subject: x\r\n\r\nx\r\n")
+        .await
+        .unwrap_err();
     assert!(matches!(err, UpstreamError::Uncertain(_)), "{err:?}");
     assert_eq!(fake.read_whole(), 1);
     // Reset once the head is read: most of a large body never left.
     fake.set_mode(Mode::ResetBeforeBody);
+    let patient = forwarder(&upstream(&fake.url(), "timeout_ms = 60000"), GOOD_KEY);
     let big = vec![b'a'; 24 * 1024 * 1024];
-    let err = ses.forward(&env, &big).await.unwrap_err();
+    let err = patient.forward(&env, &big).await.unwrap_err();
     assert!(matches!(err, UpstreamError::Unavailable(_)), "{err:?}");
     assert_eq!((fake.requests(), fake.read_whole()), (2, 1));
     // Nothing listening.
     let refusing = refusing_addr();
-    let closed = forwarder(&upstream(&format!("http://{}", refusing.addr()), ""), GOOD_KEY);
-    let err = closed.forward(&env, b"Subject: x\r\n\r\nx\r\n").await.unwrap_err();
+    let closed = forwarder(
+        &upstream(&format!("http://{}", refusing.addr()), ""),
+        GOOD_KEY,
+    );
+    let err = closed
+        .forward(&env, b"Subject: x\r\n\r\nx\r\n")
+        .await
+        .unwrap_err();
     assert!(matches!(err, UpstreamError::Unavailable(_)), "{err:?}");
 }
 
@@ -196,10 +261,96 @@ async fn readiness_asks_get_account_with_the_relays_credentials() {
     let bad = forwarder(&text, "AKIDWRONG").check().await.unwrap_err();
     assert!(bad.contains("UnrecognizedClientException"), "{bad}");
     let env = envelope(Some("a@example.com"), &["b@example.net"]);
-    let refused = forwarder(&text, "AKIDWRONG").forward(&env, b"\r\nx\r\n").await;
-    assert!(matches!(refused, Err(UpstreamError::Credentials(_))), "{refused:?}");
+    let refused = forwarder(&text, "AKIDWRONG")
+        .forward(&env, b"\r\nx\r\n")
+        .await;
+    assert!(
+        matches!(refused, Err(UpstreamError::Credentials(_))),
+        "{refused:?}"
+    );
     fake.set_account(14.0, false);
     let disabled = forwarder(&text, GOOD_KEY).check().await.unwrap_err();
-    assert!(disabled.contains("SendingEnabled false, EnforcementStatus SHUTDOWN"), "{disabled}");
+    assert!(
+        disabled.contains("SendingEnabled false, EnforcementStatus SHUTDOWN"),
+        "{disabled}"
+    );
     assert!(fake.sent().is_empty(), "readiness sends nothing");
+}
+
+/// The real SDK against moto's server: an identity made and verified, a raw message with a
+/// Bcc recipient through the relay over SMTP, and what moto stored.
+#[tokio::test]
+async fn through_the_relay_to_motos_ses_with_bcc_and_the_fields_removed() {
+    let Some(moto) = crate::support::moto::MotoServer::spawn().await else {
+        return;
+    };
+    let text = format!(
+        "[smtp]\nlisten = [\"127.0.0.1:0\"]\nhostname = \"relay.test\"\n[upstream]\n\
+         url = \"ses://us-east-1\"\nendpoint_url = \"{}\"\n\
+         [[route]]\nupstream = \"default\"\n\
+         add_headers = {{ \"X-SES-CONFIGURATION-SET\" = \"relay\" }}\n",
+        moto.url()
+    );
+    let ses = forwarder(&text, GOOD_KEY);
+    let sdk = sdk_client(&moto.url()).await;
+    sdk.create_email_identity()
+        .email_identity("example.com")
+        .send()
+        .await
+        .unwrap();
+    let relay = Relay::start(&text, ses).await;
+    let mut c = Client::connect(relay.addr).await;
+    let msg = b"From: app@example.com\r\nTo: to@example.net\r\nSubject: moto\r\n\r\nbody\r\n";
+    let (code, reply) = c
+        .send_mail(
+            "app@example.com",
+            &["to@example.net", "bcc@example.org"],
+            msg,
+        )
+        .await;
+    assert_eq!(code, 250, "{reply}");
+    let stored = moto.stored().await;
+    assert_eq!(stored.len(), 1, "{stored:?}");
+    let one = &stored[0];
+    assert_eq!(one.source, "app@example.com");
+    assert!(
+        reply.contains(&one_id(&moto).await),
+        "moto's MessageId in {reply}"
+    );
+    for rcpt in ["to@example.net", "bcc@example.org"] {
+        assert!(
+            one.destinations.iter().any(|d| d == rcpt),
+            "{rcpt}: {one:?}"
+        );
+    }
+    assert!(one.raw.starts_with("Received: from "), "{}", one.raw);
+    assert!(!one.raw.contains("X-SES-"), "{}", one.raw);
+    assert!(!one.raw.contains("bcc@example.org"), "{}", one.raw);
+}
+
+async fn one_id(moto: &crate::support::moto::MotoServer) -> String {
+    let data = crate::support::http::get(
+        format!("127.0.0.1:{}", moto.port).parse().unwrap(),
+        "/moto-api/data.json",
+    )
+    .await
+    .1;
+    let json: serde_json::Value = serde_json::from_str(&data).unwrap();
+    json["ses"]["RawMessage"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// The SDK itself, for what the relay does not do (making an identity).
+async fn sdk_client(url: &str) -> aws_sdk_sesv2::Client {
+    let credentials =
+        aws_sdk_sesv2::config::Credentials::new(GOOD_KEY, "secret", None, None, "test");
+    let config = aws_sdk_sesv2::Config::builder()
+        .behavior_version(aws_sdk_sesv2::config::BehaviorVersion::latest())
+        .region(aws_sdk_sesv2::config::Region::new("us-east-1"))
+        .endpoint_url(url)
+        .credentials_provider(credentials)
+        .build();
+    aws_sdk_sesv2::Client::from_conf(config)
 }

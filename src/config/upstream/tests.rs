@@ -149,7 +149,10 @@ fn ses_takes_a_region_its_own_keys_and_the_shared_ones() {
         panic!("{:?}", cfg.kind)
     };
     assert_eq!(ses.region, "eu-west-1");
-    assert_eq!(ses.keys.endpoint_url.as_deref(), Some("http://127.0.0.1:4566"));
+    assert_eq!(
+        ses.keys.endpoint_url.as_deref(),
+        Some("http://127.0.0.1:4566")
+    );
     assert_eq!(ses.keys.configuration_set.as_deref(), Some("transactional"));
     assert_eq!((cfg.timeout_ms.get(), cfg.pool_size.get()), (5000, 4));
     assert_eq!(cfg.url(), "ses://eu-west-1");
@@ -161,9 +164,18 @@ fn ses_takes_a_region_its_own_keys_and_the_shared_ones() {
         ("username", "url = \"ses://eu-west-1\"\nusername = \"u\""),
         ("helo_name", "url = \"ses://eu-west-1\"\nhelo_name = \"h\""),
         ("mx_port", "url = \"ses://eu-west-1\"\nmx_port = 25"),
-        ("endpoint_url", "url = \"smtp://h:25\"\nendpoint_url = \"http://x\""),
-        ("endpoint_url", "url = \"ses://eu-west-1\"\nendpoint_url = \"ftp://x\""),
-        ("configuration_set", "url = \"ses://eu-west-1\"\nconfiguration_set = \"a b\""),
+        (
+            "endpoint_url",
+            "url = \"smtp://h:25\"\nendpoint_url = \"http://x\"",
+        ),
+        (
+            "endpoint_url",
+            "url = \"ses://eu-west-1\"\nendpoint_url = \"ftp://x\"",
+        ),
+        (
+            "configuration_set",
+            "url = \"ses://eu-west-1\"\nconfiguration_set = \"a b\"",
+        ),
     ] {
         let err = parse(text).unwrap_err().to_string();
         assert!(err.contains(&format!("upstream.{key}")), "{text}: {err}");
@@ -171,5 +183,8 @@ fn ses_takes_a_region_its_own_keys_and_the_shared_ones() {
     // An SMTP key on a ses:// table, refused at its own line.
     let text = "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"ses://eu-west-1\"\n\npassword_env = \"P\"\n";
     let err = crate::config::Config::parse(text).unwrap_err();
-    assert!(err.contains("upstream.password_env") && err.contains("line 6"), "{err}");
+    assert!(
+        err.contains("upstream.password_env") && err.contains("line 6"),
+        "{err}"
+    );
 }

@@ -76,7 +76,11 @@ fn credentials(code: &str, text: &str) -> Answer {
 
 /// The SDK's error for a request, `body_sent` whether the whole request body had been handed
 /// to the HTTP client.
-pub fn from_sdk<E>(error: SdkError<E, HttpResponse>, body_sent: bool, tenant: Option<&str>) -> Answer
+pub fn from_sdk<E>(
+    error: SdkError<E, HttpResponse>,
+    body_sent: bool,
+    tenant: Option<&str>,
+) -> Answer
 where
     E: ProvideErrorMetadata + std::error::Error + 'static,
 {
@@ -130,28 +134,59 @@ mod tests {
             None,
         ));
         assert_eq!(rate.feedback(), Some(Feedback::Rate));
-        let quota = classify(400, Some("LimitExceededException"), "Daily message quota exceeded.", None);
+        let quota = classify(
+            400,
+            Some("LimitExceededException"),
+            "Daily message quota exceeded.",
+            None,
+        );
         assert_eq!(error(quota).feedback(), Some(Feedback::Quota));
         for code in ["SendingPausedException", "AccountSuspendedException"] {
             let paused = error(classify(400, Some(code), "paused", None));
             assert_eq!(paused.feedback(), Some(Feedback::Paused), "{code}");
         }
         assert_eq!(
-            classify(400, Some("SendingPausedException"), "tenant paused", Some("acme")),
+            classify(
+                400,
+                Some("SendingPausedException"),
+                "tenant paused",
+                Some("acme")
+            ),
             Answer::TenantPaused("tenant paused".into())
         );
         // The account's suspension is the account's, whatever tenant the message had.
         let suspended = classify(400, Some("AccountSuspendedException"), "x", Some("acme"));
         assert_eq!(error(suspended).feedback(), Some(Feedback::Paused));
         for code in ["MessageRejected", "BadRequestException"] {
-            let e = error(classify(400, Some(code), "Email address is not verified.", None));
-            assert_eq!(e.reply(), Some((554, Some("5.6.0"), "Email address is not verified.")));
+            let e = error(classify(
+                400,
+                Some(code),
+                "Email address is not verified.",
+                None,
+            ));
+            assert_eq!(
+                e.reply(),
+                Some((554, Some("5.6.0"), "Email address is not verified."))
+            );
         }
-        let mail_from = error(classify(400, Some("MailFromDomainNotVerifiedException"), "nope", None));
+        let mail_from = error(classify(
+            400,
+            Some("MailFromDomainNotVerifiedException"),
+            "nope",
+            None,
+        ));
         assert_eq!(mail_from.reply(), Some((550, Some("5.7.1"), "nope")));
-        for code in ["UnrecognizedClientException", "SignatureDoesNotMatch", "AccessDeniedException", "ExpiredToken"] {
+        for code in [
+            "UnrecognizedClientException",
+            "SignatureDoesNotMatch",
+            "AccessDeniedException",
+            "ExpiredToken",
+        ] {
             let e = error(classify(403, Some(code), "bad key", None));
-            assert!(matches!(e, UpstreamError::Credentials(ref t) if t.contains(code)), "{e:?}");
+            assert!(
+                matches!(e, UpstreamError::Credentials(ref t) if t.contains(code)),
+                "{e:?}"
+            );
         }
         let server = error(classify(503, Some("InternalFailure"), "SES is down", None));
         let (code, enhanced, text) = server.reply().unwrap();

@@ -21,8 +21,8 @@ use std::time::Duration;
 use aws_config::BehaviorVersion;
 use aws_sdk_sesv2::config::retry::RetryConfig;
 use aws_sdk_sesv2::config::timeout::TimeoutConfig;
-use aws_sdk_sesv2::config::{ProvideCredentials, Region, SharedCredentialsProvider};
 use aws_sdk_sesv2::config::StalledStreamProtectionConfig;
+use aws_sdk_sesv2::config::{ProvideCredentials, Region, SharedCredentialsProvider};
 use aws_sdk_sesv2::primitives::Blob;
 use aws_sdk_sesv2::types::{Destination, EmailContent, MessageTag, RawMessage};
 use aws_sdk_sesv2::Client;
@@ -126,7 +126,10 @@ impl SesForwarder {
             // The null sender `<>` leaves it out: SES then takes the From: field, and it
             // always sends with its own bounce address, never a null one.
             .set_from_email_address(envelope.from.clone())
-            .set_configuration_set_name(raw.configuration_set.or(self.ses.keys.configuration_set.clone()))
+            .set_configuration_set_name(
+                raw.configuration_set
+                    .or(self.ses.keys.configuration_set.clone()),
+            )
             .set_email_tags((!tags.is_empty()).then_some(tags))
             .set_tenant_name(tenant.map(str::to_string));
         let track = body::Track::default();
@@ -218,8 +221,12 @@ impl Forwarder for SesForwarder {
     /// SES lets the account send.
     fn check(&self) -> CheckFuture<'_> {
         Box::pin(async move {
-            let account = (self.client().await.get_account().send().await)
-                .map_err(|e| format!("SES GetAccount: {}", aws_sdk_sesv2::error::DisplayErrorContext(e)))?;
+            let account = (self.client().await.get_account().send().await).map_err(|e| {
+                format!(
+                    "SES GetAccount: {}",
+                    aws_sdk_sesv2::error::DisplayErrorContext(e)
+                )
+            })?;
             let enforcement = account.enforcement_status().unwrap_or("unknown");
             match account.sending_enabled() {
                 true => Ok(()),

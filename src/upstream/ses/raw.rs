@@ -106,13 +106,17 @@ mod tests {
     #[test]
     fn ses_fields_become_api_fields_and_leave_the_message() {
         let ours = b"Received: from x\r\nX-SES-CONFIGURATION-SET: tenant-acme\r\n";
-        let client = b"x-ses-message-tags: tenant=acme,\r\n  plan = gold, bad\r\nSubject: hi\r\n\r\n\
+        let client =
+            b"x-ses-message-tags: tenant=acme,\r\n  plan = gold, bad\r\nSubject: hi\r\n\r\n\
                        X-SES-CONFIGURATION-SET: body, not a field\r\n";
         let raw = from_pieces(&[ours, client]);
         assert_eq!(raw.configuration_set.as_deref(), Some("tenant-acme"));
         assert_eq!(
             raw.tags,
-            [("tenant".into(), "acme".into()), ("plan".into(), "gold".into())]
+            [
+                ("tenant".into(), "acme".into()),
+                ("plan".into(), "gold".into())
+            ]
         );
         assert_eq!(
             raw.bytes,
@@ -122,7 +126,11 @@ mod tests {
 
     #[test]
     fn a_message_without_them_is_the_pieces_joined_byte_for_byte() {
-        let pieces: [&[u8]; 3] = [b"Received: x\r\n", b"Subject: a\r\n\r\n", b".leading dot\r\n"];
+        let pieces: [&[u8]; 3] = [
+            b"Received: x\r\n",
+            b"Subject: a\r\n\r\n",
+            b".leading dot\r\n",
+        ];
         let raw = from_pieces(&pieces);
         assert_eq!(raw.bytes, pieces.concat());
         assert_eq!((raw.configuration_set, raw.tags.len()), (None, 0));

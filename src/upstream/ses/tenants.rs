@@ -41,7 +41,13 @@ impl Tenants {
     /// one.
     pub fn pause(&self, tenant: &str, text: &str) -> UpstreamError {
         let pause = self.pause;
-        let entry = self.paused.lock().unwrap().entry(tenant.to_string()).or_default().clone();
+        let entry = self
+            .paused
+            .lock()
+            .unwrap()
+            .entry(tenant.to_string())
+            .or_default()
+            .clone();
         entry.pause(pause);
         tracing::warn!(
             target: "mailsluice::upstream",

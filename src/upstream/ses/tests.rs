@@ -5,7 +5,10 @@ fn forwarder(extra: &str) -> SesForwarder {
         "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"ses://eu-west-1\"\n\
          endpoint_url = \"http://127.0.0.1:9\"\n{extra}\n"
     );
-    let cfg = crate::config::Config::parse(&text).unwrap().upstreams.remove(0);
+    let cfg = crate::config::Config::parse(&text)
+        .unwrap()
+        .upstreams
+        .remove(0);
     let credentials = aws_sdk_sesv2::config::Credentials::new("AKID", "secret", None, None, "test");
     SesForwarder::with_credentials(&cfg, credentials).unwrap()
 }
@@ -20,7 +23,17 @@ async fn a_message_over_forty_megabytes_is_refused_552_before_any_request() {
         rcpts: vec!["b@example.net".into()],
         ..Envelope::default()
     };
-    let err = forwarder("").forward_pieces(&envelope, &[head, &big]).await.unwrap_err();
-    assert_eq!(err.reply().map(|r| (r.0, r.1)), Some((552, Some("5.3.4"))), "{err}");
-    assert!(forwarder("").client.get().is_none(), "no client was even built");
+    let err = forwarder("")
+        .forward_pieces(&envelope, &[head, &big])
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.reply().map(|r| (r.0, r.1)),
+        Some((552, Some("5.3.4"))),
+        "{err}"
+    );
+    assert!(
+        forwarder("").client.get().is_none(),
+        "no client was even built"
+    );
 }
