@@ -112,6 +112,30 @@ impl Config {
         route::warnings(self)
     }
 
+    /// The largest message taken at `MAIL ... SIZE=` and offered in EHLO: `max_message_bytes`,
+    /// or less when every upstream a message can be routed to has a smaller bound of its own
+    /// (SES's API: 40 MB). When routes lead to kinds with and without one, the bound is only
+    /// known at the final dot, where the forwarder applies it.
+    pub fn max_message_bytes(&self) -> usize {
+        let own = self.smtp.max_message_bytes.get();
+        let bound = |name: &str| {
+            (self.upstreams.iter().find(|u| u.name() == name))
+                .and_then(|u| u.kind.max_message_bytes())
+        };
+        let bounds: Option<Vec<usize>> = match self.routes.is_empty() {
+            true => (self.upstreams.first())
+                .and_then(|u| u.kind.max_message_bytes())
+                .map(|b| vec![b]),
+            false => (self.routes.iter())
+                .flat_map(|r| std::iter::once(&r.upstream).chain(&r.fallback))
+                .map(|name| bound(name.get_ref()))
+                .collect(),
+        };
+        bounds
+            .and_then(|b| b.into_iter().max())
+            .map_or(own, |b| b.min(own))
+    }
+
     /// The layer called `name`.
     pub fn layer(&self, name: &str) -> Option<&ThrottleConfig> {
         self.throttle.iter().find(|l| l.name() == name)

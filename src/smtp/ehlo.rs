@@ -18,7 +18,7 @@ impl Session {
         let mut lines = vec![
             hostname,
             "PIPELINING".to_string(),
-            format!("SIZE {}", self.ctx.config.smtp.max_message_bytes),
+            format!("SIZE {}", self.ctx.config.max_message_bytes()),
             "8BITMIME".to_string(),
             "SMTPUTF8".to_string(),
             "ENHANCEDSTATUSCODES".to_string(),

@@ -354,3 +354,45 @@ async fn sdk_client(url: &str) -> aws_sdk_sesv2::Client {
         .build();
     aws_sdk_sesv2::Client::from_conf(config)
 }
+
+/// SES's 40 MB at `MAIL ... SIZE=` when every route goes to SES, in EHLO too; at the final dot
+/// (the forwarder's own check, a unit test) when routes mix kinds.
+#[tokio::test]
+async fn ses_forty_megabytes_are_refused_at_mail_when_the_route_is_known() {
+    let fake = FakeSes::start().await;
+    let forty = 40 * 1024 * 1024;
+    let text = format!(
+        "[smtp]\nlisten = [\"127.0.0.1:0\"]\nmax_message_bytes = 60000000\n[upstream]\n{}",
+        fake.upstream_toml("")
+    );
+    let relay = Relay::start(&text, forwarder(&text, GOOD_KEY)).await;
+    let mut c = Client::connect(relay.addr).await;
+    let (_, ehlo) = c.cmd("EHLO client.test").await;
+    assert!(ehlo.contains(&format!("SIZE {forty}")), "{ehlo}");
+    let (code, text) = c
+        .cmd(&format!("MAIL FROM:<a@example.com> SIZE={}", forty + 1))
+        .await;
+    assert_eq!(code, 552, "{text}");
+    assert!(text.starts_with("5.3.4"), "{text}");
+    assert_eq!(
+        c.cmd(&format!("MAIL FROM:<a@example.com> SIZE={forty}"))
+            .await
+            .0,
+        250
+    );
+    // One route to SES, one to a directory: the bound waits for the final dot.
+    let mixed = format!(
+        "[smtp]\nlisten = [\"127.0.0.1:0\"]\nmax_message_bytes = 60000000\n\
+         [[upstream]]\nname = \"ses\"\n{}\n[[upstream]]\nname = \"disk\"\nurl = \"file://unused\"\n\
+         [[route]]\nkey = \"header:X-Tenant\"\nvalues = [\"a\"]\nupstream = \"ses\"\n\
+         [[route]]\nupstream = \"disk\"\n",
+        fake.upstream_toml("")
+    );
+    let relay = Relay::start(&mixed, forwarder(&mixed, GOOD_KEY)).await;
+    let mut c = Client::connect(relay.addr).await;
+    c.cmd("EHLO client.test").await;
+    let (code, text) = c
+        .cmd(&format!("MAIL FROM:<a@example.com> SIZE={}", forty + 1))
+        .await;
+    assert_eq!(code, 250, "{text}");
+}

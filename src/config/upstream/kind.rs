@@ -72,6 +72,14 @@ impl UpstreamKind {
         ))
     }
 
+    /// The largest message the kind can carry, when it has a bound of its own.
+    pub fn max_message_bytes(&self) -> Option<usize> {
+        match self {
+            UpstreamKind::Ses(_) => Some(SesUpstream::MAX_MESSAGE_BYTES),
+            UpstreamKind::File(_) | UpstreamKind::Smtp(_) | UpstreamKind::Mx(_) => None,
+        }
+    }
+
     /// The SMTP client settings of the kinds that speak SMTP to the next hop.
     pub(super) fn smtp_client_mut(&mut self) -> Option<&mut SmtpClient> {
         match self {

@@ -28,6 +28,9 @@ impl SesKeys {
 }
 
 impl SesUpstream {
+    /// The most SES's API takes in one message.
+    pub const MAX_MESSAGE_BYTES: usize = 40 * 1024 * 1024;
+
     pub(super) const KEYS: &'static [&'static [&'static str]] = &[SesKeys::KEYS];
 
     /// `rest` is what follows `ses://`: the region, nothing else.

@@ -38,7 +38,7 @@ use tenants::Tenants;
 pub use answers::classify;
 
 /// The most SES's API takes in one request (its limit for a raw message).
-pub const MAX_MESSAGE_BYTES: usize = 40 * 1024 * 1024;
+pub const MAX_MESSAGE_BYTES: usize = SesUpstream::MAX_MESSAGE_BYTES;
 
 pub struct SesForwarder {
     ses: SesUpstream,
