@@ -396,3 +396,20 @@ async fn ses_forty_megabytes_are_refused_at_mail_when_the_route_is_known() {
         .await;
     assert_eq!(code, 250, "{text}");
 }
+
+/// `/readyz` over the admin endpoint: `GetAccount` with the relay's credentials.
+#[tokio::test]
+async fn readyz_is_503_with_refused_credentials_and_200_with_good_ones() {
+    let fake = FakeSes::start().await;
+    let text = upstream(&fake.url(), "");
+    for (key, status, says) in [
+        (GOOD_KEY, 200, "\"ok\":true"),
+        ("AKIDWRONG", 503, "UnrecognizedClientException"),
+    ] {
+        let relay = Relay::start(&text, forwarder(&text, key)).await;
+        let admin = relay.start_admin().await;
+        let (code, body) = crate::support::http::get(admin, "/readyz").await;
+        assert_eq!(code, status, "{body}");
+        assert!(body.contains(says), "{body}");
+    }
+}
