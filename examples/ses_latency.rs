@@ -49,7 +49,10 @@ async fn main() {
     let smtp_cfg = text(&format!("smtp://{smtp_far}"), "tls = \"none\"");
     let smtp_cfg = Config::parse(&smtp_cfg).unwrap().upstreams.remove(0);
     let smtp: Arc<dyn Forwarder> = Arc::new(SmtpForwarder::new(&smtp_cfg).unwrap());
-    let ses_cfg = text("ses://eu-west-1", &format!("endpoint_url = \"http://{ses_far}\""));
+    let ses_cfg = text(
+        "ses://eu-west-1",
+        &format!("endpoint_url = \"http://{ses_far}\""),
+    );
     let ses: Arc<dyn Forwarder> = forwarder(&ses_cfg, GOOD_KEY);
     println!("kind  pool  one message (ms)  round trips  messages/s ({messages} at once)");
     for (kind, fwd) in [("smtp", smtp), ("ses", ses)] {
@@ -69,7 +72,9 @@ async fn measure(fwd: Arc<dyn Forwarder>, sequential: usize, messages: usize) ->
         ..Envelope::default()
     };
     let body = format!("Subject: bench\r\n\r\n{}\r\n", "x".repeat(1000));
-    fwd.forward(&envelope, body.as_bytes()).await.expect("warm-up");
+    fwd.forward(&envelope, body.as_bytes())
+        .await
+        .expect("warm-up");
     let started = Instant::now();
     for _ in 0..sequential {
         fwd.forward(&envelope, body.as_bytes()).await.expect("sent");
@@ -112,7 +117,10 @@ async fn proxy(client: TcpStream, target: SocketAddr, delay: Duration) {
     tokio::spawn(async move {
         let mut buf = vec![0; 64 * 1024];
         while let Ok(n @ 1..) = client_read.read(&mut buf).await {
-            if tx.send((Instant::now() + delay, buf[..n].to_vec())).is_err() {
+            if tx
+                .send((Instant::now() + delay, buf[..n].to_vec()))
+                .is_err()
+            {
                 return;
             }
         }

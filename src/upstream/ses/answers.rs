@@ -126,7 +126,7 @@ mod tests {
     }
 
     #[test]
-    fn every_row_of_the_answers_table() {
+    fn rate_quota_and_pauses_are_feedback() {
         let rate = error(classify(
             429,
             Some("TooManyRequestsException"),
@@ -157,6 +157,10 @@ mod tests {
         // The account's suspension is the account's, whatever tenant the message had.
         let suspended = classify(400, Some("AccountSuspendedException"), "x", Some("acme"));
         assert_eq!(error(suspended).feedback(), Some(Feedback::Paused));
+    }
+
+    #[test]
+    fn refusals_of_the_message_credentials_and_5xx() {
         for code in ["MessageRejected", "BadRequestException"] {
             let e = error(classify(
                 400,
