@@ -14,7 +14,7 @@
 //! | `inbound/` | inbound security: TLS (`tls`), password hashes (`password`), the AUTH lockout (`auth_lockout`), connections per client address (`connection_limit`) |
 //! | `policy` | which upstream a message takes (`route`), which buckets it is charged to, how much, and which key headers it loses |
 //! | `throttle/` | token buckets (pure math in `bucket`), key tables, stores (local, Redis), layers with FIFO queues (fair by tenant with `fair_by`) |
-//! | `upstream/` | the `Forwarder` trait, one module per kind: `smtp` (lettre connections, our pool, pipelining), `mx` (direct delivery, hickory-resolver), `file`; what a refusal says about our sending, typed (`feedback`); the named upstreams (`upstreams`) |
+//! | `upstream/` | the `Forwarder` trait, one module per kind: `smtp` (lettre connections, our pool, pipelining), `mx` (direct delivery, hickory-resolver), `ses` (SES's v2 API through the AWS SDK, SES tenants), `file`; what a refusal says about our sending, typed (`feedback`); the named upstreams (`upstreams`) |
 //! | `message/` | plain data about one message: its `Envelope`, its `Outcome` |
 //! | `config/` | the TOML schema, its defaults and validation; `config/upstream/` the keys every upstream shares and each kind's own |
 //!
@@ -26,6 +26,11 @@
 //!   `UpstreamError::Pushback` with a `Feedback` when upstream pushed back on our sending);
 //! - `upstream/mod.rs`: its `mod` line and its arm in `build_forwarder`;
 //! - README.md: the rows of its keys.
+//!
+//! A kind with a route key of its own (`ses_tenant`, SES's tenant) also has it in
+//! `config/route.rs` and `policy/route.rs`, handed to its forwarder by the final dot
+//! (`Forwarder::forward_for_tenant`); a bound of its own on the message size shows at `MAIL`
+//! through `Config::max_message_bytes`.
 //!
 //! `main.rs` only parses the command line and dispatches: to serve, it loads the config, binds
 //! and calls [`run`]; the other subcommands are in `serve::commands`.

@@ -330,7 +330,11 @@ fn parse_send_email(body: &[u8]) -> SentEmail {
 
 /// A `ses://` forwarder for a config's first upstream, with explicit credentials (`key`).
 pub fn forwarder(config_text: &str, key: &str) -> Arc<SesForwarder> {
-    std::env::set_var("AWS_EC2_METADATA_DISABLED", "true");
+    // Never asked with explicit credentials; set before any SDK client reads the environment
+    // (CI exports it, so a running test does not write the environment then).
+    if std::env::var("AWS_EC2_METADATA_DISABLED").as_deref() != Ok("true") {
+        std::env::set_var("AWS_EC2_METADATA_DISABLED", "true");
+    }
     let config = Config::parse(config_text).expect("test config");
     let credentials = aws_sdk_sesv2::config::Credentials::new(key, "secret", None, None, "test");
     Arc::new(SesForwarder::with_credentials(&config.upstreams[0], credentials).expect("forwarder"))
