@@ -52,7 +52,8 @@ fn read_upstream(metrics: &Metrics, ctx: &Context) {
     }
 }
 
-/// Every upstream checked at once (each check is bounded by its upstream's timeout).
+/// Every upstream checked at once (each check is bounded by its upstream's timeout, and
+/// reused for `CHECK_MAX_AGE`: see `Upstream::check`).
 async fn check_upstreams(ctx: &Context) -> Vec<(String, Result<(), String>)> {
     let checks: Vec<_> = (ctx.upstreams.iter())
         .map(|upstream| {
@@ -60,7 +61,7 @@ async fn check_upstreams(ctx: &Context) -> Vec<(String, Result<(), String>)> {
             let name = upstream.name().to_string();
             (
                 name,
-                tokio::spawn(async move { upstream.forwarder.check().await }),
+                tokio::spawn(async move { upstream.check().await }),
             )
         })
         .collect();

@@ -47,6 +47,11 @@ pub async fn run(listeners: impl Into<Listeners>, deps: Deps, shutdown: Shutdown
             }
         });
     }
+    let bound: Vec<SocketAddr> = (listeners.smtp.iter())
+        .chain(&listeners.implicit_tls)
+        .filter_map(|l| l.local_addr().ok())
+        .collect();
+    deps.upstreams.listening_on(&bound);
     let ctx = Arc::new(Context::new(deps));
     live.install(ctx.clone());
     let limit = Arc::new(Semaphore::new(ctx.config.smtp.max_connections.get()));
