@@ -59,10 +59,7 @@ async fn check_upstreams(ctx: &Context) -> Vec<(String, Result<(), String>)> {
         .map(|upstream| {
             let upstream = upstream.clone();
             let name = upstream.name().to_string();
-            (
-                name,
-                tokio::spawn(async move { upstream.check().await }),
-            )
+            (name, tokio::spawn(async move { upstream.check().await }))
         })
         .collect();
     let mut results = Vec::with_capacity(checks.len());

@@ -195,7 +195,9 @@ mod tests {
 
     #[test]
     fn bidirectional_controls_are_never_shown_raw() {
-        for c in ['\u{202A}', '\u{202E}', '\u{2066}', '\u{2069}', '\u{200E}', '\u{200F}', '\u{85}'] {
+        for c in [
+            '\u{202A}', '\u{202E}', '\u{2066}', '\u{2069}', '\u{200E}', '\u{200F}', '\u{85}',
+        ] {
             assert_eq!(escape(&format!("a{c}b")), "a\u{fffd}b", "{:?}", c);
         }
         assert_eq!(escape("tenant-é"), "tenant-é");

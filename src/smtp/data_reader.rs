@@ -257,7 +257,9 @@ mod tests {
             input.extend_from_slice(b"\r\nSubject: s\r\n\r\nb\r\n.\r\n");
             assert_eq!(read(&input).1, Err(DataProblem::LeadingContinuation));
         }
-        assert!(read(b"Subject: s\r\n \tfolded\r\n\r\n b\r\n.\r\n").1.is_ok());
+        assert!(read(b"Subject: s\r\n \tfolded\r\n\r\n b\r\n.\r\n")
+            .1
+            .is_ok());
     }
 
     #[test]

@@ -174,7 +174,8 @@ mod tests {
 
     #[test]
     fn received_fields_are_counted_in_the_header_section_only() {
-        let three = "Received: a\r\n\tb\r\nreceived: c\r\nX: (mailsluice 0123abcd)\r\nRECEIVED: d\r\n";
+        let three =
+            "Received: a\r\n\tb\r\nreceived: c\r\nX: (mailsluice 0123abcd)\r\nRECEIVED: d\r\n";
         let message = format!("{three}\r\nReceived: in the body\r\n");
         assert_eq!(looping(message.as_bytes(), "0123abcd", 3), None);
         assert_eq!(
@@ -182,7 +183,10 @@ mod tests {
             Some(Loop::TooManyHops)
         );
         let folded = "Received: from x\r\n\tby y (mailsluice 0123abcd)\r\n\r\n";
-        assert_eq!(looping(folded.as_bytes(), "0123abcd", 50), Some(Loop::CameBack));
+        assert_eq!(
+            looping(folded.as_bytes(), "0123abcd", 50),
+            Some(Loop::CameBack)
+        );
     }
 
     #[test]

@@ -151,7 +151,11 @@ pub fn too_many_hops() -> Reply {
 }
 /// The message already went through this relay.
 pub fn loop_detected() -> Reply {
-    Reply::new(554, "5.4.6", "Mail loop: the message already went through this relay")
+    Reply::new(
+        554,
+        "5.4.6",
+        "Mail loop: the message already went through this relay",
+    )
 }
 pub fn bare_newline_in_command() -> Reply {
     syntax_error("a command ends with CRLF and holds no other CR or LF")

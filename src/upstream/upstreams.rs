@@ -159,10 +159,9 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn checks_run_one_at_a_time_and_their_result_is_reused_for_a_while() {
-        let config = Config::parse(
-            "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"file://x\"\n",
-        )
-        .unwrap();
+        let config =
+            Config::parse("[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"file://x\"\n")
+                .unwrap();
         let counting = Arc::new(Counting::default());
         let upstreams = Upstreams::with_first(&config, counting.clone()).unwrap();
         let upstream = upstreams.first().clone();
@@ -177,7 +176,11 @@ mod tests {
         tokio::time::advance(CHECK_MAX_AGE - Duration::from_millis(1)).await;
         assert_eq!(upstream.check().await, Err("check 0".into()), "reused");
         tokio::time::advance(Duration::from_millis(1)).await;
-        assert_eq!(upstream.check().await, Err("check 1".into()), "checked again");
+        assert_eq!(
+            upstream.check().await,
+            Err("check 1".into()),
+            "checked again"
+        );
         assert_eq!(counting.0.load(Ordering::SeqCst), 2);
     }
 }

@@ -398,16 +398,25 @@ async fn a_message_starting_with_a_continuation_line_never_merges_into_our_field
         &b" , tenant=globex, billing=victim\r\nX-Tenant: acme\r\n\r\nhi\r\n"[..],
         b"\t(forged comment)\r\nSubject: s\r\n\r\nhi\r\n",
     ] {
-        let (code, text) = c.send_mail("a@example.com", &["b@example.com"], message).await;
+        let (code, text) = c
+            .send_mail("a@example.com", &["b@example.com"], message)
+            .await;
         assert_eq!((code, text.starts_with("5.6.0")), (550, true), "{text}");
     }
     assert!(fwd.messages().is_empty(), "nothing relayed");
     // A folded field of the client's own is fine.
     let folded = b"X-Tenant: acme\r\nSubject: a\r\n  folded\r\n\r\nhi\r\n";
-    let (code, _) = c.send_mail("a@example.com", &["b@example.com"], folded).await;
+    let (code, _) = c
+        .send_mail("a@example.com", &["b@example.com"], folded)
+        .await;
     assert_eq!(code, 250);
     let got = String::from_utf8(fwd.messages()[0].1.clone()).unwrap();
-    assert!(got.contains("X-SES-MESSAGE-TAGS: tenant=acme\r\nX-Tenant-Name: acme\r\nSubject: a\r\n  folded\r\n"), "{got}");
+    assert!(
+        got.contains(
+            "X-SES-MESSAGE-TAGS: tenant=acme\r\nX-Tenant-Name: acme\r\nSubject: a\r\n  folded\r\n"
+        ),
+        "{got}"
+    );
     relay.stop().await;
 }
 
@@ -428,14 +437,18 @@ async fn keys_in_added_fields_are_printable_ascii_and_lines_stay_short() {
     let head = std::str::from_utf8(&got[..head_end]).unwrap();
     assert!(head.is_ascii(), "{head:?}");
     assert!(head.contains("\r\nX-Tenant-Name: acme__vil kkk"), "{head}");
-    assert!(head.contains("\r\nX-SES-MESSAGE-TAGS: tenant=acme__vil_kkk"), "{head}");
+    assert!(
+        head.contains("\r\nX-SES-MESSAGE-TAGS: tenant=acme__vil_kkk"),
+        "{head}"
+    );
     assert!(head.split("\r\n").all(|l| l.len() <= 998), "{head}");
     relay.stop().await;
 }
 
 #[test]
 fn over_long_keys_and_fields_are_refused_when_the_config_is_read() {
-    let hash = "$argon2id$v=19$m=19456,t=2,p=1$c2FsdHNhbHQ$dGVzdGhhc2h0ZXN0aGFzaHRlc3RoYXNoYWJjZGVm";
+    let hash =
+        "$argon2id$v=19$m=19456,t=2,p=1$c2FsdHNhbHQ$dGVzdGhhc2h0ZXN0aGFzaHRlc3RoYXNoYWJjZGVm";
     let with = |rest: &str| {
         mailsluice::config::Config::parse(&format!(
             "[smtp]\nlisten = [\"127.0.0.1:0\"]\n{rest}\n[upstream]\nurl = \"file://x\"\n"
@@ -446,7 +459,10 @@ fn over_long_keys_and_fields_are_refused_when_the_config_is_read() {
         "[smtp.auth]\nusers = [{{ user = \"acme\", password_hash = \"{hash}\", tenant = \"{tenant}\" }}]"
     );
     let err = with(&users).unwrap_err();
-    assert!(err.contains("smtp.auth.users.tenant") && err.contains("line"), "{err}");
+    assert!(
+        err.contains("smtp.auth.users.tenant") && err.contains("line"),
+        "{err}"
+    );
     let fine = users.replace(&tenant, &"t".repeat(128));
     assert!(with(&fine).is_ok(), "{:?}", with(&fine).err());
     let route = |value: &str| {
@@ -459,7 +475,10 @@ fn over_long_keys_and_fields_are_refused_when_the_config_is_read() {
     };
     let parse = |value: &str| mailsluice::config::Config::parse(&text(&route(value)));
     let err = parse(&"{key} ".repeat(8)).unwrap_err();
-    assert!(err.contains("route.add_headers") && err.contains("998"), "{err}");
+    assert!(
+        err.contains("route.add_headers") && err.contains("998"),
+        "{err}"
+    );
     assert!(parse(&"{key} ".repeat(7)).is_ok());
     let err = parse("caf\u{e9} {key}").unwrap_err();
     assert!(err.contains("not ASCII"), "{err}");
@@ -469,7 +488,11 @@ fn over_long_keys_and_fields_are_refused_when_the_config_is_read() {
 
 fn with_received_fields(n: usize) -> Vec<u8> {
     let mut m: String = (0..n)
-        .map(|i| format!("Received: from h{i}.test\r\n\tby h{i}.test; Thu, 1 Jan 1970 00:00:00 +0000\r\n"))
+        .map(|i| {
+            format!(
+                "Received: from h{i}.test\r\n\tby h{i}.test; Thu, 1 Jan 1970 00:00:00 +0000\r\n"
+            )
+        })
         .collect();
     m.push_str("Subject: hops\r\n\r\nhi\r\n");
     m.into_bytes()
@@ -480,13 +503,24 @@ async fn more_received_fields_than_max_received_is_554_5_4_6_and_nothing_forward
     let (relay, fwd) = memory_relay("", "").await;
     let mut c = relay.client().await;
     let (code, text) = c
-        .send_mail("a@example.com", &["b@example.com"], &with_received_fields(51))
+        .send_mail(
+            "a@example.com",
+            &["b@example.com"],
+            &with_received_fields(51),
+        )
         .await;
     assert_eq!(code, 554, "{text}");
-    assert!(text.starts_with("5.4.6 Too many hops (mail loop?)"), "{text}");
+    assert!(
+        text.starts_with("5.4.6 Too many hops (mail loop?)"),
+        "{text}"
+    );
     assert!(fwd.messages().is_empty());
     let (code, text) = c
-        .send_mail("a@example.com", &["b@example.com"], &with_received_fields(50))
+        .send_mail(
+            "a@example.com",
+            &["b@example.com"],
+            &with_received_fields(50),
+        )
         .await;
     assert_eq!(code, 250, "{text}");
     relay.stop().await;
@@ -494,7 +528,11 @@ async fn more_received_fields_than_max_received_is_554_5_4_6_and_nothing_forward
     let (relay, fwd) = memory_relay("max_received = 2", "").await;
     let mut c = relay.client().await;
     let (code, _) = c
-        .send_mail("a@example.com", &["b@example.com"], &with_received_fields(3))
+        .send_mail(
+            "a@example.com",
+            &["b@example.com"],
+            &with_received_fields(3),
+        )
         .await;
     assert_eq!(code, 554);
     assert!(fwd.messages().is_empty());
@@ -526,7 +564,11 @@ async fn a_relay_whose_upstream_is_itself_stops_the_message_at_the_first_hop() {
     let (code, text) = relay
         .client()
         .await
-        .send_mail("a@example.com", &["b@example.com"], b"Subject: loop\r\n\r\nhi\r\n")
+        .send_mail(
+            "a@example.com",
+            &["b@example.com"],
+            b"Subject: loop\r\n\r\nhi\r\n",
+        )
         .await;
     assert_eq!(code, 554, "{text}");
     assert!(text.starts_with("5.4.6"), "{text}");
@@ -544,13 +586,21 @@ async fn two_relays_chained_with_the_same_hostname_deliver() {
     let (code, text) = first
         .client()
         .await
-        .send_mail("a@example.com", &["b@example.com"], b"Subject: chain\r\n\r\nhi\r\n")
+        .send_mail(
+            "a@example.com",
+            &["b@example.com"],
+            b"Subject: chain\r\n\r\nhi\r\n",
+        )
         .await;
     assert_eq!(code, 250, "{text}");
     let got = up.wait_for(1).await;
     let data = String::from_utf8_lossy(&got[0].data);
     assert_eq!(data.matches("Received: ").count(), 2, "{data}");
-    assert_eq!(data.matches("by relay.test (mailsluice ").count(), 2, "{data}");
+    assert_eq!(
+        data.matches("by relay.test (mailsluice ").count(),
+        2,
+        "{data}"
+    );
     first.stop().await;
     second.stop().await;
 }
@@ -570,20 +620,32 @@ async fn upstream_refusing_the_relays_credentials_is_451_4_7_0_logged_and_unread
         let (code, text) = relay
             .client()
             .await
-            .send_mail("a@example.com", &["b@example.com"], b"Subject: c\r\n\r\nhi\r\n")
+            .send_mail(
+                "a@example.com",
+                &["b@example.com"],
+                b"Subject: c\r\n\r\nhi\r\n",
+            )
             .await;
         assert_eq!(code, 451, "{why}: {text}");
-        assert!(text.starts_with("4.7.0 Upstream refused the relay's credentials"), "{text}");
-        assert!(!up.commands().iter().any(|c| c.starts_with("MAIL")), "{why}");
+        assert!(
+            text.starts_with("4.7.0 Upstream refused the relay's credentials"),
+            "{text}"
+        );
+        assert!(
+            !up.commands().iter().any(|c| c.starts_with("MAIL")),
+            "{why}"
+        );
         let (status, body) = crate::support::http::get(admin, "/readyz").await;
         assert_eq!(status, 503, "{body}");
         assert!(body.contains(why), "{body}");
         relay.stop().await;
         let logged = events.named("upstream.credentials_refused");
         assert!(
-            logged.iter().any(|(level, fields)| *level == tracing::Level::ERROR
-                && fields.contains("upstream=default")
-                && fields.contains(why)),
+            logged
+                .iter()
+                .any(|(level, fields)| *level == tracing::Level::ERROR
+                    && fields.contains("upstream=default")
+                    && fields.contains(why)),
             "{logged:?}"
         );
     }

@@ -563,7 +563,9 @@ async fn an_mx_host_that_is_the_relay_itself_is_554_5_4_6_without_connecting() {
     let (code, text) = send(&relay, "s@sender.test", &["u@self.test"]).await;
     assert_eq!(code, 554, "{text}");
     assert!(
-        text.starts_with("5.4.6") && text.contains("self.test") && text.contains("loops back to myself"),
+        text.starts_with("5.4.6")
+            && text.contains("self.test")
+            && text.contains("loops back to myself"),
         "{text}"
     );
     // Only the client's message reached a final dot: the relay never spoke to itself.
@@ -586,7 +588,10 @@ async fn an_mx_hosts_banner_is_never_relayed() {
     assert_eq!(code, 554, "{text}");
     assert!(text.starts_with("5.7.1"), "{text}");
     assert!(text.contains("banner.test"), "{text}");
-    assert!(!text.contains("exch01") && !text.contains("Microsoft"), "{text}");
+    assert!(
+        !text.contains("exch01") && !text.contains("Microsoft"),
+        "{text}"
+    );
     let (code, text) = send(&relay, "s@sender.test", &["u@closed.test"]).await;
     assert_eq!(code, 451, "{text}");
     assert!(!text.contains("127.0.41"), "{text}");

@@ -66,9 +66,7 @@ fn is_me(me: SocketAddr, to: SocketAddr) -> bool {
 /// An IPv4-mapped IPv6 address (`::ffff:127.0.0.2`) as the IPv4 address it is.
 fn canonical(ip: IpAddr) -> IpAddr {
     match ip {
-        IpAddr::V6(v6) => v6
-            .to_ipv4_mapped()
-            .map_or(IpAddr::V6(v6), IpAddr::V4),
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
         v4 => v4,
     }
 }
@@ -112,14 +110,34 @@ mod tests {
     #[test]
     fn internal_addresses_are_known() {
         for ip in [
-            "127.0.0.2", "10.1.2.3", "172.16.0.1", "172.31.255.255", "192.168.1.1",
-            "169.254.169.254", "100.64.0.1", "100.127.255.255", "0.0.0.0", "::1", "::",
-            "::ffff:127.0.0.2", "::ffff:10.0.0.1", "fc00::1", "fd12::1", "fe80::1",
-            "224.0.0.1", "255.255.255.255",
+            "127.0.0.2",
+            "10.1.2.3",
+            "172.16.0.1",
+            "172.31.255.255",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "100.127.255.255",
+            "0.0.0.0",
+            "::1",
+            "::",
+            "::ffff:127.0.0.2",
+            "::ffff:10.0.0.1",
+            "fc00::1",
+            "fd12::1",
+            "fe80::1",
+            "224.0.0.1",
+            "255.255.255.255",
         ] {
             assert!(internal(ip.parse().unwrap()), "{ip}");
         }
-        for ip in ["93.184.216.34", "172.32.0.1", "100.128.0.1", "2606:2800::1", "::ffff:8.8.8.8"] {
+        for ip in [
+            "93.184.216.34",
+            "172.32.0.1",
+            "100.128.0.1",
+            "2606:2800::1",
+            "::ffff:8.8.8.8",
+        ] {
             assert!(!internal(ip.parse().unwrap()), "{ip}");
         }
     }
@@ -143,8 +161,16 @@ mod tests {
         );
         assert_eq!(code(guard.check("d", at("8.8.8.8", 25))), None);
         guard.listening_on(&[at("0.0.0.0", 25), at("10.1.0.5", 2525)]);
-        for me in [at("127.0.0.1", 25), at("::ffff:127.0.0.9", 25), at("10.1.0.5", 2525)] {
-            assert_eq!(code(guard.check("d", me)), Some((554, "5.4.6".into())), "{me}");
+        for me in [
+            at("127.0.0.1", 25),
+            at("::ffff:127.0.0.9", 25),
+            at("10.1.0.5", 2525),
+        ] {
+            assert_eq!(
+                code(guard.check("d", me)),
+                Some((554, "5.4.6".into())),
+                "{me}"
+            );
         }
         assert_eq!(code(guard.check("d", at("10.1.0.6", 2525))), None);
     }
