@@ -5,7 +5,6 @@ use crate::support::http::get;
 use crate::support::relay::{smtp_relay, upstream_relay};
 use crate::support::upstream::{Fault, Step, TestUpstream};
 use std::collections::HashMap;
-use std::time::Duration;
 
 use mailsluice::upstream::upstreams::CHECK_MAX_AGE;
 
@@ -174,11 +173,9 @@ async fn readyz_follows_the_upstream() {
     assert_eq!(status, 200, "{body}");
     tokio::time::pause();
     up.stop_listening().await;
-    // The last check's result is answered until it is CHECK_MAX_AGE old.
-    tokio::time::advance(CHECK_MAX_AGE - Duration::from_millis(1)).await;
-    let (status, body) = get(admin, "/readyz").await;
-    assert_eq!(status, 200, "still the last result: {body}");
-    tokio::time::advance(Duration::from_millis(1)).await;
+    // The last check's result is answered until it is CHECK_MAX_AGE old (its exact age is
+    // shown in `upstreams.rs`'s tests: here the paused clock may also jump while idle).
+    tokio::time::advance(CHECK_MAX_AGE).await;
     let (status, body) = get(admin, "/readyz").await;
     assert_eq!(status, 503, "{body}");
     let json: serde_json::Value = serde_json::from_str(&body).unwrap();
