@@ -157,7 +157,7 @@ async fn connect(
             tries -= 1;
             let addr = SocketAddr::new(ip, conns.port);
             if let Err(e) = conns.guard.check(domain, addr) {
-                tracing::info!(target: "mailsluice::upstream", %domain, host = %name, %ip, error = %e, "MX host not connected to");
+                tracing::debug!(target: "mailsluice::upstream", %domain, host = %name, %ip, error = %e, "MX host not connected to");
                 note(e);
                 continue;
             }
