@@ -12,7 +12,7 @@ use crate::support::memory::subject_of;
 use crate::support::redis::{store_options, RedisServer};
 use crate::support::relay::{config_text, Relay};
 use crate::support::throttle::ch;
-use mailsluice::throttle::adaptive::{Aimd, Learned};
+use mailsluice::throttle::adaptive::{Adapt, Aimd, Learned};
 use mailsluice::throttle::store::redis::RedisStore;
 use mailsluice::throttle::store::{Decision, Store};
 use mailsluice::throttle::{FakeClock, LayerSpec, Nanos};
@@ -23,6 +23,7 @@ const SEC: Nanos = 1_000_000_000;
 fn adaptive_spec() -> LayerSpec {
     LayerSpec {
         adaptive: Some(1),
+        adapt: Adapt::Multiplicative,
         ..LayerSpec::new("account", 10, Duration::from_secs(1))
     }
 }
@@ -77,8 +78,9 @@ async fn a_cut_seen_by_one_replica_slows_the_other_in_the_same_round_trip() {
         limit: 10,
         min: 1,
         interval: SEC,
+        rule: Adapt::Multiplicative,
     };
-    let (learned, _) = aimd.throttled(Learned::default(), 0);
+    let (learned, _) = aimd.throttled(Learned::default(), 0, 1);
     assert_eq!(b.learned_limit(0), Some(aimd.effective(learned, 10 * SEC)));
     assert_eq!(b.learned_limit(0), Some(8));
     let peek = b.peek(0, "").await.unwrap();
