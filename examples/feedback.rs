@@ -138,7 +138,10 @@ async fn follow(rule: &str) -> (Option<f64>, Option<f64>, u64) {
         s.await.unwrap();
     }
     let seen = limits.await.unwrap();
-    let low: Vec<_> = seen.iter().filter(|s| (12.0..22.0).contains(&s.0)).collect();
+    let low: Vec<_> = seen
+        .iter()
+        .filter(|s| (12.0..22.0).contains(&s.0))
+        .collect();
     let settled = (0..low.len())
         .find(|&i| low[i..].iter().all(|s| (8..=10).contains(&s.1)))
         .map(|i| low[i].0 - 12.0);
@@ -178,7 +181,9 @@ async fn main() {
         }
     }
     println!();
-    println!("Hidden 20/s, relay at 40/s, 20 clients; halved to 10/s at 12 s, back to 20/s at 22 s");
+    println!(
+        "Hidden 20/s, relay at 40/s, 20 clients; halved to 10/s at 12 s, back to 20/s at 22 s"
+    );
     println!("| rule | settled at 8-10/s after the halving | back at >= 17/s after the return | upstream 454s |");
     println!("|---|---|---|---|");
     let secs = |s: Option<f64>| s.map_or("never".to_string(), |s| format!("{s:.2} s"));

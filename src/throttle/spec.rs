@@ -109,5 +109,7 @@ impl LayerSpec {
 /// least 1 (the Redis script computes the same).
 pub fn learned_burst(burst: u64, limit: u64, configured: u64) -> u64 {
     let scaled = u128::from(burst) * u128::from(limit) / u128::from(configured.max(1));
-    u64::try_from(scaled).unwrap_or(u64::MAX).clamp(1, burst.max(1))
+    u64::try_from(scaled)
+        .unwrap_or(u64::MAX)
+        .clamp(1, burst.max(1))
 }

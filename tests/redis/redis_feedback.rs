@@ -109,7 +109,10 @@ async fn the_script_measures_as_the_local_layers_do() {
     let aimd = spec("account").aimd().unwrap();
     let mut l = Learned::default();
     for _ in 0..40 {
-        assert_eq!(store.take(&[ch(0, "", 1)], 0).await.unwrap(), Decision::Granted);
+        assert_eq!(
+            store.take(&[ch(0, "", 1)], 0).await.unwrap(),
+            Decision::Granted
+        );
         l = aimd.granted(l, SEC, 1);
     }
     clock.advance(Duration::from_millis(1_500));

@@ -409,7 +409,10 @@ async fn the_relay_follows_a_hidden_rate_that_halves_and_comes_back() {
             let mut seen = Vec::new();
             let started = Instant::now();
             while !stop.load(Ordering::SeqCst) {
-                seen.push((started.elapsed(), relay.throttle.effective_limit(0).unwrap()));
+                seen.push((
+                    started.elapsed(),
+                    relay.throttle.effective_limit(0).unwrap(),
+                ));
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             seen
@@ -436,7 +439,10 @@ async fn the_relay_follows_a_hidden_rate_that_halves_and_comes_back() {
     let back = Duration::from_secs(22);
     let settled = at(first_cut + Duration::from_secs(2)).take_while(|(t, _)| *t < back);
     for (t, l) in settled {
-        assert!((8..=10).contains(l), "{l} at {t:?} for a hidden 10/s (cut at {first_cut:?})");
+        assert!(
+            (8..=10).contains(l),
+            "{l} at {t:?} for a hidden 10/s (cut at {first_cut:?})"
+        );
     }
     let (up, _) = *at(back).find(|(_, l)| *l >= 17).expect("back up");
     assert!(up <= Duration::from_secs(42), "back at 17/s at {up:?}");
