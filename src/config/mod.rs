@@ -37,7 +37,7 @@ pub use replies::ReplyPatterns;
 pub use route::{RouteConfig, RouteKey};
 pub use security::{AuthConfig, TlsConfig, UserConfig};
 pub use smtp::SmtpConfig;
-pub use throttle::{Cost, FairBy, MatchSpec, Mode, Refill, StoreKind, ThrottleConfig};
+pub use throttle::{Adapt, Cost, FairBy, MatchSpec, Mode, Refill, StoreKind, ThrottleConfig};
 pub use upstream::{
     FileUpstream, MxKeys, MxUpstream, SmtpClient, SmtpCredentials, SmtpUpstream, UpstreamConfig,
     UpstreamKind, UpstreamTls, DEFAULT_NAME,

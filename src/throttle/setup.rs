@@ -55,6 +55,7 @@ pub fn spec(layer: &ThrottleConfig) -> LayerSpec {
         idle_ttl: Duration::from_millis(layer.idle_ttl_ms.get()),
         charge_failures: layer.charge_failures,
         adaptive: layer.adaptive_floor(),
+        adapt: layer.adapt,
         fair: layer.fair_by.is_some(),
         weights: (layer.weights.iter())
             .map(|(k, w)| (k.clone(), w.get()))

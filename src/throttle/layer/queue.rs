@@ -115,6 +115,7 @@ impl Layer {
                 taken
             });
             if taken == Take::Granted {
+                self.count_granted(st, now, cost);
                 return Ok(None);
             }
         }
@@ -175,6 +176,7 @@ impl Layer {
             q.wake_head();
         });
         st.waiting -= 1;
+        self.count_granted(st, now, cost);
         let waited_ms = ceil_ms(now - arrived);
         let layer = &self.spec.name;
         tracing::debug!(target: "ratelimit", layer = %layer, key, cost, waited_ms, "ratelimit.waited");

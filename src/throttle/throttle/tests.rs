@@ -263,6 +263,7 @@ async fn a_throttled_message_waits_again_ahead_of_later_ones_and_the_layer_slows
         burst: 1,
         max_wait: 60 * SEC,
         adaptive: Some(1),
+        adapt: crate::config::Adapt::Multiplicative,
         ..LayerSpec::new("account", 10, SEC)
     };
     let t = Arc::new(Throttle::new(vec![spec], Arc::new(TokioClock::new())));
