@@ -42,6 +42,9 @@ mod waiters;
 struct LayerState {
     table: KeyTable<Queue>,
     disposed: bool,
+    /// Draining (shutdown under way): the instant the grace ends. A message that cannot be
+    /// granted by then is refused with `Shutdown`; the others keep their place.
+    drain_end: Option<Nanos>,
     waiting: usize,
     next_id: u64,
     /// What an adaptive layer learned from upstream (see `adapt`).
@@ -51,6 +54,11 @@ struct LayerState {
 }
 
 impl LayerState {
+    /// Whether a grant at `at` comes after the drain's end.
+    fn past_drain(&self, at: Nanos) -> bool {
+        self.drain_end.is_some_and(|end| at > end)
+    }
+
     /// Puts a waiter at the back of `slot`'s queue (`proj` and `at` are the bucket state and
     /// instant projected for its grant), at its fair place (`place`: tag and position), or,
     /// for a message sent again (`turn.again`), ahead of every waiter that arrived after it.
@@ -135,6 +143,7 @@ impl Layer {
         let state = LayerState {
             table,
             disposed: false,
+            drain_end: None,
             waiting: 0,
             next_id: 0,
             learned: Learned::default(),
@@ -268,7 +277,7 @@ impl Layer {
         if at == now && queued == 0 {
             return Ok(());
         }
-        if st.disposed {
+        if st.disposed || st.past_drain(at) {
             return Err(ThrottleError::Shutdown);
         }
         self.admit(key, cost, at - now, queued, now, deadline)
@@ -350,6 +359,39 @@ impl Layer {
 
     pub(crate) fn holds(&self, key: &str) -> bool {
         self.lock().table.find(key).is_some()
+    }
+
+    /// Starts draining: from now until `end` a waiter keeps its place and goes when its
+    /// tokens come; those the bucket cannot serve by `end` (the tail of each queue, by the
+    /// same projection as a newcomer's estimate) are told `Shutdown` at once, since waiting
+    /// could not help them, and so is a newcomer whose wait would pass `end`. A shared layer
+    /// only records `end`: its tokens are in the store, which decides (`shared_layers`).
+    pub(crate) fn drain(&self, end: Nanos) {
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        let end = st.drain_end.map_or(end, |e| e.min(end));
+        st.drain_end = Some(end);
+        if self.shared {
+            return;
+        }
+        let now = self.clock.now();
+        self.refresh(st, now);
+        let b = *st.table.bucket();
+        let mut cut = 0;
+        for id in st.table.ids() {
+            if st.table.extra(id).len() == 0 {
+                continue;
+            }
+            let state = st.table.state(id);
+            cut += st.table.modify(id, now, |_, q| {
+                let gone = q.cut_after(&b, (state, now), end);
+                for w in &gone {
+                    w.notify.notify_one();
+                }
+                gone.len()
+            });
+        }
+        st.waiting -= cut;
     }
 
     /// Releases every waiter with [`ThrottleError::Shutdown`]; later arrivals get it too,

@@ -21,11 +21,16 @@
 //! and a note when it is back; the next call after [`RETRY`] tries the store again, so the
 //! relay returns to it by itself. Tokens are given back to the store that granted them.
 //!
-//! **Shutdown.** [`Shared::dispose`] (from `Throttle::dispose`) wakes every message asleep on
-//! a reservation or a `Later`: it gets [`ThrottleError::Shutdown`] (`421 4.3.2`, as a local
-//! waiter does), and a reservation's tokens go back to the store before it is answered, while
-//! the runtime still runs. A message already asking the store then still goes if the store
-//! grants it at once (a transaction in flight); a new one is refused at its gate.
+//! **Shutdown.** [`Shared::drain`] (from `Throttle::drain`, at the signal) gives the grace's
+//! end: a message asleep on a reservation or a `Later` whose instant comes by then sleeps on
+//! and goes; one whose instant is later is woken at once with [`ThrottleError::Shutdown`]
+//! (`421 4.3.2`), its reservation's tokens given back to the store first, while the runtime
+//! still runs. A message that asks the store during the drain asks with its wait capped at
+//! the grace's end; refused because its tokens would come later, it gets `Shutdown` too (a
+//! refusal it would get anyway, within its own `max_wait`, stays `451 4.7.1`).
+//! [`Shared::dispose`] (at the grace's end) wakes every sleeper with `Shutdown`; a message
+//! already asking the store then still goes if the store grants it at once (a transaction in
+//! flight); a new one is refused at its gate.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -77,8 +82,23 @@ pub(crate) struct Shared {
     /// Instant before which the store is not asked (after a failure).
     retry_at: AtomicU64,
     down: AtomicBool,
-    /// Set once by [`Shared::dispose`]; the sleepers watch it.
-    disposed: watch::Sender<bool>,
+    /// Set by [`Shared::drain`] and [`Shared::dispose`]; the sleepers watch it.
+    ending: watch::Sender<Ending>,
+}
+
+/// How far shutdown has gone, as the sleepers see it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Ending {
+    /// The grace's end, once draining.
+    drain_end: Option<Nanos>,
+    disposed: bool,
+}
+
+impl Ending {
+    /// Whether a message whose tokens come at `at` must be told to go now.
+    fn cuts(&self, at: Nanos) -> bool {
+        self.disposed || self.drain_end.is_some_and(|end| at > end)
+    }
 }
 
 fn store_charges(charges: &[Charge]) -> Vec<StoreCharge<'_>> {
@@ -138,7 +158,7 @@ impl Shared {
             clock,
             retry_at: AtomicU64::new(0),
             down: AtomicBool::new(false),
-            disposed: watch::Sender::new(false),
+            ending: watch::Sender::new(Ending::default()),
         }
     }
 
@@ -158,9 +178,12 @@ impl Shared {
         // A message sent again after a throttle reply reports it in its first take.
         let mut throttled = turn.cut;
         loop {
+            let drain_end = self.ending.borrow().drain_end;
             let max_wait = match reject {
                 true => 0,
-                false => deadline.saturating_sub(self.clock.now()),
+                false => deadline
+                    .min(drain_end.unwrap_or(u64::MAX))
+                    .saturating_sub(self.clock.now()),
             };
             let (source, decision) = self.take(&charges, max_wait, throttled).await?;
             throttled = false;
@@ -177,6 +200,11 @@ impl Shared {
                     charge,
                     retry_after,
                 } => {
+                    if !reject
+                        && drain_end.is_some_and(|end| answered.saturating_add(retry_after) > end)
+                    {
+                        return Err(ThrottleError::Shutdown);
+                    }
                     let c = &charges[charge.min(charges.len() - 1)];
                     let reason = if reject { "reject" } else { "max_wait" };
                     let layer = &layers[c.layer];
@@ -229,19 +257,28 @@ impl Shared {
         Ok((taken, at))
     }
 
-    /// Sleeps until `at`, or until the throttle is disposed of (`Err(Shutdown)`).
+    /// Sleeps until `at`; `Err(Shutdown)` at once if the throttle is disposed of, or drains
+    /// with its grace ending before `at`.
     async fn sleep_until(&self, at: Nanos) -> Result<(), ThrottleError> {
-        let mut disposed = self.disposed.subscribe();
+        let mut ending = self.ending.subscribe();
+        let cut = ending.wait_for(|e| e.cuts(at));
         tokio::select! {
-            _ = disposed.wait_for(|&d| d) => Err(ThrottleError::Shutdown),
+            Ok(_) = cut => Err(ThrottleError::Shutdown),
             _ = tokio::time::sleep_until(self.clock.deadline(at)) => Ok(()),
         }
+    }
+
+    /// Starts draining: sleepers whose instant is past `end` are woken with `Shutdown`.
+    pub(crate) fn drain(&self, end: Nanos) {
+        self.ending.send_modify(|e| {
+            e.drain_end = Some(e.drain_end.map_or(end, |old| old.min(end)));
+        });
     }
 
     /// Wakes every message asleep on a reservation or a `Later` with `Shutdown`; later ones
     /// get it as soon as they would sleep.
     pub(crate) fn dispose(&self) {
-        self.disposed.send_replace(true);
+        self.ending.send_modify(|e| e.disposed = true);
     }
 
     /// One take: from the store, or as `on_error` says when it cannot answer.
