@@ -17,7 +17,8 @@
 //! - `waiters`: the waiters of one bucket and the projection that estimates a newcomer's wait.
 //! - `queue`: [`Layer::acquire`], the FIFO wait of a local layer (timers, cancellation).
 //! - `gate`: [`Layer::gate`], the FIFO turn of a shared layer in front of its store.
-//! - here: the layer itself, its refusal rules, give-backs, peeks, metrics and disposal.
+//! - `shutdown`: the drain (waiters served within the grace stay) and the disposal.
+//! - here: the layer itself, its refusal rules, give-backs, peeks and metrics.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -37,6 +38,7 @@ use waiters::{project_place, Queue, Waiter};
 mod adapt;
 pub(super) mod gate;
 mod queue;
+mod shutdown;
 mod waiters;
 
 struct LayerState {
@@ -359,57 +361,5 @@ impl Layer {
 
     pub(crate) fn holds(&self, key: &str) -> bool {
         self.lock().table.find(key).is_some()
-    }
-
-    /// Starts draining: from now until `end` a waiter keeps its place and goes when its
-    /// tokens come; those the bucket cannot serve by `end` (the tail of each queue, by the
-    /// same projection as a newcomer's estimate) are told `Shutdown` at once, since waiting
-    /// could not help them, and so is a newcomer whose wait would pass `end`. A shared layer
-    /// only records `end`: its tokens are in the store, which decides (`shared_layers`).
-    pub(crate) fn drain(&self, end: Nanos) {
-        let mut guard = self.lock();
-        let st = &mut *guard;
-        let end = st.drain_end.map_or(end, |e| e.min(end));
-        st.drain_end = Some(end);
-        if self.shared {
-            return;
-        }
-        let now = self.clock.now();
-        self.refresh(st, now);
-        let b = *st.table.bucket();
-        let mut cut = 0;
-        for id in st.table.ids() {
-            if st.table.extra(id).len() == 0 {
-                continue;
-            }
-            let state = st.table.state(id);
-            cut += st.table.modify(id, now, |_, q| {
-                let gone = q.cut_after(&b, (state, now), end);
-                for w in &gone {
-                    w.notify.notify_one();
-                }
-                gone.len()
-            });
-        }
-        st.waiting -= cut;
-    }
-
-    /// Releases every waiter with [`ThrottleError::Shutdown`]; later arrivals get it too,
-    /// unless the bucket grants them at once (a local layer).
-    pub(crate) fn dispose(&self) {
-        let mut guard = self.lock();
-        let st = &mut *guard;
-        st.disposed = true;
-        let now = self.clock.now();
-        for id in st.table.ids() {
-            if st.table.extra(id).len() > 0 {
-                st.table.modify(id, now, |_, q| {
-                    while let Some(w) = q.pop_head() {
-                        w.notify.notify_one();
-                    }
-                });
-            }
-        }
-        st.waiting = 0;
     }
 }

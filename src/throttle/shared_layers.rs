@@ -48,6 +48,9 @@ use super::spec::LayerSpec;
 use super::store::local::LocalStore;
 use super::store::{Decision, Store, StoreCharge, StoreError};
 use crate::config::{Mode, OnError};
+use ending::Ending;
+
+mod ending;
 
 /// How long a failed store is left alone before the next try.
 pub const RETRY: Duration = Duration::from_secs(1);
@@ -84,21 +87,6 @@ pub(crate) struct Shared {
     down: AtomicBool,
     /// Set by [`Shared::drain`] and [`Shared::dispose`]; the sleepers watch it.
     ending: watch::Sender<Ending>,
-}
-
-/// How far shutdown has gone, as the sleepers see it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct Ending {
-    /// The grace's end, once draining.
-    drain_end: Option<Nanos>,
-    disposed: bool,
-}
-
-impl Ending {
-    /// Whether a message whose tokens come at `at` must be told to go now.
-    fn cuts(&self, at: Nanos) -> bool {
-        self.disposed || self.drain_end.is_some_and(|end| at > end)
-    }
 }
 
 fn store_charges(charges: &[Charge]) -> Vec<StoreCharge<'_>> {
@@ -255,30 +243,6 @@ impl Shared {
             return Err(shutdown);
         }
         Ok((taken, at))
-    }
-
-    /// Sleeps until `at`; `Err(Shutdown)` at once if the throttle is disposed of, or drains
-    /// with its grace ending before `at`.
-    async fn sleep_until(&self, at: Nanos) -> Result<(), ThrottleError> {
-        let mut ending = self.ending.subscribe();
-        let cut = ending.wait_for(|e| e.cuts(at));
-        tokio::select! {
-            Ok(_) = cut => Err(ThrottleError::Shutdown),
-            _ = tokio::time::sleep_until(self.clock.deadline(at)) => Ok(()),
-        }
-    }
-
-    /// Starts draining: sleepers whose instant is past `end` are woken with `Shutdown`.
-    pub(crate) fn drain(&self, end: Nanos) {
-        self.ending.send_modify(|e| {
-            e.drain_end = Some(e.drain_end.map_or(end, |old| old.min(end)));
-        });
-    }
-
-    /// Wakes every message asleep on a reservation or a `Later` with `Shutdown`; later ones
-    /// get it as soon as they would sleep.
-    pub(crate) fn dispose(&self) {
-        self.ending.send_modify(|e| e.disposed = true);
     }
 
     /// One take: from the store, or as `on_error` says when it cannot answer.
