@@ -6,5 +6,5 @@
 # rates, so a debug build measures the same ratios.
 # Usage: bench/feedback.sh [clients] [messages_each] [hidden_rate]   (default 40 5 10)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+source "$(dirname "$0")/common.sh"
 RUST_LOG=${RUST_LOG:-off} cargo run -q --example feedback -- "$@"

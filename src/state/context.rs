@@ -277,12 +277,24 @@ impl Live {
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = Some(ctx);
     }
 
+    /// Starts the drain of every throttle, of this config and of older ones: waiters whose
+    /// tokens come within `grace` keep their place (see `Throttle::drain`).
+    pub fn drain(&self, grace: Duration) {
+        for throttle in self.throttles() {
+            throttle.drain(grace);
+        }
+    }
+
     /// Answers every waiter, of this config and of older ones, with the shutdown error.
     pub fn dispose(&self) {
-        let throttles = self.throttles.read().unwrap_or_else(|e| e.into_inner());
-        for throttle in throttles.iter().filter_map(Weak::upgrade) {
+        for throttle in self.throttles() {
             throttle.dispose();
         }
+    }
+
+    fn throttles(&self) -> Vec<Arc<Throttle>> {
+        let throttles = self.throttles.read().unwrap_or_else(|e| e.into_inner());
+        throttles.iter().filter_map(Weak::upgrade).collect()
     }
 }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::clock::Clock;
 use super::shared_layers::SharedLayers;
 use super::spec::LayerSpec;
-use super::store::redis::{RedisOptions, RedisStore};
+use super::store::redis::{RedisOptions, RedisStore, SentinelOptions};
 use super::throttle::Throttle;
 use crate::config::{Config, RedisConfig, StoreKind, ThrottleConfig};
 
@@ -71,6 +71,14 @@ pub fn redis_options(redis: &RedisConfig) -> RedisOptions {
         password: (redis.password_env.as_ref()).and_then(|v| std::env::var(v.get_ref()).ok()),
         timeout: Duration::from_millis(redis.timeout_ms.get()),
         prefix: redis.prefix.clone(),
+        sentinel: redis.sentinel.as_ref().map(|s| {
+            let s = s.get_ref();
+            SentinelOptions {
+                master: s.master.clone(),
+                nodes: s.nodes().collect(),
+                password: (s.password_env.as_ref()).and_then(|v| std::env::var(v).ok()),
+            }
+        }),
     }
 }
 
