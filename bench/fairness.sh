@@ -3,5 +3,5 @@
 # with and without fair_by, on the throttle alone in real time.
 # Usage: bench/fairness.sh [seconds]
 set -euo pipefail
-cd "$(dirname "$0")/.."
+source "$(dirname "$0")/common.sh"
 cargo run --release -q --example fairness -- "${1:-5}"

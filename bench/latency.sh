@@ -11,7 +11,7 @@
 # included) and derived from the rate (pool / (rate x delay)).
 # Usage: bench/latency.sh   (env: DELAYS="10 40" POOLS="1 4 16" SCALE=30 POSTFIX=1)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+source "$(dirname "$0")/common.sh"
 UP_PORT=${UP_PORT:-43525}
 RELAY_PORT=${RELAY_PORT:-43526}
 PF_PORT=${PF_PORT:-43527}
@@ -42,7 +42,7 @@ wait_port() {
 }
 
 start_upstream() { # delay_ms on|off messages
-  target/debug/examples/latency $UP_PORT "$1" "$2" "$3" >"$work/up.out" 2>"$work/up.err" &
+  "$target/debug/examples/latency" $UP_PORT "$1" "$2" "$3" >"$work/up.out" 2>"$work/up.err" &
   UP_PID=$!
   wait_port $UP_PORT
 }
@@ -57,7 +57,7 @@ url = "smtp://127.0.0.1:$UP_PORT"
 tls = "none"
 pool_size = $1
 TOML
-  RUST_LOG=warn target/release/mailsluice --config "$work/relay.toml" 2>"$work/relay.log" &
+  RUST_LOG=warn "$target/release/mailsluice" --config "$work/relay.toml" 2>"$work/relay.log" &
   RELAY_PID=$!
   wait_port $RELAY_PORT
 }

@@ -3,5 +3,5 @@
 # 200, saturated by 400 concurrent SMTP clients of one tenant for 10 s; relay -> SMTP sink.
 # Usage: bench/precision.sh [seconds]
 set -euo pipefail
-cd "$(dirname "$0")/.."
+source "$(dirname "$0")/common.sh"
 cargo run --release -q --example precision -- "${1:-10}"

@@ -10,7 +10,7 @@
 # Needs smtp-source/smtp-sink (Debian's postfix) and redis-server/redis-cli.
 # Usage: bench/redis.sh [messages]   (default 20000)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+source "$(dirname "$0")/common.sh"
 N=${1:-20000}
 SINK_PORT=${SINK_PORT:-42625}
 LOCAL_PORT=${LOCAL_PORT:-42627}
@@ -21,7 +21,7 @@ for p in smtp-source smtp-sink redis-server redis-cli; do
 done
 
 cargo build --release -q
-bin=${CARGO_TARGET_DIR:-target}/release/mailsluice
+bin=$target/release/mailsluice
 work=$(mktemp -d -p /dev/shm 2>/dev/null || mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 

@@ -8,7 +8,7 @@
 # Needs Debian's postfix package for smtp-source and smtp-sink (see README).
 # Usage: bench/relay.sh [messages]   (default 20000; RELAY_BIN=path runs another relay build)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+source "$(dirname "$0")/common.sh"
 N=${1:-20000}
 SINK_PORT=${SINK_PORT:-42525}
 RELAY_PORT=${RELAY_PORT:-42526}
@@ -29,7 +29,7 @@ url = "smtp://127.0.0.1:$SINK_PORT"
 tls = "none"
 pool_size = ${POOL_SIZE:-20}
 TOML
-RUST_LOG=warn ${RELAY_BIN:-target/release/mailsluice} --config "$work/relay.toml" 2>"$work/relay.log" &
+RUST_LOG=warn "${RELAY_BIN:-$target/release/mailsluice}" --config "$work/relay.toml" 2>"$work/relay.log" &
 RELAY_PID=$!
 # Wait until both listen.
 for port in $SINK_PORT $RELAY_PORT; do

@@ -10,12 +10,11 @@
 # Raises the open-file limit itself (run as root, or with `ulimit -Hn` >= 25000).
 # Usage: bench/scale.sh [connections]   (default 10000)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+source "$(dirname "$0")/common.sh"
 N=${1:-10000}
-target=${CARGO_TARGET_DIR:-target}
 cargo build --release -q --bin mailsluice --example reliability
 export MAILSLUICE_BIN=$target/release/mailsluice
-run=$target/release/examples/reliability
+run="$target/release/examples/reliability"
 
 echo "== memory: $N connections, $((N / 5)) waiting"
 $run scale "$N" $((N / 5)) 2>&1

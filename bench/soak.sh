@@ -8,8 +8,7 @@
 # Ends with the invariant checked over every message.
 # Usage: bench/soak.sh [seconds]   (default 600)
 set -euo pipefail
-cd "$(dirname "$0")/.."
-target=${CARGO_TARGET_DIR:-target}
+source "$(dirname "$0")/common.sh"
 cargo build --release -q --bin mailsluice --example reliability
 export MAILSLUICE_BIN=$target/release/mailsluice
 "$target/release/examples/reliability" soak "${1:-600}"

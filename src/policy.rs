@@ -203,9 +203,7 @@ fn domain_of(address: &str) -> Option<String> {
         .filter(|d| !d.is_empty())
 }
 
-/// Longest key kept from a header: keys are map entries and log fields, so a hostile
-/// header must not make them large.
-const MAX_KEY_BYTES: usize = 128;
+use crate::config::MAX_KEY_BYTES;
 
 /// One header field of the message: its name and the byte range of the whole field,
 /// continuation lines and final CRLF included.

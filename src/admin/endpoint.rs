@@ -52,16 +52,14 @@ fn read_upstream(metrics: &Metrics, ctx: &Context) {
     }
 }
 
-/// Every upstream checked at once (each check is bounded by its upstream's timeout).
+/// Every upstream checked at once (each check is bounded by its upstream's timeout, and
+/// reused for `CHECK_MAX_AGE`: see `Upstream::check`).
 async fn check_upstreams(ctx: &Context) -> Vec<(String, Result<(), String>)> {
     let checks: Vec<_> = (ctx.upstreams.iter())
         .map(|upstream| {
             let upstream = upstream.clone();
             let name = upstream.name().to_string();
-            (
-                name,
-                tokio::spawn(async move { upstream.forwarder.check().await }),
-            )
+            (name, tokio::spawn(async move { upstream.check().await }))
         })
         .collect();
     let mut results = Vec::with_capacity(checks.len());

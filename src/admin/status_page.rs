@@ -166,16 +166,42 @@ fn escape(text: &str) -> String {
             '>' => out.push_str("&gt;"),
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&#39;"),
-            c if c.is_control() => out.push('\u{fffd}'),
+            c if c.is_control() || invisible_format(c) => out.push('\u{fffd}'),
             c => out.push(c),
         }
     }
     out
 }
 
+/// Characters that change how the text around them is shown without being seen themselves:
+/// bidirectional embeddings, overrides and isolates (U+202A-202E, U+2066-2069), marks
+/// (U+200E/200F, U+061C), zero-width characters and line or paragraph separators. A key
+/// holding U+202E would otherwise show another key's name on the page.
+fn invisible_format(c: char) -> bool {
+    matches!(
+        c,
+        '\u{061C}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{2028}'..='\u{202E}'
+            | '\u{2060}'..='\u{206F}'
+            | '\u{FEFF}'
+            | '\u{FFF9}'..='\u{FFFB}'
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::escape;
+
+    #[test]
+    fn bidirectional_controls_are_never_shown_raw() {
+        for c in [
+            '\u{202A}', '\u{202E}', '\u{2066}', '\u{2069}', '\u{200E}', '\u{200F}', '\u{85}',
+        ] {
+            assert_eq!(escape(&format!("a{c}b")), "a\u{fffd}b", "{:?}", c);
+        }
+        assert_eq!(escape("tenant-é"), "tenant-é");
+    }
 
     #[test]
     fn markup_and_controls_are_text() {

@@ -3,6 +3,11 @@
 
 use serde::Deserialize;
 
+/// Longest key: keys are map entries, log fields and parts of the header fields a route adds,
+/// so neither a hostile header nor a long tenant may make them large. A key read from a
+/// header is cut to it; a tenant longer than it is refused when the file is read.
+pub const MAX_KEY_BYTES: usize = 128;
+
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(try_from = "String")]
 pub enum KeySource {

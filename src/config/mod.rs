@@ -31,13 +31,13 @@ mod smtp;
 mod throttle;
 mod upstream;
 
-pub use key_source::KeySource;
+pub use key_source::{KeySource, MAX_KEY_BYTES};
 pub use redis::{OnError, RedisConfig};
 pub use replies::ReplyPatterns;
 pub use route::{RouteConfig, RouteKey};
 pub use security::{AuthConfig, TlsConfig, UserConfig};
 pub use smtp::SmtpConfig;
-pub use throttle::{Cost, FairBy, MatchSpec, Mode, Refill, StoreKind, ThrottleConfig};
+pub use throttle::{Adapt, Cost, FairBy, MatchSpec, Mode, Refill, StoreKind, ThrottleConfig};
 pub use upstream::{
     FileUpstream, MxKeys, MxUpstream, SesKeys, SesUpstream, SmtpClient, SmtpCredentials,
     SmtpUpstream, UpstreamConfig, UpstreamKind, UpstreamTls, DEFAULT_NAME,
@@ -145,6 +145,7 @@ impl Config {
         if self.smtp.listen.is_empty() && self.smtp.tls_listen.is_empty() {
             return Err("key `smtp.listen`: at least one address is needed".into());
         }
+        check_hostname(&self.smtp.hostname)?;
         security::validate(&self.smtp, text)?;
         let mut names = std::collections::HashSet::new();
         for layer in &self.throttle {
@@ -185,6 +186,19 @@ fn validate_layer(layer: &ThrottleConfig, text: &str) -> Result<(), String> {
             text,
             layer.name.span(),
             "key `throttle.weights`: weights share the turns of `fair_by`; set it",
+        ));
+    }
+    Ok(())
+}
+
+/// `smtp.hostname` is written in our `Received:` field and greeting: a domain (or address
+/// literal) of plain ASCII, short enough that the field's lines stay far under 998 octets.
+fn check_hostname(hostname: &str) -> Result<(), String> {
+    let ok = |c: char| c.is_ascii_alphanumeric() || ".-_[]:".contains(c);
+    if hostname.is_empty() || hostname.len() > 253 || !hostname.chars().all(ok) {
+        return Err(format!(
+            "key `smtp.hostname`: {hostname:?} is not a domain name (ASCII letters, digits, \
+             `.`, `-`, at most 253 characters)"
         ));
     }
     Ok(())

@@ -18,6 +18,8 @@ pub struct RedisConfig {
     pub cluster: bool,
     #[serde(default)]
     pub urls: Vec<Spanned<String>>,
+    /// Redis Sentinel: the sentinels tell which server is the primary (instead of `url`).
+    pub sentinel: Option<Spanned<SentinelConfig>>,
     /// Name of the environment variable holding the password (instead of in the URL).
     pub password_env: Option<Spanned<String>>,
     /// Longest wait for one Redis command, connecting included; past it, `on_error` answers.
@@ -28,6 +30,52 @@ pub struct RedisConfig {
     /// Put in front of every key, so several deployments can share one Redis.
     #[serde(default = "default_prefix")]
     pub prefix: String,
+}
+
+/// `sentinel = { master = "mymaster", nodes = ["host:26379", ...] }`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SentinelConfig {
+    /// The name the sentinels monitor the primary under.
+    pub master: String,
+    /// The sentinels, `host:port` each.
+    pub nodes: Vec<String>,
+    /// Name of the environment variable holding the sentinels' own password, if they ask
+    /// for one (the primary's is `password_env`).
+    pub password_env: Option<String>,
+}
+
+impl SentinelConfig {
+    /// The nodes as `(host, port)`; validation has refused any other form.
+    pub fn nodes(&self) -> impl Iterator<Item = (String, u16)> + '_ {
+        self.nodes.iter().filter_map(|n| host_port(n))
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if self.master.is_empty() {
+            return Err("key `redis.sentinel.master`: the name of the primary is empty".into());
+        }
+        if self.nodes.is_empty() {
+            return Err("key `redis.sentinel.nodes`: name at least one sentinel".into());
+        }
+        if let Some(bad) = self.nodes.iter().find(|n| host_port(n).is_none()) {
+            return Err(format!(
+                "key `redis.sentinel.nodes`: `{bad}` is not host:port"
+            ));
+        }
+        match &self.password_env {
+            Some(var) if std::env::var_os(var).is_none() => Err(format!(
+                "key `redis.sentinel.password_env`: environment variable `{var}` is not set"
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+fn host_port(node: &str) -> Option<(String, u16)> {
+    let (host, port) = node.rsplit_once(':')?;
+    let port = port.parse().ok().filter(|&p| p != 0)?;
+    (!host.is_empty()).then(|| (host.to_string(), port))
 }
 
 /// What a shared layer does when its store cannot answer.
@@ -98,9 +146,23 @@ fn validate_layer(
 
 fn validate_section(redis: &RedisConfig, text: &str) -> Result<(), String> {
     let urls: Vec<&Spanned<String>> = redis.url.iter().chain(&redis.urls).collect();
+    if let Some(sentinel) = &redis.sentinel {
+        let span = sentinel.span();
+        if !urls.is_empty() || redis.cluster {
+            let message = "key `redis.sentinel`: the sentinels name the primary; give \
+                           `sentinel` or `url` (or `cluster = true` with `urls`), not both";
+            return Err(located(text, span, message));
+        }
+        sentinel
+            .get_ref()
+            .check()
+            .map_err(|e| located(text, span.clone(), &e))?;
+        return check_common(redis, text, span);
+    }
     let Some(first) = urls.first() else {
         return Err(
-            "key `redis.url`: the [redis] section needs `url` (or `urls` with `cluster = true`)"
+            "key `redis.url`: the [redis] section needs `url` (or `urls` with `cluster = true`, \
+             or `sentinel`)"
                 .into(),
         );
     };
@@ -111,6 +173,15 @@ fn validate_section(redis: &RedisConfig, text: &str) -> Result<(), String> {
     for url in &urls {
         check_url(url.get_ref()).map_err(|e| located(text, url.span(), &e))?;
     }
+    check_common(redis, text, first.span())
+}
+
+/// The keys every form of `[redis]` has; `span` locates an error with no key of its own.
+fn check_common(
+    redis: &RedisConfig,
+    text: &str,
+    span: std::ops::Range<usize>,
+) -> Result<(), String> {
     if let Some(var) = &redis.password_env {
         if std::env::var_os(var.get_ref()).is_none() {
             let message = format!(
@@ -122,7 +193,7 @@ fn validate_section(redis: &RedisConfig, text: &str) -> Result<(), String> {
     }
     if redis.prefix.contains(['{', '}']) {
         let message = "key `redis.prefix`: cannot contain `{` or `}`";
-        return Err(located(text, first.span(), message));
+        return Err(located(text, span, message));
     }
     Ok(())
 }
@@ -240,6 +311,38 @@ mod tests {
             "{BASE}[redis]\ncluster = true\nurls = [\"redis://a:1\", \"redis://b:2\"]\non_error = \"reject\"\n"
         );
         assert!(Config::parse(&text).is_ok());
+    }
+
+    #[test]
+    fn sentinel_is_read_and_its_errors_named_with_their_line() {
+        let sentinel =
+            "sentinel = { master = \"mymaster\", nodes = [\"127.0.0.1:26379\", \"s2:26380\"] }";
+        let text = format!("{BASE}{LAYER}[redis]\n{sentinel}\n");
+        let c = Config::parse(&text).unwrap();
+        let s = c.redis.unwrap().sentinel.unwrap().into_inner();
+        assert_eq!(s.master, "mymaster");
+        let nodes: Vec<_> = s.nodes().collect();
+        assert_eq!(nodes, [("127.0.0.1".into(), 26379), ("s2".into(), 26380)]);
+        let cases = [
+            (format!("url = \"redis://a:1\"\n{sentinel}"), "not both", 12),
+            (format!("cluster = true\n{sentinel}"), "not both", 12),
+            ("sentinel = { master = \"m\", nodes = [] }".into(), "at least one", 11),
+            ("sentinel = { master = \"m\", nodes = [\"a\"] }".into(), "host:port", 11),
+            ("sentinel = { master = \"\", nodes = [\"a:1\"] }".into(), "empty", 11),
+            ("sentinel = { master = \"m\", nodes = [\"a:1\"], pw = \"x\" }".into(), "unknown field", 11),
+            (
+                "sentinel = { master = \"m\", nodes = [\"a:1\"], password_env = \"MAILSLUICE_NO_SUCH_VAR\" }".into(),
+                "sentinel.password_env",
+                11,
+            ),
+        ];
+        for (section, why, line) in cases {
+            let text = format!("{BASE}{LAYER}[redis]\n{section}\n");
+            let err = Config::parse(&text).unwrap_err();
+            assert!(err.contains(why), "{section}: {err}");
+            assert!(err.contains("sentinel"), "{section}: {err}");
+            assert!(err.contains(&format!("line {line}")), "{section}: {err}");
+        }
     }
 
     #[test]

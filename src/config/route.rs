@@ -152,7 +152,12 @@ fn check_ses_tenant(
     Ok(())
 }
 
-/// An added field must be a field: a valid name, and a value that cannot start another one.
+/// Longest line of a header field, CRLF not counted (RFC 5322 2.1.1).
+const MAX_FIELD_LINE: usize = 998;
+
+/// An added field must be a field: a valid name, and a value that cannot start another one,
+/// in plain ASCII (the next hop may not take 8-bit headers), on one line of at most 998
+/// octets even with the longest key in each `{key}`.
 fn check_added_header(name: &str, value: &str) -> Result<(), String> {
     let name_ok = !name.is_empty() && name.bytes().all(|b| (33..=126).contains(&b) && b != b':');
     if !name_ok {
@@ -163,6 +168,20 @@ fn check_added_header(name: &str, value: &str) -> Result<(), String> {
     if value.chars().any(|c| c.is_control() && c != '\t') {
         return Err(format!(
             "key `route.add_headers`: the value of {name:?} holds a control character"
+        ));
+    }
+    if !value.is_ascii() {
+        return Err(format!(
+            "key `route.add_headers`: the value of {name:?} is not ASCII"
+        ));
+    }
+    let keys = value.matches("{key}").count();
+    let longest = name.len() + 2 + value.len() + keys * (super::MAX_KEY_BYTES - "{key}".len());
+    if longest > MAX_FIELD_LINE {
+        return Err(format!(
+            "key `route.add_headers`: {name:?} would be up to {longest} octets with a key of \
+             {} bytes; a header line holds at most {MAX_FIELD_LINE}",
+            super::MAX_KEY_BYTES
         ));
     }
     Ok(())

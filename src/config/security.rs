@@ -117,6 +117,18 @@ pub(super) fn validate(smtp: &SmtpConfig, text: &str) -> Result<(), String> {
                 "key `smtp.auth.users.user`: a user name must be non-empty, without NUL, CR or LF",
             ));
         }
+        if user.tenant().len() > super::MAX_KEY_BYTES {
+            return Err(located(
+                text,
+                user.user.span(),
+                &format!(
+                    "key `smtp.auth.users.tenant`: the tenant (or user name) of `{}` is a key, \
+                     at most {} bytes",
+                    name.chars().take(32).collect::<String>(),
+                    super::MAX_KEY_BYTES
+                ),
+            ));
+        }
         if !names.insert(name.clone()) {
             return Err(located(
                 text,

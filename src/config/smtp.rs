@@ -61,6 +61,10 @@ pub struct SmtpConfig {
     /// first byte until its reply); a message that finds no room gets `452 4.3.1`.
     #[serde(default = "default_max_buffered_bytes")]
     pub max_buffered_bytes: NonZeroUsize,
+    /// `Received:` fields a message may hold; past it `554 5.4.6`, a mail loop (Postfix's
+    /// `hopcount_limit`).
+    #[serde(default = "default_max_received")]
+    pub max_received: NonZeroUsize,
 }
 
 /// `smtp.hostname` when the file leaves it out.
@@ -101,6 +105,9 @@ fn default_max_connections_per_ip() -> NonZeroUsize {
 }
 fn default_max_junk_commands() -> NonZeroUsize {
     NonZeroUsize::new(100).unwrap()
+}
+fn default_max_received() -> NonZeroUsize {
+    NonZeroUsize::new(50).unwrap()
 }
 fn default_max_buffered_bytes() -> NonZeroUsize {
     NonZeroUsize::new(512 * 1024 * 1024).unwrap()

@@ -28,6 +28,17 @@ pub enum Mode {
     Reject,
 }
 
+/// How an adaptive layer's limit answers a throttle reply of upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Adapt {
+    /// To what upstream accepted over the last interval, less a margin (see `adaptive`).
+    #[default]
+    Measured,
+    /// To 70 %, at most once per interval (the earlier rule, kept for comparison).
+    Multiplicative,
+}
+
 /// How a bucket refills.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
@@ -108,6 +119,9 @@ pub struct ThrottleConfig {
     pub adaptive: Option<bool>,
     /// The floor of an adaptive layer; default `limit / 10`, at least 1.
     pub min_limit: Option<NonZeroU64>,
+    /// How an adaptive layer learns from a throttle reply (default `measured`).
+    #[serde(default)]
+    pub adapt: Adapt,
     /// Serve this layer's waiters in turn by this key (same sources and trust as `key`), so
     /// one tenant's backlog in a shared bucket does not hold back the others.
     pub fair_by: Option<FairBy>,

@@ -2,7 +2,7 @@
 //! and the header fields it adds. The key is read like a layer's (same sources, same trust),
 //! so an authenticated tenant cannot route itself onto another tenant's account by a header.
 
-use crate::config::{KeySource, RouteConfig};
+use crate::config::{KeySource, RouteConfig, MAX_KEY_BYTES};
 
 use super::{key_of, Field, MessageFacts};
 
@@ -65,18 +65,22 @@ fn rendered(route: &RouteConfig, key: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-/// `key` made safe for the field `name`: never a line break or other control character (the
-/// key comes from a client's header), and for SES's own fields (configuration set, message
-/// tags) only the characters SES takes, `[A-Za-z0-9_-]`, the others replaced by `_`.
+/// `key` made safe for the field `name` (the key may come from a client's header): printable
+/// ASCII only, so never a line break, a control, a bidirectional override (U+202E) or 8-bit
+/// text in a header of a 7-bit session: every other character is replaced by `_`. For SES's
+/// own fields (configuration set, message tags) only the characters SES takes,
+/// `[A-Za-z0-9_-]`. At most `MAX_KEY_BYTES`, so that the field stays within the line length
+/// the config checked (a key from the envelope can be longer than the keys the config knows).
 fn safe_key(name: &str, key: &str) -> String {
     let ses = name
         .get(..6)
         .is_some_and(|p| p.eq_ignore_ascii_case("x-ses-"));
     key.chars()
+        .take(MAX_KEY_BYTES)
         .map(|c| match c {
             'A'..='Z' | 'a'..='z' | '0'..='9' | '_' | '-' => c,
-            _ if ses || c.is_control() => '_',
-            _ => c,
+            ' '..='~' if !ses => c,
+            _ => '_',
         })
         .collect()
 }
@@ -101,6 +105,8 @@ mod tests {
         assert_eq!(safe_key("X-Tag", "a\r\nBcc: x"), "a__Bcc: x");
         assert_eq!(safe_key("X-SES-CONFIGURATION-SET", "ac me/1"), "ac_me_1");
         assert_eq!(safe_key("x-ses-message-tags", "t=é"), "t__");
-        assert_eq!(safe_key("X-Other", "ünï"), "ünï");
+        assert_eq!(safe_key("X-Other", "ünï"), "_n_");
+        assert_eq!(safe_key("X-Other", "a\u{202e}b c"), "a_b c");
+        assert_eq!(safe_key("X-Other", &"k".repeat(5000)).len(), MAX_KEY_BYTES);
     }
 }

@@ -33,20 +33,34 @@ impl From<Vec<TcpListener>> for Listeners {
     }
 }
 
-/// Serves SMTP on `listeners` until `shutdown` fires, then stops accepting, lets sessions in
-/// flight finish within `shutdown_grace_ms`, and returns. Sessions still running after the
-/// grace period are left to the caller, which is about to exit the process.
+/// How long, after the grace, the waiters then told to go have to be answered.
+const LAST_WORDS: Duration = Duration::from_secs(1);
+
+/// Serves SMTP on `listeners` until `shutdown` fires, then stops accepting (and `/readyz`
+/// says 503), drains the sessions in flight within `shutdown_grace_ms`, and returns as soon
+/// as the last one ends. Draining: a message waiting for tokens keeps its place and goes when
+/// they come; only one whose tokens cannot come within the grace is told `421 4.3.2`, at
+/// once. Sessions still running after the grace (and [`LAST_WORDS`]) are left to the
+/// caller, which is about to exit the process.
 pub async fn run(listeners: impl Into<Listeners>, deps: Deps, shutdown: Shutdown) {
     let listeners = listeners.into();
     let (health, live) = (deps.health.clone(), deps.live.clone());
+    // The admin endpoint outlives the listeners, so a load balancer sees `/readyz` say 503
+    // during the drain (not a refused connection it might retry); it stops when `run` ends.
+    let (admin_stop, admin_shutdown) = crate::state::shutdown::channel();
     if let Some(listener) = listeners.admin {
-        let (admin, shutdown) = (Admin::new(&deps), shutdown.clone());
+        let (admin, shutdown) = (Admin::new(&deps), admin_shutdown);
         tokio::spawn(async move {
             if let Err(e) = crate::admin::endpoint::serve(listener, admin, shutdown).await {
                 tracing::error!(error = %e, "admin endpoint failed");
             }
         });
     }
+    let bound: Vec<SocketAddr> = (listeners.smtp.iter())
+        .chain(&listeners.implicit_tls)
+        .filter_map(|l| l.local_addr().ok())
+        .collect();
+    deps.upstreams.listening_on(&bound);
     let ctx = Arc::new(Context::new(deps));
     live.install(ctx.clone());
     let limit = Arc::new(Semaphore::new(ctx.config.smtp.max_connections.get()));
@@ -74,17 +88,20 @@ pub async fn run(listeners: impl Into<Listeners>, deps: Deps, shutdown: Shutdown
     health.set_listening(true);
     accepts.wait().await;
     health.set_listening(false);
-    // Waiters in the throttle's queues (of every config since start) are answered 421 now;
-    // transactions in flight go on.
-    live.dispose();
-    sessions.close();
+    // Waiters in the throttle's queues (of every config since start) go if their tokens come
+    // within the grace, and are told 421 now otherwise; transactions in flight go on.
     let grace = Duration::from_millis(ctx.config.smtp.shutdown_grace_ms);
+    live.drain(grace);
+    sessions.close();
     if tokio::time::timeout(grace, sessions.wait()).await.is_err() {
         tracing::warn!(
             left = sessions.len(),
             "grace period over with sessions in flight"
         );
+        live.dispose();
+        let _ = tokio::time::timeout(LAST_WORDS, sessions.wait()).await;
     }
+    admin_stop.trigger();
 }
 
 /// What one accept loop shares with the sessions it starts.

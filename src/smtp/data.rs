@@ -60,6 +60,7 @@ impl Session {
             Err(DataProblem::BareNewline) => self.verdict(reply::bare_newline()),
             Err(DataProblem::Nul) => self.verdict(reply::nul_in_data()),
             Err(DataProblem::NoRoom) => self.verdict(reply::insufficient_storage()),
+            Err(DataProblem::LeadingContinuation) => self.verdict(reply::leading_continuation()),
         }
         Flow::Continue
     }

@@ -43,6 +43,9 @@ pub enum DataProblem {
     LineTooLong,
     BareNewline,
     Nul,
+    /// The header section starts with a space or tab: a continuation line with no field
+    /// before it, which would continue the last field the relay adds in front of it.
+    LeadingContinuation,
     /// The process held `max_buffered_bytes` of DATA already.
     NoRoom,
 }
@@ -229,6 +232,8 @@ impl DataReader {
             Err(DataProblem::Nul)
         } else if self.no_room {
             Err(DataProblem::NoRoom)
+        } else if matches!(self.body.first(), Some(b' ' | b'\t')) {
+            Err(DataProblem::LeadingContinuation)
         } else {
             Ok(self.body)
         }
@@ -243,6 +248,18 @@ mod tests {
         let mut r = DataReader::new(1 << 20, 1000);
         let used = r.feed(input);
         (used, r.finish())
+    }
+
+    #[test]
+    fn a_message_starting_with_a_continuation_line_is_refused() {
+        for start in [&b" x"[..], b"\tx"] {
+            let mut input = start.to_vec();
+            input.extend_from_slice(b"\r\nSubject: s\r\n\r\nb\r\n.\r\n");
+            assert_eq!(read(&input).1, Err(DataProblem::LeadingContinuation));
+        }
+        assert!(read(b"Subject: s\r\n \tfolded\r\n\r\n b\r\n.\r\n")
+            .1
+            .is_ok());
     }
 
     #[test]

@@ -11,7 +11,8 @@ use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 
 use super::forward::{self, Outbound};
-use super::received::{self, Trace};
+use super::received::{self, Loop, Trace};
+use super::reply;
 use super::session::{Flow, Session};
 use super::verdict::{Held, Record, Verdict};
 use super::waiter::{Tokens, Waiter};
@@ -31,6 +32,7 @@ impl Session {
             helo: greeting.map_or("", |g| g.name.as_str()),
             peer: self.peer.ip(),
             hostname: &self.ctx.config.smtp.hostname,
+            instance: &self.ctx.instance,
             protocol: received::protocol(
                 greeting.is_some_and(|g| g.esmtp),
                 self.tls,
@@ -53,7 +55,12 @@ impl Session {
             ctx: &self.ctx,
             conn: &mut self.conn,
         };
-        let verdict = final_dot(&mut waiter, &message, record).await;
+        let max_received = self.ctx.config.smtp.max_received.get();
+        let verdict = match received::looping(&body, &self.ctx.instance, max_received) {
+            None => final_dot(&mut waiter, &message, record).await,
+            Some(Loop::CameBack) => Verdict::refused(reply::loop_detected(), record),
+            Some(Loop::TooManyHops) => Verdict::refused(reply::too_many_hops(), record),
+        };
         self.log_message(&envelope, &verdict, started);
         let flow = match verdict.closes() {
             true => Flow::Close,

@@ -12,6 +12,8 @@ pub struct Trace<'a> {
     pub helo: &'a str,
     pub peer: IpAddr,
     pub hostname: &'a str,
+    /// This process's id (`Context::instance`), the mark a message that loops back carries.
+    pub instance: &'a str,
     /// `ESMTP`, `SMTP`, or with `S` (TLS) / `A` (AUTH) as in RFC 3848.
     pub protocol: &'a str,
     pub id: &'a str,
@@ -32,13 +34,15 @@ pub fn protocol(esmtp: bool, tls: bool, auth: bool) -> &'static str {
     }
 }
 
-/// The header, folded over lines of at most 78 characters, ending in CRLF.
+/// The header, folded at its clauses (lines of at most 78 characters with a usual hostname,
+/// always far under 998), ending in CRLF.
 pub fn header(trace: &Trace<'_>, now: SystemTime) -> Vec<u8> {
     let date = httpdate::fmt_http_date(now).replace(" GMT", " +0000");
     let mut h = format!(
-        "Received: from {from}\r\n\tby {host} (mailsluice) with {proto} id {id}",
+        "Received: from {from}\r\n\tby {host} {mark}\r\n\twith {proto} id {id}",
         from = from_part(trace.helo, trace.peer),
         host = trace.hostname,
+        mark = mark(trace.instance),
         proto = trace.protocol,
         id = trace.id,
     );
@@ -47,6 +51,42 @@ pub fn header(trace: &Trace<'_>, now: SystemTime) -> Vec<u8> {
     }
     h.push_str(&format!(";\r\n\t{date}\r\n"));
     h.into_bytes()
+}
+
+/// The comment after our name in the `by` clause, which says the message went through this
+/// process.
+fn mark(instance: &str) -> String {
+    format!("(mailsluice {instance})")
+}
+
+/// Why a message must not go on: it names this process in a `Received:` field already (it
+/// came back: a loop), or it holds more than `max` of them (RFC 5321 6.3: a loop through
+/// other hosts too).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Loop {
+    CameBack,
+    TooManyHops,
+}
+
+/// Reads the `Received:` fields of the header section (up to its first empty line).
+pub fn looping(message: &[u8], instance: &str, max: usize) -> Option<Loop> {
+    let mark = mark(instance);
+    let mut count = 0;
+    let mut in_received = false;
+    for line in message.split(|&b| b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() {
+            break;
+        }
+        if !matches!(line[0], b' ' | b'\t') {
+            in_received = line.len() >= 9 && line[..9].eq_ignore_ascii_case(b"received:");
+            count += usize::from(in_received);
+        }
+        if in_received && line.windows(mark.len()).any(|w| w == mark.as_bytes()) {
+            return Some(Loop::CameBack);
+        }
+    }
+    (count > max).then_some(Loop::TooManyHops)
 }
 
 /// `<helo> ([<ip>])` when the EHLO name is a domain or an address literal (RFC 5321 4.1.1.1),
@@ -99,12 +139,17 @@ mod tests {
             helo: "client.example",
             peer: "127.0.0.1".parse().unwrap(),
             hostname: "relay.example",
+            instance: "0123abcd",
             protocol: "ESMTP",
             id: "abc",
             for_rcpt: Some("a@b.example"),
         };
         let h = String::from_utf8(header(&t, SystemTime::UNIX_EPOCH)).unwrap();
-        assert!(h.starts_with("Received: from client.example ([127.0.0.1])\r\n\tby relay.example"));
+        assert!(h.starts_with(
+            "Received: from client.example ([127.0.0.1])\r\n\tby relay.example (mailsluice 0123abcd)\r\n"
+        ));
+        assert_eq!(looping(h.as_bytes(), "0123abcd", 50), Some(Loop::CameBack));
+        assert_eq!(looping(h.as_bytes(), "4567cdef", 50), None);
         assert!(h.contains("for <a@b.example>;"));
         assert!(h.ends_with("Thu, 01 Jan 1970 00:00:00 +0000\r\n"), "{h}");
         assert!(h.lines().all(|l| l.len() <= 78));
@@ -116,14 +161,32 @@ mod tests {
             helo: "x\r\nBcc: victim@example",
             peer: "127.0.0.1".parse().unwrap(),
             hostname: "r",
+            instance: "0123abcd",
             protocol: "SMTP",
             id: "i",
             for_rcpt: None,
         };
         let h = String::from_utf8(header(&t, SystemTime::UNIX_EPOCH)).unwrap();
-        assert_eq!(h.matches("\r\n").count(), 4);
+        assert_eq!(h.matches("\r\n").count(), 5);
         assert!(!h.contains("\r\nBcc"));
         assert!(h.contains("\r\n\t(helo=x??Bcc:?victim?example)\r\n"), "{h}");
+    }
+
+    #[test]
+    fn received_fields_are_counted_in_the_header_section_only() {
+        let three =
+            "Received: a\r\n\tb\r\nreceived: c\r\nX: (mailsluice 0123abcd)\r\nRECEIVED: d\r\n";
+        let message = format!("{three}\r\nReceived: in the body\r\n");
+        assert_eq!(looping(message.as_bytes(), "0123abcd", 3), None);
+        assert_eq!(
+            looping(message.as_bytes(), "0123abcd", 2),
+            Some(Loop::TooManyHops)
+        );
+        let folded = "Received: from x\r\n\tby y (mailsluice 0123abcd)\r\n\r\n";
+        assert_eq!(
+            looping(folded.as_bytes(), "0123abcd", 50),
+            Some(Loop::CameBack)
+        );
     }
 
     #[test]

@@ -136,6 +136,27 @@ pub fn nul_in_data() -> Reply {
         "Message contains a NUL byte (RFC 5322 forbids it); not relayed",
     )
 }
+/// The first line of the header section continues a field that is not there: it would
+/// continue the last field the relay writes in front of the message.
+pub fn leading_continuation() -> Reply {
+    Reply::new(
+        550,
+        "5.6.0",
+        "Message starts with a continuation line (space or tab); not relayed",
+    )
+}
+/// More `Received:` fields than `smtp.max_received`, or one of our own: a mail loop.
+pub fn too_many_hops() -> Reply {
+    Reply::new(554, "5.4.6", "Too many hops (mail loop?)")
+}
+/// The message already went through this relay.
+pub fn loop_detected() -> Reply {
+    Reply::new(
+        554,
+        "5.4.6",
+        "Mail loop: the message already went through this relay",
+    )
+}
 pub fn bare_newline_in_command() -> Reply {
     syntax_error("a command ends with CRLF and holds no other CR or LF")
 }

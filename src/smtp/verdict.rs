@@ -61,6 +61,15 @@ impl Verdict {
         }
     }
 
+    /// The relay's own refusal of the message as it is (a mail loop): nothing was sent.
+    pub fn refused(reply: Reply, mut record: Record) -> Verdict {
+        record.outcome = Outcome::Rejected;
+        Verdict {
+            reply: Some(reply),
+            record,
+        }
+    }
+
     /// A message that never reached an upstream's verdict.
     pub fn held(held: Held, mut record: Record) -> Verdict {
         let (outcome, reply) = match held {

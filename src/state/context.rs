@@ -45,6 +45,9 @@ pub struct Deps {
     pub live: Arc<Live>,
     /// Inbound TLS from `[smtp.tls]`, loaded by `with_tls`.
     pub tls: Option<Arc<Tls>>,
+    /// This process among relays: random, written in our `Received:` fields, so a message
+    /// that comes back is known (a mail loop) even when two relays share a hostname.
+    pub instance: Arc<str>,
 }
 
 impl Deps {
@@ -63,6 +66,7 @@ impl Deps {
             clock,
             live: Live::new(),
             tls: None,
+            instance: uuid::Uuid::new_v4().simple().to_string()[..16].into(),
         }
     }
 
@@ -109,6 +113,8 @@ pub struct Context {
     pub clock: Arc<dyn Clock>,
     /// Where a newer context is found after a reload.
     pub live: Weak<Live>,
+    /// This process's id in our `Received:` fields (see [`Deps::instance`]).
+    pub instance: Arc<str>,
 }
 
 /// What a context carries over from the one before it.
@@ -121,6 +127,7 @@ struct Kept {
     buffered: Arc<Semaphore>,
     clock: Arc<dyn Clock>,
     live: Weak<Live>,
+    instance: Arc<str>,
 }
 
 impl Context {
@@ -138,6 +145,7 @@ impl Context {
             )),
             clock: deps.clock,
             live: Arc::downgrade(&deps.live),
+            instance: deps.instance,
         };
         // `Deps::with_tls` reports a bad certificate at startup; a caller that skipped it
         // still gets TLS, or a logged reason why not.
@@ -168,6 +176,7 @@ impl Context {
             buffered: self.buffered.clone(),
             clock: self.clock.clone(),
             live: self.live.clone(),
+            instance: self.instance.clone(),
         };
         Context::assemble(parts, kept)
     }
@@ -190,6 +199,7 @@ impl Context {
             buffered: kept.buffered,
             clock: kept.clock,
             live: kept.live,
+            instance: kept.instance,
         }
     }
 
@@ -267,12 +277,24 @@ impl Live {
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = Some(ctx);
     }
 
+    /// Starts the drain of every throttle, of this config and of older ones: waiters whose
+    /// tokens come within `grace` keep their place (see `Throttle::drain`).
+    pub fn drain(&self, grace: Duration) {
+        for throttle in self.throttles() {
+            throttle.drain(grace);
+        }
+    }
+
     /// Answers every waiter, of this config and of older ones, with the shutdown error.
     pub fn dispose(&self) {
-        let throttles = self.throttles.read().unwrap_or_else(|e| e.into_inner());
-        for throttle in throttles.iter().filter_map(Weak::upgrade) {
+        for throttle in self.throttles() {
             throttle.dispose();
         }
+    }
+
+    fn throttles(&self) -> Vec<Arc<Throttle>> {
+        let throttles = self.throttles.read().unwrap_or_else(|e| e.into_inner());
+        throttles.iter().filter_map(Weak::upgrade).collect()
     }
 }
 

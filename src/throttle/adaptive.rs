@@ -1,15 +1,33 @@
-//! The effective limit of an adaptive layer (AIMD), pure: `(state, now) -> limit`.
+//! The effective limit of an adaptive layer, pure: `(state, now) -> limit`.
 //!
 //! Why: a provider's real rate (SES's sending rate, a smarthost's policy) is often lower than
-//! configured, and it says so only by refusing (`454 Throttling failure`). Each such reply cuts
-//! the limit to 70 % (at most once per interval, so one burst of refusals is one cut, never
-//! below the floor); after ten quiet intervals the limit climbs back by 5 % of the configured
-//! limit per interval. Time is an argument, so tests and the Redis script compute the same.
+//! configured, and it says so only by refusing (`454 Throttling failure`). Two rules answer a
+//! throttle reply (the layer's `adapt`):
+//! - **measured** (default): the limit goes at once to what upstream accepted over the last
+//!   interval, times [`MARGIN_PCT`] %, never below the floor and never up. What upstream
+//!   accepted is counted here: tokens granted minus tokens of messages it throttled, over a
+//!   sliding interval (the current window plus the part of the previous one still inside the
+//!   last `interval`). Why the margin: the measured rate is what upstream's own bucket let
+//!   through while it was empty; sending at 90 % of it lets that bucket refill, so the next
+//!   rise of the limit meets a full upstream bucket rather than a `454`, and 90 % of the
+//!   hidden rate is still used. Why no once-per-interval rule: the cut only ever goes down
+//!   to a measurement, so later replies of the same burst refine it (messages in flight at
+//!   the first reply are counted as sent until their own reply comes) instead of cutting
+//!   blindly again. **A measurement needs [`MIN_SAMPLE`] tokens granted** over the last
+//!   interval (fewer when the configured limit is lower): a lone `454` on a quiet upstream
+//!   says nothing about the rate, so it does not cut.
+//! - **multiplicative**: the limit goes to 70 %, at most once per interval.
 //!
-//! The state is three integers, so a shared store can hold it as it holds a bucket:
-//! `value` (the limit at `since`), `since` (the last throttle reply), `cut` (the last cut).
+//! Under both, after ten intervals without a throttle reply the limit climbs back by 5 % of
+//! the configured limit per interval. Time is an argument, so tests and the Redis script
+//! compute the same.
+//!
+//! The state is integers, so a shared store can hold it as it holds a bucket: `value` (the
+//! limit at `since`), `since` (the last throttle reply), `cut` (the last cut) and the counts
+//! of the measurement windows.
 
 use super::clock::Nanos;
+pub use crate::config::Adapt;
 
 /// The numbers of one adaptive layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,6 +37,7 @@ pub struct Aimd {
     /// The floor (`min_limit`).
     pub min: u64,
     pub interval: Nanos,
+    pub rule: Adapt,
 }
 
 /// What a layer has learned; `Default` is "nothing yet": the configured limit.
@@ -29,10 +48,24 @@ pub struct Learned {
     pub since: Nanos,
     /// When the limit was last cut; 0 with `value == 0`: never.
     pub cut: Nanos,
+    /// The start of the current measurement window (a multiple of the interval).
+    pub window: Nanos,
+    /// Tokens granted, and tokens of messages upstream throttled, in the current window.
+    pub granted: u64,
+    pub refused: u64,
+    /// The same of the window before.
+    pub prev_granted: u64,
+    pub prev_refused: u64,
 }
 
 /// Intervals without a throttle reply before the limit climbs again.
 pub const QUIET_INTERVALS: u64 = 10;
+
+/// The measured rule's margin: the limit goes to this share of what upstream accepted.
+pub const MARGIN_PCT: u64 = 90;
+
+/// The fewest tokens granted over the last interval that make a measurement.
+pub const MIN_SAMPLE: u64 = 10;
 
 impl Aimd {
     /// The limit in force at `now`.
@@ -48,63 +81,71 @@ impl Aimd {
             .min(self.limit)
     }
 
-    /// A throttle reply at `now`: the new state, and `(old, new)` when the limit was cut.
-    pub fn throttled(&self, l: Learned, now: Nanos) -> (Learned, Option<(u64, u64)>) {
-        let old = self.effective(l, now);
-        let may_cut = l.value == 0 || now >= l.cut.saturating_add(self.interval);
-        if !may_cut {
-            return (
-                Learned {
-                    value: old,
-                    since: now,
-                    cut: l.cut,
-                },
-                None,
-            );
+    /// `l` with its windows moved on to `now`'s.
+    fn rolled(&self, mut l: Learned, now: Nanos) -> Learned {
+        let i = self.interval.max(1);
+        let window = now - now % i;
+        // An early clock reading counts in the current window.
+        if window <= l.window {
+            return l;
         }
-        let new = (old * 7 / 10).max(self.min.max(1)).min(old);
-        let learned = Learned {
-            value: new,
-            since: now,
-            cut: now,
+        let adjacent = l.window.saturating_add(i) == window;
+        (l.prev_granted, l.prev_refused) = match adjacent {
+            true => (l.granted, l.refused),
+            false => (0, 0),
         };
-        (learned, (new != old).then_some((old, new)))
+        (l.window, l.granted, l.refused) = (window, 0, 0);
+        l
+    }
+
+    /// Tokens granted at `now` (counted for the measured rule).
+    pub fn granted(&self, l: Learned, now: Nanos, cost: u64) -> Learned {
+        let mut l = self.rolled(l, now);
+        l.granted = l.granted.saturating_add(cost);
+        l
+    }
+
+    /// What upstream accepted over the last interval (granted less refused, the previous
+    /// window weighted by its part still inside), when enough was granted to say.
+    pub fn measured(&self, l: Learned, now: Nanos) -> Option<u64> {
+        let l = self.rolled(l, now);
+        let i = u128::from(self.interval.max(1));
+        let inside = i - u128::from(now.saturating_sub(l.window)).min(i);
+        let part = |prev: u64| (u128::from(prev) * inside / i) as u64;
+        let granted = l.granted + part(l.prev_granted);
+        let refused = l.refused + part(l.prev_refused);
+        (granted >= MIN_SAMPLE.min(self.limit)).then(|| granted.saturating_sub(refused))
+    }
+
+    /// A throttle reply at `now` to a message of `cost` tokens: the new state, and
+    /// `(old, new)` when the limit was cut.
+    pub fn throttled(&self, l: Learned, now: Nanos, cost: u64) -> (Learned, Option<(u64, u64)>) {
+        let mut l = self.rolled(l, now);
+        l.refused = l.refused.saturating_add(cost);
+        let old = self.effective(l, now);
+        let floor = self.min.max(1);
+        let new = match self.rule {
+            Adapt::Multiplicative if l.value != 0 && now < l.cut.saturating_add(self.interval) => {
+                None
+            }
+            Adapt::Multiplicative => Some(old * 7 / 10),
+            Adapt::Measured => self
+                .measured(l, now)
+                .map(|accepted| accepted.saturating_mul(MARGIN_PCT) / 100)
+                .filter(|&m| m < old),
+        };
+        let new = new.map(|n| n.max(floor).min(old));
+        (l.value, l.since) = (old, now);
+        if let Some(new) = new {
+            (l.value, l.cut) = (new, now);
+        }
+        // Back at the configured limit with nothing cut: nothing learned.
+        if l.value == self.limit && new.is_none() && l.cut == 0 {
+            l.value = 0;
+        }
+        (l, new.filter(|&n| n != old).map(|n| (old, n)))
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const S: Nanos = 1_000_000_000;
-    const A: Aimd = Aimd {
-        limit: 20,
-        min: 2,
-        interval: S,
-    };
-
-    #[test]
-    fn a_reply_cuts_once_per_interval_down_to_the_floor() {
-        let (l, cut) = A.throttled(Learned::default(), 5 * S);
-        assert_eq!(cut, Some((20, 14)));
-        let (l, cut) = A.throttled(l, 5 * S + S / 2);
-        assert_eq!((cut, A.effective(l, 5 * S + S / 2)), (None, 14));
-        let (mut l, cut) = A.throttled(l, 6 * S);
-        assert_eq!(cut, Some((14, 9)));
-        for i in 7..20 {
-            l = A.throttled(l, i * S).0;
-        }
-        assert_eq!(A.effective(l, 19 * S), 2);
-    }
-
-    #[test]
-    fn quiet_intervals_bring_the_limit_back_slowly_to_the_configured_one() {
-        let (l, _) = A.throttled(Learned::default(), 0);
-        assert_eq!(A.effective(l, 9 * S + S / 2), 14);
-        assert_eq!(A.effective(l, 10 * S), 15);
-        assert_eq!(A.effective(l, 12 * S), 17);
-        assert_eq!(A.effective(l, 100 * S), 20);
-        // A later reply cuts from the recovered value.
-        assert_eq!(A.throttled(l, 12 * S).1, Some((17, 11)));
-    }
-}
+mod tests;

@@ -46,6 +46,9 @@ pub struct Bucket {
     limit: u64,
     interval: Nanos,
     idle_ttl: Nanos,
+    /// An adaptive layer's bucket below its configured burst: a cost above the capacity
+    /// takes the whole capacity instead of never passing.
+    clamp: bool,
 }
 
 impl Bucket {
@@ -72,6 +75,26 @@ impl Bucket {
             limit: limit.max(1),
             interval: interval.max(1),
             idle_ttl: ttl,
+            clamp: false,
+        }
+    }
+
+    /// This bucket with its capacity lowered to `capacity` (an adaptive layer's burst that
+    /// followed its limit down). A message may cost more than that, up to the configured
+    /// burst, which is its permanent bound: it then takes the whole (lower) capacity.
+    pub fn learned(self, capacity: u64) -> Bucket {
+        Bucket {
+            capacity: capacity.min(self.capacity),
+            clamp: true,
+            ..self
+        }
+    }
+
+    /// What a cost takes from this bucket (see [`Bucket::learned`]).
+    fn charged(&self, cost: u64) -> u64 {
+        match self.clamp {
+            true => cost.min(self.capacity),
+            false => cost,
         }
     }
 
@@ -86,6 +109,7 @@ impl Bucket {
 
     /// Takes `cost` tokens at `now`, or says exactly when they will be there.
     pub fn take(&self, st: State, now: Nanos, cost: u64) -> (Take, State) {
+        let cost = self.charged(cost);
         if cost > self.capacity {
             return (Take::OverCapacity, st);
         }
@@ -121,6 +145,7 @@ impl Bucket {
 
     /// Returns `cost` tokens (a rollback or an upstream failure), capped at the capacity.
     pub fn give_back(&self, st: State, now: Nanos, cost: u64) -> State {
+        let cost = self.charged(cost);
         match self.refill {
             Refill::Drip => {
                 let scaled = u128::from(cost) * u128::from(self.interval);
@@ -136,12 +161,16 @@ impl Bucket {
     }
 
     /// `st` of the bucket `from` as a state of this one (same refill and interval, another
-    /// limit), holding the same tokens at `now`: an adaptive layer's limit changed.
+    /// limit), holding the same tokens at `now`, at most this one's capacity: an adaptive
+    /// layer's limit changed. Tokens already taken stay taken, once: a smaller burst drops
+    /// the tokens held above it, it does not charge again what was taken.
     pub fn converted(&self, from: &Bucket, st: State, now: Nanos) -> State {
         if self.refill != Refill::Drip || from.refill != Refill::Drip {
             return st;
         }
         let debt = from.scaled(st).saturating_sub(from.scaled_now(now));
+        let shrink = from.capacity.saturating_sub(self.capacity);
+        let debt = debt.saturating_sub(u128::from(shrink) * u128::from(self.interval));
         self.state_at_scaled(self.scaled_now(now) + debt)
     }
 

@@ -17,7 +17,8 @@
 //! - `waiters`: the waiters of one bucket and the projection that estimates a newcomer's wait.
 //! - `queue`: [`Layer::acquire`], the FIFO wait of a local layer (timers, cancellation).
 //! - `gate`: [`Layer::gate`], the FIFO turn of a shared layer in front of its store.
-//! - here: the layer itself, its refusal rules, give-backs, peeks, metrics and disposal.
+//! - `shutdown`: the drain (waiters served within the grace stay) and the disposal.
+//! - here: the layer itself, its refusal rules, give-backs, peeks and metrics.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -37,11 +38,15 @@ use waiters::{project_place, Queue, Waiter};
 mod adapt;
 pub(super) mod gate;
 mod queue;
+mod shutdown;
 mod waiters;
 
 struct LayerState {
     table: KeyTable<Queue>,
     disposed: bool,
+    /// Draining (shutdown under way): the instant the grace ends. A message that cannot be
+    /// granted by then is refused with `Shutdown`; the others keep their place.
+    drain_end: Option<Nanos>,
     waiting: usize,
     next_id: u64,
     /// What an adaptive layer learned from upstream (see `adapt`).
@@ -51,6 +56,11 @@ struct LayerState {
 }
 
 impl LayerState {
+    /// Whether a grant at `at` comes after the drain's end.
+    fn past_drain(&self, at: Nanos) -> bool {
+        self.drain_end.is_some_and(|end| at > end)
+    }
+
     /// Puts a waiter at the back of `slot`'s queue (`proj` and `at` are the bucket state and
     /// instant projected for its grant), at its fair place (`place`: tag and position), or,
     /// for a message sent again (`turn.again`), ahead of every waiter that arrived after it.
@@ -135,6 +145,7 @@ impl Layer {
         let state = LayerState {
             table,
             disposed: false,
+            drain_end: None,
             waiting: 0,
             next_id: 0,
             learned: Learned::default(),
@@ -268,7 +279,7 @@ impl Layer {
         if at == now && queued == 0 {
             return Ok(());
         }
-        if st.disposed {
+        if st.disposed || st.past_drain(at) {
             return Err(ThrottleError::Shutdown);
         }
         self.admit(key, cost, at - now, queued, now, deadline)
@@ -350,24 +361,5 @@ impl Layer {
 
     pub(crate) fn holds(&self, key: &str) -> bool {
         self.lock().table.find(key).is_some()
-    }
-
-    /// Releases every waiter with [`ThrottleError::Shutdown`]; later arrivals get it too,
-    /// unless the bucket grants them at once (a local layer).
-    pub(crate) fn dispose(&self) {
-        let mut guard = self.lock();
-        let st = &mut *guard;
-        st.disposed = true;
-        let now = self.clock.now();
-        for id in st.table.ids() {
-            if st.table.extra(id).len() > 0 {
-                st.table.modify(id, now, |_, q| {
-                    while let Some(w) = q.pop_head() {
-                        w.notify.notify_one();
-                    }
-                });
-            }
-        }
-        st.waiting = 0;
     }
 }

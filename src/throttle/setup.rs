@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::clock::Clock;
 use super::shared_layers::SharedLayers;
 use super::spec::LayerSpec;
-use super::store::redis::{RedisOptions, RedisStore};
+use super::store::redis::{RedisOptions, RedisStore, SentinelOptions};
 use super::throttle::Throttle;
 use crate::config::{Config, RedisConfig, StoreKind, ThrottleConfig};
 
@@ -55,6 +55,7 @@ pub fn spec(layer: &ThrottleConfig) -> LayerSpec {
         idle_ttl: Duration::from_millis(layer.idle_ttl_ms.get()),
         charge_failures: layer.charge_failures,
         adaptive: layer.adaptive_floor(),
+        adapt: layer.adapt,
         fair: layer.fair_by.is_some(),
         weights: (layer.weights.iter())
             .map(|(k, w)| (k.clone(), w.get()))
@@ -70,6 +71,14 @@ pub fn redis_options(redis: &RedisConfig) -> RedisOptions {
         password: (redis.password_env.as_ref()).and_then(|v| std::env::var(v.get_ref()).ok()),
         timeout: Duration::from_millis(redis.timeout_ms.get()),
         prefix: redis.prefix.clone(),
+        sentinel: redis.sentinel.as_ref().map(|s| {
+            let s = s.get_ref();
+            SentinelOptions {
+                master: s.master.clone(),
+                nodes: s.nodes().collect(),
+                password: (s.password_env.as_ref()).and_then(|v| std::env::var(v).ok()),
+            }
+        }),
     }
 }
 

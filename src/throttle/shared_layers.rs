@@ -21,11 +21,16 @@
 //! and a note when it is back; the next call after [`RETRY`] tries the store again, so the
 //! relay returns to it by itself. Tokens are given back to the store that granted them.
 //!
-//! **Shutdown.** [`Shared::dispose`] (from `Throttle::dispose`) wakes every message asleep on
-//! a reservation or a `Later`: it gets [`ThrottleError::Shutdown`] (`421 4.3.2`, as a local
-//! waiter does), and a reservation's tokens go back to the store before it is answered, while
-//! the runtime still runs. A message already asking the store then still goes if the store
-//! grants it at once (a transaction in flight); a new one is refused at its gate.
+//! **Shutdown.** [`Shared::drain`] (from `Throttle::drain`, at the signal) gives the grace's
+//! end: a message asleep on a reservation or a `Later` whose instant comes by then sleeps on
+//! and goes; one whose instant is later is woken at once with [`ThrottleError::Shutdown`]
+//! (`421 4.3.2`), its reservation's tokens given back to the store first, while the runtime
+//! still runs. A message that asks the store during the drain asks with its wait capped at
+//! the grace's end; refused because its tokens would come later, it gets `Shutdown` too (a
+//! refusal it would get anyway, within its own `max_wait`, stays `451 4.7.1`).
+//! [`Shared::dispose`] (at the grace's end) wakes every sleeper with `Shutdown`; a message
+//! already asking the store then still goes if the store grants it at once (a transaction in
+//! flight); a new one is refused at its gate.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -43,6 +48,9 @@ use super::spec::LayerSpec;
 use super::store::local::LocalStore;
 use super::store::{Decision, Store, StoreCharge, StoreError};
 use crate::config::{Mode, OnError};
+use ending::Ending;
+
+mod ending;
 
 /// How long a failed store is left alone before the next try.
 pub const RETRY: Duration = Duration::from_secs(1);
@@ -77,8 +85,8 @@ pub(crate) struct Shared {
     /// Instant before which the store is not asked (after a failure).
     retry_at: AtomicU64,
     down: AtomicBool,
-    /// Set once by [`Shared::dispose`]; the sleepers watch it.
-    disposed: watch::Sender<bool>,
+    /// Set by [`Shared::drain`] and [`Shared::dispose`]; the sleepers watch it.
+    ending: watch::Sender<Ending>,
 }
 
 fn store_charges(charges: &[Charge]) -> Vec<StoreCharge<'_>> {
@@ -138,7 +146,7 @@ impl Shared {
             clock,
             retry_at: AtomicU64::new(0),
             down: AtomicBool::new(false),
-            disposed: watch::Sender::new(false),
+            ending: watch::Sender::new(Ending::default()),
         }
     }
 
@@ -158,9 +166,12 @@ impl Shared {
         // A message sent again after a throttle reply reports it in its first take.
         let mut throttled = turn.cut;
         loop {
+            let drain_end = self.ending.borrow().drain_end;
             let max_wait = match reject {
                 true => 0,
-                false => deadline.saturating_sub(self.clock.now()),
+                false => deadline
+                    .min(drain_end.unwrap_or(u64::MAX))
+                    .saturating_sub(self.clock.now()),
             };
             let (source, decision) = self.take(&charges, max_wait, throttled).await?;
             throttled = false;
@@ -177,6 +188,11 @@ impl Shared {
                     charge,
                     retry_after,
                 } => {
+                    if !reject
+                        && drain_end.is_some_and(|end| answered.saturating_add(retry_after) > end)
+                    {
+                        return Err(ThrottleError::Shutdown);
+                    }
                     let c = &charges[charge.min(charges.len() - 1)];
                     let reason = if reject { "reject" } else { "max_wait" };
                     let layer = &layers[c.layer];
@@ -227,21 +243,6 @@ impl Shared {
             return Err(shutdown);
         }
         Ok((taken, at))
-    }
-
-    /// Sleeps until `at`, or until the throttle is disposed of (`Err(Shutdown)`).
-    async fn sleep_until(&self, at: Nanos) -> Result<(), ThrottleError> {
-        let mut disposed = self.disposed.subscribe();
-        tokio::select! {
-            _ = disposed.wait_for(|&d| d) => Err(ThrottleError::Shutdown),
-            _ = tokio::time::sleep_until(self.clock.deadline(at)) => Ok(()),
-        }
-    }
-
-    /// Wakes every message asleep on a reservation or a `Later` with `Shutdown`; later ones
-    /// get it as soon as they would sleep.
-    pub(crate) fn dispose(&self) {
-        self.disposed.send_replace(true);
     }
 
     /// One take: from the store, or as `on_error` says when it cannot answer.

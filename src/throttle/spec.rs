@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::adaptive::Aimd;
+use super::adaptive::{Adapt, Aimd};
 use super::bucket::Bucket;
 use super::clock::nanos;
 use crate::config::{Mode, Refill};
@@ -32,6 +32,8 @@ pub struct LayerSpec {
     /// `Some(min_limit)`: the layer learns its effective limit from upstream's throttle
     /// replies (see `adaptive`), never below this floor. `None`: the limit is fixed.
     pub adaptive: Option<u64>,
+    /// How an adaptive layer learns from a throttle reply (`adapt`).
+    pub adapt: Adapt,
     /// `fair_by` is set: the waiters of a bucket are served in turn by fair key (see
     /// `layer/waiters.rs`) instead of in one FIFO.
     pub fair: bool,
@@ -46,6 +48,7 @@ impl LayerSpec {
             limit: self.limit,
             min,
             interval: nanos(self.interval),
+            rule: self.adapt,
         })
     }
 
@@ -65,6 +68,7 @@ impl LayerSpec {
             idle_ttl: Duration::from_secs(7 * 86_400),
             charge_failures: false,
             adaptive: None,
+            adapt: Adapt::default(),
             fair: false,
             weights: BTreeMap::new(),
         }
@@ -86,11 +90,26 @@ impl LayerSpec {
     }
 
     /// The bucket parameters with `limit` in force (an adaptive layer's effective limit).
+    /// Below the configured limit the burst follows it down, in proportion (see
+    /// [`Bucket::learned`]: a message costing more than that burst takes all of it).
     pub fn bucket_at(&self, limit: u64) -> Bucket {
         match self.refill {
+            Refill::Drip if limit < self.limit => {
+                Bucket::drip(self.burst, limit, nanos(self.interval))
+                    .learned(learned_burst(self.burst, limit, self.limit))
+            }
             Refill::Drip => Bucket::drip(self.burst, limit, nanos(self.interval)),
             Refill::FixedWindow => Bucket::fixed_window(self.limit, nanos(self.interval)),
             Refill::None => Bucket::lifetime(self.burst, nanos(self.idle_ttl)),
         }
     }
+}
+
+/// The burst of an adaptive layer at `limit` in force: `burst * limit / configured`, at
+/// least 1 (the Redis script computes the same).
+pub fn learned_burst(burst: u64, limit: u64, configured: u64) -> u64 {
+    let scaled = u128::from(burst) * u128::from(limit) / u128::from(configured.max(1));
+    u64::try_from(scaled)
+        .unwrap_or(u64::MAX)
+        .clamp(1, burst.max(1))
 }

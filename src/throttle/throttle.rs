@@ -324,6 +324,21 @@ impl Throttle {
         self.inner.layers.get(layer).is_some_and(|l| l.holds(key))
     }
 
+    /// Starts the shutdown's drain: for `grace` from now, a waiter keeps its place and goes
+    /// when its tokens come, and only a message whose tokens cannot come before the grace
+    /// ends is refused with [`ThrottleError::Shutdown`], at once (the bucket math says so
+    /// now, and a client told now can try another replica now). [`Throttle::dispose`] at the
+    /// grace's end answers whoever is still waiting.
+    pub fn drain(&self, grace: Duration) {
+        let end = self.inner.clock.now().saturating_add(nanos(grace));
+        for layer in &self.inner.layers {
+            layer.drain(end);
+        }
+        if let Some(shared) = &self.inner.shared {
+            shared.drain(end);
+        }
+    }
+
     /// Releases every waiter with [`ThrottleError::Shutdown`], a message asleep on a shared
     /// store's reservation included (its tokens go back to the store); later acquires get it
     /// too, unless every layer they charge is local and grants them at once (a message whose

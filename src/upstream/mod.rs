@@ -187,6 +187,10 @@ pub trait Forwarder: Send + Sync {
         Box::pin(async { Ok(()) })
     }
 
+    /// The addresses the relay listens on, once bound: a forwarder that must never deliver
+    /// to the relay itself (direct delivery) keeps them.
+    fn listening_on(&self, _addrs: &[std::net::SocketAddr]) {}
+
     /// How many times upstream said it had too many connections from us and the forwarder
     /// closed one and shrank its pool (and retried the message), for the metrics.
     fn crowded(&self) -> u64 {

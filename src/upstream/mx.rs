@@ -8,11 +8,13 @@
 //!
 //! - `resolve`: MX lookup (preference, implicit MX, null MX) and DNS failures as replies.
 //! - `connections`: a pool per MX host address and the bound per recipient domain.
+//! - `guard`: the addresses never connected to (internal ones, the relay's own).
 //! - `leg`: one domain's transaction, from connecting to its final dot.
 //! - `dsn`: the RFC 3464 report for recipients refused after the client's `250`.
 
 mod connections;
 mod dsn;
+mod guard;
 mod leg;
 mod resolve;
 
@@ -211,6 +213,10 @@ impl Forwarder for MxForwarder {
         pieces: &'a [&'a [u8]],
     ) -> ForwardFuture<'a> {
         Box::pin(self.send(envelope, pieces))
+    }
+
+    fn listening_on(&self, addrs: &[std::net::SocketAddr]) {
+        self.inner.conns.guard.listening_on(addrs);
     }
 }
 

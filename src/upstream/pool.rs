@@ -90,9 +90,21 @@ pub(super) struct Pool {
 
 impl Pool {
     /// Connects and reads the greeting, then hangs up: reachability for `/readyz`, on a
-    /// connection of its own so that it never disturbs a pooled one.
+    /// connection of its own so that it never disturbs a pooled one. With credentials
+    /// configured, it goes as far as logging in (and says QUIT), so that credentials upstream
+    /// refuses make the upstream unready.
     pub async fn probe(&self) -> Result<(), String> {
         use tokio::io::AsyncBufReadExt;
+        if self.connector.credentials.is_some() {
+            return match tokio::time::timeout(self.timeout, self.connector.connect()).await {
+                Ok(Ok((mut conn, _))) => {
+                    let _ = tokio::time::timeout(self.timeout, conn.quit()).await;
+                    Ok(())
+                }
+                Ok(Err(e)) => Err(super::UpstreamError::from(e).to_string()),
+                Err(_) => Err("timed out".into()),
+            };
+        }
         let (host, port) = (self.connector.host.as_str(), self.connector.port);
         let greeting = async {
             let tcp = tokio::net::TcpStream::connect((host, port)).await?;

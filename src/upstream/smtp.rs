@@ -86,6 +86,7 @@ impl SmtpForwarder {
             (false, UpstreamTls::Required) => Security::Required(tls()?),
         };
         let connector = Connector {
+            name: cfg.name().to_string(),
             host: host.clone(),
             port: smtp.port,
             security,

@@ -2,21 +2,46 @@
 //! settings (reply patterns, quota pause) and its own pause after a quota reply, since each
 //! provider account has its own quota.
 
-use std::sync::Arc;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use super::{build_forwarder, Forwarder, Pause};
 use crate::config::{Config, UpstreamConfig};
+
+/// How long a readiness check's result is reused: asking `/readyz` or the status page costs
+/// upstream nothing in between, however often and however many at once.
+pub const CHECK_MAX_AGE: Duration = Duration::from_secs(5);
 
 /// One named upstream.
 pub struct Upstream {
     pub config: UpstreamConfig,
     pub forwarder: Arc<dyn Forwarder>,
     pub pause: Arc<Pause>,
+    /// The last check and when it ended; the lock is held through a check, so one runs at a
+    /// time and those who asked meanwhile read its result.
+    last_check: tokio::sync::Mutex<Option<(Instant, Result<(), String>)>>,
 }
 
 impl Upstream {
     pub fn name(&self) -> &str {
         self.config.name()
+    }
+
+    /// The forwarder's check (`Forwarder::check`), at most one at a time and at most once per
+    /// [`CHECK_MAX_AGE`]: in between, the last result.
+    pub async fn check(&self) -> Result<(), String> {
+        let mut last = self.last_check.lock().await;
+        if let Some((at, result)) = &*last {
+            if at.elapsed() < CHECK_MAX_AGE {
+                return result.clone();
+            }
+        }
+        let result = self.forwarder.check().await;
+        *last = Some((Instant::now(), result.clone()));
+        result
     }
 }
 
@@ -24,6 +49,8 @@ impl Upstream {
 /// routes).
 pub struct Upstreams {
     list: Vec<Arc<Upstream>>,
+    /// Where the relay listens, once bound; told to every forwarder, and to those of a reload.
+    listening: Mutex<Vec<SocketAddr>>,
 }
 
 impl Upstreams {
@@ -69,9 +96,26 @@ impl Upstreams {
                 config: cfg.clone(),
                 forwarder,
                 pause: before.map_or_else(Arc::default, |b| b.pause.clone()),
+                last_check: tokio::sync::Mutex::new(None),
             }));
         }
-        Ok(Upstreams { list })
+        let upstreams = Upstreams {
+            list,
+            listening: Mutex::new(Vec::new()),
+        };
+        if let Some(old) = old {
+            upstreams.listening_on(&old.listening.lock().expect("listening lock"));
+        }
+        Ok(upstreams)
+    }
+
+    /// The addresses the relay listens on, as bound, for the forwarders that must never
+    /// deliver to the relay itself.
+    pub fn listening_on(&self, addrs: &[SocketAddr]) {
+        *self.listening.lock().expect("listening lock") = addrs.to_vec();
+        for upstream in &self.list {
+            upstream.forwarder.listening_on(addrs);
+        }
     }
 
     /// The upstream of a message when there are no routes.
@@ -85,5 +129,58 @@ impl Upstreams {
 
     pub fn iter(&self) -> impl Iterator<Item = &Arc<Upstream>> {
         self.list.iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+    use crate::message::Envelope;
+    use crate::upstream::{CheckFuture, ForwardFuture};
+
+    /// Counts its checks, each of which takes a second.
+    #[derive(Default)]
+    struct Counting(AtomicUsize);
+
+    impl Forwarder for Counting {
+        fn forward_pieces<'a>(&'a self, _: &'a Envelope, _: &'a [&'a [u8]]) -> ForwardFuture<'a> {
+            unreachable!("only checked")
+        }
+        fn check(&self) -> CheckFuture<'_> {
+            Box::pin(async {
+                let n = self.0.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                Err(format!("check {n}"))
+            })
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn checks_run_one_at_a_time_and_their_result_is_reused_for_a_while() {
+        let config =
+            Config::parse("[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"file://x\"\n")
+                .unwrap();
+        let counting = Arc::new(Counting::default());
+        let upstreams = Upstreams::with_first(&config, counting.clone()).unwrap();
+        let upstream = upstreams.first().clone();
+        let asks = (0..50).map(|_| {
+            let upstream = upstream.clone();
+            tokio::spawn(async move { upstream.check().await })
+        });
+        for result in futures_util::future::join_all(asks).await {
+            assert_eq!(result.unwrap(), Err("check 0".into()));
+        }
+        assert_eq!(counting.0.load(Ordering::SeqCst), 1, "single flight");
+        tokio::time::advance(CHECK_MAX_AGE - Duration::from_millis(1)).await;
+        assert_eq!(upstream.check().await, Err("check 0".into()), "reused");
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert_eq!(
+            upstream.check().await,
+            Err("check 1".into()),
+            "checked again"
+        );
+        assert_eq!(counting.0.load(Ordering::SeqCst), 2);
     }
 }

@@ -459,3 +459,40 @@ async fn sighup_with_a_lower_limit_throttles_the_next_messages_and_a_bad_config_
         .unwrap();
     assert_eq!(child.wait().unwrap().code(), Some(0));
 }
+
+/// Every `bench/*.sh` starts from another directory with no environment but `PATH` and
+/// `HOME` (a fresh clone's user): `--help` prints its usage and the binaries' directory,
+/// which must be absolute, since the scripts start relays in scratch directories.
+#[test]
+fn every_bench_script_starts_from_anywhere_with_no_environment() {
+    let bench = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("bench");
+    let mut scripts: Vec<_> = std::fs::read_dir(&bench)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "sh"))
+        .filter(|p| !p.ends_with("common.sh"))
+        .collect();
+    scripts.sort();
+    assert!(scripts.len() >= 8, "{scripts:?}");
+    let elsewhere = tempdir();
+    for script in scripts {
+        let out = Command::new("bash")
+            .arg(&script)
+            .arg("--help")
+            .current_dir(&elsewhere)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap())
+            .env("HOME", std::env::var("HOME").unwrap())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{script:?}: {text}{err}");
+        assert!(text.contains("Usage: bench/"), "{script:?}: {text}");
+        let dir = text.lines().find_map(|l| l.strip_prefix("Binaries: "));
+        assert!(
+            dir.is_some_and(|d| d.starts_with('/')),
+            "{script:?}: the binaries' directory is absolute: {text}"
+        );
+    }
+}

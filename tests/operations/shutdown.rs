@@ -1,8 +1,10 @@
-//! The binary stopped under load. SIGTERM with messages waiting in the throttle
-//! queue and others in flight upstream: the waiters get `421 4.3.2`, the forwards finish with
-//! `250`, idle clients are told to go, a message whose DATA ends after the signal goes if its
-//! bucket allows it at once (`421 4.3.2` if it would wait), and the process exits 0 within
-//! its grace period.
+//! The relay stopped under load. SIGTERM to the binary with messages waiting in the throttle
+//! queue whose tokens cannot come within the grace (one a minute, a grace of 20 s) and others
+//! in flight upstream: the waiters get `421 4.3.2` at once, `/readyz` says 503, the forwards
+//! finish with `250`, idle clients are told to go, a message whose DATA ends after the signal
+//! goes if its bucket allows it at once (`421 4.3.2` if it would wait past the grace), and the
+//! process exits 0 within its grace period. In process: waiters whose tokens come within the
+//! grace (of an hour) all go, and `run` returns when the last one is answered.
 //! SIGKILL with traffic flowing: no message a client saw `250` for is missing upstream. The
 //! invariant (`support::invariant`) is checked over every message of both.
 
@@ -12,8 +14,9 @@ use std::time::Duration;
 
 use crate::support::http::get;
 use crate::support::invariant::{self, assert_holds, settle, ClientLog, Seen};
+use crate::support::memory::MemoryForwarder;
 use crate::support::process::RelayProcess;
-use crate::support::relay::{sum_metric, Client};
+use crate::support::relay::{config_text, sum_metric, Client, Relay};
 use crate::support::traffic::{self, Leave};
 use crate::support::upstream::{Fault, Step, TestUpstream};
 use crate::support::wait::until;
@@ -100,6 +103,11 @@ async fn sigterm_answers_waiters_421_finishes_forwards_and_exits_0() {
 
     assert!(up.messages().is_empty(), "the burst is still in flight");
     relay.signal(libc::SIGTERM);
+    // Draining (the forwards take 3 s more): a load balancer is told to stop sending.
+    until("/readyz says 503", async || {
+        get(relay.admin.unwrap(), "/readyz").await.0 == 503
+    })
+    .await;
     let mut answers = std::collections::BTreeMap::new();
     while let Some(done) = clients.join_next().await {
         let (id, seen) = done.unwrap();
@@ -151,6 +159,40 @@ async fn sigterm_answers_waiters_421_finishes_forwards_and_exits_0() {
         (summary.acknowledged, summary.refused),
         (IN_FLIGHT + 1, WAITING + 1)
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_drains_waiters_within_the_grace_and_returns_when_the_last_is_answered() {
+    const WAITING: usize = 8;
+    let layer = "[[throttle]]\nname = \"tenant\"\nkey = \"header:X-Tenant\"\n\
+                 cost = \"message\"\nlimit = 4\ninterval_ms = 1000\nburst = 1\n";
+    let text = config_text("file://unused", "shutdown_grace_ms = 3600000", layer);
+    let fwd = MemoryForwarder::new();
+    let relay = Relay::start(&text, fwd.clone()).await;
+    let mut clients = tokio::task::JoinSet::new();
+    for i in 0..=WAITING {
+        let addr = relay.addr;
+        clients.spawn(async move {
+            let mut c = Client::connect(addr).await;
+            let msg = invariant::message(&format!("m{i}"), "acme");
+            c.send_mail("app@example.com", &["user@example.net"], &msg)
+                .await
+        });
+    }
+    let waiting = || relay.throttle.peek("tenant", "acme").unwrap().waiting;
+    until("all but one wait", async || {
+        fwd.messages().len() + waiting() == WAITING + 1 && waiting() >= 2
+    })
+    .await;
+    relay.trigger_shutdown();
+    while let Some(answer) = clients.join_next().await {
+        let (code, text) = answer.unwrap();
+        assert_eq!(code, 250, "{text}");
+    }
+    assert_eq!(fwd.messages().len(), WAITING + 1);
+    // The grace is an hour: `run` returning now means it ended with the last transaction.
+    let stopped = tokio::time::timeout(Duration::from_secs(600), relay.stop()).await;
+    assert!(stopped.is_ok(), "run waited for the end of the grace");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,5 +7,6 @@ mod support;
 mod redis_faults;
 mod redis_feedback;
 mod redis_relay;
+mod redis_sentinel;
 mod redis_shutdown;
 mod redis_store;

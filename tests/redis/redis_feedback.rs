@@ -12,7 +12,7 @@ use crate::support::memory::subject_of;
 use crate::support::redis::{store_options, RedisServer};
 use crate::support::relay::{config_text, Relay};
 use crate::support::throttle::ch;
-use mailsluice::throttle::adaptive::{Aimd, Learned};
+use mailsluice::throttle::adaptive::{Adapt, Aimd, Learned};
 use mailsluice::throttle::store::redis::RedisStore;
 use mailsluice::throttle::store::{Decision, Store};
 use mailsluice::throttle::{FakeClock, LayerSpec, Nanos};
@@ -23,6 +23,7 @@ const SEC: Nanos = 1_000_000_000;
 fn adaptive_spec() -> LayerSpec {
     LayerSpec {
         adaptive: Some(1),
+        adapt: Adapt::Multiplicative,
         ..LayerSpec::new("account", 10, Duration::from_secs(1))
     }
 }
@@ -77,12 +78,56 @@ async fn a_cut_seen_by_one_replica_slows_the_other_in_the_same_round_trip() {
         limit: 10,
         min: 1,
         interval: SEC,
+        rule: Adapt::Multiplicative,
     };
-    let (learned, _) = aimd.throttled(Learned::default(), 0);
+    let (learned, _) = aimd.throttled(Learned::default(), 0, 1);
     assert_eq!(b.learned_limit(0), Some(aimd.effective(learned, 10 * SEC)));
     assert_eq!(b.learned_limit(0), Some(8));
     let peek = b.peek(0, "").await.unwrap();
     assert_eq!(peek.effective_limit, Some(8));
+}
+
+/// The measured rule in Redis is the pure one: a cut to 90 % of what was accepted over the
+/// last interval (the window before counted by its part still inside), with the burst; a
+/// lone reply after three messages cuts nothing.
+#[tokio::test]
+async fn the_script_measures_as_the_local_layers_do() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let spec = |name: &str| LayerSpec {
+        adaptive: Some(2),
+        ..LayerSpec::new(name, 100, Duration::from_secs(1))
+    };
+    let clock = Arc::new(FakeClock::new(SEC));
+    let store = RedisStore::new(
+        &store_options(vec![server.url()], false),
+        &[spec("account"), spec("quiet")],
+    )
+    .unwrap()
+    .with_test_clock(clock.clone());
+    let aimd = spec("account").aimd().unwrap();
+    let mut l = Learned::default();
+    for _ in 0..40 {
+        assert_eq!(
+            store.take(&[ch(0, "", 1)], 0).await.unwrap(),
+            Decision::Granted
+        );
+        l = aimd.granted(l, SEC, 1);
+    }
+    clock.advance(Duration::from_millis(1_500));
+    store.take_throttled(&[ch(0, "", 1)], 0).await.unwrap();
+    let (l, cut) = aimd.throttled(l, SEC * 5 / 2, 1);
+    assert_eq!(cut, Some((100, 17)));
+    assert_eq!(store.learned_limit(0), Some(aimd.effective(l, SEC * 5 / 2)));
+    let peek = store.peek(0, "").await.unwrap();
+    assert_eq!((peek.limit, peek.effective_limit), (17, Some(17)));
+    assert!(peek.remaining < 17, "{peek:?}");
+    for _ in 0..3 {
+        store.take(&[ch(1, "q", 1)], 0).await.unwrap();
+    }
+    store.take_throttled(&[ch(1, "q", 1)], 0).await.unwrap();
+    assert_eq!(store.learned_limit(1), Some(100));
 }
 
 async fn redis_relay(redis: &RedisServer, upstream: Arc<HiddenRate>) -> Relay {

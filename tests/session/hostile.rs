@@ -1,6 +1,7 @@
 //! Hostile input over TCP, each with its defined answer, and what the upstream got: one
 //! message for one message, never a smuggled second.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -381,4 +382,312 @@ async fn a_key_header_cannot_forge_log_fields_nor_reach_the_terminal_raw() {
         "{line}"
     );
     assert!(!text.contains('\x1b'), "ESC reached the log raw: {text:?}");
+}
+
+/// A route that adds a field rendering the route's key, read from `X-Tenant`.
+const TAG_ROUTE: &str = "[[route]]\nkey = \"header:X-Tenant\"\nupstream = \"default\"\n\
+    add_headers = { \"X-SES-MESSAGE-TAGS\" = \"tenant={key}\", \"X-Tenant-Name\" = \"{key}\" }\n";
+
+/// The header section's first line starting with a space would continue the last field the
+/// relay adds (a route's tag, or our `Received:` comment): refused like a bare CR/LF.
+#[tokio::test]
+async fn a_message_starting_with_a_continuation_line_never_merges_into_our_fields() {
+    let (relay, fwd) = memory_relay("", TAG_ROUTE).await;
+    let mut c = relay.client().await;
+    for message in [
+        &b" , tenant=globex, billing=victim\r\nX-Tenant: acme\r\n\r\nhi\r\n"[..],
+        b"\t(forged comment)\r\nSubject: s\r\n\r\nhi\r\n",
+    ] {
+        let (code, text) = c
+            .send_mail("a@example.com", &["b@example.com"], message)
+            .await;
+        assert_eq!((code, text.starts_with("5.6.0")), (550, true), "{text}");
+    }
+    assert!(fwd.messages().is_empty(), "nothing relayed");
+    // A folded field of the client's own is fine.
+    let folded = b"X-Tenant: acme\r\nSubject: a\r\n  folded\r\n\r\nhi\r\n";
+    let (code, _) = c
+        .send_mail("a@example.com", &["b@example.com"], folded)
+        .await;
+    assert_eq!(code, 250);
+    let got = String::from_utf8(fwd.messages()[0].1.clone()).unwrap();
+    assert!(
+        got.contains(
+            "X-SES-MESSAGE-TAGS: tenant=acme\r\nX-Tenant-Name: acme\r\nSubject: a\r\n  folded\r\n"
+        ),
+        "{got}"
+    );
+    relay.stop().await;
+}
+
+/// A key with non-ASCII text and a bidirectional override reaches no field raw, whatever the
+/// field's name; every line we write stays within 998 octets.
+#[tokio::test]
+async fn keys_in_added_fields_are_printable_ascii_and_lines_stay_short() {
+    let (relay, fwd) = memory_relay("", TAG_ROUTE).await;
+    let mut c = relay.client().await;
+    let long = "k".repeat(400);
+    let message = format!("X-Tenant: acme\u{202E}\u{e9}vil {long}\r\nSubject: s\r\n\r\nhi\r\n");
+    let (code, text) = c
+        .send_mail("a@example.com", &["b@example.com"], message.as_bytes())
+        .await;
+    assert_eq!(code, 250, "{text}");
+    let got = fwd.messages()[0].1.clone();
+    let head_end = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    let head = std::str::from_utf8(&got[..head_end]).unwrap();
+    assert!(head.is_ascii(), "{head:?}");
+    assert!(head.contains("\r\nX-Tenant-Name: acme__vil kkk"), "{head}");
+    assert!(
+        head.contains("\r\nX-SES-MESSAGE-TAGS: tenant=acme__vil_kkk"),
+        "{head}"
+    );
+    assert!(head.split("\r\n").all(|l| l.len() <= 998), "{head}");
+    relay.stop().await;
+}
+
+#[test]
+fn over_long_keys_and_fields_are_refused_when_the_config_is_read() {
+    let hash =
+        "$argon2id$v=19$m=19456,t=2,p=1$c2FsdHNhbHQ$dGVzdGhhc2h0ZXN0aGFzaHRlc3RoYXNoYWJjZGVm";
+    let with = |rest: &str| {
+        mailsluice::config::Config::parse(&format!(
+            "[smtp]\nlisten = [\"127.0.0.1:0\"]\n{rest}\n[upstream]\nurl = \"file://x\"\n"
+        ))
+    };
+    let tenant = "t".repeat(5000);
+    let users = format!(
+        "[smtp.auth]\nusers = [{{ user = \"acme\", password_hash = \"{hash}\", tenant = \"{tenant}\" }}]"
+    );
+    let err = with(&users).unwrap_err();
+    assert!(
+        err.contains("smtp.auth.users.tenant") && err.contains("line"),
+        "{err}"
+    );
+    let fine = users.replace(&tenant, &"t".repeat(128));
+    assert!(with(&fine).is_ok(), "{:?}", with(&fine).err());
+    let route = |value: &str| {
+        format!(
+            "[[route]]\nupstream = \"default\"\nkey = \"sender\"\nadd_headers = {{ \"X-K\" = \"{value}\" }}\n"
+        )
+    };
+    let text = |route: &str| {
+        format!("[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"file://x\"\n{route}")
+    };
+    let parse = |value: &str| mailsluice::config::Config::parse(&text(&route(value)));
+    let err = parse(&"{key} ".repeat(8)).unwrap_err();
+    assert!(
+        err.contains("route.add_headers") && err.contains("998"),
+        "{err}"
+    );
+    assert!(parse(&"{key} ".repeat(7)).is_ok());
+    let err = parse("caf\u{e9} {key}").unwrap_err();
+    assert!(err.contains("not ASCII"), "{err}");
+    let err = with(&format!("hostname = \"{}\"", "h".repeat(300))).unwrap_err();
+    assert!(err.contains("smtp.hostname"), "{err}");
+}
+
+fn with_received_fields(n: usize) -> Vec<u8> {
+    let mut m: String = (0..n)
+        .map(|i| {
+            format!(
+                "Received: from h{i}.test\r\n\tby h{i}.test; Thu, 1 Jan 1970 00:00:00 +0000\r\n"
+            )
+        })
+        .collect();
+    m.push_str("Subject: hops\r\n\r\nhi\r\n");
+    m.into_bytes()
+}
+
+#[tokio::test]
+async fn more_received_fields_than_max_received_is_554_5_4_6_and_nothing_forwarded() {
+    let (relay, fwd) = memory_relay("", "").await;
+    let mut c = relay.client().await;
+    let (code, text) = c
+        .send_mail(
+            "a@example.com",
+            &["b@example.com"],
+            &with_received_fields(51),
+        )
+        .await;
+    assert_eq!(code, 554, "{text}");
+    assert!(
+        text.starts_with("5.4.6 Too many hops (mail loop?)"),
+        "{text}"
+    );
+    assert!(fwd.messages().is_empty());
+    let (code, text) = c
+        .send_mail(
+            "a@example.com",
+            &["b@example.com"],
+            &with_received_fields(50),
+        )
+        .await;
+    assert_eq!(code, 250, "{text}");
+    relay.stop().await;
+    // The bound is a key of its own.
+    let (relay, fwd) = memory_relay("max_received = 2", "").await;
+    let mut c = relay.client().await;
+    let (code, _) = c
+        .send_mail(
+            "a@example.com",
+            &["b@example.com"],
+            &with_received_fields(3),
+        )
+        .await;
+    assert_eq!(code, 554);
+    assert!(fwd.messages().is_empty());
+    relay.stop().await;
+}
+
+/// Pipes every connection made to `proxy` to `to`, counting them: a relay whose upstream is
+/// the proxy has itself as its upstream.
+async fn pipe(proxy: tokio::net::TcpListener, to: std::net::SocketAddr, count: Arc<AtomicUsize>) {
+    while let Ok((mut inbound, _)) = proxy.accept().await {
+        count.fetch_add(1, Ordering::SeqCst);
+        tokio::spawn(async move {
+            if let Ok(mut out) = tokio::net::TcpStream::connect(to).await {
+                let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
+            }
+        });
+    }
+}
+
+/// An `smtp://` upstream pointing back at the relay, with a pool of 16: the message comes
+/// back once, is known by our `Received:` field, and stops there.
+#[tokio::test]
+async fn a_relay_whose_upstream_is_itself_stops_the_message_at_the_first_hop() {
+    let proxy = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("smtp://{}", proxy.local_addr().unwrap());
+    let relay = smtp_relay(&url, "shutdown_grace_ms = 200", "pool_size = 16").await;
+    let hops = Arc::new(AtomicUsize::new(0));
+    tokio::spawn(pipe(proxy, relay.addr, hops.clone()));
+    let (code, text) = relay
+        .client()
+        .await
+        .send_mail(
+            "a@example.com",
+            &["b@example.com"],
+            b"Subject: loop\r\n\r\nhi\r\n",
+        )
+        .await;
+    assert_eq!(code, 554, "{text}");
+    assert!(text.starts_with("5.4.6"), "{text}");
+    assert_eq!(hops.load(Ordering::SeqCst), 1, "one hop back, no more");
+    assert_eq!(relay.messages_done(), 2, "the client's and its one return");
+    relay.stop().await;
+}
+
+/// Two relays chained on purpose, with the same hostname: each knows only its own mark.
+#[tokio::test]
+async fn two_relays_chained_with_the_same_hostname_deliver() {
+    let up = TestUpstream::start().await;
+    let second = smtp_relay(&up.url(), "", "").await;
+    let first = smtp_relay(&format!("smtp://{}", second.addr), "", "").await;
+    let (code, text) = first
+        .client()
+        .await
+        .send_mail(
+            "a@example.com",
+            &["b@example.com"],
+            b"Subject: chain\r\n\r\nhi\r\n",
+        )
+        .await;
+    assert_eq!(code, 250, "{text}");
+    let got = up.wait_for(1).await;
+    let data = String::from_utf8_lossy(&got[0].data);
+    assert_eq!(data.matches("Received: ").count(), 2, "{data}");
+    assert_eq!(
+        data.matches("by relay.test (mailsluice ").count(),
+        2,
+        "{data}"
+    );
+    first.stop().await;
+    second.stop().await;
+}
+
+/// Upstream refuses the relay's login, or offers none while credentials are set: `451 4.7.0`
+/// (the client keeps the message), an error log naming the upstream and why, `/readyz` 503.
+#[tokio::test]
+async fn upstream_refusing_the_relays_credentials_is_451_4_7_0_logged_and_unready() {
+    let (events, _capture) = crate::support::throttle::Events::capture();
+    let refusing = TestUpstream::start().await;
+    refusing.require_auth("relay", "s3cret");
+    let no_auth = TestUpstream::start().await;
+    for (up, why) in [(&refusing, "AUTH refused"), (&no_auth, "offers no AUTH")] {
+        let creds = "username = \"relay\"\npassword = \"wrong\"";
+        let relay = smtp_relay(&up.url(), "", creds).await;
+        let admin = relay.start_admin().await;
+        let (code, text) = relay
+            .client()
+            .await
+            .send_mail(
+                "a@example.com",
+                &["b@example.com"],
+                b"Subject: c\r\n\r\nhi\r\n",
+            )
+            .await;
+        assert_eq!(code, 451, "{why}: {text}");
+        assert!(
+            text.starts_with("4.7.0 Upstream refused the relay's credentials"),
+            "{text}"
+        );
+        assert!(
+            !up.commands().iter().any(|c| c.starts_with("MAIL")),
+            "{why}"
+        );
+        let (status, body) = crate::support::http::get(admin, "/readyz").await;
+        assert_eq!(status, 503, "{body}");
+        assert!(body.contains(why), "{body}");
+        relay.stop().await;
+        let logged = events.named("upstream.credentials_refused");
+        assert!(
+            logged
+                .iter()
+                .any(|(level, fields)| *level == tracing::Level::ERROR
+                    && fields.contains("upstream=default")
+                    && fields.contains(why)),
+            "{logged:?}"
+        );
+    }
+}
+
+/// Readiness asked by many at once opens one connection upstream: the others read its result.
+#[tokio::test]
+async fn parallel_readiness_requests_make_one_upstream_connection() {
+    let up = TestUpstream::start().await;
+    let relay = smtp_relay(&up.url(), "", "").await;
+    let admin = relay.start_admin().await;
+    // Time stands still (the blocking HTTP clients keep the paused clock from jumping): all
+    // the requests fall within one check's CHECK_MAX_AGE whatever the machine's load.
+    tokio::time::pause();
+    let asks = (0..30).map(|i| {
+        let path = if i % 3 == 0 { "/" } else { "/readyz" };
+        crate::support::http::get(admin, path)
+    });
+    for (status, body) in futures_util::future::join_all(asks).await {
+        assert_eq!(status, 200, "{body}");
+    }
+    assert_eq!(up.connections(), 1);
+    relay.stop().await;
+}
+
+/// A key holding U+202E reaches the status page escaped.
+#[tokio::test]
+async fn bidirectional_controls_in_a_key_are_escaped_on_the_status_page() {
+    let layer = "[[throttle]]\nname = \"tenant\"\nkey = \"header:X-Tenant\"\nlimit = 1\nmode = \"reject\"\n";
+    let (relay, _) = memory_relay("", layer).await;
+    let admin = relay.start_admin().await;
+    let mut c = relay.client().await;
+    let message = "X-Tenant: evil\u{202E}gnp.exe\r\n\r\nhi\r\n";
+    for expected in [250, 451] {
+        let (code, text) = c
+            .send_mail("a@example.com", &["b@example.com"], message.as_bytes())
+            .await;
+        assert_eq!(code, expected, "{text}");
+    }
+    let (status, page) = crate::support::http::get(admin, "/").await;
+    assert_eq!(status, 200);
+    assert!(page.contains("evil\u{fffd}gnp.exe"), "{page}");
+    assert!(!page.contains('\u{202E}'));
+    relay.stop().await;
 }

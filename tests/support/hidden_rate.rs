@@ -16,7 +16,7 @@ pub const SES_RATE: &str = "Throttling failure: Maximum sending rate exceeded.";
 pub const SES_QUOTA: &str = "Throttling failure: Daily message quota exceeded.";
 
 pub struct HiddenRate {
-    bucket: Bucket,
+    bucket: Mutex<Bucket>,
     clock: TokioClock,
     state: Mutex<State>,
     /// Messages it may still accept today; `None`: no quota.
@@ -24,20 +24,37 @@ pub struct HiddenRate {
     accepted: Mutex<Vec<(Envelope, Vec<u8>, Instant)>>,
     rate_refusals: AtomicU64,
     quota_refusals: AtomicU64,
+    /// The next this many messages are refused `454` whatever the bucket holds.
+    refuse_next: AtomicU64,
 }
 
 impl HiddenRate {
     /// `rate` recipients a second, holding as many (SES: its sending rate is also its burst).
     pub fn new(rate: u64) -> Arc<HiddenRate> {
         Arc::new(HiddenRate {
-            bucket: Bucket::drip(rate, rate, 1_000_000_000),
+            bucket: Mutex::new(Bucket::drip(rate, rate, 1_000_000_000)),
             clock: TokioClock::new(),
             state: Mutex::new(State::default()),
             quota: Mutex::new(None),
             accepted: Mutex::new(Vec::new()),
             rate_refusals: AtomicU64::new(0),
             quota_refusals: AtomicU64::new(0),
+            refuse_next: AtomicU64::new(0),
         })
+    }
+
+    /// Its hidden rate becomes `rate` a second (and its burst), holding what it held.
+    pub fn set_rate(&self, rate: u64) {
+        let mut bucket = self.bucket.lock().unwrap();
+        let mut state = self.state.lock().unwrap();
+        let to = Bucket::drip(rate, rate, 1_000_000_000);
+        *state = to.converted(&bucket, *state, self.clock.now());
+        *bucket = to;
+    }
+
+    /// The next `n` messages are refused with a rate `454`, whatever its bucket holds.
+    pub fn refuse_next(&self, n: u64) {
+        self.refuse_next.store(n, Ordering::SeqCst);
     }
 
     pub fn set_quota(&self, left: Option<u64>) {
@@ -67,9 +84,16 @@ impl HiddenRate {
         if *quota == Some(0) {
             return Err((454, SES_QUOTA));
         }
+        let refuse = self
+            .refuse_next
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        if refuse.is_ok() {
+            return Err((454, SES_RATE));
+        }
+        let bucket = *self.bucket.lock().unwrap();
         let mut state = self.state.lock().unwrap();
         let cost = envelope.rcpts.len() as u64;
-        match self.bucket.take(*state, self.clock.now(), cost) {
+        match bucket.take(*state, self.clock.now(), cost) {
             (Take::Granted, next) => *state = next,
             _ => return Err((454, SES_RATE)),
         }

@@ -22,6 +22,7 @@ pub fn store_options(urls: Vec<String>, cluster: bool) -> RedisOptions {
         password: None,
         timeout: Duration::from_secs(2),
         prefix: "mailsluice:".into(),
+        sentinel: None,
     }
 }
 
@@ -30,6 +31,8 @@ pub struct RedisServer {
     dir: PathBuf,
     child: Option<Child>,
     extra: Vec<String>,
+    /// A sentinel's configuration file (the server runs with `--sentinel`).
+    sentinel_conf: Option<PathBuf>,
 }
 
 /// Whether `redis-server` and `redis-cli` are installed; see the module doc.
@@ -55,6 +58,7 @@ impl RedisServer {
             dir,
             child: None,
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            sentinel_conf: None,
         };
         s.restart();
         Some(s)
@@ -67,7 +71,11 @@ impl RedisServer {
     /// Starts the server again (same port, empty) after [`RedisServer::stop`].
     pub fn restart(&mut self) {
         assert!(self.child.is_none(), "already running");
-        let child = Command::new("redis-server")
+        let mut command = Command::new("redis-server");
+        if let Some(conf) = &self.sentinel_conf {
+            command.arg(conf).arg("--sentinel");
+        }
+        let child = command
             .args(["--bind", "127.0.0.1", "--port", &self.port.to_string()])
             .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
             .args(["--dir", self.dir.to_str().unwrap()])
@@ -82,6 +90,48 @@ impl RedisServer {
             assert!(Instant::now() < deadline, "redis-server did not answer");
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+
+    /// A replica of `primary`, once it has the primary's data.
+    pub fn replica_of(primary: &RedisServer) -> Option<RedisServer> {
+        let port = primary.port.to_string();
+        let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port])?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !replica
+            .cli(&["INFO", "replication"])
+            .contains("master_link_status:up")
+        {
+            assert!(Instant::now() < deadline, "the replica did not sync");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Some(replica)
+    }
+
+    /// A sentinel (the `redis-server` binary in sentinel mode) monitoring `primary` as
+    /// `mymaster`, alone (quorum 1), calling a primary down after 1 s without an answer.
+    pub fn sentinel_of(primary: &RedisServer) -> Option<RedisServer> {
+        if !have_redis() {
+            return None;
+        }
+        let dir = scratch_path("sentinel");
+        std::fs::create_dir_all(&dir).unwrap();
+        let conf = dir.join("sentinel.conf");
+        let text = format!(
+            "sentinel monitor mymaster 127.0.0.1 {} 1\n\
+             sentinel down-after-milliseconds mymaster 1000\n\
+             sentinel failover-timeout mymaster 10000\n",
+            primary.port
+        );
+        std::fs::write(&conf, text).unwrap();
+        let mut s = RedisServer {
+            port: free_port(),
+            dir,
+            child: None,
+            extra: Vec::new(),
+            sentinel_conf: Some(conf),
+        };
+        s.restart();
+        Some(s)
     }
 
     /// Kills the server (as a crash would) and waits for it to be gone.

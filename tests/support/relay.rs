@@ -56,13 +56,24 @@ impl Relay {
 
     /// A relay forwarding with what its upstream sections build (as the binary does).
     pub async fn start_configured(config: &str) -> Relay {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Relay::start_configured_on(listener, config).await
+    }
+
+    /// As [`Relay::start_configured`], listening on `listener` (bound first, so that the
+    /// config can name its port).
+    pub async fn start_configured_on(listener: TcpListener, config: &str) -> Relay {
         let config = Arc::new(Config::parse(config).expect("test config is valid"));
         let upstreams = Upstreams::from_config(&config).expect("upstreams");
-        Relay::launch(config, upstreams).await
+        Relay::launch_on(listener, config, upstreams).await
     }
 
     async fn launch(config: Arc<Config>, upstreams: Upstreams) -> Relay {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Relay::launch_on(listener, config, upstreams).await
+    }
+
+    async fn launch_on(listener: TcpListener, config: Arc<Config>, upstreams: Upstreams) -> Relay {
         let addr = listener.local_addr().unwrap();
         let mut listeners = Listeners::from(vec![listener]);
         let mut tls_addr = None;

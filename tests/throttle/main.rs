@@ -4,6 +4,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod throttle_drain;
 mod throttle_fair;
 mod throttle_fair_props;
 mod throttle_fair_shared;

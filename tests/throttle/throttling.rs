@@ -336,9 +336,11 @@ async fn quit_pipelined_after_the_dot_is_answered_after_the_message() {
     relay.stop().await;
 }
 
+/// Tokens at 1, 2 and 3 s, a grace of half a second: none can go (`throttle_drain.rs` has
+/// the waiters that can).
 #[tokio::test(start_paused = true)]
-async fn shutdown_answers_every_waiter_421() {
-    let (relay, fwd) = memory_relay("", &tenant_layer(1, 1, "")).await;
+async fn shutdown_answers_421_to_every_waiter_whose_tokens_come_after_the_grace() {
+    let (relay, fwd) = memory_relay("shutdown_grace_ms = 500", &tenant_layer(1, 1, "")).await;
     assert_eq!(send(&relay, "acme", "first").await.unwrap().0, 250);
     let waiters: Vec<_> = (0..3)
         .map(|i| send(&relay, "acme", &format!("w{i}")))

@@ -5,6 +5,7 @@
 //! the relay's own `451 4.7.1`, and a quota reply pauses the upstream.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -342,4 +343,107 @@ async fn every_one_delivered(relay: &Relay, n: usize, prefix: &str) {
         let (code, text) = t.await.unwrap();
         assert_eq!(code, 250, "{text}");
     }
+}
+
+/// 10x over: the first throttle replies cut the limit to what upstream took, with its burst,
+/// so at most one burst of `454`s, not one per interval of a 70 % cut.
+#[tokio::test(start_paused = true)]
+async fn at_ten_times_the_hidden_rate_one_step_learns_it_with_few_454s() {
+    let (relay, hidden, replies, took) = run(100).await;
+    assert!(replies.iter().all(|(c, _)| *c == 250), "{replies:?}");
+    assert_each_once(&hidden, 200);
+    let rate_454 = hidden.rate_refusals();
+    assert!(rate_454 <= 20, "{rate_454} upstream 454s for 200 messages");
+    let rate = 200.0 / took.as_secs_f64();
+    assert!(rate >= 8.5, "delivered {rate:.2}/s against a hidden 10/s");
+    assert!(relay.throttle.effective_limit(0).unwrap() < 20);
+}
+
+/// A lone 454 while the relay sends far below its limit measures nothing: no cut.
+#[tokio::test(start_paused = true)]
+async fn a_lone_454_on_a_quiet_upstream_does_not_cut() {
+    let hidden = HiddenRate::new(100);
+    hidden.refuse_next(1);
+    let relay = relay(&account_layer(50, "min_limit = 5"), "", hidden.clone()).await;
+    for _ in 0..3 {
+        assert_eq!(replies_of(&relay).await.0, 250);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(hidden.rate_refusals(), 1);
+    assert_eq!(hidden.accepted().len(), 3);
+    assert_eq!(relay.throttle.effective_limit(0), Some(50));
+}
+
+/// Clients on their own connections sending one message after another until `stop`.
+fn steady(relay: &Relay, n: usize, stop: Arc<AtomicBool>) -> Vec<JoinHandle<Vec<u16>>> {
+    (0..n)
+        .map(|c| {
+            let mut client = relay.memory_connect();
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                client.greeting().await;
+                let mut codes = Vec::new();
+                while !stop.load(Ordering::SeqCst) {
+                    let msg = format!("Subject: s{c}m{}\r\n\r\nbody\r\n", codes.len());
+                    let rcpt = ["user@example.net"];
+                    let sent = client.send_mail("a@example.com", &rcpt, msg.as_bytes());
+                    codes.push(sent.await.0);
+                }
+                codes
+            })
+        })
+        .collect()
+}
+
+/// The hidden rate halves mid-run, then comes back: the relay follows it down in one step
+/// (within an interval of its first cut) and back up additively, delivering everything.
+#[tokio::test(start_paused = true)]
+async fn the_relay_follows_a_hidden_rate_that_halves_and_comes_back() {
+    let hidden = HiddenRate::new(20);
+    let relay = Arc::new(relay(&account_layer(40, ""), "", hidden.clone()).await);
+    let stop = Arc::new(AtomicBool::new(false));
+    let senders = steady(&relay, 20, stop.clone());
+    let watch = {
+        let (relay, stop) = (relay.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut seen = Vec::new();
+            let started = Instant::now();
+            while !stop.load(Ordering::SeqCst) {
+                seen.push((
+                    started.elapsed(),
+                    relay.throttle.effective_limit(0).unwrap(),
+                ));
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            seen
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    hidden.set_rate(10);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    hidden.set_rate(20);
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    stop.store(true, Ordering::SeqCst);
+    let mut codes = Vec::new();
+    for s in senders {
+        codes.extend(s.await.unwrap());
+    }
+    assert!(codes.iter().all(|&c| c == 250), "every message delivered");
+    assert_each_once(&hidden, codes.len());
+    let seen = watch.await.unwrap();
+    let at = |from: Duration| seen.iter().filter(move |(t, _)| *t >= from);
+    let halved = Duration::from_secs(12);
+    let before = at(halved).next().unwrap().1;
+    let (first_cut, _) = *at(halved).find(|(_, l)| *l < before).expect("a cut");
+    // Two intervals after the first cut it has settled at 80-100 % of the new rate, and stays.
+    let back = Duration::from_secs(22);
+    let settled = at(first_cut + Duration::from_secs(2)).take_while(|(t, _)| *t < back);
+    for (t, l) in settled {
+        assert!(
+            (8..=10).contains(l),
+            "{l} at {t:?} for a hidden 10/s (cut at {first_cut:?})"
+        );
+    }
+    let (up, _) = *at(back).find(|(_, l)| *l >= 17).expect("back up");
+    assert!(up <= Duration::from_secs(42), "back at 17/s at {up:?}");
 }

@@ -30,7 +30,13 @@ async fn mx_hosts(net: u8, hosts: &[u8]) -> (u16, Vec<TestUpstream>) {
     (port, ups)
 }
 
+/// The MX hosts of these tests are on 127.x, internal addresses that `mx://` refuses unless
+/// `mx_allow_networks` lists them: loopback is allowed unless `extra` says otherwise.
 fn config(dns: &TestDns, port: u16, extra: &str) -> String {
+    let allow = match extra.contains("mx_allow_networks") {
+        true => "",
+        false => "mx_allow_networks = [\"127.0.0.0/8\"]\n",
+    };
     let timeout = match extra.contains("timeout_ms") {
         true => "",
         false => "timeout_ms = 2000\n",
@@ -42,7 +48,7 @@ fn config(dns: &TestDns, port: u16, extra: &str) -> String {
     format!(
         "[smtp]\nlisten = [\"127.0.0.1:0\"]\nhostname = \"relay.test\"\n\
          [upstream]\nurl = \"mx://\"\nmx_port = {port}\n\
-         nameservers = [\"{}\"]\n{timeout}{tls}{extra}\n",
+         nameservers = [\"{}\"]\n{allow}{timeout}{tls}{extra}\n",
         dns.addr()
     )
 }
@@ -203,10 +209,12 @@ async fn a_refusal_at_rcpt_delivers_nothing_anywhere_and_is_relayed() {
     let relay = mx_relay(&dns, port, "").await;
     let (code, text) = send(&relay, "s@sender.test", &["x@a.test", "y@b.test"]).await;
     assert_eq!(code, 550, "{text}");
+    // Its code and enhanced code, in our words: the host's text is logged, not relayed.
     assert!(
-        text.starts_with("5.1.1") && text.contains("no such user"),
+        text.starts_with("5.1.1") && text.contains("b.test: refused by its mail server"),
         "{text}"
     );
+    assert!(!text.contains("no such user"), "{text}");
     // a.test was brought to its 354 and then left without the final dot.
     assert!(
         ups[0].commands().iter().any(|c| c == "DATA"),
@@ -353,7 +361,7 @@ async fn opportunistic_tls_encrypts_unverified_and_required_refuses_a_plain_host
         "{received}"
     );
     assert!(
-        received.lines().nth(1).unwrap().contains("with ESMTPS"),
+        received.lines().nth(2).unwrap().contains("with ESMTPS"),
         "{received}"
     );
     assert_eq!(
@@ -389,7 +397,7 @@ async fn direct_and_smarthost(
     let text = format!(
         "[smtp]\nlisten = [\"127.0.0.1:0\"]\nhostname = \"relay.test\"\n\
          [[upstream]]\nname = \"direct\"\nurl = \"mx://\"\ntls = \"none\"\ntimeout_ms = 2000\n\
-         mx_port = {port}\nnameservers = [\"{}\"]\n\
+         mx_port = {port}\nnameservers = [\"{}\"]\nmx_allow_networks = [\"127.0.0.0/8\"]\n\
          [[upstream]]\nname = \"smarthost\"\nurl = \"{}\"\ntls = \"none\"\ntimeout_ms = 2000\n\
          {routes}",
         dns.addr(),
@@ -506,4 +514,86 @@ async fn pieces_reach_each_domain_as_one_message_and_a_report_takes_their_header
         "{body}"
     );
     assert!(!body.contains("Hello."), "headers only: {body}");
+}
+
+/// Hostile DNS: the MX (or the A record, or an address literal) of a recipient's domain points
+/// at an internal address. Refused before any connection, unless `mx_allow_networks` says so.
+#[tokio::test]
+async fn internal_mx_hosts_and_address_literals_are_refused_without_a_connection() {
+    let dns = TestDns::start().await;
+    let (port, ups) = mx_hosts(40, &[2]).await;
+    dns.mx("internal.test", 10, "mx.internal.test");
+    dns.a("mx.internal.test", ip(40, 2));
+    dns.a("implicit.test", ip(40, 2));
+    let relay = mx_relay(&dns, port, "mx_allow_networks = []").await;
+    for rcpt in [
+        "u@internal.test",
+        "u@implicit.test",
+        "u@[127.0.40.2]",
+        "u@[IPv6:::ffff:127.0.40.2]",
+        "u@[IPv6:::1]",
+        "u@[0.0.0.0]",
+    ] {
+        let (code, text) = send(&relay, "s@sender.test", &[rcpt]).await;
+        assert_eq!(code, 550, "{rcpt}: {text}");
+        assert!(
+            text.starts_with("5.7.1") && text.contains(": MX host is an internal address"),
+            "{rcpt}: {text}"
+        );
+    }
+    assert_eq!(ups[0].connections(), 0, "no connection made");
+    relay.stop().await;
+    // Opted back in for that network: delivered.
+    let allowed = mx_relay(&dns, port, "mx_allow_networks = [\"127.0.40.0/24\"]").await;
+    let (code, text) = send(&allowed, "s@sender.test", &["u@internal.test"]).await;
+    assert_eq!(code, 250, "{text}");
+    assert_eq!(ups[0].wait_for(1).await[0].rcpts, ["u@internal.test"]);
+    allowed.stop().await;
+}
+
+/// A domain whose MX is the relay itself: refused before connecting, not a loop of hops.
+#[tokio::test]
+async fn an_mx_host_that_is_the_relay_itself_is_554_5_4_6_without_connecting() {
+    let dns = TestDns::start().await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    dns.mx("self.test", 10, "mx.self.test");
+    dns.a("mx.self.test", ip(0, 1));
+    let relay = Relay::start_configured_on(listener, &config(&dns, port, "")).await;
+    let (code, text) = send(&relay, "s@sender.test", &["u@self.test"]).await;
+    assert_eq!(code, 554, "{text}");
+    assert!(
+        text.starts_with("5.4.6")
+            && text.contains("self.test")
+            && text.contains("loops back to myself"),
+        "{text}"
+    );
+    // Only the client's message reached a final dot: the relay never spoke to itself.
+    assert_eq!(relay.messages_done(), 1);
+    relay.stop().await;
+}
+
+/// An MX host's refusal (here an internal server's banner) keeps its code and enhanced code;
+/// its text is not relayed, and a closed port answers the same but for the code class.
+#[tokio::test]
+async fn an_mx_hosts_banner_is_never_relayed() {
+    let dns = TestDns::start().await;
+    let (port, ups) = mx_hosts(41, &[2]).await;
+    dns.a("banner.test", ip(41, 2));
+    dns.a("closed.test", ip(41, 3));
+    let banner = "5.7.1 exch01.corp.internal Microsoft ESMTP MAIL Service ready";
+    ups[0].set_fault(Fault::reply(Step::Greeting, 554, banner));
+    let relay = mx_relay(&dns, port, "").await;
+    let (code, text) = send(&relay, "s@sender.test", &["u@banner.test"]).await;
+    assert_eq!(code, 554, "{text}");
+    assert!(text.starts_with("5.7.1"), "{text}");
+    assert!(text.contains("banner.test"), "{text}");
+    assert!(
+        !text.contains("exch01") && !text.contains("Microsoft"),
+        "{text}"
+    );
+    let (code, text) = send(&relay, "s@sender.test", &["u@closed.test"]).await;
+    assert_eq!(code, 451, "{text}");
+    assert!(!text.contains("127.0.41"), "{text}");
+    relay.stop().await;
 }

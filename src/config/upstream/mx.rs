@@ -1,9 +1,11 @@
 //! `mx://`: straight to each recipient domain's MX hosts, as an MTA does. Its keys: the MX
-//! hosts' port, the name servers to ask, and the bound per recipient domain.
+//! hosts' port, the name servers to ask, the bound per recipient domain, and the internal
+//! networks it may deliver to after all.
 
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
 
+use ipnet::IpNet;
 use serde::Deserialize;
 
 use super::keys::KindKeys;
@@ -25,10 +27,18 @@ pub struct MxKeys {
     /// Connections in use at once to one recipient domain (default 10), so a burst to one
     /// domain does not look like an attack to its servers.
     pub max_connections_per_domain: Option<NonZeroUsize>,
+    /// Internal networks (loopback, private, link-local, ...) MX hosts may be in after all:
+    /// by default direct delivery never connects to an internal address.
+    pub mx_allow_networks: Option<Vec<IpNet>>,
 }
 
 impl MxKeys {
-    const KEYS: &'static [&'static str] = &["mx_port", "nameservers", "max_connections_per_domain"];
+    const KEYS: &'static [&'static str] = &[
+        "mx_port",
+        "nameservers",
+        "max_connections_per_domain",
+        "mx_allow_networks",
+    ];
 }
 
 impl MxUpstream {
@@ -61,6 +71,10 @@ impl MxUpstream {
 
     pub fn nameservers(&self) -> Option<&[SocketAddr]> {
         self.keys.nameservers.as_deref()
+    }
+
+    pub fn allow_networks(&self) -> &[IpNet] {
+        self.keys.mx_allow_networks.as_deref().unwrap_or(&[])
     }
 
     pub fn max_connections_per_domain(&self) -> NonZeroUsize {

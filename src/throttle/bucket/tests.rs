@@ -243,3 +243,26 @@ fn a_converted_drip_keeps_its_tokens_and_refills_at_the_new_limit() {
         20
     );
 }
+
+#[test]
+fn a_learned_burst_drops_the_tokens_above_it_and_a_larger_cost_takes_it_all() {
+    let fast = Bucket::drip(20, 20, SEC);
+    let slow = Bucket::drip(20, 5, SEC).learned(5);
+    let mut st = State::default();
+    for _ in 0..3 {
+        st = fast.take(st, 0, 1).1;
+    }
+    // 17 held: only 5 are kept; the 3 taken are not charged again.
+    let st = slow.converted(&fast, st, 0);
+    assert_eq!(slow.remaining(st, 0), 5);
+    // A cost of 12 (under the configured burst of 20) takes the whole learned burst of 5.
+    let (taken, next) = slow.take(st, 0, 12);
+    assert_eq!((taken, slow.remaining(next, 0)), (Take::Granted, 0));
+    assert_eq!(slow.take(next, 0, 12).0, Take::NotYet { wait: SEC });
+    // 2 held of 20 stay 2 at the learned burst of 5.
+    let mut st = State::default();
+    for _ in 0..18 {
+        st = fast.take(st, 0, 1).1;
+    }
+    assert_eq!(slow.remaining(slow.converted(&fast, st, 0), 0), 2);
+}

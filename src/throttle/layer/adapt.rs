@@ -31,14 +31,22 @@ impl Layer {
         st.limit = limit;
     }
 
-    /// Upstream refused a message this layer charged with a throttle reply: an adaptive layer
-    /// cuts its limit (logged `ratelimit.adapted`). Returns the effective limit after it.
-    pub(crate) fn throttled(&self) -> Option<u64> {
+    /// Tokens granted: counted by an adaptive layer, to measure what upstream accepts.
+    pub(super) fn count_granted(&self, st: &mut LayerState, now: Nanos, cost: u64) {
+        if let Some(aimd) = self.spec.aimd() {
+            st.learned = aimd.granted(st.learned, now, cost);
+        }
+    }
+
+    /// Upstream refused a message this layer charged (`cost`) with a throttle reply: an
+    /// adaptive layer cuts its limit (logged `ratelimit.adapted`). Returns the effective limit
+    /// after it.
+    pub(crate) fn throttled(&self, cost: u64) -> Option<u64> {
         let aimd = self.spec.aimd()?;
         let mut guard = self.lock();
         let st = &mut *guard;
         let now = self.clock.now();
-        let (learned, cut) = aimd.throttled(st.learned, now);
+        let (learned, cut) = aimd.throttled(st.learned, now, cost);
         st.learned = learned;
         self.refresh(st, now);
         if let Some((old, new)) = cut {

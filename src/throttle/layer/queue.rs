@@ -115,11 +115,13 @@ impl Layer {
                 taken
             });
             if taken == Take::Granted {
+                self.count_granted(st, now, cost);
                 return Ok(None);
             }
         }
         // Shutting down: a message that can go at once still goes (it is a transaction in
-        // flight, like one with no layer at all); none starts to wait.
+        // flight, like one with no layer at all); after the grace none starts to wait, and
+        // during it only one whose tokens come before the grace ends.
         if st.disposed {
             return Err(ThrottleError::Shutdown);
         }
@@ -132,6 +134,9 @@ impl Layer {
             false => project_place(&b, &mut st.table, slot, now, placed),
         };
         let (at, next) = b.reserve(tail, from, cost).expect("cost checked");
+        if st.past_drain(at) {
+            return Err(ThrottleError::Shutdown);
+        }
         self.admit(key, cost, at - now, queued, now, deadline)?;
         let (id, notify) = st.enqueue((slot, fair, place), cost, now, (next, at), turn);
         tracing::debug!(
@@ -153,13 +158,13 @@ impl Layer {
         if st.disposed {
             return Step::Shutdown;
         }
-        let Some(head) = st.table.extra(slot).head() else {
-            debug_assert!(false, "a live waiter is always queued");
-            return Step::Shutdown;
+        let q = st.table.extra(slot);
+        let head = match q.head() {
+            Some(head) if head.id == id => head,
+            // Not queued any more: a drain told it its tokens would come too late.
+            _ if !q.contains(id) => return Step::Shutdown,
+            _ => return Step::Park,
         };
-        if head.id != id {
-            return Step::Park;
-        }
         let (cost, arrived) = (head.cost, head.arrived);
         let now = self.clock.now();
         self.refresh(st, now);
@@ -175,6 +180,7 @@ impl Layer {
             q.wake_head();
         });
         st.waiting -= 1;
+        self.count_granted(st, now, cost);
         let waited_ms = ceil_ms(now - arrived);
         let layer = &self.spec.name;
         tracing::debug!(target: "ratelimit", layer = %layer, key, cost, waited_ms, "ratelimit.waited");

@@ -152,6 +152,45 @@ impl Queue {
         (st, at)
     }
 
+    /// Whether waiter `id` is still queued (one told to go by a drain is not).
+    pub(super) fn contains(&self, id: u64) -> bool {
+        self.0
+            .as_ref()
+            .is_some_and(|q| q.list.iter().any(|w| w.id == id))
+    }
+
+    /// Removes, and returns, every waiter the bucket cannot serve by `end`, starting from
+    /// `(st, at)`: a suffix, since grants come in queue order.
+    pub(super) fn cut_after(
+        &mut self,
+        b: &Bucket,
+        (mut st, mut at): (State, Nanos),
+        end: Nanos,
+    ) -> Vec<Waiter> {
+        let Some(q) = self.0.as_mut() else {
+            return Vec::new();
+        };
+        let mut keep = q.list.len();
+        for (i, w) in q.list.iter().enumerate() {
+            (at, st) = b.reserve(st, at, w.cost).expect("cost checked at entry");
+            if at > end {
+                keep = i;
+                break;
+            }
+        }
+        let gone: Vec<Waiter> = q.list.split_off(keep).into();
+        for w in &gone {
+            q.left(w);
+        }
+        if !gone.is_empty() {
+            q.tail = None;
+        }
+        if q.list.is_empty() {
+            self.0 = None;
+        }
+        gone
+    }
+
     pub(super) fn pop_head(&mut self) -> Option<Waiter> {
         let q = self.0.as_mut()?;
         let w = q.list.pop_front()?;

@@ -22,21 +22,21 @@
 //! that no message uses: the limit still holds, some quota is lost.
 //!
 //! Files under `redis/`: `keys.rs` (key names, a layer's script parameters, cluster slots);
-//! `api.rs` (the [`Store`] trait over the calls here); `learned.rs` (the limits in force of
+//! `api.rs` (the [`Store`] trait over the calls here); `connection.rs` (one server, a cluster
+//! or Sentinel, and following the primary); `learned.rs` (the limits in force of
 //! adaptive layers, as answered); `bucket.lua` (the bucket math, put in front of each script);
 //! `adaptive.lua` (adaptive layers' learned limit, likewise); `take.lua`, `give_back.lua`
-//! and `peek.lua` (the three calls). Here: connections, script calls, and cluster slot groups.
+//! and `peek.lua` (the three calls). Here: script calls and cluster slot groups.
 
 mod api;
+mod connection;
 pub(crate) mod keys;
 mod learned;
 
 use std::time::Duration;
 
-use ::redis::aio::ConnectionManager;
-use ::redis::cluster_async::ClusterConnection;
 use ::redis::{Script, ScriptInvocation};
-use tokio::sync::OnceCell;
+use connection::{unavailable, Connection};
 
 use super::{Decision, StoreCharge, StoreError};
 use crate::throttle::clock::Nanos;
@@ -65,27 +65,27 @@ pub struct RedisOptions {
     pub timeout: Duration,
     /// Put in front of every key (`mailsluice:`).
     pub prefix: String,
+    /// Redis Sentinel: `urls` is then empty, the primary is asked of the sentinels.
+    pub sentinel: Option<SentinelOptions>,
 }
 
-enum Conn {
-    Single(ConnectionManager),
-    Cluster(ClusterConnection),
-}
-
-// One per store, made once: the size of the variants does not matter.
-#[allow(clippy::large_enum_variant)]
-enum Client {
-    Single(::redis::Client),
-    Cluster(::redis::cluster::ClusterClient),
+/// The sentinels that know where the primary is.
+#[derive(Debug, Clone)]
+pub struct SentinelOptions {
+    /// The name the sentinels monitor the primary under.
+    pub master: String,
+    /// The sentinels, `(host, port)`.
+    pub nodes: Vec<(String, u16)>,
+    /// The sentinels' own password, if they ask for one.
+    pub password: Option<String>,
 }
 
 /// Buckets in Redis behind the [`Store`] trait; see the module doc.
 pub struct RedisStore {
-    client: Client,
-    /// Made on first use (Redis may be down when the relay starts); reconnects by itself.
-    conn: OnceCell<Conn>,
+    /// Connects on first use (Redis may be down when the relay starts), and follows the
+    /// primary (see `connection`).
+    conn: Connection,
     cluster: bool,
-    timeout: Duration,
     /// Per throttle layer index.
     layers: Vec<LayerKeys>,
     /// The limits in force of adaptive layers, as last answered.
@@ -98,44 +98,12 @@ pub struct RedisStore {
     test_clock: Option<(TestClock, u64)>,
 }
 
-fn unavailable(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Unavailable(e.to_string())
-}
-
 impl RedisStore {
     /// Checks the URLs; connects lazily, on the first call. `specs` are all the throttle's
     /// layers, indexed as in [`StoreCharge::layer`], with numbers that configuration loading
     /// accepts for a redis layer (exact in the scripts' Lua doubles).
     pub fn new(opts: &RedisOptions, specs: &[LayerSpec]) -> Result<RedisStore, StoreError> {
-        let infos = opts
-            .urls
-            .iter()
-            .map(|url| {
-                let info = ::redis::IntoConnectionInfo::into_connection_info(url.as_str())
-                    .map_err(|e| unavailable(format!("redis url: {e}")))?;
-                Ok(match &opts.password {
-                    Some(pw) => {
-                        let settings = info.redis_settings().clone().set_password(pw);
-                        info.set_redis_settings(settings)
-                    }
-                    None => info,
-                })
-            })
-            .collect::<Result<Vec<_>, StoreError>>()?;
-        let client = if opts.cluster {
-            let mut b = ::redis::cluster::ClusterClient::builder(infos)
-                .connection_timeout(opts.timeout)
-                .response_timeout(opts.timeout)
-                .retries(1);
-            if let Some(pw) = &opts.password {
-                b = b.password(pw);
-            }
-            Client::Cluster(b.build().map_err(unavailable)?)
-        } else {
-            let [info] = <[_; 1]>::try_from(infos)
-                .map_err(|_| unavailable("one url without cluster = true"))?;
-            Client::Single(::redis::Client::open(info).map_err(unavailable)?)
-        };
+        let conn = Connection::new(opts)?;
         let layers = specs
             .iter()
             .map(|s| LayerKeys::new(&opts.prefix, s))
@@ -143,10 +111,8 @@ impl RedisStore {
         let script = |body: &str| Script::new(&format!("{BUCKET_LUA}{ADAPTIVE_LUA}{body}"));
         Ok(RedisStore {
             heard: Heard::new(specs.len()),
-            client,
-            conn: OnceCell::new(),
+            conn,
             cluster: opts.cluster,
-            timeout: opts.timeout,
             layers,
             take: script(include_str!("redis/take.lua")),
             give_back: script(include_str!("redis/give_back.lua")),
@@ -219,40 +185,8 @@ impl RedisStore {
         Ok(())
     }
 
-    async fn conn(&self) -> Result<&Conn, StoreError> {
-        self.conn
-            .get_or_try_init(|| async {
-                match &self.client {
-                    Client::Single(c) => {
-                        let config = ::redis::aio::ConnectionManagerConfig::new()
-                            .set_connection_timeout(Some(self.timeout))
-                            .set_response_timeout(Some(self.timeout))
-                            .set_number_of_retries(1)
-                            .set_min_delay(Duration::from_millis(50));
-                        let m = ConnectionManager::new_lazy_with_config(c.clone(), config);
-                        m.map(Conn::Single).map_err(unavailable)
-                    }
-                    Client::Cluster(c) => {
-                        let conn = c.get_async_connection().await.map_err(unavailable)?;
-                        Ok(Conn::Cluster(conn))
-                    }
-                }
-            })
-            .await
-    }
-
-    /// Runs a script within the timeout (connecting, and loading it on `NOSCRIPT`, included).
     async fn invoke(&self, inv: &ScriptInvocation<'_>) -> Result<Vec<i64>, StoreError> {
-        let run = async {
-            match self.conn().await? {
-                Conn::Single(c) => inv.invoke_async(&mut c.clone()).await,
-                Conn::Cluster(c) => inv.invoke_async(&mut c.clone()).await,
-            }
-            .map_err(unavailable)
-        };
-        tokio::time::timeout(self.timeout, run)
-            .await
-            .map_err(|_| unavailable(format!("no answer within {:?}", self.timeout)))?
+        self.conn.invoke(inv).await
     }
 
     /// One take script call for `charges` (all in one slot in cluster mode).

@@ -101,7 +101,7 @@ impl Permit {
     pub fn throttled(self, cut: bool) -> Again {
         let layers = &self.inner.layers;
         for c in self.taken.iter().filter(|_| cut) {
-            layers[c.layer].throttled();
+            layers[c.layer].throttled(c.cost);
         }
         let mut charges = self.taken.clone();
         // A shared layer learns in its store, in the message's next take (`take_throttled`).

@@ -170,6 +170,7 @@ impl Store for Scripted {
 }
 
 const HOUR: Nanos = 3_600_000_000_000;
+const SEC_NANOS: Nanos = 1_000_000_000;
 
 /// A throttle whose one layer is on `store`; a message is sent in a task and left once the
 /// store has answered it. Paused tokio time: nothing moves unless every task is idle.
@@ -258,11 +259,63 @@ async fn after_dispose_a_shared_layer_refuses_at_its_gate() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_reservation_due_within_the_grace_is_kept_through_the_drain() {
+    let store = Scripted::new(vec![Decision::Reserved {
+        wait: 2 * SEC_NANOS,
+    }]);
+    let (t, message) = asleep_on(store.clone()).await;
+    let start = tokio::time::Instant::now();
+    t.drain(30 * SEC);
+    assert_eq!(message.await.unwrap(), Ok(()));
+    assert_eq!(
+        tokio::time::Instant::now() - start,
+        2 * SEC,
+        "at its instant"
+    );
+    assert!(store.given_back().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reservation_due_after_the_grace_is_given_back_and_told_at_once() {
+    let store = Scripted::new(vec![Decision::Reserved { wait: HOUR }]);
+    let (t, message) = asleep_on(store.clone()).await;
+    let start = tokio::time::Instant::now();
+    t.drain(30 * SEC);
+    assert_eq!(message.await.unwrap(), Err(ThrottleError::Shutdown));
+    assert_eq!(tokio::time::Instant::now(), start, "at once");
+    assert_eq!(store.given_back(), [(0, "acme".to_string(), 1)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn during_the_drain_a_store_refusal_past_the_grace_is_a_shutdown() {
+    for (retry_after, shutdown) in [(HOUR, true), (SEC_NANOS, false)] {
+        let store = Scripted::new(vec![Decision::Refused {
+            charge: 0,
+            retry_after,
+        }]);
+        let shared = SharedLayers {
+            store: store.clone(),
+            layers: vec![0],
+            on_error: crate::config::OnError::Reject,
+        };
+        let clock = Arc::new(TokioClock::new());
+        let t = Throttle::with_shared(vec![LayerSpec::new("t", 1, SEC)], clock, shared);
+        t.drain(30 * SEC);
+        let r = t.acquire(charge("acme")).await.map(Permit::delivered);
+        match shutdown {
+            true => assert_eq!(r, Err(ThrottleError::Shutdown)),
+            false => assert!(matches!(r, Err(ThrottleError::Limited { .. })), "{r:?}"),
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_throttled_message_waits_again_ahead_of_later_ones_and_the_layer_slows() {
     let spec = LayerSpec {
         burst: 1,
         max_wait: 60 * SEC,
         adaptive: Some(1),
+        adapt: crate::config::Adapt::Multiplicative,
         ..LayerSpec::new("account", 10, SEC)
     };
     let t = Arc::new(Throttle::new(vec![spec], Arc::new(TokioClock::new())));

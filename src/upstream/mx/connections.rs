@@ -11,6 +11,7 @@ use lettre::transport::smtp::client::TlsParameters;
 use lettre::transport::smtp::extension::ClientId;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::guard::Guard;
 use crate::config::{MxUpstream, UpstreamConfig, UpstreamTls};
 use crate::upstream::pool::{Connector, Pool, Reconnect, Security};
 use crate::upstream::reply::unavailable;
@@ -36,6 +37,8 @@ pub(super) struct Connections {
     reconnect: Reconnect,
     pools: Mutex<HashMap<SocketAddr, Arc<Pool>>>,
     domains: Domains,
+    /// Which addresses may be connected to at all.
+    pub guard: Guard,
 }
 
 /// The right to use one connection for a domain; the domain's entry goes with its last one.
@@ -72,6 +75,7 @@ impl Connections {
             reconnect: Reconnect::of(&mx.client),
             pools: Mutex::new(HashMap::new()),
             domains: Arc::new(Mutex::new(HashMap::new())),
+            guard: Guard::new(mx.allow_networks().to_vec()),
         }
     }
 
@@ -112,6 +116,7 @@ impl Connections {
             pools.retain(|_, pool| Arc::strong_count(pool) > 1);
         }
         let connector = Connector {
+            name: format!("MX host {name}"),
             host: addr.ip().to_string(),
             port: addr.port(),
             security: self.security(name)?,

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::connections::{Connections, DomainPermit};
 use super::resolve::{MxResolver, Route};
 use crate::upstream::pool::{Lease, Pool};
-use crate::upstream::smtp::{settle_failed, Transaction};
+use crate::upstream::smtp::{settle_failed, Failure, Step, Transaction};
 use crate::upstream::{Accepted, UpstreamError};
 
 /// A domain's transaction waiting for its final dot.
@@ -20,6 +20,8 @@ pub(super) struct Leg {
     timeout: std::time::Duration,
     /// The MX host that said 354, for the report of a refusal.
     pub host: String,
+    /// The recipient domain, named in a refusal.
+    domain: String,
 }
 
 /// Connects to the best MX host of `domain` that answers and plays `tx` up to 354. A pooled
@@ -31,7 +33,7 @@ pub(super) async fn open(
     tx: &mut Transaction<'_>,
 ) -> Result<Leg, UpstreamError> {
     let permit = conns.permit(domain).await?;
-    let (pool, mut lease, host) = connect(resolver, conns, route).await?;
+    let (pool, mut lease, host) = connect(resolver, conns, (domain, route)).await?;
     let mut retried = false;
     loop {
         tx.pipelining = lease.pipelining;
@@ -43,6 +45,7 @@ pub(super) async fn open(
                     permit,
                     timeout: conns.timeout,
                     host,
+                    domain: domain.to_string(),
                 })
             }
             Err(f) if f.stale && lease.reused && !retried => {
@@ -51,10 +54,66 @@ pub(super) async fn open(
             }
             Err(f) => {
                 settle_failed(pool, lease, &f, conns.timeout, permit);
-                return Err(f.error);
+                return Err(failure_words(domain, &host, f));
             }
         }
     }
+}
+
+/// An MX host's refusal as the client sees it: its code and enhanced code, our own text
+/// naming the domain. The host's text (an internal banner, a server's name and version) is
+/// logged, never relayed, so that a tenant cannot read hosts through the relay.
+fn in_our_words(domain: &str, host: &str, error: UpstreamError) -> UpstreamError {
+    let text = format!("{domain}: refused by its mail server");
+    let default = |code: u16| Some(if code >= 500 { "5.0.0" } else { "4.0.0" }.to_string());
+    match error {
+        UpstreamError::Rejected {
+            code,
+            enhanced,
+            text: theirs,
+        } => {
+            log_refusal(domain, host, code, &theirs);
+            UpstreamError::Rejected {
+                code,
+                enhanced: enhanced.or_else(|| default(code)),
+                text,
+            }
+        }
+        UpstreamError::Pushback {
+            feedback,
+            code,
+            enhanced,
+            text: theirs,
+        } => {
+            log_refusal(domain, host, code, &theirs);
+            UpstreamError::Pushback {
+                feedback,
+                code,
+                enhanced: enhanced.or_else(|| default(code)),
+                text,
+            }
+        }
+        other => other,
+    }
+}
+
+/// A transaction's failure: a check of our own is in our words already.
+fn failure_words(domain: &str, host: &str, failure: Failure) -> UpstreamError {
+    match failure.step {
+        Step::Local => failure.error,
+        _ => in_our_words(domain, host, failure.error),
+    }
+}
+
+fn log_refusal(domain: &str, host: &str, code: u16, text: &str) {
+    tracing::info!(
+        target: "mailsluice::upstream",
+        domain,
+        host,
+        code,
+        text,
+        "upstream.mx_refused"
+    );
 }
 
 /// Addresses tried for one message and domain at most (Postfix's `smtp_mx_address_limit`):
@@ -67,7 +126,7 @@ const MAX_ADDRESSES: usize = 5;
 async fn connect(
     resolver: &MxResolver,
     conns: &Connections,
-    route: &Route,
+    (domain, route): (&str, &Route),
 ) -> Result<(Arc<Pool>, Lease, String), UpstreamError> {
     let mut failure: Option<UpstreamError> = None;
     let mut note = |e: UpstreamError| {
@@ -96,11 +155,17 @@ async fn connect(
                 break;
             }
             tries -= 1;
-            let pool = conns.pool(SocketAddr::new(ip, conns.port), name)?;
+            let addr = SocketAddr::new(ip, conns.port);
+            if let Err(e) = conns.guard.check(domain, addr) {
+                tracing::debug!(target: "mailsluice::upstream", %domain, host = %name, %ip, error = %e, "MX host not connected to");
+                note(e);
+                continue;
+            }
+            let pool = conns.pool(addr, name)?;
             match pool.checkout().await {
                 Ok(lease) => return Ok((pool, lease, name.clone())),
                 Err(e) => {
-                    let e = UpstreamError::from(e);
+                    let e = in_our_words(domain, name, UpstreamError::from(e));
                     tracing::debug!(target: "mailsluice::upstream", host = %name, %ip, error = %e, "MX host not taken; trying the next");
                     note(e);
                 }
@@ -121,7 +186,7 @@ impl Leg {
             }
             Err(f) => {
                 settle_failed(self.pool, self.lease, &f, self.timeout, self.permit);
-                Err(f.error)
+                Err(failure_words(&self.domain, &self.host, f))
             }
         }
     }

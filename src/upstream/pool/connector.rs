@@ -22,6 +22,8 @@ pub(in crate::upstream) enum Security {
 
 /// Everything needed to open one ready-to-use connection (greeted, EHLO'd, TLS, AUTH).
 pub(in crate::upstream) struct Connector {
+    /// The upstream as the operator knows it (its `name`, or the MX host), for the log.
+    pub name: String,
     pub host: String,
     pub port: u16,
     pub security: Security,
@@ -100,23 +102,56 @@ impl Connector {
                 .starttls(params.clone(), &self.hello)
                 .await
                 .map_err(|e| self.failed(e))?,
-            // lettre refuses (client error) when the server offers no STARTTLS, so no
-            // credentials or mail ever cross a connection that was meant to be encrypted.
+            // No credentials or mail ever cross a connection that was meant to be encrypted.
+            Security::Required(_) if !conn.can_starttls() => {
+                return Err(self.refused_ours("it offers no STARTTLS and tls = \"required\"".into()))
+            }
             Security::Required(params) => conn
                 .starttls(params.clone(), &self.hello)
                 .await
-                .map_err(|e| self.failed(e))?,
+                .map_err(|e| self.step_refused("STARTTLS", e))?,
             _ => {}
         }
         let pipelining = advertises_pipelining(&mut conn, &self.hello)
             .await
             .map_err(|e| self.failed(e))?;
         if let Some(credentials) = &self.credentials {
+            if (conn.server_info().get_auth_mechanism(DEFAULT_MECHANISMS)).is_none() {
+                let why = "credentials are configured but it offers no AUTH PLAIN or LOGIN";
+                return Err(self.refused_ours(why.into()));
+            }
             conn.auth(DEFAULT_MECHANISMS, credentials)
                 .await
-                .map_err(|e| self.failed(e))?;
+                .map_err(|e| self.step_refused("AUTH", e))?;
         }
         Ok((conn, pipelining))
+    }
+
+    /// Upstream refused our STARTTLS or AUTH: the relay's credentials, not the message, unless
+    /// the reply is about our sending (too many connections, too fast).
+    fn step_refused(&self, step: &str, e: SmtpError) -> ConnectError {
+        if e.status().is_none() {
+            return self.refused_ours(format!("{step} failed: {}", describe(&e)));
+        }
+        let refusal = self.classifier.classify(smtp_error(&e));
+        match refusal.feedback() {
+            Some(_) => ConnectError::Refused(refusal),
+            None => self.refused_ours(format!("{step} refused: {refusal}")),
+        }
+    }
+
+    /// The relay's credentials (its TLS, its login) refused: the operator must act, so it is
+    /// logged at error here, where it is learnt, naming the upstream and why.
+    fn refused_ours(&self, reason: String) -> ConnectError {
+        tracing::error!(
+            target: "mailsluice::upstream",
+            upstream = self.name.as_str(),
+            host = self.host.as_str(),
+            port = self.port,
+            reason = reason.as_str(),
+            "upstream.credentials_refused"
+        );
+        ConnectError::Refused(UpstreamError::Credentials(reason))
     }
 
     /// lettre's error on the way to a ready connection; a reply is classified.

@@ -10,7 +10,11 @@ for i = 1, n do P[i] = params(1 + (i - 1) * 5) end
 resolve(P, n, now)
 for i = 1, n do
   local p = P[i]
-  if p.learned then p.p1 = p.learned.l.applied end
+  if p.learned then
+    p.p1 = p.learned.l.applied
+    p.cap = burst_at(p, p.p1)
+    p.cost = math.min(p.asked, p.cap)
+  end
   local a, b = load(KEYS[i])
   a, b = give_back(p, a, b, now)
   store(KEYS[i], p, a, b, now)

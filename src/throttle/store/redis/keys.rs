@@ -15,7 +15,7 @@
 
 use std::time::Duration;
 
-use crate::config::Refill;
+use crate::config::{Adapt, Refill};
 use crate::throttle::spec::LayerSpec;
 
 /// What the scripts need of one layer: its key prefix and its five bucket parameters.
@@ -30,6 +30,8 @@ pub(crate) struct LayerKeys {
     /// The floor of an adaptive drip layer: its limit in force lives in Redis too, so `p1`
     /// and `p2` are the configured limit and the interval, not reduced (see `adaptive.lua`).
     pub(crate) adaptive: Option<u64>,
+    /// The rule of an adaptive layer: `m` measured, `x` multiplicative.
+    pub(crate) rule: char,
 }
 
 fn micros(d: Duration) -> u64 {
@@ -73,15 +75,19 @@ impl LayerKeys {
             p1,
             p2,
             adaptive,
+            rule: match spec.adapt {
+                Adapt::Measured => 'm',
+                Adapt::Multiplicative => 'x',
+            },
         }
     }
 
-    /// The script's mode argument: `a:<min>` for an adaptive layer (`A:<min>` when the
+    /// The script's mode argument: `a:<min>:<rule>` for an adaptive layer (`A:...` when the
     /// message was just throttled by upstream, so the script cuts the limit in this call).
     pub(crate) fn mode_arg(&self, throttled: bool) -> String {
         match self.adaptive {
-            Some(min) if throttled => format!("A:{min}"),
-            Some(min) => format!("a:{min}"),
+            Some(min) if throttled => format!("A:{min}:{}", self.rule),
+            Some(min) => format!("a:{min}:{}", self.rule),
             None => self.mode.to_string(),
         }
     }

@@ -31,6 +31,7 @@ local function answer(r, applied)
     local p = P[i]
     if p.learned then
       if applied then
+        count_granted(p, now)
         learned_store(p, p.p1, now)
       elseif p.learned.written then
         learned_store(p, p.learned.l.applied, now)

@@ -1,0 +1,177 @@
+//! Where direct delivery never goes: this relay's own listening addresses (the mail would
+//! loop back to itself), and internal addresses unless `mx_allow_networks` lists them. DNS
+//! answers come from whoever owns the recipient's domain, so without this a tenant could make
+//! the relay deliver to loopback or to any host of the private network, and use it as a
+//! port scanner. Checked before any connection is made.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Mutex;
+
+use ipnet::IpNet;
+
+use crate::upstream::reply::rejected;
+use crate::upstream::UpstreamError;
+
+pub(super) struct Guard {
+    /// `mx_allow_networks`: internal networks direct delivery may reach after all.
+    allow: Vec<IpNet>,
+    /// The addresses the relay listens on, as bound (told by `Forwarder::listening_on`).
+    own: Mutex<Vec<SocketAddr>>,
+}
+
+impl Guard {
+    pub fn new(allow: Vec<IpNet>) -> Guard {
+        Guard {
+            allow,
+            own: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub fn listening_on(&self, addrs: &[SocketAddr]) {
+        *self.own.lock().expect("guard lock") = addrs.to_vec();
+    }
+
+    /// Whether the MX host address `to` of `domain` may be connected to.
+    pub fn check(&self, domain: &str, to: SocketAddr) -> Result<(), UpstreamError> {
+        let own = self.own.lock().expect("guard lock");
+        if own.iter().any(|me| is_me(*me, to)) {
+            return Err(rejected(
+                554,
+                "5.4.6",
+                format!("{domain}: MX host is this relay: mail loops back to myself"),
+            ));
+        }
+        let ip = canonical(to.ip());
+        if internal(ip) && !self.allow.iter().any(|net| net.contains(&ip)) {
+            return Err(rejected(
+                550,
+                "5.7.1",
+                format!("{domain}: MX host is an internal address"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Whether `to` reaches the listener bound at `me`: the same address, or any local address
+/// we can know of when the listener is bound to all of them (loopback; the machine's other
+/// addresses are not known here).
+fn is_me(me: SocketAddr, to: SocketAddr) -> bool {
+    let (me_ip, to_ip) = (canonical(me.ip()), canonical(to.ip()));
+    me.port() == to.port()
+        && (me_ip == to_ip
+            || (me_ip.is_unspecified() && (to_ip.is_loopback() || to_ip.is_unspecified())))
+}
+
+/// An IPv4-mapped IPv6 address (`::ffff:127.0.0.2`) as the IPv4 address it is.
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// Loopback, private, link-local, CGNAT, unspecified, multicast, reserved, unique-local: every
+/// address that is not a host on the public Internet.
+pub(super) fn internal(ip: IpAddr) -> bool {
+    match canonical(ip) {
+        IpAddr::V4(v4) => internal_v4(v4),
+        IpAddr::V6(v6) => internal_v6(v6),
+    }
+}
+
+fn internal_v4(ip: Ipv4Addr) -> bool {
+    let [a, b, ..] = ip.octets();
+    ip.is_loopback()
+        || ip.is_private()
+        || ip.is_link_local()
+        || ip.is_unspecified()
+        || ip.is_broadcast()
+        || ip.is_multicast()
+        || a == 0 // "this network"
+        || a >= 240 // reserved
+        || (a == 100 && (64..128).contains(&b)) // CGNAT, 100.64.0.0/10
+}
+
+fn internal_v6(ip: Ipv6Addr) -> bool {
+    let first = ip.segments()[0];
+    ip.is_loopback()
+        || ip.is_unspecified()
+        || ip.is_multicast()
+        || (first & 0xfe00) == 0xfc00 // unique local, fc00::/7
+        || (first & 0xffc0) == 0xfe80 // link-local, fe80::/10
+        || ip.to_ipv4().is_some_and(internal_v4) // IPv4-compatible (deprecated) ::a.b.c.d
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn internal_addresses_are_known() {
+        for ip in [
+            "127.0.0.2",
+            "10.1.2.3",
+            "172.16.0.1",
+            "172.31.255.255",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "100.127.255.255",
+            "0.0.0.0",
+            "::1",
+            "::",
+            "::ffff:127.0.0.2",
+            "::ffff:10.0.0.1",
+            "fc00::1",
+            "fd12::1",
+            "fe80::1",
+            "224.0.0.1",
+            "255.255.255.255",
+        ] {
+            assert!(internal(ip.parse().unwrap()), "{ip}");
+        }
+        for ip in [
+            "93.184.216.34",
+            "172.32.0.1",
+            "100.128.0.1",
+            "2606:2800::1",
+            "::ffff:8.8.8.8",
+        ] {
+            assert!(!internal(ip.parse().unwrap()), "{ip}");
+        }
+    }
+
+    fn code(r: Result<(), UpstreamError>) -> Option<(u16, String)> {
+        match r {
+            Ok(()) => None,
+            Err(UpstreamError::Rejected { code, enhanced, .. }) => Some((code, enhanced.unwrap())),
+            Err(other) => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn allowed_networks_open_and_our_own_listeners_never() {
+        let guard = Guard::new(vec!["10.1.0.0/16".parse().unwrap()]);
+        let at = |ip: &str, port| SocketAddr::new(ip.parse().unwrap(), port);
+        assert_eq!(code(guard.check("d", at("10.1.2.3", 25))), None);
+        assert_eq!(
+            code(guard.check("d", at("10.2.0.1", 25))),
+            Some((550, "5.7.1".into()))
+        );
+        assert_eq!(code(guard.check("d", at("8.8.8.8", 25))), None);
+        guard.listening_on(&[at("0.0.0.0", 25), at("10.1.0.5", 2525)]);
+        for me in [
+            at("127.0.0.1", 25),
+            at("::ffff:127.0.0.9", 25),
+            at("10.1.0.5", 2525),
+        ] {
+            assert_eq!(
+                code(guard.check("d", me)),
+                Some((554, "5.4.6".into())),
+                "{me}"
+            );
+        }
+        assert_eq!(code(guard.check("d", at("10.1.0.6", 2525))), None);
+    }
+}

@@ -1,0 +1,133 @@
+//! Shutdown drains the queues, on tokio's paused clock: within the grace a waiter keeps its
+//! place and goes when its tokens come; only one whose tokens would come after the grace is
+//! told `421 4.3.2` (`ThrottleError::Shutdown`), at once. The throttle alone, then the SMTP
+//! dialogue of a relay whose shutdown is triggered.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::support::relay::memory_relay;
+use crate::support::throttle::*;
+use crate::throttling::{send, until};
+use mailsluice::throttle::ThrottleError;
+
+const SEC: Duration = Duration::from_secs(1);
+
+#[tokio::test(start_paused = true)]
+async fn waiters_whose_tokens_come_within_the_grace_all_go() {
+    let e = Env::new(vec![per_sec("t", 2)]);
+    e.spend(0, "k", 2).await;
+    let mut waiters = Vec::new();
+    for _ in 0..20 {
+        waiters.push(e.spawn(vec![charge(0, "k", 1)]).await);
+    }
+    assert_eq!(e.t.waiting(0), 20);
+    e.t.drain(30 * SEC);
+    for (i, w) in waiters.into_iter().enumerate() {
+        let at = w.await.unwrap().expect("granted within the grace");
+        assert_eq!(
+            at,
+            ms(500 * (i as u64 + 1)),
+            "waiter {i}: at its own instant"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn waiters_whose_tokens_would_come_after_the_grace_are_told_at_once() {
+    let e = Env::new(vec![per_sec("t", 1)]);
+    e.spend(0, "k", 1).await;
+    let mut waiters = Vec::new();
+    for _ in 0..10 {
+        waiters.push(e.spawn(vec![charge(0, "k", 1)]).await);
+    }
+    e.t.drain(ms(4_500));
+    // The four whose tokens come at 1..4 s stay; the six after 4.5 s leave now.
+    assert_eq!(e.t.waiting(0), 4);
+    let late = waiters.split_off(4);
+    for w in late {
+        assert_eq!(w.await.unwrap(), Err(ThrottleError::Shutdown));
+        assert_eq!(e.now(), Duration::ZERO, "at once, not at the grace's end");
+    }
+    for (i, w) in waiters.into_iter().enumerate() {
+        assert_eq!(w.await.unwrap(), Ok(ms(1_000 * (i as u64 + 1))));
+    }
+    // A newcomer during the drain: it would go at 5 s, after the grace.
+    let r = e.take(0, "k", 1).await.map(|p| p.delivered());
+    assert_eq!(r, Err(ThrottleError::Shutdown));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_newcomer_during_the_drain_waits_if_its_tokens_come_in_time() {
+    let e = Env::new(vec![per_sec("t", 1)]);
+    e.spend(0, "k", 1).await;
+    e.t.drain(10 * SEC);
+    let w = e.spawn(vec![charge(0, "k", 1)]).await;
+    assert_eq!(w.await.unwrap(), Ok(SEC));
+    // At the grace's end (dispose) whoever still waits is told to go.
+    let late = e.spawn(vec![charge(0, "k", 1)]).await;
+    e.t.dispose();
+    assert_eq!(late.await.unwrap(), Err(ThrottleError::Shutdown));
+}
+
+fn tenant_layer() -> String {
+    "[[throttle]]\nname = \"tenant\"\nkey = \"header:X-Tenant\"\ncost = \"message\"\n\
+     limit = 2\ninterval_ms = 1000\nburst = 1\nmax_wait_ms = 60000\n"
+        .into()
+}
+
+#[tokio::test(start_paused = true)]
+async fn at_shutdown_twenty_clients_waiting_in_a_2_per_second_layer_all_get_250() {
+    let (relay, fwd) = memory_relay("shutdown_grace_ms = 30000", &tenant_layer()).await;
+    let mut clients = vec![send(&relay, "acme", "first")];
+    until("the first is forwarded", || fwd.messages().len() == 1).await;
+    for i in 0..20 {
+        clients.push(send(&relay, "acme", &format!("w{i:02}")));
+    }
+    let waiting = || relay.throttle.peek("tenant", "acme").unwrap().waiting;
+    until("twenty wait", || waiting() == 20).await;
+    let start = Instant::now();
+    relay.trigger_shutdown();
+    for c in clients {
+        let (code, text) = c.await.unwrap();
+        assert_eq!(code, 250, "{text}");
+    }
+    assert_eq!(fwd.messages().len(), 21);
+    assert_eq!(
+        Instant::now() - start,
+        10 * SEC,
+        "the last one at its own instant"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn at_shutdown_a_client_whose_tokens_come_after_the_grace_gets_421_at_once() {
+    let (relay, fwd) = memory_relay("shutdown_grace_ms = 2250", &tenant_layer()).await;
+    assert_eq!(send(&relay, "acme", "first").await.unwrap().0, 250);
+    let clients: Vec<_> = (0..6)
+        .map(|i| send(&relay, "acme", &format!("w{i}")))
+        .collect();
+    let waiting = || relay.throttle.peek("tenant", "acme").unwrap().waiting;
+    until("six wait", || waiting() == 6).await;
+    let start = Instant::now();
+    relay.trigger_shutdown();
+    let mut answers = Vec::new();
+    for c in clients.into_iter().rev() {
+        answers.push((c.await.unwrap(), Instant::now() - start));
+    }
+    answers.reverse();
+    // Tokens at 0.5, 1, 1.5, 2 s: within the grace of 2.25 s. The two after it are told now.
+    for (i, ((code, text), when)) in answers.iter().enumerate() {
+        if i < 4 {
+            assert_eq!(*code, 250, "w{i}: {text}");
+        } else {
+            assert!(
+                *code == 421 && text.starts_with("4.3.2"),
+                "w{i}: {code} {text}"
+            );
+            assert_eq!(*when, Duration::ZERO, "w{i}: at once");
+        }
+    }
+    assert_eq!(fwd.messages().len(), 5);
+}
