@@ -131,8 +131,9 @@ struct Message<'a> {
     trace: &'a Trace<'a>,
 }
 
-/// The work from the final dot to the verdict: the route's upstream, its pause, the tokens,
-/// the forwarding, and the tokens settled by upstream's answer.
+/// The work from the final dot to the verdict: the route's upstream, its pause (the fallback
+/// carries what a paused upstream cannot), the tokens, the forwarding, and the tokens settled
+/// by upstream's answer.
 async fn final_dot(waiter: &mut Waiter<'_>, message: &Message<'_>, record: Record) -> Verdict {
     let plan = message.plan;
     let Some(route) = &plan.route else {
@@ -147,16 +148,6 @@ async fn final_dot(waiter: &mut Waiter<'_>, message: &Message<'_>, record: Recor
     let upstream = waiter.ctx.upstreams.get(&route.upstream).cloned();
     let upstream = upstream.expect("route names are validated with the config");
     record.via = upstream.name().to_string();
-    let probe = match upstream.pause.admit().await {
-        Admission::Open => None,
-        Admission::Probe(probe) => Some(probe),
-        Admission::Paused(left) => return Verdict::held(Held::Paused(left), record),
-    };
-    let tokens = Tokens::First(plan.charges.clone());
-    let permit = match waiter.take(tokens, &upstream, &mut record).await {
-        Ok(permit) => permit,
-        Err(held) => return Verdict::held(held, record),
-    };
     // Our fields, then the client's bytes as runs between the key headers: the pieces go
     // upstream as they are, with no copy of the whole message.
     let ours = added_fields(message.trace, plan);
@@ -168,7 +159,24 @@ async fn final_dot(waiter: &mut Waiter<'_>, message: &Message<'_>, record: Recor
         message: &pieces,
         tenant: route.ses_tenant.as_deref(),
     };
-    let sent = forward::on_route(waiter, &upstream, plan, &out, permit, &mut record).await;
+    let (probe, permit) = match upstream.pause.admit().await {
+        Admission::Paused(left) => (None, Err(Held::Paused(left))),
+        admission => {
+            let tokens = Tokens::First(plan.charges.clone());
+            let permit = waiter.take(tokens, &upstream, &mut record).await;
+            match admission {
+                Admission::Probe(probe) => (Some(probe), permit),
+                _ => (None, permit),
+            }
+        }
+    };
+    let sent = match permit {
+        Ok(permit) => forward::on_route(waiter, &upstream, plan, &out, permit, &mut record).await,
+        Err(Held::Paused(left)) => {
+            forward::while_paused(waiter, &upstream, plan, &out, left, &mut record).await
+        }
+        Err(held) => Err(held),
+    };
     let (result, permits) = match sent {
         Ok(sent) => sent,
         Err(held) => return Verdict::held(held, record),

@@ -413,3 +413,58 @@ async fn readyz_is_503_with_refused_credentials_and_200_with_good_ones() {
         assert!(body.contains(says), "{body}");
     }
 }
+
+/// An account pause with a `fallback` on the route: the message goes there, the paused
+/// upstream's own layer gets its tokens back, the fallback's and the route's are charged; the
+/// next messages go there without asking SES while the pause lasts.
+#[tokio::test]
+async fn a_paused_ses_account_hands_its_messages_to_the_routes_fallback() {
+    let fake = FakeSes::start().await;
+    let backup = crate::support::upstream::TestUpstream::start().await;
+    let layer = |name: &str, scope: &str| {
+        format!(
+            "[[throttle]]\nname = \"{name}\"\n{scope}key = \"none\"\nlimit = 5\n\
+             interval_ms = 3600000\nmode = \"reject\"\n"
+        )
+    };
+    let text = format!(
+        "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[[upstream]]\nname = \"ses\"\n{}\n\
+         [[upstream]]\nname = \"backup\"\nurl = \"{}\"\ntls = \"none\"\n\
+         [[route]]\nupstream = \"ses\"\nfallback = \"backup\"\n{}{}{}",
+        fake.upstream_toml(""),
+        backup.url(),
+        layer("ses-account", "upstream = \"ses\"\n"),
+        layer("backup-account", "upstream = \"backup\"\n"),
+        layer("all", ""),
+    );
+    let relay = Relay::start(&text, forwarder(&text, GOOD_KEY)).await;
+    let remaining = |layer: &str| relay.throttle.peek(layer, "").unwrap().remaining;
+    fake.fail_with(Some((
+        400,
+        "SendingPausedException",
+        "Sending is paused for this account.",
+    )));
+    let (code, reply) = send(&relay, "acme", "paused-answer").await;
+    assert_eq!(code, 250, "the fallback took it: {reply}");
+    assert_eq!(fake.requests(), 1);
+    let (code, reply) = send(&relay, "acme", "while-paused").await;
+    assert_eq!(code, 250, "{reply}");
+    assert_eq!(fake.requests(), 1, "not asked while paused");
+    let got: Vec<_> = backup
+        .wait_for(2)
+        .await
+        .iter()
+        .map(subject_of_received)
+        .collect();
+    assert_eq!(got, ["paused-answer", "while-paused"]);
+    assert_eq!(remaining("ses-account"), 5, "its tokens went back");
+    assert_eq!((remaining("backup-account"), remaining("all")), (3, 3));
+    let admin = relay.start_admin().await;
+    let (_, body) = crate::support::http::get(admin, "/readyz").await;
+    let ready: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(ready["upstreams"]["ses"]["paused"], true, "{body}");
+}
+
+fn subject_of_received(message: &crate::support::upstream::Received) -> String {
+    subject_of(&message.data)
+}
