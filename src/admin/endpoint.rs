@@ -18,6 +18,7 @@ use crate::observe::metrics::Metrics;
 use crate::observe::recent::Recent;
 use crate::state::context::{Context, Deps, Health, Live};
 use crate::state::shutdown::Shutdown;
+use crate::upstream::Checked;
 
 /// Everything the endpoints read.
 pub struct Admin {
@@ -54,7 +55,7 @@ fn read_upstream(metrics: &Metrics, ctx: &Context) {
 
 /// Every upstream checked at once (each check is bounded by its upstream's timeout, and
 /// reused for `CHECK_MAX_AGE`: see `Upstream::check`).
-async fn check_upstreams(ctx: &Context) -> Vec<(String, Result<(), String>)> {
+async fn check_upstreams(ctx: &Context) -> Vec<(String, Checked)> {
     let checks: Vec<_> = (ctx.upstreams.iter())
         .map(|upstream| {
             let upstream = upstream.clone();
@@ -74,7 +75,7 @@ async fn check_upstreams(ctx: &Context) -> Vec<(String, Result<(), String>)> {
 /// the first upstream). An unreachable upstream no route needs does not make the relay
 /// unready, nor a fallback while its primary is up: replicas share them, and pulling every
 /// replica out of the load balancer for it would stop all mail.
-fn upstreams_ready(ctx: &Context, checks: &[(String, Result<(), String>)]) -> Result<(), String> {
+fn upstreams_ready(ctx: &Context, checks: &[(String, Checked)]) -> Result<(), String> {
     let ok = |name: &str| checks.iter().any(|(n, r)| n == name && r.is_ok());
     let routes = &ctx.config.routes;
     let needed = match routes.is_empty() {
@@ -136,7 +137,10 @@ async fn readyz(State(admin): State<Arc<Admin>>) -> Response {
     };
     let each: serde_json::Map<String, serde_json::Value> = (ctx.upstreams.iter().zip(&checks))
         .map(|(u, (name, check))| {
-            let mut state = verdict(check);
+            let mut state = verdict(&check.clone().map(|_| ()));
+            if let Ok(Some(detail)) = check {
+                state["detail"] = json!(detail);
+            }
             // A quota pause is not unreadiness: the relay still answers (with 451s), and
             // every replica would be paused alike.
             state["paused"] = json!(u.pause.is_paused());

@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 
 use crate::observe::recent::Recent;
 use crate::state::context::{Context, Health};
+use crate::upstream::Checked;
 
 /// Keys listed in "most waiting".
 const TOP_KEYS: usize = 20;
@@ -18,7 +19,7 @@ const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:1rem;max-width
 /// What the page says about readiness, gathered by the caller (the checks are async).
 pub struct Checks {
     /// Each upstream's reachability, by name, in config order.
-    pub upstreams: Vec<(String, Result<(), String>)>,
+    pub upstreams: Vec<(String, Checked)>,
     /// `None` when no layer uses a shared store.
     pub store: Option<Result<(), String>>,
 }
@@ -51,7 +52,7 @@ fn readiness(html: &mut String, ctx: &Context, health: &Health, checks: &Checks)
     row_state(html, "SMTP listeners", &listening);
     for (upstream, (name, check)) in ctx.upstreams.iter().zip(&checks.upstreams) {
         let part = format!("upstream {name} ({})", upstream.config.url());
-        row_state(html, &part, check);
+        row_state(html, &part, &check.clone().map(|_| ()));
         if let Some(left) = upstream.pause.left() {
             let paused = Err(format!(
                 "paused after a quota reply, {} s left",

@@ -58,7 +58,7 @@ impl Forwarder for FileForwarder {
             if meta.permissions().readonly() {
                 return Err(format!("{} is read-only", dir.display()));
             }
-            Ok(())
+            Ok(None)
         })
     }
 

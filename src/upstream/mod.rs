@@ -183,8 +183,9 @@ pub trait Forwarder: Send + Sync {
     }
 
     /// Whether upstream looks reachable now, for `/readyz`; takes nothing and sends nothing.
+    /// A reachable upstream may say more about itself (SES: its account's sending status).
     fn check(&self) -> CheckFuture<'_> {
-        Box::pin(async { Ok(()) })
+        Box::pin(async { Ok(None) })
     }
 
     /// The addresses the relay listens on, once bound: a forwarder that must never deliver
@@ -198,4 +199,8 @@ pub trait Forwarder: Send + Sync {
     }
 }
 
-pub type CheckFuture<'a> = Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'a>>;
+/// A readiness check's result: reachable (with what upstream says of itself, if anything), or
+/// why not.
+pub type Checked = Result<Option<String>, String>;
+
+pub type CheckFuture<'a> = Pin<Box<dyn Future<Output = Checked> + Send + 'a>>;

@@ -165,7 +165,7 @@ impl Forwarder for SmtpForwarder {
     }
 
     fn check(&self) -> CheckFuture<'_> {
-        Box::pin(self.pool.probe())
+        Box::pin(async { self.pool.probe().await.map(|()| None) })
     }
 
     fn crowded(&self) -> u64 {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{build_forwarder, Forwarder, Pause};
+use super::{build_forwarder, Checked, Forwarder, Pause};
 use crate::config::{Config, UpstreamConfig};
 
 /// How long a readiness check's result is reused: asking `/readyz` or the status page costs
@@ -22,7 +22,7 @@ pub struct Upstream {
     pub pause: Arc<Pause>,
     /// The last check and when it ended; the lock is held through a check, so one runs at a
     /// time and those who asked meanwhile read its result.
-    last_check: tokio::sync::Mutex<Option<(Instant, Result<(), String>)>>,
+    last_check: tokio::sync::Mutex<Option<(Instant, Checked)>>,
 }
 
 impl Upstream {
@@ -32,7 +32,7 @@ impl Upstream {
 
     /// The forwarder's check (`Forwarder::check`), at most one at a time and at most once per
     /// [`CHECK_MAX_AGE`]: in between, the last result.
-    pub async fn check(&self) -> Result<(), String> {
+    pub async fn check(&self) -> Checked {
         let mut last = self.last_check.lock().await;
         if let Some((at, result)) = &*last {
             if at.elapsed() < CHECK_MAX_AGE {

@@ -257,7 +257,12 @@ async fn no_answer_after_the_request_was_read_is_uncertain_and_before_unavailabl
 async fn readiness_asks_get_account_with_the_relays_credentials() {
     let fake = FakeSes::start().await;
     let text = upstream(&fake.url(), "");
-    assert_eq!(forwarder(&text, GOOD_KEY).check().await, Ok(()));
+    assert_eq!(
+        forwarder(&text, GOOD_KEY).check().await,
+        Ok(Some(
+            "SendingEnabled true, EnforcementStatus HEALTHY".into()
+        ))
+    );
     let bad = forwarder(&text, "AKIDWRONG").check().await.unwrap_err();
     assert!(bad.contains("UnrecognizedClientException"), "{bad}");
     let env = envelope(Some("a@example.com"), &["b@example.net"]);
@@ -412,6 +417,35 @@ async fn readyz_is_503_with_refused_credentials_and_200_with_good_ones() {
         assert_eq!(code, status, "{body}");
         assert!(body.contains(says), "{body}");
     }
+}
+
+/// `/readyz` reports the account's `SendingEnabled` and `EnforcementStatus` when it is ready
+/// too, for that upstream.
+#[tokio::test]
+async fn readyz_reports_the_accounts_sending_status_when_ready_and_not() {
+    let fake = FakeSes::start().await;
+    let text = upstream(&fake.url(), "");
+    let relay = Relay::start(&text, forwarder(&text, GOOD_KEY)).await;
+    let admin = relay.start_admin().await;
+    let (code, body) = crate::support::http::get(admin, "/readyz").await;
+    assert_eq!(code, 200, "{body}");
+    let ready: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        ready["upstreams"]["default"]["detail"], "SendingEnabled true, EnforcementStatus HEALTHY",
+        "{body}"
+    );
+    // A fresh relay: the check's result is reused for a while.
+    fake.set_account(14.0, false);
+    let relay = Relay::start(&text, forwarder(&text, GOOD_KEY)).await;
+    let admin = relay.start_admin().await;
+    let (code, body) = crate::support::http::get(admin, "/readyz").await;
+    assert_eq!(code, 503, "{body}");
+    let ready: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let error = ready["upstreams"]["default"]["error"].as_str().unwrap();
+    assert!(
+        error.contains("SendingEnabled false, EnforcementStatus SHUTDOWN"),
+        "{body}"
+    );
 }
 
 /// An account pause with a `fallback` on the route: the message goes there, the paused

@@ -218,7 +218,7 @@ impl Forwarder for SesForwarder {
     }
 
     /// `GetAccount`: signed, sends nothing; proves the credentials and the endpoint, and that
-    /// SES lets the account send.
+    /// SES lets the account send; its sending status is the check's detail either way.
     fn check(&self) -> CheckFuture<'_> {
         Box::pin(async move {
             let account = (self.client().await.get_account().send().await).map_err(|e| {
@@ -228,11 +228,13 @@ impl Forwarder for SesForwarder {
                 )
             })?;
             let enforcement = account.enforcement_status().unwrap_or("unknown");
+            let status = format!(
+                "SendingEnabled {}, EnforcementStatus {enforcement}",
+                account.sending_enabled()
+            );
             match account.sending_enabled() {
-                true => Ok(()),
-                false => Err(format!(
-                    "SES: SendingEnabled false, EnforcementStatus {enforcement}"
-                )),
+                true => Ok(Some(status)),
+                false => Err(format!("SES: {status}")),
             }
         })
     }
