@@ -309,6 +309,15 @@ impl Throttle {
         }
     }
 
+    /// Sets a fixed-limit, in-process layer's limit at run time (see `Layer::set_limit`);
+    /// whether it changed. A shared layer's buckets are in its store and keep their limit.
+    pub fn set_limit(&self, layer: usize, limit: u64) -> bool {
+        let Some(l) = self.inner.layers.get(layer) else {
+            return false;
+        };
+        !l.is_shared() && l.set_limit(limit)
+    }
+
     /// Buckets a layer holds (≤ `max_keys`), for metrics.
     pub fn keys(&self, layer: usize) -> usize {
         self.inner.layers.get(layer).map_or(0, |l| l.keys())

@@ -51,6 +51,7 @@ struct Faults {
     quota_left: Option<u64>,
     paused_tenants: HashSet<String>,
     max_send_rate: f64,
+    max_24_hour_send: f64,
     sending_enabled: bool,
 }
 
@@ -73,6 +74,7 @@ impl FakeSes {
             addr: listener.local_addr().unwrap(),
             faults: Mutex::new(Faults {
                 max_send_rate: 14.0,
+                max_24_hour_send: 50000.0,
                 sending_enabled: true,
                 ..Faults::default()
             }),
@@ -135,6 +137,11 @@ impl FakeSes {
     pub fn set_account(&self, max_send_rate: f64, sending_enabled: bool) {
         let mut faults = self.faults.lock().unwrap();
         (faults.max_send_rate, faults.sending_enabled) = (max_send_rate, sending_enabled);
+    }
+
+    /// `GetAccount`'s `Max24HourSend` (its `SentLast24Hours` is what the fake accepted).
+    pub fn set_day_quota(&self, max_24_hour_send: f64) {
+        self.faults.lock().unwrap().max_24_hour_send = max_24_hour_send;
     }
 
     pub fn sent(&self) -> Vec<SentEmail> {
@@ -219,7 +226,7 @@ impl FakeSes {
                 "ProductionAccessEnabled": true,
                 "DedicatedIpAutoWarmupEnabled": false,
                 "SendQuota": {
-                    "Max24HourSend": 50000.0,
+                    "Max24HourSend": faults.max_24_hour_send,
                     "MaxSendRate": faults.max_send_rate,
                     "SentLast24Hours": self.sent.lock().unwrap().len() as f64,
                 },

@@ -321,3 +321,21 @@ async fn a_permit_gives_back_only_the_layers_its_message_did_not_go_through() {
     assert_eq!(remaining("kept").await, 5);
     assert_eq!(remaining("shared").await, 5, "nothing given back twice");
 }
+
+/// A fixed layer's limit set at run time (an account's own rate): its buckets are converted
+/// and a message already waiting is served at the new rate; an adaptive layer keeps its own.
+#[tokio::test(start_paused = true)]
+async fn a_limit_set_at_run_time_converts_the_buckets_and_speeds_up_the_queue() {
+    let mut adaptive = per_sec("learning", 10);
+    adaptive.adaptive = Some(1);
+    let e = Env::new(vec![per_sec("account", 1), adaptive]);
+    e.spend(0, "", 1).await;
+    // At 1 a second it would wait a whole second.
+    let waiter = e.spawn(vec![charge(0, "", 1)]).await;
+    assert!(e.t.set_limit(0, 10));
+    assert!(!e.t.set_limit(0, 10), "unchanged");
+    assert_eq!(e.t.effective_limit(0), Some(10));
+    assert_eq!(waiter.await.unwrap().unwrap(), ms(100));
+    assert!(!e.t.set_limit(1, 5), "an adaptive layer learns its own");
+    assert_eq!(e.t.effective_limit(1), Some(10));
+}

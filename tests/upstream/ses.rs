@@ -502,3 +502,33 @@ async fn a_paused_ses_account_hands_its_messages_to_the_routes_fallback() {
 fn subject_of_received(message: &crate::support::upstream::Received) -> String {
     subject_of(&message.data)
 }
+
+/// `GetAccount`'s `SendQuota` as the relay reads it: the rate in whole messages a second, and
+/// the day's quota spent once `SentLast24Hours` reaches `Max24HourSend`.
+#[tokio::test]
+async fn the_accounts_send_quota_is_read_from_get_account() {
+    let fake = FakeSes::start().await;
+    let ses = forwarder(&upstream(&fake.url(), ""), GOOD_KEY);
+    fake.set_account(3.5, true);
+    fake.set_day_quota(2.0);
+    let quota = ses.send_quota().await.unwrap();
+    assert_eq!((quota.rate_per_second(), quota.day_spent()), (3, false));
+    let env = envelope(Some("a@example.com"), &["b@example.net"]);
+    for _ in 0..2 {
+        ses.forward(&env, b"Subject: x\r\n\r\nx\r\n").await.unwrap();
+    }
+    let quota = ses.send_quota().await.unwrap();
+    assert_eq!(quota.sent_last_24_hours, 2.0);
+    assert!(quota.day_spent(), "{quota:?}");
+    fake.set_day_quota(-1.0);
+    assert!(
+        !ses.send_quota().await.unwrap().day_spent(),
+        "-1 is unlimited"
+    );
+    fake.set_account(0.2, true);
+    assert_eq!(ses.send_quota().await.unwrap().rate_per_second(), 1);
+    let refused = forwarder(&upstream(&fake.url(), ""), "AKIDWRONG")
+        .send_quota()
+        .await;
+    assert!(refused.unwrap_err().contains("UnrecognizedClientException"));
+}

@@ -14,9 +14,14 @@ impl Layer {
     pub(super) fn refresh(&self, st: &mut LayerState, now: Nanos) {
         let Some(aimd) = self.spec.aimd() else { return };
         let limit = aimd.effective(st.learned, now);
-        if limit == st.limit {
-            return;
+        if limit != st.limit {
+            self.convert(st, limit, now);
         }
+    }
+
+    /// Re-expresses every bucket of the table at `limit`, holding the tokens each held, and
+    /// wakes the queues to refold their projections.
+    fn convert(&self, st: &mut LayerState, limit: u64, now: Nanos) {
         let to = self.spec.bucket_at(limit);
         st.table
             .set_bucket(to, now, |from, s| to.converted(from, s, now));
@@ -29,6 +34,22 @@ impl Layer {
             }
         }
         st.limit = limit;
+    }
+
+    /// Sets a fixed-limit layer's limit at run time (a provider account's own rate, read from
+    /// the provider), through the same conversion as an adaptive layer's change; logged as
+    /// `ratelimit.adapted` when it changes. An adaptive layer's limit is its learning's: left
+    /// alone. Returns whether the limit changed.
+    pub(crate) fn set_limit(&self, limit: u64) -> bool {
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        let old = st.limit;
+        if self.spec.aimd().is_some() || limit == old || limit == 0 {
+            return false;
+        }
+        self.convert(st, limit, self.clock.now());
+        self.adapted(old, limit);
+        true
     }
 
     /// Tokens granted: counted by an adaptive layer, to measure what upstream accepts.

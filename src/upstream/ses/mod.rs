@@ -23,6 +23,7 @@ use aws_sdk_sesv2::config::retry::RetryConfig;
 use aws_sdk_sesv2::config::timeout::TimeoutConfig;
 use aws_sdk_sesv2::config::StalledStreamProtectionConfig;
 use aws_sdk_sesv2::config::{ProvideCredentials, Region, SharedCredentialsProvider};
+use aws_sdk_sesv2::operation::get_account::GetAccountOutput;
 use aws_sdk_sesv2::primitives::Blob;
 use aws_sdk_sesv2::types::{Destination, EmailContent, MessageTag, RawMessage};
 use aws_sdk_sesv2::Client;
@@ -221,12 +222,7 @@ impl Forwarder for SesForwarder {
     /// SES lets the account send; its sending status is the check's detail either way.
     fn check(&self) -> CheckFuture<'_> {
         Box::pin(async move {
-            let account = (self.client().await.get_account().send().await).map_err(|e| {
-                format!(
-                    "SES GetAccount: {}",
-                    aws_sdk_sesv2::error::DisplayErrorContext(e)
-                )
-            })?;
+            let account = self.account().await?;
             let enforcement = account.enforcement_status().unwrap_or("unknown");
             let status = format!(
                 "SendingEnabled {}, EnforcementStatus {enforcement}",
@@ -236,6 +232,52 @@ impl Forwarder for SesForwarder {
                 true => Ok(Some(status)),
                 false => Err(format!("SES: {status}")),
             }
+        })
+    }
+}
+
+/// The account's own limits, as `GetAccount`'s `SendQuota` says them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SendQuota {
+    /// Messages a second (SES counts recipients).
+    pub max_send_rate: f64,
+    /// Messages in 24 hours; -1 is unlimited.
+    pub max_24_hour_send: f64,
+    pub sent_last_24_hours: f64,
+}
+
+impl SendQuota {
+    /// The day's quota is spent: the upstream should pause before SES starts refusing.
+    pub fn day_spent(&self) -> bool {
+        self.max_24_hour_send >= 0.0 && self.sent_last_24_hours >= self.max_24_hour_send
+    }
+
+    /// The sending rate in whole messages a second, at least 1 (SES's own floor).
+    pub fn rate_per_second(&self) -> u64 {
+        (self.max_send_rate.floor() as u64).max(1)
+    }
+}
+
+impl SesForwarder {
+    /// `GetAccount` (signed, sends nothing).
+    async fn account(&self) -> Result<GetAccountOutput, String> {
+        let sent = self.client().await.get_account().send().await;
+        sent.map_err(|e| {
+            format!(
+                "SES GetAccount: {}",
+                aws_sdk_sesv2::error::DisplayErrorContext(e)
+            )
+        })
+    }
+
+    /// The account's sending rate and 24-hour quota, from `GetAccount`.
+    pub async fn send_quota(&self) -> Result<SendQuota, String> {
+        let account = self.account().await?;
+        let quota = (account.send_quota()).ok_or("SES GetAccount: no SendQuota in the answer")?;
+        Ok(SendQuota {
+            max_send_rate: quota.max_send_rate(),
+            max_24_hour_send: quota.max24_hour_send(),
+            sent_last_24_hours: quota.sent_last24_hours(),
         })
     }
 }
