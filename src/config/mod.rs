@@ -37,7 +37,9 @@ pub use replies::ReplyPatterns;
 pub use route::{RouteConfig, RouteKey};
 pub use security::{AuthConfig, TlsConfig, UserConfig};
 pub use smtp::SmtpConfig;
-pub use throttle::{Adapt, Cost, FairBy, MatchSpec, Mode, Refill, StoreKind, ThrottleConfig};
+pub use throttle::{
+    Adapt, Cost, FairBy, Limit, MatchSpec, Mode, Refill, StoreKind, ThrottleConfig,
+};
 pub use upstream::{
     FileUpstream, MxKeys, MxUpstream, SesKeys, SesUpstream, SmtpClient, SmtpCredentials,
     SmtpUpstream, UpstreamConfig, UpstreamKind, UpstreamTls, DEFAULT_NAME,
@@ -141,6 +143,28 @@ impl Config {
         self.throttle.iter().find(|l| l.name() == name)
     }
 
+    /// `limit = "account"` only where one SES account's rate is meant: a `key = "none"` drip
+    /// layer scoped to a `ses://` upstream, in process, not adaptive.
+    fn validate_account_limit(&self, layer: &ThrottleConfig, text: &str) -> Result<(), String> {
+        if layer.limit != Limit::Account {
+            return Ok(());
+        }
+        let ses = (layer.upstream.as_ref())
+            .and_then(|u| self.upstreams.iter().find(|c| c.name() == u.get_ref()))
+            .is_some_and(|u| matches!(u.kind, UpstreamKind::Ses(_)));
+        let why = if layer.key != KeySource::None || !ses {
+            "only a `key = \"none\"` layer scoped (`upstream`) to a ses:// upstream"
+        } else if layer.refill != Refill::Drip || layer.adaptive == Some(true) {
+            "only a drip layer that does not learn (`adaptive`)"
+        } else if layer.store != StoreKind::Local {
+            "only an in-process layer (`store = \"local\"`)"
+        } else {
+            return Ok(());
+        };
+        let message = format!("key `throttle.limit`: \"account\" is for {why}");
+        Err(located(text, layer.name.span(), &message))
+    }
+
     fn validate(&self, text: &str) -> Result<(), String> {
         if self.smtp.listen.is_empty() && self.smtp.tls_listen.is_empty() {
             return Err("key `smtp.listen`: at least one address is needed".into());
@@ -157,6 +181,7 @@ impl Config {
                 ));
             }
             validate_layer(layer, text)?;
+            self.validate_account_limit(layer, text)?;
         }
         route::validate(self, text)?;
         redis::validate(self, text)
@@ -174,7 +199,9 @@ fn validate_layer(layer: &ThrottleConfig, text: &str) -> Result<(), String> {
             ));
         }
     }
-    if layer.refill == Refill::FixedWindow && layer.burst.is_some_and(|b| b != layer.limit) {
+    if layer.refill == Refill::FixedWindow
+        && layer.burst.is_some_and(|b| b.get() != layer.limit.get())
+    {
         return Err(located(
             text,
             layer.name.span(),

@@ -236,3 +236,44 @@ fn ses_tenant_is_only_for_routes_to_ses_and_names_its_line() {
         "{bad}"
     );
 }
+
+const SES_AND_SMTP: &str = "[smtp]\nlisten = [\"127.0.0.1:0\"]\n\
+    [[upstream]]\nname = \"ses\"\nurl = \"ses://eu-west-1\"\n\
+    [[upstream]]\nname = \"eu\"\nurl = \"smtp://eu.example:587\"\n";
+
+fn account_layer(body: &str) -> Result<Config, String> {
+    Config::parse(&format!(
+        "{SES_AND_SMTP}[[throttle]]\nname = \"account\"\nlimit = \"account\"\n{body}\n"
+    ))
+}
+
+#[test]
+fn limit_account_is_for_a_key_none_layer_scoped_to_a_ses_upstream_only() {
+    let ok = account_layer("key = \"none\"\nupstream = \"ses\"\n").unwrap();
+    assert_eq!(ok.throttle[0].limit, Limit::Account);
+    assert_eq!(
+        ok.throttle[0].adaptive_floor(),
+        None,
+        "not learned by default"
+    );
+    for body in [
+        "key = \"header:X-Tenant\"\nupstream = \"ses\"\n",
+        "key = \"none\"\nupstream = \"eu\"\n",
+        "key = \"none\"\n",
+        "key = \"none\"\nupstream = \"ses\"\nadaptive = true\n",
+        "key = \"none\"\nupstream = \"ses\"\nstore = \"redis\"\n",
+        "key = \"none\"\nupstream = \"ses\"\nrefill = \"fixed_window\"\n",
+    ] {
+        let err = account_layer(body).unwrap_err();
+        assert!(
+            err.contains("throttle.limit") && err.contains("line 10"),
+            "{body}: {err}"
+        );
+    }
+    let text = format!("{MINIMAL}[[throttle]]\nname = \"t\"\nkey = \"none\"\nlimit = \"fast\"\n");
+    let err = Config::parse(&text).unwrap_err();
+    assert!(
+        err.contains("\"account\"") && err.contains("line 8"),
+        "{err}"
+    );
+}

@@ -81,6 +81,43 @@ impl TryFrom<String> for FairBy {
     }
 }
 
+/// A layer's `limit`: tokens per `interval_ms`, or `"account"`: an SES account's own
+/// `MaxSendRate`, read from `GetAccount` at run time (`serve::account`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    Fixed(NonZeroU64),
+    Account,
+}
+
+impl Limit {
+    /// The limit the layer is built with: an account layer starts at 1 (SES's own floor) until
+    /// `GetAccount` answers.
+    pub fn get(self) -> u64 {
+        match self {
+            Limit::Fixed(n) => n.get(),
+            Limit::Account => 1,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Limit {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Limit, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Fixed(NonZeroU64),
+            Named(String),
+        }
+        match Raw::deserialize(d) {
+            Ok(Raw::Fixed(n)) => Ok(Limit::Fixed(n)),
+            Ok(Raw::Named(s)) if s == "account" => Ok(Limit::Account),
+            _ => Err(serde::de::Error::custom(
+                "a positive number, or \"account\" (an SES account's own MaxSendRate)",
+            )),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ThrottleConfig {
@@ -90,7 +127,7 @@ pub struct ThrottleConfig {
     pub default_key: String,
     #[serde(default = "default_cost")]
     pub cost: Cost,
-    pub limit: NonZeroU64,
+    pub limit: Limit,
     #[serde(default = "default_interval_ms")]
     pub interval_ms: NonZeroU64,
     pub burst: Option<NonZeroU64>,
@@ -135,12 +172,15 @@ pub struct ThrottleConfig {
 impl ThrottleConfig {
     /// Tokens held: `burst`, or `limit` when it is not set.
     pub fn burst(&self) -> u64 {
-        self.burst.unwrap_or(self.limit).get()
+        self.burst.map_or(self.limit.get(), NonZeroU64::get)
     }
 
     /// The floor of the effective limit when the layer is adaptive (only drip layers are).
     pub fn adaptive_floor(&self) -> Option<u64> {
-        let default = self.key == KeySource::None && self.refill == Refill::Drip;
+        // An account layer's limit is the provider's word, not learned.
+        let default = self.key == KeySource::None
+            && self.refill == Refill::Drip
+            && self.limit != Limit::Account;
         let on = self.adaptive.unwrap_or(default) && self.refill == Refill::Drip;
         let min = (self.min_limit.map(|m| m.get())).unwrap_or(self.limit.get() / 10);
         on.then(|| min.clamp(1, self.limit.get()))

@@ -1,9 +1,11 @@
 //! Wiring: what starts and runs the relay, on top of every other part.
 //!
 //! - `server`: the accept loop, the connection bounds, graceful shutdown: `run`.
+//! - `account`: layers at an SES account's own rate (`limit = "account"`), its day's quota.
 //! - `reload`: SIGHUP: a new context from a new config, unchanged layers kept.
 //! - `commands`: the subcommands `check`, `peek` and `hash-password`.
 
+pub mod account;
 pub mod commands;
 pub mod reload;
 pub mod server;

@@ -58,6 +58,7 @@ pub fn reload(live: &Live, config: Config) -> Result<Vec<String>, ReloadError> {
     let notes = restart_notes(&old.config, &config);
     let next = Arc::new(old.successor(parts(&old, config)?));
     live.install(next);
+    super::account::after_reload(live);
     Ok(notes)
 }
 

@@ -63,6 +63,7 @@ pub async fn run(listeners: impl Into<Listeners>, deps: Deps, shutdown: Shutdown
     deps.upstreams.listening_on(&bound);
     let ctx = Arc::new(Context::new(deps));
     live.install(ctx.clone());
+    let accounts = tokio::spawn(super::account::keep(live.clone()));
     let limit = Arc::new(Semaphore::new(ctx.config.smtp.max_connections.get()));
     let sessions = TaskTracker::new();
     let accepts = TaskTracker::new();
@@ -101,6 +102,7 @@ pub async fn run(listeners: impl Into<Listeners>, deps: Deps, shutdown: Shutdown
         live.dispose();
         let _ = tokio::time::timeout(LAST_WORDS, sessions.wait()).await;
     }
+    accounts.abort();
     admin_stop.trigger();
 }
 

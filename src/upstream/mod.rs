@@ -33,7 +33,7 @@ pub use feedback::{Classifier, Feedback};
 pub use file::FileForwarder;
 pub use mx::{MxForwarder, MxSetupError};
 pub use pause::{Admission, Pause};
-pub use ses::SesForwarder;
+pub use ses::{SendQuota, SesForwarder};
 pub use smtp::{SmtpForwarder, SmtpSetupError};
 pub use upstreams::{Upstream, Upstreams};
 
@@ -188,6 +188,12 @@ pub trait Forwarder: Send + Sync {
         Box::pin(async { Ok(None) })
     }
 
+    /// The account's own limits as the provider states them (SES's `GetAccount`), for a layer
+    /// with `limit = "account"`; `None` for a kind that has none.
+    fn send_quota(&self) -> QuotaFuture<'_> {
+        Box::pin(async { Ok(None) })
+    }
+
     /// The addresses the relay listens on, once bound: a forwarder that must never deliver
     /// to the relay itself (direct delivery) keeps them.
     fn listening_on(&self, _addrs: &[std::net::SocketAddr]) {}
@@ -202,5 +208,8 @@ pub trait Forwarder: Send + Sync {
 /// A readiness check's result: reachable (with what upstream says of itself, if anything), or
 /// why not.
 pub type Checked = Result<Option<String>, String>;
+
+pub type QuotaFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Option<ses::SendQuota>, String>> + Send + 'a>>;
 
 pub type CheckFuture<'a> = Pin<Box<dyn Future<Output = Checked> + Send + 'a>>;

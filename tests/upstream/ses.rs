@@ -511,24 +511,64 @@ async fn the_accounts_send_quota_is_read_from_get_account() {
     let ses = forwarder(&upstream(&fake.url(), ""), GOOD_KEY);
     fake.set_account(3.5, true);
     fake.set_day_quota(2.0);
-    let quota = ses.send_quota().await.unwrap();
+    let quota = ses.send_quota().await.unwrap().unwrap();
     assert_eq!((quota.rate_per_second(), quota.day_spent()), (3, false));
     let env = envelope(Some("a@example.com"), &["b@example.net"]);
     for _ in 0..2 {
         ses.forward(&env, b"Subject: x\r\n\r\nx\r\n").await.unwrap();
     }
-    let quota = ses.send_quota().await.unwrap();
+    let quota = ses.send_quota().await.unwrap().unwrap();
     assert_eq!(quota.sent_last_24_hours, 2.0);
     assert!(quota.day_spent(), "{quota:?}");
     fake.set_day_quota(-1.0);
     assert!(
-        !ses.send_quota().await.unwrap().day_spent(),
+        !ses.send_quota().await.unwrap().unwrap().day_spent(),
         "-1 is unlimited"
     );
     fake.set_account(0.2, true);
-    assert_eq!(ses.send_quota().await.unwrap().rate_per_second(), 1);
+    assert_eq!(
+        ses.send_quota().await.unwrap().unwrap().rate_per_second(),
+        1
+    );
     let refused = forwarder(&upstream(&fake.url(), ""), "AKIDWRONG")
         .send_quota()
         .await;
     assert!(refused.unwrap_err().contains("UnrecognizedClientException"));
+}
+
+/// `limit = "account"` on tokio's paused clock: the layer runs at `GetAccount`'s
+/// `MaxSendRate` from the start, follows a change at the next read 5 minutes on (not before),
+/// and once `SentLast24Hours` reaches `Max24HourSend` the upstream is paused before SES
+/// refuses anything.
+#[tokio::test(start_paused = true)]
+async fn an_account_layer_follows_max_send_rate_and_a_spent_day_pauses_the_upstream() {
+    use mailsluice::serve::account::REFRESH;
+    use std::time::Duration;
+    let fake = FakeSes::start().await;
+    fake.set_account(14.0, true);
+    let text = format!(
+        "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[[upstream]]\nname = \"ses\"\n{}\n\
+         [[throttle]]\nname = \"account\"\nkey = \"none\"\nupstream = \"ses\"\n\
+         limit = \"account\"\ninterval_ms = 1000\n",
+        fake.upstream_toml("timeout_ms = 3600000")
+    );
+    let relay = Relay::start(&text, forwarder(&text, GOOD_KEY)).await;
+    let limit = || relay.throttle.effective_limit(0).unwrap();
+    until("the first read", async || limit() == 14).await;
+    fake.set_account(2.5, true);
+    tokio::time::sleep(REFRESH - Duration::from_secs(5)).await;
+    assert_eq!(limit(), 14, "read every 5 minutes, not sooner");
+    until("the next read", async || limit() == 2).await;
+    fake.set_day_quota(1.0);
+    assert_eq!(send(&relay, "acme", "last-of-the-day").await.0, 250);
+    let ctx = relay.live.current().unwrap();
+    let upstream = ctx.upstreams.get("ses").unwrap().clone();
+    assert!(!upstream.pause.is_paused());
+    tokio::time::sleep(REFRESH).await;
+    until("the spent day pauses", async || upstream.pause.is_paused()).await;
+    let requests = fake.requests();
+    let (code, reply) = send(&relay, "acme", "over").await;
+    assert_eq!(code, 451, "{reply}");
+    assert!(reply.starts_with("4.7.1"), "{reply}");
+    assert_eq!(fake.requests(), requests, "SES was not asked");
 }

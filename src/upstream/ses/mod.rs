@@ -30,7 +30,9 @@ use aws_sdk_sesv2::Client;
 use tokio::sync::{OnceCell, Semaphore};
 
 use super::reply::rejected;
-use super::{Accepted, Admission, CheckFuture, ForwardFuture, Forwarder, UpstreamError};
+use super::{
+    Accepted, Admission, CheckFuture, ForwardFuture, Forwarder, QuotaFuture, UpstreamError,
+};
 use crate::config::{SesUpstream, UpstreamConfig, UpstreamKind};
 use crate::message::Envelope;
 use answers::Answer;
@@ -218,6 +220,10 @@ impl Forwarder for SesForwarder {
         Box::pin(self.forward_as(envelope, pieces, tenant))
     }
 
+    fn send_quota(&self) -> QuotaFuture<'_> {
+        Box::pin(async { self.read_send_quota().await.map(Some) })
+    }
+
     /// `GetAccount`: signed, sends nothing; proves the credentials and the endpoint, and that
     /// SES lets the account send; its sending status is the check's detail either way.
     fn check(&self) -> CheckFuture<'_> {
@@ -271,7 +277,7 @@ impl SesForwarder {
     }
 
     /// The account's sending rate and 24-hour quota, from `GetAccount`.
-    pub async fn send_quota(&self) -> Result<SendQuota, String> {
+    async fn read_send_quota(&self) -> Result<SendQuota, String> {
         let account = self.account().await?;
         let quota = (account.send_quota()).ok_or("SES GetAccount: no SendQuota in the answer")?;
         Ok(SendQuota {
