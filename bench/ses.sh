@@ -5,7 +5,7 @@
 # messages/s with MESSAGES sent at once.
 # Usage: bench/ses.sh   (env: DELAY=20 POOLS="1 4 16" SEQUENTIAL=20 MESSAGES=200 PROFILE=release)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+source "$(dirname "$0")/common.sh"
 DELAY=${DELAY:-20}
 POOLS=${POOLS:-"1 4 16"}
 SEQUENTIAL=${SEQUENTIAL:-20}
@@ -14,5 +14,5 @@ PROFILE=${PROFILE:-release}
 flag=""; [ "$PROFILE" = release ] && flag="--release"
 cargo build -q $flag --example ses_latency
 for pool in $POOLS; do
-  AWS_EC2_METADATA_DISABLED=true "target/$PROFILE/examples/ses_latency" "$DELAY" "$pool" "$SEQUENTIAL" "$MESSAGES"
+  AWS_EC2_METADATA_DISABLED=true "$target/$PROFILE/examples/ses_latency" "$DELAY" "$pool" "$SEQUENTIAL" "$MESSAGES"
 done

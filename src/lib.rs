@@ -5,7 +5,7 @@
 //!
 //! | module | what it holds |
 //! |---|---|
-//! | `serve/` | wiring: the accept loop and graceful shutdown (`server`: [`run`]), SIGHUP (`reload`), the subcommands `check`, `peek`, `hash-password` (`commands`) |
+//! | `serve/` | wiring: the accept loop and graceful shutdown (`server`: [`run`]), SIGHUP (`reload`), layers at an SES account's own rate (`account`), the subcommands `check`, `peek`, `hash-password` (`commands`) |
 //! | `admin/` | the admin HTTP endpoint (`endpoint`): `/` (the status page, `status_page`), `/healthz`, `/readyz`, `/metrics`, `/buckets/{layer}/{key}` |
 //! | `fuzzing` | (feature `fuzzing`) a session over an in-memory stream, for `fuzz/` and tests |
 //! | `smtp/` | one client's session: the state machine, one file per verb, the final dot (`deliver`: the wait for tokens in `waiter`, the upstream leg in `forward`, one `verdict` answered and logged once), every reply text (`reply`) |

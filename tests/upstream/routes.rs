@@ -342,3 +342,35 @@ async fn a_reload_routes_the_next_message_anew_and_keeps_unchanged_pools() {
     );
     assert_eq!(three.a.connections(), 1);
 }
+
+/// The quota pause of an SMTP upstream hands its messages to the route's fallback as SES's
+/// account pause does: the one that met the quota reply and the next ones while it lasts.
+/// (Without a fallback it is `451 4.7.1`: `feedback`'s quota tests.)
+#[tokio::test]
+async fn a_quota_paused_smtp_upstream_hands_its_messages_to_the_fallback() {
+    let three = Three::start().await;
+    let relay = upstream_relay(&config(
+        "",
+        &upstreams(&[
+            ("a", &three.a.url(), ""),
+            ("b", &three.b.url(), "quota_pause_ms = 600000\n"),
+            ("c", &three.c.url(), ""),
+        ]),
+        TENANT_ROUTES,
+    ))
+    .await;
+    three.b.set_fault(Fault::reply(
+        Step::EndOfData,
+        454,
+        "Throttling failure: Daily message quota exceeded.",
+    ));
+    let (code, reply) = send_as(&relay, "globex", "met-the-quota", "").await;
+    assert_eq!(code, 250, "{reply}");
+    three.b.set_fault(Fault::None);
+    let (code, reply) = send_as(&relay, "globex", "while-paused", "").await;
+    assert_eq!(code, 250, "{reply}");
+    let c = three.c.wait_for(2).await;
+    let subjects: Vec<String> = c.iter().map(subject).collect();
+    assert_eq!(subjects, ["met-the-quota", "while-paused"]);
+    assert!(three.b.messages().is_empty(), "b took nothing");
+}
