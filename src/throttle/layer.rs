@@ -26,6 +26,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use super::adaptive::Learned;
+use super::blame::Blame;
 use super::bucket::{Bucket, State};
 use super::clock::{nanos, Clock, Nanos};
 use super::error::ThrottleError;
@@ -53,6 +54,8 @@ struct LayerState {
     learned: Learned,
     /// The limit the table's bucket runs at now.
     limit: u64,
+    /// Whose messages were granted and throttled lately (an adaptive layer's; see `blame`).
+    blame: Blame,
 }
 
 impl LayerState {
@@ -150,6 +153,7 @@ impl Layer {
             next_id: 0,
             learned: Learned::default(),
             limit: spec.limit,
+            blame: Blame::default(),
         };
         Layer {
             spec,

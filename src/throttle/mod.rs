@@ -9,6 +9,7 @@
 //! - [`clock`]: monotonic integer time, injected (`TokioClock`, `FakeClock`).
 //! - [`bucket`]: the pure math of the three refill modes (drip, fixed window, lifetime).
 //! - [`adaptive`]: the pure math of an adaptive layer's effective limit (AIMD).
+//! - `blame`: whether a throttle reply is one tenant's alone (then the layer does not cut).
 //! - `spec`, `error`, `peek`, `charge`: the small types every part below shares (a layer's
 //!   numbers, the refusals, a bucket's allowance, what a message is charged), apart so that
 //!   none of those parts has to import another for them.
@@ -36,6 +37,7 @@
 //! `ratelimit.give_back_failed` (warn: tokens a shared store could not take back; `error`).
 
 pub mod adaptive;
+mod blame;
 pub mod bucket;
 mod charge;
 pub mod clock;
@@ -59,4 +61,4 @@ pub use peek::Peek;
 pub use setup::{from_config, redis_options, spec};
 pub use shared_layers::SharedLayers;
 pub use spec::LayerSpec;
-pub use throttle::{Again, Permit, Throttle};
+pub use throttle::{Again, Permit, Teaches, Throttle};

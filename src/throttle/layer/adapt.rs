@@ -38,6 +38,26 @@ impl Layer {
         }
     }
 
+    /// Tokens granted to a message of `tenant` (an adaptive layer notes it, see `blame`).
+    pub(crate) fn granted_to(&self, tenant: &str) {
+        if self.spec.adaptive.is_none() || tenant.is_empty() {
+            return;
+        }
+        let now = self.clock.now();
+        self.lock().blame.granted(tenant, now);
+    }
+
+    /// A throttle reply to a message of `tenant` that this adaptive layer charged: whether it
+    /// is that tenant's alone (see `blame`), so the layer does not learn from it.
+    pub(crate) fn blames(&self, tenant: &str) -> bool {
+        if self.spec.adaptive.is_none() {
+            return false;
+        }
+        let now = self.clock.now();
+        let interval = crate::throttle::clock::nanos(self.spec.interval);
+        self.lock().blame.replied(tenant, now, interval)
+    }
+
     /// Upstream refused a message this layer charged (`cost`) with a throttle reply: an
     /// adaptive layer cuts its limit (logged `ratelimit.adapted`). Returns the effective limit
     /// after it.
