@@ -138,6 +138,12 @@ impl Permit {
                 false => shared_cut = true,
             }
         }
+        // A reply that teaches none of the layers charged (an `mx://` reply with no
+        // `rcpt-domain` layer to learn it) slows the message as a tenant's own does.
+        let charged = || self.taken.iter().chain(self.shared_charges());
+        if cut && blamed.is_none() && !charged().any(|c| taught(&c)) {
+            blamed = charged().find(|c| layers[c.layer].spec().adaptive.is_some());
+        }
         let strikes = self.strikes + u32::from(blamed.is_some());
         let slow = blamed.map(|c| {
             let interval = nanos(layers[c.layer].spec().interval);
