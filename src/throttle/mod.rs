@@ -28,7 +28,7 @@
 //!
 //! Logs (tracing target `ratelimit`; the message is the event name, fields carry `layer`, `key`,
 //! `cost` and times in milliseconds, rounded up): `ratelimit.limited` (info: `retry_after_ms`,
-//! `reason` = reject | max_wait | max_queue | max_keys), `ratelimit.waiting` (debug:
+//! `reason` = reject | max_wait | max_queue | max_keys | tenant_throttled), `ratelimit.waiting` (debug:
 //! `estimate_ms`, `position`), `ratelimit.waited` (debug: `waited_ms`), `ratelimit.evicted`
 //! (warn: a bucket dropped before it was full; `remaining`, `max_keys`),
 //! `ratelimit.adapted` (info: an adaptive layer's limit changed; `old_limit`, `new_limit`),

@@ -124,16 +124,19 @@ impl Permit {
         };
         // Once its tenant's alone, a message's later replies are too: it does not teach.
         let sticky = self.strikes > 0;
+        // A bucket that is the tenant's own (its key is the tenant) learns its replies.
+        let blames =
+            |c: &Charge| c.key != c.tenant && (layers[c.layer].blames(&c.tenant) || sticky);
         let mut blamed: Option<&Charge> = None;
         for c in self.taken.iter().filter(taught) {
-            match layers[c.layer].blames(&c.tenant) || sticky {
+            match blames(c) {
                 true => _ = blamed.get_or_insert(c),
                 false => _ = layers[c.layer].throttled(c.cost),
             }
         }
         let mut shared_cut = false;
         for c in self.shared_charges().iter().filter(taught) {
-            match layers[c.layer].blames(&c.tenant) || sticky {
+            match blames(c) {
                 true => _ = blamed.get_or_insert(c),
                 false => shared_cut = true,
             }
