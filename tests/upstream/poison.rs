@@ -135,3 +135,41 @@ async fn one_tenants_throttle_replies_slow_that_tenant_and_not_the_shared_layer(
     );
     assert_eq!(relay.throttle.effective_limit(1), Some(50));
 }
+
+/// In a layer with a bucket per tenant, what a tenant's throttle replies teach is that
+/// tenant's limit: mallory's replies cut hers, and bob's stays as configured.
+#[tokio::test(start_paused = true)]
+async fn a_per_tenant_adaptive_layer_learns_per_key() {
+    let upstream = Arc::new(Marked::default());
+    let config = config_text(
+        "file://unused",
+        "trusted_networks = [\"127.0.0.0/8\"]",
+        "[[throttle]]\nname = \"tenant\"\nkey = \"header:X-Tenant\"\ncost = \"message\"\n\
+         limit = 20\ninterval_ms = 1000\nmax_wait_ms = 5000\nadaptive = true\n",
+    );
+    let relay = Relay::start(&config, upstream.clone()).await;
+    let bob: Vec<_> = (0..40)
+        .map(|n| send(&relay, "bob", n, Duration::from_millis(100 * n as u64)))
+        .collect();
+    let mallory: Vec<_> = (0..3)
+        .map(|n| {
+            send(
+                &relay,
+                "mallory",
+                n,
+                Duration::from_millis(500 + 100 * n as u64),
+            )
+        })
+        .collect();
+    for t in bob {
+        assert_eq!(t.await.unwrap().0, 250);
+    }
+    for t in mallory {
+        let (code, text) = t.await.unwrap();
+        assert_eq!(code, 451, "{text}");
+    }
+    let limit = |key| relay.throttle.peek("tenant", key).unwrap().effective_limit;
+    assert_eq!(limit("bob"), Some(20), "bob's limit is his own");
+    let mallory = limit("mallory").unwrap();
+    assert!(mallory < 20, "mallory's replies cut her limit: {mallory}");
+}

@@ -1,40 +1,49 @@
-//! An adaptive layer's effective limit in process: what upstream's throttle replies taught it
-//! (the pure math is `adaptive`), applied to the layer's buckets.
+//! An adaptive layer's effective limit in process, per key: what upstream's throttle replies
+//! taught each bucket (the pure math is `adaptive`), applied to it.
 //!
-//! Why the buckets are converted rather than read with a second limit: the bucket math stays
-//! one pure function of (parameters, state, now); when the effective limit changes, every
-//! bucket of the layer is re-expressed at the new limit holding the tokens it held, and the
-//! queues' projections are refolded.
+//! Why the bucket is converted rather than read with a second limit: the bucket math stays
+//! one pure function of (parameters, state, now); when a key's effective limit changes, its
+//! bucket is re-expressed at the new limit holding the tokens it held, and its queue's
+//! projection is refolded. What a key learned lives in its slot of the table, so it is
+//! forgotten with the bucket (idle and full for `idle_ttl`, or evicted past `max_keys`).
 
 use super::{ceil_ms, Layer, LayerState};
 use crate::throttle::clock::Nanos;
 
 impl Layer {
-    /// Brings the table's bucket to the effective limit at `now` (no-op for a fixed limit).
-    pub(super) fn refresh(&self, st: &mut LayerState, now: Nanos) {
-        let Some(aimd) = self.spec.aimd() else { return };
-        let limit = aimd.effective(st.learned, now);
-        if limit == st.limit {
+    /// The limit `slot`'s key runs at, at `now`.
+    pub(super) fn limit_of(&self, st: &LayerState, slot: u32, now: Nanos) -> u64 {
+        match self.spec.aimd() {
+            Some(aimd) => aimd.effective(st.table.learned(slot), now),
+            None => self.spec.limit,
+        }
+    }
+
+    /// Brings `slot`'s bucket to its effective limit at `now` (no-op for a fixed limit).
+    pub(super) fn refresh(&self, st: &mut LayerState, slot: u32, now: Nanos) {
+        if self.spec.aimd().is_none() {
             return;
         }
+        let limit = self.limit_of(st, slot, now);
         let to = self.spec.bucket_at(limit);
-        st.table
-            .set_bucket(to, now, |from, s| to.converted(from, s, now));
-        for id in st.table.ids() {
-            if st.table.extra(id).len() > 0 {
-                st.table.modify(id, now, |_, q| {
-                    q.invalidate();
-                    q.wake_head();
-                });
-            }
+        if to == *st.table.bucket_of(slot) {
+            return;
         }
-        st.limit = limit;
+        st.table
+            .set_bucket_of(slot, to, now, |from, s| to.converted(from, s, now));
+        if st.table.extra(slot).len() > 0 {
+            st.table.modify(slot, now, |_, q| {
+                q.invalidate();
+                q.wake_head();
+            });
+        }
     }
 
     /// Tokens granted: counted by an adaptive layer, to measure what upstream accepts.
-    pub(super) fn count_granted(&self, st: &mut LayerState, now: Nanos, cost: u64) {
+    pub(super) fn count_granted(&self, st: &mut LayerState, slot: u32, now: Nanos, cost: u64) {
         if let Some(aimd) = self.spec.aimd() {
-            st.learned = aimd.granted(st.learned, now, cost);
+            let learned = aimd.granted(st.table.learned(slot), now, cost);
+            st.table.set_learned(slot, learned);
         }
     }
 
@@ -58,28 +67,30 @@ impl Layer {
         self.lock().blame.replied(tenant, now, interval)
     }
 
-    /// Upstream refused a message this layer charged (`cost`) with a throttle reply: an
-    /// adaptive layer cuts its limit (logged `ratelimit.adapted`). Returns the effective limit
-    /// after it.
-    pub(crate) fn throttled(&self, cost: u64) -> Option<u64> {
+    /// Upstream refused a message this layer charged (`cost` of `key`'s bucket) with a
+    /// throttle reply: an adaptive layer cuts that key's limit (logged `ratelimit.adapted`).
+    /// Returns the key's effective limit after it (`None`: not adaptive, or the key is gone).
+    pub(crate) fn throttled(&self, key: &str, cost: u64) -> Option<u64> {
         let aimd = self.spec.aimd()?;
         let mut guard = self.lock();
         let st = &mut *guard;
+        let slot = st.table.find(key)?;
         let now = self.clock.now();
-        let (learned, cut) = aimd.throttled(st.learned, now, cost);
-        st.learned = learned;
-        self.refresh(st, now);
+        let (learned, cut) = aimd.throttled(st.table.learned(slot), now, cost);
+        st.table.set_learned(slot, learned);
+        self.refresh(st, slot, now);
         if let Some((old, new)) = cut {
-            self.adapted(old, new);
+            self.adapted(key, old, new);
         }
-        Some(st.limit)
+        Some(self.limit_of(st, slot, now))
     }
 
     /// The `ratelimit.adapted` event.
-    pub(crate) fn adapted(&self, old: u64, new: u64) {
+    pub(crate) fn adapted(&self, key: &str, old: u64, new: u64) {
         tracing::info!(
             target: "ratelimit",
             layer = %self.spec.name,
+            key,
             old_limit = old,
             new_limit = new,
             interval_ms = ceil_ms(crate::throttle::clock::nanos(self.spec.interval)),
@@ -87,11 +98,14 @@ impl Layer {
         );
     }
 
-    /// The limit in force now: an adaptive layer's learned one, else the configured one.
+    /// The limit in force now: an adaptive layer's lowest learned one over its keys (one key
+    /// for `key = "none"`), else the configured one.
     pub(crate) fn effective_limit(&self) -> u64 {
-        let mut guard = self.lock();
+        let guard = self.lock();
         let now = self.clock.now();
-        self.refresh(&mut guard, now);
-        guard.limit
+        (guard.table.ids().into_iter())
+            .map(|id| self.limit_of(&guard, id, now))
+            .min()
+            .unwrap_or(self.spec.limit)
     }
 }

@@ -131,7 +131,7 @@ impl Permit {
         for c in self.taken.iter().filter(taught) {
             match blames(c) {
                 true => _ = blamed.get_or_insert(c),
-                false => _ = layers[c.layer].throttled(c.cost),
+                false => _ = layers[c.layer].throttled(&c.key, c.cost),
             }
         }
         let mut shared_cut = false;
