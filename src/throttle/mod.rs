@@ -31,7 +31,7 @@
 //! `reason` = reject | max_wait | max_queue | max_keys | tenant_throttled), `ratelimit.waiting` (debug:
 //! `estimate_ms`, `position`), `ratelimit.waited` (debug: `waited_ms`), `ratelimit.evicted`
 //! (warn: a bucket dropped before it was full; `remaining`, `max_keys`),
-//! `ratelimit.adapted` (info: an adaptive layer's limit changed; `old_limit`, `new_limit`),
+//! `ratelimit.adapted` (info: an adaptive layer's limit changed; `key`, `old_limit`, `new_limit`),
 //! `ratelimit.store_unavailable` (warn, once when a shared store stops answering: `error`,
 //! `on_error`), `ratelimit.store_back` (info, when it answers again) and
 //! `ratelimit.give_back_failed` (warn: tokens a shared store could not take back; `error`).
