@@ -20,6 +20,7 @@ fn charge(tenant: &str) -> Vec<Charge> {
         key: String::new(),
         cost: 1,
         fair: tenant.to_string(),
+        tenant: tenant.to_string(),
     }]
 }
 

@@ -11,6 +11,9 @@
 //!                                             (`fast`: no stalls among the faults)
 //! reliability soak <seconds>                  mixed traffic with injected faults; resident
 //!                                             memory sampled every 10 s
+//! reliability campaign <seconds>              the fault campaign (`support::campaign`):
+//!                                             three relays in this process, Sentinel-managed
+//!                                             Redis, seven faults in turn; its table
 //! ```
 
 #[path = "../tests/support/mod.rs"]
@@ -47,6 +50,7 @@ async fn main() {
             faults(Duration::from_secs(num(1, 20)), num(2, 20) as usize, stalls).await
         }
         Some("soak") => soak(Duration::from_secs(num(1, 600))).await,
+        Some("campaign") => campaign(num(1, 600)).await,
         _ => {
             eprintln!("usage: reliability scale|faults|soak ... (see the source's doc)");
             std::process::exit(2);
@@ -161,6 +165,32 @@ async fn faults(duration: Duration, one_in: usize, stalls: bool) {
         "answers/s with faults / without: {:.2}",
         rates[1] / rates[0]
     );
+}
+
+/// The long form of the fault campaign; exits 1 on any broken invariant.
+async fn campaign(seconds: u64) {
+    let plan = support::campaign::Plan::long(seconds);
+    println!(
+        "{} relays, {} clients, {} tenants; shared layer {}/s burst {}, per tenant 4/s burst 4; \
+         each fault held {:?}, then {:?} of recovery",
+        plan.relays,
+        plan.clients,
+        plan.tenants,
+        plan.shared.limit,
+        plan.shared.burst,
+        plan.hold,
+        plan.recovery
+    );
+    let Some(report) = support::campaign::run(plan).await else {
+        eprintln!("campaign: redis-server is not installed");
+        std::process::exit(2);
+    };
+    print!("{}", report.table());
+    if !report.violations.is_empty() {
+        println!("BROKEN INVARIANTS:\n{}", report.violations.join("\n"));
+        std::process::exit(1);
+    }
+    println!("every invariant holds");
 }
 
 async fn soak(duration: Duration) {

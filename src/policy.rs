@@ -101,6 +101,7 @@ pub fn plan(rules: Rules<'_>, facts: &MessageFacts<'_>) -> Plan {
     let route = route::choose(rules.routes, rules.first_upstream, facts, &fields);
     let upstream = route.as_ref().map(|r| r.upstream.as_str());
     let fallback = route.as_ref().and_then(|r| r.fallback.as_deref());
+    let tenant = tenant_of(rules.layers, facts, &fields);
     let charges = |scope: Option<&str>, unscoped: bool| -> Vec<Charge> {
         (rules.layers.iter().enumerate())
             .filter(|(_, l)| match &l.upstream {
@@ -108,7 +109,7 @@ pub fn plan(rules: Rules<'_>, facts: &MessageFacts<'_>) -> Plan {
                 Some(u) => scope == Some(u.as_str()),
             })
             .filter(|(_, layer)| applies(layer, facts.message, &fields))
-            .flat_map(|(index, layer)| layer_charges(index, layer, facts, &fields))
+            .flat_map(|(index, layer)| layer_charges((index, layer), &tenant, facts, &fields))
             .collect()
     };
     let mut key_headers = key_headers(rules, facts.message, &fields);
@@ -128,9 +129,20 @@ pub fn plan(rules: Rules<'_>, facts: &MessageFacts<'_>) -> Plan {
 
 /// What one layer charges a message: one charge, or for a layer keyed by recipient domain one
 /// per domain, each domain's recipients to its own bucket.
+/// Whose message it is, for an adaptive layer that must tell one tenant's throttle replies
+/// from the shared rate's (see `Charge::tenant`): its key in the first applying layer keyed
+/// by anything but `none` or `rcpt-domain` (a domain is not a tenant); empty when none.
+fn tenant_of(layers: &[LayerPolicy], facts: &MessageFacts<'_>, fields: &[Field]) -> String {
+    (layers.iter())
+        .filter(|l| !matches!(l.key, KeySource::None | KeySource::RcptDomain))
+        .find(|l| applies(l, facts.message, fields))
+        .map(|l| key_of(&l.key, &l.default_key, facts, fields))
+        .unwrap_or_default()
+}
+
 fn layer_charges(
-    index: usize,
-    layer: &LayerPolicy,
+    (index, layer): (usize, &LayerPolicy),
+    tenant: &str,
     facts: &MessageFacts<'_>,
     fields: &[Field],
 ) -> Vec<Charge> {
@@ -145,6 +157,10 @@ fn layer_charges(
             Cost::Message => 1,
         },
         fair: fair.clone(),
+        tenant: match fair.is_empty() {
+            true => tenant.to_string(),
+            false => fair.clone(),
+        },
     };
     if layer.key != KeySource::RcptDomain || facts.rcpts.len() < 2 {
         let key = key_of(&layer.key, &layer.default_key, facts, fields);

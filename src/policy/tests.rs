@@ -64,8 +64,28 @@ fn header_key_is_unfolded_and_case_insensitive() {
             key: "acme".into(),
             cost: 2,
             fair: String::new(),
+            tenant: "acme".into(),
         }]
     );
+}
+
+/// Every charge of a message names its tenant: the key of its first layer keyed by neither
+/// `none` nor `rcpt-domain`, whatever the order of the layers.
+#[test]
+fn a_message_s_tenant_is_its_first_tenant_keyed_layers_key() {
+    let rcpts = vec!["a@B.example".to_string(), "c@d".to_string()];
+    let layers = [
+        layer("none", Cost::Message, None),
+        layer("rcpt-domain", Cost::Recipients, None),
+        layer("header:x-tenant", Cost::Recipients, None),
+        layer("sender", Cost::Message, None),
+    ];
+    let c = charges(&layers, &facts(MSG, &rcpts, None));
+    assert_eq!(c.len(), 5, "{c:?}");
+    assert!(c.iter().all(|c| c.tenant == "acme"), "{c:?}");
+    let account_only = [layer("none", Cost::Message, None)];
+    let c = charges(&account_only, &facts(MSG, &rcpts, None));
+    assert_eq!(c[0].tenant, "", "no tenant to tell apart");
 }
 
 #[test]

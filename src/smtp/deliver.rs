@@ -19,7 +19,7 @@ use super::waiter::{Tokens, Waiter};
 use crate::message::{Envelope, Outcome};
 use crate::policy::{self, Charge, MessageFacts, Plan};
 use crate::state::context::Context;
-use crate::upstream::Admission;
+use crate::upstream::{Admission, UpstreamError};
 
 impl Session {
     pub async fn deliver(&mut self, envelope: Envelope, body: Vec<u8>) -> Flow {
@@ -186,7 +186,9 @@ async fn final_dot(waiter: &mut Waiter<'_>, message: &Message<'_>, record: Recor
     }
     for permit in permits {
         match &result {
-            Ok(_) => permit.delivered(),
+            // Sent whole, no answer: upstream may hold it, so its tokens stay spent (given
+            // back, they would let the client's retry, or the next message, past the limit).
+            Ok(_) | Err(UpstreamError::Uncertain(_)) => permit.delivered(),
             Err(_) => permit.upstream_failed(),
         }
     }

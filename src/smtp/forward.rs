@@ -10,9 +10,10 @@ use tokio::time::Instant;
 
 use super::verdict::{Held, Record};
 use super::waiter::{Tokens, Waiter};
+use crate::config::UpstreamKind;
 use crate::message::Envelope;
 use crate::policy::Plan;
-use crate::throttle::{Permit, ThrottleError};
+use crate::throttle::{Permit, Teaches, ThrottleError};
 use crate::upstream::{Accepted, Feedback, Upstream, UpstreamError};
 
 /// Upstream's verdict, and the permits whose tokens it settles.
@@ -201,7 +202,12 @@ async fn absorbing(
             Some(held) if held.adaptive() => held,
             _ => return Ok(Leg::Answered(result, permit)),
         };
-        let again = Tokens::Again(held.throttled(feedback == Feedback::Rate));
+        // An `mx://` reply is about one domain's servers: only its domain's buckets learn.
+        let teaches = match upstream.config.kind {
+            UpstreamKind::Mx(_) => Teaches::RcptDomain,
+            _ => Teaches::Every,
+        };
+        let again = Tokens::Again(held.throttled(feedback == Feedback::Rate, teaches));
         permit = match waiter.take(again, upstream, record).await {
             Ok(Some(permit)) => Some(permit),
             Ok(None) => unreachable!("a message sent again is charged"),

@@ -38,6 +38,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
+use crate::throttle::adaptive::Learned;
 use crate::throttle::bucket::{Bucket, State};
 use crate::throttle::clock::Nanos;
 
@@ -76,6 +77,10 @@ struct Slot<W> {
     prev: u32,
     next: u32,
     extra: W,
+    /// What an adaptive layer learned for this key, and the bucket it runs at (`None`: nothing
+    /// learned yet, the table's bucket).
+    learned: Option<Box<Learned>>,
+    bucket: Option<Box<Bucket>>,
 }
 
 /// The bucket table of one layer; see the module doc.
@@ -120,12 +125,40 @@ impl<W: Pin> KeyTable<W> {
         }
     }
 
+    /// The configured bucket: that of every key that learned nothing.
     pub fn bucket(&self) -> &Bucket {
         &self.bucket
     }
 
-    /// New bucket parameters (an adaptive layer's limit changed), every state converted by
-    /// `convert(old parameters, state)` so each bucket keeps the tokens it holds.
+    /// The bucket `id` runs at (an adaptive layer's learned one, else the configured one).
+    pub fn bucket_of(&self, id: u32) -> &Bucket {
+        self.slots[id as usize]
+            .bucket
+            .as_deref()
+            .unwrap_or(&self.bucket)
+    }
+
+    /// What an adaptive layer learned for `id`'s key.
+    pub fn learned(&self, id: u32) -> Learned {
+        self.slots[id as usize]
+            .learned
+            .as_deref()
+            .copied()
+            .unwrap_or_default()
+    }
+
+    pub fn set_learned(&mut self, id: u32, learned: Learned) {
+        let slot = &mut self.slots[id as usize];
+        match &mut slot.learned {
+            Some(l) => **l = learned,
+            None if learned == Learned::default() => {}
+            None => slot.learned = Some(Box::new(learned)),
+        }
+    }
+
+    /// New configured bucket parameters (a fixed layer's limit set at run time): every key
+    /// that learned nothing of its own runs at them, its state converted by
+    /// `convert(old parameters, state)` so it keeps the tokens it holds.
     pub fn set_bucket(
         &mut self,
         bucket: Bucket,
@@ -134,8 +167,25 @@ impl<W: Pin> KeyTable<W> {
     ) {
         let old = std::mem::replace(&mut self.bucket, bucket);
         for id in self.ids() {
-            self.modify(id, now, |s, _| *s = convert(&old, *s));
+            if self.slots[id as usize].bucket.is_none() {
+                self.modify(id, now, |s, _| *s = convert(&old, *s));
+            }
         }
+    }
+
+    /// New bucket parameters for `id` (its learned limit changed), its state converted by
+    /// `convert(old parameters, state)` so it keeps the tokens it holds.
+    pub fn set_bucket_of(
+        &mut self,
+        id: u32,
+        bucket: Bucket,
+        now: Nanos,
+        convert: impl FnOnce(&Bucket, State) -> State,
+    ) {
+        let old = *self.bucket_of(id);
+        let own = (bucket != self.bucket).then(|| Box::new(bucket));
+        self.slots[id as usize].bucket = own;
+        self.modify(id, now, |s, _| *s = convert(&old, *s));
     }
 
     /// Keys held.
@@ -197,6 +247,8 @@ impl<W: Pin> KeyTable<W> {
             prev: NIL,
             next: NIL,
             extra: W::default(),
+            learned: None,
+            bucket: None,
         };
         let id = match self.free.pop() {
             Some(id) => {
@@ -223,7 +275,8 @@ impl<W: Pin> KeyTable<W> {
         let (was_pinned, old_seq, idx) = (slot.extra.pinned(), slot.seq, slot.idx);
         let out = f(&mut slot.state, &mut slot.extra);
         slot.seq = seq;
-        let (pinned, full_at) = (slot.extra.pinned(), self.bucket.full_at(slot.state));
+        let bucket = slot.bucket.as_deref().unwrap_or(&self.bucket);
+        let (pinned, full_at) = (slot.extra.pinned(), bucket.full_at(slot.state));
         match (was_pinned, pinned) {
             (true, true) => {}
             (true, false) => {
@@ -284,7 +337,7 @@ impl<W: Pin> KeyTable<W> {
         match self.filling.first() {
             Some(&(idx, id)) if idx <= now => {
                 self.filling.pop_first();
-                let full_at = self.bucket.full_at(self.slots[id as usize].state);
+                let full_at = self.bucket_of(id).full_at(self.slots[id as usize].state);
                 self.index(id, full_at, now);
                 true
             }
@@ -323,7 +376,7 @@ impl<W: Pin> KeyTable<W> {
             target: "ratelimit",
             layer = %self.name,
             key = slot.key.as_deref().unwrap_or(""),
-            remaining = self.bucket.remaining(slot.state, now),
+            remaining = self.bucket_of(id).remaining(slot.state, now),
             max_keys = self.max_keys,
             "ratelimit.evicted"
         );
@@ -341,6 +394,7 @@ impl<W: Pin> KeyTable<W> {
             self.map.remove(&key);
         }
         slot.extra = W::default();
+        (slot.learned, slot.bucket) = (None, None);
         self.free.push(id);
     }
 

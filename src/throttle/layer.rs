@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::adaptive::Learned;
+use super::blame::Blame;
 use super::bucket::{Bucket, State};
 use super::clock::{nanos, Clock, Nanos};
 use super::error::ThrottleError;
@@ -49,10 +49,10 @@ struct LayerState {
     drain_end: Option<Nanos>,
     waiting: usize,
     next_id: u64,
-    /// What an adaptive layer learned from upstream (see `adapt`).
-    learned: Learned,
-    /// The limit the table's bucket runs at now.
-    limit: u64,
+    /// Whose messages were granted and throttled lately (an adaptive layer's; see `blame`).
+    blame: Blame,
+    /// A fixed layer's limit: the configured one, or the one set at run time (`set_limit`).
+    fixed_limit: u64,
 }
 
 impl LayerState {
@@ -148,8 +148,8 @@ impl Layer {
             drain_end: None,
             waiting: 0,
             next_id: 0,
-            learned: Learned::default(),
-            limit: spec.limit,
+            blame: Blame::default(),
+            fixed_limit: spec.limit,
         };
         Layer {
             spec,
@@ -270,8 +270,8 @@ impl Layer {
         if self.shared {
             return self.gate_admits(st, slot, key, cost);
         }
-        self.refresh(st, now);
-        let b = *st.table.bucket();
+        self.refresh(st, slot, now);
+        let b = *st.table.bucket_of(slot);
         let placed = self.spec.fair_of(fair, cost);
         let ((tail, from), _) = project_place(&b, &mut st.table, slot, now, placed);
         let (at, _) = b.reserve(tail, from, cost).expect("cost checked");
@@ -312,8 +312,8 @@ impl Layer {
             return; // dropped meanwhile: it reads as full
         };
         let now = self.clock.now();
-        self.refresh(st, now);
-        let b = *st.table.bucket();
+        self.refresh(st, slot, now);
+        let b = *st.table.bucket_of(slot);
         st.table.modify(slot, now, |s, q| {
             *s = b.give_back(*s, now, cost);
             q.invalidate();
@@ -322,17 +322,26 @@ impl Layer {
     }
 
     pub(crate) fn peek(&self, key: &str) -> Peek {
-        let mut st = self.lock();
+        let mut guard = self.lock();
+        let st = &mut *guard;
         let now = self.clock.now();
-        self.refresh(&mut st, now);
-        let (state, waiting) = match st.table.find(key) {
-            Some(id) => (st.table.state(id), st.table.extra(id).len()),
-            None => (State::default(), 0),
+        let slot = st.table.find(key);
+        if let Some(id) = slot {
+            self.refresh(st, id, now);
+        }
+        let (state, waiting, bucket) = match slot {
+            Some(id) => (
+                st.table.state(id),
+                st.table.extra(id).len(),
+                st.table.bucket_of(id),
+            ),
+            None => (State::default(), 0, st.table.bucket()),
         };
+        let limit = slot.map_or(st.fixed_limit, |id| self.limit_of(st, id, now));
         Peek {
             waiting,
-            effective_limit: self.spec.adaptive.map(|_| st.limit),
-            ..peek_of(st.table.bucket(), state, now, &*self.clock)
+            effective_limit: self.spec.adaptive.map(|_| limit),
+            ..peek_of(bucket, state, now, &*self.clock)
         }
     }
 

@@ -9,6 +9,7 @@
 //! - [`clock`]: monotonic integer time, injected (`TokioClock`, `FakeClock`).
 //! - [`bucket`]: the pure math of the three refill modes (drip, fixed window, lifetime).
 //! - [`adaptive`]: the pure math of an adaptive layer's effective limit (AIMD).
+//! - `blame`: whether a throttle reply is one tenant's alone (then the layer does not cut).
 //! - `spec`, `error`, `peek`, `charge`: the small types every part below shares (a layer's
 //!   numbers, the refusals, a bucket's allowance, what a message is charged), apart so that
 //!   none of those parts has to import another for them.
@@ -27,15 +28,16 @@
 //!
 //! Logs (tracing target `ratelimit`; the message is the event name, fields carry `layer`, `key`,
 //! `cost` and times in milliseconds, rounded up): `ratelimit.limited` (info: `retry_after_ms`,
-//! `reason` = reject | max_wait | max_queue | max_keys), `ratelimit.waiting` (debug:
+//! `reason` = reject | max_wait | max_queue | max_keys | tenant_throttled), `ratelimit.waiting` (debug:
 //! `estimate_ms`, `position`), `ratelimit.waited` (debug: `waited_ms`), `ratelimit.evicted`
 //! (warn: a bucket dropped before it was full; `remaining`, `max_keys`),
-//! `ratelimit.adapted` (info: an adaptive layer's limit changed; `old_limit`, `new_limit`),
+//! `ratelimit.adapted` (info: an adaptive layer's limit changed; `key`, `old_limit`, `new_limit`),
 //! `ratelimit.store_unavailable` (warn, once when a shared store stops answering: `error`,
 //! `on_error`), `ratelimit.store_back` (info, when it answers again) and
 //! `ratelimit.give_back_failed` (warn: tokens a shared store could not take back; `error`).
 
 pub mod adaptive;
+mod blame;
 pub mod bucket;
 mod charge;
 pub mod clock;
@@ -59,4 +61,4 @@ pub use peek::Peek;
 pub use setup::{from_config, redis_options, spec};
 pub use shared_layers::SharedLayers;
 pub use spec::LayerSpec;
-pub use throttle::{Again, Permit, Throttle};
+pub use throttle::{Again, Permit, Teaches, Throttle};

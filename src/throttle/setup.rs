@@ -60,6 +60,7 @@ pub fn spec(layer: &ThrottleConfig) -> LayerSpec {
         weights: (layer.weights.iter())
             .map(|(k, w)| (k.clone(), w.get()))
             .collect(),
+        rcpt_domain: layer.key == crate::config::KeySource::RcptDomain,
     }
 }
 

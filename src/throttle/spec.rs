@@ -39,6 +39,9 @@ pub struct LayerSpec {
     pub fair: bool,
     /// A fair key's share of the turns (default 1).
     pub weights: BTreeMap<String, u64>,
+    /// The layer's key is the recipient domain: the only layers an `mx://` upstream's
+    /// throttle reply teaches (the reply is about that domain's servers).
+    pub rcpt_domain: bool,
 }
 
 impl LayerSpec {
@@ -71,6 +74,7 @@ impl LayerSpec {
             adapt: Adapt::default(),
             fair: false,
             weights: BTreeMap::new(),
+            rcpt_domain: false,
         }
     }
 

@@ -36,7 +36,7 @@ use super::layer::{Layer, Turn};
 use super::peek::Peek;
 use super::shared_layers::{Shared, SharedLayers};
 use super::spec::LayerSpec;
-pub use permit::{Again, Permit};
+pub use permit::{Again, Permit, Teaches};
 
 mod permit;
 use crate::config::Mode;
@@ -166,7 +166,34 @@ impl Throttle {
             again: true,
             cut: again.cut,
         };
-        self.take(again.charges, again.arrival, turn).await
+        if let Some((layer, key, until)) = &again.slow {
+            self.slowed(&again, (*layer, key), *until).await?;
+        }
+        let mut permit = self.take(again.charges, again.arrival, turn).await?;
+        permit.strikes = again.strikes;
+        Ok(permit)
+    }
+
+    /// The wait of a message whose throttle reply was its tenant's alone: until `until`, or
+    /// refused at once (`layer`, `key`) when that is past its budget.
+    async fn slowed(
+        &self,
+        again: &Again,
+        (layer, key): (usize, &str),
+        until: Nanos,
+    ) -> Result<(), ThrottleError> {
+        let now = self.inner.clock.now();
+        let cost = again
+            .charges
+            .iter()
+            .find(|c| c.layer == layer)
+            .map_or(0, |c| c.cost);
+        if until > self.deadline(&again.charges, again.arrival) {
+            let l = &self.inner.layers[layer];
+            return Err(l.limited(key, cost, until.saturating_sub(now), "tenant_throttled"));
+        }
+        tokio::time::sleep_until(self.inner.clock.deadline(until)).await;
+        Ok(())
     }
 
     async fn take(
@@ -197,6 +224,7 @@ impl Throttle {
             {
                 now = at;
             }
+            layer.granted_to(&c.tenant);
             held.taken.push(c);
         }
         // Shared layers last, in one store call (see `shared_layers`); a refusal there gives
@@ -205,6 +233,9 @@ impl Throttle {
         if let (false, Some(store)) = (shared.is_empty(), &inner.shared) {
             shared.sort_by_key(|c| c.layer);
             let (taken, at) = store.acquire(layers, shared, deadline, now, turn).await?;
+            for c in &taken.charges {
+                layers[c.layer].granted_to(&c.tenant);
+            }
             now = now.max(at);
             shared_taken = Some(taken);
         }
@@ -217,6 +248,7 @@ impl Throttle {
             waited,
             arrival,
             order: turn.order,
+            strikes: 0,
         })
     }
 

@@ -4,6 +4,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod redis_campaign;
 mod redis_faults;
 mod redis_feedback;
 mod redis_relay;

@@ -14,6 +14,8 @@
 //! - `redis`: a private `redis-server` (`RedisServer::start`) and a three-node cluster.
 //! - `throttle`: a throttle on tokio's paused clock, spawned acquires, recorded events.
 //! - `invariant`: the checker of "every `250` is upstream once, nothing else is".
+//! - `campaign`, `campaign_check`: the fault campaign across relays, Redis and upstream, and
+//!   its checker (retries of ambiguous attempts allowed, rate per 1 s window measured).
 //! - `traffic`: a tolerant client that logs what it saw, for the invariant.
 //! - `load`: thousands of connections to the binary, resident memory measured.
 //! - `auth`, `tls`, `http`: AUTH users with cheap hashes, test certificates and a TLS
@@ -24,6 +26,8 @@
 #![allow(dead_code)]
 
 pub mod auth;
+pub mod campaign;
+pub mod campaign_check;
 pub mod dns;
 pub mod hidden_rate;
 pub mod host;

@@ -110,6 +110,11 @@ impl RedisServer {
     /// A sentinel (the `redis-server` binary in sentinel mode) monitoring `primary` as
     /// `mymaster`, alone (quorum 1), calling a primary down after 1 s without an answer.
     pub fn sentinel_of(primary: &RedisServer) -> Option<RedisServer> {
+        RedisServer::sentinel_after(primary, 1000)
+    }
+
+    /// As [`RedisServer::sentinel_of`], calling the primary down after `down_after_ms`.
+    pub fn sentinel_after(primary: &RedisServer, down_after_ms: u64) -> Option<RedisServer> {
         if !have_redis() {
             return None;
         }
@@ -118,7 +123,7 @@ impl RedisServer {
         let conf = dir.join("sentinel.conf");
         let text = format!(
             "sentinel monitor mymaster 127.0.0.1 {} 1\n\
-             sentinel down-after-milliseconds mymaster 1000\n\
+             sentinel down-after-milliseconds mymaster {down_after_ms}\n\
              sentinel failover-timeout mymaster 10000\n",
             primary.port
         );
@@ -140,6 +145,14 @@ impl RedisServer {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// Sends `signal` (`libc::SIGSTOP`, `libc::SIGCONT`) to the running server.
+    pub fn signal(&self, signal: i32) {
+        let child = self.child.as_ref().expect("the server runs");
+        // SAFETY: kill(2) on our own child's pid.
+        let r = unsafe { libc::kill(child.id() as i32, signal) };
+        assert_eq!(r, 0, "kill({signal})");
     }
 
     /// `redis-cli` against this server; its standard output.

@@ -111,6 +111,11 @@ impl Relay {
         self.task.await.unwrap();
     }
 
+    /// Whether `run` is still running (it returns only after a shutdown, or on a fatal error).
+    pub fn is_running(&self) -> bool {
+        !self.task.is_finished()
+    }
+
     pub fn trigger_shutdown(&self) {
         self.trigger.trigger();
     }

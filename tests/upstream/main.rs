@@ -11,6 +11,7 @@ mod feedback;
 mod file;
 mod mx;
 mod pipelining;
+mod poison;
 mod relay_faults;
 mod routes;
 mod ses;

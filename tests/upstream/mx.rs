@@ -597,3 +597,37 @@ async fn an_mx_hosts_banner_is_never_relayed() {
     assert!(!text.contains("127.0.41"), "{text}");
     relay.stop().await;
 }
+
+/// One domain's MX answers `450 4.7.1 Rate limit exceeded`: a reply about that domain's
+/// servers. It teaches the `rcpt-domain` layer's bucket of that domain, never the account
+/// layer (`key = "none"`), whose limit stays while the message waits and ends `451 4.7.1`.
+#[tokio::test(start_paused = true)]
+async fn an_mx_domains_rate_limit_teaches_its_domain_bucket_not_the_account() {
+    let (dns, port, ups) = two_domains(42).await;
+    ups[1].set_fault(Fault::reply(
+        Step::EndOfData,
+        450,
+        "4.7.1 Rate limit exceeded",
+    ));
+    let layers = "[[throttle]]\nname = \"account\"\nkey = \"none\"\ncost = \"message\"\n\
+                  limit = 50\ninterval_ms = 1000\nmax_wait_ms = 4000\n\
+                  [[throttle]]\nname = \"domain\"\nkey = \"rcpt-domain\"\ncost = \"message\"\n\
+                  limit = 20\ninterval_ms = 1000\nmax_wait_ms = 4000\nadaptive = true\n";
+    let relay = mx_relay(&dns, port, layers).await;
+    let (code, text) = send(&relay, "s@sender.test", &["y@b.test"]).await;
+    assert_eq!(code, 451, "{text}");
+    assert!(
+        text.starts_with("4.7.1 Upstream rate limit reached"),
+        "{text}"
+    );
+    assert_eq!(
+        relay.throttle.effective_limit(0),
+        Some(50),
+        "the account kept its limit"
+    );
+    let domain = relay.throttle.peek("domain", "b.test").unwrap();
+    assert!(domain.effective_limit.unwrap() < 20, "{domain:?}");
+    let (code, text) = send(&relay, "s@sender.test", &["x@a.test"]).await;
+    assert_eq!(code, 250, "{text}");
+    relay.stop().await;
+}

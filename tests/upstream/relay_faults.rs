@@ -118,3 +118,37 @@ async fn byte_exact_ten_mib_message_through_smtp() {
     );
     relay.stop().await;
 }
+
+/// A message answered "may have been delivered" keeps its tokens: upstream may hold it (the
+/// test upstream does, once its stall ends), so giving them back would let the client's retry,
+/// or anyone's next message, past the limit. Here the layer holds one message a minute: the
+/// retry is refused `451 4.7.1`, and upstream holds the message once.
+#[tokio::test]
+async fn an_uncertain_message_keeps_its_tokens() {
+    let up = TestUpstream::start().await;
+    let layer = "[[throttle]]\nname = \"account\"\nkey = \"none\"\ncost = \"message\"\n\
+                 limit = 1\ninterval_ms = 60000\nburst = 1\nmode = \"reject\"\n";
+    let relay = smtp_relay(&up.url(), "", layer).await;
+    // The relay's timeout is 2 s (`config_text`): the final reply comes after 3.
+    up.set_fault(Fault::stall(Step::EndOfData, Duration::from_secs(3)));
+    let message = b"Subject: once\r\n\r\nx\r\n";
+    let mut c = relay.client().await;
+    let (code, text) = c
+        .send_mail("a@example.com", &["b@example.net"], message)
+        .await;
+    assert!(
+        code == 451 && text.contains("may have been delivered"),
+        "{code} {text}"
+    );
+    up.set_fault(Fault::None);
+    let mut c = relay.client().await;
+    let (code, text) = c
+        .send_mail("a@example.com", &["b@example.net"], message)
+        .await;
+    assert!(
+        code == 451 && text.starts_with("4.7.1"),
+        "the retry: {code} {text}"
+    );
+    assert_eq!(up.wait_for(1).await.len(), 1);
+    relay.stop().await;
+}

@@ -102,8 +102,8 @@ impl Layer {
         let st = &mut *guard;
         let slot = (st.table.find_or_insert(key, now))
             .map_err(|TableFull| self.limited(key, cost, self.hint(), "max_keys"))?;
-        self.refresh(st, now);
-        let b = *st.table.bucket();
+        self.refresh(st, slot, now);
+        let b = *st.table.bucket_of(slot);
         let queued = match turn.again {
             true => st.table.extra(slot).ahead_of(turn.order),
             false => st.table.extra(slot).len(),
@@ -115,7 +115,7 @@ impl Layer {
                 taken
             });
             if taken == Take::Granted {
-                self.count_granted(st, now, cost);
+                self.count_granted(st, slot, now, cost);
                 return Ok(None);
             }
         }
@@ -167,8 +167,12 @@ impl Layer {
         };
         let (cost, arrived) = (head.cost, head.arrived);
         let now = self.clock.now();
-        self.refresh(st, now);
-        let next = match st.table.bucket().take(st.table.state(slot), now, cost) {
+        self.refresh(st, slot, now);
+        let next = match st
+            .table
+            .bucket_of(slot)
+            .take(st.table.state(slot), now, cost)
+        {
             (Take::NotYet { wait }, _) => return Step::Sleep(now.saturating_add(wait)),
             (_, next) => next,
         };
@@ -180,7 +184,7 @@ impl Layer {
             q.wake_head();
         });
         st.waiting -= 1;
-        self.count_granted(st, now, cost);
+        self.count_granted(st, slot, now, cost);
         let waited_ms = ceil_ms(now - arrived);
         let layer = &self.spec.name;
         tracing::debug!(target: "ratelimit", layer = %layer, key, cost, waited_ms, "ratelimit.waited");

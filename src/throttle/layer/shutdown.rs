@@ -18,13 +18,13 @@ impl Layer {
             return;
         }
         let now = self.clock.now();
-        self.refresh(st, now);
-        let b = *st.table.bucket();
         let mut cut = 0;
         for id in st.table.ids() {
             if st.table.extra(id).len() == 0 {
                 continue;
             }
+            self.refresh(st, id, now);
+            let b = *st.table.bucket_of(id);
             let state = st.table.state(id);
             cut += st.table.modify(id, now, |_, q| {
                 let gone = q.cut_after(&b, (state, now), end);

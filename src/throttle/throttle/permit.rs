@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::Inner;
 use crate::throttle::charge::Charge;
-use crate::throttle::clock::Nanos;
+use crate::throttle::clock::{nanos, Nanos};
 use crate::throttle::shared_layers::SharedTaken;
 
 /// Tokens taken on every charged layer for one message.
@@ -19,6 +19,17 @@ pub struct Permit {
     /// The instant of the message's final dot, and its place in arrival order.
     pub(super) arrival: Nanos,
     pub(super) order: u64,
+    /// Throttle replies so far that were its tenant's alone (see `blame`).
+    pub(super) strikes: u32,
+}
+
+/// Which adaptive layers a throttle reply teaches: every one the message charged, or only
+/// those keyed by the recipient domain (an `mx://` upstream's reply is about one domain's
+/// servers, never about the account).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Teaches {
+    Every,
+    RcptDomain,
 }
 
 /// A message upstream throttled, to be sent again: what it is charged, when it arrived.
@@ -29,6 +40,10 @@ pub struct Again {
     pub(super) order: u64,
     /// The reply was about the rate: a shared adaptive layer cuts in the next take.
     pub(super) cut: bool,
+    pub(super) strikes: u32,
+    /// The reply was its tenant's alone: it waits until then before it asks again (the
+    /// blaming layer and key, for the refusal once that is past its budget).
+    pub(super) slow: Option<(usize, String, Nanos)>,
 }
 
 impl std::fmt::Debug for Permit {
@@ -95,14 +110,50 @@ impl Permit {
     }
 
     /// Upstream answered with a throttle reply: it counts more than we do, so the tokens are
-    /// kept (not handed to the queue behind), each adaptive layer charged cuts its limit when
-    /// the reply was about the rate (`cut`; not for "too many connections"), and the message
-    /// can ask again ([`super::Throttle::acquire_again`]).
-    pub fn throttled(self, cut: bool) -> Again {
+    /// kept (not handed to the queue behind), each adaptive layer charged that the reply
+    /// `teaches` cuts its limit when the reply was about the rate (`cut`; not for "too many
+    /// connections"), and the message can ask again ([`super::Throttle::acquire_again`]).
+    /// A layer that finds the reply its tenant's alone (see `blame`) does not cut: the
+    /// message waits the layer's interval before it asks again, twice as long at each such
+    /// reply, and its later replies are taken as its tenant's too.
+    pub fn throttled(self, cut: bool, teaches: Teaches) -> Again {
         let layers = &self.inner.layers;
-        for c in self.taken.iter().filter(|_| cut) {
-            layers[c.layer].throttled(c.cost);
+        let taught = |c: &&Charge| {
+            let spec = layers[c.layer].spec();
+            cut && spec.adaptive.is_some() && (teaches == Teaches::Every || spec.rcpt_domain)
+        };
+        // Once its tenant's alone, a message's later replies are too: it does not teach.
+        let sticky = self.strikes > 0;
+        // A bucket that is the tenant's own (its key is the tenant) learns its replies.
+        let blames =
+            |c: &Charge| c.key != c.tenant && (layers[c.layer].blames(&c.tenant) || sticky);
+        let mut blamed: Option<&Charge> = None;
+        for c in self.taken.iter().filter(taught) {
+            match blames(c) {
+                true => _ = blamed.get_or_insert(c),
+                false => _ = layers[c.layer].throttled(&c.key, c.cost),
+            }
         }
+        let mut shared_cut = false;
+        for c in self.shared_charges().iter().filter(taught) {
+            match blames(c) {
+                true => _ = blamed.get_or_insert(c),
+                false => shared_cut = true,
+            }
+        }
+        // A reply that teaches none of the layers charged (an `mx://` reply with no
+        // `rcpt-domain` layer to learn it) slows the message as a tenant's own does.
+        let charged = || self.taken.iter().chain(self.shared_charges());
+        if cut && blamed.is_none() && !charged().any(|c| taught(&c)) {
+            blamed = charged().find(|c| layers[c.layer].spec().adaptive.is_some());
+        }
+        let strikes = self.strikes + u32::from(blamed.is_some());
+        let slow = blamed.map(|c| {
+            let interval = nanos(layers[c.layer].spec().interval);
+            let wait = interval.saturating_mul(1 << (strikes - 1).min(16));
+            let until = self.inner.clock.now().saturating_add(wait);
+            (c.layer, c.key.clone(), until)
+        });
         let mut charges = self.taken.clone();
         // A shared layer learns in its store, in the message's next take (`take_throttled`).
         if let Some(shared) = &self.shared {
@@ -113,7 +164,9 @@ impl Permit {
             charges,
             arrival: self.arrival,
             order: self.order,
-            cut,
+            cut: shared_cut,
+            strikes,
+            slow,
         }
     }
 }

@@ -19,6 +19,7 @@ fn charge(key: &str) -> Vec<Charge> {
         key: key.to_string(),
         cost: 1,
         fair: String::new(),
+        tenant: String::new(),
     }]
 }
 
@@ -334,7 +335,7 @@ async fn a_throttled_message_waits_again_ahead_of_later_ones_and_the_layer_slows
         tokio::task::yield_now().await;
     }
     // Upstream throttled the first: the tokens stay taken, the limit is cut to 7.
-    let again = first.throttled(true);
+    let again = first.throttled(true, crate::throttle::Teaches::Every);
     assert_eq!(t.effective_limit(0), Some(7));
     let retried = t.acquire_again(again).await.expect("granted again");
     assert!(

@@ -1,0 +1,337 @@
+//! The checker of the fault campaign (`support::campaign`), over every message, from the
+//! clients' attempts and the upstream's records. A client here is a legacy app: it retries a
+//! message after any `4xx` or a cut connection until it gets `250` (or `5xx`), so a message
+//! may legitimately reach upstream more than once: once per attempt that ended ambiguously
+//! (answered "may have been delivered", or cut after its final dot) plus once for its `250`.
+//!
+//! Per message (id): with `acks` attempts answered `250`, `amb` ambiguous ones and `n` copies
+//! upstream,
+//! - a `250` means upstream holds it: `acks == 1` needs `n >= 1` (else it is **lost**);
+//! - every copy upstream is explained: `n <= acks + amb` (else **duplicated beyond the
+//!   client's retries**, or refused-but-delivered when `acks + amb == 0`);
+//! - copies without a `250` are counted by kind (uncertain reply, connection cut);
+//! - upstream holds nothing no client sent, and no message without its id.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::invariant::{is_uncertain, Seen};
+
+/// One attempt to send a message, as the client saw it.
+#[derive(Clone, Debug)]
+pub struct Attempt {
+    pub id: String,
+    /// The phase (index into the campaign's phases, 0 the baseline) the attempt began in. A
+    /// message counts in the phase of its first attempt, an attempt's reply in its own.
+    pub phase: usize,
+    pub seen: Seen,
+}
+
+/// One phase of the campaign: its name, when its fault began and when it was healed.
+#[derive(Clone, Debug)]
+pub struct Phase {
+    pub name: String,
+    pub start: Instant,
+    pub healed: Instant,
+    pub end: Instant,
+}
+
+/// The campaign's figures for one phase.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Row {
+    pub name: String,
+    /// Messages first offered in the phase.
+    pub offered: usize,
+    /// Of them, messages upstream holds (at least once).
+    pub delivered: usize,
+    /// Attempts answered with a `4xx` other than "may have been delivered".
+    pub refused_4xx: usize,
+    /// Attempts answered "may have been delivered" (`upstream_uncertain`), and how many
+    /// messages upstream holds with such an attempt and no `250`.
+    pub uncertain: usize,
+    pub uncertain_held: usize,
+    /// Attempts cut after their final dot (no reply), and messages held with no `250` after one.
+    pub cut: usize,
+    pub cut_held: usize,
+    /// Extra upstream copies explained by the client's retries of ambiguous attempts.
+    pub retry_copies: usize,
+    /// Messages answered `250` that upstream does not hold: must be 0.
+    pub lost: usize,
+    /// Upstream copies no attempt explains: must be 0.
+    pub duplicated: usize,
+    /// Messages the client was still retrying when the campaign ended (not lost: never `250`).
+    pub unfinished: usize,
+    /// The most messages upstream received in any 1 s window starting in the phase, above
+    /// the shared layer's `limit + burst`.
+    pub worst_excess: usize,
+    /// From the heal to the end of the first 1 s window holding 80 % of the shared limit.
+    pub recovered_in: Option<Duration>,
+}
+
+/// The result of a campaign: a row per phase, and every broken invariant.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    pub rows: Vec<Row>,
+    pub violations: Vec<String>,
+}
+
+/// The shared layer's bound, for the rate measurements.
+#[derive(Clone, Copy, Debug)]
+pub struct Shared {
+    pub limit: usize,
+    pub burst: usize,
+}
+
+/// Holds the attempts against what upstream holds: `upstream` is each copy's id (`None`
+/// without one) and arrival time. `done`: ids whose client stopped (250, 5xx, or gave up).
+pub fn check(
+    phases: &[Phase],
+    attempts: &[Attempt],
+    upstream: &[(Option<String>, Instant)],
+    unfinished: &[String],
+    shared: Shared,
+) -> Report {
+    let mut report = Report::default();
+    let mut copies: BTreeMap<&str, usize> = BTreeMap::new();
+    for (i, (id, _)) in upstream.iter().enumerate() {
+        match id {
+            Some(id) => *copies.entry(id.as_str()).or_default() += 1,
+            None => report
+                .violations
+                .push(format!("upstream copy #{i} has no id")),
+        }
+    }
+    let mut by_id: BTreeMap<&str, Vec<&Attempt>> = BTreeMap::new();
+    for a in attempts {
+        by_id.entry(a.id.as_str()).or_default().push(a);
+    }
+    for id in copies.keys() {
+        if !by_id.contains_key(id) {
+            report
+                .violations
+                .push(format!("{id}: upstream holds it, no client sent it"));
+        }
+    }
+    report.rows = phases
+        .iter()
+        .map(|p| Row {
+            name: p.name.clone(),
+            ..Row::default()
+        })
+        .collect();
+    for (id, tries) in &by_id {
+        let n = copies.get(id).copied().unwrap_or(0);
+        let acks = tries.iter().filter(|a| a.seen.code() == Some(250)).count();
+        let uncertain = tries.iter().filter(|a| is_uncertain_seen(&a.seen)).count();
+        let cut = tries.iter().filter(|a| a.seen == Seen::NoReply).count();
+        for a in tries {
+            let row = &mut report.rows[a.phase];
+            if is_uncertain_seen(&a.seen) {
+                row.uncertain += 1;
+            } else if a.seen == Seen::NoReply {
+                row.cut += 1;
+            } else if matches!(a.seen.code(), Some(400..=499)) {
+                row.refused_4xx += 1;
+            }
+        }
+        let row = &mut report.rows[tries[0].phase];
+        row.offered += 1;
+        row.delivered += n.min(1);
+        if unfinished.iter().any(|u| u == id) {
+            row.unfinished += 1;
+        }
+        if acks > 1 {
+            report
+                .violations
+                .push(format!("{id}: {acks} attempts got 250"));
+        }
+        if acks >= 1 && n == 0 {
+            row.lost += 1;
+            report
+                .violations
+                .push(format!("{id}: answered 250, upstream does not hold it"));
+        }
+        let explained = acks + uncertain + cut;
+        if n > explained {
+            row.duplicated += n - explained;
+            let seen: Vec<String> = tries.iter().map(|a| format!("{:?}", a.seen)).collect();
+            report.violations.push(format!(
+                "{id}: upstream holds it {n} times, the client saw {}",
+                seen.join(", ")
+            ));
+        } else if n > 0 {
+            row.retry_copies += n - 1;
+            if acks == 0 && uncertain > 0 {
+                row.uncertain_held += 1;
+            } else if acks == 0 {
+                row.cut_held += 1;
+            }
+        }
+    }
+    let mut times: Vec<Instant> = upstream.iter().map(|(_, at)| *at).collect();
+    times.sort();
+    for (row, phase) in report.rows.iter_mut().zip(phases) {
+        row.worst_excess = worst_excess(&times, phase, shared.limit + shared.burst);
+        row.recovered_in = recovered_in(&times, phase.healed, shared.limit);
+    }
+    report
+}
+
+fn is_uncertain_seen(seen: &Seen) -> bool {
+    matches!(seen, Seen::Reply(code, text) if is_uncertain(*code, text))
+}
+
+/// The largest count of arrivals in a 1 s window starting at an arrival within the phase,
+/// above `bound`.
+fn worst_excess(times: &[Instant], phase: &Phase, bound: usize) -> usize {
+    let second = Duration::from_secs(1);
+    let mut worst = 0;
+    for (i, t) in times.iter().enumerate() {
+        if *t < phase.start || *t >= phase.end {
+            continue;
+        }
+        let n = times[i..].iter().take_while(|u| **u < *t + second).count();
+        worst = worst.max(n.saturating_sub(bound));
+    }
+    worst
+}
+
+/// From `healed` to the last arrival of the first 1 s window after it holding `limit * 0.8`
+/// arrivals; `None` if there is none.
+fn recovered_in(times: &[Instant], healed: Instant, limit: usize) -> Option<Duration> {
+    let need = (limit * 4).div_ceil(5).max(1);
+    let after: Vec<Instant> = times.iter().copied().filter(|t| *t >= healed).collect();
+    (need - 1..after.len())
+        .find(|&j| after[j] - after[j + 1 - need] < Duration::from_secs(1))
+        .map(|j| after[j] - healed)
+}
+
+impl Report {
+    /// The table of the campaign, one row per phase.
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "| phase | offered | delivered | refused 4xx | uncertain (held) | cut after dot (held) \
+             | retry copies | lost | dup beyond retries | unfinished | worst 1 s excess | recovered in |"
+        );
+        let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|");
+        for r in &self.rows {
+            let recovered = match r.recovered_in {
+                Some(d) => format!("{:.1} s", d.as_secs_f64()),
+                None => "not within the phase".into(),
+            };
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} ({}) | {} ({}) | {} | {} | {} | {} | {} | {} |",
+                r.name,
+                r.offered,
+                r.delivered,
+                r.refused_4xx,
+                r.uncertain,
+                r.uncertain_held,
+                r.cut,
+                r.cut_held,
+                r.retry_copies,
+                r.lost,
+                r.duplicated,
+                r.unfinished,
+                r.worst_excess,
+                recovered
+            );
+        }
+        out
+    }
+}
+
+/// The checker on hand-made records: each rule catches what it should.
+pub fn self_test() {
+    let t0 = Instant::now();
+    let s = |ms: u64| t0 + Duration::from_millis(ms);
+    let phases = vec![Phase {
+        name: "p".into(),
+        start: t0,
+        healed: t0,
+        end: s(10_000),
+    }];
+    let at = |id: &str, seen: Seen| Attempt {
+        id: id.into(),
+        phase: 0,
+        seen,
+    };
+    let ok = || Seen::Reply(250, "2.0.0 ok".into());
+    let unsure = || Seen::Reply(451, "4.4.1 ... it may have been delivered".into());
+    let later = || Seen::Reply(451, "4.7.1 later".into());
+    let attempts = vec![
+        at("a", ok()),
+        at("b", later()),
+        at("b", ok()),
+        at("c", unsure()),
+        at("c", ok()),
+        at("d", Seen::NoReply),
+        at("e", later()),
+    ];
+    let shared = Shared { limit: 2, burst: 1 };
+    let up = |ids: &[(&str, u64)]| -> Vec<(Option<String>, Instant)> {
+        ids.iter()
+            .map(|(i, ms)| (Some(i.to_string()), s(*ms)))
+            .collect()
+    };
+    // c twice (its retry after "may have been delivered"), d once without a reply.
+    let good = up(&[("a", 0), ("b", 10), ("c", 20), ("c", 3000), ("d", 3010)]);
+    let r = check(&phases, &attempts, &good, &["e".into()], shared);
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+    let row = &r.rows[0];
+    assert_eq!((row.offered, row.delivered, row.refused_4xx), (5, 4, 2));
+    assert_eq!(
+        (row.uncertain, row.uncertain_held, row.retry_copies),
+        (1, 0, 1)
+    );
+    assert_eq!((row.cut, row.cut_held, row.unfinished), (1, 1, 1));
+    // Four arrivals within 1 s against limit + burst = 3: one too many.
+    assert_eq!(row.worst_excess, 0);
+    let r = check(
+        &phases,
+        &attempts,
+        &up(&[("a", 0), ("b", 1), ("c", 2), ("d", 3)]),
+        &[],
+        shared,
+    );
+    assert_eq!(r.rows[0].worst_excess, 1);
+    assert_eq!(r.rows[0].recovered_in, Some(Duration::from_millis(1)));
+    // Lost: b answered 250, not upstream.
+    let r = check(
+        &phases,
+        &attempts,
+        &up(&[("a", 0), ("c", 1), ("d", 2)]),
+        &[],
+        shared,
+    );
+    assert_eq!(r.rows[0].lost, 1, "{:?}", r.violations);
+    // Duplicated: a twice with one 250; e refused yet delivered; c three times.
+    for bad in [
+        up(&[("a", 0), ("a", 1), ("b", 2), ("c", 3)]),
+        up(&[("a", 0), ("b", 2), ("c", 3), ("e", 4)]),
+        up(&[("a", 0), ("b", 2), ("c", 3), ("c", 4), ("c", 5)]),
+    ] {
+        let r = check(&phases, &attempts, &bad, &[], shared);
+        assert_eq!(r.rows[0].duplicated, 1, "{:?}", r.violations);
+        assert!(!r.violations.is_empty());
+    }
+    // Unknown to every client, or without an id.
+    let mut unknown = good.clone();
+    unknown.push((Some("zzz".into()), s(5)));
+    assert!(!check(&phases, &attempts, &unknown, &[], shared)
+        .violations
+        .is_empty());
+    let mut anonymous = good;
+    anonymous.push((None, s(5)));
+    assert!(!check(&phases, &attempts, &anonymous, &[], shared)
+        .violations
+        .is_empty());
+}
