@@ -53,7 +53,8 @@ impl Layer {
         }
         let now = self.clock.now();
         let to = self.spec.bucket_at(limit);
-        st.table.set_bucket(to, now, |from, s| to.converted(from, s, now));
+        st.table
+            .set_bucket(to, now, |from, s| to.converted(from, s, now));
         for id in st.table.ids() {
             if st.table.extra(id).len() > 0 {
                 st.table.modify(id, now, |_, q| {
