@@ -16,13 +16,9 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
-use tokio::time::Instant;
+use tokio::net::TcpListener;
 
 use support::upstream::TestUpstream;
 
@@ -40,12 +36,7 @@ async fn main() {
         up.without_pipelining();
     }
     let listener = TcpListener::bind(("127.0.0.1", port)).await.expect("bind");
-    let target = up.addr();
-    tokio::spawn(async move {
-        while let Ok((client, _)) = listener.accept().await {
-            tokio::spawn(proxy(client, target, delay));
-        }
-    });
+    support::delay::serve(listener, up.addr(), delay);
     let got = loop {
         tokio::time::sleep(Duration::from_millis(100)).await;
         let got = up.messages();
@@ -62,37 +53,4 @@ async fn main() {
         }
     }
     println!("messages={} rate={rate:.1} flights={flights:.2}", got.len());
-}
-
-/// Passes bytes both ways; what the client sends is held `delay` from when it was read.
-async fn proxy(client: TcpStream, target: SocketAddr, delay: Duration) {
-    let Ok(server) = TcpStream::connect(target).await else {
-        return;
-    };
-    let _ = (client.set_nodelay(true), server.set_nodelay(true));
-    let (mut client_read, mut client_write) = client.into_split();
-    let (mut server_read, mut server_write) = server.into_split();
-    let (tx, mut rx) = mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
-    tokio::spawn(async move {
-        let mut buf = vec![0; 64 * 1024];
-        while let Ok(n @ 1..) = client_read.read(&mut buf).await {
-            if tx
-                .send((Instant::now() + delay, buf[..n].to_vec()))
-                .is_err()
-            {
-                return;
-            }
-        }
-    });
-    tokio::spawn(async move {
-        while let Some((at, bytes)) = rx.recv().await {
-            tokio::time::sleep_until(at).await;
-            if server_write.write_all(&bytes).await.is_err() {
-                return;
-            }
-        }
-        let _ = server_write.shutdown().await;
-    });
-    let _ = tokio::io::copy(&mut server_read, &mut client_write).await;
-    let _ = client_write.shutdown().await;
 }

@@ -28,6 +28,7 @@
 pub mod auth;
 pub mod campaign;
 pub mod campaign_check;
+pub mod delay;
 pub mod dns;
 pub mod hidden_rate;
 pub mod host;
