@@ -13,6 +13,7 @@ use super::waiter::{Tokens, Waiter};
 use crate::config::UpstreamKind;
 use crate::message::Envelope;
 use crate::policy::Plan;
+use crate::state::context::Context;
 use crate::throttle::{Permit, Teaches, ThrottleError};
 use crate::upstream::{Accepted, Feedback, Upstream, UpstreamError};
 
@@ -50,8 +51,7 @@ pub(super) async fn on_route(
     record: &mut Record,
 ) -> Result<Sent, Held> {
     let leg = absorbing(waiter, upstream, out, permit, record).await?;
-    let fallback = plan.route.as_ref().and_then(|r| r.fallback.as_deref());
-    let (why, permit) = match (leg, fallback) {
+    let (why, permit) = match (leg, fallback_name(plan)) {
         (Leg::Answered(Err(UpstreamError::Unavailable(why)), permit), Some(_)) => (why, permit),
         (Leg::Paused(left, permit), Some(_)) => (paused_for(left), permit),
         (Leg::Answered(result, permit), _) => return Ok((result, permit.into_iter().collect())),
@@ -77,16 +77,10 @@ pub(super) async fn while_paused(
     left: Duration,
     record: &mut Record,
 ) -> Result<Sent, Held> {
-    if plan
-        .route
-        .as_ref()
-        .and_then(|r| r.fallback.as_ref())
-        .is_none()
-    {
+    if fallback_name(plan).is_none() {
         return Err(Held::Paused(left));
     }
-    let layers = &waiter.ctx.layers;
-    let its_own = |layer: usize| layers[layer].upstream.as_deref() == Some(upstream.name());
+    let its_own = own_layers(waiter.ctx, upstream);
     let mut charges: Vec<_> = (plan.charges.iter())
         .filter(|c| !its_own(c.layer))
         .chain(&plan.fallback_charges)
@@ -96,6 +90,17 @@ pub(super) async fn while_paused(
     let tokens = Tokens::First(charges);
     let fallback = fallback_of(waiter, upstream, plan, &paused_for(left), record);
     to_fallback(waiter, upstream, &fallback, out, Vec::new(), tokens, record).await
+}
+
+/// The name of the route's fallback, when it has one.
+fn fallback_name(plan: &Plan) -> Option<&str> {
+    plan.route.as_ref().and_then(|r| r.fallback.as_deref())
+}
+
+/// Whether a layer is `upstream`'s own (scoped to it): a message that never reached it gets
+/// those tokens back when it goes to the fallback.
+fn own_layers<'a>(ctx: &'a Context, upstream: &'a Upstream) -> impl Fn(usize) -> bool + 'a {
+    move |layer| ctx.layers[layer].upstream.as_deref() == Some(upstream.name())
 }
 
 fn paused_for(left: Duration) -> String {
@@ -110,8 +115,7 @@ fn fallback_of(
     why: &str,
     record: &mut Record,
 ) -> Arc<Upstream> {
-    let fallback = (plan.route.as_ref())
-        .and_then(|r| r.fallback.as_deref())
+    let fallback = fallback_name(plan)
         .and_then(|f| waiter.ctx.upstreams.get(f).cloned())
         .expect("validated name");
     record.via = fallback.name().to_string();
@@ -136,9 +140,9 @@ async fn to_fallback(
     tokens: Tokens,
     record: &mut Record,
 ) -> Result<Sent, Held> {
-    let layers = &waiter.ctx.layers;
-    let its_own = |layer: usize| layers[layer].upstream.as_deref() == Some(upstream.name());
-    permits.iter_mut().for_each(|p| p.not_sent_through(its_own));
+    permits
+        .iter_mut()
+        .for_each(|p| p.not_sent_through(own_layers(waiter.ctx, upstream)));
     let sent = match waiter.take(tokens, fallback, record).await {
         Ok(extra) => absorbing(waiter, fallback, out, extra, record).await,
         Err(held) => Err(held),
