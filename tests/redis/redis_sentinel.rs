@@ -77,7 +77,7 @@ async fn the_relay_follows_a_sentinel_failover_and_the_limits_hold_on_the_new_pr
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let answer = sentinel.cli(&["SENTINEL", "FAILOVER", "mymaster"]);
+    let answer = sentinel.fail_over().await;
     assert!(answer.contains("OK"), "{answer}");
     for _ in 0..1000 {
         if primary_port(&sentinel) == replica.port.to_string() {

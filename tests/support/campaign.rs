@@ -360,7 +360,7 @@ impl World {
     /// replica is the primary.
     async fn fail_over(&mut self) {
         self.redis[0].stop();
-        let answer = self.sentinel.cli(&["SENTINEL", "FAILOVER", "mymaster"]);
+        let answer = self.sentinel.fail_over().await;
         if !answer.contains("OK") {
             self.violations.push(format!("SENTINEL FAILOVER: {answer}"));
         }

@@ -166,6 +166,21 @@ impl RedisServer {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// On a sentinel: `SENTINEL FAILOVER mymaster`, its answer. Until the sentinel has read
+    /// the replica's own INFO it answers `NOGOODSLAVE`, so the failover is asked again (for
+    /// up to 30 s) until it is taken.
+    pub async fn fail_over(&self) -> String {
+        let mut answer = String::new();
+        for _ in 0..300 {
+            answer = self.cli(&["SENTINEL", "FAILOVER", "mymaster"]);
+            if !answer.contains("NOGOODSLAVE") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        answer
+    }
+
     /// Calls of `command` (lowercase, e.g. `evalsha`) since start, from `INFO commandstats`.
     pub fn calls(&self, command: &str) -> u64 {
         calls_in(&self.cli(&["INFO", "commandstats"]), command)
