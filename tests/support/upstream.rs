@@ -242,7 +242,7 @@ impl TestUpstream {
     /// Listens on `addr` (any of 127.0.0.0/8, port 0 for a free one): several upstreams on
     /// one port at 127.0.0.2, 127.0.0.3, ... stand for the MX hosts of `mx://`.
     pub async fn start_at(addr: SocketAddr) -> TestUpstream {
-        let listener = TcpListener::bind(addr).await.expect("bind");
+        let listener = listen(addr);
         let addr = listener.local_addr().unwrap();
         let shared = Arc::new(Shared {
             fault: Mutex::new(Fault::None),
@@ -323,20 +323,21 @@ impl TestUpstream {
         *self.shared.credentials.lock().unwrap() = Some((user.into(), password.into()));
     }
 
-    /// Stops listening: new connections are refused by the OS; open ones carry on.
+    /// Stops listening: new connections are refused by the OS; open ones carry on. The port
+    /// is held before the listener closes, so no other socket can take it in between.
     pub async fn stop_listening(&self) {
+        *self.held.lock().unwrap() = Some(hold(self.addr));
         let task = self.listener.lock().unwrap().take();
         if let Some(task) = task {
             task.abort();
             let _ = task.await;
         }
-        *self.held.lock().unwrap() = Some(hold(self.addr));
     }
 
     /// Listens again on the same address after `stop_listening` (upstream back up).
     pub async fn resume_listening(&self) {
+        let listener = listen(self.addr);
         self.held.lock().unwrap().take();
-        let listener = TcpListener::bind(self.addr).await.expect("rebind");
         let task = tokio::spawn(accept_loop(listener, Arc::clone(&self.shared)));
         *self.listener.lock().unwrap() = Some(task);
     }
@@ -449,14 +450,25 @@ impl Drop for TestUpstream {
     }
 }
 
+/// A socket that may share its port with the other socket of a `TestUpstream` (the listener
+/// and the holder overlap while one replaces the other) and with connections the listener
+/// accepted.
+fn shareable(addr: SocketAddr) -> TcpSocket {
+    let socket = TcpSocket::new_v4().expect("socket");
+    socket.set_reuseaddr(true).expect("SO_REUSEADDR");
+    socket.set_reuseport(true).expect("SO_REUSEPORT");
+    socket.bind(addr).expect("binding the port");
+    socket
+}
+
+fn listen(addr: SocketAddr) -> TcpListener {
+    shareable(addr).listen(1024).expect("listen")
+}
+
 /// A port bound and not listening: connections to it are refused, and while it is held no
 /// other socket binding port 0 can get it.
 fn hold(addr: SocketAddr) -> TcpSocket {
-    let socket = TcpSocket::new_v4().expect("socket");
-    // The port may still carry connections of the listener that had it.
-    socket.set_reuseaddr(true).expect("SO_REUSEADDR");
-    socket.bind(addr).expect("holding the port");
-    socket
+    shareable(addr)
 }
 
 /// An address nothing listens on, for "connection refused": held (bound, not listening)
