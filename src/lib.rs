@@ -25,7 +25,7 @@
 //! - `upstream/<kind>.rs` (new): its `Forwarder`, which returns its refusals typed (an
 //!   `UpstreamError::Pushback` with a `Feedback` when upstream pushed back on our sending);
 //! - `upstream/mod.rs`: its `mod` line and its arm in `build_forwarder`;
-//! - README.md: the rows of its keys.
+//! - docs/configuration.md: the rows of its keys (a test fails without them).
 //!
 //! A kind with a route key of its own (`ses_tenant`, SES's tenant) also has it in
 //! `config/route.rs` and `policy/route.rs`, handed to its forwarder by the final dot
