@@ -7,5 +7,6 @@ mod support;
 mod admin;
 mod cli;
 mod dashboards;
+mod docs_drift;
 mod shutdown;
 mod status_page;
