@@ -11,3 +11,4 @@ mod deploy;
 mod docs_drift;
 mod shutdown;
 mod status_page;
+mod traces;
