@@ -197,3 +197,30 @@ async fn record_keys_puts_the_tenant_on_the_span_and_no_traceparent_starts_a_tra
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
+
+#[tokio::test]
+async fn a_collector_that_never_answers_delays_no_message() {
+    // Accepts connections and never reads or answers: every export hangs until its timeout.
+    let silent = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", silent.local_addr().unwrap());
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((conn, _)) = silent.accept().await {
+            open.push(conn);
+        }
+    });
+    let up = TestUpstream::start().await;
+    let rest = format!("[telemetry]\notlp_endpoint = \"{url}\"\n");
+    let relay = smtp_relay(&up.url(), "", &rest).await;
+    let mut c = relay.client().await;
+    for i in 0..20 {
+        let message = format!("Subject: {i}\r\n\r\nhi\r\n");
+        let (code, _) = c
+            .send_mail("a@example.com", &["b@example.net"], message.as_bytes())
+            .await;
+        assert_eq!(code, 250, "message {i}");
+    }
+    assert_eq!(up.messages().len(), 20);
+    held.abort();
+    relay.stop().await;
+}
