@@ -10,7 +10,7 @@
 //! | `fuzzing` | (feature `fuzzing`) a session over an in-memory stream, for `fuzz/` and tests |
 //! | `smtp/` | one client's session: the state machine, one file per verb, the final dot (`deliver`: the wait for tokens in `waiter`, the upstream leg in `forward`, one `verdict` answered and logged once), every reply text (`reply`) |
 //! | `state/` | what the running relay's tasks share: `Deps`, `Context`, `Live` (`context`); the one shutdown signal (`shutdown`) |
-//! | `observe/` | what the relay records about itself: Prometheus metrics (`metrics`), the last refusals (`recent`), the human log format's fields (`log_format`) |
+//! | `observe/` | what the relay records about itself: Prometheus metrics (`metrics`), the last refusals (`recent`), the human log format's fields (`log_format`), OTLP traces of the messages (`traces`) |
 //! | `inbound/` | inbound security: TLS (`tls`), password hashes (`password`), the AUTH lockout (`auth_lockout`), connections per client address (`connection_limit`) |
 //! | `policy` | which upstream a message takes (`route`), which buckets it is charged to, how much, and which key headers it loses |
 //! | `throttle/` | token buckets (pure math in `bucket`), key tables, stores (local, Redis), layers with FIFO queues (fair by tenant with `fair_by`) |
