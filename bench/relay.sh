@@ -5,7 +5,7 @@
 # reusing connections (-d). Prints messages/s and the ratio relay/direct, then the CPU time
 # per message of the relay, smtp-sink and smtp-source in each run (utime + stime from
 # /proc/<pid>/stat before and after; smtp-source's from its parent shell's cutime + cstime).
-# Needs Debian's postfix package for smtp-source and smtp-sink (see README).
+# Needs Debian's postfix package for smtp-source and smtp-sink (see docs/development.md).
 # Usage: bench/relay.sh [messages]   (default 20000; RELAY_BIN=path runs another relay build)
 set -euo pipefail
 source "$(dirname "$0")/common.sh"

@@ -10,7 +10,7 @@
 //! | `fuzzing` | (feature `fuzzing`) a session over an in-memory stream, for `fuzz/` and tests |
 //! | `smtp/` | one client's session: the state machine, one file per verb, the final dot (`deliver`: the wait for tokens in `waiter`, the upstream leg in `forward`, one `verdict` answered and logged once), every reply text (`reply`) |
 //! | `state/` | what the running relay's tasks share: `Deps`, `Context`, `Live` (`context`); the one shutdown signal (`shutdown`) |
-//! | `observe/` | what the relay records about itself: Prometheus metrics (`metrics`), the last refusals (`recent`), the human log format's fields (`log_format`) |
+//! | `observe/` | what the relay records about itself: Prometheus metrics (`metrics`), the last refusals (`recent`), the human log format's fields (`log_format`), OTLP traces of the messages (`traces`) |
 //! | `inbound/` | inbound security: TLS (`tls`), password hashes (`password`), the AUTH lockout (`auth_lockout`), connections per client address (`connection_limit`) |
 //! | `policy` | which upstream a message takes (`route`), which buckets it is charged to, how much, and which key headers it loses |
 //! | `throttle/` | token buckets (pure math in `bucket`), key tables, stores (local, Redis), layers with FIFO queues (fair by tenant with `fair_by`) |
@@ -25,7 +25,7 @@
 //! - `upstream/<kind>.rs` (new): its `Forwarder`, which returns its refusals typed (an
 //!   `UpstreamError::Pushback` with a `Feedback` when upstream pushed back on our sending);
 //! - `upstream/mod.rs`: its `mod` line and its arm in `build_forwarder`;
-//! - README.md: the rows of its keys.
+//! - docs/configuration.md: the rows of its keys (a test fails without them).
 //!
 //! A kind with a route key of its own (`ses_tenant`, SES's tenant) also has it in
 //! `config/route.rs` and `policy/route.rs`, handed to its forwarder by the final dot

@@ -11,6 +11,7 @@
 //! | `throttle.rs` | `[[throttle]]` layers and their vocabulary (mode, refill, cost, store) |
 //! | `key_source.rs` | where a layer's key comes from (`key = "header:X-Tenant"`) |
 //! | `redis.rs` | `[redis]`, the store shared by replicas |
+//! | `telemetry.rs` | `[telemetry]`, OTLP traces |
 //!
 //! Constraints live in the types (non-zero numbers, closed enums, URLs and key sources parsed
 //! by `TryFrom`) so that a bad value is refused by the parser itself, whose error names the
@@ -28,6 +29,7 @@ mod replies;
 mod route;
 mod security;
 mod smtp;
+mod telemetry;
 mod throttle;
 mod upstream;
 
@@ -37,6 +39,7 @@ pub use replies::ReplyPatterns;
 pub use route::{RouteConfig, RouteKey};
 pub use security::{AuthConfig, TlsConfig, UserConfig};
 pub use smtp::SmtpConfig;
+pub use telemetry::TelemetryConfig;
 pub use throttle::{
     Adapt, Cost, FairBy, Limit, MatchSpec, Mode, Refill, StoreKind, ThrottleConfig,
 };
@@ -73,6 +76,8 @@ pub struct Config {
     pub admin: Option<AdminConfig>,
     /// The shared store of `store = "redis"` layers.
     pub redis: Option<RedisConfig>,
+    /// OTLP traces of the messages; off when the section is absent.
+    pub telemetry: Option<TelemetryConfig>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -277,3 +277,21 @@ fn limit_account_is_for_a_key_none_layer_scoped_to_a_ses_upstream_only() {
         "{err}"
     );
 }
+
+#[test]
+fn telemetry_takes_an_http_endpoint_and_refuses_others_with_the_key_and_line() {
+    let ok = format!("{MINIMAL}[telemetry]\notlp_endpoint = \"http://127.0.0.1:4318/\"\n");
+    let telemetry = Config::parse(&ok).unwrap().telemetry.expect("on");
+    assert_eq!(telemetry.otlp_endpoint, "http://127.0.0.1:4318");
+    assert_eq!(telemetry.service_name, "mailsluice");
+    assert!(!telemetry.record_keys);
+    assert!(Config::parse(MINIMAL).unwrap().telemetry.is_none());
+    for bad in ["https://collector:4318", "collector:4318", "http://"] {
+        let text = format!("{MINIMAL}[telemetry]\notlp_endpoint = \"{bad}\"\n");
+        let err = Config::parse(&text).unwrap_err();
+        assert!(
+            err.contains("telemetry.otlp_endpoint") && err.contains("line 6"),
+            "{err}"
+        );
+    }
+}

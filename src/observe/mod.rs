@@ -4,7 +4,9 @@
 //! - `metrics`: the Prometheus registry and what is counted.
 //! - `recent`: the last refusals, and refusals per layer in the last minute (status page).
 //! - `log_format`: the human log format's fields, client-supplied values quoted and escaped.
+//! - `traces`: OpenTelemetry spans of the messages, exported over OTLP (`[telemetry]`).
 
 pub mod log_format;
 pub mod metrics;
 pub mod recent;
+pub mod traces;

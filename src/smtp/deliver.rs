@@ -17,6 +17,7 @@ use super::session::{Flow, Session};
 use super::verdict::{Held, Record, Verdict};
 use super::waiter::{Tokens, Waiter};
 use crate::message::{Envelope, Outcome};
+use crate::observe::traces::{self, MessageSpans};
 use crate::policy::{self, Charge, MessageFacts, Plan};
 use crate::state::context::Context;
 use crate::upstream::{Admission, UpstreamError};
@@ -24,6 +25,7 @@ use crate::upstream::{Admission, UpstreamError};
 impl Session {
     pub async fn deliver(&mut self, envelope: Envelope, body: Vec<u8>) -> Flow {
         let started = Instant::now();
+        let dot = SystemTime::now();
         let plan = policy::plan(self.ctx.rules(), &self.facts(&envelope, &body));
         let record = record(&self.ctx, &plan.charges);
         let id = uuid::Uuid::new_v4().simple().to_string();
@@ -62,6 +64,7 @@ impl Session {
             Some(Loop::TooManyHops) => Verdict::refused(reply::too_many_hops(), record),
         };
         self.log_message(&envelope, &verdict, started);
+        self.trace_message(&body, &verdict, dot, started.elapsed());
         let flow = match verdict.closes() {
             true => Flow::Close,
             false => Flow::Continue,
@@ -118,6 +121,30 @@ impl Session {
             peer = %self.peer,
             "message"
         );
+    }
+}
+
+impl Session {
+    /// The message's spans, when `[telemetry]` is on: times, outcome, reply code, cost and
+    /// upstream; the key only with `record_keys`; never addresses or content.
+    fn trace_message(&self, body: &[u8], verdict: &Verdict, dot: SystemTime, took: Duration) {
+        let Some(traces) = &self.ctx.traces else {
+            return;
+        };
+        let record = &verdict.record;
+        traces.message(&MessageSpans {
+            started: dot,
+            duration: took,
+            waited: record.waited,
+            forwarded: verdict.upstream_reply().is_some() && !record.via.is_empty(),
+            outcome: record.outcome.as_str(),
+            reply_code: verdict.reply.as_ref().map(|r| r.code),
+            cost: record.cost,
+            layer: &record.layer,
+            key: &record.key,
+            upstream: &record.via,
+            traceparent: traces::traceparent_of(body),
+        });
     }
 }
 

@@ -23,6 +23,7 @@ use crate::inbound::password::Verifier;
 use crate::inbound::tls::{Tls, TlsError};
 use crate::observe::metrics::Metrics;
 use crate::observe::recent::Recent;
+use crate::observe::traces::Traces;
 use crate::policy::LayerPolicy;
 use crate::throttle::{Clock, Throttle, TokioClock};
 use crate::upstream::Upstreams;
@@ -38,6 +39,8 @@ pub struct Deps {
     pub metrics: Arc<Metrics>,
     /// The last refusals, for the status page.
     pub recent: Arc<Recent>,
+    /// OTLP traces (`[telemetry]`); `None` when off.
+    pub traces: Option<Arc<Traces>>,
     pub health: Arc<Health>,
     /// The monotonic clock of the throttle (kept across reloads, so buckets carry over).
     pub clock: Arc<dyn Clock>,
@@ -56,12 +59,14 @@ impl Deps {
     pub fn new(config: Arc<Config>, upstreams: Upstreams) -> Deps {
         let clock: Arc<dyn Clock> = Arc::new(TokioClock::new());
         let throttle = Arc::new(crate::throttle::from_config(&config, clock.clone()));
+        let traces = traces(&config);
         Deps {
             config,
             upstreams: Arc::new(upstreams),
             throttle,
             metrics: Metrics::new(),
             recent: Recent::new(),
+            traces,
             health: Arc::new(Health::default()),
             clock,
             live: Live::new(),
@@ -78,6 +83,16 @@ impl Deps {
         }
         Ok(self)
     }
+}
+
+/// The tracer of `[telemetry]`; an exporter that cannot be set up is logged and traces stay
+/// off (the relay's work does not depend on them).
+fn traces(config: &Config) -> Option<Arc<Traces>> {
+    let telemetry = config.telemetry.as_ref()?;
+    Traces::new(telemetry)
+        .map_err(|e| tracing::error!(error = %e, "traces off"))
+        .ok()
+        .map(Arc::new)
 }
 
 /// The parts of a context that a reload replaces.
@@ -101,6 +116,8 @@ pub struct Context {
     pub rcpt_max: usize,
     pub metrics: Arc<Metrics>,
     pub recent: Arc<Recent>,
+    /// Kept across reloads: `[telemetry]` changes need a restart.
+    pub traces: Option<Arc<Traces>>,
     /// `max_connections_per_ip`.
     pub connections_per_ip: Arc<Connections>,
     /// Failed AUTH attempts per client address, for the lockout.
@@ -121,6 +138,7 @@ pub struct Context {
 struct Kept {
     metrics: Arc<Metrics>,
     recent: Arc<Recent>,
+    traces: Option<Arc<Traces>>,
     connections_per_ip: Arc<Connections>,
     auth_failures: Arc<AuthFailures>,
     password_checks: Arc<Verifier>,
@@ -137,6 +155,7 @@ impl Context {
         let kept = Kept {
             metrics: deps.metrics,
             recent: deps.recent,
+            traces: deps.traces,
             connections_per_ip: Connections::new(smtp.max_connections_per_ip.get()),
             auth_failures: Arc::new(AuthFailures::new(lockout_rule(&deps.config))),
             password_checks: Verifier::new(smtp.auth.as_ref().map_or(1, |a| a.parallel_checks())),
@@ -170,6 +189,7 @@ impl Context {
         let kept = Kept {
             metrics: self.metrics.clone(),
             recent: self.recent.clone(),
+            traces: self.traces.clone(),
             connections_per_ip: self.connections_per_ip.clone(),
             auth_failures: self.auth_failures.clone(),
             password_checks: self.password_checks.clone(),
@@ -193,6 +213,7 @@ impl Context {
             tls: parts.tls,
             metrics: kept.metrics,
             recent: kept.recent,
+            traces: kept.traces,
             connections_per_ip: kept.connections_per_ip,
             auth_failures: kept.auth_failures,
             password_checks: kept.password_checks,

@@ -13,7 +13,7 @@ const FILES: [&str; 2] = [
 ];
 
 /// The metric families of an OpenMetrics text (`# TYPE <name> <type>` lines).
-fn families(text: &str) -> BTreeSet<String> {
+pub fn families(text: &str) -> BTreeSet<String> {
     (text.lines())
         .filter_map(|l| l.strip_prefix("# TYPE "))
         .filter_map(|l| l.split_whitespace().next())
@@ -35,11 +35,11 @@ fn names_used(text: &str) -> BTreeSet<String> {
     names
 }
 
-#[tokio::test]
-async fn every_metric_the_dashboard_and_alerts_use_is_exposed() {
+/// The `/metrics` text of a relay in which every labelled family has a sample: labelled
+/// families appear once they have one, and a delivery, a layer's refusal and an upstream
+/// throttle reply give every one of them one.
+pub async fn metrics_with_samples() -> String {
     let up = TestUpstream::start().await;
-    // Labelled families appear once they have a sample: a delivery, a layer's refusal and an
-    // upstream throttle reply give every one of them one.
     let layer = "[[throttle]]\nname = \"tenant\"\nkey = \"header:X-Tenant\"\nlimit = 1\n\
                  interval_ms = 3600000\nmode = \"reject\"\n";
     let relay = smtp_relay(&up.url(), "", layer).await;
@@ -47,28 +47,24 @@ async fn every_metric_the_dashboard_and_alerts_use_is_exposed() {
     let mut c = relay.client().await;
     let msg = |tenant: &str| format!("X-Tenant: {tenant}\r\nSubject: s\r\n\r\nx\r\n");
     let to = ["b@example.net"];
-    assert_eq!(
-        c.send_mail("a@example.com", &to, msg("a").as_bytes())
-            .await
-            .0,
-        250
-    );
-    assert_eq!(
-        c.send_mail("a@example.com", &to, msg("a").as_bytes())
-            .await
-            .0,
-        451
-    );
     let ses = "Throttling failure: Maximum sending rate exceeded.";
-    up.set_fault(Fault::reply(Step::EndOfData, 454, ses));
-    assert_eq!(
-        c.send_mail("a@example.com", &to, msg("b").as_bytes())
-            .await
-            .0,
-        454
-    );
+    for (tenant, code) in [("a", 250), ("a", 451), ("b", 454)] {
+        if code == 454 {
+            up.set_fault(Fault::reply(Step::EndOfData, 454, ses));
+        }
+        let message = msg(tenant);
+        let sent = c.send_mail("a@example.com", &to, message.as_bytes()).await;
+        assert_eq!(sent.0, code, "tenant {tenant}");
+    }
     let (status, text) = get(admin, "/metrics").await;
     assert_eq!(status, 200);
+    relay.stop().await;
+    text
+}
+
+#[tokio::test]
+async fn every_metric_the_dashboard_and_alerts_use_is_exposed() {
+    let text = metrics_with_samples().await;
     let families = families(&text);
     assert!(families.contains("mailsluice_messages"), "{text}");
     for file in FILES {
@@ -86,5 +82,4 @@ async fn every_metric_the_dashboard_and_alerts_use_is_exposed() {
             );
         }
     }
-    relay.stop().await;
 }

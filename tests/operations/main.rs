@@ -7,5 +7,8 @@ mod support;
 mod admin;
 mod cli;
 mod dashboards;
+mod deploy;
+mod docs_drift;
 mod shutdown;
 mod status_page;
+mod traces;

@@ -1,4 +1,4 @@
-//! Reliability (README, "Reliability"): the fault matrix, thousands of connections, and a
+//! Reliability (docs/reliability.md): the fault matrix, thousands of connections, and a
 //! real Postfix in front, each checked with the invariant of `support/invariant.rs`.
 
 #[path = "../support/mod.rs"]

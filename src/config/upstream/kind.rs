@@ -49,6 +49,16 @@ impl UpstreamKind {
         Ok(kind)
     }
 
+    /// Each kind's own keys, for the error that refuses a key no kind has:
+    /// `smtp:// ["tls", ...], mx:// [...]`.
+    pub(super) fn keys_by_kind() -> String {
+        (KINDS.iter())
+            .filter(|(_, keys)| !keys.is_empty())
+            .map(|(scheme, keys)| format!("{scheme} {:?}", keys.concat()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     /// Whether some kind has a key called `key`.
     pub(super) fn owns(key: &str) -> bool {
         owners(key).next().is_some()

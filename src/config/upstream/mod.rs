@@ -150,7 +150,9 @@ impl<'de> DeserializeSeed<'de> for Key {
             return Ok(key);
         }
         Err(de::Error::custom(format!(
-            "unknown field `{key}` in `upstream`, expected one of {SHARED:?} or a key of its kind (see the README)"
+            "unknown field `{key}` in `upstream`, expected one of {SHARED:?} or a key of its \
+             kind: {} (see docs/configuration.md)",
+            UpstreamKind::keys_by_kind()
         )))
     }
 }
