@@ -41,6 +41,9 @@ impl Admin {
     /// The metrics text of `ctx`: the counters, and the gauges of its throttle and upstream.
     pub fn metrics_text(&self, ctx: &Context) -> String {
         read_upstream(&self.metrics, ctx);
+        if let Some(reputation) = &ctx.reputation {
+            self.metrics.reputation_paused(reputation.paused());
+        }
         self.metrics.encode(&ctx.throttle)
     }
 }
