@@ -38,6 +38,10 @@ impl Attribution {
     pub fn len(&self) -> usize {
         self.messages.len()
     }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 #[cfg(test)]

@@ -92,6 +92,10 @@ impl Ledger {
         self.tenants.len()
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// Adds `counts` to `key` at `now`; the key as held (shared by the attribution map).
     pub fn add(&mut self, key: &str, counts: Counts, now: Nanos) -> Arc<str> {
         let slot = now / self.slot_len;

@@ -56,6 +56,10 @@ impl Suppressions {
         self.addresses.len()
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     pub fn expire(&mut self, now: Nanos) {
         self.addresses.expire(now);
     }
