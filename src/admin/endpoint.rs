@@ -8,12 +8,13 @@ use std::sync::Arc;
 use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::json;
 use tokio::net::TcpListener;
 
 use crate::admin::status_page::{self, Checks};
+use crate::admin::{guard, reputation};
 use crate::observe::metrics::Metrics;
 use crate::observe::recent::Recent;
 use crate::state::context::{Context, Deps, Health, Live};
@@ -109,6 +110,16 @@ pub fn router(admin: Arc<Admin>) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/buckets/{layer}/{key}", get(bucket))
+        .route("/reputation", get(reputation::standings))
+        .route("/reputation/{key}/resume", post(reputation::resume))
+        .route(
+            "/suppressions/{address}",
+            get(reputation::suppression).delete(reputation::unsuppress),
+        )
+        .layer(axum::middleware::from_fn_with_state(
+            admin.clone(),
+            guard::authenticate,
+        ))
         .with_state(admin)
 }
 

@@ -89,6 +89,13 @@ impl Metrics {
         let layer = "The limit a layer runs at now (an adaptive layer's learned one)";
         let evicted = "Buckets dropped before they were full (max_keys reached), since start";
         let by_reason = "Upstream throttle replies by reason (rate, quota, connections)";
+        let reputation_events = Family::<KindLabel, Counter>::default();
+        // Every kind from 0, so that a rate over them works before the first event.
+        for kind in ["bounce", "complaint", "ignored", "malformed"] {
+            reputation_events
+                .get_or_create(&KindLabel { kind })
+                .inc_by(0);
+        }
         Arc::new(Metrics {
             messages: add(r, "messages", "Messages by outcome at their final dot"),
             wait_seconds: add_metric(
@@ -120,10 +127,11 @@ impl Metrics {
                 "1 while upstream is paused after a quota reply",
             ),
             crowded_seen: Default::default(),
-            reputation_events: add(
+            reputation_events: add_metric(
                 r,
                 "reputation_events",
                 "SES events read by the reputation guard, by kind (bounce, complaint, ignored, malformed)",
+                reputation_events,
             ),
             reputation_paused: add(
                 r,

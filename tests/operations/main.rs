@@ -7,5 +7,6 @@ mod support;
 mod admin;
 mod cli;
 mod dashboards;
+mod reputation_admin;
 mod shutdown;
 mod status_page;
