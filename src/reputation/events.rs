@@ -333,5 +333,14 @@ pub(crate) mod tests {
         let long_id = bare("Bounce", "Permanent", &"i".repeat(MAX_ID_BYTES + 1), "f");
         assert_eq!(parse(&long_id), Err(EventError::TooBig("an id")));
         assert!(parse(&bare("Bounce", "Permanent", &"i".repeat(MAX_ID_BYTES), "f")).is_ok());
+        let address = |n: usize| {
+            let long = format!("{}@example.com", "a".repeat(n - "@example.com".len()));
+            bare("Bounce", "Permanent", "i", "f").replace("gone@example.com", &long)
+        };
+        assert!(parse(&address(MAX_ADDRESS_BYTES)).is_ok());
+        assert_eq!(
+            parse(&address(MAX_ADDRESS_BYTES + 1)),
+            Err(EventError::TooBig("an address"))
+        );
     }
 }
