@@ -8,7 +8,7 @@ use std::sync::Arc;
 use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::json;
 use tokio::net::TcpListener;
@@ -110,14 +110,9 @@ pub fn router(admin: Arc<Admin>) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/buckets/{layer}/{key}", get(bucket))
-        .route("/reputation", get(reputation::standings))
-        .route("/reputation/{key}/resume", post(reputation::resume))
-        .route(
-            "/suppressions/{address}",
-            get(reputation::suppression).delete(reputation::unsuppress),
-        )
+        .merge(reputation::routes(admin.live.clone()))
         .layer(axum::middleware::from_fn_with_state(
-            admin.clone(),
+            admin.live.clone(),
             guard::authenticate,
         ))
         .with_state(admin)

@@ -13,20 +13,20 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 
-use super::endpoint::Admin;
+use crate::state::context::Live;
 
 /// Paths open to all: probes, and SNS's signed posts.
 const OPEN: [&str; 3] = ["/healthz", "/readyz", "/ses/events"];
 
 pub async fn authenticate(
-    State(admin): State<Arc<Admin>>,
+    State(live): State<Arc<Live>>,
     request: Request,
     next: Next,
 ) -> Response {
     if OPEN.contains(&request.uri().path()) {
         return next.run(request).await;
     }
-    let Some(ctx) = admin.live.current() else {
+    let Some(ctx) = live.current() else {
         return next.run(request).await;
     };
     let hash = (ctx.config.admin.as_ref())

@@ -6,25 +6,38 @@ use std::sync::Arc;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::routing::{get, post};
+use axum::{Json, Router};
 use serde_json::json;
 
-use super::endpoint::Admin;
 use crate::reputation::Reputation;
+use crate::state::context::Live;
 
-fn guard(admin: &Admin) -> Result<Arc<Reputation>, Response> {
-    let ctx = admin.live.current();
-    (ctx.and_then(|c| c.reputation.clone())).ok_or_else(|| {
-        let body = json!({"error": "the reputation guard is off (no [reputation])"});
-        (StatusCode::NOT_FOUND, Json(body)).into_response()
-    })
+/// These routes, on the live context (the endpoint merges them).
+pub fn routes<S>(live: Arc<Live>) -> Router<S> {
+    Router::new()
+        .route("/reputation", get(standings))
+        .route("/reputation/{key}/resume", post(resume))
+        .route(
+            "/suppressions/{address}",
+            get(suppression).delete(unsuppress),
+        )
+        .with_state(live)
+}
+
+fn guard(live: &Live) -> Option<Arc<Reputation>> {
+    live.current().and_then(|c| c.reputation.clone())
+}
+
+fn off() -> Response {
+    let body = json!({"error": "the reputation guard is off (no [reputation])"});
+    (StatusCode::NOT_FOUND, Json(body)).into_response()
 }
 
 /// `GET /reputation`: every tenant counted in the window, and the guard's totals.
-pub async fn standings(State(admin): State<Arc<Admin>>) -> Response {
-    let guard = match guard(&admin) {
-        Ok(g) => g,
-        Err(response) => return response,
+async fn standings(State(live): State<Arc<Live>>) -> Response {
+    let Some(guard) = guard(&live) else {
+        return off();
     };
     let body = json!({
         "tenants": guard.standings(),
@@ -37,10 +50,9 @@ pub async fn standings(State(admin): State<Arc<Admin>>) -> Response {
 }
 
 /// `POST /reputation/{key}/resume`: the tenant's window starts afresh.
-pub async fn resume(State(admin): State<Arc<Admin>>, Path(key): Path<String>) -> Response {
-    let guard = match guard(&admin) {
-        Ok(g) => g,
-        Err(response) => return response,
+async fn resume(State(live): State<Arc<Live>>, Path(key): Path<String>) -> Response {
+    let Some(guard) = guard(&live) else {
+        return off();
     };
     match guard.resume(&key) {
         true => Json(json!({"resumed": key})).into_response(),
@@ -49,10 +61,9 @@ pub async fn resume(State(admin): State<Arc<Admin>>, Path(key): Path<String>) ->
 }
 
 /// `GET /suppressions/{address}`: why and since when it is refused.
-pub async fn suppression(State(admin): State<Arc<Admin>>, Path(address): Path<String>) -> Response {
-    let guard = match guard(&admin) {
-        Ok(g) => g,
-        Err(response) => return response,
+async fn suppression(State(live): State<Arc<Live>>, Path(address): Path<String>) -> Response {
+    let Some(guard) = guard(&live) else {
+        return off();
     };
     match guard.suppressed(&address) {
         Some(s) => Json(json!({"address": address, "reason": s.reason_text(), "date": s.date}))
@@ -62,10 +73,9 @@ pub async fn suppression(State(admin): State<Arc<Admin>>, Path(address): Path<St
 }
 
 /// `DELETE /suppressions/{address}`: the address is taken again.
-pub async fn unsuppress(State(admin): State<Arc<Admin>>, Path(address): Path<String>) -> Response {
-    let guard = match guard(&admin) {
-        Ok(g) => g,
-        Err(response) => return response,
+async fn unsuppress(State(live): State<Arc<Live>>, Path(address): Path<String>) -> Response {
+    let Some(guard) = guard(&live) else {
+        return off();
     };
     match guard.unsuppress(&address) {
         true => Json(json!({"unsuppressed": address})).into_response(),
