@@ -18,11 +18,7 @@ use crate::state::context::Live;
 /// Paths open to all: probes, and SNS's signed posts.
 const OPEN: [&str; 3] = ["/healthz", "/readyz", "/ses/events"];
 
-pub async fn authenticate(
-    State(live): State<Arc<Live>>,
-    request: Request,
-    next: Next,
-) -> Response {
+pub async fn authenticate(State(live): State<Arc<Live>>, request: Request, next: Next) -> Response {
     if OPEN.contains(&request.uri().path()) {
         return next.run(request).await;
     }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::reputation::{Breach, Kind, Suppression};
+use crate::reputation::{Breach, Suppression};
 use crate::throttle::ThrottleError;
 use crate::upstream::reply::split_enhanced;
 use crate::upstream::{Accepted, UpstreamError};
@@ -280,10 +280,7 @@ pub fn tenant_paused(key: &str, breach: &Breach, reject: bool) -> Reply {
     } else {
         (451, "4.7.1")
     };
-    let kind = match breach.kind {
-        Kind::Bounce => "bounce",
-        Kind::Complaint => "complaint",
-    };
+    let kind = breach.kind.as_str();
     Reply::new(
         code,
         esc,
