@@ -127,6 +127,32 @@ pub fn plan(rules: Rules<'_>, facts: &MessageFacts<'_>) -> Plan {
     }
 }
 
+/// Whose reputation a message counts for (`[reputation] key`), read with a layer's trust
+/// rules: a header cannot move an authenticated client onto another tenant.
+pub fn reputation_key(source: &KeySource, default_key: &str, facts: &MessageFacts<'_>) -> String {
+    let fields = header_fields(facts.message);
+    key_of(source, default_key, facts, &fields)
+}
+
+/// The reputation key as far as it is known before the message (at MAIL): `None` when it
+/// depends on what comes later (a header a client may set, the recipients).
+pub fn reputation_key_early(
+    source: &KeySource,
+    default_key: &str,
+    facts: &MessageFacts<'_>,
+) -> Option<String> {
+    let later = match source {
+        KeySource::Header(_) => facts.header_trusted,
+        KeySource::RcptDomain => true,
+        KeySource::Auth
+        | KeySource::Sender
+        | KeySource::SenderDomain
+        | KeySource::ClientIp
+        | KeySource::None => false,
+    };
+    (!later).then(|| key_of(source, default_key, facts, &[]))
+}
+
 /// What one layer charges a message: one charge, or for a layer keyed by recipient domain one
 /// per domain, each domain's recipients to its own bucket.
 /// Whose message it is, for an adaptive layer that must tell one tenant's throttle replies

@@ -14,6 +14,7 @@ use serde_json::json;
 use tokio::net::TcpListener;
 
 use crate::admin::status_page::{self, Checks};
+use crate::admin::{guard, reputation};
 use crate::observe::metrics::Metrics;
 use crate::observe::recent::Recent;
 use crate::state::context::{Context, Deps, Health, Live};
@@ -41,6 +42,9 @@ impl Admin {
     /// The metrics text of `ctx`: the counters, and the gauges of its throttle and upstream.
     pub fn metrics_text(&self, ctx: &Context) -> String {
         read_upstream(&self.metrics, ctx);
+        if let Some(reputation) = &ctx.reputation {
+            self.metrics.reputation_paused(reputation.paused());
+        }
         self.metrics.encode(&ctx.throttle)
     }
 }
@@ -106,6 +110,11 @@ pub fn router(admin: Arc<Admin>) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/buckets/{layer}/{key}", get(bucket))
+        .merge(reputation::routes(admin.live.clone()))
+        .layer(axum::middleware::from_fn_with_state(
+            admin.live.clone(),
+            guard::authenticate,
+        ))
         .with_state(admin)
 }
 

@@ -1,8 +1,13 @@
 //! The admin HTTP endpoint (`[admin] listen`): what an operator reads from the running relay.
-//! It reads the live context and what `observe` recorded; it changes nothing.
+//! It reads the live context and what `observe` recorded; it changes only the reputation
+//! guard's state (a tenant resumed, a suppression lifted), and only behind `guard`.
 //!
 //! - `endpoint`: the routes: `/`, `/healthz`, `/readyz`, `/metrics`, `/buckets/{layer}/{key}`.
+//! - `guard`: HTTP Basic authentication with `[admin] password_hash`; 403 for changes without it.
+//! - `reputation`: `/reputation`, `/reputation/{key}/resume`, `/suppressions/{address}`.
 //! - `status_page`: the HTML of `/`.
 
 pub mod endpoint;
+pub mod guard;
+pub mod reputation;
 pub mod status_page;

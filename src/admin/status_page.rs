@@ -37,6 +37,7 @@ pub fn render(ctx: &Context, health: &Health, recent: &Recent, checks: &Checks) 
     );
     readiness(&mut html, ctx, health, checks);
     layers(&mut html, ctx, recent);
+    reputation(&mut html, ctx);
     most_waiting(&mut html, ctx);
     refusals(&mut html, recent);
     html.push_str("</body></html>");
@@ -105,6 +106,36 @@ fn layers(html: &mut String, ctx: &Context, recent: &Recent) {
     }
     if ctx.throttle.specs().is_empty() {
         html.push_str("<tr><td colspan=\"5\">no layer: nothing is throttled</td></tr>");
+    }
+    html.push_str("</table>");
+}
+
+/// Tenants the reputation guard holds now, with their rates, and the addresses suppressed.
+fn reputation(html: &mut String, ctx: &Context) {
+    let Some(guard) = &ctx.reputation else {
+        return;
+    };
+    let _ = write!(
+        html,
+        "<h2>Tenant reputation</h2><p>{} addresses suppressed</p><table><tr><th>paused tenant</th>\
+         <th class=\"num\">sent</th><th class=\"num\">bounce rate</th>\
+         <th class=\"num\">complaint rate</th></tr>",
+        guard.suppressed_count()
+    );
+    let paused: Vec<_> = guard.standings().into_iter().filter(|s| s.paused).collect();
+    for s in &paused {
+        let _ = write!(
+            html,
+            "<tr><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{:.2} %</td>\
+             <td class=\"num\">{:.3} %</td></tr>",
+            escape(&s.key),
+            s.sent,
+            s.bounce_rate * 100.0,
+            s.complaint_rate * 100.0
+        );
+    }
+    if paused.is_empty() {
+        html.push_str("<tr><td colspan=\"4\">no tenant is paused</td></tr>");
     }
     html.push_str("</table>");
 }

@@ -12,6 +12,7 @@
 //! | `key_source.rs` | where a layer's key comes from (`key = "header:X-Tenant"`) |
 //! | `redis.rs` | `[redis]`, the store shared by replicas |
 //! | `telemetry.rs` | `[telemetry]`, OTLP traces |
+//! | `reputation.rs` | `[reputation]`: bounce and complaint rates per tenant, SES's events |
 //!
 //! Constraints live in the types (non-zero numbers, closed enums, URLs and key sources parsed
 //! by `TryFrom`) so that a bad value is refused by the parser itself, whose error names the
@@ -26,6 +27,7 @@ use serde::Deserialize;
 mod key_source;
 mod redis;
 mod replies;
+mod reputation;
 mod route;
 mod security;
 mod smtp;
@@ -36,6 +38,7 @@ mod upstream;
 pub use key_source::{KeySource, MAX_KEY_BYTES};
 pub use redis::{OnError, RedisConfig};
 pub use replies::ReplyPatterns;
+pub use reputation::{Action, ReputationConfig, ReputationKey, SnsConfig, SqsConfig};
 pub use route::{RouteConfig, RouteKey};
 pub use security::{AuthConfig, TlsConfig, UserConfig};
 pub use smtp::SmtpConfig;
@@ -78,6 +81,8 @@ pub struct Config {
     pub redis: Option<RedisConfig>,
     /// OTLP traces of the messages; off when the section is absent.
     pub telemetry: Option<TelemetryConfig>,
+    /// The tenant reputation guard; off when the section is absent.
+    pub reputation: Option<ReputationConfig>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -85,6 +90,10 @@ pub struct Config {
 pub struct AdminConfig {
     #[serde(default = "default_admin_listen")]
     pub listen: SocketAddr,
+    /// An argon2 PHC string: when set, every path but `/healthz`, `/readyz` and the SNS
+    /// endpoint asks for HTTP Basic authentication; without it, the paths that change state
+    /// answer 403.
+    pub password_hash: Option<toml::Spanned<String>>,
 }
 
 fn default_admin_listen() -> SocketAddr {
@@ -189,6 +198,18 @@ impl Config {
             self.validate_account_limit(layer, text)?;
         }
         route::validate(self, text)?;
+        if let Some(hash) = self.admin.as_ref().and_then(|a| a.password_hash.as_ref()) {
+            security::check_hash(hash.get_ref()).map_err(|e| {
+                located(
+                    text,
+                    hash.span(),
+                    &format!("key `admin.password_hash`: {e}"),
+                )
+            })?;
+        }
+        if let Some(reputation) = &self.reputation {
+            reputation::validate(reputation, text)?;
+        }
         redis::validate(self, text)
     }
 }

@@ -149,7 +149,7 @@ pub(super) fn validate(smtp: &SmtpConfig, text: &str) -> Result<(), String> {
 
 /// An argon2 PHC string with parameters argon2 accepts, so a typo is a startup error and not
 /// a user who can never log in.
-fn check_hash(hash: &str) -> Result<(), String> {
+pub(super) fn check_hash(hash: &str) -> Result<(), String> {
     let parsed = argon2::PasswordHash::new(hash).map_err(|e| {
         format!("not a PHC hash string ({e}); make one with `mailsluice hash-password`")
     })?;

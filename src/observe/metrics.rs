@@ -48,8 +48,17 @@ pub struct UpstreamLabel {
     pub upstream: String,
 }
 
+/// What an SES event was: `bounce`, `complaint`, `ignored` or `malformed`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    pub kind: &'static str,
+}
+
 pub struct Metrics {
     registry: Registry,
+    reputation_events: Family<KindLabel, Counter>,
+    reputation_paused: Gauge,
+    suppressed: Counter,
     messages: Family<OutcomeLabel, Counter>,
     wait_seconds: Family<LayerLabel, Histogram>,
     throttled: Family<LayerLabel, Counter>,
@@ -80,6 +89,13 @@ impl Metrics {
         let layer = "The limit a layer runs at now (an adaptive layer's learned one)";
         let evicted = "Buckets dropped before they were full (max_keys reached), since start";
         let by_reason = "Upstream throttle replies by reason (rate, quota, connections)";
+        let reputation_events = Family::<KindLabel, Counter>::default();
+        // Every kind from 0, so that a rate over them works before the first event.
+        for kind in ["bounce", "complaint", "ignored", "malformed"] {
+            reputation_events
+                .get_or_create(&KindLabel { kind })
+                .inc_by(0);
+        }
         Arc::new(Metrics {
             messages: add(r, "messages", "Messages by outcome at their final dot"),
             wait_seconds: add_metric(
@@ -111,6 +127,22 @@ impl Metrics {
                 "1 while upstream is paused after a quota reply",
             ),
             crowded_seen: Default::default(),
+            reputation_events: add_metric(
+                r,
+                "reputation_events",
+                "SES events read by the reputation guard, by kind (bounce, complaint, ignored, malformed)",
+                reputation_events,
+            ),
+            reputation_paused: add(
+                r,
+                "reputation_paused",
+                "Tenants past a bounce or complaint limit now",
+            ),
+            suppressed: add(
+                r,
+                "suppressed",
+                "Recipients refused at RCPT because they hard-bounced or complained",
+            ),
             registry,
         })
     }
@@ -183,6 +215,23 @@ impl Metrics {
         self.upstream_seconds
             .get_or_create(&label)
             .observe(took.as_secs_f64());
+    }
+
+    /// One SES event read: `bounce`, `complaint`, `ignored` or `malformed`.
+    pub fn reputation_event(&self, kind: &'static str) {
+        self.reputation_events
+            .get_or_create(&KindLabel { kind })
+            .inc();
+    }
+
+    /// Tenants past a limit (read when the metrics are served).
+    pub fn reputation_paused(&self, tenants: usize) {
+        (self.reputation_paused).set(i64::try_from(tenants).unwrap_or(i64::MAX));
+    }
+
+    /// A recipient refused as suppressed.
+    pub fn suppressed(&self) {
+        self.suppressed.inc();
     }
 
     pub fn connection_opened(&self) {

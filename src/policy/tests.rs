@@ -293,3 +293,34 @@ fn the_route_scopes_the_layers_and_the_header_it_adds_replaces_the_clients() {
     assert_eq!(plan.route.unwrap().upstream, "b");
     assert_eq!(layers_of(&plan.charges), [0, 2]);
 }
+
+#[test]
+fn reputation_key_follows_the_trust_rules_and_is_early_only_when_known() {
+    let header = KeySource::parse("header:X-Tenant").unwrap();
+    // A trusted client's header names its tenant, but only at the final dot.
+    assert_eq!(reputation_key(&header, "d", &facts(MSG, &[], None)), "acme");
+    assert_eq!(
+        reputation_key_early(&header, "d", &facts(b"", &[], None)),
+        None
+    );
+    // An authenticated client's header is not trusted: its AUTH tenant, known at MAIL.
+    assert_eq!(
+        reputation_key(&header, "d", &facts(MSG, &[], Some("t1"))),
+        "t1"
+    );
+    let early = reputation_key_early(&header, "d", &facts(b"", &[], Some("t1")));
+    assert_eq!(early.as_deref(), Some("t1"));
+    let auth = KeySource::Auth;
+    assert_eq!(
+        reputation_key_early(&auth, "d", &facts(b"", &[], None)).as_deref(),
+        Some("d")
+    );
+    let sender = KeySource::SenderDomain;
+    let early = reputation_key_early(&sender, "d", &facts(b"", &[], None));
+    assert_eq!(early.as_deref(), Some("example.com"));
+    let rcpt = KeySource::RcptDomain;
+    assert_eq!(
+        reputation_key_early(&rcpt, "d", &facts(b"", &[], None)),
+        None
+    );
+}

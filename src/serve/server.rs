@@ -61,6 +61,7 @@ pub async fn run(listeners: impl Into<Listeners>, deps: Deps, shutdown: Shutdown
         .filter_map(|l| l.local_addr().ok())
         .collect();
     deps.upstreams.listening_on(&bound);
+    let events = super::events::start(&deps, shutdown.clone());
     let ctx = Arc::new(Context::new(deps));
     live.install(ctx.clone());
     let accounts = tokio::spawn(super::account::keep(live.clone()));
@@ -103,6 +104,9 @@ pub async fn run(listeners: impl Into<Listeners>, deps: Deps, shutdown: Shutdown
         let _ = tokio::time::timeout(LAST_WORDS, sessions.wait()).await;
     }
     accounts.abort();
+    if let Some(events) = events {
+        events.abort();
+    }
     admin_stop.trigger();
 }
 

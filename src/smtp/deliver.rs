@@ -28,6 +28,7 @@ impl Session {
         let dot = SystemTime::now();
         let plan = policy::plan(self.ctx.rules(), &self.facts(&envelope, &body));
         let record = record(&self.ctx, &plan.charges);
+        let tenant = self.reputation_at_dot(&self.facts(&envelope, &body));
         let id = uuid::Uuid::new_v4().simple().to_string();
         let greeting = self.greeting.as_ref();
         let trace = Trace {
@@ -58,11 +59,18 @@ impl Session {
             conn: &mut self.conn,
         };
         let max_received = self.ctx.config.smtp.max_received.get();
-        let verdict = match received::looping(&body, &self.ctx.instance, max_received) {
-            None => final_dot(&mut waiter, &message, record).await,
-            Some(Loop::CameBack) => Verdict::refused(reply::loop_detected(), record),
-            Some(Loop::TooManyHops) => Verdict::refused(reply::too_many_hops(), record),
+        let verdict = match (
+            tenant.as_ref().and_then(|t| t.refusal.clone()),
+            received::looping(&body, &self.ctx.instance, max_received),
+        ) {
+            (Some(refusal), _) => Verdict::tenant_paused(refusal, record),
+            (None, None) => final_dot(&mut waiter, &message, record).await,
+            (None, Some(Loop::CameBack)) => Verdict::refused(reply::loop_detected(), record),
+            (None, Some(Loop::TooManyHops)) => Verdict::refused(reply::too_many_hops(), record),
         };
+        if let Some(tenant) = &tenant {
+            self.reputation_settle(&tenant.key, &envelope, &verdict.record);
+        }
         self.log_message(&envelope, &verdict, started);
         self.trace_message(&body, &verdict, dot, started.elapsed());
         let flow = match verdict.closes() {
@@ -76,7 +84,7 @@ impl Session {
     }
 
     /// What the policy may look at.
-    fn facts<'a>(&'a self, envelope: &'a Envelope, body: &'a [u8]) -> MessageFacts<'a> {
+    pub(super) fn facts<'a>(&'a self, envelope: &'a Envelope, body: &'a [u8]) -> MessageFacts<'a> {
         MessageFacts {
             auth_tenant: self.auth.as_ref().map(|u| u.tenant.as_str()),
             // An authenticated client has its user's rights, whatever its address.
@@ -233,6 +241,8 @@ fn record(ctx: &Context, charges: &[Charge]) -> Record {
         waited: Duration::ZERO,
         via: String::new(),
         limited: false,
+        upstream_id: None,
+        hard_bounce: false,
     }
 }
 

@@ -68,9 +68,13 @@ impl Session {
         if params.size.is_some_and(|size| size_over(size, max)) {
             return self.reply(reply::message_too_big(max));
         }
+        // `<>` is the null sender of bounces: it must stay null upstream.
+        let from = (!line.mailbox.is_empty()).then(|| line.mailbox.to_string());
+        if let Some(refusal) = self.reputation_at_mail(from.as_deref()) {
+            return self.reply(refusal);
+        }
         self.envelope = Some(Envelope {
-            // `<>` is the null sender of bounces: it must stay null upstream.
-            from: (!line.mailbox.is_empty()).then(|| line.mailbox.to_string()),
+            from,
             rcpts: Vec::new(),
             smtputf8: params.smtputf8,
             body_8bit: params.body_8bit,

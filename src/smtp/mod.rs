@@ -7,6 +7,8 @@
 //!   outcome, log record) that the session answers and logs once; `waiter`: the wait for
 //!   tokens (the client watched); `forward`: the upstream leg (throttle replies absorbed,
 //!   quota pause, fallback).
+//! - `reputation`: the tenant reputation guard's refusals (MAIL, RCPT, the final dot) and
+//!   what it is told of each message upstream took or refused.
 //! - `path`: the address and parameters of MAIL and RCPT, kept as the client wrote them.
 //! - `received`: the `Received:` trace header.
 //! - `conn` and `data_reader`: the bytes in and out, and the DATA section.
@@ -25,6 +27,7 @@ mod path;
 mod rcpt;
 mod received;
 pub mod reply;
+mod reputation;
 mod rset;
 mod session;
 mod starttls;

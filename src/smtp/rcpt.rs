@@ -40,6 +40,10 @@ impl Session {
         if envelope.rcpts.len() >= max {
             return self.reply(reply::too_many_recipients(max));
         }
+        if let Some(refusal) = self.suppressed_rcpt(line.mailbox) {
+            return self.reply(refusal);
+        }
+        let envelope = self.envelope.as_mut().expect("checked above");
         envelope.rcpts.push(line.mailbox.to_string());
         self.reply(Reply::new(250, "2.1.5", "Recipient ok"));
     }

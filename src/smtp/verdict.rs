@@ -21,6 +21,10 @@ pub(super) struct Record {
     pub via: String,
     /// A layer's bucket refused it (counted per layer).
     pub limited: bool,
+    /// Upstream's id of the message it took (`250 Ok <id>`), for the reputation guard.
+    pub upstream_id: Option<String>,
+    /// Upstream refused it for good for a bad mailbox (`5.1.x`): a bounce the relay saw.
+    pub hard_bounce: bool,
 }
 
 /// Why a message got no verdict from upstream.
@@ -46,6 +50,14 @@ impl Verdict {
     /// Upstream's answer (or the lack of one), relayed.
     pub fn upstream(result: &Result<Accepted, UpstreamError>, mut record: Record) -> Verdict {
         record.outcome = outcome_of(result);
+        record.upstream_id = (result.as_ref().ok())
+            .and_then(Accepted::message_id)
+            .map(str::to_string);
+        record.hard_bounce = (result.as_ref().err())
+            .and_then(UpstreamError::reply)
+            .is_some_and(|(code, esc, _)| {
+                code >= 500 && esc.is_some_and(|e| e.starts_with("5.1."))
+            });
         Verdict {
             reply: Some(reply::upstream_verdict(result)),
             record,
@@ -64,6 +76,18 @@ impl Verdict {
     /// The relay's own refusal of the message as it is (a mail loop): nothing was sent.
     pub fn refused(reply: Reply, mut record: Record) -> Verdict {
         record.outcome = Outcome::Rejected;
+        Verdict {
+            reply: Some(reply),
+            record,
+        }
+    }
+
+    /// The tenant is past a reputation limit: `451` (paused) or `550` (rejected); nothing sent.
+    pub fn tenant_paused(reply: Reply, mut record: Record) -> Verdict {
+        record.outcome = match reply.code >= 500 {
+            true => Outcome::Rejected,
+            false => Outcome::Throttled,
+        };
         Verdict {
             reply: Some(reply),
             record,

@@ -25,6 +25,7 @@ use crate::observe::metrics::Metrics;
 use crate::observe::recent::Recent;
 use crate::observe::traces::Traces;
 use crate::policy::LayerPolicy;
+use crate::reputation::Reputation;
 use crate::throttle::{Clock, Throttle, TokioClock};
 use crate::upstream::Upstreams;
 
@@ -51,6 +52,9 @@ pub struct Deps {
     /// This process among relays: random, written in our `Received:` fields, so a message
     /// that comes back is known (a mail loop) even when two relays share a hostname.
     pub instance: Arc<str>,
+    /// The tenant reputation guard of `[reputation]` (kept across reloads: its counts are
+    /// the window's history).
+    pub reputation: Option<Arc<Reputation>>,
 }
 
 impl Deps {
@@ -60,7 +64,10 @@ impl Deps {
         let clock: Arc<dyn Clock> = Arc::new(TokioClock::new());
         let throttle = Arc::new(crate::throttle::from_config(&config, clock.clone()));
         let traces = traces(&config);
+        let reputation =
+            (config.reputation.as_ref()).map(|r| Arc::new(Reputation::new(r, clock.clone())));
         Deps {
+            reputation,
             config,
             upstreams: Arc::new(upstreams),
             throttle,
@@ -132,6 +139,8 @@ pub struct Context {
     pub live: Weak<Live>,
     /// This process's id in our `Received:` fields (see [`Deps::instance`]).
     pub instance: Arc<str>,
+    /// The tenant reputation guard, when `[reputation]` is set at start.
+    pub reputation: Option<Arc<Reputation>>,
 }
 
 /// What a context carries over from the one before it.
@@ -146,6 +155,7 @@ struct Kept {
     clock: Arc<dyn Clock>,
     live: Weak<Live>,
     instance: Arc<str>,
+    reputation: Option<Arc<Reputation>>,
 }
 
 impl Context {
@@ -165,6 +175,7 @@ impl Context {
             clock: deps.clock,
             live: Arc::downgrade(&deps.live),
             instance: deps.instance,
+            reputation: deps.reputation,
         };
         // `Deps::with_tls` reports a bad certificate at startup; a caller that skipped it
         // still gets TLS, or a logged reason why not.
@@ -197,6 +208,7 @@ impl Context {
             clock: self.clock.clone(),
             live: self.live.clone(),
             instance: self.instance.clone(),
+            reputation: self.reputation.clone(),
         };
         Context::assemble(parts, kept)
     }
@@ -221,6 +233,7 @@ impl Context {
             clock: kept.clock,
             live: kept.live,
             instance: kept.instance,
+            reputation: kept.reputation,
         }
     }
 

@@ -75,6 +75,20 @@ impl Accepted {
             partial: false,
         }
     }
+
+    /// Upstream's id of the message, when its reply says `Ok <id>` (SES over SMTP: `250 Ok
+    /// <id>`; our `ses://` forwarder: `2.0.0 Ok <MessageId>`): the link from SES's events
+    /// back to the message.
+    pub fn message_id(&self) -> Option<&str> {
+        let text = match reply::split_enhanced(&self.text) {
+            Some((_, rest)) => rest,
+            None => self.text.trim(),
+        };
+        // Exactly `Ok <id>`: a smarthost's `Ok queued as X` names no SES message.
+        let mut words = text.strip_prefix("Ok ")?.split_whitespace();
+        let id = words.next().filter(|_| words.next().is_none())?;
+        Some(id).filter(|id| id.len() <= crate::reputation::events::MAX_ID_BYTES)
+    }
 }
 
 /// Why upstream did not take a message. The session maps each variant to the client's reply,

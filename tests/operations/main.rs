@@ -9,6 +9,7 @@ mod cli;
 mod dashboards;
 mod deploy;
 mod docs_drift;
+mod reputation_admin;
 mod shutdown;
 mod status_page;
 mod traces;

@@ -22,3 +22,46 @@ pub async fn try_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
     .await
     .unwrap()
 }
+
+/// Status and body of `METHOD http://{addr}{path}`, with HTTP Basic `password` (user
+/// `admin`) when given.
+pub async fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    password: Option<&str>,
+) -> (u16, String) {
+    use base64::Engine;
+    let url = format!("http://{addr}{path}");
+    let method = method.to_string();
+    let auth = password.map(|p| {
+        let pair = format!("admin:{p}");
+        format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(pair)
+        )
+    });
+    tokio::task::spawn_blocking(move || {
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .new_agent();
+        let request = ureq::http::Request::builder()
+            .method(method.as_str())
+            .uri(&url);
+        let request = match &auth {
+            Some(value) => request.header("Authorization", value),
+            None => request,
+        };
+        let mut response = agent
+            .run(request.body(()).unwrap())
+            .expect("an HTTP answer");
+        let status = response.status().as_u16();
+        (
+            status,
+            response.body_mut().read_to_string().unwrap_or_default(),
+        )
+    })
+    .await
+    .unwrap()
+}

@@ -144,6 +144,11 @@ impl Relay {
         sum_metric(&text, name)
     }
 
+    /// The relay's reputation guard, when `[reputation]` is set.
+    pub fn reputation(&self) -> Option<Arc<mailsluice::reputation::Reputation>> {
+        self.ctx.reputation.clone()
+    }
+
     /// Messages that reached their final dot and were answered (or abandoned), so far.
     pub fn messages_done(&self) -> u64 {
         self.metric("mailsluice_messages_total") as u64

@@ -16,6 +16,7 @@ mod relay_faults;
 mod routes;
 mod ses;
 mod smtp;
+mod sqs_events;
 
 use mailsluice::config::{Config, UpstreamConfig};
 use mailsluice::message::Envelope;

@@ -109,3 +109,52 @@ fn throttle_refusals_have_their_codes() {
     let store = throttle_refusal(&ThrottleError::StoreUnavailable);
     assert!(wire(&store).starts_with("451 4.4.3 "));
 }
+
+#[test]
+fn reputation_replies_are_as_pinned() {
+    use crate::reputation::{Breach, Kind, Suppression};
+    let breach = Breach {
+        kind: Kind::Bounce,
+        rate: 6.0 / 40.0,
+        sent: 40,
+        limit: 0.05,
+        window: Duration::from_millis(86_400_000),
+    };
+    assert_eq!(
+        wire(&tenant_paused("acme", &breach, false)),
+        "451 4.7.1 Tenant acme paused: bounce rate 15.0 % of 40 messages over 24 h (limit 5.0 %)\r\n"
+    );
+    let complaint = Breach {
+        kind: Kind::Complaint,
+        rate: 2.0 / 1000.0,
+        sent: 1000,
+        limit: 0.0005,
+        window: Duration::from_secs(90 * 60),
+    };
+    assert_eq!(
+        wire(&tenant_paused("b", &complaint, true)),
+        "550 5.7.1 Tenant b paused: complaint rate 0.2 % of 1000 messages over 90 min (limit 0.05 %)\r\n"
+    );
+    let s = Suppression {
+        reason: Kind::Bounce,
+        date: "2026-12-01".into(),
+    };
+    assert_eq!(
+        wire(&suppressed("gone@example.com", &s)),
+        "550 5.1.1 <gone@example.com> suppressed: hard bounce on 2026-12-01\r\n"
+    );
+}
+
+#[test]
+fn upstreams_message_id_is_read_from_its_250() {
+    let id = |text: &str| Accepted::new(text).message_id().map(str::to_string);
+    assert_eq!(
+        id("Ok 0100018c-abc-000000").as_deref(),
+        Some("0100018c-abc-000000")
+    );
+    assert_eq!(id("2.0.0 Ok 0100018c-abc").as_deref(), Some("0100018c-abc"));
+    assert_eq!(id("2.0.0 Ok: queued as 42"), None);
+    assert_eq!(id("queued"), None);
+    assert_eq!(id("Ok queued as mem-1"), None);
+    assert_eq!(id(&format!("Ok {}", "x".repeat(300))), None);
+}

@@ -1,0 +1,88 @@
+//! The reputation guard's endpoints: each tenant's standing, an operator's resume, and the
+//! suppression of one address (read, lifted). 404 when `[reputation]` is not set.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::json;
+
+use crate::reputation::Reputation;
+use crate::state::context::Live;
+
+/// These routes, on the live context (the endpoint merges them).
+pub fn routes<S>(live: Arc<Live>) -> Router<S> {
+    Router::new()
+        .route("/reputation", get(standings))
+        .route("/reputation/{key}/resume", post(resume))
+        .route(
+            "/suppressions/{address}",
+            get(suppression).delete(unsuppress),
+        )
+        .with_state(live)
+}
+
+fn guard(live: &Live) -> Option<Arc<Reputation>> {
+    live.current().and_then(|c| c.reputation.clone())
+}
+
+fn off() -> Response {
+    let body = json!({"error": "the reputation guard is off (no [reputation])"});
+    (StatusCode::NOT_FOUND, Json(body)).into_response()
+}
+
+/// `GET /reputation`: every tenant counted in the window, and the guard's totals.
+async fn standings(State(live): State<Arc<Live>>) -> Response {
+    let Some(guard) = guard(&live) else {
+        return off();
+    };
+    let body = json!({
+        "tenants": guard.standings(),
+        "paused": guard.paused(),
+        "suppressed": guard.suppressed_count(),
+        "unattributed": guard.unattributed(),
+        "tracked_messages": guard.tracked(),
+    });
+    Json(body).into_response()
+}
+
+/// `POST /reputation/{key}/resume`: the tenant's window starts afresh.
+async fn resume(State(live): State<Arc<Live>>, Path(key): Path<String>) -> Response {
+    let Some(guard) = guard(&live) else {
+        return off();
+    };
+    match guard.resume(&key) {
+        true => Json(json!({"resumed": key})).into_response(),
+        false => not_found(&format!("no tenant {key:?} counted")),
+    }
+}
+
+/// `GET /suppressions/{address}`: why and since when it is refused.
+async fn suppression(State(live): State<Arc<Live>>, Path(address): Path<String>) -> Response {
+    let Some(guard) = guard(&live) else {
+        return off();
+    };
+    match guard.suppressed(&address) {
+        Some(s) => Json(json!({"address": address, "reason": s.reason_text(), "date": s.date}))
+            .into_response(),
+        None => not_found("not suppressed"),
+    }
+}
+
+/// `DELETE /suppressions/{address}`: the address is taken again.
+async fn unsuppress(State(live): State<Arc<Live>>, Path(address): Path<String>) -> Response {
+    let Some(guard) = guard(&live) else {
+        return off();
+    };
+    match guard.unsuppress(&address) {
+        true => Json(json!({"unsuppressed": address})).into_response(),
+        false => not_found("not suppressed"),
+    }
+}
+
+fn not_found(why: &str) -> Response {
+    (StatusCode::NOT_FOUND, Json(json!({"error": why}))).into_response()
+}

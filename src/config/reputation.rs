@@ -1,0 +1,260 @@
+//! `[reputation]`: the tenant reputation guard. SES's bounce and complaint events, read from
+//! an SQS queue (`[reputation.sqs]`) or posted by SNS (`[reputation.sns]`), are counted per
+//! tenant against the messages the tenant sent; past a rate the tenant is paused. Whose
+//! reputation a message counts for is a key source with a layer's trust rules, so a client
+//! cannot move its bounces onto another tenant with a header.
+
+use std::num::{NonZeroU64, NonZeroUsize};
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::{located, KeySource};
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReputationConfig {
+    /// Whose reputation a message counts for.
+    pub key: ReputationKey,
+    /// The key when its source is absent (as a layer's `default_key`).
+    #[serde(default = "default_key")]
+    pub default_key: String,
+    /// Hard bounces / messages sent, per tenant, over the window; above it the tenant stops.
+    #[serde(default = "default_bounce_rate")]
+    pub max_bounce_rate: Spanned<f64>,
+    /// Complaints / messages sent.
+    #[serde(default = "default_complaint_rate")]
+    pub max_complaint_rate: Spanned<f64>,
+    /// No verdict on a tenant with fewer messages than this in the window: a few bounces of
+    /// a small sender say little.
+    #[serde(default = "default_min_messages")]
+    pub min_messages: NonZeroU64,
+    #[serde(default = "default_window_ms")]
+    pub window_ms: NonZeroU64,
+    #[serde(default)]
+    pub action: Action,
+    /// Hard-bounced and complained addresses are refused at RCPT, for every tenant.
+    #[serde(default = "yes")]
+    pub suppress: bool,
+    /// How long an address stays suppressed.
+    #[serde(default = "default_suppress_ttl_ms")]
+    pub suppress_ttl_ms: NonZeroU64,
+    /// Messages whose SES id is kept to attribute their events (about 200 bytes each); past
+    /// it the oldest is forgotten and its events count as unattributed.
+    #[serde(default = "default_max_tracked_messages")]
+    pub max_tracked_messages: NonZeroUsize,
+    /// Tenants counted at once; past it the one idle longest is forgotten.
+    #[serde(default = "default_max_tenants")]
+    pub max_tenants: NonZeroUsize,
+    /// Suppressed addresses held; past it the oldest suppression goes.
+    #[serde(default = "default_max_suppressed")]
+    pub max_suppressed: NonZeroUsize,
+    pub sqs: Option<SqsConfig>,
+    pub sns: Option<SnsConfig>,
+}
+
+impl ReputationConfig {
+    pub fn window(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.window_ms.get())
+    }
+}
+
+/// `key` of `[reputation]`: a key source like a layer's, named in its own errors.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub struct ReputationKey(pub KeySource);
+
+impl TryFrom<String> for ReputationKey {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<ReputationKey, String> {
+        KeySource::parse_for("reputation.key", &text).map(ReputationKey)
+    }
+}
+
+/// What a tenant past a limit gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    /// `451 4.7.1`: the client keeps the message and retries later.
+    #[default]
+    Pause,
+    /// `550 5.7.1`: the client gives the message up.
+    Reject,
+    /// Logged and counted only.
+    Warn,
+}
+
+/// `[reputation.sqs]`: SES events from an SQS queue.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SqsConfig {
+    pub queue_url: Spanned<String>,
+    pub region: String,
+    /// Another endpoint than AWS's (a VPC endpoint, a test server).
+    pub endpoint_url: Option<String>,
+}
+
+/// `[reputation.sns]`: SNS topics that may post events to `POST /ses/events`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SnsConfig {
+    pub topics: Vec<Spanned<String>>,
+}
+
+fn default_key() -> String {
+    "default".into()
+}
+fn default_bounce_rate() -> Spanned<f64> {
+    Spanned::new(0..0, 0.05)
+}
+fn default_complaint_rate() -> Spanned<f64> {
+    Spanned::new(0..0, 0.001)
+}
+fn default_min_messages() -> NonZeroU64 {
+    NonZeroU64::new(100).unwrap()
+}
+fn default_window_ms() -> NonZeroU64 {
+    NonZeroU64::new(86_400_000).unwrap()
+}
+fn default_suppress_ttl_ms() -> NonZeroU64 {
+    NonZeroU64::new(1_209_600_000).unwrap()
+}
+fn default_max_tracked_messages() -> NonZeroUsize {
+    NonZeroUsize::new(1_000_000).unwrap()
+}
+fn default_max_tenants() -> NonZeroUsize {
+    NonZeroUsize::new(100_000).unwrap()
+}
+fn default_max_suppressed() -> NonZeroUsize {
+    NonZeroUsize::new(1_000_000).unwrap()
+}
+fn yes() -> bool {
+    true
+}
+
+/// The rules no single key's type can say; errors name the key and its line.
+pub(super) fn validate(config: &ReputationConfig, text: &str) -> Result<(), String> {
+    for (name, rate) in [
+        ("max_bounce_rate", &config.max_bounce_rate),
+        ("max_complaint_rate", &config.max_complaint_rate),
+    ] {
+        let r = *rate.get_ref();
+        if !(r > 0.0 && r <= 1.0) {
+            let message = format!("key `reputation.{name}`: {r} is not a rate in (0, 1]");
+            return Err(located(text, rate.span(), &message));
+        }
+    }
+    if config.default_key.len() > super::MAX_KEY_BYTES {
+        let message = format!(
+            "key `reputation.default_key`: at most {} bytes",
+            super::MAX_KEY_BYTES
+        );
+        return Err(message);
+    }
+    if let Some(sqs) = &config.sqs {
+        let url = sqs.queue_url.get_ref();
+        if !(url.starts_with("https://") || url.starts_with("http://")) {
+            let message = "key `reputation.sqs.queue_url`: expected an https:// queue URL";
+            return Err(located(text, sqs.queue_url.span(), message));
+        }
+    }
+    for topic in config.sns.iter().flat_map(|s| &s.topics) {
+        let arn = topic.get_ref();
+        if arn.split(':').count() != 6 || !arn.starts_with("arn:aws:sns:") {
+            let message = "key `reputation.sns.topics`: expected a topic ARN, arn:aws:sns:REGION:ACCOUNT:NAME";
+            return Err(located(text, topic.span(), message));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{Config, KeySource};
+
+    use super::Action;
+
+    const MINIMAL: &str = "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"file://o\"\n";
+
+    fn parse(extra: &str) -> Result<Config, String> {
+        Config::parse(&format!("{MINIMAL}{extra}"))
+    }
+
+    #[test]
+    fn pinned_example_parses_with_defaults() {
+        let c = parse(
+            "[reputation]\nkey = \"header:X-Tenant\"\nmax_bounce_rate = 0.05\n\
+             max_complaint_rate = 0.001\nmin_messages = 100\nwindow_ms = 86400000\n\
+             action = \"pause\"\nsuppress = true\n\
+             [reputation.sqs]\nqueue_url = \"https://sqs.eu-west-1.amazonaws.com/123456789012/ses-events\"\n\
+             region = \"eu-west-1\"\n",
+        )
+        .unwrap();
+        let r = c.reputation.unwrap();
+        assert_eq!(r.key.0, KeySource::Header("X-Tenant".into()));
+        assert_eq!(r.action, Action::Pause);
+        assert_eq!(r.suppress_ttl_ms.get(), 1_209_600_000);
+        assert_eq!(r.max_tracked_messages.get(), 1_000_000);
+        assert_eq!(r.default_key, "default");
+        assert_eq!(r.sqs.unwrap().region, "eu-west-1");
+        assert!(r.sns.is_none());
+        let r = parse("[reputation]\nkey = \"auth\"\naction = \"reject\"\n")
+            .unwrap()
+            .reputation
+            .unwrap();
+        assert_eq!(
+            (*r.max_bounce_rate.get_ref(), r.action),
+            (0.05, Action::Reject)
+        );
+    }
+
+    #[test]
+    fn bad_values_name_their_key_and_line() {
+        for (body, key, line) in [
+            ("key = \"moon\"\n", "reputation.key", 6),
+            (
+                "key = \"auth\"\nmax_bounce_rate = 1.5\n",
+                "reputation.max_bounce_rate",
+                7,
+            ),
+            (
+                "key = \"auth\"\nmax_complaint_rate = 0.0\n",
+                "reputation.max_complaint_rate",
+                7,
+            ),
+            ("key = \"auth\"\naction = \"shout\"\n", "action", 7),
+            ("key = \"auth\"\nmin_messages = 0\n", "min_messages", 7),
+            ("key = \"auth\"\nbogus = 1\n", "bogus", 7),
+            (
+                "key = \"auth\"\n[reputation.sqs]\nqueue_url = \"ftp://x\"\nregion = \"r\"\n",
+                "reputation.sqs.queue_url",
+                8,
+            ),
+            (
+                "key = \"auth\"\n[reputation.sns]\ntopics = [\"arn:aws:s3:::b\"]\n",
+                "reputation.sns.topics",
+                8,
+            ),
+            ("key = \"auth\"\n[reputation.sns]\ntopic = []\n", "topic", 8),
+        ] {
+            let err = parse(&format!("[reputation]\n{body}")).unwrap_err();
+            assert!(
+                err.contains(key) && err.contains(&format!("line {line}")),
+                "{body}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn admin_password_hash_is_checked() {
+        let err = parse("[admin]\npassword_hash = \"secret\"\n").unwrap_err();
+        assert!(
+            err.contains("admin.password_hash") && err.contains("line 6"),
+            "{err}"
+        );
+        let hash = "$argon2id$v=19$m=19456,t=2,p=1$c29tZXNhbHRzb21lc2FsdA$hRh5UbO5V5zAcTz1r34tZgRfrqBvAdiE/lw+J3iU+Ls";
+        let c = parse(&format!("[admin]\npassword_hash = \"{hash}\"\n")).unwrap();
+        assert!(c.admin.unwrap().password_hash.is_some());
+    }
+}

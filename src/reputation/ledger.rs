@@ -1,0 +1,349 @@
+//! Per tenant: messages sent, hard bounces and complaints over a sliding window, and the
+//! verdict on them. The window is cut into `SLOTS` slots, so a tenant costs the same memory
+//! however much it sends, and the window slides one slot (1/24 of it) at a time. Pure: the
+//! caller passes `now`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::throttle::Nanos;
+
+use super::events::Kind;
+
+/// Slots of one window: with 24 h, hourly.
+pub const SLOTS: usize = 24;
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub sent: u64,
+    pub bounces: u64,
+    pub complaints: u64,
+}
+
+impl Counts {
+    fn add(&mut self, other: Counts) {
+        self.sent = self.sent.saturating_add(other.sent);
+        self.bounces = self.bounces.saturating_add(other.bounces);
+        self.complaints = self.complaints.saturating_add(other.complaints);
+    }
+}
+
+/// The limits a tenant is held to.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_bounce_rate: f64,
+    pub max_complaint_rate: f64,
+    pub min_messages: u64,
+    pub window: Duration,
+}
+
+/// A tenant past a limit: which one, and by how much.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Breach {
+    pub kind: Kind,
+    pub rate: f64,
+    pub sent: u64,
+    pub limit: f64,
+    pub window: Duration,
+}
+
+/// How a tenant's standing changed with a verdict, for the one warn line the caller logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    None,
+    Paused,
+    Resumed,
+}
+
+#[derive(Debug)]
+struct Tenant {
+    slots: [Counts; SLOTS],
+    /// The absolute slot number each slot holds (`now / slot_len`).
+    epochs: [u64; SLOTS],
+    last_used: Nanos,
+    over: bool,
+}
+
+#[derive(Debug)]
+pub struct Ledger {
+    tenants: HashMap<Arc<str>, Tenant>,
+    limits: Limits,
+    slot_len: Nanos,
+    max_tenants: usize,
+}
+
+impl Ledger {
+    pub fn new(limits: Limits, max_tenants: usize) -> Ledger {
+        let window = crate::throttle::clock::nanos(limits.window).max(SLOTS as u64);
+        Ledger {
+            tenants: HashMap::new(),
+            limits,
+            slot_len: window.div_ceil(SLOTS as u64),
+            max_tenants: max_tenants.max(1),
+        }
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    pub fn len(&self) -> usize {
+        self.tenants.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Adds `counts` to `key` at `now`; the key as held (shared by the attribution map).
+    pub fn add(&mut self, key: &str, counts: Counts, now: Nanos) -> Arc<str> {
+        let slot = now / self.slot_len;
+        if !self.tenants.contains_key(key) && self.tenants.len() >= self.max_tenants {
+            self.evict();
+        }
+        let (held, tenant) = match self.tenants.get_key_value(key) {
+            Some((held, _)) => (held.clone(), self.tenants.get_mut(key).unwrap()),
+            None => {
+                let held: Arc<str> = key.into();
+                let fresh = Tenant {
+                    slots: [Counts::default(); SLOTS],
+                    epochs: [u64::MAX; SLOTS],
+                    last_used: now,
+                    over: false,
+                };
+                (held.clone(), self.tenants.entry(held).or_insert(fresh))
+            }
+        };
+        let i = (slot % SLOTS as u64) as usize;
+        if tenant.epochs[i] != slot {
+            (tenant.epochs[i], tenant.slots[i]) = (slot, Counts::default());
+        }
+        tenant.slots[i].add(counts);
+        tenant.last_used = now;
+        held
+    }
+
+    /// Past `max_tenants`: the tenant used longest ago is forgotten (a linear scan, only when
+    /// a new tenant comes to a full ledger).
+    fn evict(&mut self) {
+        let oldest = (self.tenants.iter())
+            .min_by_key(|(_, t)| t.last_used)
+            .map(|(k, _)| k.clone());
+        if let Some(key) = oldest {
+            tracing::warn!(
+                target: "mailsluice::reputation",
+                tenant = &*key,
+                max_tenants = self.max_tenants,
+                "reputation.evicted"
+            );
+            self.tenants.remove(&key);
+        }
+    }
+
+    /// The counts of `key` over the window ending at `now`.
+    pub fn totals(&self, key: &str, now: Nanos) -> Counts {
+        self.tenants
+            .get(key)
+            .map_or_else(Counts::default, |t| self.sum(t, now))
+    }
+
+    fn sum(&self, tenant: &Tenant, now: Nanos) -> Counts {
+        let slot = now / self.slot_len;
+        let mut total = Counts::default();
+        for (counts, epoch) in tenant.slots.iter().zip(tenant.epochs) {
+            if epoch <= slot && slot - epoch < SLOTS as u64 {
+                total.add(*counts);
+            }
+        }
+        total
+    }
+
+    /// Whether `key` is past a limit now, and whether that changed since its last verdict.
+    pub fn verdict(&mut self, key: &str, now: Nanos) -> (Option<Breach>, Change) {
+        let Some(tenant) = self.tenants.get(key) else {
+            return (None, Change::None);
+        };
+        let breach = breach(self.limits, self.sum(tenant, now));
+        let tenant = self.tenants.get_mut(key).unwrap();
+        let change = match (tenant.over, breach.is_some()) {
+            (false, true) => Change::Paused,
+            (true, false) => Change::Resumed,
+            _ => Change::None,
+        };
+        tenant.over = breach.is_some();
+        (breach, change)
+    }
+
+    /// An operator's resume: the tenant's window starts afresh (false: not known).
+    pub fn resume(&mut self, key: &str) -> bool {
+        self.tenants.remove(key).is_some()
+    }
+
+    /// Every tenant with its counts and breach now, sorted by key.
+    pub fn snapshot(&self, now: Nanos) -> Vec<(Arc<str>, Counts, Option<Breach>)> {
+        let mut all: Vec<_> = (self.tenants.iter())
+            .map(|(k, t)| {
+                let counts = self.sum(t, now);
+                (k.clone(), counts, breach(self.limits, counts))
+            })
+            .collect();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all
+    }
+}
+
+/// The first limit `counts` is past, bounces first; none under `min_messages` sent.
+pub fn breach(limits: Limits, counts: Counts) -> Option<Breach> {
+    if counts.sent < limits.min_messages || counts.sent == 0 {
+        return None;
+    }
+    let rate = |n: u64| n as f64 / counts.sent as f64;
+    let over = |kind, n, limit| {
+        (rate(n) > limit).then_some(Breach {
+            kind,
+            rate: rate(n),
+            sent: counts.sent,
+            limit,
+            window: limits.window,
+        })
+    };
+    over(Kind::Bounce, counts.bounces, limits.max_bounce_rate).or_else(|| {
+        over(
+            Kind::Complaint,
+            counts.complaints,
+            limits.max_complaint_rate,
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HOUR: Nanos = 3_600_000_000_000;
+
+    fn ledger() -> Ledger {
+        let limits = Limits {
+            max_bounce_rate: 0.05,
+            max_complaint_rate: 0.001,
+            min_messages: 20,
+            window: Duration::from_secs(24 * 3600),
+        };
+        Ledger::new(limits, 3)
+    }
+
+    fn sent(n: u64) -> Counts {
+        Counts {
+            sent: n,
+            ..Counts::default()
+        }
+    }
+    fn bounces(n: u64) -> Counts {
+        Counts {
+            bounces: n,
+            ..Counts::default()
+        }
+    }
+
+    #[test]
+    fn over_the_bounce_rate_with_enough_messages_pauses() {
+        let mut l = ledger();
+        l.add("acme", sent(40), 0);
+        l.add("acme", bounces(2), HOUR);
+        assert_eq!(
+            l.verdict("acme", HOUR),
+            (None, Change::None),
+            "5 % is not past 5 %"
+        );
+        l.add("acme", bounces(4), HOUR);
+        let (breach, change) = l.verdict("acme", HOUR);
+        let b = breach.unwrap();
+        assert_eq!((b.kind, b.sent, change), (Kind::Bounce, 40, Change::Paused));
+        assert!((b.rate - 0.15).abs() < 1e-9);
+        assert_eq!(
+            l.verdict("acme", HOUR).1,
+            Change::None,
+            "one change, logged once"
+        );
+        assert_eq!(l.verdict("other", HOUR), (None, Change::None));
+    }
+
+    #[test]
+    fn no_verdict_under_min_messages() {
+        let mut l = ledger();
+        l.add("small", sent(19), 0);
+        l.add("small", bounces(19), 0);
+        assert_eq!(l.verdict("small", 0).0, None);
+        l.add("small", sent(1), 0);
+        assert_eq!(l.verdict("small", 0).0.unwrap().kind, Kind::Bounce);
+    }
+
+    #[test]
+    fn complaints_count_on_their_own_rate() {
+        let mut l = ledger();
+        l.add("t", sent(1000), 0);
+        l.add(
+            "t",
+            Counts {
+                complaints: 1,
+                ..Counts::default()
+            },
+            0,
+        );
+        assert_eq!(l.verdict("t", 0).0, None, "0.1 % is not past 0.1 %");
+        l.add(
+            "t",
+            Counts {
+                complaints: 1,
+                ..Counts::default()
+            },
+            0,
+        );
+        assert_eq!(l.verdict("t", 0).0.unwrap().kind, Kind::Complaint);
+    }
+
+    #[test]
+    fn the_window_slides_and_the_tenant_goes_again() {
+        let mut l = ledger();
+        l.add("acme", sent(40), 0);
+        l.add("acme", bounces(6), 0);
+        l.add("acme", sent(40), 12 * HOUR);
+        assert!(l.verdict("acme", 12 * HOUR).0.is_some(), "6 of 80");
+        // The first slot leaves the window 24 h after it began: 0 bounces of 40.
+        assert!(l.verdict("acme", 24 * HOUR - 1).0.is_some());
+        assert_eq!(l.verdict("acme", 24 * HOUR), (None, Change::Resumed));
+        assert_eq!(l.totals("acme", 24 * HOUR), sent(40));
+        assert_eq!(l.totals("acme", 36 * HOUR), Counts::default());
+    }
+
+    #[test]
+    fn a_resume_starts_the_window_afresh() {
+        let mut l = ledger();
+        l.add("acme", sent(40), 0);
+        l.add("acme", bounces(40), 0);
+        assert!(l.verdict("acme", 0).0.is_some());
+        assert!(l.resume("acme"));
+        assert!(!l.resume("acme"));
+        assert_eq!(l.verdict("acme", 0).0, None);
+    }
+
+    #[test]
+    fn at_max_tenants_the_least_recently_used_goes() {
+        let mut l = ledger();
+        for (i, k) in ["a", "b", "c"].iter().enumerate() {
+            l.add(k, sent(1), i as u64);
+        }
+        l.add("a", sent(1), 10);
+        l.add("d", sent(1), 11);
+        assert_eq!(l.len(), 3);
+        assert_eq!(l.totals("b", 11), Counts::default(), "b was idle longest");
+        assert_eq!(l.totals("a", 11), sent(2));
+        let keys: Vec<_> = l
+            .snapshot(11)
+            .into_iter()
+            .map(|(k, ..)| k.to_string())
+            .collect();
+        assert_eq!(keys, ["a", "c", "d"]);
+    }
+}

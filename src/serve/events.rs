@@ -1,0 +1,153 @@
+//! SES's events from an SQS queue (`[reputation.sqs]`): long polls of up to 10 messages, each
+//! applied to the reputation guard and then deleted. A malformed message is logged, counted
+//! and deleted too: it would never parse better, and retrying it forever would hold the
+//! queue. The queue's IAM policy is what authenticates its messages, so an SNS envelope read
+//! here is not signature-checked. Credentials come from the AWS default chain, as for
+//! `ses://`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_config::BehaviorVersion;
+use aws_sdk_sqs::config::{Region, SharedCredentialsProvider};
+use aws_sdk_sqs::types::DeleteMessageBatchRequestEntry;
+use aws_sdk_sqs::Client;
+
+use crate::config::SqsConfig;
+use crate::observe::metrics::Metrics;
+use crate::reputation::{Applied, Reputation};
+use crate::state::context::Deps;
+use crate::state::shutdown::Shutdown;
+
+/// SQS's largest batch.
+pub const BATCH: i32 = 10;
+/// SQS's longest long poll: one request every 20 s on an idle queue.
+pub const LONG_POLL_SECS: i32 = 20;
+/// The longest pause after a failed poll (doubling from 1 s).
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+/// The SQS client for `config`, with `credentials` when given, else the default chain.
+pub async fn client(config: &SqsConfig, credentials: Option<SharedCredentialsProvider>) -> Client {
+    let mut loader =
+        aws_config::defaults(BehaviorVersion::latest()).region(Region::new(config.region.clone()));
+    if let Some(url) = &config.endpoint_url {
+        loader = loader.endpoint_url(url);
+    }
+    if let Some(credentials) = credentials {
+        loader = loader.credentials_provider(credentials);
+    }
+    Client::new(&loader.load().await)
+}
+
+/// Starts the consumer when `[reputation.sqs]` is set; it ends with `shutdown`.
+pub fn start(deps: &Deps, shutdown: Shutdown) -> Option<tokio::task::JoinHandle<()>> {
+    let reputation = deps.reputation.clone()?;
+    let sqs = deps.config.reputation.as_ref()?.sqs.clone()?;
+    let metrics = deps.metrics.clone();
+    Some(tokio::spawn(async move {
+        let client = client(&sqs, None).await;
+        let consumer = Consumer {
+            client,
+            queue_url: sqs.queue_url.into_inner(),
+            reputation,
+            metrics,
+            wait_secs: LONG_POLL_SECS,
+        };
+        consumer.run(shutdown).await
+    }))
+}
+
+pub struct Consumer {
+    pub client: Client,
+    pub queue_url: String,
+    pub reputation: Arc<Reputation>,
+    pub metrics: Arc<Metrics>,
+    /// The long poll's wait (`LONG_POLL_SECS`; less in tests).
+    pub wait_secs: i32,
+}
+
+impl Consumer {
+    /// Polls until `shutdown`; a failed poll is logged and tried again after a pause.
+    pub async fn run(&self, mut shutdown: Shutdown) {
+        let mut backoff = Duration::from_secs(1);
+        loop {
+            let polled = tokio::select! {
+                polled = self.poll_once() => polled,
+                _ = shutdown.wait() => return,
+            };
+            match polled {
+                Ok(_) => backoff = Duration::from_secs(1),
+                Err(e) => {
+                    tracing::warn!(
+                        target: "mailsluice::reputation",
+                        queue = self.queue_url.as_str(),
+                        error = e.as_str(),
+                        retry_in_s = backoff.as_secs(),
+                        "reputation.sqs failed"
+                    );
+                    tokio::select! {
+                        _ = tokio::time::sleep(backoff) => {}
+                        _ = shutdown.wait() => return,
+                    }
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+            }
+        }
+    }
+
+    /// One long poll: up to `BATCH` messages applied, then deleted. Returns how many.
+    pub async fn poll_once(&self) -> Result<usize, String> {
+        let received = (self.client.receive_message())
+            .queue_url(&self.queue_url)
+            .max_number_of_messages(BATCH)
+            .wait_time_seconds(self.wait_secs)
+            .send()
+            .await
+            .map_err(|e| aws_sdk_sqs::error::DisplayErrorContext(e).to_string())?;
+        let messages = received.messages.unwrap_or_default();
+        let mut done = Vec::with_capacity(messages.len());
+        for (i, message) in messages.iter().enumerate() {
+            self.apply(message.body.as_deref().unwrap_or_default());
+            if let Some(handle) = &message.receipt_handle {
+                let entry = DeleteMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .receipt_handle(handle)
+                    .build()
+                    .map_err(|e| e.to_string())?;
+                done.push(entry);
+            }
+        }
+        if done.is_empty() {
+            return Ok(messages.len());
+        }
+        let deleted = (self.client.delete_message_batch())
+            .queue_url(&self.queue_url)
+            .set_entries(Some(done))
+            .send()
+            .await
+            .map_err(|e| aws_sdk_sqs::error::DisplayErrorContext(e).to_string())?;
+        if !deleted.failed.is_empty() {
+            // Applied but not deleted: it comes again and counts once (its feedback id).
+            return Err(format!("{} messages not deleted", deleted.failed.len()));
+        }
+        Ok(messages.len())
+    }
+
+    /// One message body applied; its kind counted and, when malformed, logged.
+    fn apply(&self, body: &str) {
+        let kind = match self.reputation.apply_text(body) {
+            Ok(Applied::Counted { kind, .. }) => kind.as_str(),
+            Ok(Applied::Repeat(_)) | Ok(Applied::Ignored) => "ignored",
+            Err(e) => {
+                tracing::warn!(
+                    target: "mailsluice::reputation",
+                    error = %e,
+                    bytes = body.len(),
+                    "reputation.malformed event deleted"
+                );
+                "malformed"
+            }
+        };
+        self.metrics.reputation_event(kind);
+    }
+}

@@ -1,0 +1,84 @@
+//! The tenant reputation guard in the dialogue: a tenant past a limit is refused at MAIL when
+//! its key is known by then (AUTH, the client's address, the sender), else at the final dot; a
+//! suppressed recipient is refused at RCPT, the others of the message go on. After the final
+//! dot the guard learns what upstream did: the message it took (and SES's id for it), or the
+//! recipient it refused for good. Each check returns the reply; the verb answers it.
+
+use super::reply::{self, Reply};
+use super::session::Session;
+use super::verdict::Record;
+use crate::config::Action;
+use crate::message::{Envelope, Outcome};
+use crate::policy::{self, MessageFacts};
+
+/// The tenant of a message at its final dot, and the refusal it gets when past a limit.
+pub(super) struct Tenant {
+    pub key: String,
+    pub refusal: Option<Reply>,
+}
+
+impl Session {
+    /// At MAIL: the refusal of a tenant past a limit, when its key is known now.
+    pub(super) fn reputation_at_mail(&self, sender: Option<&str>) -> Option<Reply> {
+        let guard = self.ctx.reputation.as_ref()?;
+        let envelope = Envelope {
+            from: sender.map(str::to_string),
+            rcpts: Vec::new(),
+            smtputf8: false,
+            body_8bit: false,
+        };
+        let facts = self.facts(&envelope, &[]);
+        let key = policy::reputation_key_early(&guard.key, &guard.default_key, &facts)?;
+        self.tenant_refusal(&key, "MAIL")
+    }
+
+    /// At the final dot: the message's tenant, and its refusal when past a limit.
+    pub(super) fn reputation_at_dot(&self, facts: &MessageFacts<'_>) -> Option<Tenant> {
+        let guard = self.ctx.reputation.as_ref()?;
+        let key = policy::reputation_key(&guard.key, &guard.default_key, facts);
+        let refusal = self.tenant_refusal(&key, "DATA");
+        Some(Tenant { key, refusal })
+    }
+
+    fn tenant_refusal(&self, key: &str, at: &'static str) -> Option<Reply> {
+        let guard = self.ctx.reputation.as_ref()?;
+        let breach = guard.standing(key)?;
+        let reject = match guard.action {
+            Action::Warn => return None,
+            Action::Pause => false,
+            Action::Reject => true,
+        };
+        tracing::info!(
+            target: "mailsluice::reputation",
+            tenant = key,
+            at,
+            peer = %self.peer,
+            "reputation.refused"
+        );
+        Some(reply::tenant_paused(key, &breach, reject))
+    }
+
+    /// At RCPT: the refusal of an address that hard-bounced or complained.
+    pub(super) fn suppressed_rcpt(&self, address: &str) -> Option<Reply> {
+        let suppression = self.ctx.reputation.as_ref()?.suppressed(address)?;
+        self.ctx.metrics.suppressed();
+        Some(reply::suppressed(address, &suppression))
+    }
+
+    /// After the final dot: what upstream did with `tenant`'s message.
+    pub(super) fn reputation_settle(&self, tenant: &str, envelope: &Envelope, record: &Record) {
+        let Some(guard) = self.ctx.reputation.as_ref() else {
+            return;
+        };
+        match record.outcome {
+            Outcome::Delivered | Outcome::Partial => {
+                let id = record.upstream_id.as_deref();
+                guard.forwarded(tenant, id, envelope.rcpts.len());
+            }
+            Outcome::UpstreamPermFail if record.hard_bounce => {
+                guard.refused_by_upstream(tenant, &envelope.rcpts);
+            }
+            _ => {}
+        }
+    }
+}
