@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Relay throughput against a direct baseline, in one run (issue 2):
+# Relay throughput against a direct baseline, in one run:
 #   smtp-source -> mailsluice -> smtp-sink   versus   smtp-source -> smtp-sink
 # 20 sessions, 1 KiB messages, 1 recipient; once with a new connection per message and once
 # reusing connections (-d). Prints messages/s and the ratio relay/direct, then the CPU time
@@ -7,6 +7,8 @@
 # /proc/<pid>/stat before and after; smtp-source's from its parent shell's cutime + cstime).
 # Needs Debian's postfix package for smtp-source and smtp-sink (see docs/development.md).
 # Usage: bench/relay.sh [messages]   (default 20000; RELAY_BIN=path runs another relay build)
+# bench/relay_cpu.sh breaks the reused-connections run down: system calls and context
+# switches per message, builds side by side.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 N=${1:-20000}

@@ -53,9 +53,13 @@ const OUTPUT_LIMIT: usize = 64 * 1024;
 const COMMAND_READ: usize = 1024;
 
 /// Room made for one read of DATA once the message is past this size: fewer, larger reads
-/// for big messages (a small one is read in command-sized reads, so the buffer of a session
-/// that then waits in a queue never grew). The buffer goes back to `COMMAND_READ` after.
+/// for big messages. The buffer goes back to `COMMAND_READ` after the message, so a session
+/// that then waits in a queue holds no more than an idle one.
 const DATA_READ: usize = 16 * 1024;
+
+/// Room made for one read of a message's first `DATA_READ` bytes: a small message (a few
+/// KiB, most mail) in one read rather than one per KiB, each a system call.
+const SMALL_DATA_READ: usize = 4 * 1024;
 
 pub struct Conn {
     stream: Box<dyn AsyncStream>,
@@ -200,7 +204,7 @@ impl Conn {
                 (deadline, Stop::DataTimeout)
             };
             let room = match reader.len() < DATA_READ {
-                true => COMMAND_READ,
+                true => SMALL_DATA_READ,
                 false => DATA_READ,
             };
             match tokio::time::timeout_at(at, self.read_some(room)).await {
@@ -303,7 +307,7 @@ mod tests {
             conn.read_line(&mut shutdown).await,
             Ok(Line::Command(_))
         ));
-        // A small message is read in command-sized reads.
+        // A small message: the buffer grew for its read, and went back after it.
         client
             .write_all(b"Subject: s\r\n\r\nhi\r\n.\r\n")
             .await

@@ -157,12 +157,49 @@ impl DataReader {
     /// Feeds bytes; returns how many were consumed when the terminator was found (the rest
     /// belongs to the next command), or `None` when more are needed.
     pub fn feed(&mut self, input: &[u8]) -> Option<usize> {
-        for (i, &b) in input.iter().enumerate() {
-            if self.step(b) {
+        let mut i = 0;
+        while i < input.len() {
+            let run = self.plain_run(&input[i..]);
+            if run > 0 {
+                self.push_run(&input[i..i + run]);
+                i += run;
+            } else if self.step(input[i]) {
                 return Some(i + 1);
+            } else {
+                i += 1;
             }
         }
         None
+    }
+
+    /// How many bytes at the start of `input` the state machine would only keep, one by one:
+    /// inside a line (or at its start, but not a dot), up to the next CR, LF or NUL. They are
+    /// most of a message, and are taken as a run.
+    fn plain_run(&self, input: &[u8]) -> usize {
+        match (self.state, input.first()) {
+            (State::Mid, _) => {}
+            (State::LineStart, Some(&b)) if b != b'.' => {}
+            _ => return 0,
+        }
+        let special = |b: &u8| matches!(b, b'\r' | b'\n' | 0);
+        input.iter().position(special).unwrap_or(input.len())
+    }
+
+    /// Keeps a run of plain bytes ([`plain_run`](Self::plain_run)): what [`push`](Self::push)
+    /// does to each, at once, unless a bound is reached within the run.
+    fn push_run(&mut self, run: &[u8]) {
+        self.state = State::Mid;
+        let room = match &self.budget {
+            None => true,
+            Some(budget) => !self.no_room && self.body.len() + run.len() <= budget.bytes,
+        };
+        if !room || self.seen + run.len() > self.max_bytes {
+            return run.iter().for_each(|&b| self.push(b));
+        }
+        self.line_len += run.len();
+        self.line_too_long |= self.line_len > self.max_line;
+        self.seen += run.len();
+        self.body.extend_from_slice(run);
     }
 
     /// Advances by one byte; true at the end of the terminator.
@@ -243,6 +280,39 @@ impl DataReader {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The reader fed one byte at a time through the state machine alone, runs never taken.
+    fn feed_bytewise(r: &mut DataReader, input: &[u8]) -> Option<usize> {
+        (0..input.len()).find(|&i| r.step(input[i])).map(|i| i + 1)
+    }
+
+    proptest::proptest! {
+        /// Taking plain bytes as runs changes nothing: the same bytes consumed, the same
+        /// message or the same problem, for any bytes split anywhere, at any bound.
+        #[test]
+        fn runs_read_as_the_state_machine_does(
+            input in proptest::collection::vec(
+                proptest::sample::select(b"ab.\r\n\0 ".to_vec()), 0..200),
+            cut in 0usize..200,
+            max_bytes in 0usize..120,
+            max_line in 1usize..40,
+            budget in 0usize..150,
+        ) {
+            let cut = cut.min(input.len());
+            let reader = || {
+                let pool = Arc::new(Semaphore::new(budget));
+                DataReader::new(max_bytes, max_line).with_budget(pool)
+            };
+            let (mut fast, mut slow) = (reader(), reader());
+            let first = (fast.feed(&input[..cut]), feed_bytewise(&mut slow, &input[..cut]));
+            proptest::prop_assert_eq!(first.0, first.1);
+            if first.0.is_none() {
+                let rest = &input[cut..];
+                proptest::prop_assert_eq!(fast.feed(rest), feed_bytewise(&mut slow, rest));
+            }
+            proptest::prop_assert_eq!(fast.finish(), slow.finish());
+        }
+    }
 
     fn read(input: &[u8]) -> (Option<usize>, Result<Vec<u8>, DataProblem>) {
         let mut r = DataReader::new(1 << 20, 1000);

@@ -10,6 +10,7 @@
 //! the connections open at once.
 //!
 //! - `connector`: opening one ready connection, its refusals classified.
+//! - `corked`: the socket under lettre, a small message and its final dot in one write.
 //! - `reconnect`: when a connection is retired between messages.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -22,9 +23,11 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use super::Feedback;
 
 mod connector;
+mod corked;
 mod reconnect;
 
 pub(super) use connector::{ConnectError, Connector, Security};
+pub(super) use corked::Unsent;
 use reconnect::Age;
 pub(super) use reconnect::Reconnect;
 

@@ -149,7 +149,8 @@ pub(super) struct Shared {
 #[derive(Default)]
 pub(super) struct Extra {
     /// Per connection, each "flight": the command lines that arrived together, in one read
-    /// of the socket (the first found nothing buffered). A message's data shows as `<data>`.
+    /// of the socket (the first found nothing buffered). A message's data shows as `<data>`, its
+    /// final dot as `.`.
     pub flights: Vec<(usize, Vec<String>)>,
     /// RCPTs to these addresses get this reply (`"550 5.1.1 no such user"`).
     pub refused_rcpts: Vec<(String, String)>,

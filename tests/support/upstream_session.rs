@@ -147,7 +147,7 @@ pub(super) async fn serve_connection(
                     reply(&mut io, "354 End data with <CR><LF>.<CR><LF>").await?;
                     let fresh = io.buffer().is_empty();
                     shared.extra.lock().unwrap().arrived(id, fresh, "<data>");
-                    let Some(data) = read_data(&mut io).await? else {
+                    let Some((data, _)) = read_data(&mut io).await? else {
                         return Ok(());
                     };
                     shared.extra.lock().unwrap().unaddressed.push(data);
@@ -166,9 +166,10 @@ pub(super) async fn serve_connection(
                 }
                 let fresh = io.buffer().is_empty();
                 shared.extra.lock().unwrap().arrived(id, fresh, "<data>");
-                let Some(data) = read_data(&mut io).await? else {
+                let Some((data, dot_fresh)) = read_data(&mut io).await? else {
                     return Ok(());
                 };
+                shared.extra.lock().unwrap().arrived(id, dot_fresh, ".");
                 let at = Instant::now();
                 if before_reply(fault_of(&tx_drawn), Step::EndOfData, &mut io).await? {
                     continue;
@@ -224,19 +225,21 @@ async fn before_reply(fault: Fault, step: Step, io: &mut BufReader<TcpStream>) -
     }
 }
 
-/// Reads the message up to `<CRLF>.<CRLF>`; `None` when the client went away first.
-async fn read_data(io: &mut BufReader<TcpStream>) -> io::Result<Option<Vec<u8>>> {
+/// Reads the message up to `<CRLF>.<CRLF>`; `None` when the client went away first. With
+/// it, whether the final dot needed a read of its own (it came in a flight of its own).
+async fn read_data(io: &mut BufReader<TcpStream>) -> io::Result<Option<(Vec<u8>, bool)>> {
     let mut data = Vec::new();
     let mut line = Vec::new();
     // The DATA command line ended with CRLF, so the first data line starts after one.
     let mut after_crlf = true;
     loop {
         line.clear();
+        let fresh = io.buffer().is_empty();
         if io.read_until(b'\n', &mut line).await? == 0 {
             return Ok(None);
         }
         if after_crlf && line == b".\r\n" {
-            return Ok(Some(data));
+            return Ok(Some((data, fresh)));
         }
         let unstuffed = if after_crlf && line.first() == Some(&b'.') {
             &line[1..]

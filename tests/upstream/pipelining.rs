@@ -1,5 +1,5 @@
 //! PIPELINING upstream: MAIL, every RCPT and DATA arrive in one flight (one read of the
-//! socket at the test upstream), the body in the next; refusals among the pipelined replies
+//! socket at the test upstream), the body and its final dot in the next; refusals among the pipelined replies
 //! are relayed and leave the connection in step (or drop it when only that is safe); without
 //! PIPELINING the commands still go one at a time.
 
@@ -40,7 +40,7 @@ fn lines(lines: &[&str]) -> Vec<String> {
 }
 
 #[tokio::test]
-async fn mail_rcpts_and_data_arrive_in_one_flight_and_the_body_in_the_next() {
+async fn mail_rcpts_and_data_arrive_in_one_flight_and_the_body_with_its_dot_in_the_next() {
     let up = TestUpstream::start().await;
     let fwd = smtp_forwarder(&up.url(), "pool_size = 1");
     send(&fwd, &["b@y.test", "c@y.test"]).await.unwrap();
@@ -55,7 +55,8 @@ async fn mail_rcpts_and_data_arrive_in_one_flight_and_the_body_in_the_next() {
         "DATA",
     ]);
     let second = lines(&["MAIL FROM:<a@x.test>", "RCPT TO:<d@y.test>", "DATA"]);
-    let data = Some(lines(&["<data>"]));
+    // One write of the body and its final dot: one wake-up of upstream, not two.
+    let data = Some(lines(&["<data>", "."]));
     assert_eq!(
         transactions(&up, 1),
         [(envelope, data.clone()), (second, data)]
@@ -72,7 +73,9 @@ async fn without_pipelining_each_command_waits_for_its_reply() {
     assert_eq!(up.wait_for(1).await[0].rcpts, ["b@y.test", "c@y.test"]);
     let flights = up.flights();
     assert!(
-        flights.iter().all(|(_, f)| f.len() == 1),
+        flights
+            .iter()
+            .all(|(_, f)| f.len() == 1 || f == &["<data>", "."]),
         "commands came together: {flights:?}"
     );
     let sent: Vec<String> = flights.into_iter().map(|(_, mut f)| f.remove(0)).collect();
@@ -165,7 +168,7 @@ async fn many_recipients_go_in_groups_and_a_refusal_stops_at_its_group() {
     send(&fwd, &rcpts).await.unwrap();
     assert_eq!(up.wait_for(1).await[0].rcpts.len(), 150);
     let sizes: Vec<usize> = up.flights().iter().map(|(_, f)| f.len()).collect();
-    assert!(sizes.ends_with(&[100, 52, 1]), "{sizes:?}");
+    assert!(sizes.ends_with(&[100, 52, 2]), "{sizes:?}");
 
     up.refuse_rcpt("u5@y.test", "550 5.1.1 no such user");
     let before = up.flights().len();
@@ -175,7 +178,7 @@ async fn many_recipients_go_in_groups_and_a_refusal_stops_at_its_group() {
     let flights = up.flights();
     let sizes: Vec<usize> = flights[before..].iter().map(|(_, f)| f.len()).collect();
     // The first group, then RSET, then the next message (no second group, no data).
-    assert_eq!(sizes, [100, 1, 3, 1], "{flights:?}");
+    assert_eq!(sizes, [100, 1, 3, 2], "{flights:?}");
     assert_eq!(flights[before + 1].1, ["RSET"]);
     assert_eq!(up.connections(), 1);
 }

@@ -8,6 +8,7 @@ use lettre::transport::smtp::commands::Ehlo;
 use lettre::transport::smtp::extension::ClientId;
 use lettre::transport::smtp::Error as SmtpError;
 
+use super::corked::Corked;
 use crate::upstream::reply::{describe, smtp_error, unavailable};
 use crate::upstream::{Classifier, Feedback, UpstreamError};
 
@@ -85,14 +86,15 @@ impl Connector {
             .await
             .map_err(|e| self.failed(e))?,
             _ => {
-                // Our own socket, to turn Nagle off: lettre writes the message and its final
-                // dot separately, and Nagle would hold the dot for a delayed ACK (~40 ms a
-                // message).
+                // Our own socket, to turn Nagle off (a large message's final dot goes in a
+                // write of its own, which Nagle would hold for a delayed ACK, ~40 ms), and
+                // corked: what lettre writes in pieces goes in one write before each read.
                 let tcp = tokio::net::TcpStream::connect((self.host.as_str(), self.port))
                     .await
                     .map_err(ConnectError::Io)?;
                 let _ = tcp.set_nodelay(true);
-                AsyncSmtpConnection::connect_with_transport(Box::new(tcp), &self.hello)
+                let stream = Box::new(Corked::new(tcp));
+                AsyncSmtpConnection::connect_with_transport(stream, &self.hello)
                     .await
                     .map_err(|e| self.failed(e))?
             }

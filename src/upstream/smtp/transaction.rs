@@ -14,6 +14,7 @@ use lettre::transport::smtp::Error as SmtpError;
 
 use super::tracked::Tracked;
 use super::wire::{bad, dot_after_bare_line_break, mail_line, path, rcpt_line, wire_pieces};
+use crate::upstream::pool::Unsent;
 use crate::upstream::reply::{describe, rejected, smtp_error, unavailable};
 use crate::upstream::{Accepted, Classifier, Envelope, UpstreamError};
 
@@ -122,20 +123,31 @@ impl Transaction<'_> {
 
     /// The body and the final dot, and upstream's reply to it. The body goes to lettre in
     /// slices of the message itself, so its dot-stuffed copy is never more than one slice.
-    /// A failure is uncertain only once the whole body was written (see `Tracked`).
+    /// A failure is uncertain only once the whole body was written (see `Tracked`) and the
+    /// write of the final dot did not fail (a small body and its dot wait in the socket's
+    /// cork until the read of the reply, see `pool::corked`).
     pub(in crate::upstream) async fn finish(
         &self,
         conn: &mut AsyncSmtpConnection,
     ) -> Result<Accepted, Failure> {
-        let whole = AtomicBool::new(false);
+        let (whole, unsent) = (AtomicBool::new(false), AtomicBool::new(false));
         let body = Tracked {
             parts: wire_pieces(self.message)
                 .into_iter()
                 .flat_map(|piece| piece.chunks(BODY_SLICE)),
             whole: &whole,
         };
-        let reply = match self.step(Step::EndOfData, conn.message_iter(body)).await {
-            Err(f) if !whole.load(Ordering::Relaxed) => return Err(cut_short(f)),
+        let sent = async {
+            let reply = conn.message_iter(body).await;
+            if reply.as_ref().is_err_and(|e| Unsent::within(e)) {
+                unsent.store(true, Ordering::Relaxed);
+            }
+            reply
+        };
+        let reply = match self.step(Step::EndOfData, sent).await {
+            Err(f) if !whole.load(Ordering::Relaxed) || unsent.load(Ordering::Relaxed) => {
+                return Err(cut_short(f))
+            }
             other => other?,
         };
         Ok(Accepted::new(reply.message().collect::<Vec<_>>().join(" ")))

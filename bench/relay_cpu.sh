@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Where the relay's CPU goes on reused connections, per message, for one or more relay builds
+# side by side: smtp-source -d -> mailsluice -> smtp-sink, 20 sessions, 1 KiB, 1 recipient,
+# the builds taking turns for ROUNDS rounds (each run gets a fresh relay; one smtp-sink).
+# Each turn is two runs:
+# - a timed run of N messages: CPU per message (utime + stime from /proc/<pid>/stat) of the
+#   relay, smtp-sink and smtp-source (from its parent shell's cutime + cstime), r/(k+s), and
+#   the relay's context switches (voluntary + involuntary, summed over its threads from
+#   /proc/<pid>/task/*/status);
+# - a run of STRACE_N messages under `strace -c -f -p <relay>` (strace slows the relay, so no
+#   CPU figure comes from it): the relay's system calls per message, in total and by kind
+#   (reads: read/recvfrom/readv, writes: write/sendto/writev/sendmsg, epoll_wait, futex), and
+#   the calls that failed (EAGAIN from a read with nothing to read, mostly).
+# Counts are repeatable on a busy machine; CPU figures move with the load (printed).
+# Needs Debian's postfix package (smtp-source, smtp-sink) and strace.
+# Usage: bench/relay_cpu.sh [messages]   (default 20000; STRACE_N default 4000, ROUNDS 2)
+#   RELAY_BINS="old new" compares builds (default: target/release/mailsluice, built here).
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+N=${1:-20000}
+STRACE_N=${STRACE_N:-4000}
+ROUNDS=${ROUNDS:-2}
+SINK_PORT=${SINK_PORT:-42535}
+RELAY_PORT=${RELAY_PORT:-42536}
+for tool in smtp-source smtp-sink strace; do
+  command -v $tool >/dev/null || { echo "$tool missing: install postfix and strace" >&2; exit 1; }
+done
+if [ -z "${RELAY_BINS:-}" ]; then
+  cargo build --release -q
+  RELAY_BINS=$target/release/mailsluice
+fi
+work=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
+
+smtp-sink -u nobody 127.0.0.1:$SINK_PORT 1000 >"$work/sink.log" 2>&1 &
+SINK_PID=$!
+cat > "$work/relay.toml" <<TOML
+[smtp]
+listen = ["127.0.0.1:$RELAY_PORT"]
+max_connections = 10000
+[upstream]
+url = "smtp://127.0.0.1:$SINK_PORT"
+tls = "none"
+pool_size = ${POOL_SIZE:-20}
+TOML
+
+TCK=$(getconf CLK_TCK)
+ticks() { awk '{print $14 + $15}' /proc/$1/stat; } # utime + stime of a running process
+switches() { # voluntary + involuntary context switches of every thread of a process
+  cat /proc/$1/task/*/status | awk '/ctxt_switches/ {n += $2} END {print n}'
+}
+per_msg() { echo "$1 / $2" | bc -l; }
+us() { echo "$1 * 1000000 / $TCK / $N" | bc -l; }
+wait_port() {
+  for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null && return; sleep 0.1; done
+  echo "nothing listens on port $1" >&2; exit 1
+}
+source_run() { # messages -> smtp-source's CPU ticks
+  bash -c 'smtp-source -s 20 -l 1024 -m "$1" -f from@example.com -t to@example.com \
+      -d 127.0.0.1:$2 >&2 || exit 1; awk "{print \$16 + \$17}" /proc/$$/stat' _ "$1" "$RELAY_PORT" \
+    || { echo "smtp-source failed" >&2; exit 1; }
+}
+
+# One turn of one build: prints "relay_us sink_us source_us ratio switches syscalls reads
+# writes epoll futex failed".
+turn() {
+  local bin=$1 relay0 sink0 switches0 source relay sink sw
+  RUST_LOG=warn "$bin" --config "$work/relay.toml" 2>"$work/relay.log" &
+  local pid=$!
+  wait_port $RELAY_PORT
+  source_run 200 >/dev/null # the pool's connections opened, not counted
+  relay0=$(ticks $pid); sink0=$(ticks $SINK_PID); switches0=$(switches $pid)
+  source=$(source_run "$N")
+  relay=$(($(ticks $pid) - relay0)); sink=$(($(ticks $SINK_PID) - sink0))
+  sw=$(($(switches $pid) - switches0))
+  strace -c -f -p $pid -o "$work/strace.txt" 2>/dev/null &
+  local tracer=$!
+  sleep 1 # attached to every thread
+  source_run "$STRACE_N" >/dev/null
+  kill -INT $tracer; wait $tracer || true
+  kill $pid; wait $pid 2>/dev/null || true
+  # strace -c: "% time, seconds, usecs/call, calls, [errors], syscall"; the errors column is
+  # empty for calls that never failed.
+  local counts
+  counts=$(awk '$NF ~ /^[a-z_0-9]+$/ && $4 ~ /^[0-9]+$/ {
+      c = $4; e = (NF == 6) ? $5 : 0
+      if ($NF == "total") { total = c; failed = e; next }
+      if ($NF ~ /^(read|recvfrom|readv|recvmsg)$/) reads += c
+      else if ($NF ~ /^(write|sendto|writev|sendmsg)$/) writes += c
+      else if ($NF ~ /^epoll_wait|^epoll_pwait/) epoll += c
+      else if ($NF == "futex") futex += c
+    } END { print total + 0, reads + 0, writes + 0, epoll + 0, futex + 0, failed + 0 }' \
+    "$work/strace.txt")
+  read -r total reads writes epoll futex failed <<<"$counts"
+  printf '%s %s %s %s %s %s %s %s %s %s %s\n' "$(us $relay)" "$(us $sink)" "$(us "$source")" \
+    "$(echo "$relay / ($sink + $source)" | bc -l)" "$(per_msg $sw "$N")" \
+    "$(per_msg "$total" "$STRACE_N")" "$(per_msg "$reads" "$STRACE_N")" \
+    "$(per_msg "$writes" "$STRACE_N")" "$(per_msg "$epoll" "$STRACE_N")" \
+    "$(per_msg "$futex" "$STRACE_N")" "$(per_msg "$failed" "$STRACE_N")"
+}
+
+echo "reused connections (-d), $N messages a timed run, $STRACE_N under strace; load: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "CPU in microseconds per message (clock ticks of 1/$TCK s); the rest per message"
+printf '%-5s %-34s %7s %7s %7s %7s | %6s | %7s %6s %6s %6s %6s %6s\n' round build relay sink \
+  source 'r/(k+s)' cswch syscall reads writes epoll futex failed
+for round in $(seq "$ROUNDS"); do
+  for bin in $RELAY_BINS; do
+    read -r r k s ratio sw total reads writes epoll futex failed <<<"$(turn "$bin")"
+    printf '%-5s %-34s %7.1f %7.1f %7.1f %7.2f | %6.2f | %7.2f %6.2f %6.2f %6.2f %6.2f %6.2f\n' \
+      "$round" "$(basename "$(dirname "$bin")")/$(basename "$bin")" "$r" "$k" "$s" "$ratio" \
+      "$sw" "$total" "$reads" "$writes" "$epoll" "$futex" "$failed"
+  done
+done
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
