@@ -30,6 +30,8 @@ pub struct Attempt {
     /// message counts in the phase of its first attempt, an attempt's reply in its own.
     pub phase: usize,
     pub seen: Seen,
+    /// When the attempt ended (its reply, or the cut).
+    pub at: Instant,
 }
 
 /// One phase of the campaign: its name, when its fault began and when it was healed.
@@ -71,6 +73,8 @@ pub struct Row {
     pub worst_excess: usize,
     /// From the heal to the end of the first 1 s window holding 80 % of the shared limit.
     pub recovered_in: Option<Duration>,
+    /// The largest resident memory of any relay process sampled in the phase, in KiB.
+    pub peak_rss_kib: u64,
 }
 
 /// The result of a campaign: a row per phase, and every broken invariant.
@@ -78,6 +82,142 @@ pub struct Row {
 pub struct Report {
     pub rows: Vec<Row>,
     pub violations: Vec<String>,
+    /// Each relay process's memory over its life (see [`check_memory`]).
+    pub lives: Vec<Life>,
+    /// What the Sentinel-detected failover cost, when the campaign ran one.
+    pub failover: Option<Failover>,
+}
+
+/// When the failover's steps were seen: the primary killed, the sentinel naming the replica,
+/// the replica answering `ROLE` as primary.
+#[derive(Clone, Copy, Debug)]
+pub struct FailoverTimes {
+    pub killed: Instant,
+    pub detected: Instant,
+    pub promoted: Instant,
+}
+
+/// What a failover cost: its steps' times from the kill, the longest time upstream received
+/// nothing from the kill on (no writable primary: every message charges Redis), and the
+/// attempts that ended from the kill to the first arrival after the promotion, by kind.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Failover {
+    pub detected_in: Duration,
+    pub promoted_in: Duration,
+    pub no_delivery: Duration,
+    pub refused_4xx: usize,
+    pub uncertain: usize,
+    pub cut: usize,
+}
+
+/// The figures of a failover from its times, the attempts and the upstream's arrivals.
+pub fn failover_cost(
+    t: FailoverTimes,
+    attempts: &[Attempt],
+    upstream: &[(Option<String>, Instant)],
+) -> Failover {
+    let mut arrivals: Vec<Instant> = upstream
+        .iter()
+        .map(|(_, at)| *at)
+        .filter(|at| *at >= t.killed)
+        .collect();
+    arrivals.sort();
+    let mut no_delivery = Duration::ZERO;
+    let mut last = t.killed;
+    for at in &arrivals {
+        no_delivery = no_delivery.max(*at - last);
+        last = *at;
+    }
+    let back = arrivals
+        .iter()
+        .copied()
+        .find(|at| *at >= t.promoted)
+        .unwrap_or(t.promoted);
+    let mut f = Failover {
+        detected_in: t.detected - t.killed,
+        promoted_in: t.promoted - t.killed,
+        no_delivery,
+        ..Failover::default()
+    };
+    for a in attempts.iter().filter(|a| a.at >= t.killed && a.at <= back) {
+        if is_uncertain_seen(&a.seen) {
+            f.uncertain += 1;
+        } else if a.seen == Seen::NoReply {
+            f.cut += 1;
+        } else if matches!(a.seen.code(), Some(400..=499)) {
+            f.refused_4xx += 1;
+        }
+    }
+    f
+}
+
+/// One sample of a relay process's resident memory (`VmRSS`).
+#[derive(Clone, Copy, Debug)]
+pub struct RssSample {
+    pub phase: usize,
+    pub relay: usize,
+    /// Which start of that relay the process is (a restart is a new process, a new life).
+    pub life: usize,
+    pub kib: u64,
+}
+
+/// What a relay's resident memory may reach: `peak_kib` at any sample; and over a life of
+/// enough samples, the peak of its last third may exceed the peak of its first third by
+/// `growth_kib` at most (the first third holds the warm-up: connections, buffers, Redis).
+#[derive(Clone, Copy, Debug)]
+pub struct MemoryBound {
+    pub peak_kib: u64,
+    pub growth_kib: u64,
+}
+
+/// One relay process's memory: the peaks of the first and last third of its samples.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Life {
+    pub relay: usize,
+    pub life: usize,
+    pub samples: usize,
+    pub first_kib: u64,
+    pub last_kib: u64,
+}
+
+/// Lives with fewer samples are too short for a growth to mean anything.
+const GROWTH_MIN_SAMPLES: usize = 12;
+
+/// Fills each row's peak and the report's lives from `samples`, and adds a violation for
+/// every sample above `bound.peak_kib` and every life that grew by more than `bound.growth_kib`.
+pub fn check_memory(report: &mut Report, samples: &[RssSample], bound: MemoryBound) {
+    let mut lives: BTreeMap<(usize, usize), Vec<u64>> = BTreeMap::new();
+    for s in samples {
+        if let Some(row) = report.rows.get_mut(s.phase) {
+            row.peak_rss_kib = row.peak_rss_kib.max(s.kib);
+        }
+        lives.entry((s.relay, s.life)).or_default().push(s.kib);
+        if s.kib > bound.peak_kib {
+            report.violations.push(format!(
+                "relay {} (life {}): resident {} KiB, above the bound of {} KiB",
+                s.relay, s.life, s.kib, bound.peak_kib
+            ));
+        }
+    }
+    for ((relay, life), kib) in lives {
+        let third = kib.len() / 3;
+        let peak = |part: &[u64]| part.iter().copied().max().unwrap_or(0);
+        let l = Life {
+            relay,
+            life,
+            samples: kib.len(),
+            first_kib: peak(&kib[..third.max(1)]),
+            last_kib: peak(&kib[kib.len() - third.max(1)..]),
+        };
+        if l.samples >= GROWTH_MIN_SAMPLES && l.last_kib > l.first_kib + bound.growth_kib {
+            report.violations.push(format!(
+                "relay {relay} (life {life}): resident memory grew from {} to {} KiB, more \
+                 than {} KiB",
+                l.first_kib, l.last_kib, bound.growth_kib
+            ));
+        }
+        report.lives.push(l);
+    }
 }
 
 /// The shared layer's bound, for the rate measurements.
@@ -218,9 +358,10 @@ impl Report {
         let _ = writeln!(
             out,
             "| phase | offered | delivered | refused 4xx | uncertain (held) | cut after dot (held) \
-             | retry copies | lost | dup beyond retries | unfinished | worst 1 s excess | recovered in |"
+             | retry copies | lost | dup beyond retries | unfinished | worst 1 s excess | recovered in \
+             | peak RSS (MiB) |"
         );
-        let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         for r in &self.rows {
             let recovered = match r.recovered_in {
                 Some(d) => format!("{:.1} s", d.as_secs_f64()),
@@ -228,7 +369,7 @@ impl Report {
             };
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {} | {} ({}) | {} ({}) | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} ({}) | {} ({}) | {} | {} | {} | {} | {} | {} | {:.1} |",
                 r.name,
                 r.offered,
                 r.delivered,
@@ -242,7 +383,34 @@ impl Report {
                 r.duplicated,
                 r.unfinished,
                 r.worst_excess,
-                recovered
+                recovered,
+                r.peak_rss_kib as f64 / 1024.0
+            );
+        }
+        if let Some(f) = &self.failover {
+            let _ = writeln!(
+                out,
+                "failover: sentinel named the replica {:.2} s after the kill, replica primary at \
+                 {:.2} s; longest time without a delivery {:.2} s; until the first delivery after \
+                 it, {} attempts refused with 4xx, {} uncertain, {} cut",
+                f.detected_in.as_secs_f64(),
+                f.promoted_in.as_secs_f64(),
+                f.no_delivery.as_secs_f64(),
+                f.refused_4xx,
+                f.uncertain,
+                f.cut
+            );
+        }
+        for l in &self.lives {
+            let _ = writeln!(
+                out,
+                "relay {} life {}: {} samples, resident peak {:.1} MiB in the first third, \
+                 {:.1} MiB in the last",
+                l.relay,
+                l.life,
+                l.samples,
+                l.first_kib as f64 / 1024.0,
+                l.last_kib as f64 / 1024.0
             );
         }
         out
@@ -263,6 +431,7 @@ pub fn self_test() {
         id: id.into(),
         phase: 0,
         seen,
+        at: t0,
     };
     let ok = || Seen::Reply(250, "2.0.0 ok".into());
     let unsure = || Seen::Reply(451, "4.4.1 ... it may have been delivered".into());
@@ -334,4 +503,88 @@ pub fn self_test() {
     assert!(!check(&phases, &attempts, &anonymous, &[], shared)
         .violations
         .is_empty());
+    memory_self_test();
+    failover_self_test();
+}
+
+/// A failover's figures on hand-made records.
+fn failover_self_test() {
+    let t0 = Instant::now();
+    let s = |ms: u64| t0 + Duration::from_millis(ms);
+    let times = FailoverTimes {
+        killed: s(1000),
+        detected: s(2000),
+        promoted: s(2100),
+    };
+    let at = |ms: u64, seen: Seen| Attempt {
+        id: "x".into(),
+        phase: 0,
+        seen,
+        at: s(ms),
+    };
+    let later = || Seen::Reply(451, "4.7.1 later".into());
+    let unsure = || Seen::Reply(451, "4.4.1 ... it may have been delivered".into());
+    let attempts = [
+        at(900, later()),
+        at(1500, later()),
+        at(2500, unsure()),
+        at(2900, Seen::NoReply),
+        at(3500, later()),
+    ];
+    let upstream: Vec<(Option<String>, Instant)> = [500, 1100, 3000, 3100]
+        .iter()
+        .map(|ms| (Some("x".into()), s(*ms)))
+        .collect();
+    let f = failover_cost(times, &attempts, &upstream);
+    assert_eq!(
+        f,
+        Failover {
+            detected_in: Duration::from_millis(1000),
+            promoted_in: Duration::from_millis(1100),
+            no_delivery: Duration::from_millis(1900),
+            refused_4xx: 1,
+            uncertain: 1,
+            cut: 1,
+        }
+    );
+}
+
+/// The memory rules on hand-made samples.
+fn memory_self_test() {
+    let bound = MemoryBound {
+        peak_kib: 1000,
+        growth_kib: 100,
+    };
+    let life = |kib: &[u64]| -> Vec<RssSample> {
+        kib.iter()
+            .map(|&kib| RssSample {
+                phase: 0,
+                relay: 0,
+                life: 1,
+                kib,
+            })
+            .collect()
+    };
+    let report = || Report {
+        rows: vec![Row::default()],
+        ..Report::default()
+    };
+    let flat = life(&[500; 12]);
+    let mut r = report();
+    check_memory(&mut r, &flat, bound);
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+    assert_eq!(r.rows[0].peak_rss_kib, 500);
+    assert_eq!((r.lives[0].first_kib, r.lives[0].last_kib), (500, 500));
+    // Above the peak bound once.
+    let mut r = report();
+    check_memory(&mut r, &life(&[500, 1001, 500]), bound);
+    assert_eq!(r.violations.len(), 1, "{:?}", r.violations);
+    // Growing by 101 KiB over 12 samples; the same over 11 samples is too short to judge.
+    let growing: Vec<u64> = (0..12).map(|i| if i < 4 { 500 } else { 601 }).collect();
+    let mut r = report();
+    check_memory(&mut r, &life(&growing), bound);
+    assert_eq!(r.violations.len(), 1, "{:?}", r.violations);
+    let mut r = report();
+    check_memory(&mut r, &life(&growing[1..]), bound);
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
 }
