@@ -168,8 +168,10 @@ async fn one_failover(chargers: usize, lag: Duration) -> (u64, u64, f64) {
         tokio::task::yield_now().await;
     }
     let secs = start.elapsed().as_secs_f64();
-    primary.stop();
+    // The process and the link go down together, as with the primary's host.
+    primary.signal(libc::SIGKILL);
     link.cut();
+    primary.stop();
     let answer = replica.cli(&["REPLICAOF", "NO", "ONE"]);
     assert!(answer.contains("OK"), "REPLICAOF NO ONE: {answer}");
     promoted.store(true, Ordering::SeqCst);
