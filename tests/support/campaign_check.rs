@@ -97,9 +97,9 @@ pub struct FailoverTimes {
     pub promoted: Instant,
 }
 
-/// What a failover cost: its steps' times from the kill, the longest time upstream received
-/// nothing from the kill on (no writable primary: every message charges Redis), and the
-/// attempts that ended from the kill to the first arrival after the promotion, by kind.
+/// What a failover cost: its steps' times from the kill, and from the kill to the first
+/// arrival after the promotion, the longest time upstream received nothing (no writable
+/// primary: every message charges Redis) and the attempts that ended, by kind.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Failover {
     pub detected_in: Duration,
@@ -122,17 +122,17 @@ pub fn failover_cost(
         .filter(|at| *at >= t.killed)
         .collect();
     arrivals.sort();
-    let mut no_delivery = Duration::ZERO;
-    let mut last = t.killed;
-    for at in &arrivals {
-        no_delivery = no_delivery.max(*at - last);
-        last = *at;
-    }
     let back = arrivals
         .iter()
         .copied()
         .find(|at| *at >= t.promoted)
         .unwrap_or(t.promoted);
+    let mut no_delivery = Duration::ZERO;
+    let mut last = t.killed;
+    for at in arrivals.iter().take_while(|at| **at <= back) {
+        no_delivery = no_delivery.max(*at - last);
+        last = *at;
+    }
     let mut f = Failover {
         detected_in: t.detected - t.killed,
         promoted_in: t.promoted - t.killed,
@@ -531,7 +531,8 @@ fn failover_self_test() {
         at(2900, Seen::NoReply),
         at(3500, later()),
     ];
-    let upstream: Vec<(Option<String>, Instant)> = [500, 1100, 3000, 3100]
+    // The gap after 3100 is a later fault's, not the failover's.
+    let upstream: Vec<(Option<String>, Instant)> = [500, 1100, 3000, 3100, 9000]
         .iter()
         .map(|ms| (Some("x".into()), s(*ms)))
         .collect();
