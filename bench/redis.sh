@@ -10,9 +10,10 @@
 # Needs smtp-source/smtp-sink (Debian's postfix) and redis-server/redis-cli.
 # With --replicas: what asynchronous replication allows past a shared limit at a failover
 # (a primary SIGKILLed under 8 connections charging one bucket, its replica promoted: the
-# grants acknowledged beyond the bucket's capacity, per trial; with the replication stream
-# direct, then held 1 ms and 10 ms by a proxy that loses what it holds), then the latency per charge
-# with and without `WAIT 1 1000` after it (examples/replication.rs). Needs only redis-server.
+# grants acknowledged beyond the bucket's capacity, per trial; the replication stream held
+# 0, 1 and 10 ms by a proxy that loses what it holds at the kill), then the latency per
+# charge with and without `WAIT 1 1000` after it (examples/replication.rs). Needs only
+# redis-server.
 # Usage: bench/redis.sh [messages]   (default 20000)
 #        bench/redis.sh --replicas [trials]   (default 10 per lag)
 set -euo pipefail
