@@ -8,9 +8,27 @@
 # The upstream is file:// on tmpfs by default, the fastest one the relay has, so that the
 # store's cost shows; UPSTREAM=smtp uses smtp-sink instead.
 # Needs smtp-source/smtp-sink (Debian's postfix) and redis-server/redis-cli.
+# With --replicas: what asynchronous replication allows past a shared limit at a failover
+# (a primary SIGKILLed under 8 connections charging one bucket, its replica promoted: the
+# grants acknowledged beyond the bucket's capacity, per trial; the replication stream held
+# 0, 1 and 10 ms by a proxy that loses what it holds at the kill), then the latency per
+# charge with and without `WAIT 1 1000` after it (examples/replication.rs). Needs only
+# redis-server.
 # Usage: bench/redis.sh [messages]   (default 20000)
+#        bench/redis.sh --replicas [trials]   (default 10 per lag)
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
+if [ "${1:-}" = --replicas ]; then
+  for p in redis-server redis-cli; do
+    command -v $p >/dev/null || { echo "$p missing: install redis-server redis-tools" >&2; exit 1; }
+  done
+  cargo build --release -q --example replication
+  for lag_ms in 0 1 10; do
+    "$target/release/examples/replication" excess "${2:-10}" 8 $lag_ms
+  done
+  "$target/release/examples/replication" wait 5000
+  exit 0
+fi
 N=${1:-20000}
 SINK_PORT=${SINK_PORT:-42625}
 LOCAL_PORT=${LOCAL_PORT:-42627}

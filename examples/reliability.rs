@@ -12,7 +12,7 @@
 //! reliability soak <seconds>                  mixed traffic with injected faults; resident
 //!                                             memory sampled every 10 s
 //! reliability campaign <seconds>              the fault campaign (`support::campaign`):
-//!                                             three relays in this process, Sentinel-managed
+//!                                             three relay processes, Sentinel-managed
 //!                                             Redis, seven faults in turn; its table
 //! ```
 

@@ -10,7 +10,7 @@ use crate::support::campaign_check;
 
 #[test]
 fn the_campaign_checker_catches_each_broken_rule() {
-    campaign_check::self_test();
+    campaign_check::self_test::self_test();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,12 +4,12 @@
 //! checker (`support::campaign_check`) over every message. Run short by the CI test
 //! (`tests/redis/redis_campaign.rs`) and long by `bench/faults.sh`.
 //!
-//! The relays run in this process, each on a tokio runtime of its own, so that a kill is the
-//! runtime shut down at once: every task of that relay (sessions, upstream connections, Redis
-//! calls) is dropped at its next await, its sockets closed. Unlike `kill -9`, destructors run
-//! (a drop may still try to give back a Redis reservation, and fails or not) and the kernel
-//! closes the sockets of a living process, not of a dead one; what clients, upstream and Redis
-//! see (connections closed mid-dialogue) is the same.
+//! Each relay is the `mailsluice` binary as a process of its own (`support::process`), so a
+//! kill is a real `kill -9`: no destructor runs, the kernel closes its sockets, a Redis
+//! reservation it held is never given back. A client whose connection was cut after its final
+//! dot cannot tell whether upstream got the message (the checker accounts for it). Each
+//! process's resident memory is sampled through the run and bounded (`Plan::memory`). The
+//! failover is Sentinel's own: the primary killed, the sentinel left to notice.
 
 #![allow(dead_code)]
 
@@ -20,12 +20,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use tokio::runtime::Runtime;
-
-use super::campaign_check::{self, Attempt, Phase, Report, Shared};
+use super::campaign_check::{
+    self, Attempt, FailoverTimes, MemoryBound, Phase, Report, RssSample, Shared,
+};
 use super::invariant::{id_of, ClientLog};
+use super::process::{rss_kib, RelayProcess};
 use super::redis::RedisServer;
-use super::relay::Relay;
 use super::traffic::{self, Leave};
 use super::upstream::{Fault, Step, TestUpstream};
 use super::wait::until;
@@ -53,6 +53,9 @@ pub struct Plan {
     pub recovery: Duration,
     /// The shared layer's limit (per second) and burst.
     pub shared: Shared,
+    /// How often each relay's resident memory is sampled, and what it may reach.
+    pub sample_every: Duration,
+    pub memory: MemoryBound,
 }
 
 impl Plan {
@@ -67,6 +70,11 @@ impl Plan {
             shared: Shared {
                 limit: 20,
                 burst: 10,
+            },
+            sample_every: Duration::from_millis(250),
+            memory: MemoryBound {
+                peak_kib: 128 * 1024,
+                growth_kib: 32 * 1024,
             },
         }
     }
@@ -85,55 +93,58 @@ impl Plan {
     }
 }
 
+/// The sentinel's down-after for the failover: it notices the dead primary by itself.
+pub const FAILOVER_DOWN_AFTER_MS: u64 = 1000;
+
 /// The upstream's timeout; its stalls last longer.
 const UPSTREAM_TIMEOUT_MS: u64 = 1000;
 
-/// A relay on a runtime of its own (see the module doc).
+/// A relay: the `mailsluice` binary as a process of its own (see the module doc).
 struct Host {
     config: String,
-    running: Option<(Runtime, Relay)>,
+    running: Option<RelayProcess>,
+    /// How many times it was started, so that each process's memory samples stay apart.
+    lives: usize,
 }
+
+/// The relays' log filter: their addresses (info), not a line per message.
+const RELAY_LOG: &str = "warn,mailsluice=info,mailsluice::message=warn";
 
 impl Host {
     async fn start(&mut self) -> SocketAddr {
         let config = self.config.clone();
-        let (rt, relay) = tokio::task::spawn_blocking(move || {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .enable_all()
-                .build()
-                .expect("a runtime");
-            let relay = rt.block_on(Relay::start_configured(&config));
-            (rt, relay)
-        })
-        .await
-        .unwrap();
+        let relay = tokio::task::spawn_blocking(move || RelayProcess::start(&config, RELAY_LOG))
+            .await
+            .unwrap();
         let addr = relay.addr;
-        self.running = Some((rt, relay));
+        self.running = Some(relay);
+        self.lives += 1;
         addr
     }
 
-    /// The whole relay gone at once.
+    /// `kill -9`: the process gone at once, its sockets closed by the kernel.
     fn kill(&mut self) {
-        let (rt, relay) = self.running.take().expect("running");
-        rt.shutdown_background();
-        drop(relay);
+        let mut relay = self.running.take().expect("running");
+        relay.signal(libc::SIGKILL);
+        relay.reap();
     }
 
-    /// SIGTERM's path: the shutdown fired, `run` waited for until it returns (drained).
-    async fn stop(&mut self) {
-        let (rt, relay) = self.running.take().expect("running");
-        tokio::task::spawn_blocking(move || {
-            rt.block_on(relay.stop());
-            rt.shutdown_background();
-        })
-        .await
-        .unwrap();
+    /// SIGTERM, then waits until the process exits (drained): within the grace and a margin.
+    async fn stop(&mut self) -> Option<String> {
+        let mut relay = self.running.take().expect("running");
+        relay.signal(libc::SIGTERM);
+        let status = relay.wait(Duration::from_secs(30)).await;
+        (!status.success()).then(|| format!("exited {status} after SIGTERM"))
     }
 
-    /// False when the relay's `run` returned without being asked to.
-    fn alive(&self) -> bool {
-        self.running.as_ref().is_none_or(|(_, r)| r.is_running())
+    /// False when the process exited without being asked to.
+    fn alive(&mut self) -> bool {
+        self.running.as_mut().is_none_or(|r| r.exited().is_none())
+    }
+
+    /// The running process's id and this life's number.
+    fn pid(&self) -> Option<(i32, usize)> {
+        self.running.as_ref().map(|r| (r.pid(), self.lives))
     }
 }
 
@@ -141,6 +152,10 @@ impl Host {
 struct Clients {
     /// Where each relay listens; `None` while it is down (a load balancer's view).
     addrs: Mutex<Vec<Option<SocketAddr>>>,
+    /// Each running relay's process id and life (see `Host::lives`), for the memory sampler.
+    pids: Mutex<Vec<Option<(i32, usize)>>>,
+    /// Resident memory of every relay process, sampled through the run.
+    rss: Mutex<Vec<RssSample>>,
     phase: AtomicUsize,
     stop: AtomicBool,
     attempts: Mutex<Vec<Attempt>>,
@@ -176,6 +191,7 @@ async fn client(c: usize, tenants: usize, shared: Arc<Clients>) {
                 id: id.clone(),
                 phase,
                 seen,
+                at: Instant::now(),
             });
             if code == Some(250) || matches!(code, Some(500..=599)) {
                 break;
@@ -186,6 +202,26 @@ async fn client(c: usize, tenants: usize, shared: Arc<Clients>) {
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
+    }
+}
+
+/// Samples every running relay's resident memory (`VmRSS`) every `every`, with the phase.
+async fn sample_memory(shared: Arc<Clients>, every: Duration) {
+    loop {
+        let phase = shared.phase.load(Ordering::SeqCst);
+        let pids = shared.pids.lock().unwrap().clone();
+        for (relay, up) in pids.into_iter().enumerate() {
+            let Some((pid, life)) = up else { continue };
+            if let Some(kib) = rss_kib(pid) {
+                shared.rss.lock().unwrap().push(RssSample {
+                    phase,
+                    relay,
+                    life,
+                    kib,
+                });
+            }
+        }
+        tokio::time::sleep(every).await;
     }
 }
 
@@ -216,6 +252,7 @@ struct World {
     hosts: Vec<Host>,
     clients: Arc<Clients>,
     violations: Vec<String>,
+    failover: Option<FailoverTimes>,
 }
 
 /// Runs the campaign; `None` without `redis-server` (not under CI: see `support::redis`).
@@ -223,7 +260,7 @@ pub async fn run(plan: Plan) -> Option<Report> {
     let primary = RedisServer::start()?;
     let replica = RedisServer::replica_of(&primary)?;
     // Slower to call the primary down than the 3 s pause lasts: the pause is a partition,
-    // not a failover. The failover is asked for (`SENTINEL FAILOVER`) once the primary died.
+    // not a failover. The failover phase lowers it (see `World::fail_over`).
     let sentinel = RedisServer::sentinel_after(&primary, 5000)?;
     until("the sentinel knows the replica", async || {
         sentinel
@@ -235,6 +272,8 @@ pub async fn run(plan: Plan) -> Option<Report> {
     let text = config(&up, &sentinel, plan.shared);
     let clients = Arc::new(Clients {
         addrs: Mutex::new(vec![None; plan.relays]),
+        pids: Mutex::new(vec![None; plan.relays]),
+        rss: Mutex::new(Vec::new()),
         phase: AtomicUsize::new(0),
         stop: AtomicBool::new(false),
         attempts: Mutex::new(Vec::new()),
@@ -249,15 +288,17 @@ pub async fn run(plan: Plan) -> Option<Report> {
         hosts: Vec::new(),
         clients: clients.clone(),
         violations: Vec::new(),
+        failover: None,
     };
     for i in 0..plan.relays {
         w.hosts.push(Host {
             config: text.clone(),
             running: None,
+            lives: 0,
         });
-        let addr = w.hosts[i].start().await;
-        clients.addrs.lock().unwrap()[i] = Some(addr);
+        w.start(i).await;
     }
+    let sampler = tokio::spawn(sample_memory(clients.clone(), plan.sample_every));
     let mut tasks = tokio::task::JoinSet::new();
     for c in 0..plan.clients {
         tasks.spawn(client(c, plan.tenants, clients.clone()));
@@ -289,8 +330,9 @@ pub async fn run(plan: Plan) -> Option<Report> {
     while let Some(done) = tasks.join_next().await {
         done.unwrap();
     }
-    for h in &mut w.hosts {
-        h.stop().await;
+    sampler.abort();
+    for r in 0..w.hosts.len() {
+        w.stop(r).await;
     }
     super::invariant::settle(&w.up).await;
     let upstream: Vec<(Option<String>, Instant)> =
@@ -301,7 +343,12 @@ pub async fn run(plan: Plan) -> Option<Report> {
     let attempts = clients.attempts.lock().unwrap().clone();
     let unfinished = clients.unfinished.lock().unwrap().clone();
     let mut report = campaign_check::check(&phases, &attempts, &upstream, &unfinished, plan.shared);
+    let rss = clients.rss.lock().unwrap().clone();
+    campaign_check::check_memory(&mut report, &rss, plan.memory);
     report.violations.extend(w.violations);
+    report.failover = w
+        .failover
+        .map(|times| campaign_check::failover_cost(times, &attempts, &upstream));
     Some(report)
 }
 
@@ -311,18 +358,15 @@ impl World {
         let hold = self.plan.hold;
         match i {
             0 => {
-                self.set_addr(0, None);
+                self.set_down(0);
                 self.hosts[0].kill();
                 tokio::time::sleep(hold).await;
-                let addr = self.hosts[0].start().await;
-                self.set_addr(0, Some(addr));
+                self.start(0).await;
             }
             1 => {
                 for r in 0..self.hosts.len() {
-                    self.set_addr(r, None);
-                    self.hosts[r].stop().await;
-                    let addr = self.hosts[r].start().await;
-                    self.set_addr(r, Some(addr));
+                    self.stop(r).await;
+                    self.start(r).await;
                 }
             }
             2 => {
@@ -356,14 +400,25 @@ impl World {
         }
     }
 
-    /// The primary killed, the sentinel told to fail over to the replica, until the
-    /// replica is the primary.
+    /// The primary killed and the sentinel left to notice: its down-after is lowered to
+    /// [`FAILOVER_DOWN_AFTER_MS`] first (it stays longer than the 3 s pause until then, so
+    /// that the pause is a partition), and no `SENTINEL FAILOVER` is asked for. Returns once
+    /// the replica is the primary, having noted when each step was seen.
     async fn fail_over(&mut self) {
-        self.redis[0].stop();
-        let answer = self.sentinel.fail_over().await;
+        let down_after = FAILOVER_DOWN_AFTER_MS.to_string();
+        let set = [
+            "SENTINEL",
+            "SET",
+            "mymaster",
+            "down-after-milliseconds",
+            &down_after,
+        ];
+        let answer = self.sentinel.cli(&set);
         if !answer.contains("OK") {
-            self.violations.push(format!("SENTINEL FAILOVER: {answer}"));
+            self.violations.push(format!("SENTINEL SET: {answer}"));
         }
+        let killed = Instant::now();
+        self.redis[0].stop();
         let (sentinel, replica) = (&self.sentinel, &self.redis[1]);
         let port = replica.port.to_string();
         until("the sentinel names the replica", async || {
@@ -372,19 +427,42 @@ impl World {
                 .contains(&port)
         })
         .await;
+        let detected = Instant::now();
         until("the replica is primary", async || {
             replica.cli(&["ROLE"]).starts_with("master")
         })
         .await;
+        self.failover = Some(FailoverTimes {
+            killed,
+            detected,
+            promoted: Instant::now(),
+        });
     }
 
-    fn set_addr(&self, r: usize, addr: Option<SocketAddr>) {
-        self.clients.addrs.lock().unwrap()[r] = addr;
+    /// Starts relay `r` and tells the clients and the memory sampler.
+    async fn start(&mut self, r: usize) {
+        let addr = self.hosts[r].start().await;
+        self.clients.addrs.lock().unwrap()[r] = Some(addr);
+        self.clients.pids.lock().unwrap()[r] = self.hosts[r].pid();
+    }
+
+    /// Relay `r` out of the clients' and the sampler's view (a load balancer's health check).
+    fn set_down(&self, r: usize) {
+        self.clients.addrs.lock().unwrap()[r] = None;
+        self.clients.pids.lock().unwrap()[r] = None;
+    }
+
+    /// SIGTERM to relay `r`, until it exits.
+    async fn stop(&mut self, r: usize) {
+        self.set_down(r);
+        if let Some(e) = self.hosts[r].stop().await {
+            self.violations.push(format!("relay {r} {e}"));
+        }
     }
 
     /// Every relay still runs (none exited unasked).
     fn check_alive(&mut self, phase: &str) {
-        for (r, h) in self.hosts.iter().enumerate() {
+        for (r, h) in self.hosts.iter_mut().enumerate() {
             if !h.alive() {
                 self.violations
                     .push(format!("relay {r} exited unasked during {phase}"));

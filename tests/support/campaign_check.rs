@@ -22,6 +22,8 @@ use tokio::time::Instant;
 
 use super::invariant::{is_uncertain, Seen};
 
+pub mod self_test;
+
 /// One attempt to send a message, as the client saw it.
 #[derive(Clone, Debug)]
 pub struct Attempt {
@@ -30,6 +32,8 @@ pub struct Attempt {
     /// message counts in the phase of its first attempt, an attempt's reply in its own.
     pub phase: usize,
     pub seen: Seen,
+    /// When the attempt ended (its reply, or the cut).
+    pub at: Instant,
 }
 
 /// One phase of the campaign: its name, when its fault began and when it was healed.
@@ -71,6 +75,8 @@ pub struct Row {
     pub worst_excess: usize,
     /// From the heal to the end of the first 1 s window holding 80 % of the shared limit.
     pub recovered_in: Option<Duration>,
+    /// The largest resident memory of any relay process sampled in the phase, in KiB.
+    pub peak_rss_kib: u64,
 }
 
 /// The result of a campaign: a row per phase, and every broken invariant.
@@ -78,6 +84,142 @@ pub struct Row {
 pub struct Report {
     pub rows: Vec<Row>,
     pub violations: Vec<String>,
+    /// Each relay process's memory over its life (see [`check_memory`]).
+    pub lives: Vec<Life>,
+    /// What the Sentinel-detected failover cost, when the campaign ran one.
+    pub failover: Option<Failover>,
+}
+
+/// When the failover's steps were seen: the primary killed, the sentinel naming the replica,
+/// the replica answering `ROLE` as primary.
+#[derive(Clone, Copy, Debug)]
+pub struct FailoverTimes {
+    pub killed: Instant,
+    pub detected: Instant,
+    pub promoted: Instant,
+}
+
+/// What a failover cost: its steps' times from the kill, and from the kill to the first
+/// arrival after the promotion, the longest time upstream received nothing (no writable
+/// primary: every message charges Redis) and the attempts that ended, by kind.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Failover {
+    pub detected_in: Duration,
+    pub promoted_in: Duration,
+    pub no_delivery: Duration,
+    pub refused_4xx: usize,
+    pub uncertain: usize,
+    pub cut: usize,
+}
+
+/// The figures of a failover from its times, the attempts and the upstream's arrivals.
+pub fn failover_cost(
+    t: FailoverTimes,
+    attempts: &[Attempt],
+    upstream: &[(Option<String>, Instant)],
+) -> Failover {
+    let mut arrivals: Vec<Instant> = upstream
+        .iter()
+        .map(|(_, at)| *at)
+        .filter(|at| *at >= t.killed)
+        .collect();
+    arrivals.sort();
+    let back = arrivals
+        .iter()
+        .copied()
+        .find(|at| *at >= t.promoted)
+        .unwrap_or(t.promoted);
+    let mut no_delivery = Duration::ZERO;
+    let mut last = t.killed;
+    for at in arrivals.iter().take_while(|at| **at <= back) {
+        no_delivery = no_delivery.max(*at - last);
+        last = *at;
+    }
+    let mut f = Failover {
+        detected_in: t.detected - t.killed,
+        promoted_in: t.promoted - t.killed,
+        no_delivery,
+        ..Failover::default()
+    };
+    for a in attempts.iter().filter(|a| a.at >= t.killed && a.at <= back) {
+        if is_uncertain_seen(&a.seen) {
+            f.uncertain += 1;
+        } else if a.seen == Seen::NoReply {
+            f.cut += 1;
+        } else if matches!(a.seen.code(), Some(400..=499)) {
+            f.refused_4xx += 1;
+        }
+    }
+    f
+}
+
+/// One sample of a relay process's resident memory (`VmRSS`).
+#[derive(Clone, Copy, Debug)]
+pub struct RssSample {
+    pub phase: usize,
+    pub relay: usize,
+    /// Which start of that relay the process is (a restart is a new process, a new life).
+    pub life: usize,
+    pub kib: u64,
+}
+
+/// What a relay's resident memory may reach: `peak_kib` at any sample; and over a life of
+/// enough samples, the peak of its last third may exceed the peak of its first third by
+/// `growth_kib` at most (the first third holds the warm-up: connections, buffers, Redis).
+#[derive(Clone, Copy, Debug)]
+pub struct MemoryBound {
+    pub peak_kib: u64,
+    pub growth_kib: u64,
+}
+
+/// One relay process's memory: the peaks of the first and last third of its samples.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Life {
+    pub relay: usize,
+    pub life: usize,
+    pub samples: usize,
+    pub first_kib: u64,
+    pub last_kib: u64,
+}
+
+/// Lives with fewer samples are too short for a growth to mean anything.
+const GROWTH_MIN_SAMPLES: usize = 12;
+
+/// Fills each row's peak and the report's lives from `samples`, and adds a violation for
+/// every sample above `bound.peak_kib` and every life that grew by more than `bound.growth_kib`.
+pub fn check_memory(report: &mut Report, samples: &[RssSample], bound: MemoryBound) {
+    let mut lives: BTreeMap<(usize, usize), Vec<u64>> = BTreeMap::new();
+    for s in samples {
+        if let Some(row) = report.rows.get_mut(s.phase) {
+            row.peak_rss_kib = row.peak_rss_kib.max(s.kib);
+        }
+        lives.entry((s.relay, s.life)).or_default().push(s.kib);
+        if s.kib > bound.peak_kib {
+            report.violations.push(format!(
+                "relay {} (life {}): resident {} KiB, above the bound of {} KiB",
+                s.relay, s.life, s.kib, bound.peak_kib
+            ));
+        }
+    }
+    for ((relay, life), kib) in lives {
+        let third = kib.len() / 3;
+        let peak = |part: &[u64]| part.iter().copied().max().unwrap_or(0);
+        let l = Life {
+            relay,
+            life,
+            samples: kib.len(),
+            first_kib: peak(&kib[..third.max(1)]),
+            last_kib: peak(&kib[kib.len() - third.max(1)..]),
+        };
+        if l.samples >= GROWTH_MIN_SAMPLES && l.last_kib > l.first_kib + bound.growth_kib {
+            report.violations.push(format!(
+                "relay {relay} (life {life}): resident memory grew from {} to {} KiB, more \
+                 than {} KiB",
+                l.first_kib, l.last_kib, bound.growth_kib
+            ));
+        }
+        report.lives.push(l);
+    }
 }
 
 /// The shared layer's bound, for the rate measurements.
@@ -218,9 +360,10 @@ impl Report {
         let _ = writeln!(
             out,
             "| phase | offered | delivered | refused 4xx | uncertain (held) | cut after dot (held) \
-             | retry copies | lost | dup beyond retries | unfinished | worst 1 s excess | recovered in |"
+             | retry copies | lost | dup beyond retries | unfinished | worst 1 s excess | recovered in \
+             | peak RSS (MiB) |"
         );
-        let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         for r in &self.rows {
             let recovered = match r.recovered_in {
                 Some(d) => format!("{:.1} s", d.as_secs_f64()),
@@ -228,7 +371,7 @@ impl Report {
             };
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {} | {} ({}) | {} ({}) | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} ({}) | {} ({}) | {} | {} | {} | {} | {} | {} | {:.1} |",
                 r.name,
                 r.offered,
                 r.delivered,
@@ -242,96 +385,36 @@ impl Report {
                 r.duplicated,
                 r.unfinished,
                 r.worst_excess,
-                recovered
+                recovered,
+                r.peak_rss_kib as f64 / 1024.0
+            );
+        }
+        if let Some(f) = &self.failover {
+            let _ = writeln!(
+                out,
+                "failover: sentinel named the replica {:.2} s after the kill, replica primary at \
+                 {:.2} s; longest time without a delivery {:.2} s; until the first delivery after \
+                 it, {} attempts refused with 4xx, {} uncertain, {} cut",
+                f.detected_in.as_secs_f64(),
+                f.promoted_in.as_secs_f64(),
+                f.no_delivery.as_secs_f64(),
+                f.refused_4xx,
+                f.uncertain,
+                f.cut
+            );
+        }
+        for l in &self.lives {
+            let _ = writeln!(
+                out,
+                "relay {} life {}: {} samples, resident peak {:.1} MiB in the first third, \
+                 {:.1} MiB in the last",
+                l.relay,
+                l.life,
+                l.samples,
+                l.first_kib as f64 / 1024.0,
+                l.last_kib as f64 / 1024.0
             );
         }
         out
     }
-}
-
-/// The checker on hand-made records: each rule catches what it should.
-pub fn self_test() {
-    let t0 = Instant::now();
-    let s = |ms: u64| t0 + Duration::from_millis(ms);
-    let phases = vec![Phase {
-        name: "p".into(),
-        start: t0,
-        healed: t0,
-        end: s(10_000),
-    }];
-    let at = |id: &str, seen: Seen| Attempt {
-        id: id.into(),
-        phase: 0,
-        seen,
-    };
-    let ok = || Seen::Reply(250, "2.0.0 ok".into());
-    let unsure = || Seen::Reply(451, "4.4.1 ... it may have been delivered".into());
-    let later = || Seen::Reply(451, "4.7.1 later".into());
-    let attempts = vec![
-        at("a", ok()),
-        at("b", later()),
-        at("b", ok()),
-        at("c", unsure()),
-        at("c", ok()),
-        at("d", Seen::NoReply),
-        at("e", later()),
-    ];
-    let shared = Shared { limit: 2, burst: 1 };
-    let up = |ids: &[(&str, u64)]| -> Vec<(Option<String>, Instant)> {
-        ids.iter()
-            .map(|(i, ms)| (Some(i.to_string()), s(*ms)))
-            .collect()
-    };
-    // c twice (its retry after "may have been delivered"), d once without a reply.
-    let good = up(&[("a", 0), ("b", 10), ("c", 20), ("c", 3000), ("d", 3010)]);
-    let r = check(&phases, &attempts, &good, &["e".into()], shared);
-    assert!(r.violations.is_empty(), "{:?}", r.violations);
-    let row = &r.rows[0];
-    assert_eq!((row.offered, row.delivered, row.refused_4xx), (5, 4, 2));
-    assert_eq!(
-        (row.uncertain, row.uncertain_held, row.retry_copies),
-        (1, 0, 1)
-    );
-    assert_eq!((row.cut, row.cut_held, row.unfinished), (1, 1, 1));
-    // Four arrivals within 1 s against limit + burst = 3: one too many.
-    assert_eq!(row.worst_excess, 0);
-    let r = check(
-        &phases,
-        &attempts,
-        &up(&[("a", 0), ("b", 1), ("c", 2), ("d", 3)]),
-        &[],
-        shared,
-    );
-    assert_eq!(r.rows[0].worst_excess, 1);
-    assert_eq!(r.rows[0].recovered_in, Some(Duration::from_millis(1)));
-    // Lost: b answered 250, not upstream.
-    let r = check(
-        &phases,
-        &attempts,
-        &up(&[("a", 0), ("c", 1), ("d", 2)]),
-        &[],
-        shared,
-    );
-    assert_eq!(r.rows[0].lost, 1, "{:?}", r.violations);
-    // Duplicated: a twice with one 250; e refused yet delivered; c three times.
-    for bad in [
-        up(&[("a", 0), ("a", 1), ("b", 2), ("c", 3)]),
-        up(&[("a", 0), ("b", 2), ("c", 3), ("e", 4)]),
-        up(&[("a", 0), ("b", 2), ("c", 3), ("c", 4), ("c", 5)]),
-    ] {
-        let r = check(&phases, &attempts, &bad, &[], shared);
-        assert_eq!(r.rows[0].duplicated, 1, "{:?}", r.violations);
-        assert!(!r.violations.is_empty());
-    }
-    // Unknown to every client, or without an id.
-    let mut unknown = good.clone();
-    unknown.push((Some("zzz".into()), s(5)));
-    assert!(!check(&phases, &attempts, &unknown, &[], shared)
-        .violations
-        .is_empty());
-    let mut anonymous = good;
-    anonymous.push((None, s(5)));
-    assert!(!check(&phases, &attempts, &anonymous, &[], shared)
-        .violations
-        .is_empty());
 }

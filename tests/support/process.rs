@@ -145,6 +145,16 @@ impl RelayProcess {
         panic!("the relay did not exit within {limit:?}");
     }
 
+    /// Its exit status, if it has exited (without waiting).
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().unwrap()
+    }
+
+    /// Waits for the exit of a process sent SIGKILL (which it cannot outlive).
+    pub fn reap(&mut self) -> ExitStatus {
+        self.child.wait().unwrap()
+    }
+
     /// Resident memory of the process now, in KiB (`VmRSS` in `/proc/<pid>/status`).
     pub fn rss_kib(&self) -> u64 {
         rss_kib(self.pid()).expect("the relay runs")
