@@ -16,3 +16,20 @@ if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
   echo "Binaries: $target/release (built by the script)"
   exit 0
 fi
+
+# For the scripts that put the relay in front of Postfix's smtp-sink (relay.sh, relay_cpu.sh):
+# starts smtp-sink on SINK_PORT (its pid in SINK_PID) and writes $1/relay.toml, a relay on
+# RELAY_PORT forwarding to it with POOL_SIZE connections (default 20).
+start_sink_and_write_relay_config() {
+  smtp-sink -u nobody 127.0.0.1:$SINK_PORT 1000 >"$1/sink.log" 2>&1 &
+  SINK_PID=$!
+  cat > "$1/relay.toml" <<TOML
+[smtp]
+listen = ["127.0.0.1:$RELAY_PORT"]
+max_connections = 10000
+[upstream]
+url = "smtp://127.0.0.1:$SINK_PORT"
+tls = "none"
+pool_size = ${POOL_SIZE:-20}
+TOML
+}

@@ -20,17 +20,7 @@ cargo build --release -q
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 
-smtp-sink -u nobody 127.0.0.1:$SINK_PORT 1000 >"$work/sink.log" 2>&1 &
-SINK_PID=$!
-cat > "$work/relay.toml" <<TOML
-[smtp]
-listen = ["127.0.0.1:$RELAY_PORT"]
-max_connections = 10000
-[upstream]
-url = "smtp://127.0.0.1:$SINK_PORT"
-tls = "none"
-pool_size = ${POOL_SIZE:-20}
-TOML
+start_sink_and_write_relay_config "$work"
 RUST_LOG=warn "${RELAY_BIN:-$target/release/mailsluice}" --config "$work/relay.toml" 2>"$work/relay.log" &
 RELAY_PID=$!
 # Wait until both listen.

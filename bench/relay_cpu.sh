@@ -32,17 +32,7 @@ fi
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 
-smtp-sink -u nobody 127.0.0.1:$SINK_PORT 1000 >"$work/sink.log" 2>&1 &
-SINK_PID=$!
-cat > "$work/relay.toml" <<TOML
-[smtp]
-listen = ["127.0.0.1:$RELAY_PORT"]
-max_connections = 10000
-[upstream]
-url = "smtp://127.0.0.1:$SINK_PORT"
-tls = "none"
-pool_size = ${POOL_SIZE:-20}
-TOML
+start_sink_and_write_relay_config "$work"
 
 TCK=$(getconf CLK_TCK)
 ticks() { awk '{print $14 + $15}' /proc/$1/stat; } # utime + stime of a running process

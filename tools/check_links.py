@@ -29,8 +29,9 @@ def markdown_files(root):
                 yield os.path.join(folder, name)
 
 
-def prose_lines(path):
-    """(line number, text) of the lines outside fenced code blocks, inline code removed."""
+def prose_lines(path, keep_code=False):
+    """(line number, text) of the lines outside fenced code blocks, inline code removed
+    unless `keep_code` (headings may hold it)."""
     fenced = False
     with open(path, encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
@@ -38,7 +39,7 @@ def prose_lines(path):
                 fenced = not fenced
                 continue
             if not fenced:
-                yield number, re.sub(r"`[^`]*`", "", line)
+                yield number, line if keep_code else re.sub(r"`[^`]*`", "", line)
 
 
 def slug(heading):
@@ -51,7 +52,7 @@ def slug(heading):
 
 def anchors(path):
     found, seen = set(), {}
-    for _, line in prose_lines_keep_code(path):
+    for _, line in prose_lines(path, keep_code=True):
         m = HEADING.match(line)
         if not m:
             continue
@@ -60,18 +61,6 @@ def anchors(path):
         seen[base] = n + 1
         found.add(base if n == 0 else f"{base}-{n}")
     return found
-
-
-def prose_lines_keep_code(path):
-    """Like prose_lines, but inline code kept (headings may hold it)."""
-    fenced = False
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if FENCE.match(line):
-                fenced = not fenced
-                continue
-            if not fenced:
-                yield number, line
 
 
 def broken_links(root):
