@@ -97,7 +97,7 @@ pub struct Rules<'a> {
 
 /// The route, charges and key headers of a message.
 pub fn plan(rules: Rules<'_>, facts: &MessageFacts<'_>) -> Plan {
-    let fields = header_fields(facts.message);
+    let fields = header::fields(facts.message);
     let route = route::choose(rules.routes, rules.first_upstream, facts, &fields);
     let upstream = route.as_ref().map(|r| r.upstream.as_str());
     let fallback = route.as_ref().and_then(|r| r.fallback.as_deref());
@@ -130,7 +130,7 @@ pub fn plan(rules: Rules<'_>, facts: &MessageFacts<'_>) -> Plan {
 /// Whose reputation a message counts for (`[reputation] key`), read with a layer's trust
 /// rules: a header cannot move an authenticated client onto another tenant.
 pub fn reputation_key(source: &KeySource, default_key: &str, facts: &MessageFacts<'_>) -> String {
-    let fields = header_fields(facts.message);
+    let fields = header::fields(facts.message);
     key_of(source, default_key, facts, &fields)
 }
 
@@ -246,43 +246,7 @@ fn domain_of(address: &str) -> Option<String> {
 }
 
 use crate::config::MAX_KEY_BYTES;
-
-/// One header field of the message: its name and the byte range of the whole field,
-/// continuation lines and final CRLF included.
-#[derive(Debug, Clone)]
-struct Field {
-    name: Range<usize>,
-    whole: Range<usize>,
-}
-
-/// The fields of the header section (up to the first empty line), unfolded by range.
-fn header_fields(message: &[u8]) -> Vec<Field> {
-    let mut fields: Vec<Field> = Vec::new();
-    let mut pos = 0;
-    while pos < message.len() {
-        let end = message[pos..]
-            .windows(2)
-            .position(|w| w == b"\r\n")
-            .map_or(message.len(), |i| pos + i + 2);
-        let line = &message[pos..end];
-        if line == b"\r\n" {
-            break;
-        }
-        match (line.first(), fields.last_mut()) {
-            (Some(b' ' | b'\t'), Some(last)) => last.whole.end = end,
-            _ => {
-                if let Some(colon) = line.iter().position(|&b| b == b':') {
-                    fields.push(Field {
-                        name: pos..pos + colon,
-                        whole: pos..end,
-                    });
-                }
-            }
-        }
-        pos = end;
-    }
-    fields
-}
+use crate::message::header::{self, Field};
 
 /// The unfolded, trimmed value of the first field called `name`, if it is valid UTF-8.
 fn header_value(message: &[u8], fields: &[Field], name: &str) -> Option<String> {

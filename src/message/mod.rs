@@ -3,8 +3,10 @@
 //!
 //! - `envelope`: the envelope as the client gave it.
 //! - `outcome`: what became of the message.
+//! - `header`: the header section's fields, by byte range.
 
 mod envelope;
+pub mod header;
 mod outcome;
 
 pub use envelope::Envelope;

@@ -14,6 +14,8 @@ pub struct Raw {
     pub tags: Vec<(String, String)>,
 }
 
+use crate::message::header;
+
 const CONFIGURATION_SET: &str = "x-ses-configuration-set";
 const MESSAGE_TAGS: &str = "x-ses-message-tags";
 
@@ -26,9 +28,9 @@ pub fn from_pieces(pieces: &[&[u8]]) -> Raw {
         tags: Vec::new(),
     };
     let mut drop: Vec<std::ops::Range<usize>> = Vec::new();
-    for field in fields(&bytes) {
-        let name = bytes[field.start..field.colon].trim_ascii();
-        let value = || unfold(&bytes[field.colon + 1..field.end]);
+    for field in header::fields(&bytes) {
+        let name = bytes[field.name.clone()].trim_ascii();
+        let value = || unfold(&bytes[field.name.end + 1..field.whole.end]);
         if name.eq_ignore_ascii_case(CONFIGURATION_SET.as_bytes()) {
             raw.configuration_set.get_or_insert_with(value);
         } else if name.eq_ignore_ascii_case(MESSAGE_TAGS.as_bytes()) {
@@ -36,7 +38,7 @@ pub fn from_pieces(pieces: &[&[u8]]) -> Raw {
         } else {
             continue;
         }
-        drop.push(field.start..field.end);
+        drop.push(field.whole.clone());
     }
     // Removed back to front, so earlier ranges keep their place; most messages have none.
     for range in drop.into_iter().rev() {
@@ -45,43 +47,6 @@ pub fn from_pieces(pieces: &[&[u8]]) -> Raw {
     raw.configuration_set = raw.configuration_set.filter(|s| !s.is_empty());
     raw.bytes = bytes;
     raw
-}
-
-/// One header field: where it starts, its colon, and its end (continuation lines and CRLF
-/// included).
-struct Field {
-    start: usize,
-    colon: usize,
-    end: usize,
-}
-
-/// The fields of the header section, up to the first empty line.
-fn fields(message: &[u8]) -> Vec<Field> {
-    let mut fields: Vec<Field> = Vec::new();
-    let mut pos = 0;
-    while pos < message.len() {
-        let end = (message[pos..].windows(2))
-            .position(|w| w == b"\r\n")
-            .map_or(message.len(), |i| pos + i + 2);
-        let line = &message[pos..end];
-        if line == b"\r\n" {
-            break;
-        }
-        match (line.first(), fields.last_mut()) {
-            (Some(b' ' | b'\t'), Some(last)) => last.end = end,
-            _ => {
-                if let Some(colon) = line.iter().position(|&b| b == b':') {
-                    fields.push(Field {
-                        start: pos,
-                        colon: pos + colon,
-                        end,
-                    });
-                }
-            }
-        }
-        pos = end;
-    }
-    fields
 }
 
 fn unfold(value: &[u8]) -> String {
