@@ -16,7 +16,7 @@
 //! | `policy` | which upstream a message takes (`route`), which buckets it is charged to, how much, and which key headers it loses |
 //! | `throttle/` | token buckets (pure math in `bucket`), key tables, stores (local, Redis), layers with FIFO queues (fair by tenant with `fair_by`) |
 //! | `upstream/` | the `Forwarder` trait, one module per kind: `smtp` (lettre connections, our pool, pipelining), `mx` (direct delivery, hickory-resolver), `ses` (SES's v2 API through the AWS SDK, SES tenants), `file`; what a refusal says about our sending, typed (`feedback`); the named upstreams (`upstreams`) |
-//! | `message/` | plain data about one message: its `Envelope`, its `Outcome` |
+//! | `message/` | plain data about one message: its `Envelope`, its `Outcome`, its header fields by byte range (`header`) |
 //! | `config/` | the TOML schema, its defaults and validation; `config/upstream/` the keys every upstream shares and each kind's own |
 //!
 //! A new kind of upstream touches these files and no others:

@@ -26,9 +26,10 @@ impl Session {
     pub async fn deliver(&mut self, envelope: Envelope, body: Vec<u8>) -> Flow {
         let started = Instant::now();
         let dot = SystemTime::now();
-        let plan = policy::plan(self.ctx.rules(), &self.facts(&envelope, &body));
+        let facts = self.facts(&envelope, &body);
+        let plan = policy::plan(self.ctx.rules(), &facts);
+        let tenant = self.reputation_at_dot(&facts);
         let record = record(&self.ctx, &plan.charges);
-        let tenant = self.reputation_at_dot(&self.facts(&envelope, &body));
         let id = uuid::Uuid::new_v4().simple().to_string();
         let greeting = self.greeting.as_ref();
         let trace = Trace {
