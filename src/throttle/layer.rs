@@ -112,9 +112,6 @@ pub(crate) struct Layer {
 pub(crate) struct Turn {
     pub(crate) order: u64,
     pub(crate) again: bool,
-    /// Upstream's reply was about the rate (not its connections): a shared adaptive layer
-    /// cuts its limit in this message's next take.
-    pub(crate) cut: bool,
 }
 
 /// Removes a waiter whose future was dropped (the client went away).

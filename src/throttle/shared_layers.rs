@@ -89,13 +89,15 @@ pub(crate) struct Shared {
     ending: watch::Sender<Ending>,
 }
 
-fn store_charges(charges: &[Charge]) -> Vec<StoreCharge<'_>> {
+/// The store's view of `charges`; those of the layers in `cut` carry upstream's throttle reply.
+fn store_charges<'a>(charges: &'a [Charge], cut: &[usize]) -> Vec<StoreCharge<'a>> {
     charges
         .iter()
         .map(|c| StoreCharge {
             layer: c.layer,
             key: &c.key,
             cost: c.cost,
+            cut: cut.contains(&c.layer),
         })
         .collect()
 }
@@ -150,7 +152,8 @@ impl Shared {
         }
     }
 
-    /// Takes `charges` (shared layers, in layer order); the instant of the grant.
+    /// Takes `charges` (shared layers, in layer order); the instant of the grant. `cut`: the
+    /// layers a throttle reply to this message taught (see `StoreCharge::cut`).
     pub(crate) async fn acquire(
         &self,
         layers: &[Arc<Layer>],
@@ -158,13 +161,15 @@ impl Shared {
         deadline: Nanos,
         now: Nanos,
         turn: Turn,
+        cut: &[usize],
     ) -> Result<(SharedTaken, Nanos), ThrottleError> {
         let gates = enter_gates(layers, &charges, now, turn).await?;
         let reject = charges
             .iter()
             .any(|c| layers[c.layer].spec().mode == Mode::Reject);
-        // A message sent again after a throttle reply reports it in its first take.
-        let mut throttled = turn.cut;
+        // A message sent again after a throttle reply reports it in its first take, to the
+        // layers it taught (`cut`).
+        let mut cut = cut;
         loop {
             let drain_end = self.ending.borrow().drain_end;
             let max_wait = match reject {
@@ -173,8 +178,8 @@ impl Shared {
                     .min(drain_end.unwrap_or(u64::MAX))
                     .saturating_sub(self.clock.now()),
             };
-            let (source, decision) = self.take(&charges, max_wait, throttled).await?;
-            throttled = false;
+            let (source, decision) = self.take(&charges, max_wait, cut).await?;
+            cut = &[];
             let answered = self.clock.now();
             match decision {
                 Decision::Granted => return Ok((SharedTaken { source, charges }, answered)),
@@ -250,14 +255,10 @@ impl Shared {
         &self,
         charges: &[Charge],
         max_wait: Nanos,
-        throttled: bool,
+        cut: &[usize],
     ) -> Result<(Source, Decision), ThrottleError> {
-        let sc = store_charges(charges);
-        let call = match throttled {
-            true => self.store.take_throttled(&sc, max_wait),
-            false => self.store.take(&sc, max_wait),
-        };
-        if let Some(result) = self.try_store(call).await {
+        let sc = store_charges(charges, cut);
+        if let Some(result) = self.try_store(self.store.take(&sc, max_wait)).await {
             return Ok((Source::Store, result));
         }
         match self.on_error {
@@ -373,7 +374,7 @@ impl Shared {
 
 /// One give-back call; a failure is logged (`ratelimit.give_back_failed`), the quota is lost.
 async fn return_tokens(store: &dyn Store, charges: &[Charge]) {
-    if let Err(e) = store.give_back(&store_charges(charges)).await {
+    if let Err(e) = store.give_back(&store_charges(charges, &[])).await {
         tracing::warn!(target: "ratelimit", error = %e, "ratelimit.give_back_failed");
     }
 }

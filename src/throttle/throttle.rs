@@ -152,9 +152,8 @@ impl Throttle {
         let turn = Turn {
             order,
             again: false,
-            cut: false,
         };
-        self.take(charges, arrival, turn).await
+        self.take(charges, arrival, turn, &[]).await
     }
 
     /// Takes the tokens of a message upstream throttled, again: it waits ahead of every
@@ -164,12 +163,11 @@ impl Throttle {
         let turn = Turn {
             order: again.order,
             again: true,
-            cut: again.cut,
         };
         if let Some((layer, key, until)) = &again.slow {
             self.slowed(&again, (*layer, key), *until).await?;
         }
-        let mut permit = self.take(again.charges, again.arrival, turn).await?;
+        let mut permit = (self.take(again.charges, again.arrival, turn, &again.cut)).await?;
         permit.strikes = again.strikes;
         Ok(permit)
     }
@@ -201,6 +199,7 @@ impl Throttle {
         charges: Vec<Charge>,
         arrival: Nanos,
         turn: Turn,
+        cut: &[usize],
     ) -> Result<Permit, ThrottleError> {
         let inner = &self.inner;
         let deadline = self.deadline(&charges, arrival);
@@ -232,7 +231,9 @@ impl Throttle {
         let mut shared_taken = None;
         if let (false, Some(store)) = (shared.is_empty(), &inner.shared) {
             shared.sort_by_key(|c| c.layer);
-            let (taken, at) = store.acquire(layers, shared, deadline, now, turn).await?;
+            let (taken, at) = store
+                .acquire(layers, shared, deadline, now, turn, cut)
+                .await?;
             for c in &taken.charges {
                 layers[c.layer].granted_to(&c.tenant);
             }

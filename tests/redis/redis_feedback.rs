@@ -11,7 +11,7 @@ use crate::support::hidden_rate::HiddenRate;
 use crate::support::memory::subject_of;
 use crate::support::redis::{store_options, RedisServer};
 use crate::support::relay::{config_text, Relay};
-use crate::support::throttle::ch;
+use crate::support::throttle::{ch, cut as throttled};
 use mailsluice::throttle::adaptive::{Adapt, Aimd, Learned};
 use mailsluice::throttle::store::redis::RedisStore;
 use mailsluice::throttle::store::{Decision, Store};
@@ -56,7 +56,7 @@ async fn a_cut_seen_by_one_replica_slows_the_other_in_the_same_round_trip() {
     let before = server.calls("evalsha");
     // Upstream throttled a message of replica a: its next take cuts 10 -> 7 and reserves the
     // next token, 1/7 s away.
-    let d = a.take_throttled(&[ch(0, "", 1)], 10 * SEC).await.unwrap();
+    let d = a.take(&[throttled(0, "", 1)], 10 * SEC).await.unwrap();
     assert_eq!(d, Decision::Reserved { wait: 142_858 * US });
     assert_eq!(a.learned_limit(0), Some(7));
     // Replica b, which saw no throttle reply, takes at 7/s too: behind a's token.
@@ -69,7 +69,7 @@ async fn a_cut_seen_by_one_replica_slows_the_other_in_the_same_round_trip() {
         "one round trip per take"
     );
     // A second reply within the interval is no second cut.
-    a.take_throttled(&[ch(0, "", 1)], 10 * SEC).await.unwrap();
+    a.take(&[throttled(0, "", 1)], 10 * SEC).await.unwrap();
     assert_eq!(a.learned_limit(0), Some(7));
     // Ten quiet intervals later the limit climbs, as the local layers' math says.
     clock.advance(Duration::from_secs(10));
@@ -116,7 +116,7 @@ async fn the_script_measures_as_the_local_layers_do() {
         l = aimd.granted(l, SEC, 1);
     }
     clock.advance(Duration::from_millis(1_500));
-    store.take_throttled(&[ch(0, "", 1)], 0).await.unwrap();
+    store.take(&[throttled(0, "", 1)], 0).await.unwrap();
     let (l, cut) = aimd.throttled(l, SEC * 5 / 2, 1);
     assert_eq!(cut, Some((100, 17)));
     assert_eq!(store.learned_limit(0), Some(aimd.effective(l, SEC * 5 / 2)));
@@ -126,7 +126,7 @@ async fn the_script_measures_as_the_local_layers_do() {
     for _ in 0..3 {
         store.take(&[ch(1, "q", 1)], 0).await.unwrap();
     }
-    store.take_throttled(&[ch(1, "q", 1)], 0).await.unwrap();
+    store.take(&[throttled(1, "q", 1)], 0).await.unwrap();
     assert_eq!(store.learned_limit(1), Some(100));
 }
 

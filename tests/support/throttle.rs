@@ -76,7 +76,20 @@ impl Env {
 
 /// A charge of the store tests (`Store::take`): `cost` tokens of `key` in layer `layer`.
 pub fn ch(layer: usize, key: &str, cost: u64) -> StoreCharge<'_> {
-    StoreCharge { layer, key, cost }
+    StoreCharge {
+        layer,
+        key,
+        cost,
+        cut: false,
+    }
+}
+
+/// [`ch`] of a message upstream just throttled, teaching its adaptive layer.
+pub fn cut(layer: usize, key: &str, cost: u64) -> StoreCharge<'_> {
+    StoreCharge {
+        cut: true,
+        ..ch(layer, key, cost)
+    }
 }
 
 pub fn charge(layer: usize, key: &str, cost: u64) -> Charge {

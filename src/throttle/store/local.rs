@@ -210,7 +210,12 @@ mod tests {
     }
 
     fn ch(layer: usize, key: &str, cost: u64) -> StoreCharge<'_> {
-        StoreCharge { layer, key, cost }
+        StoreCharge {
+            layer,
+            key,
+            cost,
+            cut: false,
+        }
     }
 
     #[tokio::test]

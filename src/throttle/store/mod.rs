@@ -33,12 +33,16 @@ use std::pin::Pin;
 use super::clock::Nanos;
 use super::peek::Peek;
 
-/// One bucket to take from: `cost` tokens of `key` in layer `layer`.
+/// One bucket to take from: `cost` tokens of `key` in layer `layer`. `cut`: upstream's
+/// throttle reply to this message taught this charge's adaptive layer, so a store that keeps
+/// adaptive layers' limits (Redis) cuts this one's in the same atomic take; per charge, since
+/// a layer that found the reply one tenant's alone must not cut while another layer does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StoreCharge<'a> {
     pub layer: usize,
     pub key: &'a str,
     pub cost: u64,
+    pub cut: bool,
 }
 
 /// The answer of [`Store::take`]; see the module doc.
@@ -83,16 +87,6 @@ pub trait Store: Send + Sync {
         charges: &'a [StoreCharge<'a>],
         max_wait: Nanos,
     ) -> StoreFuture<'a, Decision>;
-
-    /// [`Store::take`] for a message upstream just throttled: a store that keeps adaptive
-    /// layers' limits (Redis) cuts them in the same atomic call. By default, a plain take.
-    fn take_throttled<'a>(
-        &'a self,
-        charges: &'a [StoreCharge<'a>],
-        max_wait: Nanos,
-    ) -> StoreFuture<'a, Decision> {
-        self.take(charges, max_wait)
-    }
 
     /// The limit in force of an adaptive layer as the store last said (`None`: it keeps none).
     fn learned_limit(&self, _layer: usize) -> Option<u64> {

@@ -164,12 +164,11 @@ impl RedisStore {
         &self,
         inv: &mut ScriptInvocation<'s>,
         charges: &[StoreCharge<'_>],
-        throttled: bool,
     ) -> Result<(), StoreError> {
         for c in charges {
             let k = self.layer(c.layer)?;
             inv.key(k.key(c.key))
-                .arg(k.mode_arg(throttled))
+                .arg(k.mode_arg(c.cut))
                 .arg(c.cost)
                 .arg(k.cap)
                 .arg(k.p1)
@@ -194,11 +193,10 @@ impl RedisStore {
         &self,
         charges: &[StoreCharge<'_>],
         max_wait: Nanos,
-        throttled: bool,
     ) -> Result<Decision, StoreError> {
         let mut inv = self.take.prepare_invoke();
         inv.arg(max_wait / 1_000).arg(self.now_arg());
-        self.charge_args(&mut inv, charges, throttled)?;
+        self.charge_args(&mut inv, charges)?;
         let r = self.invoke(&inv).await?;
         let fixed = match r.first() {
             Some(0) => 1,
@@ -228,21 +226,20 @@ impl RedisStore {
         &self,
         charges: &[StoreCharge<'_>],
         max_wait: Nanos,
-        throttled: bool,
     ) -> Result<Decision, StoreError> {
         if !self.cluster {
-            return self.take_one(charges, max_wait, throttled).await;
+            return self.take_one(charges, max_wait).await;
         }
         let groups = by_slot(self, charges)?;
         if groups.len() == 1 {
-            return self.take_one(charges, max_wait, throttled).await;
+            return self.take_one(charges, max_wait).await;
         }
         // Several slots: one call each, holding what earlier slots took (see the module doc).
         let mut held: Vec<StoreCharge<'_>> = Vec::new();
         let mut wait = 0;
         for group in &groups {
             let part: Vec<StoreCharge<'_>> = group.iter().map(|&i| charges[i]).collect();
-            let d = self.take_one(&part, max_wait, throttled).await;
+            let d = self.take_one(&part, max_wait).await;
             let refusal = match d {
                 Ok(Decision::Granted) => None,
                 Ok(Decision::Reserved { wait: w }) => {
@@ -285,10 +282,16 @@ impl RedisStore {
             vec![(0..charges.len()).collect()]
         };
         for group in groups {
-            let part: Vec<StoreCharge<'_>> = group.iter().map(|&i| charges[i]).collect();
+            // Giving back never cuts a limit.
+            let part: Vec<StoreCharge<'_>> = (group.iter())
+                .map(|&i| StoreCharge {
+                    cut: false,
+                    ..charges[i]
+                })
+                .collect();
             let mut inv = self.give_back.prepare_invoke();
             inv.arg(self.now_arg());
-            self.charge_args(&mut inv, &part, false)?;
+            self.charge_args(&mut inv, &part)?;
             self.invoke(&inv).await?;
         }
         Ok(())

@@ -38,8 +38,9 @@ pub struct Again {
     pub(super) charges: Vec<Charge>,
     pub(super) arrival: Nanos,
     pub(super) order: u64,
-    /// The reply was about the rate: a shared adaptive layer cuts in the next take.
-    pub(super) cut: bool,
+    /// The shared adaptive layers the reply taught (it was about the rate, and not their
+    /// tenant's alone): each cuts in the next take.
+    pub(super) cut: Vec<usize>,
     pub(super) strikes: u32,
     /// The reply was its tenant's alone: it waits until then before it asks again (the
     /// blaming layer and key, for the refusal once that is past its budget).
@@ -134,11 +135,11 @@ impl Permit {
                 false => _ = layers[c.layer].throttled(&c.key, c.cost),
             }
         }
-        let mut shared_cut = false;
+        let mut shared_cut = Vec::new();
         for c in self.shared_charges().iter().filter(taught) {
             match blames(c) {
                 true => _ = blamed.get_or_insert(c),
-                false => shared_cut = true,
+                false => shared_cut.push(c.layer),
             }
         }
         // A reply that teaches none of the layers charged (an `mx://` reply with no
@@ -155,7 +156,7 @@ impl Permit {
             (c.layer, c.key.clone(), until)
         });
         let mut charges = self.taken.clone();
-        // A shared layer learns in its store, in the message's next take (`take_throttled`).
+        // A shared layer learns in its store, in the message's next take (`StoreCharge::cut`).
         if let Some(shared) = &self.shared {
             charges.extend(shared.charges.iter().cloned());
         }

@@ -117,6 +117,8 @@ struct Scripted {
     /// When set, a take answers only once this is notified (a store call in flight).
     hold: Option<Arc<tokio::sync::Notify>>,
     takes: std::sync::Mutex<usize>,
+    /// Each take's charges, as (layer, cut).
+    taken: std::sync::Mutex<Vec<Vec<(usize, bool)>>>,
     given_back: std::sync::Mutex<Vec<(usize, String, u64)>>,
 }
 
@@ -130,6 +132,7 @@ impl Scripted {
             answers,
             hold,
             takes: Default::default(),
+            taken: Default::default(),
             given_back: Default::default(),
         })
     }
@@ -144,7 +147,9 @@ impl Scripted {
 }
 
 impl Store for Scripted {
-    fn take<'a>(&'a self, _: &'a [StoreCharge<'a>], _: Nanos) -> StoreFuture<'a, Decision> {
+    fn take<'a>(&'a self, charges: &'a [StoreCharge<'a>], _: Nanos) -> StoreFuture<'a, Decision> {
+        let cuts = charges.iter().map(|c| (c.layer, c.cut)).collect();
+        self.taken.lock().unwrap().push(cuts);
         let mut n = self.takes.lock().unwrap();
         let d = self.answers[(*n).min(self.answers.len() - 1)];
         *n += 1;
@@ -348,4 +353,47 @@ async fn a_throttled_message_waits_again_ahead_of_later_ones_and_the_layer_slows
         l.await.unwrap();
     }
     assert_eq!(*order.lock().unwrap(), vec![0, 1]);
+}
+
+/// A message charged to two shared adaptive layers: the account layer finds upstream's reply
+/// its tenant's alone (another tenant was granted), the tenant's own layer learns from it. The
+/// store is told to cut the tenant's layer only, not the account's.
+#[tokio::test(start_paused = true)]
+async fn a_shared_layer_that_blames_the_tenant_is_not_cut_with_the_one_that_learns() {
+    let store = Scripted::new(vec![Decision::Granted]);
+    let shared = SharedLayers {
+        store: store.clone(),
+        layers: vec![0, 1],
+        on_error: crate::config::OnError::Reject,
+    };
+    let adaptive = |name: &str| LayerSpec {
+        max_wait: 60 * SEC,
+        adaptive: Some(1),
+        ..LayerSpec::new(name, 100, SEC)
+    };
+    let specs = vec![adaptive("account"), adaptive("tenant")];
+    let t = Throttle::with_shared(specs, Arc::new(TokioClock::new()), shared);
+    let message = |tenant: &str| {
+        let c = |layer: usize, key: &str| Charge {
+            layer,
+            key: key.to_string(),
+            cost: 1,
+            fair: String::new(),
+            tenant: tenant.to_string(),
+        };
+        vec![c(0, ""), c(1, tenant)]
+    };
+    t.acquire(message("bob"))
+        .await
+        .expect("granted")
+        .delivered();
+    let mallory = t.acquire(message("mallory")).await.expect("granted");
+    let again = mallory.throttled(true, crate::throttle::Teaches::Every);
+    t.acquire_again(again)
+        .await
+        .expect("granted again")
+        .delivered();
+    let taken = store.taken.lock().unwrap().clone();
+    assert_eq!(taken.len(), 3, "{taken:?}");
+    assert_eq!(taken[2], vec![(0, false), (1, true)], "{taken:?}");
 }

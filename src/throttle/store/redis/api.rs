@@ -12,15 +12,7 @@ impl Store for RedisStore {
         charges: &'a [StoreCharge<'a>],
         max_wait: Nanos,
     ) -> StoreFuture<'a, Decision> {
-        Box::pin(self.take_all(charges, max_wait, false))
-    }
-
-    fn take_throttled<'a>(
-        &'a self,
-        charges: &'a [StoreCharge<'a>],
-        max_wait: Nanos,
-    ) -> StoreFuture<'a, Decision> {
-        Box::pin(self.take_all(charges, max_wait, true))
+        Box::pin(self.take_all(charges, max_wait))
     }
 
     fn learned_limit(&self, layer: usize) -> Option<u64> {

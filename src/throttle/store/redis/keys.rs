@@ -83,10 +83,11 @@ impl LayerKeys {
     }
 
     /// The script's mode argument: `a:<min>:<rule>` for an adaptive layer (`A:...` when the
-    /// message was just throttled by upstream, so the script cuts the limit in this call).
-    pub(crate) fn mode_arg(&self, throttled: bool) -> String {
+    /// charge's `cut`: upstream's throttle reply taught it, so the script cuts the limit in
+    /// this call).
+    pub(crate) fn mode_arg(&self, cut: bool) -> String {
         match self.adaptive {
-            Some(min) if throttled => format!("A:{min}:{}", self.rule),
+            Some(min) if cut => format!("A:{min}:{}", self.rule),
             Some(min) => format!("a:{min}:{}", self.rule),
             None => self.mode.to_string(),
         }
