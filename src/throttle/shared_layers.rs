@@ -89,6 +89,14 @@ pub(crate) struct Shared {
     ending: watch::Sender<Ending>,
 }
 
+/// A shared layer found upstream's throttle reply its message's tenant's alone: the message
+/// is to wait before it asks again (see `blame`); `layer` and `key` are the blaming bucket's.
+#[derive(Debug)]
+pub(crate) struct Blamed {
+    pub(crate) layer: usize,
+    pub(crate) key: String,
+}
+
 /// The store's view of `charges`; those of the layers in `cut` carry upstream's throttle reply.
 fn store_charges<'a>(charges: &'a [Charge], cut: &[usize]) -> Vec<StoreCharge<'a>> {
     charges
@@ -98,6 +106,7 @@ fn store_charges<'a>(charges: &'a [Charge], cut: &[usize]) -> Vec<StoreCharge<'a
             key: &c.key,
             cost: c.cost,
             cut: cut.contains(&c.layer),
+            tenant: &c.tenant,
         })
         .collect()
 }
@@ -153,7 +162,8 @@ impl Shared {
     }
 
     /// Takes `charges` (shared layers, in layer order); the instant of the grant. `cut`: the
-    /// layers a throttle reply to this message taught (see `StoreCharge::cut`).
+    /// layers a throttle reply to this message taught (see `StoreCharge::cut`); `Blamed` when
+    /// one of them found the reply its tenant's alone (nothing taken, gates left).
     pub(crate) async fn acquire(
         &self,
         layers: &[Arc<Layer>],
@@ -162,7 +172,7 @@ impl Shared {
         now: Nanos,
         turn: Turn,
         cut: &[usize],
-    ) -> Result<(SharedTaken, Nanos), ThrottleError> {
+    ) -> Result<Result<(SharedTaken, Nanos), Blamed>, ThrottleError> {
         let gates = enter_gates(layers, &charges, now, turn).await?;
         let reject = charges
             .iter()
@@ -182,11 +192,19 @@ impl Shared {
             cut = &[];
             let answered = self.clock.now();
             match decision {
-                Decision::Granted => return Ok((SharedTaken { source, charges }, answered)),
+                Decision::Granted => return Ok(Ok((SharedTaken { source, charges }, answered))),
                 Decision::Reserved { wait } => {
                     let _fair = fair_gates(layers, gates, &charges);
                     let taken = SharedTaken { source, charges };
-                    return self.wait_reserved(layers, taken, answered, wait).await;
+                    return self
+                        .wait_reserved(layers, taken, answered, wait)
+                        .await
+                        .map(Ok);
+                }
+                Decision::Blamed { charge } => {
+                    let c = &charges[charge.min(charges.len() - 1)];
+                    let (layer, key) = (c.layer, c.key.clone());
+                    return Ok(Err(Blamed { layer, key }));
                 }
                 Decision::Later { wait } => self.sleep_until(answered.saturating_add(wait)).await?,
                 Decision::Refused {

@@ -34,7 +34,7 @@ use super::clock::{nanos, Clock, Nanos};
 use super::error::ThrottleError;
 use super::layer::{Layer, Turn};
 use super::peek::Peek;
-use super::shared_layers::{Shared, SharedLayers};
+use super::shared_layers::{Blamed, Shared, SharedLayers};
 use super::spec::LayerSpec;
 pub use permit::{Again, Permit, Teaches};
 
@@ -153,23 +153,45 @@ impl Throttle {
             order,
             again: false,
         };
-        self.take(charges, arrival, turn, &[]).await
+        match self.take(charges, arrival, turn, &[]).await? {
+            Ok(permit) => Ok(permit),
+            // Only a take that carries a throttle reply (`cut`) is ever blamed: a store that
+            // says so otherwise is refused as the blame would be.
+            Err(Blamed { layer, key }) => {
+                let l = &self.inner.layers[layer];
+                Err(l.limited(&key, 0, 0, "tenant_throttled"))
+            }
+        }
     }
 
     /// Takes the tokens of a message upstream throttled, again: it waits ahead of every
     /// message that arrived after it, within the budget counted from its first arrival. A
     /// refusal's `retry_after` is the wait it would have needed.
-    pub async fn acquire_again(&self, again: Again) -> Result<Permit, ThrottleError> {
+    pub async fn acquire_again(&self, mut again: Again) -> Result<Permit, ThrottleError> {
         let turn = Turn {
             order: again.order,
             again: true,
         };
-        if let Some((layer, key, until)) = &again.slow {
-            self.slowed(&again, (*layer, key), *until).await?;
+        loop {
+            if let Some((layer, key, until)) = &again.slow {
+                self.slowed(&again, (*layer, key), *until).await?;
+            }
+            let charges = again.charges.clone();
+            match self.take(charges, again.arrival, turn, &again.cut).await? {
+                Ok(mut permit) => {
+                    permit.strikes = again.strikes;
+                    return Ok(permit);
+                }
+                // The store found the reply the tenant's alone in a shared layer (and made
+                // the other layers' cuts): slowed as a local layer's blame does.
+                Err(Blamed { layer, key }) => {
+                    again.strikes += 1;
+                    again.cut.clear();
+                    let until = permit::slow_until(&self.inner, layer, again.strikes);
+                    again.slow = Some((layer, key, until));
+                }
+            }
         }
-        let mut permit = (self.take(again.charges, again.arrival, turn, &again.cut)).await?;
-        permit.strikes = again.strikes;
-        Ok(permit)
     }
 
     /// The wait of a message whose throttle reply was its tenant's alone: until `until`, or
@@ -200,7 +222,7 @@ impl Throttle {
         arrival: Nanos,
         turn: Turn,
         cut: &[usize],
-    ) -> Result<Permit, ThrottleError> {
+    ) -> Result<Result<Permit, Blamed>, ThrottleError> {
         let inner = &self.inner;
         let deadline = self.deadline(&charges, arrival);
         let arrival_now = inner.clock.now();
@@ -231,18 +253,18 @@ impl Throttle {
         let mut shared_taken = None;
         if let (false, Some(store)) = (shared.is_empty(), &inner.shared) {
             shared.sort_by_key(|c| c.layer);
-            let (taken, at) = store
-                .acquire(layers, shared, deadline, now, turn, cut)
-                .await?;
-            for c in &taken.charges {
-                layers[c.layer].granted_to(&c.tenant);
-            }
+            // The store notes the grants to each tenant of its adaptive layers (see `blame`).
+            let acquired = store.acquire(layers, shared, deadline, now, turn, cut);
+            let (taken, at) = match acquired.await? {
+                Ok(taken) => taken,
+                Err(blamed) => return Ok(Err(blamed)),
+            };
             now = now.max(at);
             shared_taken = Some(taken);
         }
         let waited = Duration::from_nanos(now - arrival_now);
         let taken = std::mem::take(&mut held.taken);
-        Ok(Permit {
+        Ok(Ok(Permit {
             inner: inner.clone(),
             taken,
             shared: shared_taken,
@@ -250,7 +272,7 @@ impl Throttle {
             arrival,
             order: turn.order,
             strikes: 0,
-        })
+        }))
     }
 
     /// Arrival + the smallest `max_wait` among the charged wait-mode layers.

@@ -12,10 +12,11 @@ use crate::support::memory::subject_of;
 use crate::support::redis::{store_options, RedisServer};
 use crate::support::relay::{config_text, Relay};
 use crate::support::throttle::{ch, cut as throttled};
+use mailsluice::config::OnError;
 use mailsluice::throttle::adaptive::{Adapt, Aimd, Learned};
 use mailsluice::throttle::store::redis::RedisStore;
 use mailsluice::throttle::store::{Decision, Store};
-use mailsluice::throttle::{FakeClock, LayerSpec, Nanos};
+use mailsluice::throttle::{Charge, FakeClock, LayerSpec, Nanos, SharedLayers, Teaches, Throttle};
 
 const US: Nanos = 1_000;
 const SEC: Nanos = 1_000_000_000;
@@ -128,6 +129,73 @@ async fn the_script_measures_as_the_local_layers_do() {
     }
     store.take(&[throttled(1, "q", 1)], 0).await.unwrap();
     assert_eq!(store.learned_limit(1), Some(100));
+}
+
+/// Two replicas, each tenant on its own: bob's messages on the first, mallory's on the
+/// second, where upstream throttles one of hers. The account layer (`key = "none"`) knows from
+/// Redis that bob was granted meanwhile, so the reply is mallory's alone: her message waits
+/// and the account's limit stays. A layer where mallory was alone is cut, as before.
+#[tokio::test]
+async fn one_tenants_reply_on_one_replica_does_not_cut_a_layer_another_replica_uses() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let clock = Arc::new(FakeClock::new(1_700_000_000));
+    let spec = |name: &str| LayerSpec {
+        adaptive: Some(1),
+        max_wait: Duration::from_secs(30),
+        ..LayerSpec::new(name, 100, Duration::from_secs(1))
+    };
+    let specs = vec![spec("account"), spec("alone")];
+    let replica = || {
+        let store = RedisStore::new(&store_options(vec![server.url()], false), &specs)
+            .unwrap()
+            .with_test_clock(clock.clone());
+        let store = Arc::new(store);
+        let shared = SharedLayers {
+            store: store.clone(),
+            layers: vec![0, 1],
+            on_error: OnError::Reject,
+        };
+        (
+            Throttle::with_shared(specs.clone(), clock.clone(), shared),
+            store,
+        )
+    };
+    let ((a, _), (b, b_store)) = (replica(), replica());
+    let charge = |layer: usize, tenant: &str| Charge {
+        layer,
+        key: String::new(),
+        cost: 1,
+        fair: String::new(),
+        tenant: tenant.to_string(),
+    };
+    for _ in 0..10 {
+        let permit = b
+            .acquire(vec![charge(0, "mallory"), charge(1, "mallory")])
+            .await;
+        permit.expect("granted").delivered();
+    }
+    a.acquire(vec![charge(0, "bob")])
+        .await
+        .expect("granted")
+        .delivered();
+    let mallory = b
+        .acquire(vec![charge(0, "mallory"), charge(1, "mallory")])
+        .await;
+    let again = mallory.expect("granted").throttled(true, Teaches::Every);
+    b.acquire_again(again)
+        .await
+        .expect("granted after its wait")
+        .delivered();
+    let account = b_store.peek(0, "").await.unwrap().effective_limit;
+    assert_eq!(
+        account,
+        Some(100),
+        "bob was granted on the other replica: not cut"
+    );
+    let alone = b_store.peek(1, "").await.unwrap().effective_limit;
+    assert_eq!(alone, Some(9), "90 % of the 11 mallory was granted");
 }
 
 async fn redis_relay(redis: &RedisServer, upstream: Arc<HiddenRate>) -> Relay {

@@ -82,7 +82,7 @@ async fn three_replicas_share_one_limit() {
         layer: 0,
         key: "",
         cost: 20,
-        cut: false,
+        ..StoreCharge::default()
     }];
     assert_eq!(store.take(&burst, 0).await.unwrap(), Decision::Granted);
     // 200 messages arriving over about a second (10 times the limit), spread over the relays.

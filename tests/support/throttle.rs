@@ -80,7 +80,7 @@ pub fn ch(layer: usize, key: &str, cost: u64) -> StoreCharge<'_> {
         layer,
         key,
         cost,
-        cut: false,
+        ..StoreCharge::default()
     }
 }
 

@@ -214,7 +214,7 @@ mod tests {
             layer,
             key,
             cost,
-            cut: false,
+            ..StoreCharge::default()
         }
     }
 

@@ -33,16 +33,18 @@ use std::pin::Pin;
 use super::clock::Nanos;
 use super::peek::Peek;
 
-/// One bucket to take from: `cost` tokens of `key` in layer `layer`. `cut`: upstream's
-/// throttle reply to this message taught this charge's adaptive layer, so a store that keeps
-/// adaptive layers' limits (Redis) cuts this one's in the same atomic take; per charge, since
-/// a layer that found the reply one tenant's alone must not cut while another layer does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// One bucket to take from: `cost` tokens of `key` in layer `layer`. For a store that keeps
+/// adaptive layers' limits (Redis): `cut`, upstream's throttle reply to this message taught
+/// this charge's adaptive layer, which cuts in the same atomic take unless the reply is
+/// `tenant`'s alone ([`Decision::Blamed`]); `tenant` is whose message it is (see `blame`),
+/// noted at each grant so that every replica's grants count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct StoreCharge<'a> {
     pub layer: usize,
     pub key: &'a str,
     pub cost: u64,
     pub cut: bool,
+    pub tenant: &'a str,
 }
 
 /// The answer of [`Store::take`]; see the module doc.
@@ -63,6 +65,11 @@ pub enum Decision {
     OverCapacity {
         charge: usize,
         capacity: u64,
+    },
+    /// A `cut` charge's layer found upstream's reply its tenant's alone: nothing taken (the
+    /// other charges' cuts are made); the message waits before it asks again.
+    Blamed {
+        charge: usize,
     },
 }
 

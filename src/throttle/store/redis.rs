@@ -51,6 +51,7 @@ use learned::Heard;
 pub type TestClock = std::sync::Arc<dyn crate::throttle::clock::Clock>;
 
 const BUCKET_LUA: &str = include_str!("redis/bucket.lua");
+const BLAME_LUA: &str = include_str!("redis/blame.lua");
 const ADAPTIVE_LUA: &str = include_str!("redis/adaptive.lua");
 
 /// Where the Redis store connects, and how.
@@ -108,7 +109,8 @@ impl RedisStore {
             .iter()
             .map(|s| LayerKeys::new(&opts.prefix, s))
             .collect();
-        let script = |body: &str| Script::new(&format!("{BUCKET_LUA}{ADAPTIVE_LUA}{body}"));
+        let script =
+            |body: &str| Script::new(&format!("{BUCKET_LUA}{BLAME_LUA}{ADAPTIVE_LUA}{body}"));
         Ok(RedisStore {
             heard: Heard::new(specs.len()),
             conn,
@@ -168,17 +170,24 @@ impl RedisStore {
         for c in charges {
             let k = self.layer(c.layer)?;
             inv.key(k.key(c.key))
-                .arg(k.mode_arg(c.cut))
+                .arg(k.mode_arg(c.cut, c.tenant))
                 .arg(c.cost)
                 .arg(k.cap)
                 .arg(k.p1)
                 .arg(k.p2);
         }
-        // The learned keys of adaptive layers follow the buckets (see `redis/adaptive.lua`).
+        // The learned keys of adaptive layers follow the buckets, then their blame keys (see
+        // `redis/adaptive.lua`).
         for c in charges {
             let k = self.layer(c.layer)?;
             if k.adaptive.is_some() {
                 inv.key(k.learned_key(c.key));
+            }
+        }
+        for c in charges {
+            let k = self.layer(c.layer)?;
+            if k.adaptive.is_some() {
+                inv.key(k.blame_key(c.key));
             }
         }
         Ok(())
@@ -200,7 +209,7 @@ impl RedisStore {
         let r = self.invoke(&inv).await?;
         let fixed = match r.first() {
             Some(0) => 1,
-            Some(1) => 2,
+            Some(1 | 4) => 2,
             _ => 3,
         };
         (self.heard).note(&self.layers, charges, r.get(fixed..).unwrap_or(&[]));
@@ -217,6 +226,9 @@ impl RedisStore {
             (Some(3), Some(charge), Some(capacity)) => Decision::OverCapacity {
                 charge: charge as usize,
                 capacity,
+            },
+            (Some(4), Some(charge), _) => Decision::Blamed {
+                charge: charge as usize,
             },
             _ => return Err(bad()),
         })
@@ -259,6 +271,9 @@ impl RedisStore {
                         capacity,
                     }))
                 }
+                Ok(Decision::Blamed { charge }) => Some(Ok(Decision::Blamed {
+                    charge: group[charge],
+                })),
                 other => Some(other),
             };
             if let Some(answer) = refusal {
@@ -304,7 +319,7 @@ impl RedisStore {
             inv.key(k.learned_key(key));
         }
         inv.arg(self.now_arg())
-            .arg(k.mode_arg(false))
+            .arg(k.mode_arg(false, ""))
             .arg(0)
             .arg(k.cap)
             .arg(k.p1)

@@ -135,9 +135,11 @@ impl Permit {
                 false => _ = layers[c.layer].throttled(&c.key, c.cost),
             }
         }
+        // A shared layer's store tells whether the reply is the tenant's alone, from every
+        // replica's grants and replies, in the message's next take (`StoreCharge::cut`).
         let mut shared_cut = Vec::new();
         for c in self.shared_charges().iter().filter(taught) {
-            match blames(c) {
+            match sticky && c.key != c.tenant {
                 true => _ = blamed.get_or_insert(c),
                 false => shared_cut.push(c.layer),
             }
@@ -150,10 +152,11 @@ impl Permit {
         }
         let strikes = self.strikes + u32::from(blamed.is_some());
         let slow = blamed.map(|c| {
-            let interval = nanos(layers[c.layer].spec().interval);
-            let wait = interval.saturating_mul(1 << (strikes - 1).min(16));
-            let until = self.inner.clock.now().saturating_add(wait);
-            (c.layer, c.key.clone(), until)
+            (
+                c.layer,
+                c.key.clone(),
+                slow_until(&self.inner, c.layer, strikes),
+            )
         });
         let mut charges = self.taken.clone();
         // A shared layer learns in its store, in the message's next take (`StoreCharge::cut`).
@@ -170,4 +173,12 @@ impl Permit {
             slow,
         }
     }
+}
+
+/// Until when a message whose throttle reply was its tenant's alone in `layer` waits, at its
+/// `strikes`-th such reply: the layer's interval, twice as long at each.
+pub(super) fn slow_until(inner: &Inner, layer: usize, strikes: u32) -> Nanos {
+    let interval = nanos(inner.layers[layer].spec().interval);
+    let wait = interval.saturating_mul(1 << strikes.saturating_sub(1).min(16));
+    inner.clock.now().saturating_add(wait)
 }

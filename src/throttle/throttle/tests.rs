@@ -355,12 +355,14 @@ async fn a_throttled_message_waits_again_ahead_of_later_ones_and_the_layer_slows
     assert_eq!(*order.lock().unwrap(), vec![0, 1]);
 }
 
-/// A message charged to two shared adaptive layers: the account layer finds upstream's reply
-/// its tenant's alone (another tenant was granted), the tenant's own layer learns from it. The
-/// store is told to cut the tenant's layer only, not the account's.
+/// A message charged to two shared adaptive layers after a throttle reply: both carry the
+/// reply to the store, which judges it from every replica's grants. When the store finds it
+/// the tenant's alone in one of them (`Blamed`), the message takes nothing, waits that layer's
+/// interval, and asks again without a second cut.
 #[tokio::test(start_paused = true)]
-async fn a_shared_layer_that_blames_the_tenant_is_not_cut_with_the_one_that_learns() {
-    let store = Scripted::new(vec![Decision::Granted]);
+async fn a_reply_the_store_blames_on_the_tenant_slows_the_message_and_cuts_once() {
+    let blamed = Decision::Blamed { charge: 0 };
+    let store = Scripted::new(vec![Decision::Granted, blamed, Decision::Granted]);
     let shared = SharedLayers {
         store: store.clone(),
         layers: vec![0, 1],
@@ -373,27 +375,31 @@ async fn a_shared_layer_that_blames_the_tenant_is_not_cut_with_the_one_that_lear
     };
     let specs = vec![adaptive("account"), adaptive("tenant")];
     let t = Throttle::with_shared(specs, Arc::new(TokioClock::new()), shared);
-    let message = |tenant: &str| {
-        let c = |layer: usize, key: &str| Charge {
-            layer,
-            key: key.to_string(),
-            cost: 1,
-            fair: String::new(),
-            tenant: tenant.to_string(),
-        };
-        vec![c(0, ""), c(1, tenant)]
+    let c = |layer: usize, key: &str| Charge {
+        layer,
+        key: key.to_string(),
+        cost: 1,
+        fair: String::new(),
+        tenant: "mallory".to_string(),
     };
-    t.acquire(message("bob"))
+    let mallory = t
+        .acquire(vec![c(0, ""), c(1, "mallory")])
         .await
-        .expect("granted")
-        .delivered();
-    let mallory = t.acquire(message("mallory")).await.expect("granted");
+        .expect("granted");
     let again = mallory.throttled(true, crate::throttle::Teaches::Every);
+    let start = tokio::time::Instant::now();
     t.acquire_again(again)
         .await
-        .expect("granted again")
+        .expect("granted after the wait")
         .delivered();
     let taken = store.taken.lock().unwrap().clone();
-    assert_eq!(taken.len(), 3, "{taken:?}");
-    assert_eq!(taken[2], vec![(0, false), (1, true)], "{taken:?}");
+    let plain = vec![(0, false), (1, false)];
+    assert_eq!(
+        taken,
+        vec![plain.clone(), vec![(0, true), (1, true)], plain]
+    );
+    assert!(
+        start.elapsed() >= SEC,
+        "it waited the account layer's interval"
+    );
 }

@@ -1,7 +1,8 @@
 -- The learned limit of adaptive layers, src/throttle/adaptive.rs in Lua (microseconds of
 -- Redis's clock), so every replica reads and cuts the same limit in its one take call.
--- An adaptive charge has mode 'a:<min>:<rule>' ('A:...' when its message was just throttled
--- by upstream: the cut happens in this same call; rule 'm' measured, 'x' multiplicative),
+-- An adaptive charge has mode 'a:<min>:<rule>:<tenant>' ('A:...' when its message was just
+-- throttled by upstream: the cut happens in this same call, unless the reply is the tenant's
+-- alone (blame.lua); rule 'm' measured, 'x' multiplicative),
 -- cap = the configured burst, p1 = the configured limit, p2 = the interval in microseconds
 -- (not reduced: the limit in force changes). Its learned state is the key KEYS[n + j] (the
 -- j-th adaptive charge), "value since cut applied window granted refused prev_granted
@@ -105,21 +106,34 @@ local function convert(p, a, b, from, to, t)
 end
 
 -- Turns the adaptive charges of P (the first n keys) into drip charges at their limit in
--- force; each keeps its learned state in p.learned.
+-- force; each keeps its learned state in p.learned. The learned keys follow the n bucket
+-- keys, then (take only) the blame keys, one each per adaptive charge. A throttled charge
+-- whose reply is its tenant's alone is marked p.blamed and cuts nothing.
 local function resolve(P, n, t)
+  local m = 0
+  for i = 1, n do
+    if string.match(P[i].mode, '^[aA]:') then m = m + 1 end
+  end
   local j = 0
   for i = 1, n do
     local p = P[i]
-    local flag, min, rule = string.match(p.mode, '^([aA]):(%d+):([mx])$')
+    local flag, min, rule, tenant = string.match(p.mode, '^([aA]):(%d+):([mx]):(.*)$')
     if flag then
       j = j + 1
       p.limit, p.min, p.rule, p.burst, p.asked = p.p1, tonumber(min), rule, p.cap, p.cost
+      p.tenant, p.blame = tenant, KEYS[n + m + j]
       local l = learned_load(KEYS[n + j], p.limit)
-      if flag == 'A' then throttled(p, l, t, p.cost) end
+      if flag == 'A' then
+        if p.blame and blame_replied(p, t) then
+          p.blamed = true
+        else
+          throttled(p, l, t, p.cost)
+        end
+      end
       p.mode, p.p1 = 'd', effective(p, l, t)
       p.cap = burst_at(p, p.p1)
       p.cost = math.min(p.cost, p.cap)
-      p.learned = {key = KEYS[n + j], l = l, written = flag == 'A'}
+      p.learned = {key = KEYS[n + j], l = l, written = flag == 'A' and not p.blamed}
     end
   end
 end

@@ -82,13 +82,13 @@ impl LayerKeys {
         }
     }
 
-    /// The script's mode argument: `a:<min>:<rule>` for an adaptive layer (`A:...` when the
+    /// The script's mode argument: `a:<min>:<rule>:<tenant>` for an adaptive layer (`A:...` when the
     /// charge's `cut`: upstream's throttle reply taught it, so the script cuts the limit in
     /// this call).
-    pub(crate) fn mode_arg(&self, cut: bool) -> String {
+    pub(crate) fn mode_arg(&self, cut: bool, tenant: &str) -> String {
         match self.adaptive {
-            Some(min) if cut => format!("A:{min}:{}", self.rule),
-            Some(min) => format!("a:{min}:{}", self.rule),
+            Some(min) if cut => format!("A:{min}:{}:{tenant}", self.rule),
+            Some(min) => format!("a:{min}:{}:{tenant}", self.rule),
             None => self.mode.to_string(),
         }
     }
@@ -96,6 +96,12 @@ impl LayerKeys {
     /// The key of what an adaptive layer learned, in `key`'s slot (its hash tag).
     pub(crate) fn learned_key(&self, key: &str) -> String {
         format!("{}learned:{{{key}}}", self.prefix)
+    }
+
+    /// The key of an adaptive layer's recent grants and throttle replies by tenant (see
+    /// `redis/blame.lua`), in `key`'s slot.
+    pub(crate) fn blame_key(&self, key: &str) -> String {
+        format!("{}blame:{{{key}}}", self.prefix)
     }
 
     /// A loose form of the load-time check (`config::redis`), for debug assertions: the

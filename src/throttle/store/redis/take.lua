@@ -5,9 +5,11 @@
 -- Answers {0}: granted now; {1, wait}: reserved, taken now as of instant now + wait (the
 -- caller sleeps until then: a later take of the same bucket, from any replica, queues after
 -- it); {2, charge, retry_after}: refused, nothing written; {3, charge, capacity}: the cost
--- exceeds a bucket's capacity. Charges are 0-based in the answers. The learned keys of
--- adaptive charges follow the n bucket keys (see adaptive.lua); every answer but {3, ...}
--- ends with the limit in force of each adaptive charge, in order.
+-- exceeds a bucket's capacity; {4, charge}: upstream's throttle reply was the charge's tenant's
+-- alone in its adaptive layer (blame.lua): nothing taken, the other layers' cuts applied, the
+-- message is to wait before it asks again. Charges are 0-based in the answers. The learned
+-- and blame keys of adaptive charges follow the n bucket keys (see adaptive.lua); every
+-- answer but {3, ...} ends with the limit in force of each adaptive charge, in order.
 local n = (#ARGV - 2) / 5
 local max_wait = tonumber(ARGV[1])
 local now = clock(ARGV[2])
@@ -33,6 +35,7 @@ local function answer(r, applied)
       if applied then
         count_granted(p, now)
         learned_store(p, p.p1, now)
+        blame_granted(p, now)
       elseif p.learned.written then
         learned_store(p, p.learned.l.applied, now)
       end
@@ -40,6 +43,9 @@ local function answer(r, applied)
     end
   end
   return r
+end
+for i = 1, n do
+  if P[i].blamed then return answer({4, i - 1}, false) end
 end
 -- Try every charge at instant T (now first); when some must wait, move T to the latest of
 -- their earliest instants and try again. One retry suffices unless one bucket is charged twice.
