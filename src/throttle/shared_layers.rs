@@ -43,7 +43,6 @@ use super::clock::{nanos, Clock, Nanos};
 use super::error::ThrottleError;
 use super::layer::gate::{fair_gates, Gate};
 use super::layer::{Layer, Turn};
-use super::peek::Peek;
 use super::spec::LayerSpec;
 use super::store::local::LocalStore;
 use super::store::{Decision, Store, StoreCharge, StoreError};
@@ -51,6 +50,7 @@ use crate::config::{Mode, OnError};
 use ending::Ending;
 
 mod ending;
+mod reading;
 
 /// How long a failed store is left alone before the next try.
 pub const RETRY: Duration = Duration::from_secs(1);
@@ -222,12 +222,7 @@ impl Shared {
                     return Err(layer.limited(&c.key, c.cost, retry_after, reason));
                 }
                 Decision::OverCapacity { charge, capacity } => {
-                    let c = &charges[charge.min(charges.len() - 1)];
-                    return Err(ThrottleError::CostOverBurst {
-                        layer: layers[c.layer].spec().name.clone(),
-                        cost: c.cost,
-                        burst: capacity,
-                    });
+                    return Err(over_capacity(layers, &charges, charge, capacity));
                 }
             }
         }
@@ -352,41 +347,15 @@ impl Shared {
             Source::Store => Some(self.store.clone()),
         }
     }
+}
 
-    /// The shared state of one bucket (the fallback's under `on_error = "local"` or `"allow"`
-    /// while the store cannot answer).
-    pub(crate) async fn peek(&self, layer: usize, key: &str) -> Result<Peek, ThrottleError> {
-        if let Some(p) = self.try_store(self.store.peek(layer, key)).await {
-            return Ok(p);
-        }
-        match self.on_error {
-            OnError::Reject => Err(ThrottleError::StoreUnavailable),
-            _ => Ok(self.peek_fallback(layer, key)),
-        }
-    }
-
-    /// Whether the store itself answers now (no fallback), for readiness.
-    pub(crate) async fn reachable(&self, layer: usize) -> Result<(), String> {
-        match self.try_store(self.store.peek(layer, "")).await {
-            Some(_) => Ok(()),
-            None => Err("the shared store (Redis) does not answer".into()),
-        }
-    }
-
-    /// The limit in force of an adaptive shared layer, as the store last said.
-    pub(crate) fn learned_limit(&self, layer: usize) -> Option<u64> {
-        self.store.learned_limit(layer)
-    }
-
-    /// This replica's in-process view of a shared bucket (what `on_error = "local"` uses).
-    pub(crate) fn peek_fallback(&self, layer: usize, key: &str) -> Peek {
-        self.fallback.peek_now(layer, key).unwrap_or(Peek {
-            limit: 0,
-            remaining: 0,
-            reset: 0,
-            waiting: 0,
-            effective_limit: None,
-        })
+/// A charge whose cost is more than its bucket can ever hold.
+fn over_capacity(layers: &[Arc<Layer>], charges: &[Charge], i: usize, burst: u64) -> ThrottleError {
+    let c = &charges[i.min(charges.len() - 1)];
+    ThrottleError::CostOverBurst {
+        layer: layers[c.layer].spec().name.clone(),
+        cost: c.cost,
+        burst,
     }
 }
 

@@ -36,8 +36,10 @@ use super::layer::{Layer, Turn};
 use super::peek::Peek;
 use super::shared_layers::{Blamed, Shared, SharedLayers};
 use super::spec::LayerSpec;
-pub use permit::{Again, Permit, Teaches};
+pub use again::Again;
+pub use permit::{Permit, Teaches};
 
+mod again;
 mod permit;
 use crate::config::Mode;
 
@@ -162,58 +164,6 @@ impl Throttle {
                 Err(l.limited(&key, 0, 0, "tenant_throttled"))
             }
         }
-    }
-
-    /// Takes the tokens of a message upstream throttled, again: it waits ahead of every
-    /// message that arrived after it, within the budget counted from its first arrival. A
-    /// refusal's `retry_after` is the wait it would have needed.
-    pub async fn acquire_again(&self, mut again: Again) -> Result<Permit, ThrottleError> {
-        let turn = Turn {
-            order: again.order,
-            again: true,
-        };
-        loop {
-            if let Some((layer, key, until)) = &again.slow {
-                self.slowed(&again, (*layer, key), *until).await?;
-            }
-            let charges = again.charges.clone();
-            match self.take(charges, again.arrival, turn, &again.cut).await? {
-                Ok(mut permit) => {
-                    permit.strikes = again.strikes;
-                    return Ok(permit);
-                }
-                // The store found the reply the tenant's alone in a shared layer (and made
-                // the other layers' cuts): slowed as a local layer's blame does.
-                Err(Blamed { layer, key }) => {
-                    again.strikes += 1;
-                    again.cut.clear();
-                    let until = permit::slow_until(&self.inner, layer, again.strikes);
-                    again.slow = Some((layer, key, until));
-                }
-            }
-        }
-    }
-
-    /// The wait of a message whose throttle reply was its tenant's alone: until `until`, or
-    /// refused at once (`layer`, `key`) when that is past its budget.
-    async fn slowed(
-        &self,
-        again: &Again,
-        (layer, key): (usize, &str),
-        until: Nanos,
-    ) -> Result<(), ThrottleError> {
-        let now = self.inner.clock.now();
-        let cost = again
-            .charges
-            .iter()
-            .find(|c| c.layer == layer)
-            .map_or(0, |c| c.cost);
-        if until > self.deadline(&again.charges, again.arrival) {
-            let l = &self.inner.layers[layer];
-            return Err(l.limited(key, cost, until.saturating_sub(now), "tenant_throttled"));
-        }
-        tokio::time::sleep_until(self.inner.clock.deadline(until)).await;
-        Ok(())
     }
 
     async fn take(

@@ -4,9 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::again::Again;
 use super::Inner;
 use crate::throttle::charge::Charge;
-use crate::throttle::clock::{nanos, Nanos};
+use crate::throttle::clock::Nanos;
 use crate::throttle::shared_layers::SharedTaken;
 
 /// Tokens taken on every charged layer for one message.
@@ -30,21 +31,6 @@ pub struct Permit {
 pub enum Teaches {
     Every,
     RcptDomain,
-}
-
-/// A message upstream throttled, to be sent again: what it is charged, when it arrived.
-#[derive(Debug)]
-pub struct Again {
-    pub(super) charges: Vec<Charge>,
-    pub(super) arrival: Nanos,
-    pub(super) order: u64,
-    /// The shared adaptive layers the reply taught (it was about the rate, and not their
-    /// tenant's alone): each cuts in the next take.
-    pub(super) cut: Vec<usize>,
-    pub(super) strikes: u32,
-    /// The reply was its tenant's alone: it waits until then before it asks again (the
-    /// blaming layer and key, for the refusal once that is past its budget).
-    pub(super) slow: Option<(usize, String, Nanos)>,
 }
 
 impl std::fmt::Debug for Permit {
@@ -155,7 +141,7 @@ impl Permit {
             (
                 c.layer,
                 c.key.clone(),
-                slow_until(&self.inner, c.layer, strikes),
+                super::again::slow_until(&self.inner, c.layer, strikes),
             )
         });
         let mut charges = self.taken.clone();
@@ -173,12 +159,4 @@ impl Permit {
             slow,
         }
     }
-}
-
-/// Until when a message whose throttle reply was its tenant's alone in `layer` waits, at its
-/// `strikes`-th such reply: the layer's interval, twice as long at each.
-pub(super) fn slow_until(inner: &Inner, layer: usize, strikes: u32) -> Nanos {
-    let interval = nanos(inner.layers[layer].spec().interval);
-    let wait = interval.saturating_mul(1 << strikes.saturating_sub(1).min(16));
-    inner.clock.now().saturating_add(wait)
 }
