@@ -76,7 +76,7 @@ fn config(topics: &str, extra: &str) -> String {
 }
 
 /// A relay checking SNS's posts against `host`, and its admin endpoint.
-async fn relay(host: &SnsHost, topics: &str) -> (Relay, SocketAddr) {
+async fn start(host: &SnsHost, topics: &str) -> (Relay, SocketAddr) {
     let relay =
         Relay::start_with_sns(&config(topics, ""), MemoryForwarder::new(), host.verifier()).await;
     let admin = relay.start_admin().await;
@@ -131,7 +131,7 @@ async fn signed_notifications_of_both_versions_are_applied() {
 #[tokio::test]
 async fn a_message_not_signed_by_sns_or_for_an_unknown_topic_gets_403_and_changes_nothing() {
     let host = SnsHost::start().await;
-    let (relay, admin) = relay(&host, &format!("\"{TOPIC}\"")).await;
+    let (relay, admin) = start(&host, &format!("\"{TOPIC}\"")).await;
     let guard = relay.reputation().unwrap();
     let mut forged = json(V2);
     let event = forged["Message"]
@@ -155,7 +155,7 @@ async fn a_message_not_signed_by_sns_or_for_an_unknown_topic_gets_403_and_change
     // A well-signed message of a topic the relay does not list: refused before any fetch.
     let host = SnsHost::start().await;
     let other = "\"arn:aws:sns:eu-west-1:123456789012:other-topic\"";
-    let (relay, admin) = relay(&host, other).await;
+    let (relay, admin) = start(&host, other).await;
     let (status, body) = post(admin, "/ses/events", V1.into()).await;
     assert_eq!(status, 403, "{body}");
     assert!(body.contains("topic not listed"), "{body}");
@@ -166,7 +166,7 @@ async fn a_message_not_signed_by_sns_or_for_an_unknown_topic_gets_403_and_change
 #[tokio::test]
 async fn a_subscription_is_confirmed_only_for_a_listed_topic() {
     let host = SnsHost::start().await;
-    let (_relay, admin) = relay(&host, &format!("\"{TOPIC}\"")).await;
+    let (_relay, admin) = start(&host, &format!("\"{TOPIC}\"")).await;
     let (status, body) = post(admin, "/ses/events", OTHER_CONFIRMATION.into()).await;
     assert_eq!(status, 403, "{body}");
     assert_eq!(host.seen(), Vec::<String>::new(), "nothing fetched at all");
@@ -195,7 +195,7 @@ async fn a_certificate_off_sns_host_is_refused_before_any_fetch() {
     let topics = format!("\"{TOPIC}\"");
     let production = Relay::start(&config(&topics, ""), MemoryForwarder::new()).await;
     let production_admin = production.start_admin().await;
-    let (local, local_admin) = relay(&host, &topics).await;
+    let (local, local_admin) = start(&host, &topics).await;
     for url in [
         format!("http://{}{CERT_PATH}", host.addr),
         format!("https://{}{CERT_PATH}", host.addr),
@@ -217,7 +217,7 @@ async fn a_certificate_off_sns_host_is_refused_before_any_fetch() {
 #[tokio::test]
 async fn bodies_over_the_bound_get_413_and_what_is_not_an_sns_message_400() {
     let host = SnsHost::start().await;
-    let (relay, admin) = relay(&host, &format!("\"{TOPIC}\"")).await;
+    let (relay, admin) = start(&host, &format!("\"{TOPIC}\"")).await;
     let mut message = json(V2);
     message["Padding"] = "x".repeat(MAX_POST_BYTES).into();
     assert_eq!(post_json(admin, &message).await.0, 413);
