@@ -13,10 +13,12 @@ use axum::{Json, Router};
 use serde_json::json;
 use tokio::net::TcpListener;
 
+use crate::admin::sns::{self, SnsRoute};
 use crate::admin::status_page::{self, Checks};
 use crate::admin::{guard, reputation};
 use crate::observe::metrics::Metrics;
 use crate::observe::recent::Recent;
+use crate::reputation::sns_verifier::SnsVerifier;
 use crate::state::context::{Context, Deps, Health, Live};
 use crate::state::shutdown::Shutdown;
 use crate::upstream::Checked;
@@ -27,6 +29,8 @@ pub struct Admin {
     pub recent: Arc<Recent>,
     pub health: Arc<Health>,
     pub live: Arc<Live>,
+    /// Checks SNS's posts to `/ses/events`.
+    pub sns: Arc<SnsVerifier>,
 }
 
 impl Admin {
@@ -36,6 +40,7 @@ impl Admin {
             recent: deps.recent.clone(),
             health: deps.health.clone(),
             live: deps.live.clone(),
+            sns: deps.sns.clone(),
         })
     }
 
@@ -111,6 +116,11 @@ pub fn router(admin: Arc<Admin>) -> Router {
         .route("/metrics", get(metrics))
         .route("/buckets/{layer}/{key}", get(bucket))
         .merge(reputation::routes(admin.live.clone()))
+        .merge(sns::routes(SnsRoute {
+            live: admin.live.clone(),
+            verifier: admin.sns.clone(),
+            metrics: admin.metrics.clone(),
+        }))
         .layer(axum::middleware::from_fn_with_state(
             admin.live.clone(),
             guard::authenticate,

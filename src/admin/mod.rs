@@ -5,9 +5,11 @@
 //! - `endpoint`: the routes: `/`, `/healthz`, `/readyz`, `/metrics`, `/buckets/{layer}/{key}`.
 //! - `guard`: HTTP Basic authentication with `[admin] password_hash`; 403 for changes without it.
 //! - `reputation`: `/reputation`, `/reputation/{key}/resume`, `/suppressions/{address}`.
+//! - `sns`: `POST /ses/events`, SES's events from SNS, each message's signature checked.
 //! - `status_page`: the HTML of `/`.
 
 pub mod endpoint;
 pub mod guard;
 pub mod reputation;
+pub mod sns;
 pub mod status_page;

@@ -8,6 +8,8 @@
 //! - `attribution`: SES's message id -> the tenant that sent it, for the window.
 //! - `suppression`: addresses refused at RCPT after a hard bounce or a complaint.
 //! - `expiring`: the bounded, expiring map the last two (and the repeat check) are made of.
+//! - `sns_signature`: SNS's signed messages (`POST /ses/events`) checked (pure);
+//!   `sns_verifier`: their certificates fetched and kept, subscriptions confirmed.
 //!
 //! [`Reputation`] holds them behind one lock, on an injected clock; the session asks it at
 //! MAIL, RCPT and the final dot, the event sources (SQS, SNS) feed it, the admin endpoint
@@ -25,6 +27,8 @@ pub mod attribution;
 pub mod events;
 mod expiring;
 pub mod ledger;
+pub mod sns_signature;
+pub mod sns_verifier;
 pub mod suppression;
 
 pub use events::{EventError, Kind};

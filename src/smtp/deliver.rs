@@ -244,6 +244,7 @@ fn record(ctx: &Context, charges: &[Charge]) -> Record {
         limited: false,
         upstream_id: None,
         hard_bounce: false,
+        bounced: Vec::new(),
     }
 }
 

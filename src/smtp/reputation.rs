@@ -73,7 +73,13 @@ impl Session {
         match record.outcome {
             Outcome::Delivered | Outcome::Partial => {
                 let id = record.upstream_id.as_deref();
-                guard.forwarded(tenant, id, envelope.rcpts.len());
+                let taken = envelope.rcpts.len().saturating_sub(record.bounced.len());
+                guard.forwarded(tenant, id, taken);
+                // Recipients an MX host refused after the final dot, as a smarthost's
+                // refusal at RCPT is counted.
+                if !record.bounced.is_empty() {
+                    guard.refused_by_upstream(tenant, &record.bounced);
+                }
             }
             Outcome::UpstreamPermFail if record.hard_bounce => {
                 guard.refused_by_upstream(tenant, &envelope.rcpts);

@@ -25,6 +25,8 @@ pub(super) struct Record {
     pub upstream_id: Option<String>,
     /// Upstream refused it for good for a bad mailbox (`5.1.x`): a bounce the relay saw.
     pub hard_bounce: bool,
+    /// Of a message taken for some recipients only, those refused for good for a bad mailbox.
+    pub bounced: Vec<String>,
 }
 
 /// Why a message got no verdict from upstream.
@@ -53,11 +55,8 @@ impl Verdict {
         record.upstream_id = (result.as_ref().ok())
             .and_then(Accepted::message_id)
             .map(str::to_string);
-        record.hard_bounce = (result.as_ref().err())
-            .and_then(UpstreamError::reply)
-            .is_some_and(|(code, esc, _)| {
-                code >= 500 && esc.is_some_and(|e| e.starts_with("5.1."))
-            });
+        record.hard_bounce = (result.as_ref().err()).is_some_and(UpstreamError::is_hard_bounce);
+        record.bounced = (result.as_ref().ok()).map_or_else(Vec::new, |a| a.bounced.clone());
         Verdict {
             reply: Some(reply::upstream_verdict(result)),
             record,

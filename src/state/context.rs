@@ -25,6 +25,7 @@ use crate::observe::metrics::Metrics;
 use crate::observe::recent::Recent;
 use crate::observe::traces::Traces;
 use crate::policy::LayerPolicy;
+use crate::reputation::sns_verifier::SnsVerifier;
 use crate::reputation::Reputation;
 use crate::throttle::{Clock, Throttle, TokioClock};
 use crate::upstream::Upstreams;
@@ -55,6 +56,8 @@ pub struct Deps {
     /// The tenant reputation guard of `[reputation]` (kept across reloads: its counts are
     /// the window's history).
     pub reputation: Option<Arc<Reputation>>,
+    /// Checks SNS's posts to `/ses/events` (SNS's own host; tests swap in a local one).
+    pub sns: Arc<SnsVerifier>,
 }
 
 impl Deps {
@@ -68,6 +71,7 @@ impl Deps {
             (config.reputation.as_ref()).map(|r| Arc::new(Reputation::new(r, clock.clone())));
         Deps {
             reputation,
+            sns: Arc::new(SnsVerifier::sns()),
             config,
             upstreams: Arc::new(upstreams),
             throttle,

@@ -66,6 +66,9 @@ pub struct Accepted {
     /// several domains): the client still gets `250`, since a retry would duplicate the
     /// accepted copies, and the sender a delivery report.
     pub partial: bool,
+    /// Of a partial delivery, the recipients refused for good for a bad mailbox
+    /// ([`UpstreamError::is_hard_bounce`]): bounces the relay saw itself.
+    pub bounced: Vec<String>,
 }
 
 impl Accepted {
@@ -73,6 +76,7 @@ impl Accepted {
         Accepted {
             text: text.into(),
             partial: false,
+            bounced: Vec::new(),
         }
     }
 
@@ -141,6 +145,13 @@ impl UpstreamError {
     /// Upstream's reply (code, enhanced code, text) when it refused, whether or not the
     /// refusal was about our sending: what a refusal means for the message does not depend
     /// on that.
+    /// A refusal for good of a bad mailbox (`5xx` with `5.1.x`): what the reputation guard
+    /// counts as a hard bounce the relay saw itself.
+    pub fn is_hard_bounce(&self) -> bool {
+        self.reply()
+            .is_some_and(|(code, esc, _)| code >= 500 && esc.is_some_and(|e| e.starts_with("5.1.")))
+    }
+
     pub fn reply(&self) -> Option<(u16, Option<&str>, &str)> {
         match self {
             UpstreamError::Rejected {

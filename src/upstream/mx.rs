@@ -177,8 +177,13 @@ impl MxForwarder {
             refused.len(),
             envelope.rcpts.len()
         );
+        let bounced = (refused.iter())
+            .filter(|r| r.error.is_hard_bounce())
+            .map(|r| r.rcpt.clone())
+            .collect();
         Accepted {
             partial: true,
+            bounced,
             ..Accepted::new(text)
         }
     }

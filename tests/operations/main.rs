@@ -11,5 +11,6 @@ mod deploy;
 mod docs_drift;
 mod reputation_admin;
 mod shutdown;
+mod sns;
 mod status_page;
 mod traces;

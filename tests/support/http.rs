@@ -65,3 +65,26 @@ pub async fn request(
     .await
     .unwrap()
 }
+
+/// Status and body of `POST http://{addr}{path}` with `body` (JSON, as SNS posts it).
+pub async fn post(addr: SocketAddr, path: &str, body: Vec<u8>) -> (u16, String) {
+    let url = format!("http://{addr}{path}");
+    tokio::task::spawn_blocking(move || {
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .new_agent();
+        let mut response = agent
+            .post(&url)
+            .header("Content-Type", "text/plain; charset=UTF-8")
+            .send(&body[..])
+            .expect("an HTTP answer");
+        let status = response.status().as_u16();
+        (
+            status,
+            response.body_mut().read_to_string().unwrap_or_default(),
+        )
+    })
+    .await
+    .unwrap()
+}

@@ -68,12 +68,33 @@ impl Relay {
         Relay::launch_on(listener, config, upstreams).await
     }
 
+    /// As [`Relay::start`], checking SNS's posts with `sns` (a local certificate host).
+    pub async fn start_with_sns(
+        config: &str,
+        forwarder: Arc<dyn Forwarder>,
+        sns: mailsluice::reputation::sns_verifier::SnsVerifier,
+    ) -> Relay {
+        let config = Arc::new(Config::parse(config).expect("test config is valid"));
+        let upstreams = Upstreams::with_first(&config, forwarder).expect("upstreams");
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Relay::launch_with(listener, config, upstreams, Some(Arc::new(sns))).await
+    }
+
     async fn launch(config: Arc<Config>, upstreams: Upstreams) -> Relay {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         Relay::launch_on(listener, config, upstreams).await
     }
 
     async fn launch_on(listener: TcpListener, config: Arc<Config>, upstreams: Upstreams) -> Relay {
+        Relay::launch_with(listener, config, upstreams, None).await
+    }
+
+    async fn launch_with(
+        listener: TcpListener,
+        config: Arc<Config>,
+        upstreams: Upstreams,
+        sns: Option<Arc<mailsluice::reputation::sns_verifier::SnsVerifier>>,
+    ) -> Relay {
         let addr = listener.local_addr().unwrap();
         let mut listeners = Listeners::from(vec![listener]);
         let mut tls_addr = None;
@@ -83,9 +104,12 @@ impl Relay {
             listeners.implicit_tls.push(implicit);
         }
         let (trigger, shutdown) = shutdown::channel();
-        let deps = mailsluice::Deps::new(config, upstreams)
+        let mut deps = mailsluice::Deps::new(config, upstreams)
             .with_tls()
             .expect("test certificate loads");
+        if let Some(sns) = sns {
+            deps.sns = sns;
+        }
         let throttle = deps.throttle.clone();
         let live = deps.live.clone();
         let ctx = Arc::new(Context::new(deps.clone()));

@@ -271,6 +271,38 @@ async fn a_refusal_at_the_final_dot_after_another_accepted_is_250_and_one_report
     assert_eq!(ups[2].messages().len(), 1, "one report");
 }
 
+/// A recipient an MX host refuses for good after the final dot (a bad mailbox) is the
+/// tenant's hard bounce, as a smarthost's refusal at RCPT is; a policy refusal is not.
+#[tokio::test]
+async fn recipients_an_mx_host_refuses_after_the_dot_count_as_the_tenants_bounces() {
+    let (dns, port, ups) = two_domains(43).await;
+    ups[1].set_fault(Fault::reply(Step::EndOfData, 550, "5.1.1 no such user"));
+    let reputation = "[reputation]\nkey = \"sender-domain\"\nmin_messages = 1\n";
+    let relay = mx_relay(&dns, port, reputation).await;
+    let (code, text) = send(&relay, "s@sender.test", &["x@a.test", "y@b.test"]).await;
+    assert_eq!(code, 250, "{text}");
+    let guard = relay.reputation().unwrap();
+    let standing = &guard.standings()[0];
+    assert_eq!(standing.key, "sender.test");
+    assert_eq!((standing.sent, standing.bounces), (2, 1));
+    assert!(guard.suppressed("y@b.test").is_some());
+    assert!(guard.suppressed("x@a.test").is_none());
+    let (code, text) = send(&relay, "s@sender.test", &["x@a.test"]).await;
+    assert_eq!(code, 451, "the tenant is past its limit: {text}");
+    ups[1].set_fault(Fault::reply(
+        Step::EndOfData,
+        554,
+        "5.7.1 rejected by policy",
+    ));
+    guard.resume("sender.test");
+    let (code, text) = send(&relay, "s@sender.test", &["x@a.test", "z@b.test"]).await;
+    assert_eq!(code, 250, "{text}");
+    let standing = &guard.standings()[0];
+    assert_eq!((standing.sent, standing.bounces), (2, 0));
+    assert!(guard.suppressed("z@b.test").is_none());
+    relay.stop().await;
+}
+
 #[tokio::test]
 async fn a_domain_silent_after_its_dot_is_reported_as_it_may_have_arrived() {
     let (dns, port, ups) = two_domains(23).await;
