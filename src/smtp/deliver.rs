@@ -28,7 +28,7 @@ impl Session {
         let dot = SystemTime::now();
         let facts = self.facts(&envelope, &body);
         let plan = policy::plan(self.ctx.rules(), &facts);
-        let tenant = self.reputation_at_dot(&facts);
+        let tenant = self.reputation_at_dot(&facts).await;
         let record = record(&self.ctx, &plan.charges);
         let id = uuid::Uuid::new_v4().simple().to_string();
         let greeting = self.greeting.as_ref();
@@ -70,7 +70,7 @@ impl Session {
             (None, Some(Loop::TooManyHops)) => Verdict::refused(reply::too_many_hops(), record),
         };
         if let Some(tenant) = &tenant {
-            self.reputation_settle(&tenant.key, &envelope, &verdict.record);
+            (self.reputation_settle(&tenant.key, &envelope, &verdict.record)).await;
         }
         self.log_message(&envelope, &verdict, started);
         self.trace_message(&body, &verdict, dot, started.elapsed());

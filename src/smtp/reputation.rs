@@ -19,7 +19,7 @@ pub(super) struct Tenant {
 
 impl Session {
     /// At MAIL: the refusal of a tenant past a limit, when its key is known now.
-    pub(super) fn reputation_at_mail(&self, sender: Option<&str>) -> Option<Reply> {
+    pub(super) async fn reputation_at_mail(&self, sender: Option<&str>) -> Option<Reply> {
         let guard = self.ctx.reputation.as_ref()?;
         let envelope = Envelope {
             from: sender.map(str::to_string),
@@ -29,20 +29,20 @@ impl Session {
         };
         let facts = self.facts(&envelope, &[]);
         let key = policy::reputation_key_early(&guard.key, &guard.default_key, &facts)?;
-        self.tenant_refusal(&key, "MAIL")
+        self.tenant_refusal(&key, "MAIL").await
     }
 
     /// At the final dot: the message's tenant, and its refusal when past a limit.
-    pub(super) fn reputation_at_dot(&self, facts: &MessageFacts<'_>) -> Option<Tenant> {
+    pub(super) async fn reputation_at_dot(&self, facts: &MessageFacts<'_>) -> Option<Tenant> {
         let guard = self.ctx.reputation.as_ref()?;
         let key = policy::reputation_key(&guard.key, &guard.default_key, facts);
-        let refusal = self.tenant_refusal(&key, "DATA");
+        let refusal = self.tenant_refusal(&key, "DATA").await;
         Some(Tenant { key, refusal })
     }
 
-    fn tenant_refusal(&self, key: &str, at: &'static str) -> Option<Reply> {
+    async fn tenant_refusal(&self, key: &str, at: &'static str) -> Option<Reply> {
         let guard = self.ctx.reputation.as_ref()?;
-        let breach = guard.standing(key)?;
+        let breach = guard.standing(key).await?;
         let reject = match guard.action {
             Action::Warn => return None,
             Action::Pause => false,
@@ -59,24 +59,29 @@ impl Session {
     }
 
     /// At RCPT: the refusal of an address that hard-bounced or complained.
-    pub(super) fn suppressed_rcpt(&self, address: &str) -> Option<Reply> {
-        let suppression = self.ctx.reputation.as_ref()?.suppressed(address)?;
+    pub(super) async fn suppressed_rcpt(&self, address: &str) -> Option<Reply> {
+        let suppression = self.ctx.reputation.as_ref()?.suppressed(address).await?;
         self.ctx.metrics.suppressed();
         Some(reply::suppressed(address, &suppression))
     }
 
     /// After the final dot: what upstream did with `tenant`'s message.
-    pub(super) fn reputation_settle(&self, tenant: &str, envelope: &Envelope, record: &Record) {
+    pub(super) async fn reputation_settle(
+        &self,
+        tenant: &str,
+        envelope: &Envelope,
+        record: &Record,
+    ) {
         let Some(guard) = self.ctx.reputation.as_ref() else {
             return;
         };
         match record.outcome {
             Outcome::Delivered | Outcome::Partial => {
                 let id = record.upstream_id.as_deref();
-                guard.forwarded(tenant, id, envelope.rcpts.len());
+                guard.forwarded(tenant, id, envelope.rcpts.len()).await;
             }
             Outcome::UpstreamPermFail if record.hard_bounce => {
-                guard.refused_by_upstream(tenant, &envelope.rcpts);
+                guard.refused_by_upstream(tenant, &envelope.rcpts).await;
             }
             _ => {}
         }
