@@ -32,7 +32,10 @@ pub struct Checks {
 pub async fn reputation_view(ctx: &Context) -> Option<Result<(usize, Vec<Standing>), String>> {
     let guard = ctx.reputation.as_ref()?;
     let read = async { Ok((guard.suppressed_count().await?, guard.standings().await?)) };
-    Some(read.await.map_err(|e: crate::throttle::store::StoreError| e.to_string()))
+    Some(
+        read.await
+            .map_err(|e: crate::throttle::store::StoreError| e.to_string()),
+    )
 }
 
 /// The whole page.
@@ -127,7 +130,11 @@ fn reputation(html: &mut String, view: Option<&Result<(usize, Vec<Standing>), St
         None => return,
         Some(Ok(view)) => view,
         Some(Err(e)) => {
-            let _ = write!(html, "<h2>Tenant reputation</h2><p class=\"bad\">{}</p>", escape(e));
+            let _ = write!(
+                html,
+                "<h2>Tenant reputation</h2><p class=\"bad\">{}</p>",
+                escape(e)
+            );
             return;
         }
     };

@@ -148,7 +148,11 @@ impl Ledger {
     }
 
     fn sum(&self, tenant: &Tenant, now: Nanos) -> Counts {
-        let slots = tenant.epochs.iter().copied().zip(tenant.slots.iter().copied());
+        let slots = tenant
+            .epochs
+            .iter()
+            .copied()
+            .zip(tenant.slots.iter().copied());
         in_window(slots, now / self.slot_len)
     }
 

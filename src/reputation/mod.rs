@@ -123,7 +123,14 @@ impl Reputation {
         };
         let store = RedisLedger::new(redis, bounds)?;
         let max = config.max_tenants.get();
-        let shared = Shared::new(store, limits(config), max, config.suppress, clock.clone(), errors);
+        let shared = Shared::new(
+            store,
+            limits(config),
+            max,
+            config.suppress,
+            clock.clone(),
+            errors,
+        );
         Ok(Reputation {
             shared: Some(shared),
             ..Reputation::new(config, clock)
@@ -206,7 +213,9 @@ impl Reputation {
             log_change(key, change, breach.as_ref(), self.action);
             if let ([_], true) = (rcpts, self.suppress) {
                 let reason = Kind::Bounce;
-                shared.suppress_all(rcpts, Suppression { reason, date }).await;
+                shared
+                    .suppress_all(rcpts, Suppression { reason, date })
+                    .await;
             }
             return;
         }

@@ -28,8 +28,8 @@ use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
 
-pub use cache::REFRESH;
 use cache::VerdictCache;
+pub use cache::REFRESH;
 pub use store::{Bounds, Held, RedisLedger};
 
 use super::events::Event;
@@ -133,7 +133,10 @@ impl Shared {
         if change == Change::None {
             return (breach, Change::None);
         }
-        match self.guarded("flip", self.store.flip(key, breach.is_some())).await {
+        match self
+            .guarded("flip", self.store.flip(key, breach.is_some()))
+            .await
+        {
             Some(true) => (breach, change),
             _ => (breach, Change::None),
         }
@@ -177,7 +180,9 @@ impl Shared {
     pub async fn apply(&self, event: &Event, date: String) -> Result<Applied, StoreError> {
         let unavailable = || StoreError::Unavailable("Redis did not answer".into());
         if let Some(feedback) = &event.feedback_id {
-            let seen = self.guarded("feedback", self.store.first_seen(feedback)).await;
+            let seen = self
+                .guarded("feedback", self.store.first_seen(feedback))
+                .await;
             match seen {
                 Some(true) => {}
                 Some(false) => return Ok(Applied::Repeat(event.kind)),
@@ -217,7 +222,9 @@ impl Shared {
             });
         };
         let now = self.clock.now();
-        let added = self.store.add(&tenant, super::event_counts(event), None, self.now_ms());
+        let added = self
+            .store
+            .add(&tenant, super::event_counts(event), None, self.now_ms());
         let held = self.guarded("count", added).await?;
         let (breach, change) = self.judge(&tenant, held, now).await;
         Some(Applied::Counted {

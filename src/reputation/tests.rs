@@ -44,7 +44,8 @@ async fn bounces_of_a_tenants_messages_pause_it() {
     r.forwarded("other", Some("o1"), 1).await;
     for i in 0..2 {
         let applied = r
-            .apply_text(&bounce(&format!("m{i}"), &format!("f{i}"))).await
+            .apply_text(&bounce(&format!("m{i}"), &format!("f{i}")))
+            .await
             .unwrap();
         assert!(
             matches!(
@@ -57,7 +58,11 @@ async fn bounces_of_a_tenants_messages_pause_it() {
             "{i}"
         );
     }
-    assert_eq!(r.standing("acme").await, None, "2 of 40 is 5 %, not past it");
+    assert_eq!(
+        r.standing("acme").await,
+        None,
+        "2 of 40 is 5 %, not past it"
+    );
     let applied = r.apply_text(&bounce("m2", "f2")).await.unwrap();
     let Applied::Counted {
         tenant,
@@ -86,7 +91,10 @@ async fn an_unknown_message_is_unattributed_and_pauses_nobody() {
     let (r, _) = guard("");
     r.forwarded("acme", Some("known"), 20).await;
     for i in 0..30 {
-        let applied = r.apply_text(&bounce("unknown", &format!("f{i}"))).await.unwrap();
+        let applied = r
+            .apply_text(&bounce("unknown", &format!("f{i}")))
+            .await
+            .unwrap();
         assert!(matches!(applied, Applied::Counted { tenant: None, .. }));
     }
     assert_eq!(r.unattributed(), 30);
@@ -138,7 +146,9 @@ async fn the_relays_record_wins_over_the_tenant_tag_which_fills_in_without_one()
 #[tokio::test]
 async fn complaints_suppress_with_their_reason_and_suppress_off_keeps_addresses() {
     let (r, _) = guard("");
-    r.apply_text(&bare("Complaint", "", "m", "c1")).await.unwrap();
+    r.apply_text(&bare("Complaint", "", "m", "c1"))
+        .await
+        .unwrap();
     let s = r.suppressed("angry@example.com").await.unwrap();
     assert_eq!(
         (s.reason_text(), s.date.as_str()),
@@ -163,7 +173,11 @@ async fn the_window_slides_on_the_clock_and_an_operator_resumes() {
     r.forwarded("acme", None, 40).await;
     assert!(r.standing("acme").await.is_some(), "6 of 80 is still 7.5 %");
     clock.advance(Duration::from_secs(12 * 3600));
-    assert_eq!(r.standing("acme").await, None, "the bounces left the window");
+    assert_eq!(
+        r.standing("acme").await,
+        None,
+        "the bounces left the window"
+    );
     // An event for a message older than the window is unattributed.
     r.apply_text(&bounce("m0", "late")).await.unwrap();
     assert_eq!(r.unattributed(), 1);
@@ -192,9 +206,15 @@ async fn a_suppression_ends_after_its_ttl() {
 async fn upstreams_own_refusal_counts_as_a_hard_bounce() {
     let (r, _) = guard("");
     r.forwarded("acme", None, 18).await;
-    r.refused_by_upstream("acme", &["nobody@example.com".into()]).await;
-    assert_eq!(r.standing("acme").await, None, "1 of 19: under min_messages");
-    r.refused_by_upstream("acme", &["a@x".into(), "b@x".into()]).await;
+    r.refused_by_upstream("acme", &["nobody@example.com".into()])
+        .await;
+    assert_eq!(
+        r.standing("acme").await,
+        None,
+        "1 of 19: under min_messages"
+    );
+    r.refused_by_upstream("acme", &["a@x".into(), "b@x".into()])
+        .await;
     let b = r.standing("acme").await.unwrap();
     assert_eq!((b.kind, b.sent), (Kind::Bounce, 21));
     assert!(r.suppressed("nobody@example.com").await.is_some());
@@ -208,7 +228,8 @@ async fn upstreams_own_refusal_counts_as_a_hard_bounce() {
 async fn a_burst_of_ten_thousand_events_stays_bounded_and_loses_nothing() {
     let (r, _) = guard("max_tracked_messages = 5000\n");
     for i in 0..5000 {
-        r.forwarded(&format!("t{}", i % 50), Some(&format!("m{i}")), 1).await;
+        r.forwarded(&format!("t{}", i % 50), Some(&format!("m{i}")), 1)
+            .await;
     }
     for i in 0..10_000 {
         // Every message bounces twice, each with its own feedback id.

@@ -110,7 +110,10 @@ impl Consumer {
         let mut done = Vec::with_capacity(messages.len());
         let mut kept = 0;
         for (i, message) in messages.iter().enumerate() {
-            if !self.apply(message.body.as_deref().unwrap_or_default()).await {
+            if !self
+                .apply(message.body.as_deref().unwrap_or_default())
+                .await
+            {
                 kept += 1;
                 continue;
             }
@@ -126,7 +129,9 @@ impl Consumer {
         if done.is_empty() {
             return match kept {
                 0 => Ok(messages.len()),
-                n => Err(format!("{n} messages not applied (Redis did not answer), left queued")),
+                n => Err(format!(
+                    "{n} messages not applied (Redis did not answer), left queued"
+                )),
             };
         }
         let deleted = (self.client.delete_message_batch())
@@ -140,7 +145,9 @@ impl Consumer {
             return Err(format!("{} messages not deleted", deleted.failed.len()));
         }
         if kept > 0 {
-            return Err(format!("{kept} messages not applied (Redis did not answer), left queued"));
+            return Err(format!(
+                "{kept} messages not applied (Redis did not answer), left queued"
+            ));
         }
         Ok(messages.len())
     }

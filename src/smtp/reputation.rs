@@ -4,12 +4,16 @@
 //! dot the guard learns what upstream did: the message it took (and SES's id for it), or the
 //! recipient it refused for good. Each check returns the reply; the verb answers it.
 
+use std::net::SocketAddr;
+use std::sync::Arc;
+
 use super::reply::{self, Reply};
 use super::session::Session;
 use super::verdict::Record;
 use crate::config::Action;
 use crate::message::{Envelope, Outcome};
 use crate::policy::{self, MessageFacts};
+use crate::reputation::Reputation;
 
 /// The tenant of a message at its final dot, and the refusal it gets when past a limit.
 pub(super) struct Tenant {
@@ -19,60 +23,47 @@ pub(super) struct Tenant {
 
 impl Session {
     /// At MAIL: the refusal of a tenant past a limit, when its key is known now.
-    pub(super) async fn reputation_at_mail(&self, sender: Option<&str>) -> Option<Reply> {
-        let guard = self.ctx.reputation.as_ref()?;
+    pub(super) async fn reputation_at_mail(&mut self, sender: Option<&str>) -> Option<Reply> {
+        let guard = self.ctx.reputation.clone()?;
         let envelope = Envelope {
             from: sender.map(str::to_string),
             rcpts: Vec::new(),
             smtputf8: false,
             body_8bit: false,
         };
-        let facts = self.facts(&envelope, &[]);
-        let key = policy::reputation_key_early(&guard.key, &guard.default_key, &facts)?;
-        self.tenant_refusal(&key, "MAIL").await
-    }
-
-    /// At the final dot: the message's tenant, and its refusal when past a limit.
-    pub(super) async fn reputation_at_dot(&self, facts: &MessageFacts<'_>) -> Option<Tenant> {
-        let guard = self.ctx.reputation.as_ref()?;
-        let key = policy::reputation_key(&guard.key, &guard.default_key, facts);
-        let refusal = self.tenant_refusal(&key, "DATA").await;
-        Some(Tenant { key, refusal })
-    }
-
-    async fn tenant_refusal(&self, key: &str, at: &'static str) -> Option<Reply> {
-        let guard = self.ctx.reputation.as_ref()?;
-        let breach = guard.standing(key).await?;
-        let reject = match guard.action {
-            Action::Warn => return None,
-            Action::Pause => false,
-            Action::Reject => true,
+        let key = {
+            let facts = self.facts(&envelope, &[]);
+            policy::reputation_key_early(&guard.key, &guard.default_key, &facts)?
         };
-        tracing::info!(
-            target: "mailsluice::reputation",
-            tenant = key,
-            at,
-            peer = %self.peer,
-            "reputation.refused"
-        );
-        Some(reply::tenant_paused(key, &breach, reject))
+        tenant_refusal(&guard, &key, "MAIL", self.peer).await
+    }
+
+    /// At the final dot: the guard and the message's tenant, for [`tenant_at_dot`].
+    pub(super) fn reputation_key(
+        &self,
+        facts: &MessageFacts<'_>,
+    ) -> Option<(Arc<Reputation>, String)> {
+        let guard = self.ctx.reputation.clone()?;
+        let key = policy::reputation_key(&guard.key, &guard.default_key, facts);
+        Some((guard, key))
     }
 
     /// At RCPT: the refusal of an address that hard-bounced or complained.
-    pub(super) async fn suppressed_rcpt(&self, address: &str) -> Option<Reply> {
-        let suppression = self.ctx.reputation.as_ref()?.suppressed(address).await?;
+    pub(super) async fn suppressed_rcpt(&mut self, address: &str) -> Option<Reply> {
+        let guard = self.ctx.reputation.clone()?;
+        let suppression = guard.suppressed(address).await?;
         self.ctx.metrics.suppressed();
         Some(reply::suppressed(address, &suppression))
     }
 
     /// After the final dot: what upstream did with `tenant`'s message.
     pub(super) async fn reputation_settle(
-        &self,
+        &mut self,
         tenant: &str,
         envelope: &Envelope,
         record: &Record,
     ) {
-        let Some(guard) = self.ctx.reputation.as_ref() else {
+        let Some(guard) = self.ctx.reputation.clone() else {
             return;
         };
         match record.outcome {
@@ -86,4 +77,32 @@ impl Session {
             _ => {}
         }
     }
+}
+
+/// At the final dot: the message's tenant, and its refusal when past a limit.
+pub(super) async fn tenant_at_dot(guard: &Reputation, key: String, peer: SocketAddr) -> Tenant {
+    let refusal = tenant_refusal(guard, &key, "DATA", peer).await;
+    Tenant { key, refusal }
+}
+
+async fn tenant_refusal(
+    guard: &Reputation,
+    key: &str,
+    at: &'static str,
+    peer: SocketAddr,
+) -> Option<Reply> {
+    let breach = guard.standing(key).await?;
+    let reject = match guard.action {
+        Action::Warn => return None,
+        Action::Pause => false,
+        Action::Reject => true,
+    };
+    tracing::info!(
+        target: "mailsluice::reputation",
+        tenant = key,
+        at,
+        peer = %peer,
+        "reputation.refused"
+    );
+    Some(reply::tenant_paused(key, &breach, reject))
 }

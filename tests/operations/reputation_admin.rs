@@ -19,7 +19,10 @@ async fn without_a_password_reads_are_open_and_changes_are_refused() {
     let admin = relay.start_admin().await;
     let guard = relay.reputation().unwrap();
     guard.forwarded("acme", Some("m1"), 1).await;
-    guard.apply_text(&bounce("m1", "gone@example.com")).await.unwrap();
+    guard
+        .apply_text(&bounce("m1", "gone@example.com"))
+        .await
+        .unwrap();
     let (status, body) = request(admin, "GET", "/reputation", None).await;
     assert_eq!(status, 200, "{body}");
     let json: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -66,7 +69,10 @@ async fn with_a_password_every_path_but_the_probes_asks_for_it() {
     let admin = relay.start_admin().await;
     let guard = relay.reputation().unwrap();
     guard.forwarded("acme", Some("m1"), 1).await;
-    guard.apply_text(&bounce("m1", "gone@example.com")).await.unwrap();
+    guard
+        .apply_text(&bounce("m1", "gone@example.com"))
+        .await
+        .unwrap();
     for path in ["/healthz", "/readyz"] {
         assert_ne!(request(admin, "GET", path, None).await.0, 401, "{path}");
     }

@@ -46,7 +46,11 @@ async fn relay(redis: &RedisServer, prefix: &'static str) -> Relay {
         prefix,
         sent: AtomicUsize::new(0),
     });
-    Relay::start(&config_text("file://unused", "", &guard_config(redis, "")), fwd).await
+    Relay::start(
+        &config_text("file://unused", "", &guard_config(redis, "")),
+        fwd,
+    )
+    .await
 }
 
 fn bounce(message_id: &str, feedback: &str, rcpt: &str) -> String {
@@ -74,9 +78,22 @@ async fn pause_acme(relay: &Relay, prefix: &str) {
     }
     let guard = relay.reputation().unwrap();
     for i in 0..6 {
-        let event = bounce(&format!("{prefix}-{i}"), &format!("f{i}"), &format!("r{i}@example.com"));
+        let event = bounce(
+            &format!("{prefix}-{i}"),
+            &format!("f{i}"),
+            &format!("r{i}@example.com"),
+        );
         let applied = guard.apply_text(&event).await.unwrap();
-        assert!(matches!(applied, Applied::Counted { tenant: Some(_), .. }), "{applied:?}");
+        assert!(
+            matches!(
+                applied,
+                Applied::Counted {
+                    tenant: Some(_),
+                    ..
+                }
+            ),
+            "{applied:?}"
+        );
     }
 }
 
@@ -93,15 +110,26 @@ async fn the_second_relay_refuses_a_tenant_the_first_ones_events_paused() {
         text.starts_with("4.7.1 Tenant acme paused: bounce rate 15.0 % of 40 messages"),
         "{text}"
     );
-    assert_eq!(send(&b, "beta", "new@example.com").await.0, 250, "only acme is paused");
+    assert_eq!(
+        send(&b, "beta", "new@example.com").await.0,
+        250,
+        "only acme is paused"
+    );
     // A suppression added through the first is refused at RCPT by the second.
     let mut c = b.client().await;
     c.cmd("EHLO x").await;
     assert_eq!(c.cmd("MAIL FROM:<a@example.com>").await.0, 250);
     let (code, text) = c.cmd("RCPT TO:<R3@Example.com>").await;
     assert_eq!(code, 550, "{text}");
-    assert!(text.starts_with("5.1.1 <R3@Example.com> suppressed: hard bounce on 2026-12-01"), "{text}");
-    assert_eq!(c.cmd("RCPT TO:<fine@example.com>").await.0, 250, "the others go on");
+    assert!(
+        text.starts_with("5.1.1 <R3@Example.com> suppressed: hard bounce on 2026-12-01"),
+        "{text}"
+    );
+    assert_eq!(
+        c.cmd("RCPT TO:<fine@example.com>").await.0,
+        250,
+        "the others go on"
+    );
     // GET /reputation on the second shows what the first counted.
     let admin = b.start_admin().await;
     let (status, body) = get(admin, "/reputation").await;
@@ -109,8 +137,16 @@ async fn the_second_relay_refuses_a_tenant_the_first_ones_events_paused() {
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["paused"], 1, "{body}");
     assert_eq!(v["suppressed"], 6, "{body}");
-    let acme = &v["tenants"].as_array().unwrap().iter().find(|t| t["key"] == "acme").unwrap();
-    assert_eq!((acme["sent"].as_u64(), acme["bounces"].as_u64()), (Some(40), Some(6)));
+    let acme = &v["tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["key"] == "acme")
+        .unwrap();
+    assert_eq!(
+        (acme["sent"].as_u64(), acme["bounces"].as_u64()),
+        (Some(40), Some(6))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -137,7 +173,11 @@ async fn a_resume_on_one_relay_resumes_on_both_and_an_event_counts_once() {
 }
 
 fn fake_guard(redis: &RedisServer, clock: Arc<FakeClock>, errors: Counter) -> Reputation {
-    let text = config_text("file://o", "", &guard_config(redis, "suppress_ttl_ms = 1000"));
+    let text = config_text(
+        "file://o",
+        "",
+        &guard_config(redis, "suppress_ttl_ms = 1000"),
+    );
     let config = Config::parse(&text).unwrap();
     let opts = redis_options(config.redis.as_ref().unwrap());
     Reputation::with_redis(config.reputation.as_ref().unwrap(), clock, &opts, errors).unwrap()
@@ -156,7 +196,9 @@ async fn the_window_slides_on_the_clock_for_both_guards() {
     let two = fake_guard(&redis, clock.clone(), Counter::default());
     one.forwarded("acme", Some("m0"), 40).await;
     for i in 0..6 {
-        two.apply_text(&bounce("m0", &format!("f{i}"), "gone@example.com")).await.unwrap();
+        two.apply_text(&bounce("m0", &format!("f{i}"), "gone@example.com"))
+            .await
+            .unwrap();
     }
     assert!(one.standing("acme").await.is_some());
     clock.advance(Duration::from_secs(12 * 3600));
@@ -164,9 +206,16 @@ async fn the_window_slides_on_the_clock_for_both_guards() {
     let b = two.standing("acme").await.expect("6 of 80 is still 7.5 %");
     assert_eq!(b.sent, 80);
     clock.advance(Duration::from_secs(12 * 3600) - Duration::from_millis(1));
-    assert!(two.standing("acme").await.is_some(), "the first slot is still in the window");
+    assert!(
+        two.standing("acme").await.is_some(),
+        "the first slot is still in the window"
+    );
     clock.advance(Duration::from_millis(1));
-    assert_eq!(two.standing("acme").await, None, "the bounces left the window");
+    assert_eq!(
+        two.standing("acme").await,
+        None,
+        "the bounces left the window"
+    );
     assert_eq!(one.standing("acme").await, None);
     let standings = one.standings().await.unwrap();
     assert_eq!((standings[0].sent, standings[0].bounces), (40, 0));
@@ -192,7 +241,9 @@ async fn at_max_suppressed_and_max_tenants_the_oldest_goes_in_redis() {
     let g = Reputation::with_redis(r, clock.clone(), &opts, Counter::default()).unwrap();
     for i in 0..5 {
         clock.advance(Duration::from_millis(10));
-        g.apply_text(&bounce("none", &format!("f{i}"), &format!("u{i}@x"))).await.unwrap();
+        g.apply_text(&bounce("none", &format!("f{i}"), &format!("u{i}@x")))
+            .await
+            .unwrap();
     }
     assert_eq!(g.suppressed_count().await.unwrap(), 3);
     assert!(g.suppressed("u1@x").await.is_none(), "the oldest went");
@@ -201,7 +252,13 @@ async fn at_max_suppressed_and_max_tenants_the_oldest_goes_in_redis() {
         clock.advance(Duration::from_millis(10));
         g.forwarded(t, None, 1).await;
     }
-    let keys: Vec<String> = g.standings().await.unwrap().into_iter().map(|s| s.key).collect();
+    let keys: Vec<String> = g
+        .standings()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.key)
+        .collect();
     assert_eq!(keys, ["t2", "t3"], "t1 was used longest ago");
 }
 

@@ -78,7 +78,8 @@ async fn pause_acme(relay: &Relay) -> Client {
                 &format!("ses-{i}"),
                 &format!("f{i}"),
                 &format!("r{i}@example.com"),
-            )).await
+            ))
+            .await
             .unwrap();
     }
     c
@@ -138,7 +139,8 @@ async fn a_header_keyed_tenant_is_refused_at_the_final_dot() {
                 &format!("ses-{i}"),
                 &format!("f{i}"),
                 "x@example.com",
-            )).await
+            ))
+            .await
             .unwrap();
     }
     let (code, text) = c
@@ -170,7 +172,8 @@ async fn a_suppressed_recipient_is_refused_and_the_others_go_on() {
     relay
         .reputation()
         .unwrap()
-        .apply_text(&bounce("old", "f", "Gone@Example.com")).await
+        .apply_text(&bounce("old", "f", "Gone@Example.com"))
+        .await
         .unwrap();
     let mut c = relay.client().await;
     c.cmd("EHLO x").await;

@@ -58,12 +58,9 @@ impl VerdictCache {
         self.entries.values().filter(|(b, _)| b.is_some()).count()
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.entries.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
     }
 }
 
@@ -95,7 +92,10 @@ mod tests {
         c.put("beta", breach(), 0);
         assert!(c.in_good_standing("acme", SEC - 1));
         assert!(!c.in_good_standing("acme", SEC), "stale after REFRESH");
-        assert!(!c.in_good_standing("beta", 0), "a paused tenant is asked again");
+        assert!(
+            !c.in_good_standing("beta", 0),
+            "a paused tenant is asked again"
+        );
         assert!(!c.in_good_standing("other", 0));
         assert_eq!(c.paused(), 1);
         c.forget("beta");

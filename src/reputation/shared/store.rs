@@ -179,7 +179,9 @@ impl RedisLedger {
             .arg(now_ms)
             .arg(self.bounds.suppress_ttl_ms)
             .arg(self.bounds.max_suppressed)
-            .arg(why.map_or(String::new(), |s| format!("{}|{}", s.reason.as_str(), s.date)));
+            .arg(why.map_or(String::new(), |s| {
+                format!("{}|{}", s.reason.as_str(), s.date)
+            }));
         for a in addresses {
             inv.arg(a);
         }
@@ -288,10 +290,12 @@ mod tests {
 
     #[test]
     fn a_hash_is_read_back_as_slots_and_the_flag() {
-        let fields: Vec<String> = ["s10", "40", "b10", "6", "s11", "2", "over", "1", "junk", "x"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let fields: Vec<String> = [
+            "s10", "40", "b10", "6", "s11", "2", "over", "1", "junk", "x",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
         let held = parse_hash(&fields);
         assert!(held.over);
         let sent = |n| Counts {
