@@ -2,9 +2,13 @@
 //! its key is known by then (AUTH, the client's address, the sender), else at the final dot; a
 //! suppressed recipient is refused at RCPT, the others of the message go on. After the final
 //! dot the guard learns what upstream did: the message it took (and SES's id for it), or the
-//! recipient it refused for good. Each check returns the reply; the verb answers it.
+//! recipient it refused for good. Each check returns the reply; the verb answers it. The
+//! guard's calls are boxed as `dyn Future`: with `[redis]` they go down to the Redis client,
+//! and a session's future type would otherwise nest past the compiler's recursion limit.
 
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use super::reply::{self, Reply};
@@ -51,7 +55,7 @@ impl Session {
     /// At RCPT: the refusal of an address that hard-bounced or complained.
     pub(super) async fn suppressed_rcpt(&mut self, address: &str) -> Option<Reply> {
         let guard = self.ctx.reputation.clone()?;
-        let suppression = guard.suppressed(address).await?;
+        let suppression = erased(guard.suppressed(address)).await?;
         self.ctx.metrics.suppressed();
         Some(reply::suppressed(address, &suppression))
     }
@@ -69,10 +73,10 @@ impl Session {
         match record.outcome {
             Outcome::Delivered | Outcome::Partial => {
                 let id = record.upstream_id.as_deref();
-                guard.forwarded(tenant, id, envelope.rcpts.len()).await;
+                erased(guard.forwarded(tenant, id, envelope.rcpts.len())).await;
             }
             Outcome::UpstreamPermFail if record.hard_bounce => {
-                guard.refused_by_upstream(tenant, &envelope.rcpts).await;
+                erased(guard.refused_by_upstream(tenant, &envelope.rcpts)).await;
             }
             _ => {}
         }
@@ -91,7 +95,7 @@ async fn tenant_refusal(
     at: &'static str,
     peer: SocketAddr,
 ) -> Option<Reply> {
-    let breach = guard.standing(key).await?;
+    let breach = erased(guard.standing(key)).await?;
     let reject = match guard.action {
         Action::Warn => return None,
         Action::Pause => false,
@@ -105,4 +109,11 @@ async fn tenant_refusal(
         "reputation.refused"
     );
     Some(reply::tenant_paused(key, &breach, reject))
+}
+
+/// `future` behind a pointer and its type erased (see the module doc).
+fn erased<'a, T>(
+    future: impl Future<Output = T> + Send + 'a,
+) -> Pin<Box<dyn Future<Output = T> + Send + 'a>> {
+    Box::pin(future)
 }
