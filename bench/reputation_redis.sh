@@ -11,6 +11,7 @@
 # Needs redis-server and redis-cli.
 # Usage: bench/reputation_redis.sh [n]   (default 100000)
 set -euo pipefail
+source "$(dirname "$0")/common.sh"
 n=${1:-100000}
 for p in redis-server redis-cli python3; do
   command -v $p >/dev/null || { echo "$p missing: install redis-server redis-tools" >&2; exit 1; }
