@@ -192,6 +192,7 @@ async fn status_page(State(admin): State<Arc<Admin>>) -> Response {
     let checks = Checks {
         upstreams: check_upstreams(&ctx).await,
         store: ctx.throttle.check_store().await,
+        reputation: status_page::reputation_view(&ctx).await,
     };
     let page = status_page::render(&ctx, &admin.health, &admin.recent, &checks);
     axum::response::Html(page).into_response()

@@ -1,5 +1,6 @@
 //! The reputation guard's endpoints: each tenant's standing, an operator's resume, and the
-//! suppression of one address (read, lifted). 404 when `[reputation]` is not set.
+//! suppression of one address (read, lifted). 404 when `[reputation]` is not set; 503 when
+//! its state is in Redis and Redis does not answer.
 
 use std::sync::Arc;
 
@@ -12,6 +13,7 @@ use serde_json::json;
 
 use crate::reputation::Reputation;
 use crate::state::context::Live;
+use crate::throttle::store::StoreError;
 
 /// These routes, on the live context (the endpoint merges them).
 pub fn routes<S>(live: Arc<Live>) -> Router<S> {
@@ -39,12 +41,17 @@ async fn standings(State(live): State<Arc<Live>>) -> Response {
     let Some(guard) = guard(&live) else {
         return off();
     };
+    let (tenants, suppressed) = match (guard.standings().await, guard.suppressed_count().await) {
+        (Ok(tenants), Ok(suppressed)) => (tenants, suppressed),
+        (Err(e), _) | (_, Err(e)) => return unavailable(&e),
+    };
     let body = json!({
-        "tenants": guard.standings(),
-        "paused": guard.paused(),
-        "suppressed": guard.suppressed_count(),
+        "paused": tenants.iter().filter(|s| s.paused).count(),
+        "tenants": tenants,
+        "suppressed": suppressed,
         "unattributed": guard.unattributed(),
         "tracked_messages": guard.tracked(),
+        "shared": guard.is_shared(),
     });
     Json(body).into_response()
 }
@@ -54,9 +61,10 @@ async fn resume(State(live): State<Arc<Live>>, Path(key): Path<String>) -> Respo
     let Some(guard) = guard(&live) else {
         return off();
     };
-    match guard.resume(&key) {
-        true => Json(json!({"resumed": key})).into_response(),
-        false => not_found(&format!("no tenant {key:?} counted")),
+    match guard.resume(&key).await {
+        Ok(true) => Json(json!({"resumed": key})).into_response(),
+        Ok(false) => not_found(&format!("no tenant {key:?} counted")),
+        Err(e) => unavailable(&e),
     }
 }
 
@@ -65,7 +73,7 @@ async fn suppression(State(live): State<Arc<Live>>, Path(address): Path<String>)
     let Some(guard) = guard(&live) else {
         return off();
     };
-    match guard.suppressed(&address) {
+    match guard.suppressed(&address).await {
         Some(s) => Json(json!({"address": address, "reason": s.reason_text(), "date": s.date}))
             .into_response(),
         None => not_found("not suppressed"),
@@ -77,10 +85,16 @@ async fn unsuppress(State(live): State<Arc<Live>>, Path(address): Path<String>) 
     let Some(guard) = guard(&live) else {
         return off();
     };
-    match guard.unsuppress(&address) {
-        true => Json(json!({"unsuppressed": address})).into_response(),
-        false => not_found("not suppressed"),
+    match guard.unsuppress(&address).await {
+        Ok(true) => Json(json!({"unsuppressed": address})).into_response(),
+        Ok(false) => not_found("not suppressed"),
+        Err(e) => unavailable(&e),
     }
+}
+
+fn unavailable(e: &StoreError) -> Response {
+    let body = json!({"error": format!("the reputation guard's Redis did not answer: {e}")});
+    (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
 }
 
 fn not_found(why: &str) -> Response {

@@ -53,6 +53,8 @@ enum Verdict {
     Malformed(String),
     Refused(String),
     Unavailable(String),
+    /// The guard's shared store (Redis) did not answer: SNS sends it again later.
+    StoreDown(String),
     Applied(&'static str),
     Confirmed,
     Unsubscribed,
@@ -85,7 +87,10 @@ async fn judge(route: &SnsRoute, message: &SnsMessage) -> Verdict {
         return refusal(e);
     }
     match message.kind.as_str() {
-        "Notification" => Verdict::Applied(apply(&guard, &route.metrics, &message.message)),
+        "Notification" => match apply(&guard, &route.metrics, &message.message).await {
+            Ok(kind) => Verdict::Applied(kind),
+            Err(e) => Verdict::StoreDown(e),
+        },
         "SubscriptionConfirmation" => match route.verifier.confirm(message).await {
             Ok(()) => Verdict::Confirmed,
             Err(e) => refusal(e),
@@ -102,11 +107,13 @@ fn refusal(e: VerifyError) -> Verdict {
     }
 }
 
-/// One event applied and counted, as one read from SQS.
-fn apply(guard: &Reputation, metrics: &Metrics, event: &str) -> &'static str {
-    let kind = match guard.apply_text(event) {
+/// One event applied and counted, as one read from SQS; `Err` when the guard's shared store
+/// did not answer (nothing applied, nothing counted).
+async fn apply(guard: &Reputation, metrics: &Metrics, event: &str) -> Result<&'static str, String> {
+    let kind = match guard.apply_text(event).await {
         Ok(Applied::Counted { kind, .. }) => kind.as_str(),
         Ok(Applied::Repeat(_)) | Ok(Applied::Ignored) => "ignored",
+        Err(e) if !e.is_malformed() => return Err(e.to_string()),
         Err(e) => {
             tracing::warn!(
                 target: "mailsluice::reputation",
@@ -118,7 +125,7 @@ fn apply(guard: &Reputation, metrics: &Metrics, event: &str) -> &'static str {
         }
     };
     metrics.reputation_event(kind);
-    kind
+    Ok(kind)
 }
 
 fn answer(verdict: Verdict, topic: &str) -> Response {
@@ -138,6 +145,10 @@ fn answer(verdict: Verdict, topic: &str) -> Response {
         Verdict::Unavailable(e) => {
             tracing::warn!(target: "mailsluice::reputation", topic, error = e.as_str(), "reputation.sns: SNS unreachable");
             (StatusCode::BAD_GATEWAY, json!({"error": e}))
+        }
+        Verdict::StoreDown(e) => {
+            tracing::warn!(target: "mailsluice::reputation", topic, error = e.as_str(), "reputation.sns: event not applied, the shared store does not answer");
+            (StatusCode::SERVICE_UNAVAILABLE, json!({"error": e}))
         }
         Verdict::Applied(kind) => {
             tracing::debug!(target: "mailsluice::reputation", topic, kind, "reputation.sns event");

@@ -5,6 +5,7 @@
 use std::fmt::Write as _;
 
 use crate::observe::recent::Recent;
+use crate::reputation::Standing;
 use crate::state::context::{Context, Health};
 use crate::upstream::Checked;
 
@@ -22,6 +23,19 @@ pub struct Checks {
     pub upstreams: Vec<(String, Checked)>,
     /// `None` when no layer uses a shared store.
     pub store: Option<Result<(), String>>,
+    /// The reputation guard's addresses suppressed and tenants, `None` when it is off (read
+    /// from Redis with `[redis]`: an error when it does not answer).
+    pub reputation: Option<Result<(usize, Vec<Standing>), String>>,
+}
+
+/// What the status page shows of the reputation guard, read by the caller.
+pub async fn reputation_view(ctx: &Context) -> Option<Result<(usize, Vec<Standing>), String>> {
+    let guard = ctx.reputation.as_ref()?;
+    let read = async { Ok((guard.suppressed_count().await?, guard.standings().await?)) };
+    Some(
+        read.await
+            .map_err(|e: crate::throttle::store::StoreError| e.to_string()),
+    )
 }
 
 /// The whole page.
@@ -37,7 +51,7 @@ pub fn render(ctx: &Context, health: &Health, recent: &Recent, checks: &Checks) 
     );
     readiness(&mut html, ctx, health, checks);
     layers(&mut html, ctx, recent);
-    reputation(&mut html, ctx);
+    reputation(&mut html, checks.reputation.as_ref());
     most_waiting(&mut html, ctx);
     refusals(&mut html, recent);
     html.push_str("</body></html>");
@@ -111,18 +125,27 @@ fn layers(html: &mut String, ctx: &Context, recent: &Recent) {
 }
 
 /// Tenants the reputation guard holds now, with their rates, and the addresses suppressed.
-fn reputation(html: &mut String, ctx: &Context) {
-    let Some(guard) = &ctx.reputation else {
-        return;
+fn reputation(html: &mut String, view: Option<&Result<(usize, Vec<Standing>), String>>) {
+    let (suppressed, standings) = match view {
+        None => return,
+        Some(Ok(view)) => view,
+        Some(Err(e)) => {
+            let _ = write!(
+                html,
+                "<h2>Tenant reputation</h2><p class=\"bad\">{}</p>",
+                escape(e)
+            );
+            return;
+        }
     };
     let _ = write!(
         html,
         "<h2>Tenant reputation</h2><p>{} addresses suppressed</p><table><tr><th>paused tenant</th>\
          <th class=\"num\">sent</th><th class=\"num\">bounce rate</th>\
          <th class=\"num\">complaint rate</th></tr>",
-        guard.suppressed_count()
+        suppressed
     );
-    let paused: Vec<_> = guard.standings().into_iter().filter(|s| s.paused).collect();
+    let paused: Vec<_> = standings.iter().filter(|s| s.paused).collect();
     for s in &paused {
         let _ = write!(
             html,

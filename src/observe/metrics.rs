@@ -58,6 +58,7 @@ pub struct Metrics {
     registry: Registry,
     reputation_events: Family<KindLabel, Counter>,
     reputation_paused: Gauge,
+    reputation_store_errors: Counter,
     suppressed: Counter,
     messages: Family<OutcomeLabel, Counter>,
     wait_seconds: Family<LayerLabel, Histogram>,
@@ -137,6 +138,11 @@ impl Metrics {
                 r,
                 "reputation_paused",
                 "Tenants past a bounce or complaint limit now",
+            ),
+            reputation_store_errors: add(
+                r,
+                "reputation_store_errors",
+                "Calls of the reputation guard to Redis that failed (it then fails open)",
             ),
             suppressed: add(
                 r,
@@ -227,6 +233,11 @@ impl Metrics {
     /// Tenants past a limit (read when the metrics are served).
     pub fn reputation_paused(&self, tenants: usize) {
         (self.reputation_paused).set(i64::try_from(tenants).unwrap_or(i64::MAX));
+    }
+
+    /// The counter of the reputation guard's failed calls to Redis, which the guard increments.
+    pub fn reputation_store_errors(&self) -> Counter {
+        self.reputation_store_errors.clone()
     }
 
     /// A recipient refused as suppressed.

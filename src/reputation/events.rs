@@ -70,6 +70,18 @@ pub enum EventError {
     Missing(&'static str),
     #[error("SES event with {0} over its bound")]
     TooBig(&'static str),
+    /// Not the event's fault: the shared store (Redis) did not answer. Not applied; it may be
+    /// sent again (SQS: left in the queue; SNS: answered 503).
+    #[error("event not applied, the shared store did not answer: {0}")]
+    Unavailable(String),
+}
+
+impl EventError {
+    /// Whether the event itself is at fault (logged, counted and dropped) rather than the
+    /// relay (left for its sender to send again).
+    pub fn is_malformed(&self) -> bool {
+        !matches!(self, EventError::Unavailable(_))
+    }
 }
 
 /// The fields read of either shape (the envelope's and the event's are disjoint).

@@ -22,7 +22,7 @@ pub struct Counts {
 }
 
 impl Counts {
-    fn add(&mut self, other: Counts) {
+    pub fn add(&mut self, other: Counts) {
         self.sent = self.sent.saturating_add(other.sent);
         self.bounces = self.bounces.saturating_add(other.bounces);
         self.complaints = self.complaints.saturating_add(other.complaints);
@@ -75,11 +75,10 @@ pub struct Ledger {
 
 impl Ledger {
     pub fn new(limits: Limits, max_tenants: usize) -> Ledger {
-        let window = crate::throttle::clock::nanos(limits.window).max(SLOTS as u64);
         Ledger {
             tenants: HashMap::new(),
             limits,
-            slot_len: window.div_ceil(SLOTS as u64),
+            slot_len: slot_len(limits.window),
             max_tenants: max_tenants.max(1),
         }
     }
@@ -149,14 +148,12 @@ impl Ledger {
     }
 
     fn sum(&self, tenant: &Tenant, now: Nanos) -> Counts {
-        let slot = now / self.slot_len;
-        let mut total = Counts::default();
-        for (counts, epoch) in tenant.slots.iter().zip(tenant.epochs) {
-            if epoch <= slot && slot - epoch < SLOTS as u64 {
-                total.add(*counts);
-            }
-        }
-        total
+        let slots = tenant
+            .epochs
+            .iter()
+            .copied()
+            .zip(tenant.slots.iter().copied());
+        in_window(slots, now / self.slot_len)
     }
 
     /// Whether `key` is past a limit now, and whether that changed since its last verdict.
@@ -166,11 +163,7 @@ impl Ledger {
         };
         let breach = breach(self.limits, self.sum(tenant, now));
         let tenant = self.tenants.get_mut(key).unwrap();
-        let change = match (tenant.over, breach.is_some()) {
-            (false, true) => Change::Paused,
-            (true, false) => Change::Resumed,
-            _ => Change::None,
-        };
+        let change = change(tenant.over, breach.as_ref());
         tenant.over = breach.is_some();
         (breach, change)
     }
@@ -190,6 +183,34 @@ impl Ledger {
             .collect();
         all.sort_by(|a, b| a.0.cmp(&b.0));
         all
+    }
+}
+
+/// The length of one slot of `window` (never 0).
+pub fn slot_len(window: Duration) -> Nanos {
+    let window = crate::throttle::clock::nanos(window).max(SLOTS as u64);
+    window.div_ceil(SLOTS as u64)
+}
+
+/// The sum of `slots` (absolute slot number, counts) that lie in the window ending in slot
+/// `now_slot`: the last `SLOTS` slots. A slot ahead of `now_slot` (another replica's clock a
+/// little ahead) is not counted yet.
+pub fn in_window(slots: impl IntoIterator<Item = (u64, Counts)>, now_slot: u64) -> Counts {
+    let mut total = Counts::default();
+    for (epoch, counts) in slots {
+        if epoch <= now_slot && now_slot - epoch < SLOTS as u64 {
+            total.add(counts);
+        }
+    }
+    total
+}
+
+/// How the standing changed from `was_over` to `breach`.
+pub fn change(was_over: bool, breach: Option<&Breach>) -> Change {
+    match (was_over, breach.is_some()) {
+        (false, true) => Change::Paused,
+        (true, false) => Change::Resumed,
+        _ => Change::None,
     }
 }
 

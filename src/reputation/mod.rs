@@ -10,23 +10,29 @@
 //! - `expiring`: the bounded, expiring map the last two (and the repeat check) are made of.
 //! - `sns_signature`: SNS's signed messages (`POST /ses/events`) checked (pure);
 //!   `sns_verifier`: their certificates fetched and kept, subscriptions confirmed.
+//! - `shared`: the same state in Redis when `[redis]` is set, shared by every replica.
 //!
-//! [`Reputation`] holds them behind one lock, on an injected clock; the session asks it at
-//! MAIL, RCPT and the final dot, the event sources (SQS, SNS) feed it, the admin endpoint
-//! reads and resets it. It answers; its callers reply, count and log.
+//! [`Reputation`] holds them behind one lock (or in Redis), on an injected clock; the session
+//! asks it at MAIL, RCPT and the final dot, the event sources (SQS, SNS) feed it, the admin
+//! endpoint reads and resets it. It answers; its callers reply, count and log.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use prometheus_client::metrics::counter::Counter;
 use serde::Serialize;
 
 use crate::config::{Action, KeySource, ReputationConfig};
 use crate::throttle::clock::nanos;
+use crate::throttle::store::redis::RedisOptions;
+use crate::throttle::store::StoreError;
 use crate::throttle::Clock;
 
 pub mod attribution;
 pub mod events;
 mod expiring;
 pub mod ledger;
+mod report;
+pub mod shared;
 pub mod sns_signature;
 pub mod sns_verifier;
 pub mod suppression;
@@ -39,6 +45,9 @@ use attribution::Attribution;
 use events::{Event, Parsed};
 use expiring::{Expiring, Inserted};
 use ledger::{Ledger, Limits};
+pub use report::date_of;
+use report::{event_counts, log_change, standing_of};
+use shared::{Bounds, RedisLedger, Shared};
 use suppression::Suppressions;
 
 /// What applying one event record did, for the caller's log line and metric.
@@ -87,16 +96,54 @@ pub struct Reputation {
     pub suppress: bool,
     clock: Arc<dyn Clock>,
     state: Mutex<State>,
+    /// In Redis instead of `state`, when `[redis]` is set.
+    shared: Option<Shared>,
+}
+
+fn limits(config: &ReputationConfig) -> Limits {
+    Limits {
+        max_bounce_rate: *config.max_bounce_rate.get_ref(),
+        max_complaint_rate: *config.max_complaint_rate.get_ref(),
+        min_messages: config.min_messages.get(),
+        window: config.window(),
+    }
 }
 
 impl Reputation {
-    pub fn new(config: &ReputationConfig, clock: Arc<dyn Clock>) -> Reputation {
-        let limits = Limits {
-            max_bounce_rate: *config.max_bounce_rate.get_ref(),
-            max_complaint_rate: *config.max_complaint_rate.get_ref(),
-            min_messages: config.min_messages.get(),
-            window: config.window(),
+    /// The guard with its state in Redis, shared by every replica (see `shared`); `errors`
+    /// counts the calls Redis did not answer.
+    pub fn with_redis(
+        config: &ReputationConfig,
+        clock: Arc<dyn Clock>,
+        redis: &RedisOptions,
+        errors: Counter,
+    ) -> Result<Reputation, StoreError> {
+        let bounds = Bounds {
+            window_ms: config.window_ms.get(),
+            slot_ms: shared::slot_ms(config.window()),
+            suppress_ttl_ms: config.suppress_ttl_ms.get(),
+            max_tenants: config.max_tenants.get(),
+            max_suppressed: config.max_suppressed.get(),
         };
+        let store = RedisLedger::new(redis, bounds)?;
+        let max = config.max_tenants.get();
+        let shared = Shared::new(
+            store,
+            limits(config),
+            max,
+            config.suppress,
+            clock.clone(),
+            errors,
+        );
+        Ok(Reputation {
+            shared: Some(shared),
+            ..Reputation::new(config, clock)
+        })
+    }
+
+    /// The guard with its state in this process.
+    pub fn new(config: &ReputationConfig, clock: Arc<dyn Clock>) -> Reputation {
+        let limits = limits(config);
         let window = nanos(config.window());
         let tracked = config.max_tracked_messages.get();
         let state = State {
@@ -116,6 +163,7 @@ impl Reputation {
             suppress: config.suppress,
             clock,
             state: Mutex::new(state),
+            shared: None,
         }
     }
 
@@ -125,21 +173,28 @@ impl Reputation {
 
     /// Whether `key` is past a limit now. A change of its standing is logged at warn here,
     /// once, whichever message or event saw it first.
-    pub fn standing(&self, key: &str) -> Option<Breach> {
-        let (breach, change) = self.lock().ledger.verdict(key, self.clock.now());
+    pub async fn standing(&self, key: &str) -> Option<Breach> {
+        let (breach, change) = match &self.shared {
+            Some(shared) => shared.standing(key).await,
+            None => self.lock().ledger.verdict(key, self.clock.now()),
+        };
         log_change(key, change, breach.as_ref(), self.action);
         breach
     }
 
     /// `key` had a message of `recipients` recipients taken by upstream, whose id there is
     /// `message_id` when upstream said it.
-    pub fn forwarded(&self, key: &str, message_id: Option<&str>, recipients: usize) {
+    pub async fn forwarded(&self, key: &str, message_id: Option<&str>, recipients: usize) {
         let now = self.clock.now();
-        let mut state = self.lock();
         let sent = Counts {
             sent: recipients as u64,
             ..Counts::default()
         };
+        if let Some(shared) = &self.shared {
+            let (breach, change) = shared.add(key, sent, message_id).await;
+            return log_change(key, change, breach.as_ref(), self.action);
+        }
+        let mut state = self.lock();
         let held = state.ledger.add(key, sent, now);
         if let Some(id) = message_id {
             state.attribution.record(id, held, now);
@@ -149,15 +204,26 @@ impl Reputation {
     /// Upstream itself refused `rcpts` of `key`'s message for good (a `5.1.x` from a
     /// smarthost or an MX host): one hard bounce of one message sent, and a lone recipient
     /// suppressed, as SES's event would have done.
-    pub fn refused_by_upstream(&self, key: &str, rcpts: &[String]) {
+    pub async fn refused_by_upstream(&self, key: &str, rcpts: &[String]) {
         let now = self.clock.now();
         let date = self.today();
-        let mut state = self.lock();
         let counts = Counts {
             sent: rcpts.len() as u64,
             bounces: 1,
             complaints: 0,
         };
+        if let Some(shared) = &self.shared {
+            let (breach, change) = shared.add(key, counts, None).await;
+            log_change(key, change, breach.as_ref(), self.action);
+            if let ([_], true) = (rcpts, self.suppress) {
+                let reason = Kind::Bounce;
+                shared
+                    .suppress_all(rcpts, Suppression { reason, date })
+                    .await;
+            }
+            return;
+        }
+        let mut state = self.lock();
         state.ledger.add(key, counts, now);
         if let ([rcpt], true) = (rcpts, self.suppress) {
             let reason = Kind::Bounce;
@@ -168,16 +234,36 @@ impl Reputation {
     }
 
     /// Parses and applies one event record (an SQS message body, an SNS post).
-    pub fn apply_text(&self, text: &str) -> Result<Applied, EventError> {
+    pub async fn apply_text(&self, text: &str) -> Result<Applied, EventError> {
         match events::parse(text)? {
-            Parsed::Counts(event) => Ok(self.apply(event)),
+            Parsed::Counts(event) => self.apply(event).await,
             Parsed::Ignored => Ok(Applied::Ignored),
         }
     }
 
     /// Counts one bounce or complaint for the tenant of its message, suppresses its
-    /// addresses; a repeat of a feedback id seen within the window counts nothing.
-    pub fn apply(&self, event: Event) -> Applied {
+    /// addresses; a repeat of a feedback id seen within the window counts nothing. Fails only
+    /// when the shared store does not answer ([`EventError::Unavailable`]).
+    pub async fn apply(&self, event: Event) -> Result<Applied, EventError> {
+        if let Some(shared) = &self.shared {
+            let date = event.date.clone().unwrap_or_else(|| self.today());
+            let applied = (shared.apply(&event, date).await)
+                .map_err(|e| EventError::Unavailable(e.to_string()))?;
+            if let Applied::Counted {
+                tenant: Some(tenant),
+                change,
+                breach,
+                ..
+            } = &applied
+            {
+                log_change(tenant, *change, breach.as_ref(), self.action);
+            }
+            return Ok(applied);
+        }
+        Ok(self.apply_here(event))
+    }
+
+    fn apply_here(&self, event: Event) -> Applied {
         let now = self.clock.now();
         let today = self.today();
         let mut state = self.lock();
@@ -210,18 +296,7 @@ impl Reputation {
                 breach: None,
             };
         };
-        let n = event.recipients.len().max(1) as u64;
-        let counts = match event.kind {
-            Kind::Bounce => Counts {
-                bounces: n,
-                ..Counts::default()
-            },
-            Kind::Complaint => Counts {
-                complaints: n,
-                ..Counts::default()
-            },
-        };
-        let tenant = state.ledger.add(&tenant, counts, now);
+        let tenant = state.ledger.add(&tenant, event_counts(&event), now);
         let (breach, change) = state.ledger.verdict(&tenant, now);
         drop(state);
         log_change(&tenant, change, breach.as_ref(), self.action);
@@ -234,9 +309,12 @@ impl Reputation {
     }
 
     /// Why `address` is refused at RCPT, if it is (nothing when `suppress` is off).
-    pub fn suppressed(&self, address: &str) -> Option<Suppression> {
+    pub async fn suppressed(&self, address: &str) -> Option<Suppression> {
         if !self.suppress {
             return None;
+        }
+        if let Some(shared) = &self.shared {
+            return shared.suppressed(address).await;
         }
         self.lock()
             .suppressions
@@ -245,108 +323,89 @@ impl Reputation {
     }
 
     /// An operator lifts a suppression; false when the address was not suppressed.
-    pub fn unsuppress(&self, address: &str) -> bool {
-        let removed = self.lock().suppressions.remove(address);
+    pub async fn unsuppress(&self, address: &str) -> Result<bool, StoreError> {
+        let removed = match &self.shared {
+            Some(shared) => shared.unsuppress(address).await?,
+            None => self.lock().suppressions.remove(address),
+        };
         if removed {
             tracing::warn!(target: "mailsluice::reputation", address, "reputation.unsuppressed");
         }
-        removed
+        Ok(removed)
     }
 
-    /// An operator resumes a tenant: its window starts afresh. False when it was not known.
-    pub fn resume(&self, key: &str) -> bool {
-        let resumed = self.lock().ledger.resume(key);
+    /// An operator resumes a tenant: its window starts afresh (on every replica, with
+    /// `[redis]`). False when it was not known.
+    pub async fn resume(&self, key: &str) -> Result<bool, StoreError> {
+        let resumed = match &self.shared {
+            Some(shared) => shared.resume(key).await?,
+            None => self.lock().ledger.resume(key),
+        };
         if resumed {
             tracing::warn!(target: "mailsluice::reputation", tenant = key, "reputation.resumed by an operator");
         }
-        resumed
+        Ok(resumed)
     }
 
     /// Every tenant counted, sorted by key.
-    pub fn standings(&self) -> Vec<Standing> {
+    pub async fn standings(&self) -> Result<Vec<Standing>, StoreError> {
+        if let Some(shared) = &self.shared {
+            return shared.standings().await;
+        }
         let now = self.clock.now();
-        let rate = |n: u64, of: u64| if of == 0 { 0.0 } else { n as f64 / of as f64 };
-        (self.lock().ledger.snapshot(now).into_iter())
-            .map(|(key, c, breach)| Standing {
-                key: key.to_string(),
-                sent: c.sent,
-                bounces: c.bounces,
-                complaints: c.complaints,
-                bounce_rate: rate(c.bounces, c.sent),
-                complaint_rate: rate(c.complaints, c.sent),
-                paused: breach.is_some(),
-            })
-            .collect()
+        Ok((self.lock().ledger.snapshot(now).into_iter())
+            .map(|(key, c, breach)| standing_of(key.to_string(), c, breach))
+            .collect())
     }
 
-    /// Tenants past a limit now.
+    /// Tenants past a limit now; with `[redis]`, as this replica last read them (read
+    /// without a call to Redis: it is the gauge's).
     pub fn paused(&self) -> usize {
-        self.standings().iter().filter(|s| s.paused).count()
+        if let Some(shared) = &self.shared {
+            return shared.paused_here();
+        }
+        let now = self.clock.now();
+        let snapshot = self.lock().ledger.snapshot(now);
+        snapshot.iter().filter(|(_, _, b)| b.is_some()).count()
     }
 
     /// Addresses suppressed now.
-    pub fn suppressed_count(&self) -> usize {
+    pub async fn suppressed_count(&self) -> Result<usize, StoreError> {
+        if let Some(shared) = &self.shared {
+            return shared.suppressed_count().await;
+        }
         let now = self.clock.now();
         let mut state = self.lock();
         state.suppressions.expire(now);
-        state.suppressions.len()
+        Ok(state.suppressions.len())
     }
 
-    /// Events whose message no tenant was known for.
+    /// Events whose message no tenant was known for (read by this replica, with `[redis]`).
     pub fn unattributed(&self) -> u64 {
-        self.lock().unattributed
+        match &self.shared {
+            Some(shared) => shared.unattributed(),
+            None => self.lock().unattributed,
+        }
     }
 
-    /// Messages whose id is held for attribution now.
-    pub fn tracked(&self) -> usize {
-        self.lock().attribution.len()
+    /// Messages whose id is held for attribution now; `None` with `[redis]` (there they are
+    /// keys that expire by themselves, not counted).
+    pub fn tracked(&self) -> Option<usize> {
+        match &self.shared {
+            Some(_) => None,
+            None => Some(self.lock().attribution.len()),
+        }
+    }
+
+    /// Whether the state is in Redis (`[redis]` set).
+    pub fn is_shared(&self) -> bool {
+        self.shared.is_some()
     }
 
     /// Today's date (UTC), `YYYY-MM-DD`, on the injected clock.
     fn today(&self) -> String {
         date_of(self.clock.unix_now_secs())
     }
-}
-
-fn log_change(key: &str, change: Change, breach: Option<&Breach>, action: Action) {
-    let action = match action {
-        Action::Pause => "pause",
-        Action::Reject => "reject",
-        Action::Warn => "warn",
-    };
-    match (change, breach) {
-        (Change::Paused, Some(b)) => tracing::warn!(
-            target: "mailsluice::reputation",
-            tenant = key,
-            kind = b.kind.as_str(),
-            rate = b.rate,
-            sent = b.sent,
-            limit = b.limit,
-            action,
-            "reputation.paused"
-        ),
-        (Change::Resumed, _) => tracing::warn!(
-            target: "mailsluice::reputation",
-            tenant = key,
-            action,
-            "reputation.resumed: the rate fell back under the limit"
-        ),
-        _ => {}
-    }
-}
-
-/// `YYYY-MM-DD` (UTC) of Unix seconds (Howard Hinnant's days-to-civil).
-pub fn date_of(unix_secs: u64) -> String {
-    let z = (unix_secs / 86_400) as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}")
 }
 
 #[cfg(test)]

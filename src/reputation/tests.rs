@@ -28,23 +28,24 @@ fn bounce(id: &str, feedback: &str) -> String {
     bare("Bounce", "Permanent", id, feedback)
 }
 
-#[test]
-fn dates_are_civil_utc() {
+#[tokio::test]
+async fn dates_are_civil_utc() {
     assert_eq!(date_of(0), "1970-01-01");
     assert_eq!(date_of(DEC_1), "2026-12-01");
     assert_eq!(date_of(951_782_400), "2000-02-29");
 }
 
-#[test]
-fn bounces_of_a_tenants_messages_pause_it() {
+#[tokio::test]
+async fn bounces_of_a_tenants_messages_pause_it() {
     let (r, _) = guard("");
     for i in 0..40 {
-        r.forwarded("acme", Some(&format!("m{i}")), 1);
+        r.forwarded("acme", Some(&format!("m{i}")), 1).await;
     }
-    r.forwarded("other", Some("o1"), 1);
+    r.forwarded("other", Some("o1"), 1).await;
     for i in 0..2 {
         let applied = r
             .apply_text(&bounce(&format!("m{i}"), &format!("f{i}")))
+            .await
             .unwrap();
         assert!(
             matches!(
@@ -57,8 +58,12 @@ fn bounces_of_a_tenants_messages_pause_it() {
             "{i}"
         );
     }
-    assert_eq!(r.standing("acme"), None, "2 of 40 is 5 %, not past it");
-    let applied = r.apply_text(&bounce("m2", "f2")).unwrap();
+    assert_eq!(
+        r.standing("acme").await,
+        None,
+        "2 of 40 is 5 %, not past it"
+    );
+    let applied = r.apply_text(&bounce("m2", "f2")).await.unwrap();
     let Applied::Counted {
         tenant,
         change,
@@ -69,171 +74,187 @@ fn bounces_of_a_tenants_messages_pause_it() {
         panic!()
     };
     assert_eq!((tenant.as_deref(), change), (Some("acme"), Change::Paused));
-    let b = r.standing("acme").unwrap();
+    let b = r.standing("acme").await.unwrap();
     assert_eq!((b.kind, b.sent), (Kind::Bounce, 40));
     assert_eq!(breach.map(|b| b.sent), Some(40));
-    assert_eq!(r.standing("other"), None);
+    assert_eq!(r.standing("other").await, None);
     assert_eq!(r.paused(), 1);
-    let s = r.suppressed("GONE@example.com").unwrap();
+    let s = r.suppressed("GONE@example.com").await.unwrap();
     assert_eq!(
         (s.reason_text(), s.date.as_str()),
         ("hard bounce", "2026-12-01")
     );
 }
 
-#[test]
-fn an_unknown_message_is_unattributed_and_pauses_nobody() {
+#[tokio::test]
+async fn an_unknown_message_is_unattributed_and_pauses_nobody() {
     let (r, _) = guard("");
-    r.forwarded("acme", Some("known"), 20);
+    r.forwarded("acme", Some("known"), 20).await;
     for i in 0..30 {
-        let applied = r.apply_text(&bounce("unknown", &format!("f{i}"))).unwrap();
+        let applied = r
+            .apply_text(&bounce("unknown", &format!("f{i}")))
+            .await
+            .unwrap();
         assert!(matches!(applied, Applied::Counted { tenant: None, .. }));
     }
     assert_eq!(r.unattributed(), 30);
-    assert_eq!(r.standing("acme"), None);
+    assert_eq!(r.standing("acme").await, None);
     assert_eq!(r.paused(), 0);
     assert!(
-        r.suppressed("gone@example.com").is_some(),
+        r.suppressed("gone@example.com").await.is_some(),
         "suppression is account-wide"
     );
 }
 
-#[test]
-fn the_same_feedback_twice_counts_once() {
+#[tokio::test]
+async fn the_same_feedback_twice_counts_once() {
     let (r, _) = guard("");
-    r.forwarded("acme", Some("m1"), 20);
+    r.forwarded("acme", Some("m1"), 20).await;
     assert!(matches!(
-        r.apply_text(&bounce("m1", "f1")).unwrap(),
+        r.apply_text(&bounce("m1", "f1")).await.unwrap(),
         Applied::Counted { .. }
     ));
     assert_eq!(
-        r.apply_text(&bounce("m1", "f1")).unwrap(),
+        r.apply_text(&bounce("m1", "f1")).await.unwrap(),
         Applied::Repeat(Kind::Bounce)
     );
-    assert_eq!(r.standings()[0].bounces, 1);
+    assert_eq!(r.standings().await.unwrap()[0].bounces, 1);
 }
 
 /// A client may write the tag itself: it never overrides what the relay recorded, and only
 /// names the tenant of a message the relay has no record of.
-#[test]
-fn the_relays_record_wins_over_the_tenant_tag_which_fills_in_without_one() {
+#[tokio::test]
+async fn the_relays_record_wins_over_the_tenant_tag_which_fills_in_without_one() {
     let (r, _) = guard("");
-    r.forwarded("acme", Some("m1"), 20);
+    r.forwarded("acme", Some("m1"), 20).await;
     let tagged = |id: &str, feedback: &str| {
         bounce(id, feedback).replace(
             r#""ses:configuration-set":["c"]"#,
             r#""mailsluice-tenant":["beta"]"#,
         )
     };
-    let Applied::Counted { tenant, .. } = r.apply_text(&tagged("m1", "f1")).unwrap() else {
+    let Applied::Counted { tenant, .. } = r.apply_text(&tagged("m1", "f1")).await.unwrap() else {
         panic!()
     };
     assert_eq!(tenant.as_deref(), Some("acme"));
-    let Applied::Counted { tenant, .. } = r.apply_text(&tagged("m2", "f2")).unwrap() else {
+    let Applied::Counted { tenant, .. } = r.apply_text(&tagged("m2", "f2")).await.unwrap() else {
         panic!()
     };
     assert_eq!(tenant.as_deref(), Some("beta"));
 }
 
-#[test]
-fn complaints_suppress_with_their_reason_and_suppress_off_keeps_addresses() {
+#[tokio::test]
+async fn complaints_suppress_with_their_reason_and_suppress_off_keeps_addresses() {
     let (r, _) = guard("");
-    r.apply_text(&bare("Complaint", "", "m", "c1")).unwrap();
-    let s = r.suppressed("angry@example.com").unwrap();
+    r.apply_text(&bare("Complaint", "", "m", "c1"))
+        .await
+        .unwrap();
+    let s = r.suppressed("angry@example.com").await.unwrap();
     assert_eq!(
         (s.reason_text(), s.date.as_str()),
         ("complaint", "2026-12-02")
     );
-    assert!(r.unsuppress("Angry@Example.com"));
-    assert!(r.suppressed("angry@example.com").is_none());
+    assert!(r.unsuppress("Angry@Example.com").await.unwrap());
+    assert!(r.suppressed("angry@example.com").await.is_none());
     let (off, _) = guard("suppress = false\n");
-    off.apply_text(&bounce("m", "f")).unwrap();
-    assert!(off.suppressed("gone@example.com").is_none());
+    off.apply_text(&bounce("m", "f")).await.unwrap();
+    assert!(off.suppressed("gone@example.com").await.is_none());
 }
 
-#[test]
-fn the_window_slides_on_the_clock_and_an_operator_resumes() {
+#[tokio::test]
+async fn the_window_slides_on_the_clock_and_an_operator_resumes() {
     let (r, clock) = guard("");
-    r.forwarded("acme", Some("m0"), 40);
+    r.forwarded("acme", Some("m0"), 40).await;
     for i in 0..6 {
-        r.apply_text(&bounce("m0", &format!("f{i}"))).unwrap();
+        r.apply_text(&bounce("m0", &format!("f{i}"))).await.unwrap();
     }
-    assert!(r.standing("acme").is_some());
+    assert!(r.standing("acme").await.is_some());
     clock.advance(Duration::from_secs(12 * 3600));
-    r.forwarded("acme", None, 40);
-    assert!(r.standing("acme").is_some(), "6 of 80 is still 7.5 %");
+    r.forwarded("acme", None, 40).await;
+    assert!(r.standing("acme").await.is_some(), "6 of 80 is still 7.5 %");
     clock.advance(Duration::from_secs(12 * 3600));
-    assert_eq!(r.standing("acme"), None, "the bounces left the window");
+    assert_eq!(
+        r.standing("acme").await,
+        None,
+        "the bounces left the window"
+    );
     // An event for a message older than the window is unattributed.
-    r.apply_text(&bounce("m0", "late")).unwrap();
+    r.apply_text(&bounce("m0", "late")).await.unwrap();
     assert_eq!(r.unattributed(), 1);
-    r.forwarded("beta", Some("b"), 20);
+    r.forwarded("beta", Some("b"), 20).await;
     for i in 0..20 {
-        r.apply_text(&bounce("b", &format!("g{i}"))).unwrap();
+        r.apply_text(&bounce("b", &format!("g{i}"))).await.unwrap();
     }
-    assert!(r.standing("beta").is_some());
-    assert!(r.resume("beta"));
-    assert_eq!(r.standing("beta"), None);
-    assert!(!r.resume("nobody"));
+    assert!(r.standing("beta").await.is_some());
+    assert!(r.resume("beta").await.unwrap());
+    assert_eq!(r.standing("beta").await, None);
+    assert!(!r.resume("nobody").await.unwrap());
 }
 
-#[test]
-fn a_suppression_ends_after_its_ttl() {
+#[tokio::test]
+async fn a_suppression_ends_after_its_ttl() {
     let (r, clock) = guard("suppress_ttl_ms = 1000\n");
-    r.apply_text(&bounce("m", "f")).unwrap();
+    r.apply_text(&bounce("m", "f")).await.unwrap();
     clock.advance(Duration::from_millis(999));
-    assert!(r.suppressed("gone@example.com").is_some());
+    assert!(r.suppressed("gone@example.com").await.is_some());
     clock.advance(Duration::from_millis(1));
-    assert!(r.suppressed("gone@example.com").is_none());
-    assert_eq!(r.suppressed_count(), 0);
+    assert!(r.suppressed("gone@example.com").await.is_none());
+    assert_eq!(r.suppressed_count().await.unwrap(), 0);
 }
 
-#[test]
-fn upstreams_own_refusal_counts_as_a_hard_bounce() {
+#[tokio::test]
+async fn upstreams_own_refusal_counts_as_a_hard_bounce() {
     let (r, _) = guard("");
-    r.forwarded("acme", None, 18);
-    r.refused_by_upstream("acme", &["nobody@example.com".into()]);
-    assert_eq!(r.standing("acme"), None, "1 of 19: under min_messages");
-    r.refused_by_upstream("acme", &["a@x".into(), "b@x".into()]);
-    let b = r.standing("acme").unwrap();
+    r.forwarded("acme", None, 18).await;
+    r.refused_by_upstream("acme", &["nobody@example.com".into()])
+        .await;
+    assert_eq!(
+        r.standing("acme").await,
+        None,
+        "1 of 19: under min_messages"
+    );
+    r.refused_by_upstream("acme", &["a@x".into(), "b@x".into()])
+        .await;
+    let b = r.standing("acme").await.unwrap();
     assert_eq!((b.kind, b.sent), (Kind::Bounce, 21));
-    assert!(r.suppressed("nobody@example.com").is_some());
+    assert!(r.suppressed("nobody@example.com").await.is_some());
     assert!(
-        r.suppressed("a@x").is_none(),
+        r.suppressed("a@x").await.is_none(),
         "which of several was refused is unknown"
     );
 }
 
-#[test]
-fn a_burst_of_ten_thousand_events_stays_bounded_and_loses_nothing() {
+#[tokio::test]
+async fn a_burst_of_ten_thousand_events_stays_bounded_and_loses_nothing() {
     let (r, _) = guard("max_tracked_messages = 5000\n");
     for i in 0..5000 {
-        r.forwarded(&format!("t{}", i % 50), Some(&format!("m{i}")), 1);
+        r.forwarded(&format!("t{}", i % 50), Some(&format!("m{i}")), 1)
+            .await;
     }
     for i in 0..10_000 {
         // Every message bounces twice, each with its own feedback id.
         let text = bounce(&format!("m{}", i % 5000), &format!("f{i}"));
         assert!(matches!(
-            r.apply_text(&text).unwrap(),
+            r.apply_text(&text).await.unwrap(),
             Applied::Counted {
                 tenant: Some(_),
                 ..
             }
         ));
     }
-    let standings = r.standings();
+    let standings = r.standings().await.unwrap();
     assert_eq!(standings.len(), 50);
     assert_eq!(
         standings.iter().map(|s| s.bounces).sum::<u64>(),
         10_000,
         "none lost"
     );
-    assert!(r.tracked() <= 5000);
+    assert!(r.tracked().unwrap() <= 5000);
     // The bound holds: 5000 more messages push the first ones out.
     for i in 5000..10_000 {
-        r.forwarded("t0", Some(&format!("m{i}")), 1);
+        r.forwarded("t0", Some(&format!("m{i}")), 1).await;
     }
-    assert_eq!(r.tracked(), 5000);
-    r.apply_text(&bounce("m0", "new")).unwrap();
+    assert_eq!(r.tracked().unwrap(), 5000);
+    r.apply_text(&bounce("m0", "new")).await.unwrap();
     assert_eq!(r.unattributed(), 1);
 }

@@ -96,6 +96,8 @@ impl Consumer {
     }
 
     /// One long poll: up to `BATCH` messages applied, then deleted. Returns how many.
+    /// A message the guard could not apply for want of Redis is not deleted: SQS delivers it
+    /// again after its visibility timeout (and its feedback id keeps it counted once).
     pub async fn poll_once(&self) -> Result<usize, String> {
         let received = (self.client.receive_message())
             .queue_url(&self.queue_url)
@@ -106,8 +108,15 @@ impl Consumer {
             .map_err(|e| aws_sdk_sqs::error::DisplayErrorContext(e).to_string())?;
         let messages = received.messages.unwrap_or_default();
         let mut done = Vec::with_capacity(messages.len());
+        let mut kept = 0;
         for (i, message) in messages.iter().enumerate() {
-            self.apply(message.body.as_deref().unwrap_or_default());
+            if !self
+                .apply(message.body.as_deref().unwrap_or_default())
+                .await
+            {
+                kept += 1;
+                continue;
+            }
             if let Some(handle) = &message.receipt_handle {
                 let entry = DeleteMessageBatchRequestEntry::builder()
                     .id(i.to_string())
@@ -118,7 +127,12 @@ impl Consumer {
             }
         }
         if done.is_empty() {
-            return Ok(messages.len());
+            return match kept {
+                0 => Ok(messages.len()),
+                n => Err(format!(
+                    "{n} messages not applied (Redis did not answer), left queued"
+                )),
+            };
         }
         let deleted = (self.client.delete_message_batch())
             .queue_url(&self.queue_url)
@@ -130,14 +144,21 @@ impl Consumer {
             // Applied but not deleted: it comes again and counts once (its feedback id).
             return Err(format!("{} messages not deleted", deleted.failed.len()));
         }
+        if kept > 0 {
+            return Err(format!(
+                "{kept} messages not applied (Redis did not answer), left queued"
+            ));
+        }
         Ok(messages.len())
     }
 
-    /// One message body applied; its kind counted and, when malformed, logged.
-    fn apply(&self, body: &str) {
-        let kind = match self.reputation.apply_text(body) {
+    /// One message body applied; its kind counted and, when malformed, logged. False when it
+    /// could not be applied now (Redis did not answer): it stays in the queue.
+    async fn apply(&self, body: &str) -> bool {
+        let kind = match self.reputation.apply_text(body).await {
             Ok(Applied::Counted { kind, .. }) => kind.as_str(),
             Ok(Applied::Repeat(_)) | Ok(Applied::Ignored) => "ignored",
+            Err(e) if !e.is_malformed() => return false,
             Err(e) => {
                 tracing::warn!(
                     target: "mailsluice::reputation",
@@ -149,5 +170,6 @@ impl Consumer {
             }
         };
         self.metrics.reputation_event(kind);
+        true
     }
 }

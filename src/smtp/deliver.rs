@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use super::forward::{self, Outbound};
 use super::received::{self, Loop, Trace};
 use super::reply;
+use super::reputation::tenant_at_dot;
 use super::session::{Flow, Session};
 use super::verdict::{Held, Record, Verdict};
 use super::waiter::{Tokens, Waiter};
@@ -28,7 +29,10 @@ impl Session {
         let dot = SystemTime::now();
         let facts = self.facts(&envelope, &body);
         let plan = policy::plan(self.ctx.rules(), &facts);
-        let tenant = self.reputation_at_dot(&facts);
+        let tenant = match self.reputation_key(&facts) {
+            Some((guard, key)) => Some(tenant_at_dot(&guard, key, self.peer).await),
+            None => None,
+        };
         let record = record(&self.ctx, &plan.charges);
         let id = uuid::Uuid::new_v4().simple().to_string();
         let greeting = self.greeting.as_ref();
@@ -70,7 +74,7 @@ impl Session {
             (None, Some(Loop::TooManyHops)) => Verdict::refused(reply::too_many_hops(), record),
         };
         if let Some(tenant) = &tenant {
-            self.reputation_settle(&tenant.key, &envelope, &verdict.record);
+            (self.reputation_settle(&tenant.key, &envelope, &verdict.record)).await;
         }
         self.log_message(&envelope, &verdict, started);
         self.trace_message(&body, &verdict, dot, started.elapsed());

@@ -18,21 +18,21 @@ struct MailParams<'a> {
 
 impl Session {
     /// Runs `line` if it is a MAIL or RCPT command (returns false for any other verb).
-    pub fn envelope_command(&mut self, line: &[u8]) -> bool {
+    pub async fn envelope_command(&mut self, line: &[u8]) -> bool {
         let text = std::str::from_utf8(line).unwrap_or_default();
         let text = text.strip_suffix("\r\n").unwrap_or(text);
         let (verb, rest) = text.split_once(' ').unwrap_or((text, ""));
         if verb.eq_ignore_ascii_case("MAIL") {
-            self.mail(rest);
+            self.mail(rest).await;
         } else if verb.eq_ignore_ascii_case("RCPT") {
-            self.rcpt(rest);
+            self.rcpt(rest).await;
         } else {
             return false;
         }
         true
     }
 
-    fn mail(&mut self, rest: &str) {
+    async fn mail(&mut self, rest: &str) {
         let Some(rest) = path::after_keyword(rest, "FROM") else {
             return self.reply(reply::syntax_error(
                 "expected MAIL FROM:<reverse-path> [parameters]",
@@ -70,7 +70,7 @@ impl Session {
         }
         // `<>` is the null sender of bounces: it must stay null upstream.
         let from = (!line.mailbox.is_empty()).then(|| line.mailbox.to_string());
-        if let Some(refusal) = self.reputation_at_mail(from.as_deref()) {
+        if let Some(refusal) = self.reputation_at_mail(from.as_deref()).await {
             return self.reply(refusal);
         }
         self.envelope = Some(Envelope {

@@ -8,7 +8,7 @@ use super::reply::{self, Reply};
 use super::session::Session;
 
 impl Session {
-    pub(super) fn rcpt(&mut self, rest: &str) {
+    pub(super) async fn rcpt(&mut self, rest: &str) {
         let Some(rest) = path::after_keyword(rest, "TO") else {
             return self.reply(reply::syntax_error(
                 "expected RCPT TO:<forward-path> [parameters]",
@@ -40,7 +40,7 @@ impl Session {
         if envelope.rcpts.len() >= max {
             return self.reply(reply::too_many_recipients(max));
         }
-        if let Some(refusal) = self.suppressed_rcpt(line.mailbox) {
+        if let Some(refusal) = self.suppressed_rcpt(line.mailbox).await {
             return self.reply(refusal);
         }
         let envelope = self.envelope.as_mut().expect("checked above");

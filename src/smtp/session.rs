@@ -140,7 +140,7 @@ impl Session {
             return Flow::Continue;
         }
         // MAIL and RCPT are read by `path`: smtp-proto's parser changes addresses.
-        if self.envelope_command(line) {
+        if self.envelope_command(line).await {
             return Flow::Continue;
         }
         let request = match Request::parse(&mut line.iter()) {

@@ -67,15 +67,15 @@ impl Deps {
         let clock: Arc<dyn Clock> = Arc::new(TokioClock::new());
         let throttle = Arc::new(crate::throttle::from_config(&config, clock.clone()));
         let traces = traces(&config);
-        let reputation =
-            (config.reputation.as_ref()).map(|r| Arc::new(Reputation::new(r, clock.clone())));
+        let metrics = Metrics::new();
+        let reputation = reputation(&config, &clock, &metrics);
         Deps {
             reputation,
             sns: Arc::new(SnsVerifier::sns()),
             config,
             upstreams: Arc::new(upstreams),
             throttle,
-            metrics: Metrics::new(),
+            metrics,
             recent: Recent::new(),
             traces,
             health: Arc::new(Health::default()),
@@ -104,6 +104,29 @@ fn traces(config: &Config) -> Option<Arc<Traces>> {
         .map_err(|e| tracing::error!(error = %e, "traces off"))
         .ok()
         .map(Arc::new)
+}
+
+/// The guard of `[reputation]`: in Redis when `[redis]` is set (every replica agrees), else in
+/// this process. A Redis section that cannot be used (checked at load, so rare) is logged and
+/// the guard runs in process.
+fn reputation(
+    config: &Config,
+    clock: &Arc<dyn Clock>,
+    metrics: &Metrics,
+) -> Option<Arc<Reputation>> {
+    let r = config.reputation.as_ref()?;
+    let Some(redis) = &config.redis else {
+        return Some(Arc::new(Reputation::new(r, clock.clone())));
+    };
+    let options = crate::throttle::redis_options(redis);
+    let errors = metrics.reputation_store_errors();
+    match Reputation::with_redis(r, clock.clone(), &options, errors) {
+        Ok(guard) => Some(Arc::new(guard)),
+        Err(e) => {
+            tracing::error!(error = %e, "redis unusable; the reputation guard runs in process");
+            Some(Arc::new(Reputation::new(r, clock.clone())))
+        }
+    }
 }
 
 /// The parts of a context that a reload replaces.

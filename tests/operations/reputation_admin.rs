@@ -18,8 +18,11 @@ async fn without_a_password_reads_are_open_and_changes_are_refused() {
     let (relay, _) = memory_relay("", REPUTATION).await;
     let admin = relay.start_admin().await;
     let guard = relay.reputation().unwrap();
-    guard.forwarded("acme", Some("m1"), 1);
-    guard.apply_text(&bounce("m1", "gone@example.com")).unwrap();
+    guard.forwarded("acme", Some("m1"), 1).await;
+    guard
+        .apply_text(&bounce("m1", "gone@example.com"))
+        .await
+        .unwrap();
     let (status, body) = request(admin, "GET", "/reputation", None).await;
     assert_eq!(status, 200, "{body}");
     let json: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -47,7 +50,7 @@ async fn without_a_password_reads_are_open_and_changes_are_refused() {
             .0,
         403
     );
-    assert!(guard.standing("acme").is_some(), "nothing changed");
+    assert!(guard.standing("acme").await.is_some(), "nothing changed");
     let (_, metrics) = request(admin, "GET", "/metrics", None).await;
     assert_eq!(
         sum_metric(&metrics, "mailsluice_reputation_paused"),
@@ -65,8 +68,11 @@ async fn with_a_password_every_path_but_the_probes_asks_for_it() {
     let (relay, _) = memory_relay("", &rest).await;
     let admin = relay.start_admin().await;
     let guard = relay.reputation().unwrap();
-    guard.forwarded("acme", Some("m1"), 1);
-    guard.apply_text(&bounce("m1", "gone@example.com")).unwrap();
+    guard.forwarded("acme", Some("m1"), 1).await;
+    guard
+        .apply_text(&bounce("m1", "gone@example.com"))
+        .await
+        .unwrap();
     for path in ["/healthz", "/readyz"] {
         assert_ne!(request(admin, "GET", path, None).await.0, 401, "{path}");
     }
@@ -98,7 +104,7 @@ async fn with_a_password_every_path_but_the_probes_asks_for_it() {
             .0,
         200
     );
-    assert!(guard.standing("acme").is_none(), "resumed");
+    assert!(guard.standing("acme").await.is_none(), "resumed");
     assert_eq!(
         request(admin, "POST", "/reputation/nobody/resume", pw)
             .await
@@ -108,5 +114,5 @@ async fn with_a_password_every_path_but_the_probes_asks_for_it() {
     let address = "/suppressions/gone@example.com";
     assert_eq!(request(admin, "DELETE", address, pw).await.0, 200);
     assert_eq!(request(admin, "GET", address, pw).await.0, 404);
-    assert!(guard.suppressed("gone@example.com").is_none());
+    assert!(guard.suppressed("gone@example.com").await.is_none());
 }

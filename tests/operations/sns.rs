@@ -101,12 +101,12 @@ async fn signed_notifications_of_both_versions_are_applied() {
     let admin = relay.start_admin().await;
     let guard = relay.reputation().unwrap();
     for (text, address) in [(V1, "gone-v1@example.com"), (V2, "gone-v2@example.com")] {
-        assert!(guard.suppressed(address).is_none());
+        assert!(guard.suppressed(address).await.is_none());
         let (status, body) = post(admin, "/ses/events", text.as_bytes().to_vec()).await;
         assert_eq!((status, body.as_str()), (200, r#"{"applied":"bounce"}"#));
-        assert!(guard.suppressed(address).is_some(), "{address}");
+        assert!(guard.suppressed(address).await.is_some(), "{address}");
     }
-    let standings = guard.standings();
+    let standings = guard.standings().await.unwrap();
     assert_eq!(standings.len(), 1);
     assert_eq!(
         (standings[0].key.as_str(), standings[0].bounces),
@@ -114,7 +114,7 @@ async fn signed_notifications_of_both_versions_are_applied() {
     );
     // The same notification again (SNS retries) counts once.
     assert_eq!(post(admin, "/ses/events", V1.into()).await.0, 200);
-    assert_eq!(guard.standings()[0].bounces, 2);
+    assert_eq!(guard.standings().await.unwrap()[0].bounces, 2);
     // One certificate, fetched once and then kept.
     assert_eq!(host.seen(), vec![CERT_PATH.to_string()]);
     let (_, metrics) = request(admin, "GET", "/metrics", Some("s3cret")).await;
@@ -147,10 +147,10 @@ async fn a_message_not_signed_by_sns_or_for_an_unknown_topic_gets_403_and_change
         let (status, body) = post_json(admin, message).await;
         assert_eq!(status, 403, "{body}");
     }
-    assert!(guard.suppressed("victim@example.com").is_none());
-    assert!(guard.suppressed("gone-v1@example.com").is_none());
-    assert!(guard.suppressed("gone-v2@example.com").is_none());
-    assert!(guard.standings().is_empty());
+    assert!(guard.suppressed("victim@example.com").await.is_none());
+    assert!(guard.suppressed("gone-v1@example.com").await.is_none());
+    assert!(guard.suppressed("gone-v2@example.com").await.is_none());
+    assert!(guard.standings().await.unwrap().is_empty());
 
     // A well-signed message of a topic the relay does not list: refused before any fetch.
     let host = SnsHost::start().await;
@@ -159,7 +159,13 @@ async fn a_message_not_signed_by_sns_or_for_an_unknown_topic_gets_403_and_change
     let (status, body) = post(admin, "/ses/events", V1.into()).await;
     assert_eq!(status, 403, "{body}");
     assert!(body.contains("topic not listed"), "{body}");
-    assert!(relay.reputation().unwrap().standings().is_empty());
+    assert!(relay
+        .reputation()
+        .unwrap()
+        .standings()
+        .await
+        .unwrap()
+        .is_empty());
     assert_eq!(host.seen(), Vec::<String>::new());
 }
 
@@ -210,8 +216,20 @@ async fn a_certificate_off_sns_host_is_refused_before_any_fetch() {
         }
     }
     assert_eq!(host.seen(), Vec::<String>::new());
-    assert!(production.reputation().unwrap().standings().is_empty());
-    assert!(local.reputation().unwrap().standings().is_empty());
+    assert!(production
+        .reputation()
+        .unwrap()
+        .standings()
+        .await
+        .unwrap()
+        .is_empty());
+    assert!(local
+        .reputation()
+        .unwrap()
+        .standings()
+        .await
+        .unwrap()
+        .is_empty());
 }
 
 #[tokio::test]
@@ -235,7 +253,10 @@ async fn bodies_over_the_bound_get_413_and_what_is_not_an_sns_message_400() {
     ] {
         assert_eq!(post(admin, "/ses/events", body.to_vec()).await.0, 400);
     }
-    assert_eq!(relay.reputation().unwrap().standings()[0].bounces, 1);
+    assert_eq!(
+        relay.reputation().unwrap().standings().await.unwrap()[0].bounces,
+        1
+    );
 
     // A certificate over its bound is not read: SNS is told to come again (502).
     let mut message = json(V1);
@@ -246,6 +267,7 @@ async fn bodies_over_the_bound_get_413_and_what_is_not_an_sns_message_400() {
         .reputation()
         .unwrap()
         .suppressed("gone-v1@example.com")
+        .await
         .is_none());
 
     // Without [reputation.sns], SNS's posts are not taken.

@@ -8,6 +8,7 @@ mod redis_campaign;
 mod redis_faults;
 mod redis_feedback;
 mod redis_relay;
+mod redis_reputation;
 mod redis_sentinel;
 mod redis_shutdown;
 mod redis_store;

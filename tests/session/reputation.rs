@@ -79,6 +79,7 @@ async fn pause_acme(relay: &Relay) -> Client {
                 &format!("f{i}"),
                 &format!("r{i}@example.com"),
             ))
+            .await
             .unwrap();
     }
     c
@@ -98,10 +99,10 @@ async fn an_authenticated_tenant_past_the_bounce_rate_is_paused_at_mail() {
     );
     assert_eq!(fwd.sent.load(Ordering::SeqCst), 40);
     // A resume by the operator lets it go again.
-    assert!(relay.reputation().unwrap().resume("acme"));
+    assert!(relay.reputation().unwrap().resume("acme").await.unwrap());
     assert_eq!(c.cmd("MAIL FROM:<a@acme.example>").await.0, 250);
     // The header of an untrusted user did not move its messages to its tenant `beta`.
-    let standings = relay.reputation().unwrap().standings();
+    let standings = relay.reputation().unwrap().standings().await.unwrap();
     assert!(standings.iter().all(|s| s.key == "acme"), "{standings:?}");
 }
 
@@ -117,7 +118,7 @@ async fn reject_answers_550_and_warn_lets_it_go() {
     );
     let (relay, _) = start(&format!("{REPUTATION}action = \"warn\"\n")).await;
     let mut c = pause_acme(&relay).await;
-    assert!(relay.reputation().unwrap().standing("acme").is_some());
+    assert!(relay.reputation().unwrap().standing("acme").await.is_some());
     assert_eq!(c.cmd("MAIL FROM:<a@acme.example>").await.0, 250);
 }
 
@@ -139,6 +140,7 @@ async fn a_header_keyed_tenant_is_refused_at_the_final_dot() {
                 &format!("f{i}"),
                 "x@example.com",
             ))
+            .await
             .unwrap();
     }
     let (code, text) = c
@@ -171,6 +173,7 @@ async fn a_suppressed_recipient_is_refused_and_the_others_go_on() {
         .reputation()
         .unwrap()
         .apply_text(&bounce("old", "f", "Gone@Example.com"))
+        .await
         .unwrap();
     let mut c = relay.client().await;
     c.cmd("EHLO x").await;
@@ -208,7 +211,7 @@ async fn upstreams_own_hard_bounce_counts_and_suppresses() {
         .await;
     assert_eq!(code, 550);
     let guard = relay.reputation().unwrap();
-    let standing = guard.standings();
+    let standing = guard.standings().await.unwrap();
     assert_eq!((standing[0].key.as_str(), standing[0].bounces), ("beta", 1));
-    assert!(guard.suppressed("nobody@example.com").is_some());
+    assert!(guard.suppressed("nobody@example.com").await.is_some());
 }

@@ -282,11 +282,11 @@ async fn recipients_an_mx_host_refuses_after_the_dot_count_as_the_tenants_bounce
     let (code, text) = send(&relay, "s@sender.test", &["x@a.test", "y@b.test"]).await;
     assert_eq!(code, 250, "{text}");
     let guard = relay.reputation().unwrap();
-    let standing = &guard.standings()[0];
+    let standing = &guard.standings().await.unwrap()[0];
     assert_eq!(standing.key, "sender.test");
     assert_eq!((standing.sent, standing.bounces), (2, 1));
-    assert!(guard.suppressed("y@b.test").is_some());
-    assert!(guard.suppressed("x@a.test").is_none());
+    assert!(guard.suppressed("y@b.test").await.is_some());
+    assert!(guard.suppressed("x@a.test").await.is_none());
     let (code, text) = send(&relay, "s@sender.test", &["x@a.test"]).await;
     assert_eq!(code, 451, "the tenant is past its limit: {text}");
     ups[1].set_fault(Fault::reply(
@@ -294,12 +294,12 @@ async fn recipients_an_mx_host_refuses_after_the_dot_count_as_the_tenants_bounce
         554,
         "5.7.1 rejected by policy",
     ));
-    guard.resume("sender.test");
+    guard.resume("sender.test").await.unwrap();
     let (code, text) = send(&relay, "s@sender.test", &["x@a.test", "z@b.test"]).await;
     assert_eq!(code, 250, "{text}");
-    let standing = &guard.standings()[0];
+    let standing = &guard.standings().await.unwrap()[0];
     assert_eq!((standing.sent, standing.bounces), (2, 0));
-    assert!(guard.suppressed("z@b.test").is_none());
+    assert!(guard.suppressed("z@b.test").await.is_none());
     relay.stop().await;
 }
 

@@ -60,8 +60,8 @@ async fn sqs_events_in_both_shapes_are_applied_and_every_message_deleted() {
         .unwrap();
     let queue_url = queue.queue_url.unwrap();
     let guard = Arc::new(Reputation::new(reputation, Arc::new(FakeClock::new(0))));
-    guard.forwarded("acme", Some("ses-1"), 2);
-    guard.forwarded("beta", Some("ses-2"), 2);
+    guard.forwarded("acme", Some("ses-1"), 2).await;
+    guard.forwarded("beta", Some("ses-2"), 2).await;
     let bodies = [
         bounce("ses-1", "b-1"),
         bounce("ses-1", "b-1"), // SQS delivers at least once: counted once
@@ -100,13 +100,13 @@ async fn sqs_events_in_both_shapes_are_applied_and_every_message_deleted() {
         0,
         "every message was deleted"
     );
-    let standings = guard.standings();
+    let standings = guard.standings().await.unwrap();
     let of = |key: &str| standings.iter().find(|s| s.key == key).unwrap().clone();
     assert_eq!((of("acme").bounces, of("acme").complaints), (1, 0));
     assert_eq!((of("beta").bounces, of("beta").complaints), (0, 1));
-    assert!(guard.standing("acme").is_some() && guard.standing("beta").is_some());
+    assert!(guard.standing("acme").await.is_some() && guard.standing("beta").await.is_some());
     assert_eq!(guard.unattributed(), 1);
-    assert!(guard.suppressed("angry@example.com").is_some());
+    assert!(guard.suppressed("angry@example.com").await.is_some());
     let text = metrics.encode(&Throttle::new(vec![], Arc::new(FakeClock::new(0))));
     let count = |kind: &str| {
         sum_metric(

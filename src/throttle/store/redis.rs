@@ -23,13 +23,13 @@
 //!
 //! Files under `redis/`: `keys.rs` (key names, a layer's script parameters, cluster slots);
 //! `api.rs` (the [`Store`] trait over the calls here); `connection.rs` (one server, a cluster
-//! or Sentinel, and following the primary); `learned.rs` (the limits in force of
+//! or Sentinel, and following the primary; the reputation guard's Redis state uses it too); `learned.rs` (the limits in force of
 //! adaptive layers, as answered); `bucket.lua` (the bucket math, put in front of each script);
 //! `adaptive.lua` (adaptive layers' learned limit, likewise); `take.lua`, `give_back.lua`
 //! and `peek.lua` (the three calls). Here: script calls and cluster slot groups.
 
 mod api;
-mod connection;
+pub(crate) mod connection;
 pub(crate) mod keys;
 mod learned;
 

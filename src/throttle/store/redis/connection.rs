@@ -21,14 +21,14 @@ use std::time::Duration;
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use ::redis::cluster_async::ClusterConnection;
 use ::redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
-use ::redis::{ConnectionAddr, ConnectionInfo, ScriptInvocation};
+use ::redis::{Cmd, ConnectionAddr, ConnectionInfo, FromRedisValue, Pipeline, ScriptInvocation};
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
 use super::{RedisOptions, SentinelOptions};
 use crate::throttle::store::StoreError;
 
-pub(super) fn unavailable(e: impl std::fmt::Display) -> StoreError {
+pub(crate) fn unavailable(e: impl std::fmt::Display) -> StoreError {
     StoreError::Unavailable(e.to_string())
 }
 
@@ -66,15 +66,36 @@ enum Kind {
     },
 }
 
-/// The store's way to Redis; see the module doc.
-pub(super) struct Connection {
+/// One call to Redis: a script, a command, or a pipeline of commands.
+pub(crate) enum Call<'a> {
+    Script(&'a ScriptInvocation<'a>),
+    Cmd(&'a Cmd),
+    Pipe(&'a Pipeline),
+}
+
+impl Call<'_> {
+    async fn run<T: FromRedisValue>(
+        &self,
+        conn: &mut impl ::redis::aio::ConnectionLike,
+    ) -> ::redis::RedisResult<T> {
+        match self {
+            Call::Script(inv) => inv.invoke_async(conn).await,
+            Call::Cmd(cmd) => cmd.query_async(conn).await,
+            Call::Pipe(pipe) => pipe.query_async(conn).await,
+        }
+    }
+}
+
+/// The way to Redis of the stores that use it (the throttle's, the reputation guard's); see
+/// the module doc.
+pub(crate) struct Connection {
     kind: Kind,
     timeout: Duration,
 }
 
 impl Connection {
     /// Checks the options; connects lazily, on the first call.
-    pub(super) fn new(opts: &RedisOptions) -> Result<Connection, StoreError> {
+    pub(crate) fn new(opts: &RedisOptions) -> Result<Connection, StoreError> {
         let kind = match &opts.sentinel {
             Some(sentinel) => Kind::Primary {
                 primary: Primary::Sentinel(tokio::sync::Mutex::new(sentinel_client(
@@ -93,12 +114,20 @@ impl Connection {
 
     /// Runs a script within the timeout (connecting, asking the sentinels and loading the
     /// script on `NOSCRIPT` included).
-    pub(super) async fn invoke(&self, inv: &ScriptInvocation<'_>) -> Result<Vec<i64>, StoreError> {
+    pub(crate) async fn invoke<T: FromRedisValue>(
+        &self,
+        inv: &ScriptInvocation<'_>,
+    ) -> Result<T, StoreError> {
+        self.call(Call::Script(inv)).await
+    }
+
+    /// Runs a call within the timeout, connecting included.
+    pub(crate) async fn call<T: FromRedisValue>(&self, call: Call<'_>) -> Result<T, StoreError> {
         let run = async {
             match &self.kind {
                 Kind::Primary { primary, current } => {
                     let mut conn = self.primary(primary, current).await?;
-                    let answer = inv.invoke_async(&mut conn).await;
+                    let answer = call.run(&mut conn).await;
                     if answer.is_err() {
                         *current.lock().unwrap_or_else(|e| e.into_inner()) = None;
                     }
@@ -110,9 +139,7 @@ impl Connection {
                             client.get_async_connection().await.map_err(unavailable)
                         })
                         .await?;
-                    inv.invoke_async(&mut conn.clone())
-                        .await
-                        .map_err(unavailable)
+                    call.run(&mut conn.clone()).await.map_err(unavailable)
                 }
             }
         };
