@@ -51,7 +51,6 @@ awk -v m="$M" '
     } else other[name]++
   }
   END {
-    printf "%d messages, one session; system calls per message\n", m
     for (k in byfd) {
       split(k, p, " "); fd = p[1]
       side = (fd in client) ? "client" : (fd in upstream) ? "upstream" : "fd " fd
@@ -61,4 +60,12 @@ awk -v m="$M" '
     for (s in sides) printf "  %-22s %6.2f\n", s, sides[s] / m
     for (s in fails) printf "  %-22s %6.2f\n", s " EAGAIN", fails[s] / m
     for (n in other) if (other[n] / m >= 0.01) printf "  %-22s %6.2f\n", n, other[n] / m
-  }' "$work/trace.txt" | sort
+  }' "$work/trace.txt" | sort >"$work/counts.txt"
+echo "$M messages, one session; system calls per message (load: $(cut -d' ' -f1-3 /proc/loadavg))"
+# An fd of neither side is named by what it is (tokio's eventfd, say).
+while read -r first second rest; do
+  case "$first" in
+    fd) echo "  fd $second ($(readlink /proc/$pid/fd/"$second" || echo closed)) $rest" ;;
+    *) echo "  $first $second $rest" ;;
+  esac
+done <"$work/counts.txt"
