@@ -144,6 +144,30 @@ async fn all_rcpts_refused_and_data_accepted_gets_a_lone_dot() {
     assert_eq!((got[0].conn, up.connections()), (1, 1));
 }
 
+/// MAIL refused in a pipelined group: RCPT and DATA were already sent with it, and their
+/// `503`s are read too, so the next message on the connection reads its own replies. The
+/// client hears MAIL's refusal, not a later one.
+#[tokio::test]
+async fn a_refused_mail_in_the_group_is_relayed_and_the_connection_stays_in_step() {
+    let up = TestUpstream::start().await;
+    up.set_fault(Fault::reply(Step::Mail, 553, "5.1.8 sender domain refused"));
+    let fwd = smtp_forwarder(&up.url(), "pool_size = 1");
+    let first = send(&fwd, &["b@y.test", "c@y.test"]).await;
+    assert_eq!(first, refused(553, "5.1.8", "sender domain refused"));
+    let group = lines(&[
+        "MAIL FROM:<a@x.test>",
+        "RCPT TO:<b@y.test>",
+        "RCPT TO:<c@y.test>",
+        "DATA",
+    ]);
+    up.set_fault(Fault::None);
+    send(&fwd, &["d@y.test"]).await.expect("next message");
+    let got = up.wait_for(1).await;
+    assert_eq!(got[0].rcpts, ["d@y.test"]);
+    assert_eq!((got[0].conn, up.connections()), (1, 1));
+    assert_eq!(transactions(&up, 1)[0], (group, Some(lines(&["RSET"]))));
+}
+
 #[tokio::test]
 async fn a_refused_data_is_relayed_and_the_connection_stays_in_step() {
     let up = TestUpstream::start().await;
