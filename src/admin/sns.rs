@@ -24,9 +24,9 @@ use serde_json::json;
 
 use crate::observe::metrics::Metrics;
 use crate::reputation::events::MAX_EVENT_BYTES;
+use crate::reputation::intake::take_in;
 use crate::reputation::sns_signature::SnsMessage;
 use crate::reputation::sns_verifier::{SnsVerifier, VerifyError};
-use crate::reputation::{Applied, Reputation};
 use crate::state::context::Live;
 
 /// Largest post read: an event of up to [`MAX_EVENT_BYTES`], escaped as a JSON string in the
@@ -87,9 +87,9 @@ async fn judge(route: &SnsRoute, message: &SnsMessage) -> Verdict {
         return refusal(e);
     }
     match message.kind.as_str() {
-        "Notification" => match apply(&guard, &route.metrics, &message.message).await {
+        "Notification" => match take_in(&guard, &route.metrics, &message.message, "sns").await {
             Ok(kind) => Verdict::Applied(kind),
-            Err(e) => Verdict::StoreDown(e),
+            Err(e) => Verdict::StoreDown(e.to_string()),
         },
         "SubscriptionConfirmation" => match route.verifier.confirm(message).await {
             Ok(()) => Verdict::Confirmed,
@@ -105,27 +105,6 @@ fn refusal(e: VerifyError) -> Verdict {
         VerifyError::Refused(e) => Verdict::Refused(e.to_string()),
         e @ VerifyError::Fetch(..) => Verdict::Unavailable(e.to_string()),
     }
-}
-
-/// One event applied and counted, as one read from SQS; `Err` when the guard's shared store
-/// did not answer (nothing applied, nothing counted).
-async fn apply(guard: &Reputation, metrics: &Metrics, event: &str) -> Result<&'static str, String> {
-    let kind = match guard.apply_text(event).await {
-        Ok(Applied::Counted { kind, .. }) => kind.as_str(),
-        Ok(Applied::Repeat(_)) | Ok(Applied::Ignored) => "ignored",
-        Err(e) if !e.is_malformed() => return Err(e.to_string()),
-        Err(e) => {
-            tracing::warn!(
-                target: "mailsluice::reputation",
-                error = %e,
-                bytes = event.len(),
-                "reputation.malformed event from SNS dropped"
-            );
-            "malformed"
-        }
-    };
-    metrics.reputation_event(kind);
-    Ok(kind)
 }
 
 fn answer(verdict: Verdict, topic: &str) -> Response {

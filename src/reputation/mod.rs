@@ -10,6 +10,7 @@
 //! - `expiring`: the bounded, expiring map the last two (and the repeat check) are made of.
 //! - `sns_signature`: SNS's signed messages (`POST /ses/events`) checked (pure);
 //!   `sns_verifier`: their certificates fetched and kept, subscriptions confirmed.
+//! - `intake`: one event record from SQS or SNS, applied and counted.
 //! - `shared`: the same state in Redis when `[redis]` is set, shared by every replica.
 //!
 //! [`Reputation`] holds them behind one lock (or in Redis), on an injected clock; the session
@@ -30,6 +31,7 @@ use crate::throttle::Clock;
 pub mod attribution;
 pub mod events;
 mod expiring;
+pub mod intake;
 pub mod ledger;
 mod report;
 pub mod shared;

@@ -15,7 +15,7 @@ use aws_sdk_sqs::Client;
 
 use crate::config::SqsConfig;
 use crate::observe::metrics::Metrics;
-use crate::reputation::{Applied, Reputation};
+use crate::reputation::{intake, Reputation};
 use crate::state::context::Deps;
 use crate::state::shutdown::Shutdown;
 
@@ -152,24 +152,9 @@ impl Consumer {
         Ok(messages.len())
     }
 
-    /// One message body applied; its kind counted and, when malformed, logged. False when it
-    /// could not be applied now (Redis did not answer): it stays in the queue.
+    /// One message body applied (see `reputation::intake`). False when it could not be
+    /// applied now (Redis did not answer): it stays in the queue.
     async fn apply(&self, body: &str) -> bool {
-        let kind = match self.reputation.apply_text(body).await {
-            Ok(Applied::Counted { kind, .. }) => kind.as_str(),
-            Ok(Applied::Repeat(_)) | Ok(Applied::Ignored) => "ignored",
-            Err(e) if !e.is_malformed() => return false,
-            Err(e) => {
-                tracing::warn!(
-                    target: "mailsluice::reputation",
-                    error = %e,
-                    bytes = body.len(),
-                    "reputation.malformed event deleted"
-                );
-                "malformed"
-            }
-        };
-        self.metrics.reputation_event(kind);
-        true
+        (intake::take_in(&self.reputation, &self.metrics, body, "sqs").await).is_ok()
     }
 }
