@@ -10,6 +10,7 @@
 //! - `expiring`: the bounded, expiring map the last two (and the repeat check) are made of.
 //! - `sns_signature`: SNS's signed messages (`POST /ses/events`) checked (pure);
 //!   `sns_verifier`: their certificates fetched and kept, subscriptions confirmed.
+//! - `operator`: what the admin endpoint and the status page read and change.
 //! - `intake`: one event record from SQS or SNS, applied and counted.
 //! - `shared`: the same state in Redis when `[redis]` is set, shared by every replica.
 //!
@@ -33,6 +34,7 @@ pub mod events;
 mod expiring;
 pub mod intake;
 pub mod ledger;
+mod operator;
 mod report;
 pub mod shared;
 pub mod sns_signature;
@@ -322,86 +324,6 @@ impl Reputation {
             .suppressions
             .get(address, self.clock.now())
             .cloned()
-    }
-
-    /// An operator lifts a suppression; false when the address was not suppressed.
-    pub async fn unsuppress(&self, address: &str) -> Result<bool, StoreError> {
-        let removed = match &self.shared {
-            Some(shared) => shared.unsuppress(address).await?,
-            None => self.lock().suppressions.remove(address),
-        };
-        if removed {
-            tracing::warn!(target: "mailsluice::reputation", address, "reputation.unsuppressed");
-        }
-        Ok(removed)
-    }
-
-    /// An operator resumes a tenant: its window starts afresh (on every replica, with
-    /// `[redis]`). False when it was not known.
-    pub async fn resume(&self, key: &str) -> Result<bool, StoreError> {
-        let resumed = match &self.shared {
-            Some(shared) => shared.resume(key).await?,
-            None => self.lock().ledger.resume(key),
-        };
-        if resumed {
-            tracing::warn!(target: "mailsluice::reputation", tenant = key, "reputation.resumed by an operator");
-        }
-        Ok(resumed)
-    }
-
-    /// Every tenant counted, sorted by key.
-    pub async fn standings(&self) -> Result<Vec<Standing>, StoreError> {
-        if let Some(shared) = &self.shared {
-            return shared.standings().await;
-        }
-        let now = self.clock.now();
-        Ok((self.lock().ledger.snapshot(now).into_iter())
-            .map(|(key, c, breach)| standing_of(key.to_string(), c, breach))
-            .collect())
-    }
-
-    /// Tenants past a limit now; with `[redis]`, as this replica last read them (read
-    /// without a call to Redis: it is the gauge's).
-    pub fn paused(&self) -> usize {
-        if let Some(shared) = &self.shared {
-            return shared.paused_here();
-        }
-        let now = self.clock.now();
-        let snapshot = self.lock().ledger.snapshot(now);
-        snapshot.iter().filter(|(_, _, b)| b.is_some()).count()
-    }
-
-    /// Addresses suppressed now.
-    pub async fn suppressed_count(&self) -> Result<usize, StoreError> {
-        if let Some(shared) = &self.shared {
-            return shared.suppressed_count().await;
-        }
-        let now = self.clock.now();
-        let mut state = self.lock();
-        state.suppressions.expire(now);
-        Ok(state.suppressions.len())
-    }
-
-    /// Events whose message no tenant was known for (read by this replica, with `[redis]`).
-    pub fn unattributed(&self) -> u64 {
-        match &self.shared {
-            Some(shared) => shared.unattributed(),
-            None => self.lock().unattributed,
-        }
-    }
-
-    /// Messages whose id is held for attribution now; `None` with `[redis]` (there they are
-    /// keys that expire by themselves, not counted).
-    pub fn tracked(&self) -> Option<usize> {
-        match &self.shared {
-            Some(_) => None,
-            None => Some(self.lock().attribution.len()),
-        }
-    }
-
-    /// Whether the state is in Redis (`[redis]` set).
-    pub fn is_shared(&self) -> bool {
-        self.shared.is_some()
     }
 
     /// Today's date (UTC), `YYYY-MM-DD`, on the injected clock.

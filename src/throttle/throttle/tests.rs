@@ -9,7 +9,10 @@ use tokio::task::JoinHandle;
 use super::*;
 use crate::config::Refill;
 use crate::throttle::clock::{FakeClock, TokioClock};
-use crate::throttle::store::{Decision, Store, StoreCharge, StoreError, StoreFuture};
+use crate::throttle::store::Decision;
+
+mod scripted;
+use scripted::Scripted;
 
 const SEC: Duration = Duration::from_secs(1);
 
@@ -108,71 +111,6 @@ async fn a_bucket_with_waiters_is_never_forgotten() {
     assert!(t.holds(0, "busy"));
     t.dispose();
     assert_eq!(waiter.await.unwrap(), Err(ThrottleError::Shutdown));
-}
-
-/// A shared store that answers each take from a script of decisions (the last one repeats) and
-/// records what it is given back.
-struct Scripted {
-    answers: Vec<Decision>,
-    /// When set, a take answers only once this is notified (a store call in flight).
-    hold: Option<Arc<tokio::sync::Notify>>,
-    takes: std::sync::Mutex<usize>,
-    /// Each take's charges, as (layer, cut).
-    taken: std::sync::Mutex<Vec<Vec<(usize, bool)>>>,
-    given_back: std::sync::Mutex<Vec<(usize, String, u64)>>,
-}
-
-impl Scripted {
-    fn new(answers: Vec<Decision>) -> Arc<Scripted> {
-        Scripted::holding(answers, None)
-    }
-
-    fn holding(answers: Vec<Decision>, hold: Option<Arc<tokio::sync::Notify>>) -> Arc<Scripted> {
-        Arc::new(Scripted {
-            answers,
-            hold,
-            takes: Default::default(),
-            taken: Default::default(),
-            given_back: Default::default(),
-        })
-    }
-
-    fn takes(&self) -> usize {
-        *self.takes.lock().unwrap()
-    }
-
-    fn given_back(&self) -> Vec<(usize, String, u64)> {
-        self.given_back.lock().unwrap().clone()
-    }
-}
-
-impl Store for Scripted {
-    fn take<'a>(&'a self, charges: &'a [StoreCharge<'a>], _: Nanos) -> StoreFuture<'a, Decision> {
-        let cuts = charges.iter().map(|c| (c.layer, c.cut)).collect();
-        self.taken.lock().unwrap().push(cuts);
-        let mut n = self.takes.lock().unwrap();
-        let d = self.answers[(*n).min(self.answers.len() - 1)];
-        *n += 1;
-        let hold = self.hold.clone();
-        Box::pin(async move {
-            if let Some(hold) = hold {
-                hold.notified().await;
-            }
-            Ok(d)
-        })
-    }
-
-    fn give_back<'a>(&'a self, charges: &'a [StoreCharge<'a>]) -> StoreFuture<'a, ()> {
-        let mut given = self.given_back.lock().unwrap();
-        given.extend(charges.iter().map(|c| (c.layer, c.key.to_string(), c.cost)));
-        Box::pin(std::future::ready(Ok(())))
-    }
-
-    fn peek<'a>(&'a self, _: usize, _: &'a str) -> StoreFuture<'a, Peek> {
-        Box::pin(std::future::ready(Err(StoreError::Unavailable(
-            "peek".into(),
-        ))))
-    }
 }
 
 const HOUR: Nanos = 3_600_000_000_000;
