@@ -17,6 +17,15 @@ if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
   exit 0
 fi
 
+# Exits with "$1" as the hint unless every other argument is an installed command.
+need_tools() {
+  local hint=$1 tool
+  shift
+  for tool in "$@"; do
+    command -v "$tool" >/dev/null || { echo "$tool missing: $hint" >&2; exit 1; }
+  done
+}
+
 # For the scripts that put the relay in front of Postfix's smtp-sink (relay.sh, relay_cpu.sh):
 # starts smtp-sink on SINK_PORT (its pid in SINK_PID) and writes $1/relay.toml, a relay on
 # RELAY_PORT forwarding to it with POOL_SIZE connections (default 20).

@@ -22,9 +22,7 @@ STRACE_N=${STRACE_N:-4000}
 ROUNDS=${ROUNDS:-2}
 SINK_PORT=${SINK_PORT:-42535}
 RELAY_PORT=${RELAY_PORT:-42536}
-for tool in smtp-source smtp-sink strace; do
-  command -v $tool >/dev/null || { echo "$tool missing: install postfix and strace" >&2; exit 1; }
-done
+need_tools "install postfix and strace" smtp-source smtp-sink strace
 if [ -z "${RELAY_BINS:-}" ]; then
   cargo build --release -q
   RELAY_BINS=$target/release/mailsluice

@@ -12,9 +12,7 @@ source "$(dirname "$0")/common.sh"
 M=${1:-2000}
 SINK_PORT=${SINK_PORT:-42545}
 RELAY_PORT=${RELAY_PORT:-42546}
-for tool in smtp-source smtp-sink strace; do
-  command -v $tool >/dev/null || { echo "$tool missing: install postfix and strace" >&2; exit 1; }
-done
+need_tools "install postfix and strace" smtp-source smtp-sink strace
 if [ -z "${RELAY_BIN:-}" ]; then
   cargo build --release -q
   RELAY_BIN=$target/release/mailsluice

@@ -1,6 +1,27 @@
-//! A real HTTP GET against the admin endpoint (ureq, blocking, run off the async workers).
+//! Real HTTP requests against the admin endpoint (ureq, blocking, run off the async workers).
 
 use std::net::SocketAddr;
+
+type Answer = Result<ureq::http::Response<ureq::Body>, ureq::Error>;
+
+/// Runs `send` on a blocking thread with an agent that takes a 4xx or 5xx as an answer, not
+/// an error; its status and body, `None` when nothing answered.
+async fn exchange<F>(send: F) -> Option<(u16, String)>
+where
+    F: FnOnce(&ureq::Agent) -> Answer + Send + 'static,
+{
+    tokio::task::spawn_blocking(move || {
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .new_agent();
+        let mut response = send(&agent).ok()?;
+        let status = response.status().as_u16();
+        Some((status, response.body_mut().read_to_string().ok()?))
+    })
+    .await
+    .unwrap()
+}
 
 /// Status and body of `GET http://{addr}{path}`; a 4xx or 5xx is an answer, not an error.
 pub async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
@@ -10,17 +31,7 @@ pub async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
 /// As [`get`], `None` when nothing answers (a server still starting).
 pub async fn try_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
     let url = format!("http://{addr}{path}");
-    tokio::task::spawn_blocking(move || {
-        let agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .build()
-            .new_agent();
-        let mut response = agent.get(&url).call().ok()?;
-        let status = response.status().as_u16();
-        Some((status, response.body_mut().read_to_string().ok()?))
-    })
-    .await
-    .unwrap()
+    exchange(move |agent| agent.get(&url).call()).await
 }
 
 /// Status and body of `METHOD http://{addr}{path}`, with HTTP Basic `password` (user
@@ -41,11 +52,7 @@ pub async fn request(
             base64::engine::general_purpose::STANDARD.encode(pair)
         )
     });
-    tokio::task::spawn_blocking(move || {
-        let agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .build()
-            .new_agent();
+    let answer = exchange(move |agent| {
         let request = ureq::http::Request::builder()
             .method(method.as_str())
             .uri(&url);
@@ -53,38 +60,18 @@ pub async fn request(
             Some(value) => request.header("Authorization", value),
             None => request,
         };
-        let mut response = agent
-            .run(request.body(()).unwrap())
-            .expect("an HTTP answer");
-        let status = response.status().as_u16();
-        (
-            status,
-            response.body_mut().read_to_string().unwrap_or_default(),
-        )
-    })
-    .await
-    .unwrap()
+        agent.run(request.body(()).unwrap())
+    });
+    answer.await.expect("an HTTP answer")
 }
 
 /// Status and body of `POST http://{addr}{path}` with `body` (JSON, as SNS posts it).
 pub async fn post(addr: SocketAddr, path: &str, body: Vec<u8>) -> (u16, String) {
     let url = format!("http://{addr}{path}");
-    tokio::task::spawn_blocking(move || {
-        let agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .build()
-            .new_agent();
-        let mut response = agent
-            .post(&url)
+    let answer = exchange(move |agent| {
+        (agent.post(&url))
             .header("Content-Type", "text/plain; charset=UTF-8")
             .send(&body[..])
-            .expect("an HTTP answer");
-        let status = response.status().as_u16();
-        (
-            status,
-            response.body_mut().read_to_string().unwrap_or_default(),
-        )
-    })
-    .await
-    .unwrap()
+    });
+    answer.await.expect("an HTTP answer")
 }
