@@ -12,6 +12,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Metric, Registry};
 
+use super::activity::Activities;
 use crate::message::Outcome;
 use crate::throttle::Throttle;
 
@@ -68,6 +69,7 @@ pub struct Metrics {
     evictions: Family<LayerLabel, Gauge>,
     upstream_seconds: Family<UpstreamLabel, Histogram>,
     connections: Gauge,
+    activities: Activities,
     layer_limit: Family<LayerLabel, Gauge>,
     upstream_throttled: Family<ReasonLabel, Counter>,
     upstream_paused: Family<UpstreamLabel, Gauge>,
@@ -120,6 +122,11 @@ impl Metrics {
                 Family::new_with_constructor(seconds_histogram as fn() -> Histogram),
             ),
             connections: add(r, "connections_open", "Client connections open"),
+            activities: Activities::of(&add(
+                r,
+                "sessions",
+                "Client sessions by what each is doing now (command, data, waiting, upstream)",
+            )),
             layer_limit: add(r, "layer_limit", layer),
             upstream_throttled: add(r, "upstream_throttled", by_reason),
             upstream_paused: add(
@@ -251,6 +258,11 @@ impl Metrics {
 
     pub fn connection_closed(&self) {
         self.connections.dec();
+    }
+
+    /// What the sessions are doing (each session holds its place, see `activity`).
+    pub fn activities(&self) -> &Activities {
+        &self.activities
     }
 
     /// The text exposition, with the throttle's gauges read now.

@@ -98,6 +98,7 @@ pub async fn run(listeners: impl Into<Listeners>, deps: Deps, shutdown: Shutdown
     if tokio::time::timeout(grace, sessions.wait()).await.is_err() {
         tracing::warn!(
             left = sessions.len(),
+            doing = %ctx.metrics.activities().summary(),
             "grace period over with sessions in flight"
         );
         live.dispose();

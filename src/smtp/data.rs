@@ -10,6 +10,7 @@ use super::conn::Stop;
 use super::data_reader::{DataProblem, DataReader};
 use super::reply::{self, Reply};
 use super::session::{Flow, Session};
+use crate::observe::activity::Activity;
 
 impl Session {
     pub async fn data(&mut self) -> Flow {
@@ -30,7 +31,10 @@ impl Session {
         let deadline = Instant::now() + Duration::from_millis(smtp.data_timeout_ms.get());
         let mut reader =
             DataReader::new(max_bytes, max_line).with_budget(self.ctx.buffered.clone());
-        match self.conn.read_data(&mut reader, deadline).await {
+        self.doing.set(Activity::Data);
+        let read = self.conn.read_data(&mut reader, deadline).await;
+        self.doing.set(Activity::Command);
+        match read {
             Ok(()) => {}
             Err(Stop::Idle) => {
                 self.reply(reply::idle_timeout());

@@ -18,6 +18,7 @@ use super::session::{Flow, Session};
 use super::verdict::{Held, Record, Verdict};
 use super::waiter::{Tokens, Waiter};
 use crate::message::{Envelope, Outcome};
+use crate::observe::activity::Activity;
 use crate::observe::traces::{self, MessageSpans};
 use crate::policy::{self, Charge, MessageFacts, Plan};
 use crate::state::context::Context;
@@ -62,6 +63,7 @@ impl Session {
         let mut waiter = Waiter {
             ctx: &self.ctx,
             conn: &mut self.conn,
+            doing: &mut self.doing,
         };
         let max_received = self.ctx.config.smtp.max_received.get();
         let verdict = match (
@@ -73,6 +75,7 @@ impl Session {
             (None, Some(Loop::CameBack)) => Verdict::refused(reply::loop_detected(), record),
             (None, Some(Loop::TooManyHops)) => Verdict::refused(reply::too_many_hops(), record),
         };
+        self.doing.set(Activity::Command);
         if let Some(tenant) = &tenant {
             (self.reputation_settle(&tenant.key, &envelope, &verdict.record)).await;
         }

@@ -10,6 +10,7 @@ use smtp_proto::{Error as ParseError, Request};
 use super::conn::{Conn, Line, Stop};
 use super::reply::{self, Reply};
 use crate::message::Envelope;
+use crate::observe::activity::Doing;
 use crate::state::context::Context;
 use crate::state::shutdown::Shutdown;
 
@@ -46,6 +47,8 @@ pub struct Session {
     /// Commands that moved no message on since the last message's final dot, against
     /// `max_junk_commands`.
     pub junk: usize,
+    /// Where this session is counted in the metrics' `sessions{activity}`.
+    pub doing: Doing,
 }
 
 /// Who the client proved to be with AUTH, and what that lets it do.
@@ -72,7 +75,9 @@ impl Session {
             .trusted_networks
             .iter()
             .any(|net| net.contains(&peer.ip()));
+        let doing = ctx.metrics.activities().start();
         Session {
+            doing,
             ctx,
             conn,
             peer,

@@ -7,6 +7,7 @@ use tokio::time::Instant;
 
 use super::conn::Conn;
 use super::verdict::{Held, Record};
+use crate::observe::activity::{Activity, Doing};
 use crate::policy::Charge;
 use crate::state::context::Context;
 use crate::throttle::{Again, Permit};
@@ -19,10 +20,12 @@ pub(super) enum Tokens {
     Again(Again),
 }
 
-/// What a message's waits need of its session: the throttle and the client's connection.
+/// What a message's waits need of its session: the throttle, the client's connection, and
+/// where the session is counted (waiting, then with upstream once the tokens came).
 pub(super) struct Waiter<'a> {
     pub ctx: &'a Context,
     pub conn: &'a mut Conn,
+    pub doing: &'a mut Doing,
 }
 
 impl Waiter<'_> {
@@ -35,8 +38,10 @@ impl Waiter<'_> {
         record: &mut Record,
     ) -> Result<Option<Permit>, Held> {
         if matches!(&tokens, Tokens::First(charges) if charges.is_empty()) {
+            self.doing.set(Activity::Upstream);
             return Ok(None);
         }
+        self.doing.set(Activity::Waiting);
         let throttle = self.ctx.throttle.clone();
         let arrived = Instant::now();
         let acquire = async {
@@ -62,6 +67,7 @@ impl Waiter<'_> {
                 return Err(held);
             }
         };
+        self.doing.set(Activity::Upstream);
         record.waited += permit.waited();
         for charge in permit.charges() {
             let layer = &self.ctx.layers[charge.layer].name;

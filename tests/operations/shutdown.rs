@@ -102,6 +102,16 @@ async fn sigterm_answers_waiters_421_finishes_forwards_and_exits_0() {
     }
 
     assert!(up.messages().is_empty(), "the burst is still in flight");
+    // Each session is counted under what it is doing.
+    for (activity, count) in [
+        ("command", 1),
+        ("data", 2),
+        ("waiting", WAITING),
+        ("upstream", IN_FLIGHT),
+    ] {
+        let series = format!("mailsluice_sessions{{activity=\"{activity}\"}}");
+        assert_eq!(metric(&relay, &series).await, count as f64, "{series}");
+    }
     relay.signal(libc::SIGTERM);
     // Draining (the forwards take 3 s more): a load balancer is told to stop sending.
     until("/readyz says 503", async || {
@@ -244,4 +254,33 @@ async fn sigkill_under_load_loses_no_acknowledged_message() {
         summary.no_reply > 0,
         "some messages were cut off by the kill: {summary:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grace_that_ends_with_sessions_in_flight_says_what_they_were_doing() {
+    let up = TestUpstream::start().await;
+    let text = config(&up, 0, 1).replace("shutdown_grace_ms = 20000", "shutdown_grace_ms = 500");
+    let mut relay = RelayProcess::start(&text, "info");
+    // A client that stops halfway through its message: the grace cannot end it.
+    let mut c = Client::connect(relay.addr).await;
+    assert_eq!(c.cmd("EHLO slow.test").await.0, 250);
+    assert_eq!(c.cmd("MAIL FROM:<app@example.com>").await.0, 250);
+    assert_eq!(c.cmd("RCPT TO:<user@example.net>").await.0, 250);
+    assert_eq!(c.cmd("DATA").await.0, 354);
+    c.send(b"Subject: half\r\n").await;
+    until("the session reads the message", async || {
+        metric(&relay, "mailsluice_sessions{activity=\"data\"}").await == 1.0
+    })
+    .await;
+    relay.signal(libc::SIGTERM);
+    let status = relay.wait(Duration::from_secs(60)).await;
+    assert_eq!(status.code(), Some(0));
+    let logs = relay.logs();
+    let over = logs.iter().find(|l| l.contains("grace period over"));
+    let over = over.unwrap_or_else(|| panic!("no grace line: {logs:?}"));
+    assert!(
+        over.contains("command=0 data=1 waiting=0 upstream=0"),
+        "{over}"
+    );
+    assert!(up.messages().is_empty(), "half a message is no message");
 }
