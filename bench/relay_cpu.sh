@@ -4,7 +4,7 @@
 # the builds taking turns for ROUNDS rounds (each run gets a fresh relay; one smtp-sink).
 # Each turn is two runs:
 # - a timed run of N messages: CPU per message (utime + stime from /proc/<pid>/stat) of the
-#   relay, smtp-sink and smtp-source (from its parent shell's cutime + cstime), r/(k+s), and
+#   relay, smtp-sink and smtp-source (from its parent shell's cutime + cstime), r/(k+s), the relay's user time alone (the rest is the kernel's, for its system calls), and
 #   the relay's context switches (voluntary + involuntary, summed over its threads from
 #   /proc/<pid>/task/*/status);
 # - a run of STRACE_N messages under `strace -c -f -p <relay>` (strace slows the relay, so no
@@ -34,6 +34,7 @@ start_sink_and_write_relay_config "$work"
 
 TCK=$(getconf CLK_TCK)
 ticks() { awk '{print $14 + $15}' /proc/$1/stat; } # utime + stime of a running process
+uticks() { awk '{print $14}' /proc/$1/stat; }       # utime alone
 switches() { # voluntary + involuntary context switches of every thread of a process
   cat /proc/$1/task/*/status | awk '/ctxt_switches/ {n += $2} END {print n}'
 }
@@ -49,17 +50,19 @@ source_run() { # messages -> smtp-source's CPU ticks
     || { echo "smtp-source failed" >&2; exit 1; }
 }
 
-# One turn of one build: prints "relay_us sink_us source_us ratio switches syscalls reads
-# writes epoll futex failed".
+# One turn of one build: prints "relay_us relay_user_us sink_us source_us ratio switches
+# syscalls reads writes epoll futex failed".
 turn() {
-  local bin=$1 relay0 sink0 switches0 source relay sink sw
+  local bin=$1 relay0 user0 sink0 switches0 source relay user sink sw
   RUST_LOG=warn "$bin" --config "$work/relay.toml" 2>"$work/relay.log" &
   local pid=$!
   wait_port $RELAY_PORT
   source_run 200 >/dev/null # the pool's connections opened, not counted
-  relay0=$(ticks $pid); sink0=$(ticks $SINK_PID); switches0=$(switches $pid)
+  relay0=$(ticks $pid); user0=$(uticks $pid); sink0=$(ticks $SINK_PID)
+  switches0=$(switches $pid)
   source=$(source_run "$N")
-  relay=$(($(ticks $pid) - relay0)); sink=$(($(ticks $SINK_PID) - sink0))
+  relay=$(($(ticks $pid) - relay0)); user=$(($(uticks $pid) - user0))
+  sink=$(($(ticks $SINK_PID) - sink0))
   sw=$(($(switches $pid) - switches0))
   strace -c -f -p $pid -o "$work/strace.txt" 2>/dev/null &
   local tracer=$!
@@ -80,7 +83,8 @@ turn() {
     } END { print total + 0, reads + 0, writes + 0, epoll + 0, futex + 0, failed + 0 }' \
     "$work/strace.txt")
   read -r total reads writes epoll futex failed <<<"$counts"
-  printf '%s %s %s %s %s %s %s %s %s %s %s\n' "$(us $relay)" "$(us $sink)" "$(us "$source")" \
+  printf '%s %s %s %s %s %s %s %s %s %s %s %s\n' "$(us $relay)" "$(us $user)" "$(us $sink)" \
+    "$(us "$source")" \
     "$(echo "$relay / ($sink + $source)" | bc -l)" "$(per_msg $sw "$N")" \
     "$(per_msg "$total" "$STRACE_N")" "$(per_msg "$reads" "$STRACE_N")" \
     "$(per_msg "$writes" "$STRACE_N")" "$(per_msg "$epoll" "$STRACE_N")" \
@@ -89,13 +93,13 @@ turn() {
 
 echo "reused connections (-d), $N messages a timed run, $STRACE_N under strace; load: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "CPU in microseconds per message (clock ticks of 1/$TCK s); the rest per message"
-printf '%-5s %-34s %7s %7s %7s %7s | %6s | %7s %6s %6s %6s %6s %6s\n' round build relay sink \
-  source 'r/(k+s)' cswch syscall reads writes epoll futex failed
+printf '%-5s %-30s %7s %6s %7s %7s %7s | %6s | %7s %6s %6s %6s %6s %6s\n' round build relay \
+  r.user sink source 'r/(k+s)' cswch syscall reads writes epoll futex failed
 for round in $(seq "$ROUNDS"); do
   for bin in $RELAY_BINS; do
-    read -r r k s ratio sw total reads writes epoll futex failed <<<"$(turn "$bin")"
-    printf '%-5s %-34s %7.1f %7.1f %7.1f %7.2f | %6.2f | %7.2f %6.2f %6.2f %6.2f %6.2f %6.2f\n' \
-      "$round" "$(basename "$(dirname "$bin")")/$(basename "$bin")" "$r" "$k" "$s" "$ratio" \
+    read -r r u k s ratio sw total reads writes epoll futex failed <<<"$(turn "$bin")"
+    printf '%-5s %-30s %7.1f %6.1f %7.1f %7.1f %7.2f | %6.2f | %7.2f %6.2f %6.2f %6.2f %6.2f %6.2f\n' \
+      "$round" "$(basename "$(dirname "$bin")")/$(basename "$bin")" "$r" "$u" "$k" "$s" "$ratio" \
       "$sw" "$total" "$reads" "$writes" "$epoll" "$futex" "$failed"
   done
 done

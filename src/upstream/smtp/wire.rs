@@ -27,8 +27,9 @@ pub(super) fn wire_pieces<'a>(pieces: &[&'a [u8]]) -> Vec<&'a [u8]> {
 /// data and read what follows as a second message (SMTP smuggling). Such messages are refused
 /// rather than altered, since altering them would break "bytes unchanged" for strict servers.
 pub(super) fn dot_after_bare_line_break(message: &[u8]) -> bool {
-    message.iter().enumerate().any(|(i, &b)| {
-        if b != b'.' || i == 0 {
+    // memchr: dots are few, and this runs over every byte of every message.
+    memchr::memchr_iter(b'.', message).any(|i| {
+        if i == 0 {
             return false;
         }
         let bare_before = match message[i - 1] {
@@ -87,6 +88,29 @@ pub(super) fn rcpt_line(rcpt: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every message of up to 7 bytes of `.`, CR, LF and `a`, against the rule read plainly:
+    /// a dot after a bare CR or LF, followed by a line break or the end.
+    #[test]
+    fn a_dot_after_a_bare_line_break_is_found_wherever_it_is() {
+        let plain = |m: &[u8]| {
+            (1..m.len()).any(|i| {
+                let bare = m[i - 1] == b'\r' || (m[i - 1] == b'\n' && (i < 2 || m[i - 2] != b'\r'));
+                m[i] == b'.' && bare && matches!(m.get(i + 1), None | Some(b'\r' | b'\n'))
+            })
+        };
+        let mut found = 0;
+        for len in 0..=7u32 {
+            for n in 0..4usize.pow(len) {
+                let m: Vec<u8> = (0..len).map(|k| b".\r\na"[n / 4usize.pow(k) % 4]).collect();
+                assert_eq!(dot_after_bare_line_break(&m), plain(&m), "{m:?}");
+                found += usize::from(plain(&m));
+            }
+        }
+        assert!(found > 1000, "the alphabet reaches the case: {found}");
+        assert!(!dot_after_bare_line_break(b"a\r\n.\r\nb"));
+        assert!(dot_after_bare_line_break(b"a\n.\r\nb"));
+    }
 
     #[test]
     fn pieces_go_as_they_are_but_the_last_crlf() {
