@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Where the relay's CPU goes on reused connections, by sampling: smtp-source -d (20 sessions,
+# 1 KiB, 1 recipient) -> mailsluice -> smtp-sink, the relay under `perf record -g` (the
+# cpu-clock event, which needs no hardware counters) for M messages. Prints the share of the
+# kernel, the relay's own code and libc, then the top symbols of the relay and of libc.
+# Shares only: perf slows the relay a little, so no time per message comes from here
+# (bench/relay_cpu.sh has those).
+# Needs Debian's postfix package (smtp-source, smtp-sink) and linux-perf.
+# Usage: bench/relay_profile.sh [messages]   (default 30000; TOP symbols, default 25)
+#   RELAY_BIN=<build> picks the relay (default: target/release/mailsluice, built here).
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+M=${1:-30000}
+TOP=${TOP:-25}
+SINK_PORT=${SINK_PORT:-42555}
+RELAY_PORT=${RELAY_PORT:-42556}
+need_tools "install postfix and linux-perf" smtp-source smtp-sink perf
+if [ -z "${RELAY_BIN:-}" ]; then
+  cargo build --release -q
+  RELAY_BIN=$target/release/mailsluice
+fi
+work=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
+start_sink_and_write_relay_config "$work"
+RUST_LOG=warn "$RELAY_BIN" --config "$work/relay.toml" 2>"$work/relay.log" &
+pid=$!
+for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$RELAY_PORT) 2>/dev/null && break; sleep 0.1; done
+source_run() {
+  smtp-source -s 20 -l 1024 -m "$1" -f from@example.com -t to@example.com -d 127.0.0.1:$RELAY_PORT
+}
+source_run 200 # the pool's connections opened, not sampled
+perf record -q -F 2000 -g -p $pid -o "$work/perf.data" >/dev/null 2>&1 &
+recorder=$!
+sleep 1
+source_run "$M"
+kill -INT $recorder; wait $recorder || true
+echo "$M messages, 20 sessions, $(basename "$RELAY_BIN"); load: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "share of the relay's samples by where they ran:"
+perf report -i "$work/perf.data" --no-children --sort dso -g none 2>/dev/null |
+  grep -v '^#' | grep -v '^$' | head -5
+echo "top symbols of the relay and libc (share of all the relay's samples):"
+perf report -i "$work/perf.data" --no-children --sort sym -g none \
+  --dsos "$(basename "$RELAY_BIN"),libc.so.6" 2>/dev/null | grep -v '^#' | grep -v '^$' | head -"$TOP"
