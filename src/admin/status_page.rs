@@ -50,6 +50,7 @@ pub fn render(ctx: &Context, health: &Health, recent: &Recent, checks: &Checks) 
         host = escape(&ctx.config.smtp.hostname),
     );
     readiness(&mut html, ctx, health, checks);
+    sessions(&mut html, ctx);
     layers(&mut html, ctx, recent);
     reputation(&mut html, checks.reputation.as_ref());
     most_waiting(&mut html, ctx);
@@ -78,6 +79,19 @@ fn readiness(html: &mut String, ctx: &Context, health: &Health, checks: &Checks)
     }
     if let Some(store) = &checks.store {
         row_state(html, "Redis (shared buckets)", store);
+    }
+    html.push_str("</table>");
+}
+
+/// The client sessions by what each is doing now (`mailsluice_sessions{activity}`).
+fn sessions(html: &mut String, ctx: &Context) {
+    html.push_str("<h2>Sessions</h2><table><tr><th>doing</th><th class=\"num\">sessions</th></tr>");
+    for (activity, n) in ctx.metrics.activities().counts() {
+        let _ = write!(
+            html,
+            "<tr><td>{}</td><td class=\"num\">{n}</td></tr>",
+            activity.as_str()
+        );
     }
     html.push_str("</table>");
 }

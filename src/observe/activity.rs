@@ -71,11 +71,16 @@ impl Activities {
         }
     }
 
-    /// Each activity with its count now, e.g. `command=0 data=1 waiting=0 upstream=3`.
+    /// Each activity with its count now.
+    pub fn counts(&self) -> [(Activity, i64); 4] {
+        Activity::ALL.map(|a| (a, self.gauges[a as usize].get()))
+    }
+
+    /// [`counts`](Self::counts) in one line, e.g. `command=0 data=1 waiting=0 upstream=3`.
     pub fn summary(&self) -> String {
-        Activity::ALL
+        self.counts()
             .iter()
-            .map(|a| format!("{}={}", a.as_str(), self.gauges[*a as usize].get()))
+            .map(|(a, n)| format!("{}={n}", a.as_str()))
             .collect::<Vec<_>>()
             .join(" ")
     }

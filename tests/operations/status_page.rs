@@ -63,6 +63,11 @@ async fn the_page_shows_waiters_and_refusals_and_escapes_keys() {
     );
     let waiting_row = format!("<td>{escaped}</td><td class=\"num\">2</td>");
     assert!(page.contains(&waiting_row), "the waiting key: {page}");
+    // The sessions: the first client between commands, the other two waiting for tokens.
+    for (doing, n) in [("command", 1), ("data", 0), ("waiting", 2), ("upstream", 0)] {
+        let row = format!("<tr><td>{doing}</td><td class=\"num\">{n}</td></tr>");
+        assert!(page.contains(&row), "{row}: {page}");
+    }
 
     if have_program("chromium") {
         let dom = browser_dom(&format!("http://{admin}/")).await;
