@@ -26,6 +26,21 @@ need_tools() {
   done
 }
 
+# Waits (at most 10 s) until something listens on 127.0.0.1:$1; exits otherwise.
+wait_port() {
+  for _ in $(seq 200); do (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null && return; sleep 0.05; done
+  echo "nothing listens on port $1" >&2; exit 1
+}
+
+# For the scripts that run one relay build: RELAY_BIN as given, else the release build (built
+# here).
+relay_bin() {
+  if [ -z "${RELAY_BIN:-}" ]; then
+    cargo build --release -q
+    RELAY_BIN=$target/release/mailsluice
+  fi
+}
+
 # For the scripts that put the relay in front of Postfix's smtp-sink (relay.sh, relay_cpu.sh):
 # starts smtp-sink on SINK_PORT (its pid in SINK_PID) and writes $1/relay.toml, a relay on
 # RELAY_PORT forwarding to it with POOL_SIZE connections (default 20).

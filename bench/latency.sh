@@ -36,11 +36,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-wait_port() {
-  for _ in $(seq 200); do (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null && return; sleep 0.05; done
-  echo "nothing listens on $1" >&2; exit 1
-}
-
 start_upstream() { # delay_ms on|off messages
   "$target/debug/examples/latency" $UP_PORT "$1" "$2" "$3" >"$work/up.out" 2>"$work/up.err" &
   UP_PID=$!

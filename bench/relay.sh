@@ -24,9 +24,7 @@ start_sink_and_write_relay_config "$work"
 RUST_LOG=warn "${RELAY_BIN:-$target/release/mailsluice}" --config "$work/relay.toml" 2>"$work/relay.log" &
 RELAY_PID=$!
 # Wait until both listen.
-for port in $SINK_PORT $RELAY_PORT; do
-  for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
-done
+for port in $SINK_PORT $RELAY_PORT; do wait_port $port; done
 
 TCK=$(getconf CLK_TCK)
 ticks() { awk '{print $14 + $15}' /proc/$1/stat; } # utime + stime of a running process

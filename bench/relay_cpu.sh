@@ -40,10 +40,6 @@ switches() { # voluntary + involuntary context switches of every thread of a pro
 }
 per_msg() { echo "$1 / $2" | bc -l; }
 us() { echo "$1 * 1000000 / $TCK / $N" | bc -l; }
-wait_port() {
-  for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null && return; sleep 0.1; done
-  echo "nothing listens on port $1" >&2; exit 1
-}
 source_run() { # messages -> smtp-source's CPU ticks
   bash -c 'smtp-source -s 20 -l 1024 -m "$1" -f from@example.com -t to@example.com \
       -d 127.0.0.1:$2 >&2 || exit 1; awk "{print \$16 + \$17}" /proc/$$/stat' _ "$1" "$RELAY_PORT" \

@@ -13,16 +13,13 @@ M=${1:-2000}
 SINK_PORT=${SINK_PORT:-42545}
 RELAY_PORT=${RELAY_PORT:-42546}
 need_tools "install postfix and strace" smtp-source smtp-sink strace
-if [ -z "${RELAY_BIN:-}" ]; then
-  cargo build --release -q
-  RELAY_BIN=$target/release/mailsluice
-fi
+relay_bin
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 POOL_SIZE=1 start_sink_and_write_relay_config "$work"
 RUST_LOG=warn "$RELAY_BIN" --config "$work/relay.toml" 2>"$work/relay.log" &
 pid=$!
-for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$RELAY_PORT) 2>/dev/null && break; sleep 0.1; done
+wait_port $RELAY_PORT
 source_run() {
   smtp-source -s 1 -l 1024 -m "$1" -f from@example.com -t to@example.com -d 127.0.0.1:$RELAY_PORT
 }

@@ -6,6 +6,7 @@
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
 
 /// One session's activity.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,8 +52,19 @@ pub struct Activities {
 }
 
 impl Activities {
+    /// Registers `sessions{activity}` in `registry`, every activity from 0.
+    pub fn register(registry: &mut Registry) -> Activities {
+        let family = Family::<ActivityLabel, Gauge>::default();
+        registry.register(
+            "sessions",
+            "Client sessions by what each is doing now (command, data, waiting, upstream)",
+            family.clone(),
+        );
+        Activities::of(&family)
+    }
+
     /// The gauges of `family`, one per activity, each from 0.
-    pub fn of(family: &Family<ActivityLabel, Gauge>) -> Activities {
+    fn of(family: &Family<ActivityLabel, Gauge>) -> Activities {
         let gauges = Activity::ALL.map(|a| {
             let label = ActivityLabel {
                 activity: a.as_str(),
@@ -115,7 +127,7 @@ mod tests {
 
     #[test]
     fn a_session_counts_under_one_activity_at_a_time_and_none_once_dropped() {
-        let activities = Activities::of(&Family::default());
+        let activities = Activities::register(&mut Registry::default());
         let mut one = activities.start();
         let two = activities.start();
         assert_eq!(

@@ -122,11 +122,7 @@ impl Metrics {
                 Family::new_with_constructor(seconds_histogram as fn() -> Histogram),
             ),
             connections: add(r, "connections_open", "Client connections open"),
-            activities: Activities::of(&add(
-                r,
-                "sessions",
-                "Client sessions by what each is doing now (command, data, waiting, upstream)",
-            )),
+            activities: Activities::register(r),
             layer_limit: add(r, "layer_limit", layer),
             upstream_throttled: add(r, "upstream_throttled", by_reason),
             upstream_paused: add(
