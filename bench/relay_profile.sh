@@ -6,6 +6,10 @@
 # Shares only: perf slows the relay a little, so no time per message comes from here
 # (bench/relay_cpu.sh has those).
 # Needs Debian's postfix package (smtp-source, smtp-sink) and linux-perf.
+# With STACKS="pattern ...", the samples are recorded with whole call stacks (DWARF) instead,
+# and for each pattern it prints the share of all samples that ran in user space (the relay or
+# libc) with a frame matching the pattern on their stack: the user time spent under it, e.g.
+# STACKS="lettre:: Transaction::run" for lettre's share and the upstream transaction's.
 # Usage: bench/relay_profile.sh [messages]   (default 30000; TOP symbols, default 25)
 #   RELAY_BIN=<build> picks the relay (default: target/release/mailsluice, built here).
 set -euo pipefail
@@ -26,7 +30,12 @@ source_run() {
   smtp-source -s 20 -l 1024 -m "$1" -f from@example.com -t to@example.com -d 127.0.0.1:$RELAY_PORT
 }
 source_run 200 # the pool's connections opened, not sampled
-perf record -q -F 2000 -g -p $pid -o "$work/perf.data" >/dev/null 2>&1 &
+if [ -n "${STACKS:-}" ]; then
+  graph=(-F 1000 --call-graph dwarf,16384)
+else
+  graph=(-F 2000 -g)
+fi
+perf record -q "${graph[@]}" -p $pid -o "$work/perf.data" >/dev/null 2>&1 &
 recorder=$!
 sleep 1
 source_run "$M"
@@ -34,7 +43,28 @@ kill -INT $recorder; wait $recorder || true
 echo "$M messages, 20 sessions, $(basename "$RELAY_BIN"); load: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "share of the relay's samples by where they ran:"
 perf report -i "$work/perf.data" --no-children --sort dso -g none 2>/dev/null |
-  grep -v '^#' | grep -v '^$' | head -5
+  grep -v '^#' | grep -v '^$' | head -5 || true # head closes the pipe early
 echo "top symbols of the relay and libc (share of all the relay's samples):"
 perf report -i "$work/perf.data" --no-children --sort sym -g none \
-  --dsos "$(basename "$RELAY_BIN"),libc.so.6" 2>/dev/null | grep -v '^#' | grep -v '^$' | head -"$TOP"
+  --dsos "$(basename "$RELAY_BIN"),libc.so.6" 2>/dev/null | grep -v '^#' | grep -v '^$' |
+  head -"$TOP" || true
+[ -n "${STACKS:-}" ] || exit 0
+echo "user time under each pattern (share of all the relay's samples):"
+perf script -i "$work/perf.data" -F ip,sym,dso 2>/dev/null | python3 -c '
+import sys
+patterns = sys.argv[1:]
+stacks, stack = [], []
+for line in sys.stdin:
+    if line.strip():
+        stack.append(line)
+    elif stack:
+        stacks.append(stack)
+        stack = []
+if stack:
+    stacks.append(stack)
+user = [s for s in stacks if "kernel.kallsyms" not in s[0]]
+print(f"  {len(stacks)} samples, {100 * len(user) / len(stacks):.1f} % in user space")
+for p in patterns:
+    n = sum(1 for s in user if any(p in frame for frame in s))
+    print(f"  {100 * n / len(stacks):5.1f} %  {p}")
+' $STACKS
