@@ -37,26 +37,39 @@ pub fn protocol(esmtp: bool, tls: bool, auth: bool) -> &'static str {
 /// The header, folded at its clauses (lines of at most 78 characters with a usual hostname,
 /// always far under 998), ending in CRLF.
 pub fn header(trace: &Trace<'_>, now: SystemTime) -> Vec<u8> {
-    let date = httpdate::fmt_http_date(now).replace(" GMT", " +0000");
-    let mut h = format!(
+    use std::fmt::Write as _;
+    // One buffer, written once: this runs for every message.
+    let mut h = String::with_capacity(256);
+    let _ = write!(
+        h,
         "Received: from {from}\r\n\tby {host} {mark}\r\n\twith {proto} id {id}",
         from = from_part(trace.helo, trace.peer),
         host = trace.hostname,
-        mark = mark(trace.instance),
+        mark = Mark(trace.instance),
         proto = trace.protocol,
         id = trace.id,
     );
     if let Some(rcpt) = trace.for_rcpt.filter(|r| plain_path(r)) {
-        h.push_str(&format!("\r\n\tfor <{rcpt}>"));
+        let _ = write!(h, "\r\n\tfor <{rcpt}>");
     }
-    h.push_str(&format!(";\r\n\t{date}\r\n"));
+    // RFC 5322's zone is numeric: HTTP's date with "GMT" as "+0000".
+    let _ = write!(h, ";\r\n\t{}", httpdate::HttpDate::from(now));
+    if h.ends_with(" GMT") {
+        h.truncate(h.len() - " GMT".len());
+        h.push_str(" +0000");
+    }
+    h.push_str("\r\n");
     h.into_bytes()
 }
 
 /// The comment after our name in the `by` clause, which says the message went through this
-/// process.
-fn mark(instance: &str) -> String {
-    format!("(mailsluice {instance})")
+/// process (written where it goes, with no string of its own).
+struct Mark<'a>(&'a str);
+
+impl std::fmt::Display for Mark<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "(mailsluice {})", self.0)
+    }
 }
 
 /// Why a message must not go on: it names this process in a `Received:` field already (it
@@ -70,7 +83,7 @@ pub enum Loop {
 
 /// Reads the `Received:` fields of the header section (up to its first empty line).
 pub fn looping(message: &[u8], instance: &str, max: usize) -> Option<Loop> {
-    let mark = mark(instance);
+    let mark = Mark(instance).to_string();
     let mut count = 0;
     let mut in_received = false;
     for line in message.split(|&b| b == b'\n') {

@@ -35,21 +35,26 @@ impl Reply {
     /// Appends the reply in wire form. CR and LF inside a text (from upstream) are replaced
     /// so a reply can never be split into two.
     pub fn write_to(&self, out: &mut Vec<u8>) {
+        use std::io::Write as _;
+        // Straight into `out`, with no text built on the side: every command's reply passes
+        // here.
         let last = self.lines.len().saturating_sub(1);
         for (i, line) in self.lines.iter().enumerate() {
             let sep = if i == last { ' ' } else { '-' };
-            let clean: String = line
-                .chars()
-                .map(|c| if c == '\r' || c == '\n' { ' ' } else { c })
-                .collect();
-            let text = if self.esc.is_empty() {
-                clean
-            } else {
-                format!("{} {}", self.esc, clean)
-            };
-            out.extend_from_slice(
-                format!("{}{}{}\r\n", self.code, sep, text.trim_end()).as_bytes(),
-            );
+            let _ = write!(out, "{}{sep}", self.code);
+            let text = out.len();
+            if !self.esc.is_empty() {
+                out.extend_from_slice(self.esc.as_bytes());
+                out.push(b' ');
+            }
+            out.extend(line.bytes().map(|b| match b {
+                b'\r' | b'\n' => b' ',
+                b => b,
+            }));
+            // What was written is a `str` with ASCII bytes replaced: still UTF-8.
+            let kept = std::str::from_utf8(&out[text..]).map_or(0, |t| t.trim_end().len());
+            out.truncate(text + kept);
+            out.extend_from_slice(b"\r\n");
         }
     }
 }

@@ -158,3 +158,46 @@ fn upstreams_message_id_is_read_from_its_250() {
     assert_eq!(id("Ok queued as mem-1"), None);
     assert_eq!(id(&format!("Ok {}", "x".repeat(300))), None);
 }
+
+/// The wire form, as the rule reads plainly: each line's text (its enhanced code and the line,
+/// CR and LF made spaces) trimmed at its end.
+fn plain_wire(r: &Reply) -> String {
+    let last = r.lines.len().saturating_sub(1);
+    let mut out = String::new();
+    for (i, line) in r.lines.iter().enumerate() {
+        let sep = if i == last { ' ' } else { '-' };
+        let clean = line.replace(['\r', '\n'], " ");
+        let text = match r.esc {
+            "" => clean,
+            esc => format!("{esc} {clean}"),
+        };
+        out.push_str(&format!("{}{sep}{}\r\n", r.code, text.trim_end()));
+    }
+    out
+}
+
+#[test]
+fn the_wire_form_trims_each_text_and_keeps_every_other_character() {
+    let texts = [
+        "",
+        " ",
+        "Ok",
+        "ends in spaces  ",
+        "ends in a line break\r\n",
+        "nbsp\u{a0}",
+        "ideographic space\u{3000}",
+        "héllo wörld",
+        "\r\n\r\n",
+        "a\rb\nc",
+        "\tx\t",
+    ];
+    for esc in ["", "2.0.0"] {
+        for text in texts {
+            let one = Reply::new(250, esc, text);
+            assert_eq!(wire(&one), plain_wire(&one), "{one:?}");
+        }
+        let mut many = Reply::new(451, esc, texts[0]);
+        many.lines = texts.iter().map(|t| t.to_string()).collect();
+        assert_eq!(wire(&many), plain_wire(&many), "{many:?}");
+    }
+}
