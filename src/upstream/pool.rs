@@ -27,7 +27,7 @@ mod corked;
 mod reconnect;
 
 pub(super) use connector::{ConnectError, Connector, Security};
-pub(super) use corked::Unsent;
+pub(super) use corked::{Unsent, HOLD};
 use reconnect::Age;
 pub(super) use reconnect::Reconnect;
 

@@ -15,7 +15,8 @@
 //! - `wire`: the command lines and body bytes exactly as upstream receives them.
 //!
 //! Bytes: lettre dot-stuffs the body (a `.` at the start of a line after CRLF is doubled) and
-//! appends `CRLF.CRLF`; it changes nothing else (no line-ending or 8-bit conversion). See
+//! appends `CRLF.CRLF`; it changes nothing else (no line-ending or 8-bit conversion). A small
+//! UTF-8 message on a corked connection is stuffed by us the same way, in one pass. See
 //! `wire.rs`: `wire_body` (and `wire_pieces`) for the trailing CRLF and `dot_after_bare_line_break` for the one case its
 //! stuffing leaves open.
 
@@ -115,6 +116,7 @@ impl SmtpForwarder {
         let (mut retried, mut crowded) = (false, 0);
         loop {
             tx.pipelining = lease.pipelining;
+            tx.corked = self.pool.connector.corked();
             match tx.run(&mut lease.conn).await {
                 Ok(accepted) => {
                     self.pool.checkin(lease);

@@ -37,6 +37,7 @@ pub(super) async fn open(
     let mut retried = false;
     loop {
         tx.pipelining = lease.pipelining;
+        tx.corked = pool.connector.corked();
         match tx.prepare(&mut lease.conn).await {
             Ok(()) => {
                 return Ok(Leg {

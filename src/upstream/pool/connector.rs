@@ -34,6 +34,14 @@ pub(in crate::upstream) struct Connector {
     pub classifier: Classifier,
 }
 
+impl Connector {
+    /// Whether its connections write through [`Corked`](super::corked::Corked): every
+    /// security but implicit TLS (STARTTLS too, whose records go through it).
+    pub(in crate::upstream) fn corked(&self) -> bool {
+        !matches!(self.security, Security::Implicit(_))
+    }
+}
+
 /// Why a connection could not be had.
 pub(in crate::upstream) enum ConnectError {
     /// Upstream answered with a negative reply (greeting, EHLO, STARTTLS or AUTH), classified.

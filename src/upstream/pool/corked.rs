@@ -21,7 +21,7 @@ use tokio::net::TcpStream;
 
 /// Writes shorter than this are held (a small message and its final dot go as one); longer
 /// ones go at once, after what is held. A pooled connection holds at most this much.
-const HOLD: usize = 16 * 1024;
+pub const HOLD: usize = 16 * 1024;
 
 /// The marker inside the read error of a connection that could not write what it held.
 #[derive(Debug, thiserror::Error)]

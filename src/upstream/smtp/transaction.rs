@@ -13,8 +13,10 @@ use lettre::transport::smtp::extension::{Extension, MailBodyParameter, MailParam
 use lettre::transport::smtp::Error as SmtpError;
 
 use super::tracked::Tracked;
-use super::wire::{bad, dot_after_bare_line_break, mail_line, path, rcpt_line, wire_pieces};
-use crate::upstream::pool::Unsent;
+use super::wire::{
+    bad, dot_after_bare_line_break, mail_line, path, rcpt_line, stuffed, wire_pieces,
+};
+use crate::upstream::pool::{Unsent, HOLD};
 use crate::upstream::reply::{describe, rejected, smtp_error, unavailable};
 use crate::upstream::{Accepted, Classifier, Envelope, UpstreamError};
 
@@ -58,6 +60,9 @@ pub(in crate::upstream) struct Transaction<'a> {
     /// Upstream advertised PIPELINING on the connection about to be used (the pool's
     /// connector asks); set it for each connection the transaction is played on.
     pub(in crate::upstream) pipelining: bool,
+    /// The connection writes through the pool's cork (its connector says); set it with
+    /// `pipelining`. A small message then goes as one text (see `finish`).
+    pub(in crate::upstream) corked: bool,
 }
 
 impl<'a> Transaction<'a> {
@@ -98,6 +103,7 @@ impl<'a> Transaction<'a> {
             timeout,
             classifier,
             pipelining: false,
+            corked: false,
         })
     }
 }
@@ -121,7 +127,8 @@ impl Transaction<'_> {
         Ok(())
     }
 
-    /// The body and the final dot, and upstream's reply to it. The body goes to lettre in
+    /// The body and the final dot, and upstream's reply to it. A small message on a corked
+    /// connection goes as one text (`finish_held`). Otherwise the body goes to lettre in
     /// slices of the message itself, so its dot-stuffed copy is never more than one slice.
     /// A failure is uncertain only once the whole body was written (see `Tracked`) and the
     /// write of the final dot did not fail (a small body and its dot wait in the socket's
@@ -130,6 +137,9 @@ impl Transaction<'_> {
         &self,
         conn: &mut AsyncSmtpConnection,
     ) -> Result<Accepted, Failure> {
+        if let Some(text) = self.corked.then(|| stuffed(self.message, HOLD)).flatten() {
+            return self.finish_held(conn, &text).await;
+        }
         let (whole, unsent) = (AtomicBool::new(false), AtomicBool::new(false));
         let body = Tracked {
             parts: wire_pieces(self.message)
@@ -148,6 +158,31 @@ impl Transaction<'_> {
             Err(f) if !whole.load(Ordering::Relaxed) || unsent.load(Ordering::Relaxed) => {
                 return Err(cut_short(f))
             }
+            other => other?,
+        };
+        Ok(Accepted::new(reply.message().collect::<Vec<_>>().join(" ")))
+    }
+
+    /// A message smaller than the cork, stuffed by us in one pass (lettre's codec goes byte by
+    /// byte) and handed to lettre as one text with its final dot. The cork holds all of it
+    /// until the read of the reply, so nothing can fail before that read: a failure to write
+    /// it then is "unavailable" (the dot never left), any other "uncertain", as in the
+    /// general case.
+    async fn finish_held(
+        &self,
+        conn: &mut AsyncSmtpConnection,
+        text: &str,
+    ) -> Result<Accepted, Failure> {
+        let unsent = AtomicBool::new(false);
+        let sent = async {
+            let reply = conn.command(text).await;
+            if reply.as_ref().is_err_and(|e| Unsent::within(e)) {
+                unsent.store(true, Ordering::Relaxed);
+            }
+            reply
+        };
+        let reply = match self.step(Step::EndOfData, sent).await {
+            Err(f) if unsent.load(Ordering::Relaxed) => return Err(cut_short(f)),
             other => other?,
         };
         Ok(Accepted::new(reply.message().collect::<Vec<_>>().join(" ")))

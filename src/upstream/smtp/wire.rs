@@ -22,6 +22,35 @@ pub(super) fn wire_pieces<'a>(pieces: &[&'a [u8]]) -> Vec<&'a [u8]> {
     wire
 }
 
+/// What lettre would send for `pieces` after DATA's 354, as one text: [`wire_pieces`]
+/// dot-stuffed as lettre does it (a dot at the start of the message or right after a CRLF is
+/// doubled), then `CRLF.CRLF`. `None` when a piece is not UTF-8 (the text goes through
+/// lettre's `command`, which takes a `Display`) or the whole is `limit` bytes or more.
+pub(super) fn stuffed(pieces: &[&[u8]], limit: usize) -> Option<String> {
+    let wire = wire_pieces(pieces);
+    let len: usize = wire.iter().map(|p| p.len()).sum();
+    if len >= limit {
+        return None;
+    }
+    let mut out = String::with_capacity(len + 16);
+    for piece in wire {
+        let text = std::str::from_utf8(piece).ok()?;
+        let mut from = 0;
+        // Stuffing adds only dots, so what `out` ends with before a dot is what the message
+        // has before it.
+        for dot in memchr::memchr_iter(b'.', piece) {
+            out.push_str(&text[from..dot]);
+            if out.is_empty() || out.ends_with("\r\n") {
+                out.push('.');
+            }
+            from = dot;
+        }
+        out.push_str(&text[from..]);
+    }
+    out.push_str("\r\n.\r\n");
+    (out.len() < limit).then_some(out)
+}
+
 /// lettre stuffs a dot only after CRLF. A dot after a bare CR or LF followed by a line break
 /// goes out as is, and an upstream lenient about line endings could take it for the end of
 /// data and read what follows as a second message (SMTP smuggling). Such messages are refused
@@ -88,6 +117,60 @@ pub(super) fn rcpt_line(rcpt: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// lettre's transparency, as its codec does it byte by byte: a dot doubled at the start of
+    /// the message or after CR LF; then its `CRLF.CRLF`.
+    fn lettre_wire(message: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        let (mut start, mut cr) = (true, false);
+        for &b in message {
+            out.push(b);
+            if b == b'.' && start {
+                out.push(b'.');
+            }
+            start = cr && b == b'\n';
+            cr = b == b'\r';
+        }
+        out.extend_from_slice(b"\r\n.\r\n");
+        out
+    }
+
+    /// Every message of up to 6 bytes of `.`, CR, LF and `a`, cut into two pieces at every
+    /// place: one text, as lettre would have written the pieces.
+    #[test]
+    fn the_stuffed_text_is_what_lettre_writes_for_the_pieces() {
+        for len in 0..=6u32 {
+            for n in 0..4usize.pow(len) {
+                let m: Vec<u8> = (0..len).map(|k| b".\r\na"[n / 4usize.pow(k) % 4]).collect();
+                for cut in 0..=m.len() {
+                    let pieces = [&m[..cut], &m[cut..]];
+                    let want = lettre_wire(&wire_pieces(&pieces).concat());
+                    let got = stuffed(&pieces, 1 << 20).expect("ASCII, small");
+                    assert_eq!(got.as_bytes(), want, "{m:?} cut at {cut}");
+                }
+            }
+        }
+        let pieces: [&[u8]; 2] = [b"Subject: x\r\n\r\n", b".hidden\r\n"];
+        assert_eq!(
+            stuffed(&pieces, 1 << 20).unwrap(),
+            "Subject: x\r\n\r\n..hidden\r\n.\r\n"
+        );
+    }
+
+    #[test]
+    fn a_text_is_made_only_below_the_limit_and_of_utf8() {
+        let body = [b"x".repeat(10)];
+        let pieces: Vec<&[u8]> = body.iter().map(|b| b.as_slice()).collect();
+        // 10 bytes and CRLF.CRLF: 15.
+        assert_eq!(stuffed(&pieces, 16).map(|t| t.len()), Some(15));
+        assert_eq!(stuffed(&pieces, 15), None);
+        assert_eq!(
+            stuffed(&[b"caf\xe9\r\n"], 1 << 20),
+            None,
+            "Latin-1 is left to lettre"
+        );
+        assert!(stuffed(&["café\r\n".as_bytes()], 1 << 20).is_some());
+    }
 
     /// Every message of up to 7 bytes of `.`, CR, LF and `a`, against the rule read plainly:
     /// a dot after a bare CR or LF, followed by a line break or the end.
