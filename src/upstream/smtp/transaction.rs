@@ -10,6 +10,7 @@ use std::time::Duration;
 use lettre::transport::smtp::client::AsyncSmtpConnection;
 use lettre::transport::smtp::commands::Data;
 use lettre::transport::smtp::extension::{Extension, MailBodyParameter, MailParameter};
+use lettre::transport::smtp::response::Response;
 use lettre::transport::smtp::Error as SmtpError;
 
 use super::tracked::Tracked;
@@ -128,8 +129,8 @@ impl Transaction<'_> {
     }
 
     /// The body and the final dot, and upstream's reply to it. A small message on a corked
-    /// connection goes as one text (`finish_held`). Otherwise the body goes to lettre in
-    /// slices of the message itself, so its dot-stuffed copy is never more than one slice.
+    /// connection goes as one text; otherwise the body goes to lettre in slices of the
+    /// message itself, so its dot-stuffed copy is never more than one slice.
     /// A failure is uncertain only once the whole body was written (see `Tracked`) and the
     /// write of the final dot did not fail (a small body and its dot wait in the socket's
     /// cork until the read of the reply, see `pool::corked`).
@@ -137,55 +138,50 @@ impl Transaction<'_> {
         &self,
         conn: &mut AsyncSmtpConnection,
     ) -> Result<Accepted, Failure> {
+        // A small message on a corked connection: stuffed by us in one pass (lettre's codec
+        // goes byte by byte) and handed over as one text with its final dot. The cork holds
+        // all of it until the read of the reply, so nothing fails before that read.
         if let Some(text) = self.corked.then(|| stuffed(self.message, HOLD)).flatten() {
-            return self.finish_held(conn, &text).await;
+            return (self.final_reply(conn.command(text.as_str())).await).map_err(|(f, unsent)| {
+                if unsent {
+                    cut_short(f)
+                } else {
+                    f
+                }
+            });
         }
-        let (whole, unsent) = (AtomicBool::new(false), AtomicBool::new(false));
+        let whole = AtomicBool::new(false);
         let body = Tracked {
             parts: wire_pieces(self.message)
                 .into_iter()
                 .flat_map(|piece| piece.chunks(BODY_SLICE)),
             whole: &whole,
         };
-        let sent = async {
-            let reply = conn.message_iter(body).await;
-            if reply.as_ref().is_err_and(|e| Unsent::within(e)) {
-                unsent.store(true, Ordering::Relaxed);
-            }
-            reply
-        };
-        let reply = match self.step(Step::EndOfData, sent).await {
-            Err(f) if !whole.load(Ordering::Relaxed) || unsent.load(Ordering::Relaxed) => {
-                return Err(cut_short(f))
-            }
-            other => other?,
-        };
-        Ok(Accepted::new(reply.message().collect::<Vec<_>>().join(" ")))
+        match self.final_reply(conn.message_iter(body)).await {
+            Err((f, unsent)) if unsent || !whole.load(Ordering::Relaxed) => Err(cut_short(f)),
+            other => other.map_err(|(f, _)| f),
+        }
     }
 
-    /// A message smaller than the cork, stuffed by us in one pass (lettre's codec goes byte by
-    /// byte) and handed to lettre as one text with its final dot. The cork holds all of it
-    /// until the read of the reply, so nothing can fail before that read: a failure to write
-    /// it then is "unavailable" (the dot never left), any other "uncertain", as in the
-    /// general case.
-    async fn finish_held(
+    /// Upstream's reply to the final dot, from `send` (the body and the dot written, the
+    /// reply read) under the step's timeout. A failure comes with whether it was the failed
+    /// write of what the cork held: then the dot never left.
+    async fn final_reply(
         &self,
-        conn: &mut AsyncSmtpConnection,
-        text: &str,
-    ) -> Result<Accepted, Failure> {
+        send: impl std::future::Future<Output = Result<Response, SmtpError>>,
+    ) -> Result<Accepted, (Failure, bool)> {
         let unsent = AtomicBool::new(false);
         let sent = async {
-            let reply = conn.command(text).await;
+            let reply = send.await;
             if reply.as_ref().is_err_and(|e| Unsent::within(e)) {
                 unsent.store(true, Ordering::Relaxed);
             }
             reply
         };
-        let reply = match self.step(Step::EndOfData, sent).await {
-            Err(f) if unsent.load(Ordering::Relaxed) => return Err(cut_short(f)),
-            other => other?,
-        };
-        Ok(Accepted::new(reply.message().collect::<Vec<_>>().join(" ")))
+        match self.step(Step::EndOfData, sent).await {
+            Ok(reply) => Ok(Accepted::new(reply.message().collect::<Vec<_>>().join(" "))),
+            Err(f) => Err((f, unsent.load(Ordering::Relaxed))),
+        }
     }
 
     pub(super) async fn run(&self, conn: &mut AsyncSmtpConnection) -> Result<Accepted, Failure> {
