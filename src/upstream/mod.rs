@@ -142,9 +142,6 @@ impl UpstreamError {
         }
     }
 
-    /// Upstream's reply (code, enhanced code, text) when it refused, whether or not the
-    /// refusal was about our sending: what a refusal means for the message does not depend
-    /// on that.
     /// A refusal for good of a bad mailbox (`5xx` with `5.1.x`): what the reputation guard
     /// counts as a hard bounce the relay saw itself.
     pub fn is_hard_bounce(&self) -> bool {
@@ -152,6 +149,9 @@ impl UpstreamError {
             .is_some_and(|(code, esc, _)| code >= 500 && esc.is_some_and(|e| e.starts_with("5.1.")))
     }
 
+    /// Upstream's reply (code, enhanced code, text) when it refused, whether or not the
+    /// refusal was about our sending: what a refusal means for the message does not depend
+    /// on that.
     pub fn reply(&self) -> Option<(u16, Option<&str>, &str)> {
         match self {
             UpstreamError::Rejected {

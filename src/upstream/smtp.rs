@@ -111,12 +111,12 @@ impl SmtpForwarder {
     ) -> Result<Accepted, UpstreamError> {
         let classifier = &self.pool.connector.classifier;
         let mut tx = Transaction::new(envelope, message, self.timeout, classifier)?;
+        tx.corked = self.pool.connector.corked();
 
         let mut lease = self.checkout().await?;
         let (mut retried, mut crowded) = (false, 0);
         loop {
             tx.pipelining = lease.pipelining;
-            tx.corked = self.pool.connector.corked();
             match tx.run(&mut lease.conn).await {
                 Ok(accepted) => {
                     self.pool.checkin(lease);

@@ -142,13 +142,8 @@ impl Transaction<'_> {
         // goes byte by byte) and handed over as one text with its final dot. The cork holds
         // all of it until the read of the reply, so nothing fails before that read.
         if let Some(text) = self.corked.then(|| stuffed(self.message, HOLD)).flatten() {
-            return (self.final_reply(conn.command(text.as_str())).await).map_err(|(f, unsent)| {
-                if unsent {
-                    cut_short(f)
-                } else {
-                    f
-                }
-            });
+            let reply = self.final_reply(conn.command(text.as_str())).await;
+            return reply.map_err(|(f, unsent)| if unsent { cut_short(f) } else { f });
         }
         let whole = AtomicBool::new(false);
         let body = Tracked {
