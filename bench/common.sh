@@ -26,6 +26,12 @@ need_tools() {
   done
 }
 
+# Makes the scratch directory $work, removed on exit with every background job killed.
+scratch() {
+  work=$(mktemp -d)
+  trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
+}
+
 # Waits (at most 10 s) until something listens on 127.0.0.1:$1; exits otherwise.
 wait_port() {
   for _ in $(seq 200); do (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null && return; sleep 0.05; done

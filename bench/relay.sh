@@ -17,8 +17,7 @@ RELAY_PORT=${RELAY_PORT:-42526}
 command -v smtp-source >/dev/null || { echo "smtp-source missing: install postfix" >&2; exit 1; }
 
 cargo build --release -q
-work=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
+scratch
 
 start_sink_and_write_relay_config "$work"
 RUST_LOG=warn "${RELAY_BIN:-$target/release/mailsluice}" --config "$work/relay.toml" 2>"$work/relay.log" &

@@ -23,12 +23,8 @@ ROUNDS=${ROUNDS:-2}
 SINK_PORT=${SINK_PORT:-42535}
 RELAY_PORT=${RELAY_PORT:-42536}
 need_tools "install postfix and strace" smtp-source smtp-sink strace
-if [ -z "${RELAY_BINS:-}" ]; then
-  cargo build --release -q
-  RELAY_BINS=$target/release/mailsluice
-fi
-work=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
+[ -n "${RELAY_BINS:-}" ] || { relay_bin; RELAY_BINS=$RELAY_BIN; }
+scratch
 
 start_sink_and_write_relay_config "$work"
 

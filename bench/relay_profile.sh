@@ -20,8 +20,7 @@ SINK_PORT=${SINK_PORT:-42555}
 RELAY_PORT=${RELAY_PORT:-42556}
 need_tools "install postfix and linux-perf" smtp-source smtp-sink perf
 relay_bin
-work=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
+scratch
 start_sink_and_write_relay_config "$work"
 RUST_LOG=warn "$RELAY_BIN" --config "$work/relay.toml" 2>"$work/relay.log" &
 pid=$!

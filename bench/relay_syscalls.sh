@@ -14,8 +14,7 @@ SINK_PORT=${SINK_PORT:-42545}
 RELAY_PORT=${RELAY_PORT:-42546}
 need_tools "install postfix and strace" smtp-source smtp-sink strace
 relay_bin
-work=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
+scratch
 POOL_SIZE=1 start_sink_and_write_relay_config "$work"
 RUST_LOG=warn "$RELAY_BIN" --config "$work/relay.toml" 2>"$work/relay.log" &
 pid=$!
