@@ -4,8 +4,9 @@
 # the builds taking turns for ROUNDS rounds (each run gets a fresh relay; one smtp-sink).
 # Each turn is two runs:
 # - a timed run of N messages: CPU per message (utime + stime from /proc/<pid>/stat) of the
-#   relay, smtp-sink and smtp-source (from its parent shell's cutime + cstime), r/(k+s), the relay's user time alone (the rest is the kernel's, for its system calls), and
-#   the relay's context switches (voluntary + involuntary, summed over its threads from
+#   relay, smtp-sink and smtp-source (from its parent shell's cutime + cstime), r/(k+s), the
+#   user time of each alone (r.user, k.user, s.user; the rest is the kernel's, for their system
+#   calls), and the relay's context switches (voluntary + involuntary, summed over its threads from
 #   /proc/<pid>/task/*/status);
 # - a run of STRACE_N messages under `strace -c -f -p <relay>` (strace slows the relay, so no
 #   CPU figure comes from it): the relay's system calls per message, in total and by kind
@@ -36,25 +37,25 @@ switches() { # voluntary + involuntary context switches of every thread of a pro
 }
 per_msg() { echo "$1 / $2" | bc -l; }
 us() { echo "$1 * 1000000 / $TCK / $N" | bc -l; }
-source_run() { # messages -> smtp-source's CPU ticks
+source_run() { # messages -> smtp-source's CPU ticks, then its user ticks
   bash -c 'smtp-source -s 20 -l 1024 -m "$1" -f from@example.com -t to@example.com \
-      -d 127.0.0.1:$2 >&2 || exit 1; awk "{print \$16 + \$17}" /proc/$$/stat' _ "$1" "$RELAY_PORT" \
+      -d 127.0.0.1:$2 >&2 || exit 1; awk "{print \$16 + \$17, \$16}" /proc/$$/stat' _ "$1" "$RELAY_PORT" \
     || { echo "smtp-source failed" >&2; exit 1; }
 }
 
-# One turn of one build: prints "relay_us relay_user_us sink_us source_us ratio switches
-# syscalls reads writes epoll futex failed".
+# One turn of one build: prints "relay_us relay_user_us sink_us sink_user_us source_us
+# source_user_us ratio switches syscalls reads writes epoll futex failed".
 turn() {
-  local bin=$1 relay0 user0 sink0 switches0 source relay user sink sw
+  local bin=$1 relay0 user0 sink0 sinku0 switches0 source sourceu relay user sink sinku sw
   RUST_LOG=warn "$bin" --config "$work/relay.toml" 2>"$work/relay.log" &
   local pid=$!
   wait_port $RELAY_PORT
   source_run 200 >/dev/null # the pool's connections opened, not counted
-  relay0=$(ticks $pid); user0=$(uticks $pid); sink0=$(ticks $SINK_PID)
+  relay0=$(ticks $pid); user0=$(uticks $pid); sink0=$(ticks $SINK_PID); sinku0=$(uticks $SINK_PID)
   switches0=$(switches $pid)
-  source=$(source_run "$N")
+  read -r source sourceu <<<"$(source_run "$N")"
   relay=$(($(ticks $pid) - relay0)); user=$(($(uticks $pid) - user0))
-  sink=$(($(ticks $SINK_PID) - sink0))
+  sink=$(($(ticks $SINK_PID) - sink0)); sinku=$(($(uticks $SINK_PID) - sinku0))
   sw=$(($(switches $pid) - switches0))
   strace -c -f -p $pid -o "$work/strace.txt" 2>/dev/null &
   local tracer=$!
@@ -75,8 +76,8 @@ turn() {
     } END { print total + 0, reads + 0, writes + 0, epoll + 0, futex + 0, failed + 0 }' \
     "$work/strace.txt")
   read -r total reads writes epoll futex failed <<<"$counts"
-  printf '%s %s %s %s %s %s %s %s %s %s %s %s\n' "$(us $relay)" "$(us $user)" "$(us $sink)" \
-    "$(us "$source")" \
+  printf '%s %s %s %s %s %s %s %s %s %s %s %s %s %s\n' "$(us $relay)" "$(us $user)" \
+    "$(us $sink)" "$(us $sinku)" "$(us "$source")" "$(us "$sourceu")" \
     "$(echo "$relay / ($sink + $source)" | bc -l)" "$(per_msg $sw "$N")" \
     "$(per_msg "$total" "$STRACE_N")" "$(per_msg "$reads" "$STRACE_N")" \
     "$(per_msg "$writes" "$STRACE_N")" "$(per_msg "$epoll" "$STRACE_N")" \
@@ -85,13 +86,13 @@ turn() {
 
 echo "reused connections (-d), $N messages a timed run, $STRACE_N under strace; load: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "CPU in microseconds per message (clock ticks of 1/$TCK s); the rest per message"
-printf '%-5s %-30s %7s %6s %7s %7s %7s | %6s | %7s %6s %6s %6s %6s %6s\n' round build relay \
-  r.user sink source 'r/(k+s)' cswch syscall reads writes epoll futex failed
+printf '%-5s %-26s %6s %6s %6s %6s %6s %6s %7s | %5s | %7s %5s %6s %5s %5s %6s\n' round build \
+  relay r.user sink k.user source s.user 'r/(k+s)' cswch syscall reads writes epoll futex failed
 for round in $(seq "$ROUNDS"); do
   for bin in $RELAY_BINS; do
-    read -r r u k s ratio sw total reads writes epoll futex failed <<<"$(turn "$bin")"
-    printf '%-5s %-30s %7.1f %6.1f %7.1f %7.1f %7.2f | %6.2f | %7.2f %6.2f %6.2f %6.2f %6.2f %6.2f\n' \
-      "$round" "$(basename "$(dirname "$bin")")/$(basename "$bin")" "$r" "$u" "$k" "$s" "$ratio" \
+    read -r r u k ku s su ratio sw total reads writes epoll futex failed <<<"$(turn "$bin")"
+    printf '%-5s %-26s %6.1f %6.1f %6.1f %6.1f %6.1f %6.1f %7.2f | %5.2f | %7.2f %5.2f %6.2f %5.2f %5.2f %6.2f\n' \
+      "$round" "$(basename "$(dirname "$bin")")/$(basename "$bin")" "$r" "$u" "$k" "$ku" "$s" "$su" "$ratio" \
       "$sw" "$total" "$reads" "$writes" "$epoll" "$futex" "$failed"
   done
 done

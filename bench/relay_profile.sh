@@ -2,7 +2,8 @@
 # Where the relay's CPU goes on reused connections, by sampling: smtp-source -d (20 sessions,
 # 1 KiB, 1 recipient) -> mailsluice -> smtp-sink, the relay under `perf record -g` (the
 # cpu-clock event, which needs no hardware counters) for M messages. Prints the share of the
-# kernel, the relay's own code and libc, then the top symbols of the relay and of libc.
+# kernel, the relay's own code and libc, the top symbols of the relay, of libc and of the
+# kernel, and the kernel's samples by the system call they ran under.
 # Shares only: perf slows the relay a little, so no time per message comes from here
 # (bench/relay_cpu.sh has those).
 # Needs Debian's postfix package (smtp-source, smtp-sink) and linux-perf.
@@ -47,6 +48,28 @@ echo "top symbols of the relay and libc (share of all the relay's samples):"
 perf report -i "$work/perf.data" --no-children --sort sym -g none \
   --dsos "$(basename "$RELAY_BIN"),libc.so.6" 2>/dev/null | grep -v '^#' | grep -v '^$' |
   head -"$TOP" || true
+echo "top symbols of the kernel (share of all the relay's samples):"
+perf report -i "$work/perf.data" --no-children --sort sym -g none \
+  --dsos '[kernel.kallsyms]' 2>/dev/null | grep -v '^#' | grep -v '^$' | head -"$TOP" || true
+echo "kernel samples by the system call they ran under (share of all the relay's samples):"
+perf script -i "$work/perf.data" -F ip,sym 2>/dev/null | python3 -c '
+import re, sys, collections
+stacks, stack = [], []
+for line in sys.stdin:
+    if line.strip():
+        stack.append(line.strip())
+    elif stack:
+        stacks.append(stack)
+        stack = []
+stacks += [stack] if stack else []
+kernel = collections.Counter()
+for s in stacks:
+    calls = [m.group(1) for f in s for m in [re.search(r"__(?:x64|do)_sys_(\w+)", f)] if m]
+    if s[0].startswith("ffffffff"):
+        kernel[calls[0] if calls else "(none)"] += 1
+for call, n in kernel.most_common(8):
+    print(f"    {100 * n / len(stacks):5.1f}%  {call}")
+'
 [ -n "${STACKS:-}" ] || exit 0
 echo "user time under each pattern (share of all the relay's samples):"
 perf script -i "$work/perf.data" -F ip,sym,dso 2>/dev/null | python3 -c '
