@@ -151,7 +151,7 @@ impl Session {
 
     /// Sends `334 text` and reads the client's decoded answer.
     async fn challenge(&mut self, text: &str) -> Result<Vec<u8>, Exchange> {
-        self.conn.reply(&Reply::raw(334, text));
+        self.conn.reply(&Reply::raw(334, text.to_owned()));
         match self.conn.read_line(&mut self.shutdown).await {
             Ok(Line::Command(line)) => {
                 decode(line.strip_suffix(b"\r\n").ok_or(Exchange::Malformed)?)

@@ -7,10 +7,11 @@
 //! whole DATA section within `data_timeout_ms`, and a write within the idle timeout (a client
 //! that pipelines commands but never reads its replies is dropped, not buffered for).
 
+use std::pin::Pin;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 
 use super::data_reader::DataReader;
 use super::reply::Reply;
@@ -73,6 +74,10 @@ pub struct Conn {
     skipping: bool,
     /// A write failed or timed out: the connection is treated as closed.
     broken: bool,
+    /// The one timer bounding each read, moved to the read's deadline: a later deadline is
+    /// one atomic store, where a timer per read would enter and leave the runtime's timer
+    /// wheel (under its lock) for every command. `None` only while a read holds it.
+    timer: Option<Pin<Box<Sleep>>>,
 }
 
 impl Conn {
@@ -86,6 +91,7 @@ impl Conn {
             max_line,
             skipping: false,
             broken: false,
+            timer: None,
         }
     }
 
@@ -207,9 +213,9 @@ impl Conn {
                 true => SMALL_DATA_READ,
                 false => DATA_READ,
             };
-            match tokio::time::timeout_at(at, self.read_some(room)).await {
-                Ok(r) => r?,
-                Err(_) => return Err(stop),
+            match self.read_until(at, room).await {
+                Some(r) => r?,
+                None => return Err(stop),
             }
         }
     }
@@ -236,8 +242,26 @@ impl Conn {
         tokio::select! {
             biased;
             _ = shutdown.wait() => Err(Stop::Shutdown),
-            r = tokio::time::timeout_at(deadline, self.read_some(COMMAND_READ)) => r.unwrap_or(Err(Stop::Idle)),
+            r = self.read_until(deadline, COMMAND_READ) => r.unwrap_or(Err(Stop::Idle)),
         }
+    }
+
+    /// One read (as `read_some`), or `None` if `deadline` comes first.
+    async fn read_until(&mut self, deadline: Instant, room: usize) -> Option<Result<(), Stop>> {
+        let mut timer = match self.timer.take() {
+            Some(mut timer) => {
+                timer.as_mut().reset(deadline);
+                timer
+            }
+            None => Box::pin(tokio::time::sleep_until(deadline)),
+        };
+        let read = tokio::select! {
+            biased;
+            r = self.read_some(room) => Some(r),
+            _ = timer.as_mut() => None,
+        };
+        self.timer = Some(timer);
+        read
     }
 
     /// After a message: the input buffer, grown for DATA, goes back to the size of a

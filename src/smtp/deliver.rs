@@ -119,8 +119,13 @@ impl Session {
         let upstream_reply = verdict.upstream_reply();
         let code = upstream_reply.map(|r| r.code);
         (self.ctx.recent).message(record.outcome, &record.layer, &record.key, code);
-        let upstream = upstream_reply
-            .map_or_else(String::new, |r| format!("{} {}", r.code, r.lines.join(" ")));
+        // Built only for a log that is on: the one line per message is often filtered out.
+        let upstream = match upstream_reply {
+            Some(r) if tracing::enabled!(target: "mailsluice::message", tracing::Level::INFO) => {
+                format!("{} {}", r.code, r.lines.join(" "))
+            }
+            _ => String::new(),
+        };
         tracing::info!(
             target: "mailsluice::message",
             outcome = record.outcome.as_str(),

@@ -35,7 +35,7 @@ impl Session {
         self.reply(Reply {
             code: 250,
             esc: "",
-            lines,
+            lines: lines.into_iter().map(Into::into).collect(),
         });
     }
 }

@@ -2,6 +2,7 @@
 //! to a message's bytes, besides removing a key header the config asks to strip. Nothing the
 //! client wrote may change its structure: a bad EHLO name is written as `unknown`.
 
+use std::borrow::Cow;
 use std::net::IpAddr;
 use std::time::SystemTime;
 
@@ -43,7 +44,7 @@ pub fn header(trace: &Trace<'_>, now: SystemTime) -> Vec<u8> {
     let _ = write!(
         h,
         "Received: from {from}\r\n\tby {host} {mark}\r\n\twith {proto} id {id}",
-        from = from_part(trace.helo, trace.peer),
+        from = FromPart(trace.helo, trace.peer),
         host = trace.hostname,
         mark = Mark(trace.instance),
         proto = trace.protocol,
@@ -66,9 +67,24 @@ pub fn header(trace: &Trace<'_>, now: SystemTime) -> Vec<u8> {
 /// process (written where it goes, with no string of its own).
 struct Mark<'a>(&'a str);
 
+/// What [`Mark`] writes before the instance.
+const MARK_OPEN: &[u8] = b"(mailsluice ";
+
 impl std::fmt::Display for Mark<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "(mailsluice {})", self.0)
+        let open = std::str::from_utf8(MARK_OPEN).expect("ASCII");
+        write!(f, "{open}{})", self.0)
+    }
+}
+
+impl Mark<'_> {
+    /// Whether `line` holds this mark (searched for every message, so with no string built).
+    fn in_line(&self, line: &[u8]) -> bool {
+        memchr::memmem::find_iter(line, MARK_OPEN).any(|at| {
+            line[at + MARK_OPEN.len()..]
+                .strip_prefix(self.0.as_bytes())
+                .is_some_and(|rest| rest.first() == Some(&b')'))
+        })
     }
 }
 
@@ -83,7 +99,7 @@ pub enum Loop {
 
 /// Reads the `Received:` fields of the header section (up to its first empty line).
 pub fn looping(message: &[u8], instance: &str, max: usize) -> Option<Loop> {
-    let mark = Mark(instance).to_string();
+    let mark = Mark(instance);
     let mut count = 0;
     let mut in_received = false;
     for line in message.split(|&b| b == b'\n') {
@@ -95,7 +111,7 @@ pub fn looping(message: &[u8], instance: &str, max: usize) -> Option<Loop> {
             in_received = line.len() >= 9 && line[..9].eq_ignore_ascii_case(b"received:");
             count += usize::from(in_received);
         }
-        if in_received && line.windows(mark.len()).any(|w| w == mark.as_bytes()) {
+        if in_received && mark.in_line(line) {
             return Some(Loop::CameBack);
         }
     }
@@ -106,29 +122,35 @@ pub fn looping(message: &[u8], instance: &str, max: usize) -> Option<Loop> {
 /// as Postfix writes it. Any other name cannot be trusted to keep the comment structure, so
 /// the hop is `unknown` and the name goes in a comment of its own, every character that is
 /// not plainly safe there (parentheses, backslash, quotes, controls, non-ASCII) replaced.
-fn from_part(helo: &str, peer: IpAddr) -> String {
-    if let Some(name) = helo_name(helo) {
-        return format!("{name} ([{peer}])");
+struct FromPart<'a>(&'a str, IpAddr);
+
+impl std::fmt::Display for FromPart<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use std::fmt::Write as _;
+        let FromPart(helo, peer) = *self;
+        if let Some(name) = helo_name(helo) {
+            return write!(f, "{name} ([{peer}])");
+        }
+        write!(f, "unknown ([{peer}])")?;
+        if helo.is_empty() {
+            return Ok(());
+        }
+        let safe = |c: char| c.is_ascii_alphanumeric() || ".-_:[]".contains(c);
+        f.write_str("\r\n\t(helo=")?;
+        for c in helo.chars().take(64) {
+            f.write_char(if safe(c) { c } else { '?' })?;
+        }
+        f.write_char(')')
     }
-    if helo.is_empty() {
-        return format!("unknown ([{peer}])");
-    }
-    let safe = |c: char| c.is_ascii_alphanumeric() || ".-_:[]".contains(c);
-    let shown: String = helo
-        .chars()
-        .take(64)
-        .map(|c| if safe(c) { c } else { '?' })
-        .collect();
-    format!("unknown ([{peer}])\r\n\t(helo={shown})")
 }
 
 /// The EHLO name as it may stand in the header: an ASCII domain or address literal as given,
 /// or a UTF-8 domain as its A-label (punycode), so that the header stays ASCII whether or not
 /// the next hop speaks SMTPUTF8, and still names the same domain (RFC 5890).
-fn helo_name(helo: &str) -> Option<String> {
+fn helo_name(helo: &str) -> Option<Cow<'_, str>> {
     let ascii = match helo.is_ascii() {
-        true => helo.to_string(),
-        false => idna::domain_to_ascii_strict(helo).ok()?,
+        true => Cow::Borrowed(helo),
+        false => Cow::Owned(idna::domain_to_ascii_strict(helo).ok()?),
     };
     (!ascii.is_empty() && domain_len(&ascii) == Ok(ascii.len())).then_some(ascii)
 }
@@ -198,6 +220,20 @@ mod tests {
         let folded = "Received: from x\r\n\tby y (mailsluice 0123abcd)\r\n\r\n";
         assert_eq!(
             looping(folded.as_bytes(), "0123abcd", 50),
+            Some(Loop::CameBack)
+        );
+        // Another process's mark, or one that only starts like ours, is not a loop.
+        for other in [
+            "(mailsluice 0123abcde)",
+            "(mailsluice 0123abc)",
+            "(mailsluice  0123abcd)",
+        ] {
+            let hop = format!("Received: from x by y {other} (mailsluice 9)\r\n\r\n");
+            assert_eq!(looping(hop.as_bytes(), "0123abcd", 50), None, "{other}");
+        }
+        let second = "Received: by y (mailsluice 0123abcde) (mailsluice 0123abcd)\r\n\r\n";
+        assert_eq!(
+            looping(second.as_bytes(), "0123abcd", 50),
             Some(Loop::CameBack)
         );
     }

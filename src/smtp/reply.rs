@@ -1,7 +1,10 @@
 //! Replies the relay writes, in one place so their codes stay consistent with DESIGN.md;
 //! with how a throttle refusal and upstream's verdict become the client's reply.
 
+use std::borrow::Cow;
 use std::time::Duration;
+
+use smallvec::{smallvec, SmallVec};
 
 use crate::throttle::ThrottleError;
 use crate::upstream::reply::split_enhanced;
@@ -9,26 +12,30 @@ use crate::upstream::{Accepted, UpstreamError};
 
 pub use reputation::{suppressed, tenant_paused};
 
+/// The lines of a reply. Most replies are one line of fixed text, which this holds with no
+/// allocation: every command of every message gets one.
+pub type Lines = SmallVec<[Cow<'static, str>; 1]>;
+
 /// One SMTP reply, possibly multi-line. `esc` is the enhanced status code (RFC 3463),
 /// repeated on every line as RFC 2034 asks.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reply {
     pub code: u16,
     pub esc: &'static str,
-    pub lines: Vec<String>,
+    pub lines: Lines,
 }
 
 impl Reply {
-    pub fn new(code: u16, esc: &'static str, text: impl Into<String>) -> Reply {
+    pub fn new(code: u16, esc: &'static str, text: impl Into<Cow<'static, str>>) -> Reply {
         Reply {
             code,
             esc,
-            lines: vec![text.into()],
+            lines: smallvec![text.into()],
         }
     }
 
     /// A reply whose enhanced code is given inside the text (upstream's own).
-    pub fn raw(code: u16, text: impl Into<String>) -> Reply {
+    pub fn raw(code: u16, text: impl Into<Cow<'static, str>>) -> Reply {
         Reply::new(code, "", text)
     }
 
@@ -303,8 +310,8 @@ pub fn throttle_refusal(error: &ThrottleError) -> Reply {
 pub fn upstream_verdict(result: &Result<Accepted, UpstreamError>) -> Reply {
     match result {
         Ok(accepted) => match split_enhanced(&accepted.text) {
-            Some(_) => Reply::raw(250, accepted.text.trim()),
-            None => Reply::new(250, "2.0.0", accepted.text.trim()),
+            Some(_) => Reply::raw(250, accepted.text.trim().to_owned()),
+            None => Reply::new(250, "2.0.0", accepted.text.trim().to_owned()),
         },
         Err(UpstreamError::Unavailable(_)) => upstream_unavailable(),
         Err(UpstreamError::Uncertain(_)) => upstream_uncertain(),

@@ -7,7 +7,7 @@ fn multiline_replies_repeat_the_code_and_mark_continuations() {
     let r = Reply {
         code: 250,
         esc: "",
-        lines: vec!["a".into(), "b".into()],
+        lines: smallvec::smallvec!["a".into(), "b".into()],
     };
     let mut out = Vec::new();
     r.write_to(&mut out);
@@ -196,8 +196,8 @@ fn the_wire_form_trims_each_text_and_keeps_every_other_character() {
             let one = Reply::new(250, esc, text);
             assert_eq!(wire(&one), plain_wire(&one), "{one:?}");
         }
-        let mut many = Reply::new(451, esc, texts[0]);
-        many.lines = texts.iter().map(|t| t.to_string()).collect();
+        let mut many = Reply::new(451, esc, texts[0].to_string());
+        many.lines = texts.iter().map(|t| t.to_string().into()).collect();
         assert_eq!(wire(&many), plain_wire(&many), "{many:?}");
     }
 }
