@@ -163,6 +163,13 @@ impl DataReader {
             if run > 0 {
                 self.push_run(&input[i..i + run]);
                 i += run;
+            } else if self.state == State::Mid && input[i..].starts_with(b"\r\n") {
+                // The CRLF that ends a line, both bytes at once: kept and counted as the
+                // state machine would, then a new line starts.
+                self.push_run(b"\r\n");
+                self.line_len = 0;
+                self.state = State::LineStart;
+                i += 2;
             } else if self.step(input[i]) {
                 return Some(i + 1);
             } else {
@@ -181,8 +188,7 @@ impl DataReader {
             (State::LineStart, Some(&b)) if b != b'.' => {}
             _ => return 0,
         }
-        let special = |b: &u8| matches!(b, b'\r' | b'\n' | 0);
-        input.iter().position(special).unwrap_or(input.len())
+        memchr::memchr3(b'\r', b'\n', 0, input).unwrap_or(input.len())
     }
 
     /// Keeps a run of plain bytes ([`plain_run`](Self::plain_run)): what [`push`](Self::push)

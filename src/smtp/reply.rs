@@ -42,28 +42,50 @@ impl Reply {
     /// Appends the reply in wire form. CR and LF inside a text (from upstream) are replaced
     /// so a reply can never be split into two.
     pub fn write_to(&self, out: &mut Vec<u8>) {
-        use std::io::Write as _;
-        // Straight into `out`, with no text built on the side: every command's reply passes
-        // here.
+        // Straight into `out`, with no text built on the side and no formatting machinery:
+        // every command's reply passes here.
+        let code = [
+            b'0' + (self.code / 100 % 10) as u8,
+            b'0' + (self.code / 10 % 10) as u8,
+            b'0' + (self.code % 10) as u8,
+        ];
         let last = self.lines.len().saturating_sub(1);
         for (i, line) in self.lines.iter().enumerate() {
-            let sep = if i == last { ' ' } else { '-' };
-            let _ = write!(out, "{}{sep}", self.code);
+            out.extend_from_slice(&code);
+            out.push(if i == last { b' ' } else { b'-' });
             let text = out.len();
             if !self.esc.is_empty() {
                 out.extend_from_slice(self.esc.as_bytes());
                 out.push(b' ');
             }
-            out.extend(line.bytes().map(|b| match b {
-                b'\r' | b'\n' => b' ',
-                b => b,
-            }));
-            // What was written is a `str` with ASCII bytes replaced: still UTF-8.
-            let kept = std::str::from_utf8(&out[text..]).map_or(0, |t| t.trim_end().len());
+            let start = out.len();
+            out.extend_from_slice(line.as_bytes());
+            for b in &mut out[start..] {
+                if matches!(*b, b'\r' | b'\n') {
+                    *b = b' ';
+                }
+            }
+            let kept = trimmed_len(&out[text..]);
             out.truncate(text + kept);
             out.extend_from_slice(b"\r\n");
         }
     }
+}
+
+/// The length of `text` (a `str` with ASCII bytes replaced: still UTF-8) without its trailing
+/// white space, as `str::trim_end` has it; ASCII bytes, most texts' last, without decoding.
+fn trimmed_len(text: &[u8]) -> usize {
+    let mut len = text.len();
+    while let Some(&b) = text[..len].last() {
+        if !b.is_ascii() {
+            return std::str::from_utf8(&text[..len]).map_or(0, |t| t.trim_end().len());
+        }
+        if !char::from(b).is_whitespace() {
+            break;
+        }
+        len -= 1;
+    }
+    len
 }
 
 pub fn greeting(hostname: &str) -> Reply {

@@ -190,6 +190,8 @@ fn the_wire_form_trims_each_text_and_keeps_every_other_character() {
         "\r\n\r\n",
         "a\rb\nc",
         "\tx\t",
+        "vertical tab\u{b}",
+        "\u{b}\u{c} \u{a0}é \u{2003}",
     ];
     for esc in ["", "2.0.0"] {
         for text in texts {
