@@ -249,7 +249,11 @@ async fn final_dot(waiter: &mut Waiter<'_>, message: &Message<'_>, record: Recor
 fn message_id() -> String {
     use std::hash::BuildHasher;
     let state = std::collections::hash_map::RandomState::new();
-    format!("{:016x}", state.hash_one(()))
+    let n = state.hash_one(());
+    (0..16)
+        .rev()
+        .map(|i| char::from(b"0123456789abcdef"[(n >> (4 * i)) as usize & 0xf]))
+        .collect()
 }
 
 /// The record of a message charged `charges`, before anything happened to it.

@@ -39,19 +39,28 @@ pub fn protocol(esmtp: bool, tls: bool, auth: bool) -> &'static str {
 /// always far under 998), ending in CRLF.
 pub fn header(trace: &Trace<'_>, now: SystemTime) -> Vec<u8> {
     use std::fmt::Write as _;
-    // One buffer, written once: this runs for every message.
-    let mut h = String::with_capacity(256);
-    let _ = write!(
-        h,
-        "Received: from {from}\r\n\tby {host} {mark}\r\n\twith {proto} id {id}",
-        from = FromPart(trace.helo, trace.peer),
-        host = trace.hostname,
-        mark = Mark(trace.instance),
-        proto = trace.protocol,
-        id = trace.id,
-    );
+    // One buffer, written once and mostly without the formatting machinery: this runs for
+    // every message.
+    let mut h = String::with_capacity(320);
+    h.push_str("Received: from ");
+    let _ = write!(h, "{}", FromPart(trace.helo, trace.peer));
+    for part in [
+        "\r\n\tby ",
+        trace.hostname,
+        " ",
+        std::str::from_utf8(MARK_OPEN).expect("ASCII"),
+        trace.instance,
+        ")\r\n\twith ",
+        trace.protocol,
+        " id ",
+        trace.id,
+    ] {
+        h.push_str(part);
+    }
     if let Some(rcpt) = trace.for_rcpt.filter(|r| plain_path(r)) {
-        let _ = write!(h, "\r\n\tfor <{rcpt}>");
+        h.push_str("\r\n\tfor <");
+        h.push_str(rcpt);
+        h.push('>');
     }
     // RFC 5322's zone is numeric: HTTP's date with "GMT" as "+0000".
     let _ = write!(h, ";\r\n\t{}", httpdate::HttpDate::from(now));

@@ -11,7 +11,7 @@
 use lettre::transport::smtp::client::AsyncSmtpConnection;
 
 use super::transaction::{Failure, Step, Transaction};
-use super::wire::rcpt_line;
+use super::wire::push_rcpt_line;
 
 /// At most this many commands in one write. A group so large that upstream's replies fill
 /// the socket buffers before we finish writing would stall both sides (RFC 2920 section 3.1);
@@ -68,18 +68,30 @@ impl Transaction<'_> {
         conn: &mut AsyncSmtpConnection,
         mail: String,
     ) -> Result<(), Failure> {
-        let mut commands = Vec::with_capacity(self.rcpts.len() + 2);
-        commands.push((Step::Mail, mail));
-        commands.extend(self.rcpts.iter().map(|r| (Step::Rcpt, rcpt_line(r))));
-        commands.push((Step::Data, "DATA\r\n".to_string()));
+        // Command i: MAIL, then each RCPT, then DATA; written straight into the group's text.
+        let count = self.rcpts.len() + 2;
+        let step = |i: usize| match i {
+            0 => Step::Mail,
+            i if i == count - 1 => Step::Data,
+            _ => Step::Rcpt,
+        };
         let mut replies = Replies::default();
-        for group in commands.chunks(GROUP) {
-            let text: String = group.iter().map(|(_, line)| line.as_str()).collect();
-            let first = self.step(group[0].0, conn.command(text)).await.map(drop);
-            replies.take(group[0].0, first)?;
-            for (step, _) in &group[1..] {
-                let read = self.step(*step, conn.read_response()).await.map(drop);
-                replies.take(*step, read)?;
+        let mut text = String::with_capacity(mail.len() + 64 * count.min(GROUP));
+        for start in (0..count).step_by(GROUP) {
+            let group = start..(start + GROUP).min(count);
+            text.clear();
+            for i in group.clone() {
+                match step(i) {
+                    Step::Mail => text.push_str(&mail),
+                    Step::Rcpt => push_rcpt_line(&mut text, self.rcpts[i - 1]),
+                    _ => text.push_str("DATA\r\n"),
+                }
+            }
+            let first = self.step(step(start), conn.command(&text)).await.map(drop);
+            replies.take(step(start), first)?;
+            for i in group.skip(1) {
+                let read = self.step(step(i), conn.read_response()).await.map(drop);
+                replies.take(step(i), read)?;
             }
             if replies.refusal.is_some() {
                 break;

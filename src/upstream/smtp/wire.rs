@@ -98,11 +98,17 @@ pub(super) fn path(a: &str, rcpt: bool) -> Option<&str> {
 /// MAIL with the path written as given: lettre's `Mail` and `Rcpt` take an `Address`, which
 /// writes a quoted local part without its quotes and cannot hold a bare `postmaster`.
 pub(super) fn mail_line(from: Option<&str>, params: &[MailParameter]) -> String {
-    let mut line = format!("MAIL FROM:<{}>", from.unwrap_or(""));
+    use std::fmt::Write as _;
+    let from = from.unwrap_or("");
+    let mut line = String::with_capacity(from.len() + 32 + 16 * params.len());
+    line.push_str("MAIL FROM:<");
+    line.push_str(from);
+    line.push('>');
     for param in params {
-        line.push_str(&format!(" {param}"));
+        let _ = write!(line, " {param}");
     }
-    line + "\r\n"
+    line.push_str("\r\n");
+    line
 }
 
 pub(super) fn bad(a: &str) -> String {
@@ -111,7 +117,16 @@ pub(super) fn bad(a: &str) -> String {
 
 /// RCPT with the path written as given, for the same reason as [`mail_line`].
 pub(super) fn rcpt_line(rcpt: &str) -> String {
-    format!("RCPT TO:<{rcpt}>\r\n")
+    let mut line = String::with_capacity(rcpt.len() + 12);
+    push_rcpt_line(&mut line, rcpt);
+    line
+}
+
+/// [`rcpt_line`], appended to `text` (a pipelined group).
+pub(super) fn push_rcpt_line(text: &mut String, rcpt: &str) {
+    text.push_str("RCPT TO:<");
+    text.push_str(rcpt);
+    text.push_str(">\r\n");
 }
 
 #[cfg(test)]
