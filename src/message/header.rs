@@ -17,9 +17,8 @@ pub fn fields(message: &[u8]) -> Vec<Field> {
     let mut fields: Vec<Field> = Vec::new();
     let mut pos = 0;
     while pos < message.len() {
-        let end = (message[pos..].windows(2))
-            .position(|w| w == b"\r\n")
-            .map_or(message.len(), |i| pos + i + 2);
+        let end =
+            memchr::memmem::find(&message[pos..], b"\r\n").map_or(message.len(), |i| pos + i + 2);
         let line = &message[pos..end];
         if line == b"\r\n" {
             break;
@@ -27,7 +26,7 @@ pub fn fields(message: &[u8]) -> Vec<Field> {
         match (line.first(), fields.last_mut()) {
             (Some(b' ' | b'\t'), Some(last)) => last.whole.end = end,
             _ => {
-                if let Some(colon) = line.iter().position(|&b| b == b':') {
+                if let Some(colon) = memchr::memchr(b':', line) {
                     fields.push(Field {
                         name: pos..pos + colon,
                         whole: pos..end,

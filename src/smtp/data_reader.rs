@@ -36,6 +36,17 @@ enum State {
     Cr,
 }
 
+/// A run of plain bytes found by `DataReader::plain_run`.
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    len: usize,
+    /// The longest line length the state machine would have counted within the run (a
+    /// line's CRLF included), the line the run starts in counted from its start.
+    longest: usize,
+    /// The length of the line the run ends in, so far.
+    tail: usize,
+}
+
 /// What was wrong with a complete DATA section, in the order the relay reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DataProblem {
@@ -160,14 +171,18 @@ impl DataReader {
         let mut i = 0;
         while i < input.len() {
             let run = self.plain_run(&input[i..]);
-            if run > 0 {
-                self.push_run(&input[i..i + run]);
-                i += run;
+            if run.len > 0 {
+                self.push_run(&input[i..i + run.len], run);
+                i += run.len;
             } else if self.state == State::Mid && input[i..].starts_with(b"\r\n") {
                 // The CRLF that ends a line, both bytes at once: kept and counted as the
                 // state machine would, then a new line starts.
-                self.push_run(b"\r\n");
-                self.line_len = 0;
+                let crlf = Run {
+                    len: 2,
+                    longest: self.line_len + 2,
+                    tail: 0,
+                };
+                self.push_run(b"\r\n", crlf);
                 self.state = State::LineStart;
                 i += 2;
             } else if self.step(input[i]) {
@@ -179,33 +194,65 @@ impl DataReader {
         None
     }
 
-    /// How many bytes at the start of `input` the state machine would only keep, one by one:
-    /// inside a line (or at its start, but not a dot), up to the next CR, LF or NUL. They are
-    /// most of a message, and are taken as a run.
-    fn plain_run(&self, input: &[u8]) -> usize {
+    /// The bytes at the start of `input` that the state machine would only keep, one by one:
+    /// inside a line (or at its start, but not a dot) up to the next CR, LF or NUL, and on
+    /// through every CRLF that is followed by a byte other than a dot. They are most of a
+    /// message, and are taken as one run.
+    fn plain_run(&self, input: &[u8]) -> Run {
+        let mut run = Run {
+            len: 0,
+            longest: 0,
+            tail: self.line_len,
+        };
         match (self.state, input.first()) {
             (State::Mid, _) => {}
             (State::LineStart, Some(&b)) if b != b'.' => {}
-            _ => return 0,
+            _ => return run,
         }
-        memchr::memchr3(b'\r', b'\n', 0, input).unwrap_or(input.len())
+        loop {
+            let rest = &input[run.len..];
+            let Some(at) = memchr::memchr3(b'\r', b'\n', 0, rest) else {
+                run.len = input.len();
+                run.tail += rest.len();
+                break;
+            };
+            let plain_break = rest[at..].starts_with(b"\r\n")
+                && rest
+                    .get(at + 2)
+                    .is_some_and(|&b| !matches!(b, b'.' | b'\r' | b'\n' | 0));
+            if !plain_break {
+                run.len += at;
+                run.tail += at;
+                break;
+            }
+            run.longest = run.longest.max(run.tail + at + 2);
+            run.len += at + 2;
+            run.tail = 0;
+        }
+        run.longest = run.longest.max(run.tail);
+        run
     }
 
     /// Keeps a run of plain bytes ([`plain_run`](Self::plain_run)): what [`push`](Self::push)
     /// does to each, at once, unless a bound is reached within the run.
-    fn push_run(&mut self, run: &[u8]) {
-        self.state = State::Mid;
-        let room = match &self.budget {
+    fn push_run(&mut self, bytes: &[u8], run: Run) {
+        let room = |r: &Self| match &r.budget {
             None => true,
-            Some(budget) => !self.no_room && self.body.len() + run.len() <= budget.bytes,
+            Some(budget) => !r.no_room && r.body.len() + bytes.len() <= budget.bytes,
         };
-        if !room || self.seen + run.len() > self.max_bytes {
-            return run.iter().for_each(|&b| self.push(b));
+        // The budget's next step taken here (as `push` would at the run's first byte), so
+        // the run goes whole.
+        let room = room(self) || (self.seen < self.max_bytes && self.room_for_one() && room(self));
+        if !room || self.seen + bytes.len() > self.max_bytes {
+            return bytes.iter().for_each(|&b| {
+                self.step(b);
+            });
         }
-        self.line_len += run.len();
-        self.line_too_long |= self.line_len > self.max_line;
-        self.seen += run.len();
-        self.body.extend_from_slice(run);
+        self.state = State::Mid;
+        self.line_too_long |= run.longest > self.max_line;
+        self.line_len = run.tail;
+        self.seen += bytes.len();
+        self.body.extend_from_slice(bytes);
     }
 
     /// Advances by one byte; true at the end of the terminator.

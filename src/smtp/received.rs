@@ -111,7 +111,13 @@ pub fn looping(message: &[u8], instance: &str, max: usize) -> Option<Loop> {
     let mark = Mark(instance);
     let mut count = 0;
     let mut in_received = false;
-    for line in message.split(|&b| b == b'\n') {
+    let mut rest = message;
+    while !rest.is_empty() {
+        let (line, next) = match memchr::memchr(b'\n', rest) {
+            Some(at) => (&rest[..at], &rest[at + 1..]),
+            None => (rest, &rest[rest.len()..]),
+        };
+        rest = next;
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         if line.is_empty() {
             break;

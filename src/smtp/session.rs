@@ -225,10 +225,11 @@ fn malformed(line: &[u8]) -> Option<Reply> {
     let Some(body) = line.strip_suffix(b"\r\n") else {
         return Some(reply::bare_newline_in_command());
     };
-    if body.contains(&0) {
-        return Some(reply::syntax_error("NUL byte in command"));
-    }
-    if body.iter().any(|&b| b == b'\r' || b == b'\n') {
+    if let Some(at) = memchr::memchr3(0, b'\r', b'\n', body) {
+        // A NUL anywhere is named first, as it always was.
+        if body[at] == 0 || memchr::memchr(0, &body[at..]).is_some() {
+            return Some(reply::syntax_error("NUL byte in command"));
+        }
         return Some(reply::bare_newline_in_command());
     }
     if std::str::from_utf8(body).is_err() {

@@ -33,6 +33,42 @@ proptest::proptest! {
     }
 }
 
+proptest::proptest! {
+    /// The same for messages of whole lines, most of them plain, their lengths near the line
+    /// bound: runs that cross line breaks count each line as the state machine does.
+    #[test]
+    fn runs_across_lines_count_each_line(
+        lines in proptest::collection::vec(
+            (0usize..12, proptest::sample::select(b"aaaa.\r\n\0".to_vec())), 0..24),
+        cut in 0usize..400,
+        max_bytes in 100usize..500,
+        max_line in 1usize..16,
+        budget in 100usize..500,
+    ) {
+        // Each line: plain bytes, one chosen byte first (a dot, a stray CR, ...), then CRLF.
+        let mut input = Vec::new();
+        for (len, first) in lines {
+            input.push(first);
+            input.extend(std::iter::repeat_n(b'a', len));
+            input.extend_from_slice(b"\r\n");
+        }
+        input.extend_from_slice(b".\r\n");
+        let cut = cut.min(input.len());
+        let reader = || {
+            let pool = Arc::new(Semaphore::new(budget));
+            DataReader::new(max_bytes, max_line).with_budget(pool)
+        };
+        let (mut fast, mut slow) = (reader(), reader());
+        let first = (fast.feed(&input[..cut]), feed_bytewise(&mut slow, &input[..cut]));
+        proptest::prop_assert_eq!(first.0, first.1);
+        if first.0.is_none() {
+            let rest = &input[cut..];
+            proptest::prop_assert_eq!(fast.feed(rest), feed_bytewise(&mut slow, rest));
+        }
+        proptest::prop_assert_eq!(fast.finish(), slow.finish());
+    }
+}
+
 fn read(input: &[u8]) -> (Option<usize>, Result<Vec<u8>, DataProblem>) {
     let mut r = DataReader::new(1 << 20, 1000);
     let used = r.feed(input);
