@@ -57,7 +57,9 @@ impl Drop for Slot {
 /// A connection checked out for one transaction. Dropping it closes the socket and frees its
 /// slot: that is what happens to every connection whose state is not known to be clean.
 pub(super) struct Lease {
-    pub conn: AsyncSmtpConnection,
+    /// Boxed: a lease and its parked form move several times a message (checkout, the
+    /// forwarder's steps, checkin), and lettre's connection is large.
+    pub conn: Box<AsyncSmtpConnection>,
     /// Upstream advertised PIPELINING on this connection.
     pub pipelining: bool,
     /// It served an earlier message, so upstream may have closed it while it sat idle.
@@ -67,7 +69,7 @@ pub(super) struct Lease {
 }
 
 struct Parked {
-    conn: AsyncSmtpConnection,
+    conn: Box<AsyncSmtpConnection>,
     pipelining: bool,
     since: Instant,
     slot: Slot,
@@ -237,7 +239,7 @@ impl Pool {
     async fn open(&self, slot: Slot) -> Result<Lease, ConnectError> {
         match tokio::time::timeout(self.timeout, self.connector.connect()).await {
             Ok(Ok((conn, pipelining))) => Ok(Lease {
-                conn,
+                conn: Box::new(conn),
                 pipelining,
                 reused: false,
                 slot,
@@ -267,7 +269,7 @@ impl Pool {
     }
 
     /// Says goodbye politely, off the message's path; the slot frees when it is done.
-    fn retire(&self, mut conn: AsyncSmtpConnection, slot: Slot) {
+    fn retire(&self, mut conn: Box<AsyncSmtpConnection>, slot: Slot) {
         let timeout = self.timeout;
         tokio::spawn(async move {
             let _ = tokio::time::timeout(timeout, conn.quit()).await;
