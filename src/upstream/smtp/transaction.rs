@@ -174,7 +174,7 @@ impl Transaction<'_> {
             reply
         };
         match self.step(Step::EndOfData, sent).await {
-            Ok(reply) => Ok(Accepted::new(reply.message().collect::<Vec<_>>().join(" "))),
+            Ok(reply) => Ok(Accepted::new(joined(reply.message()))),
             Err(f) => Err((f, unsent.load(Ordering::Relaxed))),
         }
     }
@@ -266,6 +266,18 @@ impl Transaction<'_> {
     }
 }
 
+/// A reply's lines as one text, joined by spaces (with no list of them on the side).
+fn joined<'a>(lines: impl Iterator<Item = &'a str>) -> String {
+    let mut text = String::new();
+    for (i, line) in lines.enumerate() {
+        if i > 0 {
+            text.push(' ');
+        }
+        text.push_str(line);
+    }
+    text
+}
+
 /// A step that ended without a reply. Once the body is on its way (`EndOfData`) upstream
 /// may have taken the message without our hearing it: that is not the same answer as
 /// "unreachable", and the client is told so.
@@ -295,5 +307,17 @@ fn cut_short(f: Failure) -> Failure {
         clean: false,
         stale: false,
         ..f
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// As `join(" ")` has it, empty lines included.
+    #[test]
+    fn a_reply_is_joined_as_join_does() {
+        let cases: [&[&str]; 5] = [&[], &["a"], &["a", "b c"], &["", "b"], &["a", "", ""]];
+        for lines in cases {
+            assert_eq!(super::joined(lines.iter().copied()), lines.join(" "));
+        }
     }
 }
