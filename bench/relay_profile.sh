@@ -3,10 +3,11 @@
 # 1 KiB, 1 recipient) -> mailsluice -> smtp-sink, the relay under `perf record -g` (the
 # cpu-clock event, which needs no hardware counters) for M messages. Prints the share of the
 # kernel, the relay's own code and libc, the top symbols of the relay, of libc and of the
-# kernel, and the kernel's samples by the system call they ran under.
+# kernel, and the kernel's samples by the system call they ran under; and the TCP segments
+# sent per message (the machine's counters, so run it on an otherwise quiet machine).
 # Shares only: perf slows the relay a little, so no time per message comes from here
 # (bench/relay_cpu.sh has those).
-# Needs Debian's postfix package (smtp-source, smtp-sink) and linux-perf.
+# Needs Debian's postfix package (smtp-source, smtp-sink), linux-perf and nstat (iproute2).
 # With STACKS="pattern ...", the samples are recorded with whole call stacks (DWARF) instead,
 # and for each pattern it prints the share of all samples that ran in user space (the relay or
 # libc) with a frame matching the pattern on their stack: the user time spent under it, e.g.
@@ -38,9 +39,15 @@ fi
 perf record -q "${graph[@]}" -p $pid -o "$work/perf.data" >/dev/null 2>&1 &
 recorder=$!
 sleep 1
+segments() { nstat -az TcpOutSegs TcpExtTCPPureAcks | awk '$1 ~ /^Tcp/ {printf "%s ", $2}'; }
+read -r segs0 acks0 <<<"$(segments)"
 source_run "$M"
+read -r segs1 acks1 <<<"$(segments)"
 kill -INT $recorder; wait $recorder || true
 echo "$M messages, 20 sessions, $(basename "$RELAY_BIN"); load: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "TCP segments sent per message, by every process of the machine (nstat): $(echo \
+  "($segs1 - $segs0) / $M" | bc -l | cut -c1-5), of them pure ACKs: $(echo \
+  "($acks1 - $acks0) / $M" | bc -l | cut -c1-5)"
 echo "share of the relay's samples by where they ran:"
 perf report -i "$work/perf.data" --no-children --sort dso -g none 2>/dev/null |
   grep -v '^#' | grep -v '^$' | head -5 || true # head closes the pipe early
