@@ -5,6 +5,34 @@ fn feed_bytewise(r: &mut DataReader, input: &[u8]) -> Option<usize> {
     (0..input.len()).find(|&i| r.step(input[i])).map(|i| i + 1)
 }
 
+/// `input`, split at `cut`, read with runs and byte by byte by two readers with the same
+/// bounds: the same bytes consumed, the same message or the same problem.
+fn as_the_state_machine_does(
+    input: &[u8],
+    cut: usize,
+    max_bytes: usize,
+    max_line: usize,
+    budget: usize,
+) -> Result<(), proptest::test_runner::TestCaseError> {
+    let cut = cut.min(input.len());
+    let reader = || {
+        let pool = Arc::new(Semaphore::new(budget));
+        DataReader::new(max_bytes, max_line).with_budget(pool)
+    };
+    let (mut fast, mut slow) = (reader(), reader());
+    let first = (
+        fast.feed(&input[..cut]),
+        feed_bytewise(&mut slow, &input[..cut]),
+    );
+    proptest::prop_assert_eq!(first.0, first.1);
+    if first.0.is_none() {
+        let rest = &input[cut..];
+        proptest::prop_assert_eq!(fast.feed(rest), feed_bytewise(&mut slow, rest));
+    }
+    proptest::prop_assert_eq!(fast.finish(), slow.finish());
+    Ok(())
+}
+
 proptest::proptest! {
     /// Taking plain bytes as runs changes nothing: the same bytes consumed, the same
     /// message or the same problem, for any bytes split anywhere, at any bound.
@@ -17,19 +45,7 @@ proptest::proptest! {
         max_line in 1usize..40,
         budget in 0usize..150,
     ) {
-        let cut = cut.min(input.len());
-        let reader = || {
-            let pool = Arc::new(Semaphore::new(budget));
-            DataReader::new(max_bytes, max_line).with_budget(pool)
-        };
-        let (mut fast, mut slow) = (reader(), reader());
-        let first = (fast.feed(&input[..cut]), feed_bytewise(&mut slow, &input[..cut]));
-        proptest::prop_assert_eq!(first.0, first.1);
-        if first.0.is_none() {
-            let rest = &input[cut..];
-            proptest::prop_assert_eq!(fast.feed(rest), feed_bytewise(&mut slow, rest));
-        }
-        proptest::prop_assert_eq!(fast.finish(), slow.finish());
+        as_the_state_machine_does(&input, cut, max_bytes, max_line, budget)?;
     }
 }
 
@@ -53,19 +69,7 @@ proptest::proptest! {
             input.extend_from_slice(b"\r\n");
         }
         input.extend_from_slice(b".\r\n");
-        let cut = cut.min(input.len());
-        let reader = || {
-            let pool = Arc::new(Semaphore::new(budget));
-            DataReader::new(max_bytes, max_line).with_budget(pool)
-        };
-        let (mut fast, mut slow) = (reader(), reader());
-        let first = (fast.feed(&input[..cut]), feed_bytewise(&mut slow, &input[..cut]));
-        proptest::prop_assert_eq!(first.0, first.1);
-        if first.0.is_none() {
-            let rest = &input[cut..];
-            proptest::prop_assert_eq!(fast.feed(rest), feed_bytewise(&mut slow, rest));
-        }
-        proptest::prop_assert_eq!(fast.finish(), slow.finish());
+        as_the_state_machine_does(&input, cut, max_bytes, max_line, budget)?;
     }
 }
 
