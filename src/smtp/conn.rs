@@ -49,6 +49,9 @@ const WATCH_LIMIT: usize = 64 * 1024;
 /// pipelined commands from a client that does not read costs at most this much memory.
 const OUTPUT_LIMIT: usize = 64 * 1024;
 
+/// The largest command line buffer kept for the next line (most commands are far shorter).
+const SPARE_LIMIT: usize = 256;
+
 /// Room made in the input buffer for one read of commands, or of what a waiting client
 /// sends: every idle or waiting session holds this much, so it is small (commands are).
 const COMMAND_READ: usize = 1024;
@@ -74,6 +77,8 @@ pub struct Conn {
     skipping: bool,
     /// A write failed or timed out: the connection is treated as closed.
     broken: bool,
+    /// The last command line's buffer, given back by the session, for the next line.
+    spare: Vec<u8>,
     /// The one timer bounding each read, moved to the read's deadline: a later deadline is
     /// one atomic store, where a timer per read would enter and leave the runtime's timer
     /// wheel (under its lock) for every command. `None` only while a read holds it.
@@ -91,6 +96,7 @@ impl Conn {
             max_line,
             skipping: false,
             broken: false,
+            spare: Vec::new(),
             timer: None,
         }
     }
@@ -152,6 +158,15 @@ impl Conn {
         }
     }
 
+    /// Takes back a command line's buffer once the command is done with, so the next line
+    /// needs no allocation; a buffer grown by a long line is let go, so an idle session
+    /// holds little.
+    pub fn recycle(&mut self, line: Vec<u8>) {
+        if line.capacity() <= SPARE_LIMIT {
+            self.spare = line;
+        }
+    }
+
     /// Only CRLF ends a line: a bare LF is part of the line it is in (which the session
     /// then refuses whole), so the bytes after it can never run as a command of their own.
     fn take_line(&mut self) -> Option<Line> {
@@ -165,7 +180,9 @@ impl Conn {
                 }
                 Some(pos) => {
                     let end = self.start + pos + 2;
-                    let line = self.input[self.start..end].to_vec();
+                    let mut line = std::mem::take(&mut self.spare);
+                    line.clear();
+                    line.extend_from_slice(&self.input[self.start..end]);
                     self.start = end;
                     if line.len() > self.max_line {
                         return Some(Line::TooLong);
@@ -312,6 +329,36 @@ fn find_crlf(haystack: &[u8]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A command line's buffer serves the next line, unless a long line grew it past
+    /// `SPARE_LIMIT`: then it is let go, and an idle session holds no more than before.
+    #[tokio::test]
+    async fn a_line_buffer_is_reused_unless_a_long_line_grew_it() {
+        let (mut client, server) = tokio::io::duplex(1 << 16);
+        let mut conn = Conn::new(Box::new(server), Duration::from_secs(5), 4096);
+        let (_trigger, mut shutdown) = crate::state::shutdown::channel();
+        let long = format!("NOOP {}\r\n", "x".repeat(1000));
+        let input = format!("NOOP\r\nRSET\r\n{long}");
+        client.write_all(input.as_bytes()).await.unwrap();
+        async fn next(conn: &mut Conn, shutdown: &mut Shutdown) -> Vec<u8> {
+            match conn.read_line(shutdown).await {
+                Ok(Line::Command(line)) => line,
+                other => panic!("{other:?}"),
+            }
+        }
+        let first = next(&mut conn, &mut shutdown).await;
+        let buffer = first.as_ptr();
+        conn.recycle(first);
+        assert_eq!(conn.spare.as_ptr(), buffer, "kept for the next line");
+        let second = next(&mut conn, &mut shutdown).await;
+        assert_eq!(second, b"RSET\r\n");
+        assert_eq!(second.as_ptr(), buffer, "the same buffer");
+        conn.recycle(second);
+        let third = next(&mut conn, &mut shutdown).await;
+        assert_eq!(third, long.as_bytes());
+        conn.recycle(third);
+        assert_eq!(conn.spare.capacity(), 0, "a grown buffer is not kept");
+    }
 
     /// A session that waits (idle, or queued after its message) holds a command-sized input
     /// buffer, whatever it read before: thousands of them at once must stay cheap.

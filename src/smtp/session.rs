@@ -107,7 +107,11 @@ impl Session {
                     self.conn.reply(&reply::line_too_long(max));
                     Flow::Continue
                 }
-                Line::Command(bytes) => self.command(&bytes).await,
+                Line::Command(bytes) => {
+                    let flow = self.command(&bytes).await;
+                    self.conn.recycle(bytes);
+                    flow
+                }
             };
             if flow == Flow::Close {
                 self.conn.shutdown_write().await;
