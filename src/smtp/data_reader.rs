@@ -233,8 +233,8 @@ impl DataReader {
         run
     }
 
-    /// Keeps a run of plain bytes ([`plain_run`](Self::plain_run)): what [`push`](Self::push)
-    /// does to each, at once, unless a bound is reached within the run.
+    /// Keeps a run of plain bytes ([`plain_run`](Self::plain_run)): what the state machine
+    /// does to each, at once, unless a bound is reached within the run (then byte by byte).
     fn push_run(&mut self, bytes: &[u8], run: Run) {
         let room = |r: &Self| match &r.budget {
             None => true,
