@@ -63,3 +63,10 @@ tls = "none"
 pool_size = ${POOL_SIZE:-20}
 TOML
 }
+
+# Sends $1 messages of 1 KiB, one recipient, to the relay on $RELAY_PORT over SESSIONS
+# (default 20) sessions, each reused for message after message (smtp-source -d).
+source_run() {
+  smtp-source -s "${SESSIONS:-20}" -l 1024 -m "$1" -f from@example.com -t to@example.com \
+    -d 127.0.0.1:$RELAY_PORT
+}

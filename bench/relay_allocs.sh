@@ -23,9 +23,6 @@ perf probe -q -d 'probe_libc:malloc' 2>/dev/null || true
 perf probe -q -x "$libc" malloc
 trap 'perf probe -q -d "probe_libc:malloc" 2>/dev/null; kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 start_sink_and_write_relay_config "$work"
-source_run() {
-  smtp-source -s 20 -l 1024 -m "$1" -f from@example.com -t to@example.com -d 127.0.0.1:$RELAY_PORT
-}
 
 echo "$M messages a run, 20 sessions, 1 KiB; calls to malloc by the relay, per message"
 for bin in $RELAY_BINS; do

@@ -37,7 +37,7 @@ switches() { # voluntary + involuntary context switches of every thread of a pro
 }
 per_msg() { echo "$1 / $2" | bc -l; }
 us() { echo "$1 * 1000000 / $TCK / $N" | bc -l; }
-source_run() { # messages -> smtp-source's CPU ticks, then its user ticks
+source_ticks() { # messages -> smtp-source's CPU ticks, then its user ticks
   bash -c 'smtp-source -s 20 -l 1024 -m "$1" -f from@example.com -t to@example.com \
       -d 127.0.0.1:$2 >&2 || exit 1; awk "{print \$16 + \$17, \$16}" /proc/$$/stat' _ "$1" "$RELAY_PORT" \
     || { echo "smtp-source failed" >&2; exit 1; }
@@ -50,17 +50,17 @@ turn() {
   RUST_LOG=warn "$bin" --config "$work/relay.toml" 2>"$work/relay.log" &
   local pid=$!
   wait_port $RELAY_PORT
-  source_run 200 >/dev/null # the pool's connections opened, not counted
+  source_ticks 200 >/dev/null # the pool's connections opened, not counted
   relay0=$(ticks $pid); user0=$(uticks $pid); sink0=$(ticks $SINK_PID); sinku0=$(uticks $SINK_PID)
   switches0=$(switches $pid)
-  read -r source sourceu <<<"$(source_run "$N")"
+  read -r source sourceu <<<"$(source_ticks "$N")"
   relay=$(($(ticks $pid) - relay0)); user=$(($(uticks $pid) - user0))
   sink=$(($(ticks $SINK_PID) - sink0)); sinku=$(($(uticks $SINK_PID) - sinku0))
   sw=$(($(switches $pid) - switches0))
   strace -c -f -p $pid -o "$work/strace.txt" 2>/dev/null &
   local tracer=$!
   sleep 1 # attached to every thread
-  source_run "$STRACE_N" >/dev/null
+  source_ticks "$STRACE_N" >/dev/null
   kill -INT $tracer; wait $tracer || true
   kill $pid; wait $pid 2>/dev/null || true
   # strace -c: "% time, seconds, usecs/call, calls, [errors], syscall"; the errors column is

@@ -19,9 +19,6 @@ need_tools "install postfix and valgrind" smtp-source smtp-sink valgrind callgri
 [ -n "${RELAY_BINS:-}" ] || { relay_bin; RELAY_BINS=$RELAY_BIN; }
 scratch
 start_sink_and_write_relay_config "$work"
-source_run() {
-  smtp-source -s 20 -l 1024 -m "$1" -f from@example.com -t to@example.com -d 127.0.0.1:$RELAY_PORT
-}
 
 echo "$M messages a run, 20 sessions, 1 KiB; the relay's instructions in user space, per message"
 for bin in $RELAY_BINS; do

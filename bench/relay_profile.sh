@@ -27,9 +27,6 @@ start_sink_and_write_relay_config "$work"
 RUST_LOG=warn "$RELAY_BIN" --config "$work/relay.toml" 2>"$work/relay.log" &
 pid=$!
 wait_port $RELAY_PORT
-source_run() {
-  smtp-source -s 20 -l 1024 -m "$1" -f from@example.com -t to@example.com -d 127.0.0.1:$RELAY_PORT
-}
 source_run 200 # the pool's connections opened, not sampled
 if [ -n "${STACKS:-}" ]; then
   graph=(-F 1000 --call-graph dwarf,16384)

@@ -19,9 +19,7 @@ POOL_SIZE=1 start_sink_and_write_relay_config "$work"
 RUST_LOG=warn "$RELAY_BIN" --config "$work/relay.toml" 2>"$work/relay.log" &
 pid=$!
 wait_port $RELAY_PORT
-source_run() {
-  smtp-source -s 1 -l 1024 -m "$1" -f from@example.com -t to@example.com -d 127.0.0.1:$RELAY_PORT
-}
+SESSIONS=1
 source_run 20 # the upstream connection opened, not counted
 strace -f -qq -s 12 -p $pid -o "$work/trace.txt" 2>/dev/null &
 tracer=$!

@@ -236,14 +236,16 @@ impl DataReader {
     /// Keeps a run of plain bytes ([`plain_run`](Self::plain_run)): what the state machine
     /// does to each, at once, unless a bound is reached within the run (then byte by byte).
     fn push_run(&mut self, bytes: &[u8], run: Run) {
-        let room = |r: &Self| match &r.budget {
+        let fits = |r: &Self| match &r.budget {
             None => true,
             Some(budget) => !r.no_room && r.body.len() + bytes.len() <= budget.bytes,
         };
         // The budget's next step taken here (as `push` would at the run's first byte), so
         // the run goes whole.
-        let room = room(self) || (self.seen < self.max_bytes && self.room_for_one() && room(self));
-        if !room || self.seen + bytes.len() > self.max_bytes {
+        if !fits(self) && self.seen < self.max_bytes {
+            self.room_for_one();
+        }
+        if !fits(self) || self.seen + bytes.len() > self.max_bytes {
             return bytes.iter().for_each(|&b| {
                 self.step(b);
             });

@@ -44,17 +44,11 @@ pub fn header(trace: &Trace<'_>, now: SystemTime) -> Vec<u8> {
     let mut h = String::with_capacity(320);
     h.push_str("Received: from ");
     let _ = write!(h, "{}", FromPart(trace.helo, trace.peer));
-    for part in [
-        "\r\n\tby ",
-        trace.hostname,
-        " ",
-        std::str::from_utf8(MARK_OPEN).expect("ASCII"),
-        trace.instance,
-        ")\r\n\twith ",
-        trace.protocol,
-        " id ",
-        trace.id,
-    ] {
+    for part in ["\r\n\tby ", trace.hostname, " "] {
+        h.push_str(part);
+    }
+    Mark(trace.instance).write_to(&mut h);
+    for part in ["\r\n\twith ", trace.protocol, " id ", trace.id] {
         h.push_str(part);
     }
     if let Some(rcpt) = trace.for_rcpt.filter(|r| plain_path(r)) {
@@ -76,17 +70,16 @@ pub fn header(trace: &Trace<'_>, now: SystemTime) -> Vec<u8> {
 /// process (written where it goes, with no string of its own).
 struct Mark<'a>(&'a str);
 
-/// What [`Mark`] writes before the instance.
-const MARK_OPEN: &[u8] = b"(mailsluice ";
-
-impl std::fmt::Display for Mark<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let open = std::str::from_utf8(MARK_OPEN).expect("ASCII");
-        write!(f, "{open}{})", self.0)
-    }
-}
+/// What [`Mark`] writes before the instance (and `)` after it).
+const MARK_OPEN: &str = "(mailsluice ";
 
 impl Mark<'_> {
+    fn write_to(&self, h: &mut String) {
+        h.push_str(MARK_OPEN);
+        h.push_str(self.0);
+        h.push(')');
+    }
+
     /// Whether `line` holds this mark (searched for every message, so with no string built).
     fn in_line(&self, line: &[u8]) -> bool {
         memchr::memmem::find_iter(line, MARK_OPEN).any(|at| {

@@ -231,7 +231,7 @@ fn malformed(line: &[u8]) -> Option<Reply> {
     };
     if let Some(at) = memchr::memchr3(0, b'\r', b'\n', body) {
         // A NUL anywhere is named first, as it always was.
-        if body[at] == 0 || memchr::memchr(0, &body[at..]).is_some() {
+        if memchr::memchr(0, &body[at..]).is_some() {
             return Some(reply::syntax_error("NUL byte in command"));
         }
         return Some(reply::bare_newline_in_command());

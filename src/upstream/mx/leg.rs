@@ -35,9 +35,9 @@ pub(super) async fn open(
     let permit = conns.permit(domain).await?;
     let (pool, mut lease, host) = connect(resolver, conns, (domain, route)).await?;
     let mut retried = false;
+    tx.corked = pool.connector.corked();
     loop {
         tx.pipelining = lease.pipelining;
-        tx.corked = pool.connector.corked();
         match tx.prepare(&mut lease.conn).await {
             Ok(()) => {
                 return Ok(Leg {
