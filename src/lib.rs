@@ -15,7 +15,7 @@
 //! | `reputation/` | the tenant reputation guard: SES's bounce and complaint events parsed (`events`), counted per tenant over a sliding window (`ledger`), attributed by SES's message id (`attribution`), suppressed addresses (`suppression`); all of it in Redis with `[redis]`, shared by every replica (`shared`) |
 //! | `policy` | which upstream a message takes (`route`), which buckets it is charged to, how much, and which key headers it loses |
 //! | `throttle/` | token buckets (pure math in `bucket`), key tables, stores (local, Redis), layers with FIFO queues (fair by tenant with `fair_by`) |
-//! | `upstream/` | the `Forwarder` trait, one module per kind: `smtp` (lettre connections, our pool, pipelining), `mx` (direct delivery, hickory-resolver), `ses` (SES's v2 API through the AWS SDK, SES tenants), `file`; what a refusal says about our sending, typed (`feedback`); the named upstreams (`upstreams`) |
+//! | `upstream/` | the `Forwarder` trait, one module per kind: `smtp` (our SMTP client and pool, pipelining), `mx` (direct delivery, hickory-resolver), `ses` (SES's v2 API through the AWS SDK, SES tenants), `file`; what a refusal says about our sending, typed (`feedback`); the named upstreams (`upstreams`) |
 //! | `message/` | plain data about one message: its `Envelope`, its `Outcome`, its header fields by byte range (`header`) |
 //! | `config/` | the TOML schema, its defaults and validation; `config/upstream/` the keys every upstream shares and each kind's own |
 //!

@@ -1,8 +1,10 @@
 //! Where a message goes once it may go. One trait so the session never knows whether it talks
 //! to SES, another relay or a directory: it only needs the upstream's verdict, which it relays.
 //!
-//! - `smtp`: `smtp://` and `smtps://` over lettre's connection, each step checked (MAIL, RCPT
-//!   and DATA pipelined when upstream offers it).
+//! - `smtp`: `smtp://` and `smtps://`, each step checked (MAIL, RCPT and DATA pipelined when
+//!   upstream offers it).
+//! - `client`: one SMTP connection to upstream, ours from the socket up (replies, EHLO's
+//!   keywords, STARTTLS, AUTH).
 //! - `pool`: our pool of those connections (bounded, with timeouts on every step), and the
 //!   connector that opens them.
 //! - `mx`: `mx://`, straight to each recipient domain's MX hosts (hickory-resolver).
@@ -12,9 +14,10 @@
 //!   connections), typed; SMTP replies classified by the configured patterns where they
 //!   become errors (the pool's connector, the transaction).
 //! - `pause`: the pause after a quota reply, and its probe.
-//! - `reply`: upstream's answers and lettre's errors as [`UpstreamError`]s.
+//! - `reply`: upstream's answers and our client's errors as [`UpstreamError`]s.
 //! - `upstreams`: the configured upstreams by name, each with its forwarder and its pause.
 
+mod client;
 pub mod feedback;
 pub mod file;
 pub mod mx;

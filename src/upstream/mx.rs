@@ -80,11 +80,11 @@ impl MxForwarder {
     ) -> Result<Accepted, UpstreamError> {
         let parts = split(envelope)?;
         let conns = &self.inner.conns;
-        let mut txs = parts
+        let txs = parts
             .iter()
             .map(|(_, part)| Transaction::new(part, message, conns.timeout, &conns.classifier))
             .collect::<Result<Vec<_>, _>>()?;
-        let legs = self.open_all(&parts, &mut txs).await?;
+        let legs = self.open_all(&parts, &txs).await?;
         let hosts: Vec<String> = legs.iter().map(|l| l.host.clone()).collect();
         let outcomes = join_all(legs.into_iter().zip(&txs).map(|(leg, tx)| leg.finish(tx))).await;
         let mut accepted = Vec::new();
@@ -116,12 +116,12 @@ impl MxForwarder {
     async fn open_all(
         &self,
         parts: &[(String, Envelope)],
-        txs: &mut [Transaction<'_>],
+        txs: &[Transaction<'_>],
     ) -> Result<Vec<leg::Leg>, UpstreamError> {
         let (resolver, conns) = (&self.inner.resolver, &self.inner.conns);
         let routes = join_all(parts.iter().map(|(domain, _)| resolver.route(domain)));
         let routes = routes.await.into_iter().collect::<Result<Vec<_>, _>>()?;
-        let opening = parts.iter().zip(&routes).zip(txs.iter_mut());
+        let opening = parts.iter().zip(&routes).zip(txs);
         let opened = opening.map(|(((domain, _), route), tx)| {
             leg::open(resolver, conns, (domain.as_str(), route), tx)
         });

@@ -1,25 +1,21 @@
 //! Connections to one SMTP upstream, kept open between messages.
 //!
-//! Why not lettre's own `AsyncSmtpTransport` pool: its async timeout covers only the TCP
-//! connect (the greeting, each command and the final reply can wait forever), and a send
-//! cancelled by an outer timeout hands its half-used connection back to the pool, where the
-//! next message would read the late replies of the previous one, out of step, and could take a
-//! stale `250` for its own. Its `max_size` also bounds only idle connections, not how many are
-//! open. So we keep lettre's connection (TLS, STARTTLS, AUTH, dot-stuffing) and own the pool:
-//! every connection that fails or times out is dropped, never parked, and a semaphore bounds
-//! the connections open at once.
+//! Every connection that fails or times out is dropped, never parked: one cancelled by a
+//! timeout is out of step, and the next message would read the late replies of the previous
+//! one and could take a stale `250` for its own. A semaphore bounds the connections open at
+//! once, parked or busy.
 //!
 //! - `connector`: opening one ready connection, its refusals classified.
-//! - `corked`: the socket under lettre, a small message and its final dot in one write.
+//! - `corked`: the socket under the client, a small message and its final dot in one write.
 //! - `reconnect`: when a connection is retired between messages.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lettre::transport::smtp::client::AsyncSmtpConnection;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
+use super::client::Client;
 use super::Feedback;
 
 mod connector;
@@ -27,7 +23,7 @@ mod corked;
 mod reconnect;
 
 pub(super) use connector::{ConnectError, Connector, Security};
-pub(super) use corked::{Unsent, HOLD};
+pub(super) use corked::{Corked, Unsent, HOLD};
 use reconnect::Age;
 pub(super) use reconnect::Reconnect;
 
@@ -58,10 +54,8 @@ impl Drop for Slot {
 /// slot: that is what happens to every connection whose state is not known to be clean.
 pub(super) struct Lease {
     /// Boxed: a lease and its parked form move several times a message (checkout, the
-    /// forwarder's steps, checkin), and lettre's connection is large.
-    pub conn: Box<AsyncSmtpConnection>,
-    /// Upstream advertised PIPELINING on this connection.
-    pub pipelining: bool,
+    /// forwarder's steps, checkin).
+    pub conn: Box<Client>,
     /// It served an earlier message, so upstream may have closed it while it sat idle.
     pub reused: bool,
     slot: Slot,
@@ -69,8 +63,7 @@ pub(super) struct Lease {
 }
 
 struct Parked {
-    conn: Box<AsyncSmtpConnection>,
-    pipelining: bool,
+    conn: Box<Client>,
     since: Instant,
     slot: Slot,
     age: Age,
@@ -102,7 +95,7 @@ impl Pool {
         use tokio::io::AsyncBufReadExt;
         if self.connector.credentials.is_some() {
             return match tokio::time::timeout(self.timeout, self.connector.connect()).await {
-                Ok(Ok((mut conn, _))) => {
+                Ok(Ok(mut conn)) => {
                     let _ = tokio::time::timeout(self.timeout, conn.quit()).await;
                     Ok(())
                 }
@@ -185,7 +178,6 @@ impl Pool {
             if let Some(parked) = self.pop_idle() {
                 return Ok(Lease {
                     conn: parked.conn,
-                    pipelining: parked.pipelining,
                     reused: true,
                     slot: parked.slot,
                     age: parked.age,
@@ -215,7 +207,7 @@ impl Pool {
     /// Parks a connection whose last transaction ended cleanly, for the next message; one
     /// past its reconnect bounds says QUIT instead (between messages, never within one).
     pub fn checkin(&self, lease: Lease) {
-        if lease.conn.has_broken() {
+        if lease.conn.is_broken() {
             return;
         }
         let age = Age {
@@ -227,7 +219,6 @@ impl Pool {
         }
         let parked = Parked {
             conn: lease.conn,
-            pipelining: lease.pipelining,
             since: Instant::now(),
             slot: lease.slot,
             age,
@@ -238,9 +229,8 @@ impl Pool {
 
     async fn open(&self, slot: Slot) -> Result<Lease, ConnectError> {
         match tokio::time::timeout(self.timeout, self.connector.connect()).await {
-            Ok(Ok((conn, pipelining))) => Ok(Lease {
+            Ok(Ok(conn)) => Ok(Lease {
                 conn: Box::new(conn),
-                pipelining,
                 reused: false,
                 slot,
                 age: Age {
@@ -269,7 +259,7 @@ impl Pool {
     }
 
     /// Says goodbye politely, off the message's path; the slot frees when it is done.
-    fn retire(&self, mut conn: Box<AsyncSmtpConnection>, slot: Slot) {
+    fn retire(&self, mut conn: Box<Client>, slot: Slot) {
         let timeout = self.timeout;
         tokio::spawn(async move {
             let _ = tokio::time::timeout(timeout, conn.quit()).await;

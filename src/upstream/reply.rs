@@ -1,9 +1,8 @@
-//! Turning upstream's answers (and lettre's errors) into `UpstreamError`s. The enhanced status code is split from
+//! Turning upstream's answers (and our client's errors) into `UpstreamError`s. The enhanced status code is split from
 //! the text so that the session can write `<code> <enhanced> <text>` without doubling it, and
 //! can supply one of its own when upstream gave none.
 
-use lettre::transport::smtp::Error as SmtpError;
-
+use super::client::ClientError;
 use super::UpstreamError;
 
 /// A refusal with a code and text we chose (a local check standing in for upstream).
@@ -57,26 +56,10 @@ pub fn split_enhanced(text: &str) -> Option<(&str, &str)> {
 
 /// A negative reply becomes `Rejected` with upstream's own code and text; the caller
 /// classifies it (see [`super::Classifier`]).
-pub(super) fn smtp_error(e: &SmtpError) -> UpstreamError {
-    match e.status() {
-        Some(code) => {
-            let text = std::error::Error::source(e)
-                .map(ToString::to_string)
-                .unwrap_or_default();
-            from_reply(u16::from(code), &text)
-        }
-        None => unavailable(describe(e)),
-    }
-}
-
-/// What went wrong, in words for the log and the client's reply.
-pub(super) fn describe(e: &SmtpError) -> String {
-    if e.is_response() && e.to_string().ends_with("incomplete response") {
-        "connection closed by upstream".into()
-    } else if e.is_timeout() {
-        format!("timed out: {e}")
-    } else {
-        e.to_string()
+pub(super) fn smtp_error(e: &ClientError) -> UpstreamError {
+    match e {
+        ClientError::Refused(reply) => from_reply(reply.code, &reply.joined()),
+        other => unavailable(other.to_string()),
     }
 }
 

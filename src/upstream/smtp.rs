@@ -1,40 +1,33 @@
-//! `smtp://` and `smtps://` upstream: lettre's SMTP connection, each step's reply checked.
+//! `smtp://` and `smtps://` upstream: our SMTP client's connections (`client`), each step's
+//! reply checked.
 //!
-//! We drive MAIL, RCPT, DATA ourselves (rather than `send_raw`) because only then do we know
-//! at which step a failure happened, and that decides whether a retry is safe: until the final
+//! We drive MAIL, RCPT, DATA step by step because only then do we know at which step a failure happened, and that decides whether a retry is safe: until the final
 //! dot has been sent upstream cannot have accepted the message, so a connection found dead at
 //! MAIL, RCPT or DATA is replaced once and the message sent again; after it, never (a duplicate
 //! is worse than a `451`). It also lets each step carry its own timeout, and the MAIL
-//! parameters follow what the client asked for instead of lettre's guesses. When upstream
+//! parameters follow what the client asked for. When upstream
 //! offers PIPELINING, MAIL, RCPT and DATA go as one group (`pipeline.rs`); their replies are
 //! still read, timed and classified one by one.
 //!
 //! - `transaction`: one message's steps on one connection, shared with `mx://`.
 //! - `pipeline`: MAIL, RCPT and DATA in one write.
-//! - `tracked`: the body as lettre writes it, and whether all of it went.
 //! - `wire`: the command lines and body bytes exactly as upstream receives them.
 //!
-//! Bytes: lettre dot-stuffs the body (a `.` at the start of a line after CRLF is doubled) and
-//! appends `CRLF.CRLF`; it changes nothing else (no line-ending or 8-bit conversion). A small
-//! UTF-8 message on a corked connection is stuffed by us the same way, in one pass. See
-//! `wire.rs`: `wire_body` (and `wire_pieces`) for the trailing CRLF and `dot_after_bare_line_break` for the one case its
-//! stuffing leaves open.
+//! Bytes: the body is dot-stuffed (a `.` at the start of the message or after CRLF is
+//! doubled) and ends in `CRLF.CRLF`; nothing else changes (no line-ending or 8-bit
+//! conversion). See `wire.rs`: `wire_body` (and `wire_pieces`) for the trailing CRLF and
+//! `dot_after_bare_line_break` for the one case stuffing leaves open.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use lettre::transport::smtp::authentication::Credentials;
-use lettre::transport::smtp::client::TlsParameters;
-use lettre::transport::smtp::commands::Rset;
-use lettre::transport::smtp::extension::ClientId;
-
 mod pipeline;
-mod tracked;
 mod transaction;
 mod wire;
 
 pub(super) use transaction::{Failure, Step, Transaction};
 
+use super::client::{Credentials, Tls};
 use super::pool::{Connector, Lease, Pool, Reconnect, Security};
 use super::{Accepted, CheckFuture, Classifier, Feedback, ForwardFuture, Forwarder, UpstreamError};
 use crate::config::{SmtpCredentials, UpstreamConfig, UpstreamKind, UpstreamTls};
@@ -75,9 +68,9 @@ impl SmtpForwarder {
         };
         let host = &smtp.host;
         let tls = || {
-            TlsParameters::new(host.clone()).map_err(|e| SmtpSetupError::Tls {
+            Tls::verified(host).map_err(|reason| SmtpSetupError::Tls {
                 host: host.clone(),
-                reason: e.to_string(),
+                reason,
             })
         };
         let security = match (smtp.implicit_tls, smtp.client.tls) {
@@ -91,7 +84,7 @@ impl SmtpForwarder {
             host: host.clone(),
             port: smtp.port,
             security,
-            hello: ClientId::Domain(smtp.client.helo_name().to_string()),
+            hello: smtp.client.helo_name().to_string(),
             credentials: credentials(&smtp.credentials)?,
             classifier: Classifier::new(cfg),
         };
@@ -110,13 +103,11 @@ impl SmtpForwarder {
         message: &[&[u8]],
     ) -> Result<Accepted, UpstreamError> {
         let classifier = &self.pool.connector.classifier;
-        let mut tx = Transaction::new(envelope, message, self.timeout, classifier)?;
-        tx.corked = self.pool.connector.corked();
+        let tx = Transaction::new(envelope, message, self.timeout, classifier)?;
 
         let mut lease = self.checkout().await?;
         let (mut retried, mut crowded) = (false, 0);
         loop {
-            tx.pipelining = lease.pipelining;
             match tx.run(&mut lease.conn).await {
                 Ok(accepted) => {
                     self.pool.checkin(lease);
@@ -194,7 +185,7 @@ pub(super) fn settle_failed<H: Send + 'static>(
         return drop(hold);
     }
     tokio::spawn(async move {
-        let reset = tokio::time::timeout(timeout, lease.conn.command(Rset)).await;
+        let reset = tokio::time::timeout(timeout, lease.conn.command(b"RSET\r\n")).await;
         if matches!(reset, Ok(Ok(_))) {
             pool.checkin(lease);
         }
@@ -212,7 +203,10 @@ fn credentials(cfg: &SmtpCredentials) -> Result<Option<Credentials>, SmtpSetupEr
         (None, None) => None,
     };
     match (&cfg.username, password) {
-        (Some(user), Some(password)) => Ok(Some(Credentials::new(user.clone(), password))),
+        (Some(user), Some(password)) => Ok(Some(Credentials {
+            user: user.clone(),
+            password,
+        })),
         (Some(_), None) => Err(SmtpSetupError::MissingPassword),
         (None, Some(_)) => Err(SmtpSetupError::MissingUsername),
         (None, None) => Ok(None),

@@ -7,12 +7,11 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lettre::transport::smtp::client::TlsParameters;
-use lettre::transport::smtp::extension::ClientId;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::guard::Guard;
 use crate::config::{MxUpstream, UpstreamConfig, UpstreamTls};
+use crate::upstream::client::Tls;
 use crate::upstream::pool::{Connector, Pool, Reconnect, Security};
 use crate::upstream::reply::unavailable;
 use crate::upstream::{Classifier, UpstreamError};
@@ -27,7 +26,7 @@ pub(super) struct Connections {
     pub port: u16,
     pub timeout: Duration,
     tls: UpstreamTls,
-    hello: ClientId,
+    hello: String,
     pool_size: usize,
     /// Reads every MX host's refusals (`throttle_replies`, `quota_replies`), on connecting and
     /// in the transactions.
@@ -68,7 +67,7 @@ impl Connections {
             port: mx.port(),
             timeout: Duration::from_millis(cfg.timeout_ms.get()),
             tls: mx.client.tls,
-            hello: ClientId::Domain(mx.client.helo_name().to_string()),
+            hello: mx.client.helo_name().to_string(),
             pool_size: cfg.pool_size.get(),
             classifier: Classifier::new(cfg),
             per_domain: mx.max_connections_per_domain().get(),
@@ -136,13 +135,8 @@ impl Connections {
     /// `encrypt`, encrypt without verifying. `required` still refuses a host that offers
     /// no STARTTLS: the message never crosses in clear.
     fn security(&self, name: &str) -> Result<Security, UpstreamError> {
-        let params = || {
-            TlsParameters::builder(name.to_string())
-                .dangerous_accept_invalid_certs(true)
-                .dangerous_accept_invalid_hostnames(true)
-                .build_rustls()
-                .map_err(|e| unavailable(format!("TLS for {name}: {e}")))
-        };
+        let params =
+            || Tls::unverified(name).map_err(|e| unavailable(format!("TLS for {name}: {e}")));
         Ok(match self.tls {
             UpstreamTls::None => Security::Plain,
             UpstreamTls::Opportunistic => Security::Opportunistic(params()?),

@@ -30,14 +30,12 @@ pub(super) async fn open(
     resolver: &MxResolver,
     conns: &Connections,
     (domain, route): (&str, &Route),
-    tx: &mut Transaction<'_>,
+    tx: &Transaction<'_>,
 ) -> Result<Leg, UpstreamError> {
     let permit = conns.permit(domain).await?;
     let (pool, mut lease, host) = connect(resolver, conns, (domain, route)).await?;
     let mut retried = false;
-    tx.corked = pool.connector.corked();
     loop {
-        tx.pipelining = lease.pipelining;
         match tx.prepare(&mut lease.conn).await {
             Ok(()) => {
                 return Ok(Leg {

@@ -1,21 +1,20 @@
-//! The upstream socket under lettre, holding small writes until the relay waits for a reply.
+//! The upstream socket under the client, holding small writes until the relay waits for a
+//! reply.
 //!
-//! lettre writes and flushes each piece on its own: the body, then the final dot, each a
+//! Each piece written on its own (a command, the body, the final dot, a TLS record) would be a
 //! `write` system call, a TCP segment and a wake-up of upstream. Here a write of less than
-//! [`HOLD`] bytes is kept, and what is kept goes out in one `write` when lettre next reads
+//! [`HOLD`] bytes is kept, and what is kept goes out in one `write` when the client next reads
 //! (every SMTP exchange ends in a read of the reply) or once it would grow past `HOLD`. A
-//! flush does not send it: lettre flushes after every piece, which would undo the joining.
+//! flush does not send it: the client flushes after every piece, which would undo the joining.
 //!
 //! When the held bytes cannot be written, the read fails with [`Unsent`] inside: the caller
 //! then knows upstream has not received them (the final dot among them).
 
 use std::fmt;
 use std::io;
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
-use lettre::transport::smtp::client::AsyncTokioStream;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
@@ -125,12 +124,6 @@ impl fmt::Debug for Corked {
             .field("tcp", &self.tcp)
             .field("held", &(self.held.len() - self.sent))
             .finish()
-    }
-}
-
-impl AsyncTokioStream for Corked {
-    fn peer_addr(&self) -> io::Result<SocketAddr> {
-        self.tcp.peer_addr()
     }
 }
 

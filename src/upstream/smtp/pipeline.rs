@@ -1,14 +1,8 @@
 //! PIPELINING (RFC 2920): MAIL, every RCPT and DATA in one write, their replies read in order.
 //! Against an upstream 20 ms away that is one round trip instead of two plus one per
 //! recipient.
-//!
-//! lettre has no public raw write, but `command` writes its argument's `Display` text
-//! verbatim and then reads one reply. So the whole group goes out through one `command` (its
-//! reply is MAIL's), and `read_response`, which is public, reads the rest. lettre's EHLO
-//! parsing keeps only the extensions lettre knows, and PIPELINING is not one of them: whether
-//! upstream offers it is asked once per connection by the pool's connector.
 
-use lettre::transport::smtp::client::AsyncSmtpConnection;
+use crate::upstream::client::Client;
 
 use super::transaction::{Failure, Step, Transaction};
 use super::wire::push_rcpt_line;
@@ -65,7 +59,7 @@ impl Transaction<'_> {
     /// leaves the connection in step, to be reset like any refused transaction.
     pub(super) async fn prepare_pipelined(
         &self,
-        conn: &mut AsyncSmtpConnection,
+        conn: &mut Client,
         mail: String,
     ) -> Result<(), Failure> {
         // Command i: MAIL, then each RCPT, then DATA; written straight into the group's text.
@@ -87,10 +81,13 @@ impl Transaction<'_> {
                     _ => text.push_str("DATA\r\n"),
                 }
             }
-            let first = self.step(step(start), conn.command(&text)).await.map(drop);
+            let first = self
+                .step(step(start), conn.command(text.as_bytes()))
+                .await
+                .map(drop);
             replies.take(step(start), first)?;
             for i in group.skip(1) {
-                let read = self.step(step(i), conn.read_response()).await.map(drop);
+                let read = self.step(step(i), conn.read_reply()).await.map(drop);
                 replies.take(step(i), read)?;
             }
             if replies.refusal.is_some() {
@@ -112,7 +109,7 @@ impl Transaction<'_> {
     /// instead, and a server discards data that never got its final dot.
     async fn abandon_data(
         &self,
-        conn: &mut AsyncSmtpConnection,
+        conn: &mut Client,
         replies: &Replies,
         refusal: Failure,
     ) -> Failure {
@@ -122,10 +119,10 @@ impl Transaction<'_> {
                 ..refusal
             };
         }
-        let dot = tokio::time::timeout(self.timeout, conn.command(".\r\n")).await;
+        let dot = tokio::time::timeout(self.timeout, conn.command(b".\r\n")).await;
         let clean = match dot {
             Ok(Ok(_)) => true,
-            Ok(Err(e)) => e.status().is_some_and(|code| u16::from(code) != 421),
+            Ok(Err(e)) => e.code().is_some_and(|code| code != 421),
             Err(_) => false,
         };
         Failure { clean, ..refusal }

@@ -4,25 +4,15 @@
 //! an `mx://` message. Upstream's refusals are classified here, where they become
 //! [`UpstreamError`]s.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use lettre::transport::smtp::client::AsyncSmtpConnection;
-use lettre::transport::smtp::commands::Data;
-use lettre::transport::smtp::extension::{Extension, MailBodyParameter, MailParameter};
-use lettre::transport::smtp::response::Response;
-use lettre::transport::smtp::Error as SmtpError;
-
-use super::tracked::Tracked;
 use super::wire::{
-    bad, dot_after_bare_line_break, mail_line, path, rcpt_line, stuffed, wire_pieces,
+    bad, dot_after_bare_line_break, mail_line, path, rcpt_line, stuffed, stuffed_slices, MailParams,
 };
+use crate::upstream::client::{Client, ClientError};
 use crate::upstream::pool::{Unsent, HOLD};
-use crate::upstream::reply::{describe, rejected, smtp_error, unavailable};
+use crate::upstream::reply::{rejected, smtp_error, unavailable};
 use crate::upstream::{Accepted, Classifier, Envelope, UpstreamError};
-
-/// How much of the body lettre dot-stuffs and writes at a time.
-const BODY_SLICE: usize = 64 * 1024;
 
 /// The SMTP step at which a transaction failed; it decides whether a retry is safe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,18 +48,12 @@ pub(in crate::upstream) struct Transaction<'a> {
     pub(super) timeout: Duration,
     /// Reads upstream's refusals: the same patterns as the connector's.
     classifier: &'a Classifier,
-    /// Upstream advertised PIPELINING on the connection about to be used (the pool's
-    /// connector asks); set it for each connection the transaction is played on.
-    pub(in crate::upstream) pipelining: bool,
-    /// The connection writes through the pool's cork (its connector says); set it with
-    /// `pipelining`. A small message then goes as one text (see `finish`).
-    pub(in crate::upstream) corked: bool,
 }
 
 impl<'a> Transaction<'a> {
     /// Checks what can be checked before talking to upstream: address forms, and the bare
     /// CR or LF next to a dot that a smuggling attempt needs. `message` is the message in
-    /// pieces, sent one after the other. Set `pipelining` per connection.
+    /// pieces, sent one after the other.
     pub(in crate::upstream) fn new(
         envelope: &'a Envelope,
         message: &'a [&'a [u8]],
@@ -103,104 +87,72 @@ impl<'a> Transaction<'a> {
             message,
             timeout,
             classifier,
-            pipelining: false,
-            corked: false,
         })
     }
 }
 
 impl Transaction<'_> {
     /// MAIL, every RCPT and DATA (pipelined when upstream advertises PIPELINING), up to upstream's 354.
-    pub(in crate::upstream) async fn prepare(
-        &self,
-        conn: &mut AsyncSmtpConnection,
-    ) -> Result<(), Failure> {
+    pub(in crate::upstream) async fn prepare(&self, conn: &mut Client) -> Result<(), Failure> {
         let params = self.mail_parameters(conn)?;
-        let mail = mail_line(self.from, &params);
-        if self.pipelining {
+        let mail = mail_line(self.from, params);
+        if conn.extensions().pipelining {
             return self.prepare_pipelined(conn, mail).await;
         }
-        self.step(Step::Mail, conn.command(mail)).await?;
+        self.step(Step::Mail, conn.command(mail.as_bytes())).await?;
         for rcpt in &self.rcpts {
-            self.step(Step::Rcpt, conn.command(rcpt_line(rcpt))).await?;
+            let line = rcpt_line(rcpt);
+            self.step(Step::Rcpt, conn.command(line.as_bytes())).await?;
         }
-        self.step(Step::Data, conn.command(Data)).await?;
+        self.step(Step::Data, conn.command(b"DATA\r\n")).await?;
         Ok(())
     }
 
-    /// The body and the final dot, and upstream's reply to it. A small message on a corked
-    /// connection goes as one text; otherwise the body goes to lettre in slices of the
-    /// message itself, so its dot-stuffed copy is never more than one slice.
-    /// A failure is uncertain only once the whole body was written (see `Tracked`) and the
-    /// write of the final dot did not fail (a small body and its dot wait in the socket's
-    /// cork until the read of the reply, see `pool::corked`).
-    pub(in crate::upstream) async fn finish(
-        &self,
-        conn: &mut AsyncSmtpConnection,
-    ) -> Result<Accepted, Failure> {
-        // A small message on a corked connection: stuffed by us in one pass (lettre's codec
-        // goes byte by byte) and handed over as one text with its final dot. The cork holds
-        // all of it until the read of the reply, so nothing fails before that read.
-        if let Some(text) = self.corked.then(|| stuffed(self.message, HOLD)).flatten() {
-            let reply = self.final_reply(conn.command(text.as_str())).await;
-            return reply.map_err(|(f, unsent)| if unsent { cut_short(f) } else { f });
-        }
-        let whole = AtomicBool::new(false);
-        let body = Tracked {
-            parts: wire_pieces(self.message)
-                .into_iter()
-                .flat_map(|piece| piece.chunks(BODY_SLICE)),
-            whole: &whole,
-        };
-        match self.final_reply(conn.message_iter(body)).await {
-            Err((f, unsent)) if unsent || !whole.load(Ordering::Relaxed) => Err(cut_short(f)),
-            other => other.map_err(|(f, _)| f),
-        }
-    }
-
-    /// Upstream's reply to the final dot, from `send` (the body and the dot written, the
-    /// reply read) under the step's timeout. A failure comes with whether it was the failed
-    /// write of what the cork held: then the dot never left.
-    async fn final_reply(
-        &self,
-        send: impl std::future::Future<Output = Result<Response, SmtpError>>,
-    ) -> Result<Accepted, (Failure, bool)> {
-        let unsent = AtomicBool::new(false);
-        let sent = async {
-            let reply = send.await;
-            if reply.as_ref().is_err_and(|e| Unsent::within(e)) {
-                unsent.store(true, Ordering::Relaxed);
+    /// The body and the final dot, and upstream's reply to it. A message of less than
+    /// [`HOLD`] bytes goes as one text (one write, or one TLS record); a larger one as the
+    /// slices of the message itself, with no copy.
+    /// A failure is uncertain only once the whole body was written and the write of the final
+    /// dot did not fail (a small body and its dot wait in the socket's cork until the read of
+    /// the reply, see `pool::corked`).
+    pub(in crate::upstream) async fn finish(&self, conn: &mut Client) -> Result<Accepted, Failure> {
+        let (mut whole, mut unsent) = (false, false);
+        let exchange = async {
+            match stuffed(self.message, HOLD) {
+                Some(text) => conn.send(&text).await?,
+                None => conn.send_all(&stuffed_slices(self.message)).await?,
             }
+            whole = true;
+            let reply = conn.read_reply().await;
+            unsent = reply.as_ref().is_err_and(|e| Unsent::within(e));
             reply
         };
-        match self.step(Step::EndOfData, sent).await {
-            Ok(reply) => Ok(Accepted::new(joined(reply.message()))),
-            Err(f) => Err((f, unsent.load(Ordering::Relaxed))),
+        match self.step(Step::EndOfData, exchange).await {
+            Ok(reply) => Ok(Accepted::new(reply.into_line())),
+            Err(f) if !whole || unsent => Err(cut_short(f)),
+            Err(f) => Err(f),
         }
     }
 
-    pub(super) async fn run(&self, conn: &mut AsyncSmtpConnection) -> Result<Accepted, Failure> {
+    pub(super) async fn run(&self, conn: &mut Client) -> Result<Accepted, Failure> {
         self.prepare(conn).await?;
         self.finish(conn).await
     }
 
     /// Declares what the client declared, when upstream understands it. What cannot be
     /// relayed faithfully is refused here, as RFC 6152 and RFC 6531 ask of a relay.
-    fn mail_parameters(&self, conn: &AsyncSmtpConnection) -> Result<Vec<MailParameter>, Failure> {
-        let info = conn.server_info();
+    fn mail_parameters(&self, conn: &Client) -> Result<MailParams, Failure> {
+        let offered = conn.extensions();
         let local = |code, enhanced, text: &str| Failure {
             step: Step::Local,
             error: rejected(code, enhanced, text.into()),
             clean: true,
             stale: false,
         };
-        let mut params = Vec::new();
+        let mut params = MailParams::default();
         let utf8_addresses = self.envelope.from.as_deref().is_some_and(|a| !a.is_ascii())
             || self.envelope.rcpts.iter().any(|a| !a.is_ascii());
-        if info.supports_feature(Extension::SmtpUtfEight) {
-            if self.envelope.smtputf8 || utf8_addresses {
-                params.push(MailParameter::SmtpUtfEight);
-            }
+        if offered.smtputf8 {
+            params.smtputf8 = self.envelope.smtputf8 || utf8_addresses;
         } else if utf8_addresses {
             return Err(local(
                 553,
@@ -209,10 +161,8 @@ impl Transaction<'_> {
             ));
         }
         let eight_bit = !self.message.iter().all(|piece| piece.is_ascii());
-        if info.supports_feature(Extension::EightBitMime) {
-            if self.envelope.body_8bit || eight_bit {
-                params.push(MailParameter::Body(MailBodyParameter::EightBitMime));
-            }
+        if offered.eight_bit_mime {
+            params.eight_bit_mime = self.envelope.body_8bit || eight_bit;
         } else if eight_bit {
             return Err(local(
                 554,
@@ -229,12 +179,12 @@ impl Transaction<'_> {
     pub(super) async fn step<T>(
         &self,
         step: Step,
-        fut: impl std::future::Future<Output = Result<T, SmtpError>>,
+        fut: impl std::future::Future<Output = Result<T, ClientError>>,
     ) -> Result<T, Failure> {
         let before_body = step != Step::EndOfData;
         match tokio::time::timeout(self.timeout, fut).await {
             Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => match e.status().map(u16::from) {
+            Ok(Err(e)) => match e.code() {
                 // 421: upstream is closing this connection (often its idle timeout, read
                 // only now); nothing was accepted, so a fresh connection may do better.
                 Some(421) => Err(Failure {
@@ -251,9 +201,9 @@ impl Transaction<'_> {
                 }),
                 None => Err(Failure {
                     step,
-                    error: no_answer(step, format!("{step:?}: {}", describe(&e)), &e),
+                    error: no_answer(step, format!("{step:?}: {e}")),
                     clean: false,
-                    stale: before_body && !e.is_client(),
+                    stale: before_body,
                 }),
             },
             Err(_) => Err(Failure {
@@ -266,24 +216,12 @@ impl Transaction<'_> {
     }
 }
 
-/// A reply's lines as one text, joined by spaces (with no list of them on the side).
-fn joined<'a>(lines: impl Iterator<Item = &'a str>) -> String {
-    let mut text = String::new();
-    for (i, line) in lines.enumerate() {
-        if i > 0 {
-            text.push(' ');
-        }
-        text.push_str(line);
-    }
-    text
-}
-
 /// A step that ended without a reply. Once the body is on its way (`EndOfData`) upstream
 /// may have taken the message without our hearing it: that is not the same answer as
 /// "unreachable", and the client is told so.
-fn no_answer(step: Step, reason: String, e: &SmtpError) -> UpstreamError {
+fn no_answer(step: Step, reason: String) -> UpstreamError {
     match step {
-        Step::EndOfData if !e.is_client() => UpstreamError::Uncertain(reason),
+        Step::EndOfData => UpstreamError::Uncertain(reason),
         _ => unavailable(reason),
     }
 }
@@ -307,17 +245,5 @@ fn cut_short(f: Failure) -> Failure {
         clean: false,
         stale: false,
         ..f
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    /// As `join(" ")` has it, empty lines included.
-    #[test]
-    fn a_reply_is_joined_as_join_does() {
-        let cases: [&[&str]; 5] = [&[], &["a"], &["a", "b c"], &["", "b"], &["a", "", ""]];
-        for lines in cases {
-            assert_eq!(super::joined(lines.iter().copied()), lines.join(" "));
-        }
     }
 }

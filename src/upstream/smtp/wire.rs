@@ -1,13 +1,10 @@
 //! What goes on the wire upstream: the MAIL and RCPT lines with the paths exactly as the
-//! client gave them, and the body bytes lettre is handed so that upstream receives the
-//! message unchanged.
+//! client gave them, and the body dot-stuffed so that upstream receives the message
+//! unchanged.
 
-use lettre::transport::smtp::extension::MailParameter;
-
-/// The bytes to hand lettre so that upstream receives exactly `message`: lettre always
-/// appends `CRLF.CRLF`, whose CRLF already ends our last line. A message that does not end
-/// in CRLF gets one (SMTP cannot carry it otherwise); an empty message arrives as one empty
-/// line, for the same reason.
+/// The body as sent before `CRLF.CRLF`, whose CRLF already ends our last line. A message
+/// that does not end in CRLF gets one (SMTP cannot carry it otherwise); an empty message
+/// arrives as one empty line, for the same reason.
 pub(super) fn wire_body(message: &[u8]) -> &[u8] {
     message.strip_suffix(b"\r\n").unwrap_or(message)
 }
@@ -22,36 +19,47 @@ pub(super) fn wire_pieces<'a>(pieces: &[&'a [u8]]) -> Vec<&'a [u8]> {
     wire
 }
 
-/// What lettre would send for `pieces` after DATA's 354, as one text: [`wire_pieces`]
-/// dot-stuffed as lettre does it (a dot at the start of the message or right after a CRLF is
-/// doubled), then `CRLF.CRLF`. `None` when a piece is not UTF-8 (the text goes through
-/// lettre's `command`, which takes a `Display`) or the whole is `limit` bytes or more.
-pub(super) fn stuffed(pieces: &[&[u8]], limit: usize) -> Option<String> {
-    let wire = wire_pieces(pieces);
-    let len: usize = wire.iter().map(|p| p.len()).sum();
-    if len >= limit {
-        return None;
-    }
-    let mut out = String::with_capacity(len + 16);
-    for piece in wire {
-        let text = std::str::from_utf8(piece).ok()?;
+/// What goes after DATA's 354, as slices to write in turn: [`wire_pieces`] dot-stuffed (a
+/// dot at the start of the message or right after a CRLF is doubled: the extra dot is a slice
+/// of its own), then `CRLF.CRLF`. Nothing is copied.
+pub(super) fn stuffed_slices<'a>(pieces: &[&'a [u8]]) -> Vec<&'a [u8]> {
+    let mut out: Vec<&[u8]> = Vec::with_capacity(pieces.len() + 2);
+    // The last two bytes before the current piece; `None` at the start of the message.
+    let mut before: Option<[u8; 2]> = None;
+    for piece in wire_pieces(pieces) {
         let mut from = 0;
-        // Stuffing adds only dots, so what `out` ends with before a dot is what the message
-        // has before it.
         for dot in memchr::memchr_iter(b'.', piece) {
-            out.push_str(&text[from..dot]);
-            if out.is_empty() || out.ends_with("\r\n") {
-                out.push('.');
+            let line_start = match (dot, before) {
+                (0, None) => true,
+                (0, Some(b)) => b == *b"\r\n",
+                (1, b) => piece[0] == b'\n' && b.is_some_and(|b| b[1] == b'\r'),
+                _ => &piece[dot - 2..dot] == b"\r\n",
+            };
+            if line_start {
+                out.push(&piece[from..dot]);
+                out.push(b".");
+                from = dot;
             }
-            from = dot;
         }
-        out.push_str(&text[from..]);
+        out.push(&piece[from..]);
+        before = match piece.len() {
+            0 => before,
+            1 => Some([before.map_or(0, |b| b[1]), piece[0]]),
+            n => Some([piece[n - 2], piece[n - 1]]),
+        };
     }
-    out.push_str("\r\n.\r\n");
-    (out.len() < limit).then_some(out)
+    out.push(b"\r\n.\r\n");
+    out
 }
 
-/// lettre stuffs a dot only after CRLF. A dot after a bare CR or LF followed by a line break
+/// [`stuffed_slices`] as one text, when it is under `limit` bytes.
+pub(super) fn stuffed(pieces: &[&[u8]], limit: usize) -> Option<Vec<u8>> {
+    let slices = stuffed_slices(pieces);
+    let len: usize = slices.iter().map(|s| s.len()).sum();
+    (len < limit).then(|| slices.concat())
+}
+
+/// A dot is stuffed only after CRLF. A dot after a bare CR or LF followed by a line break
 /// goes out as is, and an upstream lenient about line endings could take it for the end of
 /// data and read what follows as a second message (SMTP smuggling). Such messages are refused
 /// rather than altered, since altering them would break "bytes unchanged" for strict servers.
@@ -95,17 +103,26 @@ pub(super) fn path(a: &str, rcpt: bool) -> Option<&str> {
     (!quoted && !escaped && !domain.contains([' ', '"'])).then_some(a)
 }
 
-/// MAIL with the path written as given: lettre's `Mail` and `Rcpt` take an `Address`, which
-/// writes a quoted local part without its quotes and cannot hold a bare `postmaster`.
-pub(super) fn mail_line(from: Option<&str>, params: &[MailParameter]) -> String {
-    use std::fmt::Write as _;
+/// The MAIL parameters declared upstream for what the client declared (or the message
+/// needs): RFC 6531's `SMTPUTF8`, RFC 6152's `BODY=8BITMIME`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(super) struct MailParams {
+    pub smtputf8: bool,
+    pub eight_bit_mime: bool,
+}
+
+/// MAIL with the path written as given (a quoted local part keeps its quotes).
+pub(super) fn mail_line(from: Option<&str>, params: MailParams) -> String {
     let from = from.unwrap_or("");
-    let mut line = String::with_capacity(from.len() + 32 + 16 * params.len());
+    let mut line = String::with_capacity(from.len() + 48);
     line.push_str("MAIL FROM:<");
     line.push_str(from);
     line.push('>');
-    for param in params {
-        let _ = write!(line, " {param}");
+    if params.smtputf8 {
+        line.push_str(" SMTPUTF8");
+    }
+    if params.eight_bit_mime {
+        line.push_str(" BODY=8BITMIME");
     }
     line.push_str("\r\n");
     line
@@ -115,7 +132,7 @@ pub(super) fn bad(a: &str) -> String {
     format!("address <{}> cannot be relayed upstream", a.escape_debug())
 }
 
-/// RCPT with the path written as given, for the same reason as [`mail_line`].
+/// RCPT with the path written as given, as in [`mail_line`]; a bare `postmaster` too.
 pub(super) fn rcpt_line(rcpt: &str) -> String {
     let mut line = String::with_capacity(rcpt.len() + 12);
     push_rcpt_line(&mut line, rcpt);
@@ -133,9 +150,9 @@ pub(super) fn push_rcpt_line(text: &mut String, rcpt: &str) {
 mod tests {
     use super::*;
 
-    /// lettre's transparency, as its codec does it byte by byte: a dot doubled at the start of
-    /// the message or after CR LF; then its `CRLF.CRLF`.
-    fn lettre_wire(message: &[u8]) -> Vec<u8> {
+    /// Transparency (RFC 5321 4.5.2) byte by byte: a dot doubled at the start of the message
+    /// or after CR LF; then `CRLF.CRLF`.
+    fn stuffed_byte_by_byte(message: &[u8]) -> Vec<u8> {
         let mut out = Vec::new();
         let (mut start, mut cr) = (true, false);
         for &b in message {
@@ -150,41 +167,42 @@ mod tests {
         out
     }
 
-    /// Every message of up to 6 bytes of `.`, CR, LF and `a`, cut into two pieces at every
-    /// place: one text, as lettre would have written the pieces.
+    /// Every message of up to 6 bytes of `.`, CR, LF and `a`, cut into three pieces at every
+    /// two places: the slices are the message stuffed byte by byte.
     #[test]
-    fn the_stuffed_text_is_what_lettre_writes_for_the_pieces() {
+    fn the_stuffed_slices_are_the_pieces_stuffed_byte_by_byte() {
         for len in 0..=6u32 {
             for n in 0..4usize.pow(len) {
                 let m: Vec<u8> = (0..len).map(|k| b".\r\na"[n / 4usize.pow(k) % 4]).collect();
                 for cut in 0..=m.len() {
-                    let pieces = [&m[..cut], &m[cut..]];
-                    let want = lettre_wire(&wire_pieces(&pieces).concat());
-                    let got = stuffed(&pieces, 1 << 20).expect("ASCII, small");
-                    assert_eq!(got.as_bytes(), want, "{m:?} cut at {cut}");
+                    for cut2 in cut..=m.len() {
+                        let pieces = [&m[..cut], &m[cut..cut2], &m[cut2..]];
+                        let want = stuffed_byte_by_byte(&wire_pieces(&pieces).concat());
+                        let got = stuffed_slices(&pieces).concat();
+                        assert_eq!(got, want, "{m:?} cut at {cut} and {cut2}");
+                    }
                 }
             }
         }
         let pieces: [&[u8]; 2] = [b"Subject: x\r\n\r\n", b".hidden\r\n"];
         assert_eq!(
             stuffed(&pieces, 1 << 20).unwrap(),
-            "Subject: x\r\n\r\n..hidden\r\n.\r\n"
+            b"Subject: x\r\n\r\n..hidden\r\n.\r\n"
         );
     }
 
     #[test]
-    fn a_text_is_made_only_below_the_limit_and_of_utf8() {
+    fn a_text_is_made_only_below_the_limit() {
         let body = [b"x".repeat(10)];
         let pieces: Vec<&[u8]> = body.iter().map(|b| b.as_slice()).collect();
         // 10 bytes and CRLF.CRLF: 15.
         assert_eq!(stuffed(&pieces, 16).map(|t| t.len()), Some(15));
         assert_eq!(stuffed(&pieces, 15), None);
         assert_eq!(
-            stuffed(&[b"caf\xe9\r\n"], 1 << 20),
-            None,
-            "Latin-1 is left to lettre"
+            stuffed(&[b"caf\xe9\r\n"], 1 << 20).unwrap(),
+            b"caf\xe9\r\n.\r\n",
+            "bytes as they are, 8-bit too"
         );
-        assert!(stuffed(&["café\r\n".as_bytes()], 1 << 20).is_some());
     }
 
     /// Every message of up to 7 bytes of `.`, CR, LF and `a`, against the rule read plainly:
@@ -219,7 +237,7 @@ mod tests {
         let empty: [&[u8]; 2] = [b"", b""];
         assert!(
             wire_pieces(&empty).is_empty(),
-            "lettre's CRLF.CRLF alone: one empty line"
+            "CRLF.CRLF alone: one empty line"
         );
     }
 }

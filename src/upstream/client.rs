@@ -1,0 +1,215 @@
+//! One SMTP connection to upstream, ours from the socket up: what we write goes as written,
+//! and upstream's replies are parsed in place from a buffer the connection keeps, so a
+//! message costs no per-line allocation or copy. Opening it (greeting, EHLO, STARTTLS, AUTH)
+//! is the pool's connector's; a message's commands are the transaction's.
+//!
+//! - `reply`: a reply read from the bytes, and what is no reply.
+//! - `extensions`: what upstream's EHLO offers.
+//! - `tls`: rustls towards upstream, verified or not.
+//! - `auth`: AUTH PLAIN and LOGIN.
+//! - `stream`: the socket under it (plain and corked, STARTTLS, implicit TLS).
+
+use std::io;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+mod auth;
+mod extensions;
+mod reply;
+mod stream;
+mod tls;
+
+pub(in crate::upstream) use auth::Credentials;
+pub(in crate::upstream) use extensions::Extensions;
+pub(in crate::upstream) use reply::{Malformed, Reply};
+pub(in crate::upstream) use tls::Tls;
+
+use super::pool::Corked;
+use stream::Stream;
+
+/// How an exchange with upstream failed.
+#[derive(Debug, thiserror::Error)]
+pub(in crate::upstream) enum ClientError {
+    /// A negative reply (4xx, 5xx): upstream answered, and said no.
+    #[error("{} {}", .0.code, .0.joined())]
+    Refused(Reply),
+    #[error("connection closed by upstream")]
+    Closed,
+    #[error("network error: {0}")]
+    Io(#[source] io::Error),
+    #[error("malformed reply: {0}")]
+    Malformed(#[from] Malformed),
+    #[error("TLS handshake failed: {0}")]
+    Tls(#[source] io::Error),
+}
+
+impl ClientError {
+    /// Upstream's reply code, when it answered.
+    pub fn code(&self) -> Option<u16> {
+        match self {
+            ClientError::Refused(reply) => Some(reply.code),
+            _ => None,
+        }
+    }
+}
+
+/// An open connection, greeted.
+pub(in crate::upstream) struct Client {
+    stream: Stream,
+    /// Read and not yet parsed: `buf[pos..]`.
+    buf: Vec<u8>,
+    pos: usize,
+    extensions: Extensions,
+    /// An exchange failed without a reply: the connection is out of step.
+    broken: bool,
+}
+
+/// Read this much at a time; replies are short, and a pipelined group's fit in one read.
+const READ: usize = 4096;
+
+impl Client {
+    /// Plain SMTP on `tcp` (STARTTLS may follow), its writes corked; the greeting read.
+    pub async fn plain(tcp: TcpStream) -> Result<Client, ClientError> {
+        Client::greeted(Stream::Plain(Corked::new(tcp))).await
+    }
+
+    /// SMTP inside TLS from the first byte (`smtps://`, RFC 8314); the greeting read.
+    pub async fn implicit_tls(tcp: TcpStream, tls: &Tls) -> Result<Client, ClientError> {
+        let tls_stream =
+            (tls.connector().connect(tls.name(), tcp).await).map_err(ClientError::Tls)?;
+        Client::greeted(Stream::Implicit(Box::new(tls_stream))).await
+    }
+
+    async fn greeted(stream: Stream) -> Result<Client, ClientError> {
+        let mut client = Client {
+            stream,
+            buf: Vec::with_capacity(READ),
+            pos: 0,
+            extensions: Extensions::default(),
+            broken: false,
+        };
+        client.read_reply().await?;
+        Ok(client)
+    }
+
+    /// EHLO, and what it offers (each EHLO's answer replaces the last's, as RFC 3207 asks
+    /// after STARTTLS).
+    pub async fn ehlo(&mut self, name: &str) -> Result<(), ClientError> {
+        let reply = self.command(format!("EHLO {name}\r\n").as_bytes()).await?;
+        self.extensions = Extensions::of(&reply);
+        Ok(())
+    }
+
+    /// STARTTLS, the handshake, and EHLO again inside. A failed handshake leaves nothing
+    /// usable: the connection is broken.
+    pub async fn starttls(&mut self, tls: &Tls, name: &str) -> Result<(), ClientError> {
+        self.command(b"STARTTLS\r\n").await?;
+        let Stream::Plain(corked) = std::mem::replace(&mut self.stream, Stream::Gone) else {
+            self.broken = true;
+            return Err(ClientError::Tls(io::Error::other(
+                "STARTTLS on a TLS connection",
+            )));
+        };
+        // Bytes after the 220 were sent in clear before the handshake: refuse them rather
+        // than read them as the encrypted session's (the STARTTLS injection of CVE-2011-0411).
+        if self.pos < self.buf.len() {
+            self.broken = true;
+            return Err(ClientError::Tls(io::Error::other(
+                "data after the 220 to STARTTLS",
+            )));
+        }
+        match tls.connector().connect(tls.name(), corked).await {
+            Ok(tls_stream) => self.stream = Stream::StartTls(Box::new(tls_stream)),
+            Err(e) => {
+                self.broken = true;
+                return Err(ClientError::Tls(e));
+            }
+        }
+        self.ehlo(name).await
+    }
+
+    pub fn extensions(&self) -> &Extensions {
+        &self.extensions
+    }
+
+    /// Whether the connection fell out of step (a failed write or read, a malformed reply):
+    /// never to be used again.
+    pub fn is_broken(&self) -> bool {
+        self.broken
+    }
+
+    /// Writes `text` (one or more whole command lines) and reads one reply.
+    pub async fn command(&mut self, text: &[u8]) -> Result<Reply, ClientError> {
+        self.send(text).await?;
+        self.read_reply().await
+    }
+
+    /// Writes `bytes` as they are, and flushes (through the cork, see `pool::corked`).
+    pub async fn send(&mut self, bytes: &[u8]) -> Result<(), ClientError> {
+        let written = async {
+            self.stream.write_all(bytes).await?;
+            self.stream.flush().await
+        };
+        match written.await {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.fail(ClientError::Io(e))),
+        }
+    }
+
+    /// Writes every slice in turn, then flushes.
+    pub async fn send_all(&mut self, slices: &[&[u8]]) -> Result<(), ClientError> {
+        let written = async {
+            for slice in slices {
+                self.stream.write_all(slice).await?;
+            }
+            self.stream.flush().await
+        };
+        match written.await {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.fail(ClientError::Io(e))),
+        }
+    }
+
+    /// The next reply: `Ok` for 2xx and 3xx, [`ClientError::Refused`] for 4xx and 5xx.
+    pub async fn read_reply(&mut self) -> Result<Reply, ClientError> {
+        loop {
+            match reply::parse(&self.buf[self.pos..]) {
+                Ok(Some((reply, used))) => {
+                    self.pos += used;
+                    if self.pos == self.buf.len() {
+                        self.buf.clear();
+                        self.pos = 0;
+                    }
+                    return match reply.is_positive() {
+                        true => Ok(reply),
+                        false => Err(ClientError::Refused(reply)),
+                    };
+                }
+                Ok(None) => {}
+                Err(malformed) => return Err(self.fail(malformed.into())),
+            }
+            if self.pos > 0 {
+                self.buf.drain(..self.pos);
+                self.pos = 0;
+            }
+            self.buf.reserve(READ);
+            match self.stream.read_buf(&mut self.buf).await {
+                Ok(0) => return Err(self.fail(ClientError::Closed)),
+                Ok(_) => {}
+                Err(e) => return Err(self.fail(ClientError::Io(e))),
+            }
+        }
+    }
+
+    /// QUIT, and its reply (whatever it is: the connection is done either way).
+    pub async fn quit(&mut self) {
+        let _ = self.command(b"QUIT\r\n").await;
+        let _ = self.stream.shutdown().await;
+    }
+
+    fn fail(&mut self, e: ClientError) -> ClientError {
+        self.broken = true;
+        e
+    }
+}
