@@ -179,6 +179,7 @@ impl Client {
                     self.pos += used;
                     if self.pos == self.buf.len() {
                         self.buf.clear();
+                        self.buf.shrink_to(READ);
                         self.pos = 0;
                     }
                     return match reply.is_positive() {
@@ -193,7 +194,8 @@ impl Client {
                 self.buf.drain(..self.pos);
                 self.pos = 0;
             }
-            self.buf.reserve(READ);
+            // Exact: the buffer then never holds more than the bound and one read.
+            self.buf.reserve_exact(READ);
             match self.stream.read_buf(&mut self.buf).await {
                 Ok(0) => return Err(self.fail(ClientError::Closed)),
                 Ok(_) => {}
@@ -213,3 +215,6 @@ impl Client {
         e
     }
 }
+
+#[cfg(test)]
+mod tests;
