@@ -52,6 +52,7 @@ impl Session {
                 [one] => Some(one.as_str()),
                 _ => None,
             },
+            dates: &self.dates,
         };
         let message = Message {
             envelope: &envelope,

@@ -4,7 +4,8 @@
 
 use std::borrow::Cow;
 use std::net::IpAddr;
-use std::time::SystemTime;
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::path::domain_len;
 
@@ -21,6 +22,33 @@ pub struct Trace<'a> {
     /// The single recipient, named only when there is exactly one (RFC 5321 4.4 warns that
     /// listing several leaks Bcc recipients).
     pub for_rcpt: Option<&'a str>,
+    /// The session's dates, one text a second.
+    pub dates: &'a Dates,
+}
+
+/// The date a `Received:` field ends with, written once a second rather than once a message
+/// (a session that sends many a second reuses it). RFC 5322's zone is numeric: HTTP's date
+/// with "GMT" as "+0000".
+#[derive(Debug, Default)]
+pub struct Dates {
+    /// The second since the epoch that `text` is for, and `text`.
+    last: Mutex<(u64, String)>,
+}
+
+impl Dates {
+    fn write_to(&self, h: &mut String, now: SystemTime) {
+        let second = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let mut last = self.last.lock().expect("dates lock");
+        if last.1.is_empty() || last.0 != second {
+            let text = httpdate::fmt_http_date(now);
+            let text = match text.strip_suffix(" GMT") {
+                Some(date) => format!("{date} +0000"),
+                None => text,
+            };
+            *last = (second, text);
+        }
+        h.push_str(&last.1);
+    }
 }
 
 /// The `with` protocol of RFC 3848: `SMTP` for HELO, `ESMTP` for EHLO, plus `S` under TLS and
@@ -56,12 +84,8 @@ pub fn header(trace: &Trace<'_>, now: SystemTime) -> Vec<u8> {
         h.push_str(rcpt);
         h.push('>');
     }
-    // RFC 5322's zone is numeric: HTTP's date with "GMT" as "+0000".
-    let _ = write!(h, ";\r\n\t{}", httpdate::HttpDate::from(now));
-    if h.ends_with(" GMT") {
-        h.truncate(h.len() - " GMT".len());
-        h.push_str(" +0000");
-    }
+    h.push_str(";\r\n\t");
+    trace.dates.write_to(&mut h, now);
     h.push_str("\r\n");
     h.into_bytes()
 }
@@ -186,6 +210,7 @@ mod tests {
             protocol: "ESMTP",
             id: "abc",
             for_rcpt: Some("a@b.example"),
+            dates: &Dates::default(),
         };
         let h = String::from_utf8(header(&t, SystemTime::UNIX_EPOCH)).unwrap();
         assert!(h.starts_with(
@@ -198,6 +223,22 @@ mod tests {
         assert!(h.lines().all(|l| l.len() <= 78));
     }
 
+    /// The date is written anew when the second changes, and only then.
+    #[test]
+    fn a_date_is_kept_for_its_second_only() {
+        let dates = Dates::default();
+        let date = |at: u64| {
+            let mut h = String::new();
+            dates.write_to(&mut h, UNIX_EPOCH + std::time::Duration::from_millis(at));
+            h
+        };
+        assert_eq!(date(0), "Thu, 01 Jan 1970 00:00:00 +0000");
+        assert_eq!(date(999), "Thu, 01 Jan 1970 00:00:00 +0000");
+        assert_eq!(date(1000), "Thu, 01 Jan 1970 00:00:01 +0000");
+        assert_eq!(date(86_400_000), "Fri, 02 Jan 1970 00:00:00 +0000");
+        assert_eq!(date(0), "Thu, 01 Jan 1970 00:00:00 +0000", "and back");
+    }
+
     #[test]
     fn hostile_helo_cannot_inject_a_header() {
         let t = Trace {
@@ -208,6 +249,7 @@ mod tests {
             protocol: "SMTP",
             id: "i",
             for_rcpt: None,
+            dates: &Dates::default(),
         };
         let h = String::from_utf8(header(&t, SystemTime::UNIX_EPOCH)).unwrap();
         assert_eq!(h.matches("\r\n").count(), 5);

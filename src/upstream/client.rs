@@ -10,9 +10,12 @@
 //! - `stream`: the socket under it (plain and corked, STARTTLS, implicit TLS).
 
 use std::io;
+use std::pin::Pin;
+use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::time::{Instant, Sleep};
 
 mod auth;
 mod extensions;
@@ -42,6 +45,9 @@ pub(in crate::upstream) enum ClientError {
     Malformed(#[from] Malformed),
     #[error("TLS handshake failed: {0}")]
     Tls(#[source] io::Error),
+    /// A write, or the wait for a reply, took longer than the connection's timeout.
+    #[error("no answer in time")]
+    TimedOut,
 }
 
 impl ClientError {
@@ -63,31 +69,44 @@ pub(in crate::upstream) struct Client {
     extensions: Extensions,
     /// An exchange failed without a reply: the connection is out of step.
     broken: bool,
+    /// Bounds each exchange: a write, or the wait for one reply.
+    timeout: Duration,
+    /// One timer for every exchange, moved to each one's deadline: moving a registered timer
+    /// later is a store, where a new one per exchange is entered into the timer wheel and
+    /// taken out again.
+    timer: Pin<Box<Sleep>>,
 }
 
 /// Read this much at a time; replies are short, and a pipelined group's fit in one read.
 const READ: usize = 4096;
 
 impl Client {
-    /// Plain SMTP on `tcp` (STARTTLS may follow), its writes corked; the greeting read.
-    pub async fn plain(tcp: TcpStream) -> Result<Client, ClientError> {
-        Client::greeted(Stream::Plain(Corked::new(tcp))).await
+    /// Plain SMTP on `tcp` (STARTTLS may follow), its writes corked; the greeting read. Each
+    /// exchange is bounded by `timeout`.
+    pub async fn plain(tcp: TcpStream, timeout: Duration) -> Result<Client, ClientError> {
+        Client::greeted(Stream::Plain(Corked::new(tcp)), timeout).await
     }
 
     /// SMTP inside TLS from the first byte (`smtps://`, RFC 8314); the greeting read.
-    pub async fn implicit_tls(tcp: TcpStream, tls: &Tls) -> Result<Client, ClientError> {
+    pub async fn implicit_tls(
+        tcp: TcpStream,
+        tls: &Tls,
+        timeout: Duration,
+    ) -> Result<Client, ClientError> {
         let tls_stream =
             (tls.connector().connect(tls.name(), tcp).await).map_err(ClientError::Tls)?;
-        Client::greeted(Stream::Implicit(Box::new(tls_stream))).await
+        Client::greeted(Stream::Implicit(Box::new(tls_stream)), timeout).await
     }
 
-    async fn greeted(stream: Stream) -> Result<Client, ClientError> {
+    async fn greeted(stream: Stream, timeout: Duration) -> Result<Client, ClientError> {
         let mut client = Client {
             stream,
             buf: Vec::with_capacity(READ),
             pos: 0,
             extensions: Extensions::default(),
             broken: false,
+            timeout,
+            timer: Box::pin(tokio::time::sleep(timeout)),
         };
         client.read_reply().await?;
         Ok(client)
@@ -133,6 +152,12 @@ impl Client {
         &self.extensions
     }
 
+    /// Whether small writes are joined before they go (the plain connection's cork), so
+    /// that writing a message in many slices costs no more than writing it as one text.
+    pub fn joins_writes(&self) -> bool {
+        matches!(self.stream, Stream::Plain(_))
+    }
+
     /// Whether the connection fell out of step (a failed write or read, a malformed reply):
     /// never to be used again.
     pub fn is_broken(&self) -> bool {
@@ -147,32 +172,30 @@ impl Client {
 
     /// Writes `bytes` as they are, and flushes (through the cork, see `pool::corked`).
     pub async fn send(&mut self, bytes: &[u8]) -> Result<(), ClientError> {
-        let written = async {
-            self.stream.write_all(bytes).await?;
-            self.stream.flush().await
-        };
-        match written.await {
-            Ok(()) => Ok(()),
-            Err(e) => Err(self.fail(ClientError::Io(e))),
-        }
+        self.send_all(&[bytes]).await
     }
 
     /// Writes every slice in turn, then flushes.
     pub async fn send_all(&mut self, slices: &[&[u8]]) -> Result<(), ClientError> {
+        self.timer.as_mut().reset(Instant::now() + self.timeout);
+        let Client { stream, timer, .. } = self;
         let written = async {
             for slice in slices {
-                self.stream.write_all(slice).await?;
+                stream.write_all(slice).await?;
             }
-            self.stream.flush().await
+            stream.flush().await
         };
-        match written.await {
-            Ok(()) => Ok(()),
-            Err(e) => Err(self.fail(ClientError::Io(e))),
-        }
+        let result = tokio::select! {
+            biased;
+            written = written => written.map_err(ClientError::Io),
+            _ = timer.as_mut() => Err(ClientError::TimedOut),
+        };
+        result.map_err(|e| self.fail(e))
     }
 
     /// The next reply: `Ok` for 2xx and 3xx, [`ClientError::Refused`] for 4xx and 5xx.
     pub async fn read_reply(&mut self) -> Result<Reply, ClientError> {
+        self.timer.as_mut().reset(Instant::now() + self.timeout);
         loop {
             match reply::parse(&self.buf[self.pos..]) {
                 Ok(Some((reply, used))) => {
@@ -196,7 +219,12 @@ impl Client {
             }
             // Exact: the buffer then never holds more than the bound and one read.
             self.buf.reserve_exact(READ);
-            match self.stream.read_buf(&mut self.buf).await {
+            let read = tokio::select! {
+                biased;
+                read = self.stream.read_buf(&mut self.buf) => read,
+                _ = self.timer.as_mut() => return Err(self.fail(ClientError::TimedOut)),
+            };
+            match read {
                 Ok(0) => return Err(self.fail(ClientError::Closed)),
                 Ok(_) => {}
                 Err(e) => return Err(self.fail(ClientError::Io(e))),

@@ -94,7 +94,9 @@ impl Pool {
     pub async fn probe(&self) -> Result<(), String> {
         use tokio::io::AsyncBufReadExt;
         if self.connector.credentials.is_some() {
-            return match tokio::time::timeout(self.timeout, self.connector.connect()).await {
+            return match tokio::time::timeout(self.timeout, self.connector.connect(self.timeout))
+                .await
+            {
                 Ok(Ok(mut conn)) => {
                     let _ = tokio::time::timeout(self.timeout, conn.quit()).await;
                     Ok(())
@@ -228,7 +230,7 @@ impl Pool {
     }
 
     async fn open(&self, slot: Slot) -> Result<Lease, ConnectError> {
-        match tokio::time::timeout(self.timeout, self.connector.connect()).await {
+        match tokio::time::timeout(self.timeout, self.connector.connect(self.timeout)).await {
             Ok(Ok(conn)) => Ok(Lease {
                 conn: Box::new(conn),
                 reused: false,

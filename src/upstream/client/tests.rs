@@ -6,6 +6,8 @@ use tokio::net::{TcpListener, TcpStream};
 
 use super::*;
 
+const TIMEOUT: Duration = Duration::from_secs(30);
+
 /// A server that answers each line it reads with the next of `answers` (written as they
 /// are, several replies at once if an answer holds them), after `greeting`; anything read
 /// once they have run out closes the connection. It returns everything it read.
@@ -48,7 +50,7 @@ async fn auth_login_goes_when_plain_is_not_offered() {
         b"235 2.7.0 ok\r\n",
     ];
     let (tcp, server) = scripted(b"220 mx.test ESMTP\r\n", answers).await;
-    let mut client = Client::plain(tcp).await.unwrap();
+    let mut client = Client::plain(tcp, TIMEOUT).await.unwrap();
     client.ehlo("relay.test").await.unwrap();
     let login = Credentials {
         user: "relay".into(),
@@ -67,7 +69,7 @@ async fn auth_login_goes_when_plain_is_not_offered() {
 async fn no_auth_is_sent_when_neither_mechanism_is_offered() {
     let answers = vec![&b"250-mx.test\r\n250 AUTH CRAM-MD5\r\n"[..]];
     let (tcp, server) = scripted(b"220 mx.test\r\n", answers).await;
-    let mut client = Client::plain(tcp).await.unwrap();
+    let mut client = Client::plain(tcp, TIMEOUT).await.unwrap();
     client.ehlo("relay.test").await.unwrap();
     let login = Credentials {
         user: "u".into(),
@@ -84,7 +86,7 @@ async fn no_auth_is_sent_when_neither_mechanism_is_offered() {
 async fn replies_are_read_one_by_one() {
     let answers = vec![&b"250 2.1.0 ok\r\n250-2.1.5\r\n250 ok\r\n354 go\r\n"[..]];
     let (tcp, server) = scripted(b"220-mx.test\r\n220 hi\r\n", answers).await;
-    let mut client = Client::plain(tcp).await.unwrap();
+    let mut client = Client::plain(tcp, TIMEOUT).await.unwrap();
     client.send(b"MAIL FROM:<a@x.test>\r\n").await.unwrap();
     let mut got = Vec::new();
     for _ in 0..3 {
@@ -105,7 +107,7 @@ async fn replies_are_read_one_by_one() {
 async fn a_refusal_keeps_the_connection_and_a_close_breaks_it() {
     let answers = vec![&b"550 5.1.1 no such user\r\n"[..]];
     let (tcp, _server) = scripted(b"220 mx.test\r\n", answers).await;
-    let mut client = Client::plain(tcp).await.unwrap();
+    let mut client = Client::plain(tcp, TIMEOUT).await.unwrap();
     let refused = client.command(b"RCPT TO:<x@y.test>\r\n").await.unwrap_err();
     assert_eq!(refused.code(), Some(550));
     assert_eq!(refused.to_string(), "550 5.1.1 no such user");
@@ -129,7 +131,7 @@ async fn a_reply_past_its_bound_breaks_the_connection() {
             .into_boxed_slice(),
     );
     let (tcp, _server) = scripted(b"220 mx.test\r\n", vec![flood]).await;
-    let mut client = Client::plain(tcp).await.unwrap();
+    let mut client = Client::plain(tcp, TIMEOUT).await.unwrap();
     let err = client.command(b"EHLO relay.test\r\n").await.unwrap_err();
     assert!(
         matches!(err, ClientError::Malformed(Malformed::TooLarge)),
@@ -145,7 +147,7 @@ async fn a_reply_past_its_bound_breaks_the_connection() {
 async fn bytes_behind_the_starttls_answer_end_the_connection() {
     let answers = vec![&b"220 go ahead\r\n250 2.1.0 injected\r\n"[..]];
     let (tcp, server) = scripted(b"220 mx.test\r\n", answers).await;
-    let mut client = Client::plain(tcp).await.unwrap();
+    let mut client = Client::plain(tcp, TIMEOUT).await.unwrap();
     let tls = Tls::unverified("mx.test").unwrap();
     let err = client.starttls(&tls, "relay.test").await.unwrap_err();
     assert!(matches!(err, ClientError::Tls(_)), "{err:?}");

@@ -2,6 +2,8 @@
 //! EHLO, STARTTLS and AUTH. A refusal on the way is classified here,
 //! once, so the pool can tell upstream's "too many connections" by its type.
 
+use std::time::Duration;
+
 use crate::upstream::client::{Client, ClientError, Credentials, Tls};
 use crate::upstream::reply::{smtp_error, unavailable};
 use crate::upstream::{Classifier, Feedback, UpstreamError};
@@ -67,16 +69,17 @@ impl From<ConnectError> for UpstreamError {
 }
 
 impl Connector {
-    /// A ready connection: greeted, EHLO'd, encrypted as configured, logged in.
-    pub(super) async fn connect(&self) -> Result<Client, ConnectError> {
+    /// A ready connection: greeted, EHLO'd, encrypted as configured, logged in; each of its
+    /// exchanges then bounded by `timeout`.
+    pub(super) async fn connect(&self, timeout: Duration) -> Result<Client, ConnectError> {
         let tcp = tokio::net::TcpStream::connect((self.host.as_str(), self.port))
             .await
             .map_err(ConnectError::Io)?;
         // Nagle off: what we write goes when we say (the cork joins the small pieces).
         let _ = tcp.set_nodelay(true);
         let mut conn = match &self.security {
-            Security::Implicit(tls) => Client::implicit_tls(tcp, tls).await,
-            _ => Client::plain(tcp).await,
+            Security::Implicit(tls) => Client::implicit_tls(tcp, tls, timeout).await,
+            _ => Client::plain(tcp, timeout).await,
         }
         .map_err(|e| self.failed(e))?;
         conn.ehlo(&self.hello).await.map_err(|e| self.failed(e))?;

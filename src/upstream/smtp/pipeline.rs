@@ -119,11 +119,9 @@ impl Transaction<'_> {
                 ..refusal
             };
         }
-        let dot = tokio::time::timeout(self.timeout, conn.command(b".\r\n")).await;
-        let clean = match dot {
-            Ok(Ok(_)) => true,
-            Ok(Err(e)) => e.code().is_some_and(|code| code != 421),
-            Err(_) => false,
+        let clean = match conn.command(b".\r\n").await {
+            Ok(_) => true,
+            Err(e) => e.code().is_some_and(|code| code != 421),
         };
         Failure { clean, ..refusal }
     }

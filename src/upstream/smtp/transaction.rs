@@ -108,16 +108,20 @@ impl Transaction<'_> {
         Ok(())
     }
 
-    /// The body and the final dot, and upstream's reply to it. A message of less than
-    /// [`HOLD`] bytes goes as one text (one write, or one TLS record); a larger one as the
-    /// slices of the message itself, with no copy.
+    /// The body and the final dot, and upstream's reply to it, written as the slices of the
+    /// message itself (with no copy; the cork joins small ones), or under TLS, for a message
+    /// of less than [`HOLD`] bytes, as one text (one record).
     /// A failure is uncertain only once the whole body was written and the write of the final
     /// dot did not fail (a small body and its dot wait in the socket's cork until the read of
     /// the reply, see `pool::corked`).
     pub(in crate::upstream) async fn finish(&self, conn: &mut Client) -> Result<Accepted, Failure> {
         let (mut whole, mut unsent) = (false, false);
         let exchange = async {
-            match stuffed(self.message, HOLD) {
+            // Under TLS each write is a record: a small message goes as one text.
+            match (!conn.joins_writes())
+                .then(|| stuffed(self.message, HOLD))
+                .flatten()
+            {
                 Some(text) => conn.send(&text).await?,
                 None => conn.send_all(&stuffed_slices(self.message)).await?,
             }
@@ -173,18 +177,24 @@ impl Transaction<'_> {
         Ok(params)
     }
 
-    /// Runs one step under the timeout and classifies its failure: upstream's refusal by
-    /// what it says about our sending (the configured patterns), and by what it leaves of
-    /// the connection.
+    /// Runs one step and classifies its failure: upstream's refusal by what it says about our
+    /// sending (the configured patterns), and by what it leaves of the connection. The
+    /// connection bounds each of its exchanges by the same timeout as `self.timeout`.
     pub(super) async fn step<T>(
         &self,
         step: Step,
         fut: impl std::future::Future<Output = Result<T, ClientError>>,
     ) -> Result<T, Failure> {
         let before_body = step != Step::EndOfData;
-        match tokio::time::timeout(self.timeout, fut).await {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => match e.code() {
+        match fut.await {
+            Ok(v) => Ok(v),
+            Err(ClientError::TimedOut) => Err(Failure {
+                step,
+                error: no_answer_within(step, self.timeout),
+                clean: false,
+                stale: false,
+            }),
+            Err(e) => match e.code() {
                 // 421: upstream is closing this connection (often its idle timeout, read
                 // only now); nothing was accepted, so a fresh connection may do better.
                 Some(421) => Err(Failure {
@@ -206,12 +216,6 @@ impl Transaction<'_> {
                     stale: before_body,
                 }),
             },
-            Err(_) => Err(Failure {
-                step,
-                error: no_answer_within(step, self.timeout),
-                clean: false,
-                stale: false,
-            }),
         }
     }
 }
