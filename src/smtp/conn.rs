@@ -255,11 +255,15 @@ impl Conn {
     async fn fill(&mut self, shutdown: &mut Shutdown, deadline: Instant) -> Result<(), Stop> {
         self.flush().await;
         // Shutdown first: between commands, a client is told to come back later even if its
-        // next command already arrived.
+        // next command already arrived. Then the read: the signal is looked at again only
+        // while the read waits (a session's every read, so the cheaper order).
+        if shutdown.fired() {
+            return Err(Stop::Shutdown);
+        }
         tokio::select! {
             biased;
-            _ = shutdown.wait() => Err(Stop::Shutdown),
             r = self.read_until(deadline, COMMAND_READ) => r.unwrap_or(Err(Stop::Idle)),
+            _ = shutdown.wait() => Err(Stop::Shutdown),
         }
     }
 

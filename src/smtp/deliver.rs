@@ -52,7 +52,7 @@ impl Session {
                 [one] => Some(one.as_str()),
                 _ => None,
             },
-            dates: &self.dates,
+            repeats: &self.repeats,
         };
         let message = Message {
             envelope: &envelope,

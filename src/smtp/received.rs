@@ -22,32 +22,49 @@ pub struct Trace<'a> {
     /// The single recipient, named only when there is exactly one (RFC 5321 4.4 warns that
     /// listing several leaks Bcc recipients).
     pub for_rcpt: Option<&'a str>,
-    /// The session's dates, one text a second.
-    pub dates: &'a Dates,
+    /// What the session's fields repeat.
+    pub repeats: &'a Repeats,
 }
 
-/// The date a `Received:` field ends with, written once a second rather than once a message
-/// (a session that sends many a second reuses it). RFC 5322's zone is numeric: HTTP's date
-/// with "GMT" as "+0000".
+/// What a session's `Received:` fields repeat, written once rather than once a message: the
+/// from-part for its EHLO name and address, and the date for the current second.
 #[derive(Debug, Default)]
-pub struct Dates {
-    /// The second since the epoch that `text` is for, and `text`.
-    last: Mutex<(u64, String)>,
+pub struct Repeats {
+    kept: Mutex<Kept>,
 }
 
-impl Dates {
-    fn write_to(&self, h: &mut String, now: SystemTime) {
+#[derive(Debug, Default)]
+struct Kept {
+    /// The EHLO name and address `from` is for, and `from` (empty: none yet).
+    helo: String,
+    peer: Option<IpAddr>,
+    from: String,
+    /// The second since the epoch `date` is for, and `date` (empty: none yet).
+    second: u64,
+    date: String,
+}
+
+impl Kept {
+    fn from(&mut self, helo: &str, peer: IpAddr) -> &str {
+        if self.from.is_empty() || self.helo != helo || self.peer != Some(peer) {
+            self.from = FromPart(helo, peer).to_string();
+            (self.helo, self.peer) = (helo.to_string(), Some(peer));
+        }
+        &self.from
+    }
+
+    /// RFC 5322's zone is numeric: HTTP's date with "GMT" as "+0000".
+    fn date(&mut self, now: SystemTime) -> &str {
         let second = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        let mut last = self.last.lock().expect("dates lock");
-        if last.1.is_empty() || last.0 != second {
+        if self.date.is_empty() || self.second != second {
             let text = httpdate::fmt_http_date(now);
-            let text = match text.strip_suffix(" GMT") {
+            self.date = match text.strip_suffix(" GMT") {
                 Some(date) => format!("{date} +0000"),
                 None => text,
             };
-            *last = (second, text);
+            self.second = second;
         }
-        h.push_str(&last.1);
+        &self.date
     }
 }
 
@@ -66,12 +83,12 @@ pub fn protocol(esmtp: bool, tls: bool, auth: bool) -> &'static str {
 /// The header, folded at its clauses (lines of at most 78 characters with a usual hostname,
 /// always far under 998), ending in CRLF.
 pub fn header(trace: &Trace<'_>, now: SystemTime) -> Vec<u8> {
-    use std::fmt::Write as _;
     // One buffer, written once and mostly without the formatting machinery: this runs for
     // every message.
     let mut h = String::with_capacity(320);
+    let mut kept = trace.repeats.kept.lock().expect("repeats lock");
     h.push_str("Received: from ");
-    let _ = write!(h, "{}", FromPart(trace.helo, trace.peer));
+    h.push_str(kept.from(trace.helo, trace.peer));
     for part in ["\r\n\tby ", trace.hostname, " "] {
         h.push_str(part);
     }
@@ -85,7 +102,7 @@ pub fn header(trace: &Trace<'_>, now: SystemTime) -> Vec<u8> {
         h.push('>');
     }
     h.push_str(";\r\n\t");
-    trace.dates.write_to(&mut h, now);
+    h.push_str(kept.date(now));
     h.push_str("\r\n");
     h.into_bytes()
 }
@@ -210,7 +227,7 @@ mod tests {
             protocol: "ESMTP",
             id: "abc",
             for_rcpt: Some("a@b.example"),
-            dates: &Dates::default(),
+            repeats: &Repeats::default(),
         };
         let h = String::from_utf8(header(&t, SystemTime::UNIX_EPOCH)).unwrap();
         assert!(h.starts_with(
@@ -223,20 +240,24 @@ mod tests {
         assert!(h.lines().all(|l| l.len() <= 78));
     }
 
-    /// The date is written anew when the second changes, and only then.
+    /// The date is written anew when the second changes, and only then; the from-part when
+    /// the EHLO name or the address does.
     #[test]
-    fn a_date_is_kept_for_its_second_only() {
-        let dates = Dates::default();
-        let date = |at: u64| {
-            let mut h = String::new();
-            dates.write_to(&mut h, UNIX_EPOCH + std::time::Duration::from_millis(at));
-            h
-        };
+    fn what_is_kept_is_kept_for_its_second_and_its_name_only() {
+        let mut kept = Kept::default();
+        let mut date =
+            |at: u64| (kept.date(UNIX_EPOCH + std::time::Duration::from_millis(at))).to_string();
         assert_eq!(date(0), "Thu, 01 Jan 1970 00:00:00 +0000");
         assert_eq!(date(999), "Thu, 01 Jan 1970 00:00:00 +0000");
         assert_eq!(date(1000), "Thu, 01 Jan 1970 00:00:01 +0000");
         assert_eq!(date(86_400_000), "Fri, 02 Jan 1970 00:00:00 +0000");
         assert_eq!(date(0), "Thu, 01 Jan 1970 00:00:00 +0000", "and back");
+        let (a, b): (IpAddr, IpAddr) = ("127.0.0.1".parse().unwrap(), "::1".parse().unwrap());
+        let mut kept = Kept::default();
+        assert_eq!(kept.from("x.test", a), "x.test ([127.0.0.1])");
+        assert_eq!(kept.from("x.test", b), "x.test ([::1])");
+        assert_eq!(kept.from("y.test", b), "y.test ([::1])");
+        assert_eq!(kept.from("", b), "unknown ([::1])");
     }
 
     #[test]
@@ -249,7 +270,7 @@ mod tests {
             protocol: "SMTP",
             id: "i",
             for_rcpt: None,
-            dates: &Dates::default(),
+            repeats: &Repeats::default(),
         };
         let h = String::from_utf8(header(&t, SystemTime::UNIX_EPOCH)).unwrap();
         assert_eq!(h.matches("\r\n").count(), 5);

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use smtp_proto::{Error as ParseError, Request};
 
 use super::conn::{Conn, Line, Stop};
-use super::received::Dates;
+use super::received::Repeats;
 use super::reply::{self, Reply};
 use crate::message::Envelope;
 use crate::observe::activity::Doing;
@@ -50,8 +50,8 @@ pub struct Session {
     pub junk: usize,
     /// Where this session is counted in the metrics' `sessions{activity}`.
     pub doing: Doing,
-    /// The date of its messages' `Received:` fields, kept for the second.
-    pub dates: Dates,
+    /// What its messages' `Received:` fields repeat.
+    pub repeats: Repeats,
 }
 
 /// Who the client proved to be with AUTH, and what that lets it do.
@@ -92,7 +92,7 @@ impl Session {
             auth: None,
             errors: 0,
             junk: 0,
-            dates: Dates::default(),
+            repeats: Repeats::default(),
         }
     }
 

@@ -64,6 +64,11 @@ impl ShutdownTrigger {
 }
 
 impl Shutdown {
+    /// Whether shutdown has been triggered, now.
+    pub fn fired(&self) -> bool {
+        self.fired || *self.rx.borrow()
+    }
+
     /// Resolves once shutdown is triggered (at once if it already was). Cancel-safe: a wait
     /// cut short goes on at the next call.
     pub async fn wait(&mut self) {
@@ -93,10 +98,6 @@ impl Shutdown {
 mod tests {
     use super::*;
 
-    fn is_triggered(shutdown: &Shutdown) -> bool {
-        *shutdown.rx.borrow()
-    }
-
     /// A wait cut short (a read won the select) goes on at the next call, and once fired the
     /// signal stays fired.
     #[tokio::test]
@@ -112,7 +113,7 @@ mod tests {
         trigger.trigger();
         shutdown.wait().await;
         shutdown.wait().await;
-        assert!(is_triggered(&shutdown));
+        assert!(shutdown.fired());
         let mut copy = shutdown.clone();
         copy.wait().await;
     }
@@ -120,11 +121,11 @@ mod tests {
     #[tokio::test]
     async fn late_subscribers_see_an_earlier_trigger() {
         let (trigger, mut early) = channel();
-        assert!(!is_triggered(&early));
+        assert!(!early.fired());
         trigger.trigger();
         early.wait().await;
         let mut late = trigger.subscribe();
         late.wait().await;
-        assert!(is_triggered(&late));
+        assert!(late.fired());
     }
 }
