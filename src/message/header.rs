@@ -16,9 +16,12 @@ pub struct Field {
 pub fn fields(message: &[u8]) -> Vec<Field> {
     let mut fields: Vec<Field> = Vec::new();
     let mut pos = 0;
+    // Built once: a searcher is set up anew for each `memmem::find`.
+    let crlf = memchr::memmem::Finder::new(b"\r\n");
     while pos < message.len() {
-        let end =
-            memchr::memmem::find(&message[pos..], b"\r\n").map_or(message.len(), |i| pos + i + 2);
+        let end = crlf
+            .find(&message[pos..])
+            .map_or(message.len(), |i| pos + i + 2);
         let line = &message[pos..end];
         if line == b"\r\n" {
             break;

@@ -170,6 +170,12 @@ impl Client {
         self.read_reply().await
     }
 
+    /// [`Client::command`] whose positive reply's text is not wanted.
+    pub async fn command_ok(&mut self, text: &[u8]) -> Result<(), ClientError> {
+        self.send(text).await?;
+        self.read_ok().await
+    }
+
     /// Writes `bytes` as they are, and flushes (through the cork, see `pool::corked`).
     pub async fn send(&mut self, bytes: &[u8]) -> Result<(), ClientError> {
         self.send_all(&[bytes]).await
@@ -199,36 +205,61 @@ impl Client {
         loop {
             match reply::parse(&self.buf[self.pos..]) {
                 Ok(Some((reply, used))) => {
-                    self.pos += used;
-                    if self.pos == self.buf.len() {
-                        self.buf.clear();
-                        self.buf.shrink_to(READ);
-                        self.pos = 0;
-                    }
+                    self.consume(used);
                     return match reply.is_positive() {
                         true => Ok(reply),
                         false => Err(ClientError::Refused(reply)),
                     };
                 }
-                Ok(None) => {}
+                Ok(None) => self.fill().await?,
                 Err(malformed) => return Err(self.fail(malformed.into())),
             }
-            if self.pos > 0 {
-                self.buf.drain(..self.pos);
-                self.pos = 0;
+        }
+    }
+
+    /// [`Client::read_reply`] for a reply whose text is not wanted when it is positive (a
+    /// pipelined command's): a refusal still comes whole.
+    pub async fn read_ok(&mut self) -> Result<(), ClientError> {
+        self.timer.as_mut().reset(Instant::now() + self.timeout);
+        loop {
+            match reply::code_of(&self.buf[self.pos..]) {
+                Ok(Some((code, used))) if code < 400 => {
+                    self.consume(used);
+                    return Ok(());
+                }
+                Ok(Some(_)) => return self.read_reply().await.map(drop),
+                Ok(None) => self.fill().await?,
+                Err(malformed) => return Err(self.fail(malformed.into())),
             }
-            // Exact: the buffer then never holds more than the bound and one read.
-            self.buf.reserve_exact(READ);
-            let read = tokio::select! {
-                biased;
-                read = self.stream.read_buf(&mut self.buf) => read,
-                _ = self.timer.as_mut() => return Err(self.fail(ClientError::TimedOut)),
-            };
-            match read {
-                Ok(0) => return Err(self.fail(ClientError::Closed)),
-                Ok(_) => {}
-                Err(e) => return Err(self.fail(ClientError::Io(e))),
-            }
+        }
+    }
+
+    fn consume(&mut self, used: usize) {
+        self.pos += used;
+        if self.pos == self.buf.len() {
+            self.buf.clear();
+            self.buf.shrink_to(READ);
+            self.pos = 0;
+        }
+    }
+
+    /// Reads more of upstream's bytes, before the timer set for this exchange fires.
+    async fn fill(&mut self) -> Result<(), ClientError> {
+        if self.pos > 0 {
+            self.buf.drain(..self.pos);
+            self.pos = 0;
+        }
+        // Exact: the buffer then never holds more than the bound and one read.
+        self.buf.reserve_exact(READ);
+        let read = tokio::select! {
+            biased;
+            read = self.stream.read_buf(&mut self.buf) => read,
+            _ = self.timer.as_mut() => return Err(self.fail(ClientError::TimedOut)),
+        };
+        match read {
+            Ok(0) => Err(self.fail(ClientError::Closed)),
+            Ok(_) => Ok(()),
+            Err(e) => Err(self.fail(ClientError::Io(e))),
         }
     }
 

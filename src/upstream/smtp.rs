@@ -185,7 +185,7 @@ pub(super) fn settle_failed<H: Send + 'static>(
         return drop(hold);
     }
     tokio::spawn(async move {
-        let reset = tokio::time::timeout(timeout, lease.conn.command(b"RSET\r\n")).await;
+        let reset = tokio::time::timeout(timeout, lease.conn.command_ok(b"RSET\r\n")).await;
         if matches!(reset, Ok(Ok(_))) {
             pool.checkin(lease);
         }

@@ -69,22 +69,40 @@ impl Reply {
 /// The first complete reply in `bytes` and how many bytes it took; `Ok(None)` when more
 /// must be read. A line ends in CRLF, or in a bare LF, which servers sometimes send.
 pub fn parse(bytes: &[u8]) -> Result<Option<(Reply, usize)>, Malformed> {
+    let mut text = String::new();
+    let scanned = scan(bytes, Some(&mut text))?;
+    Ok(scanned.map(|(code, used)| (Reply { code, text }, used)))
+}
+
+/// [`parse`] without the text: the first complete reply's code and how many bytes it took.
+pub fn code_of(bytes: &[u8]) -> Result<Option<(u16, usize)>, Malformed> {
+    scan(bytes, None)
+}
+
+/// Reads one reply's lines, appending their text to `text` when there is one.
+fn scan(bytes: &[u8], mut text: Option<&mut String>) -> Result<Option<(u16, usize)>, Malformed> {
     let mut at = 0;
     let mut code = None;
-    let mut text = String::new();
     while let Some(end) = memchr::memchr(b'\n', &bytes[at..]) {
         let line = &bytes[at..at + end];
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         at += end + 1;
         let (this, last, rest) = line_parts(line)?;
+        let rest = std::str::from_utf8(rest).map_err(|_| Malformed::NotUtf8)?;
         match code {
             Some(c) if c != this => return Err(Malformed::MixedCodes),
-            Some(_) => text.push('\n'),
+            Some(_) => {
+                if let Some(t) = text.as_deref_mut() {
+                    t.push('\n');
+                }
+            }
             None => code = Some(this),
         }
-        text.push_str(std::str::from_utf8(rest).map_err(|_| Malformed::NotUtf8)?);
+        if let Some(t) = text.as_deref_mut() {
+            t.push_str(rest);
+        }
         if last {
-            return Ok(Some((Reply { code: this, text }, at)));
+            return Ok(Some((this, at)));
         }
         if at > MAX_REPLY {
             return Err(Malformed::TooLarge);
@@ -144,6 +162,24 @@ mod tests {
             one("250-\r\n250 x\r\n").lines().collect::<Vec<_>>(),
             ["", "x"]
         );
+    }
+
+    /// The code alone is read by the same rules as the whole reply.
+    #[test]
+    fn a_code_is_read_as_its_reply_is() {
+        let cases: [&[u8]; 7] = [
+            b"250 ok\r\n",
+            b"250-a\r\n250 b\r\nnext",
+            b"354\n",
+            b"250-a\r\n",
+            b"250-a\r\n550 b\r\n",
+            b"hello\r\n",
+            b"250 caf\xe9\r\n",
+        ];
+        for bytes in cases {
+            let whole = parse(bytes).map(|r| r.map(|(reply, used)| (reply.code, used)));
+            assert_eq!(code_of(bytes), whole, "{bytes:?}");
+        }
     }
 
     #[test]

@@ -81,13 +81,13 @@ impl Transaction<'_> {
                     _ => text.push_str("DATA\r\n"),
                 }
             }
+            // Positive replies are read by their code alone: their text is not used.
             let first = self
-                .step(step(start), conn.command(text.as_bytes()))
-                .await
-                .map(drop);
+                .step(step(start), conn.command_ok(text.as_bytes()))
+                .await;
             replies.take(step(start), first)?;
             for i in group.skip(1) {
-                let read = self.step(step(i), conn.read_reply()).await.map(drop);
+                let read = self.step(step(i), conn.read_ok()).await;
                 replies.take(step(i), read)?;
             }
             if replies.refusal.is_some() {
@@ -119,7 +119,7 @@ impl Transaction<'_> {
                 ..refusal
             };
         }
-        let clean = match conn.command(b".\r\n").await {
+        let clean = match conn.command_ok(b".\r\n").await {
             Ok(_) => true,
             Err(e) => e.code().is_some_and(|code| code != 421),
         };

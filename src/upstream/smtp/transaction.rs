@@ -99,12 +99,14 @@ impl Transaction<'_> {
         if conn.extensions().pipelining {
             return self.prepare_pipelined(conn, mail).await;
         }
-        self.step(Step::Mail, conn.command(mail.as_bytes())).await?;
+        self.step(Step::Mail, conn.command_ok(mail.as_bytes()))
+            .await?;
         for rcpt in &self.rcpts {
             let line = rcpt_line(rcpt);
-            self.step(Step::Rcpt, conn.command(line.as_bytes())).await?;
+            self.step(Step::Rcpt, conn.command_ok(line.as_bytes()))
+                .await?;
         }
-        self.step(Step::Data, conn.command(b"DATA\r\n")).await?;
+        self.step(Step::Data, conn.command_ok(b"DATA\r\n")).await?;
         Ok(())
     }
 
