@@ -251,10 +251,13 @@ fn message_id() -> String {
     use std::hash::BuildHasher;
     let state = std::collections::hash_map::RandomState::new();
     let n = state.hash_one(());
-    (0..16)
-        .rev()
-        .map(|i| char::from(b"0123456789abcdef"[(n >> (4 * i)) as usize & 0xf]))
-        .collect()
+    let mut id = String::with_capacity(16);
+    for i in (0..16).rev() {
+        id.push(char::from(
+            b"0123456789abcdef"[(n >> (4 * i)) as usize & 0xf],
+        ));
+    }
+    id
 }
 
 /// The record of a message charged `charges`, before anything happened to it.

@@ -38,20 +38,16 @@ pub fn from_reply(code: u16, text: &str) -> UpstreamError {
 /// 1–3 digits and a detail of 1–3 digits, followed by a space or the end.
 pub fn split_enhanced(text: &str) -> Option<(&str, &str)> {
     let text = text.trim_start();
-    let end = text.find(' ').unwrap_or(text.len());
-    let candidate = &text[..end];
-    let mut parts = candidate.split('.');
-    let class = parts.next()?;
-    let subject = parts.next()?;
-    let detail = parts.next()?;
-    let digits = |s: &str, max: usize| {
-        !s.is_empty() && s.len() <= max && s.bytes().all(|b| b.is_ascii_digit())
-    };
-    let ok = parts.next().is_none()
-        && matches!(class, "2" | "4" | "5")
-        && digits(subject, 3)
-        && digits(detail, 3);
-    ok.then(|| (candidate, text[end..].trim()))
+    // On bytes: this runs on every reply relayed, upstream's 250 included.
+    let end = memchr::memchr(b' ', text.as_bytes()).unwrap_or(text.len());
+    let candidate = &text.as_bytes()[..end];
+    let (class, rest) = candidate.split_first()?;
+    let (subject, detail) = rest
+        .strip_prefix(b".")?
+        .split_at(memchr::memchr(b'.', &rest[1..])?);
+    let digits = |s: &[u8]| (1..=3).contains(&s.len()) && s.iter().all(u8::is_ascii_digit);
+    let ok = matches!(class, b'2' | b'4' | b'5') && digits(subject) && digits(&detail[1..]);
+    ok.then(|| (&text[..end], text[end..].trim()))
 }
 
 /// A negative reply becomes `Rejected` with upstream's own code and text; the caller
@@ -80,6 +76,15 @@ mod tests {
         assert_eq!(split_enhanced("3.2.1 busy"), None);
         assert_eq!(split_enhanced("4.2.1.1 busy"), None);
         assert_eq!(split_enhanced("4.2.1000 busy"), None);
+        for odd in [
+            "", "4", "4.", "4.2", "4.2.", "4..1", ".2.1", "42.1.1", "4.2.1.", "4.x.1",
+        ] {
+            assert_eq!(split_enhanced(odd), None, "{odd:?}");
+        }
+        assert_eq!(
+            split_enhanced("  2.0.0   queued  "),
+            Some(("2.0.0", "queued"))
+        );
     }
 
     #[test]

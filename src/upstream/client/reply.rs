@@ -69,7 +69,8 @@ impl Reply {
 /// The first complete reply in `bytes` and how many bytes it took; `Ok(None)` when more
 /// must be read. A line ends in CRLF, or in a bare LF, which servers sometimes send.
 pub fn parse(bytes: &[u8]) -> Result<Option<(Reply, usize)>, Malformed> {
-    let mut text = String::new();
+    // Most replies are one short line: one allocation, sized to hold it.
+    let mut text = String::with_capacity(bytes.len().min(256));
     let scanned = scan(bytes, Some(&mut text))?;
     Ok(scanned.map(|(code, used)| (Reply { code, text }, used)))
 }
