@@ -22,6 +22,8 @@ use crate::observe::activity::Activity;
 use crate::observe::traces::{self, MessageSpans};
 use crate::policy::{self, Charge, MessageFacts, Plan};
 use crate::state::context::Context;
+use crate::state::shutdown::Shutdown;
+use crate::throttle::ThrottleError;
 use crate::upstream::{Admission, UpstreamError};
 
 impl Session {
@@ -34,7 +36,7 @@ impl Session {
             Some((guard, key)) => Some(tenant_at_dot(&guard, key, self.peer).await),
             None => None,
         };
-        let record = record(&self.ctx, &plan.charges);
+        let record = record_of(&self.ctx, &plan.charges);
         let id = message_id();
         let greeting = self.greeting.as_ref();
         let trace = Trace {
@@ -72,7 +74,25 @@ impl Session {
             received::looping(&body, &self.ctx.instance, max_received),
         ) {
             (Some(refusal), _) => Verdict::tenant_paused(refusal, record),
-            (None, None) => final_dot(&mut waiter, &message, record).await,
+            // The grace is over: nothing more goes upstream.
+            (None, None) if self.grace_over.as_ref().is_some_and(Shutdown::fired) => {
+                Verdict::held(Held::Refused(ThrottleError::Shutdown), record)
+            }
+            (None, None) => {
+                let dot = final_dot(&mut waiter, &message, record);
+                match &mut self.grace_over {
+                    // Biased: what the final dot came to at the grace's end (a waiter's 421,
+                    // upstream's answer) is the answer when it is there.
+                    Some(grace_over) => tokio::select! {
+                        biased;
+                        verdict = dot => verdict,
+                        _ = grace_over.wait() => {
+                            Verdict::held(Held::GraceOver, record_of(&self.ctx, &plan.charges))
+                        }
+                    },
+                    None => dot.await,
+                }
+            }
             (None, Some(Loop::CameBack)) => Verdict::refused(reply::loop_detected(), record),
             (None, Some(Loop::TooManyHops)) => Verdict::refused(reply::too_many_hops(), record),
         };
@@ -261,7 +281,7 @@ fn message_id() -> String {
 }
 
 /// The record of a message charged `charges`, before anything happened to it.
-fn record(ctx: &Context, charges: &[Charge]) -> Record {
+fn record_of(ctx: &Context, charges: &[Charge]) -> Record {
     let first = charges.first();
     Record {
         outcome: Outcome::Delivered,

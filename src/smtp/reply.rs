@@ -106,6 +106,14 @@ pub fn too_many_connections() -> Reply {
 pub fn shutting_down() -> Reply {
     Reply::new(421, "4.3.2", "Service shutting down, try again later")
 }
+/// The shutdown's grace ended before upstream answered: the message may have arrived.
+pub fn grace_over() -> Reply {
+    Reply::new(
+        421,
+        "4.3.2",
+        "Service shutting down before upstream answered; the message may have been delivered",
+    )
+}
 pub fn idle_timeout() -> Reply {
     Reply::new(421, "4.4.2", "Idle for too long, closing connection")
 }

@@ -52,6 +52,8 @@ pub struct Session {
     pub doing: Doing,
     /// What its messages' `Received:` fields repeat.
     pub repeats: Repeats,
+    /// Fires when the shutdown's grace is over (none outside a running relay).
+    pub grace_over: Option<Shutdown>,
 }
 
 /// Who the client proved to be with AUTH, and what that lets it do.
@@ -79,6 +81,7 @@ impl Session {
             .iter()
             .any(|net| net.contains(&peer.ip()));
         let doing = ctx.metrics.activities().start();
+        let grace_over = ctx.live.upgrade().map(|live| live.grace_over());
         Session {
             doing,
             ctx,
@@ -93,6 +96,7 @@ impl Session {
             errors: 0,
             junk: 0,
             repeats: Repeats::default(),
+            grace_over,
         }
     }
 

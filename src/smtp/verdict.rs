@@ -39,6 +39,8 @@ pub(super) enum Held {
     UpstreamRate(Duration),
     /// The throttle refused it.
     Refused(ThrottleError),
+    /// The shutdown's grace ended while it was with upstream: it may have arrived.
+    GraceOver,
 }
 
 /// The end of one message's final dot.
@@ -109,6 +111,7 @@ impl Verdict {
                 refused(&error, &mut record),
                 Some(reply::throttle_refusal(&error)),
             ),
+            Held::GraceOver => (Outcome::Shutdown, Some(reply::grace_over())),
         };
         record.outcome = outcome;
         Verdict { reply, record }

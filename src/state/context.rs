@@ -30,6 +30,8 @@ use crate::reputation::Reputation;
 use crate::throttle::{Clock, Throttle, TokioClock};
 use crate::upstream::Upstreams;
 
+use super::shutdown::{self, Shutdown, ShutdownTrigger};
+
 /// What `run` needs from outside. Built by `main`, or by a test, which keeps handles on the
 /// throttle (to peek at buckets) and on `live` (to reload as SIGHUP does).
 #[derive(Clone)]
@@ -310,16 +312,33 @@ fn rcpt_max(config: &Config) -> usize {
 }
 
 /// The relay's current context, swapped by a reload.
-#[derive(Default)]
 pub struct Live {
     current: RwLock<Option<Arc<Context>>>,
     /// Every throttle a context used, so that shutdown reaches waiters of older configs too.
     throttles: RwLock<Vec<Weak<Throttle>>>,
+    /// Fired when the shutdown's grace is over (see [`Live::dispose`]).
+    grace_over: ShutdownTrigger,
+}
+
+impl Default for Live {
+    fn default() -> Live {
+        Live {
+            current: RwLock::default(),
+            throttles: RwLock::default(),
+            grace_over: shutdown::channel().0,
+        }
+    }
 }
 
 impl Live {
     pub fn new() -> Arc<Live> {
         Arc::new(Live::default())
+    }
+
+    /// Fires when the shutdown's grace is over: a message still with upstream then is given
+    /// up, and its client answered before the process exits.
+    pub fn grace_over(&self) -> Shutdown {
+        self.grace_over.subscribe()
     }
 
     /// The newest context, once the relay runs.
@@ -346,11 +365,13 @@ impl Live {
         }
     }
 
-    /// Answers every waiter, of this config and of older ones, with the shutdown error.
+    /// Answers every waiter, of this config and of older ones, with the shutdown error, and
+    /// tells every message still with upstream that the grace is over.
     pub fn dispose(&self) {
         for throttle in self.throttles() {
             throttle.dispose();
         }
+        self.grace_over.trigger();
     }
 
     fn throttles(&self) -> Vec<Arc<Throttle>> {

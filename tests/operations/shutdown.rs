@@ -284,3 +284,42 @@ async fn a_grace_that_ends_with_sessions_in_flight_says_what_they_were_doing() {
     );
     assert!(up.messages().is_empty(), "half a message is no message");
 }
+
+/// A message whose upstream has not answered when the grace ends is answered before the
+/// process exits: `421 4.3.2`, saying it may have been delivered (its final dot went), never
+/// a connection dropped without a word.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_still_with_upstream_when_the_grace_ends_is_answered() {
+    let up = TestUpstream::start().await;
+    up.set_fault(Fault::stall(Step::EndOfData, Duration::from_secs(120)));
+    let text = config(&up, 0, 1).replace("shutdown_grace_ms = 20000", "shutdown_grace_ms = 500");
+    let text = text.replace("timeout_ms = 10000", "timeout_ms = 60000");
+    let mut relay = RelayProcess::start(&text, "info");
+    let mut c = Client::connect(relay.addr).await;
+    let sending = tokio::spawn(async move {
+        let reply = (c.send_mail(
+            "app@example.com",
+            &["user@example.net"],
+            b"X-Tenant: a\r\n\r\nhi\r\n",
+        ))
+        .await;
+        (reply, c.reply().await)
+    });
+    until("the message is with upstream", async || {
+        metric(&relay, "mailsluice_sessions{activity=\"upstream\"}").await == 1.0
+    })
+    .await;
+    relay.signal(libc::SIGTERM);
+    let ((code, text), after) = sending.await.unwrap();
+    assert_eq!(code, 421, "{text}");
+    assert!(
+        text.contains("4.3.2") && text.contains("may have been delivered"),
+        "{text}"
+    );
+    assert_eq!(after, (0, String::new()), "then the connection is closed");
+    let status = relay.wait(Duration::from_secs(60)).await;
+    assert_eq!(status.code(), Some(0));
+    let logs = relay.logs();
+    let line = logs.iter().find(|l| l.contains("outcome=shutdown"));
+    assert!(line.is_some(), "the message is logged: {logs:?}");
+}
