@@ -74,24 +74,10 @@ impl Session {
             received::looping(&body, &self.ctx.instance, max_received),
         ) {
             (Some(refusal), _) => Verdict::tenant_paused(refusal, record),
-            // The grace is over: nothing more goes upstream.
-            (None, None) if self.grace_over.as_ref().is_some_and(Shutdown::fired) => {
-                Verdict::held(Held::Refused(ThrottleError::Shutdown), record)
-            }
             (None, None) => {
                 let dot = final_dot(&mut waiter, &message, record);
-                match &mut self.grace_over {
-                    // Biased: what the final dot came to at the grace's end (a waiter's 421,
-                    // upstream's answer) is the answer when it is there.
-                    Some(grace_over) => tokio::select! {
-                        biased;
-                        verdict = dot => verdict,
-                        _ = grace_over.wait() => {
-                            Verdict::held(Held::GraceOver, record_of(&self.ctx, &plan.charges))
-                        }
-                    },
-                    None => dot.await,
-                }
+                let again = || record_of(&self.ctx, &plan.charges);
+                within_grace(dot, self.grace_over.as_mut(), again).await
             }
             (None, Some(Loop::CameBack)) => Verdict::refused(reply::loop_detected(), record),
             (None, Some(Loop::TooManyHops)) => Verdict::refused(reply::too_many_hops(), record),
@@ -262,6 +248,28 @@ async fn final_dot(waiter: &mut Waiter<'_>, message: &Message<'_>, record: Recor
         }
     }
     Verdict::upstream(&result, record)
+}
+
+/// The final dot's verdict, unless the shutdown's grace ends first: then `421` (the message
+/// may have been delivered), or `421` at once if the grace was already over (nothing more
+/// goes upstream). Biased: what the final dot came to at the grace's end (a waiter's `421`,
+/// upstream's answer) is the answer when it is there. `record` makes the record anew.
+async fn within_grace(
+    dot: impl std::future::Future<Output = Verdict>,
+    grace_over: Option<&mut Shutdown>,
+    record: impl FnOnce() -> Record,
+) -> Verdict {
+    let Some(grace_over) = grace_over else {
+        return dot.await;
+    };
+    if grace_over.fired() {
+        return Verdict::held(Held::Refused(ThrottleError::Shutdown), record());
+    }
+    tokio::select! {
+        biased;
+        verdict = dot => verdict,
+        _ = grace_over.wait() => Verdict::held(Held::GraceOver, record()),
+    }
 }
 
 /// The id our `Received:` field gives the message: 64 bits, new for each message. std's
