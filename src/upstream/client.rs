@@ -8,6 +8,7 @@
 //! - `tls`: rustls towards upstream, verified or not.
 //! - `auth`: AUTH PLAIN and LOGIN.
 //! - `stream`: the socket under it (plain and corked, STARTTLS, implicit TLS).
+//! - `corked`: the plain socket, a small message and its final dot in one write.
 
 use std::io;
 use std::pin::Pin;
@@ -18,17 +19,20 @@ use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
 mod auth;
+mod corked;
 mod extensions;
 mod reply;
 mod stream;
 mod tls;
 
 pub(in crate::upstream) use auth::Credentials;
+pub(in crate::upstream) use corked::{Unsent, HOLD};
 pub(in crate::upstream) use extensions::Extensions;
+pub use reply::split_enhanced;
 pub(in crate::upstream) use reply::{Malformed, Reply};
 pub(in crate::upstream) use tls::Tls;
 
-use super::pool::Corked;
+use corked::Corked;
 use stream::Stream;
 
 /// How an exchange with upstream failed.
@@ -176,7 +180,7 @@ impl Client {
         self.read_ok().await
     }
 
-    /// Writes `bytes` as they are, and flushes (through the cork, see `pool::corked`).
+    /// Writes `bytes` as they are, and flushes (through the cork, see `corked`).
     pub async fn send(&mut self, bytes: &[u8]) -> Result<(), ClientError> {
         self.send_all(&[bytes]).await
     }

@@ -6,7 +6,6 @@
 //! once, parked or busy.
 //!
 //! - `connector`: opening one ready connection, its refusals classified.
-//! - `corked`: the socket under the client, a small message and its final dot in one write.
 //! - `reconnect`: when a connection is retired between messages.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -19,11 +18,9 @@ use super::client::Client;
 use super::Feedback;
 
 mod connector;
-mod corked;
 mod reconnect;
 
 pub(super) use connector::{ConnectError, Connector, Security};
-pub(super) use corked::{Corked, Unsent, HOLD};
 use reconnect::Age;
 pub(super) use reconnect::Reconnect;
 

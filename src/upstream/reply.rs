@@ -2,6 +2,7 @@
 //! the text so that the session can write `<code> <enhanced> <text>` without doubling it, and
 //! can supply one of its own when upstream gave none.
 
+pub use super::client::split_enhanced;
 use super::client::ClientError;
 use super::UpstreamError;
 
@@ -34,22 +35,6 @@ pub fn from_reply(code: u16, text: &str) -> UpstreamError {
     }
 }
 
-/// `"4.2.1 Mailbox busy"` → `("4.2.1", "Mailbox busy")`: class 2, 4 or 5, then a subject of
-/// 1–3 digits and a detail of 1–3 digits, followed by a space or the end.
-pub fn split_enhanced(text: &str) -> Option<(&str, &str)> {
-    let text = text.trim_start();
-    // On bytes: this runs on every reply relayed, upstream's 250 included.
-    let end = memchr::memchr(b' ', text.as_bytes()).unwrap_or(text.len());
-    let candidate = &text.as_bytes()[..end];
-    let (class, rest) = candidate.split_first()?;
-    let (subject, detail) = rest
-        .strip_prefix(b".")?
-        .split_at(memchr::memchr(b'.', &rest[1..])?);
-    let digits = |s: &[u8]| (1..=3).contains(&s.len()) && s.iter().all(u8::is_ascii_digit);
-    let ok = matches!(class, b'2' | b'4' | b'5') && digits(subject) && digits(&detail[1..]);
-    ok.then(|| (&text[..end], text[end..].trim()))
-}
-
 /// A negative reply becomes `Rejected` with upstream's own code and text; the caller
 /// classifies it (see [`super::Classifier`]).
 pub(super) fn smtp_error(e: &ClientError) -> UpstreamError {
@@ -62,30 +47,6 @@ pub(super) fn smtp_error(e: &ClientError) -> UpstreamError {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn enhanced_code_is_split_from_the_text() {
-        assert_eq!(
-            split_enhanced("4.2.1 Mailbox busy"),
-            Some(("4.2.1", "Mailbox busy"))
-        );
-        assert_eq!(split_enhanced("5.7.1"), Some(("5.7.1", "")));
-        assert_eq!(split_enhanced("5.100.999 x"), Some(("5.100.999", "x")));
-        assert_eq!(split_enhanced("Mailbox busy"), None);
-        assert_eq!(split_enhanced("4.2 busy"), None);
-        assert_eq!(split_enhanced("3.2.1 busy"), None);
-        assert_eq!(split_enhanced("4.2.1.1 busy"), None);
-        assert_eq!(split_enhanced("4.2.1000 busy"), None);
-        for odd in [
-            "", "4", "4.", "4.2", "4.2.", "4..1", ".2.1", "42.1.1", "4.2.1.", "4.x.1",
-        ] {
-            assert_eq!(split_enhanced(odd), None, "{odd:?}");
-        }
-        assert_eq!(
-            split_enhanced("  2.0.0   queued  "),
-            Some(("2.0.0", "queued"))
-        );
-    }
 
     #[test]
     fn reply_keeps_code_and_drops_mismatched_class() {

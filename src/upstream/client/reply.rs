@@ -51,7 +51,7 @@ impl Reply {
         let mut lines = self.lines();
         let mut joined = String::with_capacity(self.text.len());
         joined.push_str(lines.next().unwrap_or(""));
-        let repeated = crate::upstream::reply::split_enhanced(&joined)
+        let repeated = split_enhanced(&joined)
             .filter(|(code, _)| code.as_bytes()[0] == b'0' + (self.code / 100) as u8)
             .map(|(code, _)| code.to_string());
         for line in lines {
@@ -64,6 +64,22 @@ impl Reply {
         }
         joined
     }
+}
+
+/// `"4.2.1 Mailbox busy"` → `("4.2.1", "Mailbox busy")`: class 2, 4 or 5, then a subject of
+/// 1–3 digits and a detail of 1–3 digits, followed by a space or the end.
+pub fn split_enhanced(text: &str) -> Option<(&str, &str)> {
+    let text = text.trim_start();
+    // On bytes: this runs on every reply relayed, upstream's 250 included.
+    let end = memchr::memchr(b' ', text.as_bytes()).unwrap_or(text.len());
+    let candidate = &text.as_bytes()[..end];
+    let (class, rest) = candidate.split_first()?;
+    let (subject, detail) = rest
+        .strip_prefix(b".")?
+        .split_at(memchr::memchr(b'.', &rest[1..])?);
+    let digits = |s: &[u8]| (1..=3).contains(&s.len()) && s.iter().all(u8::is_ascii_digit);
+    let ok = matches!(class, b'2' | b'4' | b'5') && digits(subject) && digits(&detail[1..]);
+    ok.then(|| (&text[..end], text[end..].trim()))
 }
 
 /// The first complete reply in `bytes` and how many bytes it took; `Ok(None)` when more
@@ -142,6 +158,30 @@ mod tests {
         let (reply, used) = parse(bytes.as_bytes()).unwrap().expect("complete");
         assert_eq!(used, bytes.len());
         reply
+    }
+
+    #[test]
+    fn enhanced_code_is_split_from_the_text() {
+        assert_eq!(
+            split_enhanced("4.2.1 Mailbox busy"),
+            Some(("4.2.1", "Mailbox busy"))
+        );
+        assert_eq!(split_enhanced("5.7.1"), Some(("5.7.1", "")));
+        assert_eq!(split_enhanced("5.100.999 x"), Some(("5.100.999", "x")));
+        assert_eq!(split_enhanced("Mailbox busy"), None);
+        assert_eq!(split_enhanced("4.2 busy"), None);
+        assert_eq!(split_enhanced("3.2.1 busy"), None);
+        assert_eq!(split_enhanced("4.2.1.1 busy"), None);
+        assert_eq!(split_enhanced("4.2.1000 busy"), None);
+        for odd in [
+            "", "4", "4.", "4.2", "4.2.", "4..1", ".2.1", "42.1.1", "4.2.1.", "4.x.1",
+        ] {
+            assert_eq!(split_enhanced(odd), None, "{odd:?}");
+        }
+        assert_eq!(
+            split_enhanced("  2.0.0   queued  "),
+            Some(("2.0.0", "queued"))
+        );
     }
 
     #[test]

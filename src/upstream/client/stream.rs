@@ -1,4 +1,4 @@
-//! The socket under a client connection: plain (its writes corked, see `pool::corked`), TLS
+//! The socket under a client connection: plain (its writes corked, see `corked`), TLS
 //! after STARTTLS (its records through the same cork), or TLS from the first byte.
 
 use std::io;
@@ -9,7 +9,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
-use crate::upstream::pool::Corked;
+use super::corked::Corked;
 
 pub(super) enum Stream {
     Plain(Corked),

@@ -9,8 +9,7 @@ use std::time::Duration;
 use super::wire::{
     bad, dot_after_bare_line_break, mail_line, path, rcpt_line, stuffed, stuffed_slices, MailParams,
 };
-use crate::upstream::client::{Client, ClientError};
-use crate::upstream::pool::{Unsent, HOLD};
+use crate::upstream::client::{Client, ClientError, Unsent, HOLD};
 use crate::upstream::reply::{rejected, smtp_error, unavailable};
 use crate::upstream::{Accepted, Classifier, Envelope, UpstreamError};
 
@@ -115,7 +114,7 @@ impl Transaction<'_> {
     /// of less than [`HOLD`] bytes, as one text (one record).
     /// A failure is uncertain only once the whole body was written and the write of the final
     /// dot did not fail (a small body and its dot wait in the socket's cork until the read of
-    /// the reply, see `pool::corked`).
+    /// the reply, see `client::corked`).
     pub(in crate::upstream) async fn finish(&self, conn: &mut Client) -> Result<Accepted, Failure> {
         let (mut whole, mut unsent) = (false, false);
         let exchange = async {
