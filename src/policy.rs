@@ -97,7 +97,7 @@ pub struct Rules<'a> {
 
 /// The route, charges and key headers of a message.
 pub fn plan(rules: Rules<'_>, facts: &MessageFacts<'_>) -> Plan {
-    let fields = header::fields(facts.message);
+    let fields = Fields::new(facts.message);
     let route = route::choose(rules.routes, rules.first_upstream, facts, &fields);
     let upstream = route.as_ref().map(|r| r.upstream.as_str());
     let fallback = route.as_ref().and_then(|r| r.fallback.as_deref());
@@ -130,7 +130,7 @@ pub fn plan(rules: Rules<'_>, facts: &MessageFacts<'_>) -> Plan {
 /// Whose reputation a message counts for (`[reputation] key`), read with a layer's trust
 /// rules: a header cannot move an authenticated client onto another tenant.
 pub fn reputation_key(source: &KeySource, default_key: &str, facts: &MessageFacts<'_>) -> String {
-    let fields = header::fields(facts.message);
+    let fields = Fields::new(facts.message);
     key_of(source, default_key, facts, &fields)
 }
 
@@ -150,7 +150,7 @@ pub fn reputation_key_early(
         | KeySource::ClientIp
         | KeySource::None => false,
     };
-    (!later).then(|| key_of(source, default_key, facts, &[]))
+    (!later).then(|| key_of(source, default_key, facts, &Fields::new(&[])))
 }
 
 /// What one layer charges a message: one charge, or for a layer keyed by recipient domain one
@@ -158,7 +158,7 @@ pub fn reputation_key_early(
 /// Whose message it is, for an adaptive layer that must tell one tenant's throttle replies
 /// from the shared rate's (see `Charge::tenant`): its key in the first applying layer keyed
 /// by anything but `none` or `rcpt-domain` (a domain is not a tenant); empty when none.
-fn tenant_of(layers: &[LayerPolicy], facts: &MessageFacts<'_>, fields: &[Field]) -> String {
+fn tenant_of(layers: &[LayerPolicy], facts: &MessageFacts<'_>, fields: &Fields<'_>) -> String {
     (layers.iter())
         .filter(|l| !matches!(l.key, KeySource::None | KeySource::RcptDomain))
         .find(|l| applies(l, facts.message, fields))
@@ -170,7 +170,7 @@ fn layer_charges(
     (index, layer): (usize, &LayerPolicy),
     tenant: &str,
     facts: &MessageFacts<'_>,
-    fields: &[Field],
+    fields: &Fields<'_>,
 ) -> Vec<Charge> {
     let fair = (layer.fair_by.as_ref())
         .map(|src| key_of(src, &layer.default_key, facts, fields))
@@ -203,7 +203,7 @@ fn layer_charges(
     domains.into_iter().map(|(d, n)| charge(d, n)).collect()
 }
 
-fn applies(layer: &LayerPolicy, message: &[u8], fields: &[Field]) -> bool {
+fn applies(layer: &LayerPolicy, message: &[u8], fields: &Fields<'_>) -> bool {
     match &layer.matches {
         None => true,
         Some(m) => header_value(message, fields, &m.header)
@@ -216,7 +216,7 @@ fn key_of(
     source: &KeySource,
     default_key: &str,
     facts: &MessageFacts<'_>,
-    fields: &[Field],
+    fields: &Fields<'_>,
 ) -> String {
     let found = match source {
         KeySource::Auth => facts.auth_tenant.map(str::to_string),
@@ -246,11 +246,11 @@ fn domain_of(address: &str) -> Option<String> {
 }
 
 use crate::config::MAX_KEY_BYTES;
-use crate::message::header::{self, Field};
+use crate::message::header::Fields;
 
 /// The unfolded, trimmed value of the first field called `name`, if it is valid UTF-8.
-fn header_value(message: &[u8], fields: &[Field], name: &str) -> Option<String> {
-    let field = fields.iter().find(|f| {
+fn header_value(message: &[u8], fields: &Fields<'_>, name: &str) -> Option<String> {
+    let field = fields.all().iter().find(|f| {
         message[f.name.clone()]
             .trim_ascii()
             .eq_ignore_ascii_case(name.as_bytes())
@@ -272,7 +272,7 @@ fn header_value(message: &[u8], fields: &[Field], name: &str) -> Option<String> 
 
 /// The fields named by the key of a layer or route that strips its key header: a key header
 /// is a routing hint for this relay, not content for the recipient.
-fn key_headers(rules: Rules<'_>, message: &[u8], fields: &[Field]) -> Vec<Range<usize>> {
+fn key_headers(rules: Rules<'_>, message: &[u8], fields: &Fields<'_>) -> Vec<Range<usize>> {
     let names = (rules.layers.iter())
         .filter(|l| l.strip_key_header)
         .flat_map(|l| std::iter::once(&l.key).chain(&l.fair_by))
@@ -287,7 +287,7 @@ fn key_headers(rules: Rules<'_>, message: &[u8], fields: &[Field]) -> Vec<Range<
 /// The byte ranges of the fields called one of `names` (case-insensitive).
 fn named_fields<'a>(
     message: &[u8],
-    fields: &[Field],
+    fields: &Fields<'_>,
     names: impl Iterator<Item = &'a str>,
 ) -> Vec<Range<usize>> {
     let names: Vec<&str> = names.collect();
@@ -295,6 +295,7 @@ fn named_fields<'a>(
         return Vec::new();
     }
     fields
+        .all()
         .iter()
         .filter(|f| {
             let name = message[f.name.clone()].trim_ascii();

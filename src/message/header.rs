@@ -1,6 +1,7 @@
 //! The header section's fields by byte range, continuation lines folded into their field:
 //! what the relay reads (key headers, SES's conventions) without copying the message.
 
+use std::cell::OnceCell;
 use std::ops::Range;
 
 /// One header field: the range of its name (before the colon) and of the whole field,
@@ -9,6 +10,27 @@ use std::ops::Range;
 pub struct Field {
     pub name: Range<usize>,
     pub whole: Range<usize>,
+}
+
+/// A message's header fields, found when first asked for: many configurations never read a
+/// header, and finding them is a pass over the header section.
+pub struct Fields<'m> {
+    message: &'m [u8],
+    found: OnceCell<Vec<Field>>,
+}
+
+impl<'m> Fields<'m> {
+    pub fn new(message: &'m [u8]) -> Fields<'m> {
+        Fields {
+            message,
+            found: OnceCell::new(),
+        }
+    }
+
+    /// The fields, as [`fields`] finds them.
+    pub fn all(&self) -> &[Field] {
+        self.found.get_or_init(|| fields(self.message))
+    }
 }
 
 /// The fields of the header section, up to the first empty line; a line without a colon that
@@ -40,4 +62,32 @@ pub fn fields(message: &[u8]) -> Vec<Field> {
         pos = end;
     }
     fields
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found when first asked for, then kept: what `fields` finds.
+    #[test]
+    fn fields_are_found_on_first_asking() {
+        let message = b"Subject: a\r\n b\r\nX-Tenant: t\r\nno colon\r\n\r\nBody: not a field\r\n";
+        let lazy = Fields::new(message);
+        assert!(
+            lazy.found.get().is_none(),
+            "nothing found before it is asked"
+        );
+        let names: Vec<&[u8]> = lazy
+            .all()
+            .iter()
+            .map(|f| &message[f.name.clone()])
+            .collect();
+        assert_eq!(names, [&b"Subject"[..], b"X-Tenant"]);
+        assert_eq!(
+            &message[lazy.all()[0].whole.clone()],
+            b"Subject: a\r\n b\r\n"
+        );
+        assert_eq!(lazy.all().len(), fields(message).len());
+        assert!(Fields::new(b"").all().is_empty());
+    }
 }

@@ -4,7 +4,7 @@
 
 use crate::config::{KeySource, RouteConfig, MAX_KEY_BYTES};
 
-use super::{key_of, Field, MessageFacts};
+use super::{key_of, Fields, MessageFacts};
 
 /// The way a message goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,7 +25,7 @@ pub(super) fn choose(
     routes: &[RouteConfig],
     first_upstream: &str,
     facts: &MessageFacts<'_>,
-    fields: &[Field],
+    fields: &Fields<'_>,
 ) -> Option<Route> {
     if routes.is_empty() {
         return Some(Route {
