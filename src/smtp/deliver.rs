@@ -22,7 +22,7 @@ use crate::observe::activity::Activity;
 use crate::observe::traces::{self, MessageSpans};
 use crate::policy::{self, Charge, MessageFacts, Plan};
 use crate::state::context::Context;
-use crate::state::shutdown::Shutdown;
+use crate::state::grace_over::Bell;
 use crate::throttle::ThrottleError;
 use crate::upstream::{Admission, UpstreamError};
 
@@ -77,7 +77,7 @@ impl Session {
             (None, None) => {
                 let dot = final_dot(&mut waiter, &message, record);
                 let again = || record_of(&self.ctx, &plan.charges);
-                within_grace(dot, self.grace_over.as_mut(), again).await
+                within_grace(dot, self.grace_over.as_deref(), again).await
             }
             (None, Some(Loop::CameBack)) => Verdict::refused(reply::loop_detected(), record),
             (None, Some(Loop::TooManyHops)) => Verdict::refused(reply::too_many_hops(), record),
@@ -256,13 +256,13 @@ async fn final_dot(waiter: &mut Waiter<'_>, message: &Message<'_>, record: Recor
 /// upstream's answer) is the answer when it is there. `record` makes the record anew.
 async fn within_grace(
     dot: impl std::future::Future<Output = Verdict>,
-    grace_over: Option<&mut Shutdown>,
+    grace_over: Option<&Bell>,
     record: impl FnOnce() -> Record,
 ) -> Verdict {
     let Some(grace_over) = grace_over else {
         return dot.await;
     };
-    if grace_over.fired() {
+    if grace_over.rung() {
         return Verdict::held(Held::Refused(ThrottleError::Shutdown), record());
     }
     tokio::select! {

@@ -13,6 +13,7 @@ use super::reply::{self, Reply};
 use crate::message::Envelope;
 use crate::observe::activity::Doing;
 use crate::state::context::Context;
+use crate::state::grace_over::Bell;
 use crate::state::shutdown::Shutdown;
 
 /// Whether the session goes on after a command.
@@ -52,8 +53,8 @@ pub struct Session {
     pub doing: Doing,
     /// What its messages' `Received:` fields repeat.
     pub repeats: Repeats,
-    /// Fires when the shutdown's grace is over (none outside a running relay).
-    pub grace_over: Option<Shutdown>,
+    /// Rings when the shutdown's grace is over (none outside a running relay).
+    pub grace_over: Option<Arc<Bell>>,
 }
 
 /// Who the client proved to be with AUTH, and what that lets it do.
@@ -81,7 +82,7 @@ impl Session {
             .iter()
             .any(|net| net.contains(&peer.ip()));
         let doing = ctx.metrics.activities().start();
-        let grace_over = ctx.live.upgrade().map(|live| live.grace_over());
+        let grace_over = ctx.live.upgrade().map(|live| live.grace_bell());
         Session {
             doing,
             ctx,

@@ -30,7 +30,7 @@ use crate::reputation::Reputation;
 use crate::throttle::{Clock, Throttle, TokioClock};
 use crate::upstream::Upstreams;
 
-use super::shutdown::{self, Shutdown, ShutdownTrigger};
+use super::grace_over::{Bell, GraceOver};
 
 /// What `run` needs from outside. Built by `main`, or by a test, which keeps handles on the
 /// throttle (to peek at buckets) and on `live` (to reload as SIGHUP does).
@@ -312,22 +312,13 @@ fn rcpt_max(config: &Config) -> usize {
 }
 
 /// The relay's current context, swapped by a reload.
+#[derive(Default)]
 pub struct Live {
     current: RwLock<Option<Arc<Context>>>,
     /// Every throttle a context used, so that shutdown reaches waiters of older configs too.
     throttles: RwLock<Vec<Weak<Throttle>>>,
-    /// Fired when the shutdown's grace is over (see [`Live::dispose`]).
-    grace_over: ShutdownTrigger,
-}
-
-impl Default for Live {
-    fn default() -> Live {
-        Live {
-            current: RwLock::default(),
-            throttles: RwLock::default(),
-            grace_over: shutdown::channel().0,
-        }
-    }
+    /// Rung when the shutdown's grace is over (see [`Live::dispose`]).
+    grace_over: GraceOver,
 }
 
 impl Live {
@@ -335,10 +326,10 @@ impl Live {
         Arc::new(Live::default())
     }
 
-    /// Fires when the shutdown's grace is over: a message still with upstream then is given
-    /// up, and its client answered before the process exits.
-    pub fn grace_over(&self) -> Shutdown {
-        self.grace_over.subscribe()
+    /// A session's bell, rung when the shutdown's grace is over: a message still with
+    /// upstream then is given up, and its client answered before the process exits.
+    pub fn grace_bell(&self) -> Arc<Bell> {
+        self.grace_over.bell()
     }
 
     /// The newest context, once the relay runs.
@@ -371,7 +362,7 @@ impl Live {
         for throttle in self.throttles() {
             throttle.dispose();
         }
-        self.grace_over.trigger();
+        self.grace_over.ring();
     }
 
     fn throttles(&self) -> Vec<Arc<Throttle>> {

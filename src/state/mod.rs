@@ -4,6 +4,8 @@
 //! - `context`: `Deps` (what `run` needs), `Context` (what a session reads), `Live` (the
 //!   context in force).
 //! - `shutdown`: the one shutdown signal every task listens to.
+//! - `grace_over`: the end of the shutdown's grace, as each session hears it.
 
 pub mod context;
+pub mod grace_over;
 pub mod shutdown;
