@@ -75,7 +75,8 @@ impl Session {
         ) {
             (Some(refusal), _) => Verdict::tenant_paused(refusal, record),
             (None, None) => {
-                let dot = final_dot(&mut waiter, &message, record);
+                // Pinned here: the final dot's future is large, and is not moved again.
+                let dot = std::pin::pin!(final_dot(&mut waiter, &message, record));
                 let again = || record_of(&self.ctx, &plan.charges);
                 within_grace(dot, self.grace_over.as_deref(), again).await
             }
