@@ -1,13 +1,13 @@
 //! `smtp://` and `smtps://` upstream: our SMTP client's connections (`client`), each step's
 //! reply checked.
 //!
-//! We drive MAIL, RCPT, DATA step by step because only then do we know at which step a failure happened, and that decides whether a retry is safe: until the final
-//! dot has been sent upstream cannot have accepted the message, so a connection found dead at
-//! MAIL, RCPT or DATA is replaced once and the message sent again; after it, never (a duplicate
-//! is worse than a `451`). It also lets each step carry its own timeout, and the MAIL
-//! parameters follow what the client asked for. When upstream
-//! offers PIPELINING, MAIL, RCPT and DATA go as one group (`pipeline.rs`); their replies are
-//! still read, timed and classified one by one.
+//! We drive MAIL, RCPT, DATA step by step because only then do we know at which step a failure
+//! happened, and that decides whether a retry is safe: until the final dot has been sent
+//! upstream cannot have accepted the message, so a connection found dead at MAIL, RCPT or DATA
+//! is replaced once and the message sent again; after it, never (a duplicate is worse than a
+//! `451`). It also lets each step carry its own timeout, and the MAIL parameters follow what
+//! the client asked for. When upstream offers PIPELINING, MAIL, RCPT and DATA go as one group
+//! (`pipeline.rs`); their replies are still read, timed and classified one by one.
 //!
 //! - `transaction`: one message's steps on one connection, shared with `mx://`.
 //! - `pipeline`: MAIL, RCPT and DATA in one write.
@@ -126,7 +126,7 @@ impl SmtpForwarder {
                     lease = self.checkout().await?;
                 }
                 Err(f) => {
-                    settle_failed(Arc::clone(&self.pool), lease, &f, self.timeout, ());
+                    settle_failed(Arc::clone(&self.pool), lease, &f, ());
                     return Err(f.error);
                 }
             }
@@ -174,7 +174,6 @@ pub(super) fn settle_failed<H: Send + 'static>(
     pool: Arc<Pool>,
     mut lease: Lease,
     failure: &Failure,
-    timeout: Duration,
     hold: H,
 ) {
     if !failure.clean {
@@ -185,8 +184,8 @@ pub(super) fn settle_failed<H: Send + 'static>(
         return drop(hold);
     }
     tokio::spawn(async move {
-        let reset = tokio::time::timeout(timeout, lease.conn.command_ok(b"RSET\r\n")).await;
-        if matches!(reset, Ok(Ok(_))) {
+        // Bounded like every exchange on the connection (its timeout).
+        if lease.conn.command_ok(b"RSET\r\n").await.is_ok() {
             pool.checkin(lease);
         }
         drop(hold);

@@ -23,17 +23,31 @@ fn gone() -> io::Error {
     io::Error::new(io::ErrorKind::NotConnected, "connection given up")
 }
 
+/// What each kind of stream is underneath.
+trait Io: AsyncRead + AsyncWrite + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Unpin> Io for T {}
+
+impl Stream {
+    /// The socket under it; `None` once given up.
+    fn io(self: Pin<&mut Self>) -> Option<Pin<&mut dyn Io>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Some(Pin::new(s)),
+            Stream::StartTls(s) => Some(Pin::new(s.as_mut())),
+            Stream::Implicit(s) => Some(Pin::new(s.as_mut())),
+            Stream::Gone => None,
+        }
+    }
+}
+
 impl AsyncRead for Stream {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            Stream::StartTls(s) => Pin::new(s).poll_read(cx, buf),
-            Stream::Implicit(s) => Pin::new(s).poll_read(cx, buf),
-            Stream::Gone => Poll::Ready(Err(gone())),
+        match self.io() {
+            Some(io) => io.poll_read(cx, buf),
+            None => Poll::Ready(Err(gone())),
         }
     }
 }
@@ -44,29 +58,23 @@ impl AsyncWrite for Stream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            Stream::StartTls(s) => Pin::new(s).poll_write(cx, buf),
-            Stream::Implicit(s) => Pin::new(s).poll_write(cx, buf),
-            Stream::Gone => Poll::Ready(Err(gone())),
+        match self.io() {
+            Some(io) => io.poll_write(cx, buf),
+            None => Poll::Ready(Err(gone())),
         }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
-            Stream::StartTls(s) => Pin::new(s).poll_flush(cx),
-            Stream::Implicit(s) => Pin::new(s).poll_flush(cx),
-            Stream::Gone => Poll::Ready(Err(gone())),
+        match self.io() {
+            Some(io) => io.poll_flush(cx),
+            None => Poll::Ready(Err(gone())),
         }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            Stream::StartTls(s) => Pin::new(s).poll_shutdown(cx),
-            Stream::Implicit(s) => Pin::new(s).poll_shutdown(cx),
-            Stream::Gone => Poll::Ready(Ok(())),
+        match self.io() {
+            Some(io) => io.poll_shutdown(cx),
+            None => Poll::Ready(Ok(())),
         }
     }
 }

@@ -17,7 +17,6 @@ pub(super) struct Leg {
     pool: Arc<Pool>,
     lease: Lease,
     permit: DomainPermit,
-    timeout: std::time::Duration,
     /// The MX host that said 354, for the report of a refusal.
     pub host: String,
     /// The recipient domain, named in a refusal.
@@ -42,7 +41,6 @@ pub(super) async fn open(
                     pool,
                     lease,
                     permit,
-                    timeout: conns.timeout,
                     host,
                     domain: domain.to_string(),
                 })
@@ -52,7 +50,7 @@ pub(super) async fn open(
                 lease = pool.reconnect(lease).await?;
             }
             Err(f) => {
-                settle_failed(pool, lease, &f, conns.timeout, permit);
+                settle_failed(pool, lease, &f, permit);
                 return Err(failure_words(domain, &host, f));
             }
         }
@@ -184,7 +182,7 @@ impl Leg {
                 Ok(accepted)
             }
             Err(f) => {
-                settle_failed(self.pool, self.lease, &f, self.timeout, self.permit);
+                settle_failed(self.pool, self.lease, &f, self.permit);
                 Err(failure_words(&self.domain, &self.host, f))
             }
         }
