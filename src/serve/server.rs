@@ -184,8 +184,11 @@ async fn serve(
         return smtp::serve(ctx, Box::new(stream), peer, shutdown, false).await;
     }
     let Some(tls) = ctx.tls.clone() else { return };
-    match tls.accept(stream).await {
-        Ok(stream) => smtp::serve(ctx, Box::new(stream), peer, shutdown, true).await,
-        Err(e) => tracing::info!(%peer, error = %e, "TLS handshake failed"),
-    }
+    // The handshake's result is boxed before the session starts, so the session's task does
+    // not keep room for it beside the session.
+    let stream = match tls.accept(stream).await {
+        Ok(stream) => Box::new(stream),
+        Err(e) => return tracing::info!(%peer, error = %e, "TLS handshake failed"),
+    };
+    smtp::serve(ctx, stream, peer, shutdown, true).await
 }

@@ -54,9 +54,10 @@ pub async fn serve(
     let smtp = &ctx.config.smtp;
     let idle = std::time::Duration::from_millis(smtp.idle_timeout_ms.get());
     let conn = conn::Conn::new(stream, idle, smtp.max_line_bytes.get());
-    session::Session::new(ctx, conn, peer, shutdown, tls)
-        .run()
-        .await;
+    // Held here and lent to `run`: an `async fn` taking the session by value would keep two
+    // copies of it in the task.
+    let mut session = session::Session::new(ctx, conn, peer, shutdown, tls);
+    session.run().await;
 }
 
 /// Tells a client over the connection bound why it is turned away, then closes.

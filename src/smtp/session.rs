@@ -102,7 +102,7 @@ impl Session {
     }
 
     /// Runs the session to its end; the connection is closed when this returns.
-    pub async fn run(mut self) {
+    pub async fn run(&mut self) {
         let greeting = reply::greeting(&self.ctx.config.smtp.hostname);
         self.conn.reply(&greeting);
         loop {
@@ -138,7 +138,7 @@ impl Session {
         }
     }
 
-    async fn stop(mut self, stop: Stop) {
+    async fn stop(&mut self, stop: Stop) {
         let last = match stop {
             Stop::Closed => return,
             Stop::Idle => reply::idle_timeout(),
