@@ -21,6 +21,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 /// Bytes taken from the budget at a time: one large read of DATA.
 const BUDGET_STEP: usize = 16 * 1024;
 
+/// The body's first allocation at least: a small message's headers and text.
+const FIRST_ROOM: usize = 1024;
+
 /// Where the reader is inside the current line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
@@ -123,37 +126,35 @@ impl DataReader {
         self.budget.as_mut()?.held.take()
     }
 
-    /// Whether the body may grow by one byte: room is taken from the budget a step at a time.
-    fn room_for_one(&mut self) -> bool {
+    /// Whether the body may grow by `n` bytes: room is taken from the budget a step at a
+    /// time, as many steps as that needs.
+    fn room_for(&mut self, n: usize) -> bool {
         let Some(budget) = &mut self.budget else {
             return true;
         };
-        if self.no_room {
-            return false;
-        }
-        if self.body.len() < budget.bytes {
-            return true;
-        }
-        let step = BUDGET_STEP.min(self.max_bytes - budget.bytes);
-        let permits = u32::try_from(step).unwrap_or(u32::MAX);
-        match budget.pool.clone().try_acquire_many_owned(permits) {
-            Ok(permit) => {
-                match &mut budget.held {
-                    Some(held) => held.merge(permit),
-                    None => budget.held = Some(permit),
+        while !self.no_room && self.body.len() + n > budget.bytes {
+            let step = BUDGET_STEP.min(self.max_bytes - budget.bytes);
+            if step == 0 {
+                return false;
+            }
+            let permits = u32::try_from(step).unwrap_or(u32::MAX);
+            match budget.pool.clone().try_acquire_many_owned(permits) {
+                Ok(permit) => {
+                    match &mut budget.held {
+                        Some(held) => held.merge(permit),
+                        None => budget.held = Some(permit),
+                    }
+                    budget.bytes += permits as usize;
                 }
-                budget.bytes += permits as usize;
-                self.body.reserve_exact(budget.bytes - self.body.len());
-                true
-            }
-            Err(_) => {
-                self.no_room = true;
-                self.body = Vec::new();
-                budget.held = None;
-                budget.bytes = 0;
-                false
+                Err(_) => {
+                    self.no_room = true;
+                    self.body = Vec::new();
+                    budget.held = None;
+                    budget.bytes = 0;
+                }
             }
         }
+        !self.no_room
     }
 
     /// Bytes of the message kept so far.
@@ -240,10 +241,10 @@ impl DataReader {
             None => true,
             Some(budget) => !r.no_room && r.body.len() + bytes.len() <= budget.bytes,
         };
-        // The budget's next step taken here (as `push` would at the run's first byte), so
+        // The budget's steps taken here (as `push` would at the bytes that need them), so
         // the run goes whole.
         if !fits(self) && self.seen < self.max_bytes {
-            self.room_for_one();
+            self.room_for(bytes.len());
         }
         if !fits(self) || self.seen + bytes.len() > self.max_bytes {
             return bytes.iter().for_each(|&b| {
@@ -254,7 +255,25 @@ impl DataReader {
         self.line_too_long |= run.longest > self.max_line;
         self.line_len = run.tail;
         self.seen += bytes.len();
+        self.make_room(bytes.len());
         self.body.extend_from_slice(bytes);
+    }
+
+    /// Grows the body for `n` more bytes: doubling, as a `Vec` would, but never past the
+    /// room held in the budget, so what the budget counts bounds what is allocated. A body
+    /// is not given a whole budget step at once: a small message waiting for tokens holds a
+    /// small buffer.
+    fn make_room(&mut self, n: usize) {
+        let need = self.body.len() + n;
+        if need <= self.body.capacity() {
+            return;
+        }
+        let held = self.budget.as_ref().map_or(usize::MAX, |b| b.bytes);
+        let room = (2 * self.body.capacity())
+            .max(FIRST_ROOM)
+            .min(held)
+            .max(need);
+        self.body.reserve_exact(room - self.body.len());
     }
 
     /// Advances by one byte; true at the end of the terminator.
@@ -307,7 +326,8 @@ impl DataReader {
         self.seen += 1;
         if self.seen > self.max_bytes {
             self.too_big = true;
-        } else if self.room_for_one() {
+        } else if self.room_for(1) {
+            self.make_room(1);
             self.body.push(b);
         }
     }

@@ -29,6 +29,10 @@ fn as_the_state_machine_does(
         let rest = &input[cut..];
         proptest::prop_assert_eq!(fast.feed(rest), feed_bytewise(&mut slow, rest));
     }
+    for r in [&fast, &slow] {
+        let held = r.budget.as_ref().map_or(0, |b| b.bytes);
+        proptest::prop_assert!(r.body.capacity() <= held, "allocated past the budget");
+    }
     proptest::prop_assert_eq!(fast.finish(), slow.finish());
     Ok(())
 }
@@ -151,6 +155,28 @@ fn bytes_kept_are_taken_from_the_budget_and_given_back() {
     assert_eq!(b.finish(), Err(DataProblem::NoRoom));
     drop(held);
     assert_eq!(pool.available_permits(), BUDGET_STEP + 10, "given back");
+}
+
+#[test]
+fn a_small_message_holds_a_small_buffer_and_none_past_its_room() {
+    let pool = Arc::new(Semaphore::new(4 * BUDGET_STEP));
+    let mut r = DataReader::new(1 << 20, 1 << 20).with_budget(pool.clone());
+    r.feed(&[b'a'; 100]);
+    assert_eq!(pool.available_permits(), 3 * BUDGET_STEP, "a step held");
+    assert_eq!(
+        r.body.capacity(),
+        FIRST_ROOM,
+        "but a small buffer allocated"
+    );
+    r.feed(&vec![b'a'; BUDGET_STEP]);
+    assert_eq!(pool.available_permits(), 2 * BUDGET_STEP, "a second step");
+    assert_eq!(
+        r.body.capacity(),
+        100 + BUDGET_STEP,
+        "grown to what the run needs"
+    );
+    assert!(r.feed(b"\r\n.\r\n").is_some());
+    assert_eq!(r.finish().unwrap().len(), BUDGET_STEP + 102);
 }
 
 #[test]
