@@ -259,10 +259,10 @@ impl DataReader {
         self.body.extend_from_slice(bytes);
     }
 
-    /// Grows the body for `n` more bytes: doubling, as a `Vec` would, but never past the
-    /// room held in the budget, so what the budget counts bounds what is allocated. A body
-    /// is not given a whole budget step at once: a small message waiting for tokens holds a
-    /// small buffer.
+    /// Grows the body for `n` more bytes: to a power of two at least, as a `Vec` would, so a
+    /// message's last bytes rarely move it, but never past the room held in the budget, so
+    /// what the budget counts bounds what is allocated. A body is not given a whole budget
+    /// step at once: a small message waiting for tokens holds a small buffer.
     fn make_room(&mut self, n: usize) {
         let need = self.body.len() + n;
         if need <= self.body.capacity() {
@@ -270,6 +270,7 @@ impl DataReader {
         }
         let held = self.budget.as_ref().map_or(usize::MAX, |b| b.bytes);
         let room = (2 * self.body.capacity())
+            .max(need.next_power_of_two())
             .max(FIRST_ROOM)
             .min(held)
             .max(need);
