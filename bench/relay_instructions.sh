@@ -7,6 +7,12 @@
 # system calls) is not in it (bench/relay_cpu.sh has that). Any program that takes
 # `--config <mailsluice config>` can be a build (bench/floor, the baseline, does).
 # With TOP=n it prints each build's n largest functions by inclusive count, per message.
+# With CACHE=1 callgrind also models the caches and branch predictors (of this machine's
+# sizes) and prints, per message, the misses of the first-level instruction cache (I1), of
+# the first-level data cache on reads and on writes (D1r, D1w), and the mispredicted
+# conditional and indirect branches: what the instruction count does not show, a hot path
+# too large for the cache. The kernel's part (its own misses, and the cache it evicts) is
+# not in it.
 # Needs Debian's postfix package (smtp-source, smtp-sink) and valgrind.
 # Usage: bench/relay_instructions.sh [messages]   (default 2000)
 #   RELAY_BINS="old new" compares builds (default: target/release/mailsluice, built here).
@@ -24,8 +30,10 @@ echo "$M messages a run, 20 sessions, 1 KiB; the relay's instructions in user sp
 for bin in $RELAY_BINS; do
   name="$(basename "$(dirname "$bin")")/$(basename "$bin")"
   out="$work/$(echo "$name" | tr / _).cg"
-  (cd "$work" && RUST_LOG=warn exec valgrind -q --tool=callgrind --callgrind-out-file="$out" \
-    "$bin" --config "$work/relay.toml" 2>"$work/relay.log") &
+  sim=()
+  [ -z "${CACHE:-}" ] || sim=(--cache-sim=yes --branch-sim=yes)
+  (cd "$work" && RUST_LOG=warn exec valgrind -q --tool=callgrind "${sim[@]}" \
+    --callgrind-out-file="$out" "$bin" --config "$work/relay.toml" 2>"$work/relay.log") &
   pid=$!
   for _ in $(seq 600); do # valgrind starts slowly: at most 60 s
     (exec 3<>/dev/tcp/127.0.0.1/$RELAY_PORT) 2>/dev/null && break
@@ -39,6 +47,16 @@ for bin in $RELAY_BINS; do
   dump=$(ls -t "$out".* | head -1)
   total=$(callgrind_annotate "$dump" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
   printf '  %-30s %9.0f\n' "$name" "$(echo "$total / $M" | bc -l)"
+  if [ -n "${CACHE:-}" ]; then
+    # The totals' columns: Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw Bc Bcm Bi Bim.
+    callgrind_annotate "$dump" 2>/dev/null | awk -v m="$M" '/PROGRAM TOTALS/ {
+        for (i = 1; i <= NF; i++) gsub(",", "", $i)
+        c[0] = $1; n = 0
+        for (i = 2; i <= NF; i++) if ($i ~ /^[0-9]+$/) c[++n] = $i
+        printf "      per message: I1 misses %.0f, D1r misses %.0f, D1w misses %.0f, branches mispredicted %.0f (conditional) %.0f (indirect)\n",
+          c[3] / m, c[4] / m, c[5] / m, c[10] / m, c[12] / m
+      }'
+  fi
   if [ -n "${TOP:-}" ]; then
     callgrind_annotate --inclusive=yes "$dump" 2>/dev/null |
       awk -v m="$M" -v top="$TOP" '/file:function/ {on = 1; next}
