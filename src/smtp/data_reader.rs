@@ -126,10 +126,11 @@ impl DataReader {
         self.budget.as_mut()?.held.take()
     }
 
-    /// Whether the body may grow by `n` bytes: room is taken from the budget a step at a
-    /// time, as many steps as that needs.
+    /// Whether the body may grow by `n` bytes, and if so room made for them: the budget's
+    /// steps taken as needed, then the body grown within what it holds.
     fn room_for(&mut self, n: usize) -> bool {
         let Some(budget) = &mut self.budget else {
+            self.make_room(n);
             return true;
         };
         while !self.no_room && self.body.len() + n > budget.bytes {
@@ -154,7 +155,11 @@ impl DataReader {
                 }
             }
         }
-        !self.no_room
+        if self.no_room {
+            return false;
+        }
+        self.make_room(n);
+        true
     }
 
     /// Bytes of the message kept so far.
@@ -237,16 +242,9 @@ impl DataReader {
     /// Keeps a run of plain bytes ([`plain_run`](Self::plain_run)): what the state machine
     /// does to each, at once, unless a bound is reached within the run (then byte by byte).
     fn push_run(&mut self, bytes: &[u8], run: Run) {
-        let fits = |r: &Self| match &r.budget {
-            None => true,
-            Some(budget) => !r.no_room && r.body.len() + bytes.len() <= budget.bytes,
-        };
         // The budget's steps taken here (as `push` would at the bytes that need them), so
         // the run goes whole.
-        if !fits(self) && self.seen < self.max_bytes {
-            self.room_for(bytes.len());
-        }
-        if !fits(self) || self.seen + bytes.len() > self.max_bytes {
+        if self.seen + bytes.len() > self.max_bytes || !self.room_for(bytes.len()) {
             return bytes.iter().for_each(|&b| {
                 self.step(b);
             });
@@ -255,7 +253,6 @@ impl DataReader {
         self.line_too_long |= run.longest > self.max_line;
         self.line_len = run.tail;
         self.seen += bytes.len();
-        self.make_room(bytes.len());
         self.body.extend_from_slice(bytes);
     }
 
@@ -328,7 +325,6 @@ impl DataReader {
         if self.seen > self.max_bytes {
             self.too_big = true;
         } else if self.room_for(1) {
-            self.make_room(1);
             self.body.push(b);
         }
     }
