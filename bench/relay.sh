@@ -6,7 +6,8 @@
 # per message of the relay, smtp-sink and smtp-source in each run (utime + stime from
 # /proc/<pid>/stat before and after; smtp-source's from its parent shell's cutime + cstime).
 # Needs Debian's postfix package for smtp-source and smtp-sink (see docs/development.md).
-# Usage: bench/relay.sh [messages]   (default 20000; RELAY_BIN=path runs another relay build)
+# Usage: bench/relay.sh [messages]   (default 20000; RELAY_BIN=path runs another relay build,
+#   RELAY_ARGS="--workers 1" gives it more arguments)
 # bench/relay_cpu.sh breaks the reused-connections run down: system calls and context
 # switches per message, builds side by side.
 set -euo pipefail
@@ -20,7 +21,7 @@ cargo build --release -q
 scratch
 
 start_sink_and_write_relay_config "$work"
-RUST_LOG=warn "${RELAY_BIN:-$target/release/mailsluice}" --config "$work/relay.toml" 2>"$work/relay.log" &
+RUST_LOG=warn "${RELAY_BIN:-$target/release/mailsluice}" ${RELAY_ARGS:-} --config "$work/relay.toml" 2>"$work/relay.log" &
 RELAY_PID=$!
 # Wait until both listen.
 for port in $SINK_PORT $RELAY_PORT; do wait_port $port; done

@@ -15,7 +15,8 @@
 # Counts are repeatable on a busy machine; CPU figures move with the load (printed).
 # Needs Debian's postfix package (smtp-source, smtp-sink) and strace.
 # Usage: bench/relay_cpu.sh [messages]   (default 20000; STRACE_N default 4000, ROUNDS 2)
-#   RELAY_BINS="old new" compares builds (default: target/release/mailsluice, built here).
+#   RELAY_BINS="old new" compares builds (default: target/release/mailsluice, built here);
+#   a build written PATH:ARG is run with one more argument, e.g. "$b $b:--workers=1".
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 N=${1:-20000}
@@ -46,8 +47,9 @@ source_ticks() { # messages -> smtp-source's CPU ticks, then its user ticks
 # One turn of one build: prints "relay_us relay_user_us sink_us sink_user_us source_us
 # source_user_us ratio switches syscalls reads writes epoll futex failed".
 turn() {
-  local bin=$1 relay0 user0 sink0 sinku0 switches0 source sourceu relay user sink sinku sw
-  RUST_LOG=warn "$bin" --config "$work/relay.toml" 2>"$work/relay.log" &
+  local bin=${1%%:*} arg=${1#*:} relay0 user0 sink0 sinku0 switches0 source sourceu relay user sink sinku sw
+  [ "$arg" != "$1" ] || arg=
+  RUST_LOG=warn "$bin" ${arg:+"$arg"} --config "$work/relay.toml" 2>"$work/relay.log" &
   local pid=$!
   wait_port $RELAY_PORT
   source_ticks 200 >/dev/null # the pool's connections opened, not counted
@@ -86,13 +88,14 @@ turn() {
 
 echo "reused connections (-d), $N messages a timed run, $STRACE_N under strace; load: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "CPU in microseconds per message (clock ticks of 1/$TCK s); the rest per message"
-printf '%-5s %-26s %6s %6s %6s %6s %6s %6s %7s | %5s | %7s %5s %6s %5s %5s %6s\n' round build \
+printf '%-5s %-34s %6s %6s %6s %6s %6s %6s %7s | %5s | %7s %5s %6s %5s %5s %6s\n' round build \
   relay r.user sink k.user source s.user 'r/(k+s)' cswch syscall reads writes epoll futex failed
 for round in $(seq "$ROUNDS"); do
-  for bin in $RELAY_BINS; do
-    read -r r u k ku s su ratio sw total reads writes epoll futex failed <<<"$(turn "$bin")"
-    printf '%-5s %-26s %6.1f %6.1f %6.1f %6.1f %6.1f %6.1f %7.2f | %5.2f | %7.2f %5.2f %6.2f %5.2f %5.2f %6.2f\n' \
-      "$round" "$(basename "$(dirname "$bin")")/$(basename "$bin")" "$r" "$u" "$k" "$ku" "$s" "$su" "$ratio" \
+  for spec in $RELAY_BINS; do
+    bin=${spec%%:*}; arg=${spec#"$bin"}
+    read -r r u k ku s su ratio sw total reads writes epoll futex failed <<<"$(turn "$spec")"
+    printf '%-5s %-34s %6.1f %6.1f %6.1f %6.1f %6.1f %6.1f %7.2f | %5.2f | %7.2f %5.2f %6.2f %5.2f %5.2f %6.2f\n' \
+      "$round" "$(basename "$(dirname "$bin")")/$(basename "$bin")$arg" "$r" "$u" "$k" "$ku" "$s" "$su" "$ratio" \
       "$sw" "$total" "$reads" "$writes" "$epoll" "$futex" "$failed"
   done
 done

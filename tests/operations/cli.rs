@@ -92,7 +92,6 @@ fn check_names_the_key_and_line_of_an_error() {
     assert!(err.contains("line 5") && err.contains("pool"), "{err}");
 }
 
-/// Starts the binary on port 0 and returns it with the address it logged.
 /// The relay process, killed when the test ends however it ends (a failed assertion must not
 /// leave it running, holding the test's output pipe open).
 struct Running(Child);
@@ -121,6 +120,8 @@ fn start(config: &str, dir: &std::path::Path) -> (Running, SocketAddr, Receiver<
     start_with(config, dir, &[])
 }
 
+/// Starts the binary on port 0; returns it, the address it logged, and its log lines from the
+/// first (those before the address included).
 fn start_with(
     config: &str,
     dir: &std::path::Path,
@@ -141,12 +142,14 @@ fn start_with(
     let mut child = Running(child);
     let stderr = child.stderr.take().unwrap();
     let mut lines = BufReader::new(stderr).lines();
+    let mut before = Vec::new();
     let addr = loop {
         let line = lines
             .next()
             .expect("relay exited before listening")
             .unwrap();
         if !line.contains("listening for SMTP") {
+            before.push(line);
             continue;
         }
         if let Some(rest) = line.split("addr=").nth(1) {
@@ -158,6 +161,9 @@ fn start_with(
     };
     // Keep draining stderr so the relay never blocks on a full pipe; hand lines to the test.
     let (tx, rx) = std::sync::mpsc::channel();
+    for line in before {
+        tx.send(line).unwrap();
+    }
     std::thread::spawn(move || {
         for line in lines.map_while(Result::ok) {
             let _ = tx.send(line);
@@ -213,6 +219,43 @@ async fn default_file_upstream_then_sigterm_finishes_the_transaction_and_exits_0
         })
         .count();
     assert_eq!(emls, 2);
+}
+
+#[tokio::test]
+async fn workers_sets_the_runtime_threads_and_zero_is_refused() {
+    let dir = tempdir();
+    let config = "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"file://outbox\"\n";
+    std::fs::write(dir.join("zero.toml"), config).unwrap();
+    let out = Command::new(BIN)
+        .args(["--workers", "0", "--config"])
+        .arg(dir.join("zero.toml"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--workers"), "{err}");
+    // The runtime reports its own thread count; the relay logs it before it listens.
+    let (mut child, addr, logs) = start_with(config, &dir, &["--workers", "1"]);
+    let started = loop {
+        let line = logs.recv().unwrap();
+        if line.contains("runtime started") {
+            break line;
+        }
+    };
+    assert!(started.contains("workers=1"), "{started}");
+    let mut c = Client::connect(addr).await;
+    assert_eq!(
+        c.send_mail(
+            "a@example.com",
+            &["b@example.com"],
+            b"Subject: 1\r\n\r\nx\r\n"
+        )
+        .await
+        .0,
+        250
+    );
+    child.kill().unwrap();
+    let _ = child.wait();
 }
 
 #[tokio::test]
