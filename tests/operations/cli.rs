@@ -172,22 +172,21 @@ fn start_with(
     (child, addr, rx)
 }
 
+/// Sends one small message; returns the reply's code.
+async fn send_one(c: &mut Client) -> u16 {
+    let message = b"Subject: 1\r\n\r\nx\r\n";
+    c.send_mail("a@example.com", &["b@example.com"], message)
+        .await
+        .0
+}
+
 #[tokio::test]
 async fn default_file_upstream_then_sigterm_finishes_the_transaction_and_exits_0() {
     let dir = tempdir();
     let config = "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"file://outbox\"\n";
     let (mut child, addr, logs) = start(config, &dir);
     let mut c = Client::connect(addr).await;
-    assert_eq!(
-        c.send_mail(
-            "a@example.com",
-            &["b@example.com"],
-            b"Subject: 1\r\n\r\nx\r\n"
-        )
-        .await
-        .0,
-        250
-    );
+    assert_eq!(send_one(&mut c).await, 250);
     // A second transaction is in flight (inside DATA) when SIGTERM comes.
     c.cmd("MAIL FROM:<a@example.com>").await;
     c.cmd("RCPT TO:<b@example.com>").await;
@@ -244,16 +243,7 @@ async fn workers_sets_the_runtime_threads_and_zero_is_refused() {
     };
     assert!(started.contains("workers=1"), "{started}");
     let mut c = Client::connect(addr).await;
-    assert_eq!(
-        c.send_mail(
-            "a@example.com",
-            &["b@example.com"],
-            b"Subject: 1\r\n\r\nx\r\n"
-        )
-        .await
-        .0,
-        250
-    );
+    assert_eq!(send_one(&mut c).await, 250);
     child.kill().unwrap();
     let _ = child.wait();
 }
