@@ -44,11 +44,10 @@ source_ticks() { # messages -> smtp-source's CPU ticks, then its user ticks
     || { echo "smtp-source failed" >&2; exit 1; }
 }
 
-# One turn of one build: prints "relay_us relay_user_us sink_us sink_user_us source_us
+# One turn of one build (its path, and an extra argument or ""): prints "relay_us relay_user_us sink_us sink_user_us source_us
 # source_user_us ratio switches syscalls reads writes epoll futex failed".
 turn() {
-  local bin=${1%%:*} arg=${1#*:} relay0 user0 sink0 sinku0 switches0 source sourceu relay user sink sinku sw
-  [ "$arg" != "$1" ] || arg=
+  local bin=$1 arg=$2 relay0 user0 sink0 sinku0 switches0 source sourceu relay user sink sinku sw
   RUST_LOG=warn "$bin" ${arg:+"$arg"} --config "$work/relay.toml" 2>"$work/relay.log" &
   local pid=$!
   wait_port $RELAY_PORT
@@ -92,10 +91,10 @@ printf '%-5s %-34s %6s %6s %6s %6s %6s %6s %7s | %5s | %7s %5s %6s %5s %5s %6s\n
   relay r.user sink k.user source s.user 'r/(k+s)' cswch syscall reads writes epoll futex failed
 for round in $(seq "$ROUNDS"); do
   for spec in $RELAY_BINS; do
-    bin=${spec%%:*}; arg=${spec#"$bin"}
-    read -r r u k ku s su ratio sw total reads writes epoll futex failed <<<"$(turn "$spec")"
+    bin=${spec%%:*}; arg=${spec#"$bin"}; arg=${arg#:}
+    read -r r u k ku s su ratio sw total reads writes epoll futex failed <<<"$(turn "$bin" "$arg")"
     printf '%-5s %-34s %6.1f %6.1f %6.1f %6.1f %6.1f %6.1f %7.2f | %5.2f | %7.2f %5.2f %6.2f %5.2f %5.2f %6.2f\n' \
-      "$round" "$(basename "$(dirname "$bin")")/$(basename "$bin")$arg" "$r" "$u" "$k" "$ku" "$s" "$su" "$ratio" \
+      "$round" "$(basename "$(dirname "$bin")")/$(basename "$bin")${arg:+:$arg}" "$r" "$u" "$k" "$ku" "$s" "$su" "$ratio" \
       "$sw" "$total" "$reads" "$writes" "$epoll" "$futex" "$failed"
   done
 done

@@ -129,34 +129,29 @@ impl DataReader {
     /// Whether the body may grow by `n` bytes, and if so room made for them: the budget's
     /// steps taken as needed, then the body grown within what it holds.
     fn room_for(&mut self, n: usize) -> bool {
-        let Some(budget) = &mut self.budget else {
-            self.make_room(n);
-            return true;
-        };
-        while !self.no_room && self.body.len() + n > budget.bytes {
-            let step = BUDGET_STEP.min(self.max_bytes - budget.bytes);
-            if step == 0 {
+        if let Some(budget) = &mut self.budget {
+            if self.no_room {
                 return false;
             }
-            let permits = u32::try_from(step).unwrap_or(u32::MAX);
-            match budget.pool.clone().try_acquire_many_owned(permits) {
-                Ok(permit) => {
-                    match &mut budget.held {
-                        Some(held) => held.merge(permit),
-                        None => budget.held = Some(permit),
-                    }
-                    budget.bytes += permits as usize;
+            while self.body.len() + n > budget.bytes {
+                let step = BUDGET_STEP.min(self.max_bytes - budget.bytes);
+                if step == 0 {
+                    return false;
                 }
-                Err(_) => {
+                let permits = u32::try_from(step).unwrap_or(u32::MAX);
+                let Ok(permit) = budget.pool.clone().try_acquire_many_owned(permits) else {
                     self.no_room = true;
                     self.body = Vec::new();
                     budget.held = None;
                     budget.bytes = 0;
+                    return false;
+                };
+                match &mut budget.held {
+                    Some(held) => held.merge(permit),
+                    None => budget.held = Some(permit),
                 }
+                budget.bytes += permits as usize;
             }
-        }
-        if self.no_room {
-            return false;
         }
         self.make_room(n);
         true
