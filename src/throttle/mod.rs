@@ -21,7 +21,7 @@
 //!   adaptive layer's effective limit applied to its buckets (`layer/adapt.rs`).
 //! - `shared_layers`: the layers on a shared store (`store = "redis"`): one store call per
 //!   message, reservations, and `on_error` when the store fails.
-//! - `throttle`: [`Throttle`] and [`Permit`] (its own file, `throttle/permit.rs`, with
+//! - `stack`: [`Throttle`] and [`Permit`] (its own file, `stack/permit.rs`, with
 //!   [`Again`]: a message upstream throttled), stacked layers taken all or nothing — the API
 //!   the SMTP session uses.
 //! - `setup`: [`from_config`], the throttle a configuration describes (the only TOML-aware part).
@@ -48,10 +48,8 @@ mod peek;
 mod setup;
 mod shared_layers;
 mod spec;
+mod stack;
 pub mod store;
-// The file of `Throttle` itself; private, its items are re-exported below.
-#[allow(clippy::module_inception)]
-mod throttle;
 
 pub use crate::config::{Mode, OnError, Refill};
 pub use charge::Charge;
@@ -61,4 +59,4 @@ pub use peek::Peek;
 pub use setup::{from_config, redis_options, spec};
 pub use shared_layers::SharedLayers;
 pub use spec::LayerSpec;
-pub use throttle::{Again, Permit, Teaches, Throttle};
+pub use stack::{Again, Permit, Teaches, Throttle};

@@ -310,7 +310,7 @@ async fn waiters_are_served_in_order_of_their_takes(f: Fixture) {
 }
 
 /// A pseudo-random run (fixed seed) of takes and give-backs on every refill mode, each answer
-/// compared with `bucket.rs` itself, computed in the store's unit of time.
+/// compared with `bucket/` itself, computed in the store's unit of time.
 async fn mirrors_the_bucket_math(f: Fixture) {
     let s = &f.store;
     let specs = specs();

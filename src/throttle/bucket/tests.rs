@@ -1,4 +1,4 @@
-//! Unit tests of the bucket math (kept in their own file so `bucket.rs` stays short).
+//! Unit tests of the bucket math (kept in their own file so `bucket/mod.rs` stays short).
 
 use super::*;
 

@@ -1,4 +1,4 @@
--- The learned limit of adaptive layers, src/throttle/adaptive.rs in Lua (microseconds of
+-- The learned limit of adaptive layers, src/throttle/adaptive/ in Lua (microseconds of
 -- Redis's clock), so every replica reads and cuts the same limit in its one take call.
 -- An adaptive charge has mode 'a:<min>:<rule>:<tenant>' ('A:...' when its message was just
 -- throttled by upstream: the cut happens in this same call, unless the reply is the tenant's

@@ -1,7 +1,7 @@
--- Bucket math of src/throttle/bucket.rs in Lua, on integer microseconds. Shared by the take,
+-- Bucket math of src/throttle/bucket/ in Lua, on integer microseconds. Shared by the take,
 -- give-back and peek scripts (prepended to each). Why it is exact: Lua numbers are doubles,
 -- exact for integers below 2^53; times are unix microseconds (~1.8e15), and the drip's scaled
--- time line is never used absolutely: a state is (a, b) as in bucket.rs (a = the microsecond
+-- time line is never used absolutely: a state is (a, b) as in bucket/mod.rs (a = the microsecond
 -- the bucket is full again, b = a*L - S in [0, L)), and only differences from now are scaled,
 -- bounded by capacity*interval (config validation keeps that below 2^53; L and I arrive
 -- divided by their gcd, which changes no decision).
@@ -60,7 +60,7 @@ local function used(a, b, t)
 end
 
 -- Bucket::take at instant t: true, a, b (the state after) | false, wait (microseconds).
--- One rule bucket.rs does not need: a state anchored in the future by a reservation (a window
+-- One rule bucket/mod.rs does not need: a state anchored in the future by a reservation (a window
 -- that starts at T, a lifetime cap last taken at T) grants nothing before T. Local states are
 -- never so anchored, so the two agree on every state the local store can hold.
 local function take(p, a, b, t)

@@ -174,5 +174,4 @@ pub fn public_key(pem: &[u8]) -> Result<Vec<u8>, SignatureError> {
 }
 
 #[cfg(test)]
-#[path = "sns_signature_tests.rs"]
 mod tests;

@@ -5,7 +5,7 @@
 //! Redis's clock (`TIME`, in microseconds), so replicas whose clocks disagree still agree on
 //! every bucket. One `EVALSHA` per message (the `redis` crate's [`Script`] loads the script and
 //! retries once on `NOSCRIPT`, e.g. after a Redis restart): the script is the bucket math of
-//! `bucket.rs` (see `redis/bucket.lua`), and it answers granted now; **reserved** (taken now as
+//! `bucket/` (see `redis/bucket.lua`), and it answers granted now; **reserved** (taken now as
 //! of instant T within `max_wait`: the replica sleeps until T, and anyone who takes the bucket
 //! after it, on any replica, is served after T — FIFO across replicas with no polling); or
 //! refused with the time all tokens would be there, writing nothing.
@@ -50,9 +50,9 @@ use learned::Heard;
 #[cfg(any(test, feature = "test-support"))]
 pub type TestClock = std::sync::Arc<dyn crate::throttle::clock::Clock>;
 
-const BUCKET_LUA: &str = include_str!("redis/bucket.lua");
-const BLAME_LUA: &str = include_str!("redis/blame.lua");
-const ADAPTIVE_LUA: &str = include_str!("redis/adaptive.lua");
+const BUCKET_LUA: &str = include_str!("bucket.lua");
+const BLAME_LUA: &str = include_str!("blame.lua");
+const ADAPTIVE_LUA: &str = include_str!("adaptive.lua");
 
 /// Where the Redis store connects, and how.
 #[derive(Debug, Clone)]
@@ -116,9 +116,9 @@ impl RedisStore {
             conn,
             cluster: opts.cluster,
             layers,
-            take: script(include_str!("redis/take.lua")),
-            give_back: script(include_str!("redis/give_back.lua")),
-            peek: script(include_str!("redis/peek.lua")),
+            take: script(include_str!("take.lua")),
+            give_back: script(include_str!("give_back.lua")),
+            peek: script(include_str!("peek.lua")),
             #[cfg(any(test, feature = "test-support"))]
             test_clock: None,
         })

@@ -3,11 +3,11 @@
 
 use super::*;
 
-const CERT: &str = include_str!("../../tests/fixtures/sns/cert.pem");
-const V1: &str = include_str!("../../tests/fixtures/sns/notification-v1.json");
-const V2: &str = include_str!("../../tests/fixtures/sns/notification-v2.json");
-const CONFIRMATION: &str = include_str!("../../tests/fixtures/sns/confirmation.json");
-const UNSUBSCRIBED: &str = include_str!("../../tests/fixtures/sns/unsubscribed.json");
+const CERT: &str = include_str!("../../../tests/fixtures/sns/cert.pem");
+const V1: &str = include_str!("../../../tests/fixtures/sns/notification-v1.json");
+const V2: &str = include_str!("../../../tests/fixtures/sns/notification-v2.json");
+const CONFIRMATION: &str = include_str!("../../../tests/fixtures/sns/confirmation.json");
+const UNSUBSCRIBED: &str = include_str!("../../../tests/fixtures/sns/unsubscribed.json");
 const TOPIC: &str = "arn:aws:sns:eu-west-1:123456789012:ses-events";
 
 fn message(text: &str) -> SnsMessage {
