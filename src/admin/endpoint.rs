@@ -17,46 +17,38 @@ use crate::admin::sns::{self, SnsRoute};
 use crate::admin::status_page::{self, Checks};
 use crate::admin::{guard, reputation};
 use crate::observe::metrics::Metrics;
-use crate::observe::recent::Recent;
-use crate::reputation::sns_verifier::SnsVerifier;
-use crate::state::context::{Context, Deps, Health, Live};
+use crate::state::context::{Context, Deps, Live, Services};
 use crate::state::shutdown::Shutdown;
 use crate::upstream::Checked;
 
-/// Everything the endpoints read.
+/// Everything the endpoints read: the services, and the context in force.
 pub struct Admin {
-    pub metrics: Arc<Metrics>,
-    pub recent: Arc<Recent>,
-    pub health: Arc<Health>,
+    pub services: Arc<Services>,
     pub live: Arc<Live>,
-    /// Checks SNS's posts to `/ses/events`.
-    pub sns: Arc<SnsVerifier>,
 }
 
 impl Admin {
     pub fn new(deps: &Deps) -> Arc<Admin> {
         Arc::new(Admin {
-            metrics: deps.metrics.clone(),
-            recent: deps.recent.clone(),
-            health: deps.health.clone(),
+            services: deps.services.clone(),
             live: deps.live.clone(),
-            sns: deps.sns.clone(),
         })
     }
 
     /// The metrics text of `ctx`: the counters, and the gauges of its throttle and upstream.
     pub fn metrics_text(&self, ctx: &Context) -> String {
-        read_upstream(&self.metrics, ctx);
-        if let Some(reputation) = &ctx.reputation {
-            self.metrics.reputation_paused(reputation.paused());
+        let metrics = &self.services.metrics;
+        read_upstream(metrics, ctx);
+        if let Some(reputation) = &self.services.reputation {
+            metrics.reputation_paused(reputation.paused());
         }
-        self.metrics.encode(&ctx.throttle)
+        metrics.encode(&ctx.setup.throttle)
     }
 }
 
 /// Each upstream's state as metrics: paused or not, and its "too many connections" count.
 fn read_upstream(metrics: &Metrics, ctx: &Context) {
-    for upstream in ctx.upstreams.iter() {
+    for upstream in ctx.setup.upstreams.iter() {
         metrics.upstream_paused(upstream.name(), upstream.pause.is_paused());
         metrics.upstream_crowded(upstream.name(), upstream.forwarder.crowded());
     }
@@ -65,7 +57,7 @@ fn read_upstream(metrics: &Metrics, ctx: &Context) {
 /// Every upstream checked at once (each check is bounded by its upstream's timeout, and
 /// reused for `CHECK_MAX_AGE`: see `Upstream::check`).
 async fn check_upstreams(ctx: &Context) -> Vec<(String, Checked)> {
-    let checks: Vec<_> = (ctx.upstreams.iter())
+    let checks: Vec<_> = (ctx.setup.upstreams.iter())
         .map(|upstream| {
             let upstream = upstream.clone();
             let name = upstream.name().to_string();
@@ -86,9 +78,9 @@ async fn check_upstreams(ctx: &Context) -> Vec<(String, Checked)> {
 /// replica out of the load balancer for it would stop all mail.
 fn upstreams_ready(ctx: &Context, checks: &[(String, Checked)]) -> Result<(), String> {
     let ok = |name: &str| checks.iter().any(|(n, r)| n == name && r.is_ok());
-    let routes = &ctx.config.routes;
+    let routes = &ctx.setup.config.routes;
     let needed = match routes.is_empty() {
-        true => ok(ctx.upstreams.first().name()),
+        true => ok(ctx.setup.upstreams.first().name()),
         false => routes.iter().all(|r| {
             ok(r.upstream.get_ref()) || r.fallback.as_ref().is_some_and(|f| ok(f.get_ref()))
         }),
@@ -118,8 +110,8 @@ pub fn router(admin: Arc<Admin>) -> Router {
         .merge(reputation::routes(admin.live.clone()))
         .merge(sns::routes(SnsRoute {
             live: admin.live.clone(),
-            verifier: admin.sns.clone(),
-            metrics: admin.metrics.clone(),
+            verifier: admin.services.sns.clone(),
+            metrics: admin.services.metrics.clone(),
         }))
         .layer(axum::middleware::from_fn_with_state(
             admin.live.clone(),
@@ -145,33 +137,34 @@ async fn readyz(State(admin): State<Arc<Admin>>) -> Response {
     let Some(ctx) = admin.live.current() else {
         return starting();
     };
-    let listening = admin.health.listening();
+    let listening = admin.services.health.listening();
     let checks = check_upstreams(&ctx).await;
     let upstream = upstreams_ready(&ctx, &checks);
-    let store = ctx.throttle.check_store().await;
+    let store = ctx.setup.throttle.check_store().await;
     let ready = listening && upstream.is_ok() && store.as_ref().is_none_or(|s| s.is_ok());
     let verdict = |check: &Result<(), String>| match check {
         Ok(()) => json!({"ok": true}),
         Err(e) => json!({"ok": false, "error": e}),
     };
-    let each: serde_json::Map<String, serde_json::Value> = (ctx.upstreams.iter().zip(&checks))
-        .map(|(u, (name, check))| {
-            let mut state = verdict(&check.clone().map(|_| ()));
-            if let Ok(Some(detail)) = check {
-                state["detail"] = json!(detail);
-            }
-            // A quota pause is not unreadiness: the relay still answers (with 451s), and
-            // every replica would be paused alike.
-            state["paused"] = json!(u.pause.is_paused());
-            (name.clone(), state)
-        })
-        .collect();
+    let each: serde_json::Map<String, serde_json::Value> =
+        (ctx.setup.upstreams.iter().zip(&checks))
+            .map(|(u, (name, check))| {
+                let mut state = verdict(&check.clone().map(|_| ()));
+                if let Ok(Some(detail)) = check {
+                    state["detail"] = json!(detail);
+                }
+                // A quota pause is not unreadiness: the relay still answers (with 451s), and
+                // every replica would be paused alike.
+                state["paused"] = json!(u.pause.is_paused());
+                (name.clone(), state)
+            })
+            .collect();
     let mut body = json!({
         "ready": ready,
         "listening": listening,
         "upstream": verdict(&upstream),
         "upstreams": each,
-        "paused": ctx.upstreams.iter().any(|u| u.pause.is_paused()),
+        "paused": ctx.setup.upstreams.iter().any(|u| u.pause.is_paused()),
     });
     if let Some(store) = &store {
         body["redis"] = verdict(store);
@@ -191,10 +184,15 @@ async fn status_page(State(admin): State<Arc<Admin>>) -> Response {
     };
     let checks = Checks {
         upstreams: check_upstreams(&ctx).await,
-        store: ctx.throttle.check_store().await,
+        store: ctx.setup.throttle.check_store().await,
         reputation: status_page::reputation_view(&ctx).await,
     };
-    let page = status_page::render(&ctx, &admin.health, &admin.recent, &checks);
+    let page = status_page::render(
+        &ctx,
+        &admin.services.health,
+        &admin.services.recent,
+        &checks,
+    );
     axum::response::Html(page).into_response()
 }
 
@@ -220,7 +218,7 @@ async fn bucket(
         return starting();
     };
     // A redis layer is read from Redis (the state every replica shares).
-    match ctx.throttle.peek_async(&layer, &key).await {
+    match ctx.setup.throttle.peek_async(&layer, &key).await {
         Some(Ok(peek)) => Json(peek).into_response(),
         Some(Err(e)) => (
             StatusCode::SERVICE_UNAVAILABLE,

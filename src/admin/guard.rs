@@ -25,7 +25,7 @@ pub async fn authenticate(State(live): State<Arc<Live>>, request: Request, next:
     let Some(ctx) = live.current() else {
         return next.run(request).await;
     };
-    let hash = (ctx.config.admin.as_ref())
+    let hash = (ctx.setup.config.admin.as_ref())
         .and_then(|a| a.password_hash.as_ref())
         .map(|h| h.get_ref().clone());
     let Some(hash) = hash else {
@@ -37,7 +37,7 @@ pub async fn authenticate(State(live): State<Arc<Live>>, request: Request, next:
     };
     let password = basic_password(&request);
     let ok = match password {
-        Some(password) => ctx.password_checks.matches(hash, password).await,
+        Some(password) => ctx.services.password_checks.matches(hash, password).await,
         None => false,
     };
     if ok {

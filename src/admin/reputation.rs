@@ -28,7 +28,7 @@ pub fn routes<S>(live: Arc<Live>) -> Router<S> {
 }
 
 fn guard(live: &Live) -> Option<Arc<Reputation>> {
-    live.current().and_then(|c| c.reputation.clone())
+    live.current().and_then(|c| c.services.reputation.clone())
 }
 
 fn off() -> Response {

@@ -76,8 +76,13 @@ async fn judge(route: &SnsRoute, message: &SnsMessage) -> Verdict {
     let Some(ctx) = route.live.current() else {
         return Verdict::Unavailable("starting".into());
     };
-    let sns = ctx.config.reputation.as_ref().and_then(|r| r.sns.as_ref());
-    let (Some(guard), Some(sns)) = (ctx.reputation.clone(), sns) else {
+    let sns = ctx
+        .setup
+        .config
+        .reputation
+        .as_ref()
+        .and_then(|r| r.sns.as_ref());
+    let (Some(guard), Some(sns)) = (ctx.services.reputation.clone(), sns) else {
         return Verdict::Off;
     };
     if !sns.topics.iter().any(|t| *t.get_ref() == message.topic_arn) {

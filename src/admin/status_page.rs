@@ -30,7 +30,7 @@ pub struct Checks {
 
 /// What the status page shows of the reputation guard, read by the caller.
 pub async fn reputation_view(ctx: &Context) -> Option<Result<(usize, Vec<Standing>), String>> {
-    let guard = ctx.reputation.as_ref()?;
+    let guard = ctx.services.reputation.as_ref()?;
     let read = async { Ok((guard.suppressed_count().await?, guard.standings().await?)) };
     Some(
         read.await
@@ -47,7 +47,7 @@ pub fn render(ctx: &Context, health: &Health, recent: &Recent, checks: &Checks) 
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
          <meta http-equiv=\"refresh\" content=\"5\"><title>mailsluice {host}</title>\
          <style>{STYLE}</style></head><body><h1>mailsluice {host}</h1>",
-        host = escape(&ctx.config.smtp.hostname),
+        host = escape(&ctx.setup.config.smtp.hostname),
     );
     readiness(&mut html, ctx, health, checks);
     sessions(&mut html, ctx);
@@ -66,7 +66,7 @@ fn readiness(html: &mut String, ctx: &Context, health: &Health, checks: &Checks)
         false => Err("not accepting".to_string()),
     };
     row_state(html, "SMTP listeners", &listening);
-    for (upstream, (name, check)) in ctx.upstreams.iter().zip(&checks.upstreams) {
+    for (upstream, (name, check)) in ctx.setup.upstreams.iter().zip(&checks.upstreams) {
         let part = format!("upstream {name} ({})", upstream.config.url());
         row_state(html, &part, &check.clone().map(|_| ()));
         if let Some(left) = upstream.pause.left() {
@@ -86,7 +86,7 @@ fn readiness(html: &mut String, ctx: &Context, health: &Health, checks: &Checks)
 /// The client sessions by what each is doing now (`mailsluice_sessions{activity}`).
 fn sessions(html: &mut String, ctx: &Context) {
     html.push_str("<h2>Sessions</h2><table><tr><th>doing</th><th class=\"num\">sessions</th></tr>");
-    for (activity, n) in ctx.metrics.activities().counts() {
+    for (activity, n) in ctx.services.metrics.activities().counts() {
         let _ = write!(
             html,
             "<tr><td>{}</td><td class=\"num\">{n}</td></tr>",
@@ -114,9 +114,9 @@ fn layers(html: &mut String, ctx: &Context, recent: &Recent) {
         "<h2>Layers</h2><table><tr><th>layer</th><th>limit</th><th class=\"num\">keys</th>\
          <th class=\"num\">waiting</th><th class=\"num\">refused (last minute)</th></tr>",
     );
-    for (i, spec) in ctx.throttle.specs().iter().enumerate() {
+    for (i, spec) in ctx.setup.throttle.specs().iter().enumerate() {
         // An adaptive layer's learned limit, when it runs below the configured one.
-        let limit = match ctx.throttle.effective_limit(i) {
+        let limit = match ctx.setup.throttle.effective_limit(i) {
             Some(learned) if learned != spec.limit => format!("{learned} (of {})", spec.limit),
             _ => spec.limit.to_string(),
         };
@@ -127,12 +127,12 @@ fn layers(html: &mut String, ctx: &Context, recent: &Recent) {
             escape(&spec.name),
             spec.interval.as_millis(),
             spec.burst,
-            ctx.throttle.keys(i),
-            ctx.throttle.waiting(i),
+            ctx.setup.throttle.keys(i),
+            ctx.setup.throttle.waiting(i),
             recent.refused_last_minute(&spec.name),
         );
     }
-    if ctx.throttle.specs().is_empty() {
+    if ctx.setup.throttle.specs().is_empty() {
         html.push_str("<tr><td colspan=\"5\">no layer: nothing is throttled</td></tr>");
     }
     html.push_str("</table>");
@@ -178,9 +178,9 @@ fn reputation(html: &mut String, view: Option<&Result<(usize, Vec<Standing>), St
 }
 
 fn most_waiting(html: &mut String, ctx: &Context) {
-    let mut keys: Vec<(usize, String, usize)> = (0..ctx.throttle.specs().len())
+    let mut keys: Vec<(usize, String, usize)> = (0..ctx.setup.throttle.specs().len())
         .flat_map(|i| {
-            (ctx.throttle.most_waiting(i, TOP_KEYS).into_iter()).map(move |(k, n)| (i, k, n))
+            (ctx.setup.throttle.most_waiting(i, TOP_KEYS).into_iter()).map(move |(k, n)| (i, k, n))
         })
         .collect();
     keys.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| a.1.cmp(&b.1)));
@@ -193,7 +193,7 @@ fn most_waiting(html: &mut String, ctx: &Context) {
         let _ = write!(
             html,
             "<tr><td>{}</td><td>{}</td><td class=\"num\">{waiting}</td></tr>",
-            escape(&ctx.throttle.specs()[*layer].name),
+            escape(&ctx.setup.throttle.specs()[*layer].name),
             escape(key),
         );
     }

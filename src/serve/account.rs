@@ -27,10 +27,10 @@ pub async fn keep(live: Arc<Live>) {
 /// `interval_ms`), its upstream paused when the day's quota is spent. A failed read keeps the
 /// limit in force (logged).
 pub async fn refresh(ctx: &Context) {
-    let layers = ctx.config.throttle.iter().enumerate();
+    let layers = ctx.setup.config.throttle.iter().enumerate();
     for (index, layer) in layers.filter(|(_, l)| l.limit == Limit::Account) {
         let name = layer.upstream.as_ref().map(|u| u.get_ref().as_str());
-        let Some(upstream) = name.and_then(|n| ctx.upstreams.get(n)) else {
+        let Some(upstream) = name.and_then(|n| ctx.setup.upstreams.get(n)) else {
             continue;
         };
         let quota = match upstream.forwarder.send_quota().await {
@@ -49,7 +49,7 @@ pub async fn refresh(ctx: &Context) {
         };
         let per_interval = quota.max_send_rate * layer.interval_ms.get() as f64 / 1000.0;
         let limit = (per_interval.floor() as u64).max(1);
-        if ctx.throttle.set_limit(index, limit) {
+        if ctx.setup.throttle.set_limit(index, limit) {
             tracing::info!(
                 target: "mailsluice::upstream",
                 upstream = upstream.name(),

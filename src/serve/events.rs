@@ -41,9 +41,9 @@ pub async fn client(config: &SqsConfig, credentials: Option<SharedCredentialsPro
 
 /// Starts the consumer when `[reputation.sqs]` is set; it ends with `shutdown`.
 pub fn start(deps: &Deps, shutdown: Shutdown) -> Option<tokio::task::JoinHandle<()>> {
-    let reputation = deps.reputation.clone()?;
-    let sqs = deps.config.reputation.as_ref()?.sqs.clone()?;
-    let metrics = deps.metrics.clone();
+    let reputation = deps.services.reputation.clone()?;
+    let sqs = deps.setup.config.reputation.as_ref()?.sqs.clone()?;
+    let metrics = deps.services.metrics.clone();
     Some(tokio::spawn(async move {
         let client = client(&sqs, None).await;
         let consumer = Consumer {

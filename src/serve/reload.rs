@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use crate::config::Config;
 use crate::inbound::tls::{Tls, TlsError};
-use crate::state::context::{Context, Live, Parts};
+use crate::state::context::{Context, Live, Setup};
 use crate::upstream::Upstreams;
 
 /// Why a new configuration was refused (the old one stays).
@@ -55,23 +55,24 @@ pub async fn on_hangup(path: PathBuf, live: Arc<Live>) {
 /// (listeners need a restart).
 pub fn reload(live: &Live, config: Config) -> Result<Vec<String>, ReloadError> {
     let old = live.current().ok_or(ReloadError::NotRunning)?;
-    let notes = restart_notes(&old.config, &config);
-    let next = Arc::new(old.successor(parts(&old, config)?));
+    let notes = restart_notes(&old.setup.config, &config);
+    let next = Arc::new(old.successor(setup(&old, config)?));
     live.install(next);
     super::account::after_reload(live);
     Ok(notes)
 }
 
-/// The new parts for `config`, keeping what must outlive a reload: the buckets of unchanged
+/// The new setup for `config`, keeping what must outlive a reload: the buckets of unchanged
 /// layers (a reload must not hand every tenant a full bucket again), unchanged upstreams with
 /// their connections, and the certificate holder when the files are the same (it rereads
 /// them).
-fn parts(old: &Context, config: Config) -> Result<Parts, ReloadError> {
+fn setup(old: &Context, config: Config) -> Result<Setup, ReloadError> {
     let config = Arc::new(config);
-    let upstreams = Upstreams::reloaded(&config, &old.upstreams).map_err(ReloadError::Upstream)?;
-    let throttle =
-        crate::throttle::from_config(&config, old.clock.clone()).keeping_unchanged(&old.throttle);
-    let tls = match (&config.smtp.tls, &old.tls) {
+    let upstreams =
+        Upstreams::reloaded(&config, &old.setup.upstreams).map_err(ReloadError::Upstream)?;
+    let throttle = crate::throttle::from_config(&config, old.services.clock.clone())
+        .keeping_unchanged(&old.setup.throttle);
+    let tls = match (&config.smtp.tls, &old.setup.tls) {
         (None, _) => None,
         (Some(new), Some(tls)) if new.cert == tls.cert() && new.key == tls.key() => {
             tls.reload()?;
@@ -79,12 +80,12 @@ fn parts(old: &Context, config: Config) -> Result<Parts, ReloadError> {
         }
         (Some(new), _) => Some(Arc::new(Tls::load(new)?)),
     };
-    Ok(Parts {
+    Ok(Setup::new(
         config,
-        upstreams: Arc::new(upstreams),
-        throttle: Arc::new(throttle),
+        Arc::new(upstreams),
+        Arc::new(throttle),
         tls,
-    })
+    ))
 }
 
 /// What a reload cannot change in a running process.

@@ -44,7 +44,7 @@ const LAST_WORDS: Duration = Duration::from_secs(1);
 /// caller, which is about to exit the process.
 pub async fn run(listeners: impl Into<Listeners>, deps: Deps, shutdown: Shutdown) {
     let listeners = listeners.into();
-    let (health, live) = (deps.health.clone(), deps.live.clone());
+    let (health, live) = (deps.services.health.clone(), deps.live.clone());
     // The admin endpoint outlives the listeners, so a load balancer sees `/readyz` say 503
     // during the drain (not a refused connection it might retry); it stops when `run` ends.
     let (admin_stop, admin_shutdown) = crate::state::shutdown::channel();
@@ -60,19 +60,19 @@ pub async fn run(listeners: impl Into<Listeners>, deps: Deps, shutdown: Shutdown
         .chain(&listeners.implicit_tls)
         .filter_map(|l| l.local_addr().ok())
         .collect();
-    deps.upstreams.listening_on(&bound);
+    deps.setup.upstreams.listening_on(&bound);
     let events = super::events::start(&deps, shutdown.clone());
     let ctx = Arc::new(Context::new(deps));
     live.install(ctx.clone());
     let accounts = tokio::spawn(super::account::keep(live.clone()));
-    let limit = Arc::new(Semaphore::new(ctx.config.smtp.max_connections.get()));
+    let limit = Arc::new(Semaphore::new(ctx.setup.config.smtp.max_connections.get()));
     let sessions = TaskTracker::new();
     let accepts = TaskTracker::new();
     let plain = listeners.smtp.into_iter().map(|l| (l, false));
     for (listener, implicit_tls) in
         plain.chain(listeners.implicit_tls.into_iter().map(|l| (l, true)))
     {
-        if implicit_tls && ctx.tls.is_none() {
+        if implicit_tls && ctx.setup.tls.is_none() {
             tracing::error!("not serving implicit TLS: no certificate loaded");
             continue;
         }
@@ -92,13 +92,13 @@ pub async fn run(listeners: impl Into<Listeners>, deps: Deps, shutdown: Shutdown
     health.set_listening(false);
     // Waiters in the throttle's queues (of every config since start) go if their tokens come
     // within the grace, and are told 421 now otherwise; transactions in flight go on.
-    let grace = Duration::from_millis(ctx.config.smtp.shutdown_grace_ms);
+    let grace = Duration::from_millis(ctx.setup.config.smtp.shutdown_grace_ms);
     live.drain(grace);
     sessions.close();
     if tokio::time::timeout(grace, sessions.wait()).await.is_err() {
         tracing::warn!(
             left = sessions.len(),
-            doing = %ctx.metrics.activities().summary(),
+            doing = %ctx.services.metrics.activities().summary(),
             "grace period over with sessions in flight"
         );
         live.dispose();
@@ -146,14 +146,14 @@ fn start_session(accepting: &Accepting, stream: TcpStream, peer: SocketAddr, shu
             tracing::warn!(%peer, "connection refused: max_connections reached");
             reply::too_many_connections()
         }
-        Ok(permit) => match ctx.connections_per_ip.try_acquire(peer.ip()) {
+        Ok(permit) => match ctx.services.connections_per_ip.try_acquire(peer.ip()) {
             None => {
                 tracing::warn!(%peer, "connection refused: max_connections_per_ip reached");
                 reply::too_many_connections_from_address()
             }
             Some(slot) => {
                 accepting.sessions.spawn(async move {
-                    let metrics = ctx.metrics.clone();
+                    let metrics = ctx.services.metrics.clone();
                     metrics.connection_opened();
                     serve(ctx, stream, peer, shutdown, implicit_tls).await;
                     metrics.connection_closed();
@@ -183,7 +183,9 @@ async fn serve(
     if !implicit_tls {
         return smtp::serve(ctx, Box::new(stream), peer, shutdown, false).await;
     }
-    let Some(tls) = ctx.tls.clone() else { return };
+    let Some(tls) = ctx.setup.tls.clone() else {
+        return;
+    };
     // The handshake's result is boxed before the session starts, so the session's task does
     // not keep room for it beside the session.
     let stream = match tls.accept(stream).await {

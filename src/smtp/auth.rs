@@ -31,7 +31,7 @@ impl Session {
     /// Whether EHLO lists AUTH: users exist, and the connection is encrypted or plaintext
     /// AUTH is allowed.
     pub fn auth_offered(&self) -> bool {
-        let smtp = &self.ctx.config.smtp;
+        let smtp = &self.ctx.setup.config.smtp;
         smtp.auth.as_ref().is_some_and(|a| !a.users.is_empty())
             && (self.tls || smtp.allow_plaintext_auth)
     }
@@ -54,7 +54,12 @@ impl Session {
             Ok(c) => c,
             Err(e) => return self.exchange_failed(e),
         };
-        let Some(attempt) = self.ctx.auth_failures.begin(self.peer.ip(), Instant::now()) else {
+        let Some(attempt) = self
+            .ctx
+            .services
+            .auth_failures
+            .begin(self.peer.ip(), Instant::now())
+        else {
             tracing::warn!(peer = %self.peer, "AUTH refused: locked out or too many in flight");
             self.reply(reply::auth_locked_out());
             return Flow::Close;
@@ -80,7 +85,7 @@ impl Session {
 
     /// Whether AUTH may start now; `Err` carries how the session goes on, already answered.
     fn may_auth(&mut self) -> Result<(), Flow> {
-        let smtp = &self.ctx.config.smtp;
+        let smtp = &self.ctx.setup.config.smtp;
         let refusal = if smtp.auth.as_ref().is_none_or(|a| a.users.is_empty()) {
             Some(reply::not_implemented("AUTH"))
         } else if !self.tls && !smtp.allow_plaintext_auth {
@@ -112,7 +117,9 @@ impl Session {
         let reply = match exchange {
             Exchange::Cancelled => Reply::new(501, "5.0.0", "Authentication cancelled"),
             Exchange::Malformed => reply::syntax_error("cannot decode the AUTH response"),
-            Exchange::TooLong => reply::line_too_long(self.ctx.config.smtp.max_line_bytes.get()),
+            Exchange::TooLong => {
+                reply::line_too_long(self.ctx.setup.config.smtp.max_line_bytes.get())
+            }
             Exchange::Stop(stop) => return self.stopped(stop),
         };
         self.reply(reply);
@@ -164,10 +171,15 @@ impl Session {
     /// The user `name` if `password` is its password. An unknown name costs one hash check
     /// too, so response times do not tell which names exist.
     async fn verify(&mut self, name: String, password: String) -> Option<AuthUser> {
-        let users = &self.ctx.config.smtp.auth.as_ref()?.users;
+        let users = &self.ctx.setup.config.smtp.auth.as_ref()?.users;
         let found = users.iter().find(|u| *u.user.get_ref() == name);
         let hash = found.or(users.first())?.password_hash.get_ref().clone();
-        let ok = self.ctx.password_checks.matches(hash, password).await;
+        let ok = self
+            .ctx
+            .services
+            .password_checks
+            .matches(hash, password)
+            .await;
         let user = found.filter(|_| ok)?;
         Some(AuthUser {
             name,
@@ -179,6 +191,7 @@ impl Session {
     /// Whether the client's address is locked out now.
     fn locked_out(&self) -> bool {
         self.ctx
+            .services
             .auth_failures
             .is_locked(self.peer.ip(), Instant::now())
     }
@@ -189,6 +202,7 @@ impl Session {
         let locked = attempt.failed(Instant::now());
         let delay = self
             .ctx
+            .setup
             .config
             .smtp
             .auth

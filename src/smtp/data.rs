@@ -26,11 +26,11 @@ impl Session {
             Some(_) => {}
         }
         self.reply(reply::start_data());
-        let smtp = &self.ctx.config.smtp;
+        let smtp = &self.ctx.setup.config.smtp;
         let (max_bytes, max_line) = (smtp.max_message_bytes.get(), smtp.max_line_bytes.get());
         let deadline = Instant::now() + Duration::from_millis(smtp.data_timeout_ms.get());
         let mut reader =
-            DataReader::new(max_bytes, max_line).with_budget(self.ctx.buffered.clone());
+            DataReader::new(max_bytes, max_line).with_budget(self.ctx.services.buffered.clone());
         self.doing.set(Activity::Data);
         let read = self.conn.read_data(&mut reader, deadline).await;
         self.doing.set(Activity::Command);
@@ -55,7 +55,10 @@ impl Session {
         let _budget = reader.take_budget();
         let body = reader.finish();
         if body.is_err() {
-            self.ctx.metrics.message(crate::message::Outcome::Rejected);
+            self.ctx
+                .services
+                .metrics
+                .message(crate::message::Outcome::Rejected);
         }
         match body {
             Ok(body) => return self.deliver(envelope, body).await,

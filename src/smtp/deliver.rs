@@ -31,7 +31,7 @@ impl Session {
         let started = Instant::now();
         let dot = SystemTime::now();
         let facts = self.facts(&envelope, &body);
-        let plan = policy::plan(self.ctx.rules(), &facts);
+        let plan = policy::plan(self.ctx.setup.rules(), &facts);
         let tenant = match self.reputation_key(&facts) {
             Some((guard, key)) => Some(tenant_at_dot(&guard, key, self.peer).await),
             None => None,
@@ -42,8 +42,8 @@ impl Session {
         let trace = Trace {
             helo: greeting.map_or("", |g| g.name.as_str()),
             peer: self.peer.ip(),
-            hostname: &self.ctx.config.smtp.hostname,
-            instance: &self.ctx.instance,
+            hostname: &self.ctx.setup.config.smtp.hostname,
+            instance: &self.ctx.services.instance,
             protocol: received::protocol(
                 greeting.is_some_and(|g| g.esmtp),
                 self.tls,
@@ -68,10 +68,10 @@ impl Session {
             conn: &mut self.conn,
             doing: &mut self.doing,
         };
-        let max_received = self.ctx.config.smtp.max_received.get();
+        let max_received = self.ctx.setup.config.smtp.max_received.get();
         let verdict = match (
             tenant.as_ref().and_then(|t| t.refusal.clone()),
-            received::looping(&body, &self.ctx.instance, max_received),
+            received::looping(&body, &self.ctx.services.instance, max_received),
         ) {
             (Some(refusal), _) => Verdict::tenant_paused(refusal, record),
             (None, None) => {
@@ -119,14 +119,14 @@ impl Session {
     /// its outcome counted.
     fn log_message(&self, envelope: &Envelope, verdict: &Verdict, started: Instant) {
         let record = &verdict.record;
-        let metrics = &self.ctx.metrics;
+        let metrics = &self.ctx.services.metrics;
         metrics.message(record.outcome);
         if record.limited {
             metrics.throttled(&record.layer);
         }
         let upstream_reply = verdict.upstream_reply();
         let code = upstream_reply.map(|r| r.code);
-        (self.ctx.recent).message(record.outcome, &record.layer, &record.key, code);
+        (self.ctx.services.recent).message(record.outcome, &record.layer, &record.key, code);
         // Built only for a log that is on: the one line per message is often filtered out.
         let upstream = match upstream_reply {
             Some(r) if tracing::enabled!(target: "mailsluice::message", tracing::Level::INFO) => {
@@ -157,7 +157,7 @@ impl Session {
     /// The message's spans, when `[telemetry]` is on: times, outcome, reply code, cost and
     /// upstream; the key only with `record_keys`; never addresses or content.
     fn trace_message(&self, body: &[u8], verdict: &Verdict, dot: SystemTime, took: Duration) {
-        let Some(traces) = &self.ctx.traces else {
+        let Some(traces) = &self.ctx.services.traces else {
             return;
         };
         let record = &verdict.record;
@@ -201,7 +201,7 @@ async fn final_dot(waiter: &mut Waiter<'_>, message: &Message<'_>, record: Recor
         return Verdict::no_route(record);
     };
     let mut record = record;
-    let upstream = waiter.ctx.upstreams.get(&route.upstream).cloned();
+    let upstream = waiter.ctx.setup.upstreams.get(&route.upstream).cloned();
     let upstream = upstream.expect("route names are validated with the config");
     record.via = upstream.name().to_string();
     // Our fields, then the client's bytes as runs between the key headers: the pieces go
@@ -294,7 +294,7 @@ fn record_of(ctx: &Context, charges: &[Charge]) -> Record {
     let first = charges.first();
     Record {
         outcome: Outcome::Delivered,
-        layer: first.map_or_else(String::new, |c| ctx.layers[c.layer].name.clone()),
+        layer: first.map_or_else(String::new, |c| ctx.setup.layers[c.layer].name.clone()),
         key: first.map_or_else(String::new, |c| c.key.clone()),
         cost: first.map_or(0, |c| c.cost),
         waited: Duration::ZERO,

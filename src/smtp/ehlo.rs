@@ -11,19 +11,19 @@ impl Session {
             name: name.to_string(),
             esmtp,
         });
-        let hostname = self.ctx.config.smtp.hostname.clone();
+        let hostname = self.ctx.setup.config.smtp.hostname.clone();
         if !esmtp {
             return self.reply(Reply::raw(250, hostname));
         }
         let mut lines = vec![
             hostname,
             "PIPELINING".to_string(),
-            format!("SIZE {}", self.ctx.config.max_message_bytes()),
+            format!("SIZE {}", self.ctx.setup.config.max_message_bytes()),
             "8BITMIME".to_string(),
             "SMTPUTF8".to_string(),
             "ENHANCEDSTATUSCODES".to_string(),
         ];
-        if self.ctx.tls.is_some() && !self.tls {
+        if self.ctx.setup.tls.is_some() && !self.tls {
             lines.push("STARTTLS".to_string());
         }
         if self.auth_offered() {
@@ -31,7 +31,7 @@ impl Session {
         }
         // RFC 9422: clients that know LIMITS split a message themselves instead of being
         // refused recipients, or waiting for a cost no bucket can hold.
-        lines.push(format!("LIMITS RCPTMAX={}", self.ctx.rcpt_max));
+        lines.push(format!("LIMITS RCPTMAX={}", self.ctx.setup.rcpt_max));
         self.reply(Reply {
             code: 250,
             esc: "",

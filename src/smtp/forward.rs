@@ -100,7 +100,7 @@ fn fallback_name(plan: &Plan) -> Option<&str> {
 /// Whether a layer is `upstream`'s own (scoped to it): a message that never reached it gets
 /// those tokens back when it goes to the fallback.
 fn own_layers<'a>(ctx: &'a Context, upstream: &'a Upstream) -> impl Fn(usize) -> bool + 'a {
-    move |layer| ctx.layers[layer].upstream.as_deref() == Some(upstream.name())
+    move |layer| ctx.setup.layers[layer].upstream.as_deref() == Some(upstream.name())
 }
 
 fn paused_for(left: Duration) -> String {
@@ -116,7 +116,7 @@ fn fallback_of(
     record: &mut Record,
 ) -> Arc<Upstream> {
     let fallback = fallback_name(plan)
-        .and_then(|f| waiter.ctx.upstreams.get(f).cloned())
+        .and_then(|f| waiter.ctx.setup.upstreams.get(f).cloned())
         .expect("validated name");
     record.via = fallback.name().to_string();
     tracing::warn!(
@@ -174,7 +174,7 @@ async fn absorbing(
     mut permit: Option<Permit>,
     record: &mut Record,
 ) -> Result<Leg, Held> {
-    let metrics = &waiter.ctx.metrics;
+    let metrics = &waiter.ctx.services.metrics;
     loop {
         // Granted in the instant a quota reply paused upstream: it does not go either.
         if let Some(left) = upstream.pause.left() {

@@ -64,7 +64,7 @@ impl Session {
         if !self.may_relay() {
             return self.reply(reply::auth_required());
         }
-        let max = self.ctx.config.max_message_bytes();
+        let max = self.ctx.setup.config.max_message_bytes();
         if params.size.is_some_and(|size| size_over(size, max)) {
             return self.reply(reply::message_too_big(max));
         }

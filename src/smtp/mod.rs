@@ -51,7 +51,7 @@ pub async fn serve(
     shutdown: Shutdown,
     tls: bool,
 ) {
-    let smtp = &ctx.config.smtp;
+    let smtp = &ctx.setup.config.smtp;
     let idle = std::time::Duration::from_millis(smtp.idle_timeout_ms.get());
     let conn = conn::Conn::new(stream, idle, smtp.max_line_bytes.get());
     // Held here and lent to `run`: an `async fn` taking the session by value would keep two

@@ -30,7 +30,7 @@ impl Session {
                 &param.keyword.to_ascii_uppercase(),
             ));
         }
-        let max = self.ctx.config.smtp.max_recipients.get();
+        let max = self.ctx.setup.config.smtp.max_recipients.get();
         let Some(envelope) = self.envelope.as_mut() else {
             return self.reply(reply::bad_sequence("Need MAIL before RCPT"));
         };

@@ -28,7 +28,7 @@ pub(super) struct Tenant {
 impl Session {
     /// At MAIL: the refusal of a tenant past a limit, when its key is known now.
     pub(super) async fn reputation_at_mail(&mut self, sender: Option<&str>) -> Option<Reply> {
-        let guard = self.ctx.reputation.clone()?;
+        let guard = self.ctx.services.reputation.clone()?;
         let envelope = Envelope {
             from: sender.map(str::to_string),
             rcpts: Vec::new(),
@@ -47,16 +47,16 @@ impl Session {
         &self,
         facts: &MessageFacts<'_>,
     ) -> Option<(Arc<Reputation>, String)> {
-        let guard = self.ctx.reputation.clone()?;
+        let guard = self.ctx.services.reputation.clone()?;
         let key = policy::reputation_key(&guard.key, &guard.default_key, facts);
         Some((guard, key))
     }
 
     /// At RCPT: the refusal of an address that hard-bounced or complained.
     pub(super) async fn suppressed_rcpt(&mut self, address: &str) -> Option<Reply> {
-        let guard = self.ctx.reputation.clone()?;
+        let guard = self.ctx.services.reputation.clone()?;
         let suppression = erased(guard.suppressed(address)).await?;
-        self.ctx.metrics.suppressed();
+        self.ctx.services.metrics.suppressed();
         Some(reply::suppressed(address, &suppression))
     }
 
@@ -67,7 +67,7 @@ impl Session {
         envelope: &Envelope,
         record: &Record,
     ) {
-        let Some(guard) = self.ctx.reputation.clone() else {
+        let Some(guard) = self.ctx.services.reputation.clone() else {
             return;
         };
         match record.outcome {

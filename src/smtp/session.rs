@@ -76,13 +76,14 @@ impl Session {
         tls: bool,
     ) -> Session {
         let trusted = ctx
+            .setup
             .config
             .smtp
             .trusted_networks
             .iter()
             .any(|net| net.contains(&peer.ip()));
-        let doing = ctx.metrics.activities().start();
-        let grace_over = ctx.live.upgrade().map(|live| live.grace_bell());
+        let doing = ctx.services.metrics.activities().start();
+        let grace_over = ctx.services.live.upgrade().map(|live| live.grace_bell());
         Session {
             doing,
             ctx,
@@ -103,7 +104,7 @@ impl Session {
 
     /// Runs the session to its end; the connection is closed when this returns.
     pub async fn run(&mut self) {
-        let greeting = reply::greeting(&self.ctx.config.smtp.hostname);
+        let greeting = reply::greeting(&self.ctx.setup.config.smtp.hostname);
         self.conn.reply(&greeting);
         loop {
             let line = match self.conn.read_line(&mut self.shutdown).await {
@@ -112,7 +113,7 @@ impl Session {
             };
             let flow = match line {
                 Line::TooLong => {
-                    let max = self.ctx.config.smtp.max_line_bytes.get();
+                    let max = self.ctx.setup.config.smtp.max_line_bytes.get();
                     self.conn.reply(&reply::line_too_long(max));
                     Flow::Continue
                 }
@@ -126,7 +127,7 @@ impl Session {
                 self.conn.shutdown_write().await;
                 return;
             }
-            if self.errors >= self.ctx.config.smtp.max_errors.get() {
+            if self.errors >= self.ctx.setup.config.smtp.max_errors.get() {
                 tracing::info!(peer = %self.peer, errors = self.errors, "too many errors");
                 self.conn.reply(&reply::too_many_errors());
                 self.conn.shutdown_write().await;
@@ -207,7 +208,7 @@ impl Session {
     /// Counts a junk command; true (answered `421`) when it is one past `max_junk_commands`.
     fn junk_past_bound(&mut self) -> bool {
         self.junk += 1;
-        if self.junk <= self.ctx.config.smtp.max_junk_commands.get() {
+        if self.junk <= self.ctx.setup.config.smtp.max_junk_commands.get() {
             return false;
         }
         tracing::info!(peer = %self.peer, junk = self.junk, "too many junk commands");

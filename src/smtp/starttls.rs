@@ -8,7 +8,7 @@ use super::session::{Flow, Session};
 
 impl Session {
     pub async fn starttls(&mut self) -> Flow {
-        let Some(tls) = self.ctx.tls.clone() else {
+        let Some(tls) = self.ctx.setup.tls.clone() else {
             self.reply(reply::not_implemented("STARTTLS"));
             return Flow::Continue;
         };

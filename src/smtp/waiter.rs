@@ -42,7 +42,7 @@ impl Waiter<'_> {
             return Ok(None);
         }
         self.doing.set(Activity::Waiting);
-        let throttle = self.ctx.throttle.clone();
+        let throttle = self.ctx.setup.throttle.clone();
         let arrived = Instant::now();
         // Boxed: only a message with charges waits here, and a session's task would otherwise
         // keep room for the throttle's future (over a kilobyte) in every state.
@@ -72,8 +72,8 @@ impl Waiter<'_> {
         self.doing.set(Activity::Upstream);
         record.waited += permit.waited();
         for charge in permit.charges() {
-            let layer = &self.ctx.layers[charge.layer].name;
-            self.ctx.metrics.waited(layer, permit.waited());
+            let layer = &self.ctx.setup.layers[charge.layer].name;
+            self.ctx.services.metrics.waited(layer, permit.waited());
         }
         Ok(Some(permit))
     }

@@ -1,10 +1,14 @@
-//! What sessions and the admin endpoint read, built in one place for start and reload.
+//! What sessions, the message pipeline and the admin endpoint read, in two parts: what a
+//! reload replaces and what outlives it, so that adding a service touches one struct.
 //!
-//! - [`Deps`]: what `run` needs from outside (the config, the upstreams, the throttle), made by
-//!   `main` or a test; nothing is global, so tests run several relays in one process.
-//! - [`Context`]: everything one session reads, made from `Deps` at start and from a new
-//!   config at reload, both through [`Context::assemble`]; what must outlive a reload (metrics,
-//!   the per-address tables, the clock) is carried over.
+//! - [`Setup`]: the config and what is built from it (upstreams, throttle, TLS, the layers'
+//!   key rules). A reload makes a new one; parts that did not change are carried into it.
+//! - [`Services`]: what outlives a reload (metrics, traces, per-address tables, the password
+//!   checks, the DATA byte budget, the clock, the reputation guard, this process's id).
+//! - [`Context`]: one of each, what a session reads; built at start from [`Deps`] and at each
+//!   reload from a new [`Setup`] and the same [`Services`].
+//! - [`Deps`]: what `run` needs from outside, made by `main` or a test; nothing is global, so
+//!   tests run several relays in one process.
 //! - [`Live`]: the current context, swapped by a reload. Sessions and waiters in flight keep the
 //!   context they started with; new connections, new messages and the admin endpoint read the
 //!   current one.
@@ -36,65 +40,144 @@ use super::grace_over::{Bell, GraceOver};
 /// throttle (to peek at buckets) and on `live` (to reload as SIGHUP does).
 #[derive(Clone)]
 pub struct Deps {
-    pub config: Arc<Config>,
-    /// Every upstream of the config, each with its forwarder and its quota pause.
-    pub upstreams: Arc<Upstreams>,
-    pub throttle: Arc<Throttle>,
-    pub metrics: Arc<Metrics>,
-    /// The last refusals, for the status page.
-    pub recent: Arc<Recent>,
-    /// OTLP traces (`[telemetry]`); `None` when off.
-    pub traces: Option<Arc<Traces>>,
-    pub health: Arc<Health>,
-    /// The monotonic clock of the throttle (kept across reloads, so buckets carry over).
-    pub clock: Arc<dyn Clock>,
+    pub setup: Setup,
+    pub services: Arc<Services>,
     /// The current context; `run` installs the first one.
     pub live: Arc<Live>,
-    /// Inbound TLS from `[smtp.tls]`, loaded by `with_tls`.
-    pub tls: Option<Arc<Tls>>,
-    /// This process among relays: random, written in our `Received:` fields, so a message
-    /// that comes back is known (a mail loop) even when two relays share a hostname.
-    pub instance: Arc<str>,
-    /// The tenant reputation guard of `[reputation]` (kept across reloads: its counts are
-    /// the window's history).
-    pub reputation: Option<Arc<Reputation>>,
-    /// Checks SNS's posts to `/ses/events` (SNS's own host; tests swap in a local one).
-    pub sns: Arc<SnsVerifier>,
 }
 
 impl Deps {
     /// The throttle built from the config's layers (and `[redis]`), on the real (tokio)
-    /// clock, and fresh metrics.
+    /// clock, and fresh services.
     pub fn new(config: Arc<Config>, upstreams: Upstreams) -> Deps {
         let clock: Arc<dyn Clock> = Arc::new(TokioClock::new());
         let throttle = Arc::new(crate::throttle::from_config(&config, clock.clone()));
-        let traces = traces(&config);
-        let metrics = Metrics::new();
-        let reputation = reputation(&config, &clock, &metrics);
+        let live = Live::new();
+        let services = Arc::new(Services::new(&config, clock, &live));
+        let setup = Setup::new(config, Arc::new(upstreams), throttle, None);
         Deps {
-            reputation,
-            sns: Arc::new(SnsVerifier::sns()),
-            config,
-            upstreams: Arc::new(upstreams),
-            throttle,
-            metrics,
-            recent: Recent::new(),
-            traces,
-            health: Arc::new(Health::default()),
-            clock,
-            live: Live::new(),
-            tls: None,
-            instance: uuid::Uuid::new_v4().simple().to_string()[..16].into(),
+            setup,
+            services,
+            live,
         }
     }
 
     /// Reads `[smtp.tls]`'s certificate and key; a missing file or a key that is not the
     /// certificate's is a startup error.
     pub fn with_tls(mut self) -> Result<Deps, TlsError> {
-        if let Some(tls) = &self.config.smtp.tls {
-            self.tls = Some(Arc::new(Tls::load(tls)?));
+        if let Some(tls) = &self.setup.config.smtp.tls {
+            self.setup.tls = Some(Arc::new(Tls::load(tls)?));
         }
         Ok(self)
+    }
+
+    /// The same, checking SNS's posts with `sns` (tests swap in a local certificate host).
+    pub fn with_sns(mut self, sns: Arc<SnsVerifier>) -> Deps {
+        let services = Arc::get_mut(&mut self.services).expect("services not shared yet");
+        services.sns = sns;
+        self
+    }
+}
+
+/// The config and what is built from it: what a reload replaces.
+#[derive(Clone)]
+pub struct Setup {
+    pub config: Arc<Config>,
+    /// Every upstream of the config, each with its forwarder and its quota pause.
+    pub upstreams: Arc<Upstreams>,
+    pub throttle: Arc<Throttle>,
+    /// STARTTLS and implicit TLS; `None` when `[smtp.tls]` is not set.
+    pub tls: Option<Arc<Tls>>,
+    /// The key and cost rules of each throttle layer, in the throttle's layer order.
+    pub layers: Vec<LayerPolicy>,
+    /// What EHLO advertises as `LIMITS RCPTMAX` (RFC 9422).
+    pub rcpt_max: usize,
+}
+
+impl Setup {
+    /// The one constructor: what is derived from the config is derived here.
+    pub fn new(
+        config: Arc<Config>,
+        upstreams: Arc<Upstreams>,
+        throttle: Arc<Throttle>,
+        tls: Option<Arc<Tls>>,
+    ) -> Setup {
+        Setup {
+            layers: config
+                .throttle
+                .iter()
+                .map(LayerPolicy::from_config)
+                .collect(),
+            rcpt_max: rcpt_max(&config),
+            config,
+            upstreams,
+            throttle,
+            tls,
+        }
+    }
+
+    /// What the policy reads a message's identity with.
+    pub fn rules(&self) -> crate::policy::Rules<'_> {
+        crate::policy::Rules {
+            layers: &self.layers,
+            routes: &self.config.routes,
+            first_upstream: self.upstreams.first().name(),
+        }
+    }
+}
+
+/// What outlives a reload: made once at start, shared by every context since.
+pub struct Services {
+    pub metrics: Arc<Metrics>,
+    /// The last refusals, for the status page.
+    pub recent: Arc<Recent>,
+    /// OTLP traces (`[telemetry]`); `None` when off. `[telemetry]` changes need a restart.
+    pub traces: Option<Arc<Traces>>,
+    /// `max_connections_per_ip`.
+    pub connections_per_ip: Arc<Connections>,
+    /// Failed AUTH attempts per client address, for the lockout.
+    pub auth_failures: Arc<AuthFailures>,
+    /// Checks AUTH passwords, a bounded number at once for the whole process.
+    pub password_checks: Arc<Verifier>,
+    /// Bytes of DATA the sessions of the process may still hold (`max_buffered_bytes`),
+    /// one permit a byte.
+    pub buffered: Arc<Semaphore>,
+    /// The monotonic clock of the throttle (kept across reloads, so buckets carry over).
+    pub clock: Arc<dyn Clock>,
+    /// Where a newer context is found after a reload.
+    pub live: Weak<Live>,
+    /// This process among relays: random, written in our `Received:` fields, so a message
+    /// that comes back is known (a mail loop) even when two relays share a hostname.
+    pub instance: Arc<str>,
+    /// The tenant reputation guard of `[reputation]` (its counts are the window's history).
+    pub reputation: Option<Arc<Reputation>>,
+    /// Checks SNS's posts to `/ses/events` (SNS's own host; tests swap in a local one).
+    pub sns: Arc<SnsVerifier>,
+    pub health: Arc<Health>,
+}
+
+impl Services {
+    /// The services of a relay starting with `config`.
+    pub fn new(config: &Config, clock: Arc<dyn Clock>, live: &Arc<Live>) -> Services {
+        let smtp = &config.smtp;
+        let metrics = Metrics::new();
+        Services {
+            reputation: reputation(config, &clock, &metrics),
+            traces: traces(config),
+            metrics,
+            recent: Recent::new(),
+            connections_per_ip: Connections::new(smtp.max_connections_per_ip.get()),
+            auth_failures: Arc::new(AuthFailures::new(lockout_rule(config))),
+            password_checks: Verifier::new(smtp.auth.as_ref().map_or(1, |a| a.parallel_checks())),
+            buffered: Arc::new(Semaphore::new(
+                smtp.max_buffered_bytes.get().min(Semaphore::MAX_PERMITS),
+            )),
+            clock,
+            live: Arc::downgrade(live),
+            instance: uuid::Uuid::new_v4().simple().to_string()[..16].into(),
+            sns: Arc::new(SnsVerifier::sns()),
+            health: Arc::new(Health::default()),
+        }
     }
 }
 
@@ -131,153 +214,45 @@ fn reputation(
     }
 }
 
-/// The parts of a context that a reload replaces.
-pub struct Parts {
-    pub config: Arc<Config>,
-    pub upstreams: Arc<Upstreams>,
-    pub throttle: Arc<Throttle>,
-    pub tls: Option<Arc<Tls>>,
-}
-
-/// Shared by every session of one relay.
+/// What one session reads: the setup in force when it began (or at its last MAIL), and the
+/// services every context shares.
 pub struct Context {
-    pub config: Arc<Config>,
-    pub upstreams: Arc<Upstreams>,
-    pub throttle: Arc<Throttle>,
-    /// STARTTLS and implicit TLS; `None` when `[smtp.tls]` is not set.
-    pub tls: Option<Arc<Tls>>,
-    /// The key and cost rules of each throttle layer, in the throttle's layer order.
-    pub layers: Vec<LayerPolicy>,
-    /// What EHLO advertises as `LIMITS RCPTMAX` (RFC 9422).
-    pub rcpt_max: usize,
-    pub metrics: Arc<Metrics>,
-    pub recent: Arc<Recent>,
-    /// Kept across reloads: `[telemetry]` changes need a restart.
-    pub traces: Option<Arc<Traces>>,
-    /// `max_connections_per_ip`.
-    pub connections_per_ip: Arc<Connections>,
-    /// Failed AUTH attempts per client address, for the lockout.
-    pub auth_failures: Arc<AuthFailures>,
-    /// Checks AUTH passwords, a bounded number at once for the whole process.
-    pub password_checks: Arc<Verifier>,
-    /// Bytes of DATA the sessions of the process may still hold (`max_buffered_bytes`),
-    /// one permit a byte.
-    pub buffered: Arc<Semaphore>,
-    pub clock: Arc<dyn Clock>,
-    /// Where a newer context is found after a reload.
-    pub live: Weak<Live>,
-    /// This process's id in our `Received:` fields (see [`Deps::instance`]).
-    pub instance: Arc<str>,
-    /// The tenant reputation guard, when `[reputation]` is set at start.
-    pub reputation: Option<Arc<Reputation>>,
-}
-
-/// What a context carries over from the one before it.
-struct Kept {
-    metrics: Arc<Metrics>,
-    recent: Arc<Recent>,
-    traces: Option<Arc<Traces>>,
-    connections_per_ip: Arc<Connections>,
-    auth_failures: Arc<AuthFailures>,
-    password_checks: Arc<Verifier>,
-    buffered: Arc<Semaphore>,
-    clock: Arc<dyn Clock>,
-    live: Weak<Live>,
-    instance: Arc<str>,
-    reputation: Option<Arc<Reputation>>,
+    pub setup: Setup,
+    pub services: Arc<Services>,
 }
 
 impl Context {
     /// The first context, from `deps`.
     pub fn new(deps: Deps) -> Context {
-        let smtp = &deps.config.smtp;
-        let kept = Kept {
-            metrics: deps.metrics,
-            recent: deps.recent,
-            traces: deps.traces,
-            connections_per_ip: Connections::new(smtp.max_connections_per_ip.get()),
-            auth_failures: Arc::new(AuthFailures::new(lockout_rule(&deps.config))),
-            password_checks: Verifier::new(smtp.auth.as_ref().map_or(1, |a| a.parallel_checks())),
-            buffered: Arc::new(Semaphore::new(
-                smtp.max_buffered_bytes.get().min(Semaphore::MAX_PERMITS),
-            )),
-            clock: deps.clock,
-            live: Arc::downgrade(&deps.live),
-            instance: deps.instance,
-            reputation: deps.reputation,
-        };
+        let mut setup = deps.setup;
         // `Deps::with_tls` reports a bad certificate at startup; a caller that skipped it
         // still gets TLS, or a logged reason why not.
-        let tls = deps.tls.or_else(|| {
-            let config = smtp.tls.as_ref()?;
-            Tls::load(config)
-                .map_err(|e| tracing::error!(error = %e, "TLS not available"))
-                .ok()
-                .map(Arc::new)
-        });
-        let parts = Parts {
-            config: deps.config,
-            upstreams: deps.upstreams,
-            throttle: deps.throttle,
-            tls,
-        };
-        Context::assemble(parts, kept)
-    }
-
-    /// The context of a reloaded config: new parts, the rest carried over.
-    pub fn successor(&self, parts: Parts) -> Context {
-        let kept = Kept {
-            metrics: self.metrics.clone(),
-            recent: self.recent.clone(),
-            traces: self.traces.clone(),
-            connections_per_ip: self.connections_per_ip.clone(),
-            auth_failures: self.auth_failures.clone(),
-            password_checks: self.password_checks.clone(),
-            buffered: self.buffered.clone(),
-            clock: self.clock.clone(),
-            live: self.live.clone(),
-            instance: self.instance.clone(),
-            reputation: self.reputation.clone(),
-        };
-        Context::assemble(parts, kept)
-    }
-
-    /// The one constructor: what is derived from the config is derived here.
-    fn assemble(parts: Parts, kept: Kept) -> Context {
-        let layers = parts.config.throttle.iter().map(LayerPolicy::from_config);
+        if setup.tls.is_none() {
+            setup.tls = setup.config.smtp.tls.as_ref().and_then(|config| {
+                Tls::load(config)
+                    .map_err(|e| tracing::error!(error = %e, "TLS not available"))
+                    .ok()
+                    .map(Arc::new)
+            });
+        }
         Context {
-            rcpt_max: rcpt_max(&parts.config),
-            layers: layers.collect(),
-            config: parts.config,
-            upstreams: parts.upstreams,
-            throttle: parts.throttle,
-            tls: parts.tls,
-            metrics: kept.metrics,
-            recent: kept.recent,
-            traces: kept.traces,
-            connections_per_ip: kept.connections_per_ip,
-            auth_failures: kept.auth_failures,
-            password_checks: kept.password_checks,
-            buffered: kept.buffered,
-            clock: kept.clock,
-            live: kept.live,
-            instance: kept.instance,
-            reputation: kept.reputation,
+            setup,
+            services: deps.services,
         }
     }
 
-    /// What the policy plans a message with.
-    pub fn rules(&self) -> crate::policy::Rules<'_> {
-        crate::policy::Rules {
-            layers: &self.layers,
-            routes: &self.config.routes,
-            first_upstream: self.upstreams.first().name(),
+    /// The context of a reloaded config: a new setup, the same services.
+    pub fn successor(&self, setup: Setup) -> Context {
+        Context {
+            setup,
+            services: self.services.clone(),
         }
     }
 
     /// The newest context (this one unless a reload came since).
     pub fn latest(self: &Arc<Context>) -> Arc<Context> {
-        self.live
+        self.services
+            .live
             .upgrade()
             .and_then(|live| live.current())
             .unwrap_or_else(|| self.clone())
@@ -344,7 +319,7 @@ impl Live {
     pub fn install(&self, ctx: Arc<Context>) {
         let mut throttles = self.throttles.write().unwrap_or_else(|e| e.into_inner());
         throttles.retain(|t| t.strong_count() > 0);
-        throttles.push(Arc::downgrade(&ctx.throttle));
+        throttles.push(Arc::downgrade(&ctx.setup.throttle));
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = Some(ctx);
     }
 

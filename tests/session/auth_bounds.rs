@@ -39,6 +39,7 @@ fn checks(relay: &Relay) -> Arc<Verifier> {
         .live
         .current()
         .expect("running")
+        .services
         .password_checks
         .clone()
 }

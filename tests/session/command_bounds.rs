@@ -99,7 +99,7 @@ async fn data_held_by_all_sessions_is_bounded() {
     open_data(&mut a).await;
     a.send(&body(200)).await;
     let ctx = relay.live.current().expect("running");
-    let room = || ctx.buffered.available_permits();
+    let room = || ctx.services.buffered.available_permits();
     crate::support::wait::until("the first message is read", async || {
         room() <= BOUND - 20_000
     })

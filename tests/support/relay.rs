@@ -108,13 +108,13 @@ impl Relay {
             .with_tls()
             .expect("test certificate loads");
         if let Some(sns) = sns {
-            deps.sns = sns;
+            deps = deps.with_sns(sns);
         }
-        let throttle = deps.throttle.clone();
+        let throttle = deps.setup.throttle.clone();
         let live = deps.live.clone();
         let ctx = Arc::new(Context::new(deps.clone()));
         let admin = mailsluice::admin::endpoint::Admin::new(&deps);
-        let tls = deps.tls.clone();
+        let tls = deps.setup.tls.clone();
         let task = tokio::spawn(mailsluice::run(listeners, deps, shutdown));
         Relay {
             addr,
@@ -163,14 +163,14 @@ impl Relay {
         // The context in force; the throttle it started with until `run` has installed it.
         let text = match self.live.current() {
             Some(ctx) => self.admin.metrics_text(&ctx),
-            None => self.admin.metrics.encode(&self.throttle),
+            None => self.admin.services.metrics.encode(&self.throttle),
         };
         sum_metric(&text, name)
     }
 
     /// The relay's reputation guard, when `[reputation]` is set.
     pub fn reputation(&self) -> Option<Arc<mailsluice::reputation::Reputation>> {
-        self.ctx.reputation.clone()
+        self.ctx.services.reputation.clone()
     }
 
     /// Messages that reached their final dot and were answered (or abandoned), so far.

@@ -399,9 +399,14 @@ async fn reload_keeps_unchanged_buckets_and_starts_changed_ones_fresh() {
         .is_empty());
     assert_eq!(send(&relay, "acme", "still over").await.unwrap().0, 451);
     let current = relay.live.current().unwrap();
-    assert_eq!(current.config.smtp.max_recipients.get(), 50);
+    assert_eq!(current.setup.config.smtp.max_recipients.get(), 50);
     assert_eq!(
-        current.throttle.peek("tenant", "acme").unwrap().remaining,
+        current
+            .setup
+            .throttle
+            .peek("tenant", "acme")
+            .unwrap()
+            .remaining,
         0
     );
     // A changed layer starts on fresh buckets at the new limit.
@@ -413,6 +418,7 @@ async fn reload_keeps_unchanged_buckets_and_starts_changed_ones_fresh() {
             .live
             .current()
             .unwrap()
+            .setup
             .throttle
             .peek("tenant", "acme")
             .unwrap()

@@ -562,7 +562,7 @@ async fn an_account_layer_follows_max_send_rate_and_a_spent_day_pauses_the_upstr
     fake.set_day_quota(1.0);
     assert_eq!(send(&relay, "acme", "last-of-the-day").await.0, 250);
     let ctx = relay.live.current().unwrap();
-    let upstream = ctx.upstreams.get("ses").unwrap().clone();
+    let upstream = ctx.setup.upstreams.get("ses").unwrap().clone();
     assert!(!upstream.pause.is_paused());
     tokio::time::sleep(REFRESH).await;
     until("the spent day pauses", async || upstream.pause.is_paused()).await;
