@@ -9,8 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mailsluice::config::Config;
-use mailsluice::message::Envelope;
-use mailsluice::upstream::{ForwardFuture, Forwarder};
+use mailsluice::upstream::{ForwardFuture, Forwarder, Outgoing, OwnAddresses};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -34,7 +33,11 @@ async fn main() {
     let config = Arc::new(Config::parse(&text).unwrap());
     let grants = Arc::new(Mutex::new(Vec::<Instant>::new()));
     let forwarder = Arc::new(Stamped {
-        inner: mailsluice::upstream::build_forwarder(&config.upstreams[0]).unwrap(),
+        inner: mailsluice::upstream::build_forwarder(
+            &config.upstreams[0],
+            &OwnAddresses::default(),
+        )
+        .unwrap(),
         times: grants.clone(),
     });
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -73,13 +76,9 @@ struct Stamped {
 }
 
 impl Forwarder for Stamped {
-    fn forward_pieces<'a>(
-        &'a self,
-        envelope: &'a Envelope,
-        pieces: &'a [&'a [u8]],
-    ) -> ForwardFuture<'a> {
+    fn send<'a>(&'a self, message: &'a Outgoing<'a>) -> ForwardFuture<'a> {
         self.times.lock().unwrap().push(Instant::now());
-        self.inner.forward_pieces(envelope, pieces)
+        self.inner.send(message)
     }
 }
 

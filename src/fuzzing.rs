@@ -7,9 +7,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::config::Config;
-use crate::message::Envelope;
 use crate::state::context::{Context, Deps};
-use crate::upstream::{Accepted, ForwardFuture, Forwarder};
+use crate::upstream::{Accepted, ForwardFuture, Forwarder, Outgoing};
 
 /// A forwarder that accepts everything and keeps the messages.
 #[derive(Default)]
@@ -18,11 +17,8 @@ pub struct KeepingForwarder {
 }
 
 impl Forwarder for KeepingForwarder {
-    fn forward_pieces<'a>(
-        &'a self,
-        _envelope: &'a Envelope,
-        pieces: &'a [&'a [u8]],
-    ) -> ForwardFuture<'a> {
+    fn send<'a>(&'a self, outgoing: &'a Outgoing<'a>) -> ForwardFuture<'a> {
+        let pieces = outgoing.pieces;
         Box::pin(async move {
             let mut messages = self.messages.lock().unwrap_or_else(|e| e.into_inner());
             messages.push(pieces.concat());

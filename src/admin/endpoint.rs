@@ -19,7 +19,7 @@ use crate::admin::{guard, reputation};
 use crate::observe::metrics::Metrics;
 use crate::state::context::{Context, Deps, Live, Services};
 use crate::state::shutdown::Shutdown;
-use crate::upstream::Checked;
+use crate::upstream::{Checked, Unready};
 
 /// Everything the endpoints read: the services, and the context in force.
 pub struct Admin {
@@ -50,7 +50,9 @@ impl Admin {
 fn read_upstream(metrics: &Metrics, ctx: &Context) {
     for upstream in ctx.setup.upstreams.iter() {
         metrics.upstream_paused(upstream.name(), upstream.pause.is_paused());
-        metrics.upstream_crowded(upstream.name(), upstream.forwarder.crowded());
+        let crowded = upstream.forwarder.offers().crowded;
+        let crowded = crowded.map_or(0, |c| c.load(std::sync::atomic::Ordering::Relaxed));
+        metrics.upstream_crowded(upstream.name(), crowded);
     }
 }
 
@@ -66,7 +68,7 @@ async fn check_upstreams(ctx: &Context) -> Vec<(String, Checked)> {
         .collect();
     let mut results = Vec::with_capacity(checks.len());
     for (name, check) in checks {
-        let result = check.await.unwrap_or_else(|e| Err(e.to_string()));
+        let result = check.await.unwrap_or_else(|e| Err(Unready(e.to_string())));
         results.push((name, result));
     }
     results
@@ -149,7 +151,7 @@ async fn readyz(State(admin): State<Arc<Admin>>) -> Response {
     let each: serde_json::Map<String, serde_json::Value> =
         (ctx.setup.upstreams.iter().zip(&checks))
             .map(|(u, (name, check))| {
-                let mut state = verdict(&check.clone().map(|_| ()));
+                let mut state = verdict(&check.clone().map(|_| ()).map_err(|e| e.to_string()));
                 if let Ok(Some(detail)) = check {
                     state["detail"] = json!(detail);
                 }

@@ -68,7 +68,11 @@ fn readiness(html: &mut String, ctx: &Context, health: &Health, checks: &Checks)
     row_state(html, "SMTP listeners", &listening);
     for (upstream, (name, check)) in ctx.setup.upstreams.iter().zip(&checks.upstreams) {
         let part = format!("upstream {name} ({})", upstream.config.url());
-        row_state(html, &part, &check.clone().map(|_| ()));
+        row_state(
+            html,
+            &part,
+            &check.clone().map(|_| ()).map_err(|e| e.to_string()),
+        );
         if let Some(left) = upstream.pause.left() {
             let paused = Err(format!(
                 "paused after a quota reply, {} s left",

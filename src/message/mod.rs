@@ -4,10 +4,16 @@
 //! - `envelope`: the envelope as the client gave it.
 //! - `outcome`: what became of the message.
 //! - `header`: the header section's fields, by byte range.
+//! - `received`: its `Received:` fields: the hops it made, and our mark in them (a loop).
 
 mod envelope;
 pub mod header;
 mod outcome;
+pub mod received;
 
 pub use envelope::Envelope;
 pub use outcome::Outcome;
+
+/// The longest id of a message at its upstream the relay keeps (SES's are about 60 bytes):
+/// an id past it is not an id the relay can link events to.
+pub const MAX_ID_BYTES: usize = 256;

@@ -177,20 +177,6 @@ pub fn parse_traceparent(value: &str) -> Option<SpanContext> {
     ))
 }
 
-/// The first `traceparent` field of a message's header section, unfolded.
-pub fn traceparent_of(message: &[u8]) -> Option<&str> {
-    let end = message
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .unwrap_or(message.len());
-    let header = std::str::from_utf8(&message[..end]).ok()?;
-    header.split("\r\n").find_map(|line| {
-        let (name, value) = line.split_once(':')?;
-        name.eq_ignore_ascii_case("traceparent")
-            .then(|| value.trim())
-    })
-}
-
 /// ureq as the exporter's HTTP client: the batch processor's thread runs the export, so a
 /// blocking call there holds no async worker.
 #[derive(Debug)]
@@ -232,11 +218,5 @@ mod tests {
         ] {
             assert!(parse_traceparent(bad).is_none(), "{bad:?}");
         }
-        let message = b"Subject: x\r\nTraceParent: 00-ab-cd-01 \r\n\r\ntraceparent: body\r\n";
-        assert_eq!(traceparent_of(message), Some("00-ab-cd-01"));
-        assert_eq!(
-            traceparent_of(b"Subject: x\r\n\r\ntraceparent: no\r\n"),
-            None
-        );
     }
 }

@@ -4,7 +4,9 @@
 
 use crate::config::{KeySource, RouteConfig, MAX_KEY_BYTES};
 
-use super::{key_of, Fields, MessageFacts};
+use super::keys::key_of;
+use super::MessageFacts;
+use crate::message::header::Fields;
 
 /// The way a message goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -15,8 +17,9 @@ pub struct Route {
     pub fallback: Option<String>,
     /// Fields to add after our `Received:`, rendered (`{key}` replaced and made safe).
     pub headers: Vec<(String, String)>,
-    /// The SES tenant the message is sent as (`ses_tenant`, rendered like an SES field).
-    pub ses_tenant: Option<String>,
+    /// The upstream's own tenant the message is sent as (`ses_tenant`, rendered like an SES
+    /// field).
+    pub upstream_tenant: Option<String>,
 }
 
 /// The route of a message; `None` when there are routes and none matches. Without routes,
@@ -32,7 +35,7 @@ pub(super) fn choose(
             upstream: first_upstream.to_string(),
             fallback: None,
             headers: Vec::new(),
-            ses_tenant: None,
+            upstream_tenant: None,
         });
     }
     routes.iter().find_map(|route| {
@@ -41,7 +44,7 @@ pub(super) fn choose(
             upstream: route.upstream.get_ref().clone(),
             fallback: route.fallback.as_ref().map(|f| f.get_ref().clone()),
             headers: rendered(route, &key),
-            ses_tenant: (route.ses_tenant.as_ref())
+            upstream_tenant: (route.ses_tenant.as_ref())
                 .map(|t| t.get_ref())
                 .filter(|t| !key.is_empty() || !t.contains("{key}"))
                 .map(|t| t.replace("{key}", &safe_key("x-ses-tenant", &key)))

@@ -1,6 +1,7 @@
 //! The key and cost rules, and the header trust rule, on hand-made messages.
 
 use super::*;
+use crate::config::MAX_KEY_BYTES;
 
 fn layer(key: &str, cost: Cost, matches: Option<(&str, &str)>) -> LayerPolicy {
     LayerPolicy {
@@ -23,18 +24,48 @@ fn rules(layers: &[LayerPolicy]) -> Rules<'_> {
         layers,
         routes: &[],
         first_upstream: "default",
+        tenant_key: None,
+        instance: "0123abcd",
     }
 }
 
 /// The charges of a message without routes, in layer order.
 fn charges(layers: &[LayerPolicy], facts: &MessageFacts<'_>) -> Vec<Charge> {
-    plan(rules(layers), facts).charges
+    identify(rules(layers), facts).charges
 }
 
 /// The message without the key headers of the layers that strip theirs.
 fn strip_key_headers(layers: &[LayerPolicy], message: Vec<u8>) -> Vec<u8> {
-    let plan = plan(rules(layers), &facts(&message, &[], None));
-    plan.forwarded(&message).collect::<Vec<_>>().concat()
+    let identity = identify(rules(layers), &facts(&message, &[], None));
+    identity.forwarded(&message).collect::<Vec<_>>().concat()
+}
+
+/// The reputation guard's tenant of a message, read with `source` and `default_key`.
+fn reputation_key(source: &KeySource, default_key: &str, facts: &MessageFacts<'_>) -> String {
+    let tenant_key = TenantKey {
+        source,
+        default_key,
+    };
+    let rules = Rules {
+        tenant_key: Some(tenant_key),
+        ..rules(&[])
+    };
+    identify(rules, facts)
+        .tenant
+        .expect("the guard's key is read")
+}
+
+/// The same, as far as it is known at MAIL.
+fn reputation_key_early(
+    source: &KeySource,
+    default_key: &str,
+    facts: &MessageFacts<'_>,
+) -> Option<String> {
+    let rule = TenantKey {
+        source,
+        default_key,
+    };
+    tenant_key_early(rule, facts)
 }
 
 fn facts<'a>(message: &'a [u8], rcpts: &'a [String], tenant: Option<&'a str>) -> MessageFacts<'a> {
@@ -200,7 +231,7 @@ fn fair_key_follows_the_key_rules_and_its_header_is_stripped() {
     let mut account = layer("none", Cost::Recipients, None);
     account.fair_by = Some(KeySource::parse("header:X-Tenant").unwrap());
     let layers = [account];
-    let trusted = plan(rules(&layers), &facts(MSG, &rcpts, None));
+    let trusted = identify(rules(&layers), &facts(MSG, &rcpts, None));
     assert_eq!(
         (
             trusted.charges[0].key.as_str(),
@@ -210,12 +241,12 @@ fn fair_key_follows_the_key_rules_and_its_header_is_stripped() {
     );
     assert_eq!(trusted.key_headers.len(), 1, "X-Tenant is a routing hint");
     // An authenticated client without header trust stays its tenant's fair key.
-    let authed = plan(rules(&layers), &facts(MSG, &rcpts, Some("globex")));
+    let authed = identify(rules(&layers), &facts(MSG, &rcpts, Some("globex")));
     assert_eq!(authed.charges[0].fair, "globex");
     // No fair_by: no fair key.
     let plain = [layer("none", Cost::Recipients, None)];
     assert_eq!(
-        plan(rules(&plain), &facts(MSG, &rcpts, None)).charges[0].fair,
+        identify(rules(&plain), &facts(MSG, &rcpts, None)).charges[0].fair,
         ""
     );
 }
@@ -267,9 +298,11 @@ fn the_route_scopes_the_layers_and_the_header_it_adds_replaces_the_clients() {
         layers: &layers,
         routes: &routes,
         first_upstream: "a",
+        tenant_key: None,
+        instance: "0123abcd",
     };
     let rcpts = vec!["r@example.net".to_string()];
-    let plan = plan(rules, &facts(MSG, &rcpts, None));
+    let plan = identify(rules, &facts(MSG, &rcpts, None));
     let route = plan.route.clone().unwrap();
     assert_eq!(
         (route.upstream.as_str(), route.fallback.as_deref()),
@@ -289,7 +322,7 @@ fn the_route_scopes_the_layers_and_the_header_it_adds_replaces_the_clients() {
          body untouched"
     );
     let other = b"X-Tenant: initech\r\n\r\n";
-    let plan = super::plan(rules, &facts(other, &rcpts, None));
+    let plan = identify(rules, &facts(other, &rcpts, None));
     assert_eq!(plan.route.unwrap().upstream, "b");
     assert_eq!(layers_of(&plan.charges), [0, 2]);
 }
@@ -321,6 +354,19 @@ fn reputation_key_follows_the_trust_rules_and_is_early_only_when_known() {
     let rcpt = KeySource::RcptDomain;
     assert_eq!(
         reputation_key_early(&rcpt, "d", &facts(b"", &[], None)),
+        None
+    );
+}
+
+/// The `traceparent` field is read with the rest: the first of the header section, trimmed;
+/// one in the body is not a field.
+#[test]
+fn the_traceparent_is_read_from_the_header_section() {
+    let traceparent = |message: &[u8]| identify(rules(&[]), &facts(message, &[], None)).traceparent;
+    let message = b"Subject: x\r\nTraceParent: 00-ab-cd-01 \r\n\r\ntraceparent: body\r\n";
+    assert_eq!(traceparent(message).as_deref(), Some("00-ab-cd-01"));
+    assert_eq!(
+        traceparent(b"Subject: x\r\n\r\ntraceparent: no\r\n").as_deref(),
         None
     );
 }

@@ -13,8 +13,8 @@ use serde::Deserialize;
 pub const MAX_EVENT_BYTES: usize = 256 * 1024;
 /// Most recipients one event may name (SES sends to at most 50 per message).
 pub const MAX_RECIPIENTS: usize = 100;
-/// Longest message id, feedback id or tenant tag kept.
-pub const MAX_ID_BYTES: usize = 256;
+/// Longest message id, feedback id or tenant tag kept: the bound on an upstream's message id.
+pub const MAX_ID_BYTES: usize = crate::message::MAX_ID_BYTES;
 /// Longest address (RFC 5321's path is 256 octets with its brackets).
 pub const MAX_ADDRESS_BYTES: usize = 320;
 /// The message tag that names the tenant, ahead of the relay's own record.

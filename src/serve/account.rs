@@ -33,15 +33,17 @@ pub async fn refresh(ctx: &Context) {
         let Some(upstream) = name.and_then(|n| ctx.setup.upstreams.get(n)) else {
             continue;
         };
-        let quota = match upstream.forwarder.send_quota().await {
-            Ok(Some(quota)) => quota,
-            Ok(None) => continue,
+        let Some(account) = upstream.forwarder.offers().account else {
+            continue;
+        };
+        let quota = match account.send_quota().await {
+            Ok(quota) => quota,
             Err(e) => {
                 tracing::warn!(
                     target: "mailsluice::upstream",
                     upstream = upstream.name(),
                     layer = layer.name(),
-                    error = e.as_str(),
+                    error = %e,
                     "ses.account_unread: the layer keeps its limit"
                 );
                 continue;

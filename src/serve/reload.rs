@@ -19,8 +19,8 @@ pub enum ReloadError {
     NotRunning,
     #[error("{0}")]
     Config(#[from] crate::config::ConfigError),
-    #[error("{0}")]
-    Upstream(String),
+    #[error(transparent)]
+    Upstream(#[from] crate::upstream::UpstreamsError),
     #[error(transparent)]
     Tls(#[from] TlsError),
 }
@@ -68,8 +68,7 @@ pub fn reload(live: &Live, config: Config) -> Result<Vec<String>, ReloadError> {
 /// them).
 fn setup(old: &Context, config: Config) -> Result<Setup, ReloadError> {
     let config = Arc::new(config);
-    let upstreams =
-        Upstreams::reloaded(&config, &old.setup.upstreams).map_err(ReloadError::Upstream)?;
+    let upstreams = Upstreams::reloaded(&config, &old.setup.upstreams)?;
     let throttle = crate::throttle::from_config(&config, old.services.clock.clone())
         .keeping_unchanged(&old.setup.throttle);
     let tls = match (&config.smtp.tls, &old.setup.tls) {

@@ -11,7 +11,8 @@ use tokio::sync::Semaphore;
 use tokio_util::task::TaskTracker;
 
 use crate::admin::endpoint::Admin;
-use crate::smtp::{self, reply};
+use crate::reply;
+use crate::smtp;
 use crate::state::context::{Context, Deps};
 use crate::state::shutdown::Shutdown;
 

@@ -3,16 +3,13 @@
 //! - `session`: one client's state and command loop; it dispatches each command to the file
 //!   named after its verb: `ehlo`, `mail`, `rcpt`, `data`, `rset`, `vrfy`, `help`,
 //!   `starttls` (upgrades the connection), `auth` (checks passwords).
-//! - `deliver`: the final dot: policy, throttle, trace, upstream, and one `verdict` (reply,
-//!   outcome, log record) that the session answers and logs once; `waiter`: the wait for
-//!   tokens (the client watched); `forward`: the upstream leg (throttle replies absorbed,
-//!   quota pause, fallback).
-//! - `reputation`: the tenant reputation guard's refusals (MAIL, RCPT, the final dot) and
-//!   what it is told of each message upstream took or refused.
+//! - `deliver`: the final dot: the message's identity (`policy`), our fields in front of it,
+//!   its journey (`pipeline`: admission, the wait, upstream), and the pipeline's verdict
+//!   answered and logged once.
+//! - `reputation`: the tenant reputation guard's refusals before the message (MAIL, RCPT).
 //! - `path`: the address and parameters of MAIL and RCPT, kept as the client wrote them.
 //! - `received`: the `Received:` trace header.
 //! - `conn` and `data_reader`: the bytes in and out, and the DATA section.
-//! - `reply`: every reply text, and how throttle and upstream outcomes become replies.
 
 mod auth;
 mod conn;
@@ -20,20 +17,16 @@ mod data;
 mod data_reader;
 mod deliver;
 mod ehlo;
-mod forward;
 mod help;
 mod mail;
 mod path;
 mod rcpt;
 mod received;
-pub mod reply;
 mod reputation;
 mod rset;
 mod session;
 mod starttls;
-mod verdict;
 mod vrfy;
-mod waiter;
 
 pub use data_reader::{DataProblem, DataReader};
 
@@ -61,7 +54,7 @@ pub async fn serve(
 }
 
 /// Tells a client over the connection bound why it is turned away, then closes.
-pub async fn refuse(stream: &mut dyn conn::AsyncStream, reply: &reply::Reply) {
+pub async fn refuse(stream: &mut dyn conn::AsyncStream, reply: &crate::reply::Reply) {
     use tokio::io::AsyncWriteExt;
     let mut out = Vec::new();
     reply.write_to(&mut out);

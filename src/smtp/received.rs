@@ -8,13 +8,14 @@ use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::path::domain_len;
+use crate::message::received::Mark;
 
 /// What the header records about the hop.
 pub struct Trace<'a> {
     pub helo: &'a str,
     pub peer: IpAddr,
     pub hostname: &'a str,
-    /// This process's id (`Context::instance`), the mark a message that loops back carries.
+    /// This process's id (`Services::instance`), the mark a message that loops back carries.
     pub instance: &'a str,
     /// `ESMTP`, `SMTP`, or with `S` (TLS) / `A` (AUTH) as in RFC 3848.
     pub protocol: &'a str,
@@ -107,66 +108,6 @@ pub fn header(trace: &Trace<'_>, now: SystemTime) -> Vec<u8> {
     h.into_bytes()
 }
 
-/// The comment after our name in the `by` clause, which says the message went through this
-/// process (written where it goes, with no string of its own).
-struct Mark<'a>(&'a str);
-
-/// What [`Mark`] writes before the instance (and `)` after it).
-const MARK_OPEN: &str = "(mailsluice ";
-
-impl Mark<'_> {
-    fn write_to(&self, h: &mut String) {
-        h.push_str(MARK_OPEN);
-        h.push_str(self.0);
-        h.push(')');
-    }
-
-    /// Whether `line` holds this mark (searched for every message, so with no string built).
-    fn in_line(&self, line: &[u8]) -> bool {
-        memchr::memmem::find_iter(line, MARK_OPEN).any(|at| {
-            line[at + MARK_OPEN.len()..]
-                .strip_prefix(self.0.as_bytes())
-                .is_some_and(|rest| rest.first() == Some(&b')'))
-        })
-    }
-}
-
-/// Why a message must not go on: it names this process in a `Received:` field already (it
-/// came back: a loop), or it holds more than `max` of them (RFC 5321 6.3: a loop through
-/// other hosts too).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Loop {
-    CameBack,
-    TooManyHops,
-}
-
-/// Reads the `Received:` fields of the header section (up to its first empty line).
-pub fn looping(message: &[u8], instance: &str, max: usize) -> Option<Loop> {
-    let mark = Mark(instance);
-    let mut count = 0;
-    let mut in_received = false;
-    let mut rest = message;
-    while !rest.is_empty() {
-        let (line, next) = match memchr::memchr(b'\n', rest) {
-            Some(at) => (&rest[..at], &rest[at + 1..]),
-            None => (rest, &rest[rest.len()..]),
-        };
-        rest = next;
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        if line.is_empty() {
-            break;
-        }
-        if !matches!(line[0], b' ' | b'\t') {
-            in_received = line.len() >= 9 && line[..9].eq_ignore_ascii_case(b"received:");
-            count += usize::from(in_received);
-        }
-        if in_received && mark.in_line(line) {
-            return Some(Loop::CameBack);
-        }
-    }
-    (count > max).then_some(Loop::TooManyHops)
-}
-
 /// `<helo> ([<ip>])` when the EHLO name is a domain or an address literal (RFC 5321 4.1.1.1),
 /// as Postfix writes it. Any other name cannot be trusted to keep the comment structure, so
 /// the hop is `unknown` and the name goes in a comment of its own, every character that is
@@ -216,6 +157,12 @@ fn plain_path(rcpt: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::message::header::Fields;
+    use crate::message::received::{Hops, Loop};
+
+    fn looping(message: &[u8], instance: &str, max: usize) -> Option<Loop> {
+        Hops::of(message, &Fields::new(message), instance).looping(max)
+    }
 
     #[test]
     fn header_names_the_hop_and_ends_in_crlf() {
@@ -276,37 +223,6 @@ mod tests {
         assert_eq!(h.matches("\r\n").count(), 5);
         assert!(!h.contains("\r\nBcc"));
         assert!(h.contains("\r\n\t(helo=x??Bcc:?victim?example)\r\n"), "{h}");
-    }
-
-    #[test]
-    fn received_fields_are_counted_in_the_header_section_only() {
-        let three =
-            "Received: a\r\n\tb\r\nreceived: c\r\nX: (mailsluice 0123abcd)\r\nRECEIVED: d\r\n";
-        let message = format!("{three}\r\nReceived: in the body\r\n");
-        assert_eq!(looping(message.as_bytes(), "0123abcd", 3), None);
-        assert_eq!(
-            looping(message.as_bytes(), "0123abcd", 2),
-            Some(Loop::TooManyHops)
-        );
-        let folded = "Received: from x\r\n\tby y (mailsluice 0123abcd)\r\n\r\n";
-        assert_eq!(
-            looping(folded.as_bytes(), "0123abcd", 50),
-            Some(Loop::CameBack)
-        );
-        // Another process's mark, or one that only starts like ours, is not a loop.
-        for other in [
-            "(mailsluice 0123abcde)",
-            "(mailsluice 0123abc)",
-            "(mailsluice  0123abcd)",
-        ] {
-            let hop = format!("Received: from x by y {other} (mailsluice 9)\r\n\r\n");
-            assert_eq!(looping(hop.as_bytes(), "0123abcd", 50), None, "{other}");
-        }
-        let second = "Received: by y (mailsluice 0123abcde) (mailsluice 0123abcd)\r\n\r\n";
-        assert_eq!(
-            looping(second.as_bytes(), "0123abcd", 50),
-            Some(Loop::CameBack)
-        );
     }
 
     #[test]

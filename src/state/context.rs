@@ -28,7 +28,7 @@ use crate::inbound::tls::{Tls, TlsError};
 use crate::observe::metrics::Metrics;
 use crate::observe::recent::Recent;
 use crate::observe::traces::Traces;
-use crate::policy::LayerPolicy;
+use crate::policy::{LayerPolicy, Rules, TenantKey};
 use crate::reputation::sns_verifier::SnsVerifier;
 use crate::reputation::Reputation;
 use crate::throttle::{Clock, Throttle, TokioClock};
@@ -113,15 +113,6 @@ impl Setup {
             upstreams,
             throttle,
             tls,
-        }
-    }
-
-    /// What the policy reads a message's identity with.
-    pub fn rules(&self) -> crate::policy::Rules<'_> {
-        crate::policy::Rules {
-            layers: &self.layers,
-            routes: &self.config.routes,
-            first_upstream: self.upstreams.first().name(),
         }
     }
 }
@@ -246,6 +237,22 @@ impl Context {
         Context {
             setup,
             services: self.services.clone(),
+        }
+    }
+
+    /// What the policy reads a message's identity with: the setup's layers and routes, the
+    /// reputation guard's key, this process's mark.
+    pub fn rules(&self) -> Rules<'_> {
+        let guard = self.services.reputation.as_deref();
+        Rules {
+            layers: &self.setup.layers,
+            routes: &self.setup.config.routes,
+            first_upstream: self.setup.upstreams.first().name(),
+            tenant_key: guard.map(|guard| TenantKey {
+                source: &guard.key,
+                default_key: &guard.default_key,
+            }),
+            instance: &self.services.instance,
         }
     }
 

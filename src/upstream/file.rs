@@ -14,8 +14,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
-use super::{Accepted, CheckFuture, ForwardFuture, Forwarder, UpstreamError};
-use crate::message::Envelope;
+use super::{Accepted, CheckFuture, ForwardFuture, Forwarder, Outgoing, Unready, UpstreamError};
 
 /// Writes each message as `<id>.eml` with its envelope beside it in `<id>.json`.
 #[derive(Debug, Clone)]
@@ -53,20 +52,17 @@ impl Forwarder for FileForwarder {
         Box::pin(async move {
             tokio::fs::create_dir_all(&dir)
                 .await
-                .map_err(|e| format!("{}: {e}", dir.display()))?;
-            let meta = tokio::fs::metadata(&dir).await.map_err(|e| e.to_string())?;
+                .map_err(|e| Unready(format!("{}: {e}", dir.display())))?;
+            let meta = (tokio::fs::metadata(&dir).await).map_err(|e| Unready(e.to_string()))?;
             if meta.permissions().readonly() {
-                return Err(format!("{} is read-only", dir.display()));
+                return Err(Unready(format!("{} is read-only", dir.display())));
             }
             Ok(None)
         })
     }
 
-    fn forward_pieces<'a>(
-        &'a self,
-        envelope: &'a Envelope,
-        pieces: &'a [&'a [u8]],
-    ) -> ForwardFuture<'a> {
+    fn send<'a>(&'a self, outgoing: &'a Outgoing<'a>) -> ForwardFuture<'a> {
+        let (envelope, pieces) = (outgoing.envelope, outgoing.pieces);
         Box::pin(async move {
             let dir = self.dir.clone();
             let received_at = rfc3339(SystemTime::now());

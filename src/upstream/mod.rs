@@ -1,5 +1,7 @@
-//! Where a message goes once it may go. One trait so the session never knows whether it talks
-//! to SES, another relay or a directory: it only needs the upstream's verdict, which it relays.
+//! Where a message goes once it may go. One trait, [`Forwarder`], whose core is sending one
+//! message, so the pipeline never knows whether it talks to SES, another relay or a
+//! directory: it only needs the upstream's answer, typed, which it relays. What only some
+//! kinds have, they offer as capabilities ([`Offers`]).
 //!
 //! - `smtp`: `smtp://` and `smtps://`, each step checked (MAIL, RCPT and DATA pipelined when
 //!   upstream offers it).
@@ -10,6 +12,8 @@
 //! - `mx`: `mx://`, straight to each recipient domain's MX hosts (hickory-resolver).
 //! - `ses`: `ses://REGION`, Amazon SES over its v2 API (the AWS SDK), SES tenants.
 //! - `file`: `file://DIR`, the embedded default: one `.eml` and one `.json` per message.
+//! - `offers`: the capabilities a kind may offer: pauses of its own tenants, the account's
+//!   own limits, its pool's "too many connections" count.
 //! - `feedback`: what a refusal says about our sending (too fast, quota, paused, too many
 //!   connections), typed; SMTP replies classified by the configured patterns where they
 //!   become errors (the pool's connector, the transaction).
@@ -21,6 +25,7 @@ mod client;
 pub mod feedback;
 pub mod file;
 pub mod mx;
+mod offers;
 pub mod pause;
 mod pool;
 pub mod reply;
@@ -35,29 +40,39 @@ use std::sync::Arc;
 pub use feedback::{Classifier, Feedback};
 pub use file::FileForwarder;
 pub use mx::{MxForwarder, MxSetupError};
-pub use pause::{Admission, Pause};
-pub use ses::{SendQuota, SesForwarder};
+pub use offers::{Account, AccountError, AdmitFuture, Offers, QuotaFuture, SendQuota, Tenants};
+pub use pause::{Admission, Pause, Probe};
+pub use ses::{SesForwarder, SesSetupError};
 pub use smtp::{SmtpForwarder, SmtpSetupError};
-pub use upstreams::{Upstream, Upstreams};
+pub use upstreams::{OwnAddresses, Upstream, Upstreams, UpstreamsError};
 
 use crate::config::{UpstreamConfig, UpstreamKind};
 use crate::message::Envelope;
 
-/// The forwarder the configuration asks for. Errors are meant for the operator at startup
-/// (bad URL, missing password variable), so they are plain text naming the key.
-pub fn build_forwarder(cfg: &UpstreamConfig) -> Result<Arc<dyn Forwarder>, String> {
-    match &cfg.kind {
-        UpstreamKind::File(file) => Ok(Arc::new(FileForwarder::new(file.dir.clone()))),
-        UpstreamKind::Smtp(_) => {
-            let forwarder = SmtpForwarder::new(cfg).map_err(|e| e.to_string())?;
-            Ok(Arc::new(forwarder))
-        }
-        UpstreamKind::Mx(_) => {
-            let forwarder = MxForwarder::new(cfg).map_err(|e| e.to_string())?;
-            Ok(Arc::new(forwarder))
-        }
-        UpstreamKind::Ses(_) => ses::build(cfg),
-    }
+/// Why the forwarder a configuration asks for could not be built; each names the key, for
+/// the operator at startup (bad URL, missing password variable).
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error(transparent)]
+    Smtp(#[from] SmtpSetupError),
+    #[error(transparent)]
+    Mx(#[from] MxSetupError),
+    #[error(transparent)]
+    Ses(#[from] SesSetupError),
+}
+
+/// The forwarder the configuration asks for. `own` is where the relay listens, once bound: a
+/// kind that must never deliver to the relay itself (direct delivery) keeps it.
+pub fn build_forwarder(
+    cfg: &UpstreamConfig,
+    own: &OwnAddresses,
+) -> Result<Arc<dyn Forwarder>, SetupError> {
+    Ok(match &cfg.kind {
+        UpstreamKind::File(file) => Arc::new(FileForwarder::new(file.dir.clone())),
+        UpstreamKind::Smtp(_) => Arc::new(SmtpForwarder::new(cfg)?),
+        UpstreamKind::Mx(_) => Arc::new(MxForwarder::new(cfg, own.clone())?),
+        UpstreamKind::Ses(_) => Arc::new(SesForwarder::new(cfg)?),
+    })
 }
 
 /// Upstream took the message; `text` is its reply text (carries the upstream's message id,
@@ -94,7 +109,7 @@ impl Accepted {
         // Exactly `Ok <id>`: a smarthost's `Ok queued as X` names no SES message.
         let mut words = text.strip_prefix("Ok ")?.split_whitespace();
         let id = words.next().filter(|_| words.next().is_none())?;
-        Some(id).filter(|id| id.len() <= crate::reputation::events::MAX_ID_BYTES)
+        Some(id).filter(|id| id.len() <= crate::message::MAX_ID_BYTES)
     }
 }
 
@@ -178,35 +193,35 @@ impl UpstreamError {
 pub type ForwardFuture<'a> =
     Pin<Box<dyn Future<Output = Result<Accepted, UpstreamError>> + Send + 'a>>;
 
-/// Hands one complete message to the next hop. The message comes in pieces, to be sent one
-/// after the other (our trace and route fields, then runs of the client's bytes), so a
-/// forwarder that can send them as they are never joins them into one more copy. Together
-/// they are the exact bytes to deliver (headers and body, CRLF line endings, not
-/// dot-stuffed, without the final `.`).
+/// One message as it goes upstream.
+pub struct Outgoing<'a> {
+    /// The envelope as the client gave it.
+    pub envelope: &'a Envelope,
+    /// The message in pieces, to be sent one after the other (our trace and route fields,
+    /// then runs of the client's bytes), so a forwarder that can send them as they are never
+    /// joins them into one more copy. Together they are the exact bytes to deliver (headers
+    /// and body, CRLF line endings, not dot-stuffed, without the final `.`).
+    pub pieces: &'a [&'a [u8]],
+    /// The upstream's own tenant the message is sent as (SES's `TenantName`, from the route's
+    /// `ses_tenant`); kinds without tenants ignore it.
+    pub tenant: Option<&'a str>,
+}
+
+/// Hands one complete message to the next hop.
 pub trait Forwarder: Send + Sync {
-    fn forward_pieces<'a>(
-        &'a self,
-        envelope: &'a Envelope,
-        pieces: &'a [&'a [u8]],
-    ) -> ForwardFuture<'a>;
+    /// Sends `message`; upstream's answer, typed.
+    fn send<'a>(&'a self, message: &'a Outgoing<'a>) -> ForwardFuture<'a>;
 
-    /// As [`Forwarder::forward_pieces`], sent as `tenant` where upstream keeps tenants of its
-    /// own (SES's `TenantName`, from the route's `ses_tenant`); other kinds ignore it.
-    fn forward_for_tenant<'a>(
-        &'a self,
-        envelope: &'a Envelope,
-        pieces: &'a [&'a [u8]],
-        tenant: Option<&'a str>,
-    ) -> ForwardFuture<'a> {
-        let _ = tenant;
-        self.forward_pieces(envelope, pieces)
-    }
-
-    /// The message in one piece.
+    /// The message in one piece, as no tenant.
     fn forward<'a>(&'a self, envelope: &'a Envelope, message: &'a [u8]) -> ForwardFuture<'a> {
         Box::pin(async move {
             let pieces = [message];
-            self.forward_pieces(envelope, &pieces).await
+            let outgoing = Outgoing {
+                envelope,
+                pieces: &pieces,
+                tenant: None,
+            };
+            self.send(&outgoing).await
         })
     }
 
@@ -216,28 +231,19 @@ pub trait Forwarder: Send + Sync {
         Box::pin(async { Ok(None) })
     }
 
-    /// The account's own limits as the provider states them (SES's `GetAccount`), for a layer
-    /// with `limit = "account"`; `None` for a kind that has none.
-    fn send_quota(&self) -> QuotaFuture<'_> {
-        Box::pin(async { Ok(None) })
-    }
-
-    /// The addresses the relay listens on, once bound: a forwarder that must never deliver
-    /// to the relay itself (direct delivery) keeps them.
-    fn listening_on(&self, _addrs: &[std::net::SocketAddr]) {}
-
-    /// How many times upstream said it had too many connections from us and the forwarder
-    /// closed one and shrank its pool (and retried the message), for the metrics.
-    fn crowded(&self) -> u64 {
-        0
+    /// What this kind offers beyond sending (most kinds: nothing).
+    fn offers(&self) -> Offers<'_> {
+        Offers::default()
     }
 }
 
+/// Why an upstream is not ready, in words for `/readyz` and the status page.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Unready(pub String);
+
 /// A readiness check's result: reachable (with what upstream says of itself, if anything), or
 /// why not.
-pub type Checked = Result<Option<String>, String>;
-
-pub type QuotaFuture<'a> =
-    Pin<Box<dyn Future<Output = Result<Option<ses::SendQuota>, String>> + Send + 'a>>;
+pub type Checked = Result<Option<String>, Unready>;
 
 pub type CheckFuture<'a> = Pin<Box<dyn Future<Output = Checked> + Send + 'a>>;

@@ -7,6 +7,7 @@
 //! its verdict: a probe refused with a quota reply pauses again; any other answer ends the
 //! pause. On tokio's clock, so tests drive it with paused time.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -28,22 +29,22 @@ pub struct Pause {
 }
 
 /// What a message may do now.
-pub enum Admission<'a> {
+pub enum Admission {
     /// Upstream takes messages.
     Open,
     /// This message is the probe: report its verdict through the guard.
-    Probe(Probe<'a>),
+    Probe(Probe),
     /// Paused: refuse with this hint.
     Paused(Duration),
 }
 
 /// The probe in flight; dropped without a verdict (the client left), the next one probes.
-pub struct Probe<'a> {
-    pause: &'a Pause,
+pub struct Probe {
+    pause: Arc<Pause>,
     done: bool,
 }
 
-impl Probe<'_> {
+impl Probe {
     /// Upstream answered the probe without a quota reply (a quota reply calls
     /// [`Pause::pause`] instead): the pause is over.
     pub fn open(mut self) {
@@ -52,7 +53,7 @@ impl Probe<'_> {
     }
 }
 
-impl Drop for Probe<'_> {
+impl Drop for Probe {
     /// No verdict (the client left, or a quota reply paused again): the next message probes,
     /// unless a new pause began.
     fn drop(&mut self) {
@@ -112,7 +113,7 @@ impl Pause {
     }
 
     /// May a message go now? Waits only while a probe is out.
-    pub async fn admit(&self) -> Admission<'_> {
+    pub async fn admit(self: &Arc<Pause>) -> Admission {
         let mut seen = self.state.subscribe();
         loop {
             let state = *seen.borrow_and_update();
@@ -131,7 +132,7 @@ impl Pause {
                     });
                     if claimed {
                         return Admission::Probe(Probe {
-                            pause: self,
+                            pause: self.clone(),
                             done: false,
                         });
                     }

@@ -3,13 +3,13 @@
 //! provider account has its own quota.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{build_forwarder, Checked, Forwarder, Pause};
-use crate::config::{Config, UpstreamConfig};
+use super::{build_forwarder, Checked, Forwarder, Pause, SetupError};
+use crate::config::{Config, UpstreamConfig, UpstreamKind};
 
 /// How long a readiness check's result is reused: asking `/readyz` or the status page costs
 /// upstream nothing in between, however often and however many at once.
@@ -30,6 +30,12 @@ impl Upstream {
         self.config.name()
     }
 
+    /// Whether its throttle replies speak for one recipient domain's servers (direct
+    /// delivery) rather than for everything it carries: then only that domain's buckets learn.
+    pub fn throttles_per_domain(&self) -> bool {
+        matches!(self.config.kind, UpstreamKind::Mx(_))
+    }
+
     /// The forwarder's check (`Forwarder::check`), at most one at a time and at most once per
     /// [`CHECK_MAX_AGE`]: in between, the last result.
     pub async fn check(&self) -> Checked {
@@ -45,31 +51,66 @@ impl Upstream {
     }
 }
 
+/// The addresses the relay listens on, once bound: shared by every forwarder that must never
+/// deliver to the relay itself, and by those of a reload.
+#[derive(Debug, Clone, Default)]
+pub struct OwnAddresses(Arc<RwLock<Vec<SocketAddr>>>);
+
+impl OwnAddresses {
+    pub fn set(&self, addrs: &[SocketAddr]) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = addrs.to_vec();
+    }
+
+    pub fn get(&self) -> Vec<SocketAddr> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Whether any of them matches `to`.
+    pub fn any(&self, to: impl Fn(SocketAddr) -> bool) -> bool {
+        self.0
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .any(|a| to(*a))
+    }
+}
+
+/// An upstream whose forwarder could not be built, named, with why (the key at fault).
+#[derive(Debug, thiserror::Error)]
+#[error("upstream {name:?}: {source}")]
+pub struct UpstreamsError {
+    pub name: String,
+    pub source: SetupError,
+}
+
 /// Every upstream of a config, in config order (the first carries messages when there are no
 /// routes).
 pub struct Upstreams {
     list: Vec<Arc<Upstream>>,
-    /// Where the relay listens, once bound; told to every forwarder, and to those of a reload.
-    listening: Mutex<Vec<SocketAddr>>,
+    /// Where the relay listens, once bound.
+    own: OwnAddresses,
 }
 
 impl Upstreams {
     /// A forwarder for each `[[upstream]]`. Errors name the upstream and the key (bad TLS
     /// setup, missing password variable), for the operator at startup or reload.
-    pub fn from_config(config: &Config) -> Result<Upstreams, String> {
+    pub fn from_config(config: &Config) -> Result<Upstreams, UpstreamsError> {
         Upstreams::rebuilt(config, None, None)
     }
 
     /// As [`Upstreams::from_config`], but the first upstream forwards through `forwarder`
     /// (tests and embedders that bring their own).
-    pub fn with_first(config: &Config, forwarder: Arc<dyn Forwarder>) -> Result<Upstreams, String> {
+    pub fn with_first(
+        config: &Config,
+        forwarder: Arc<dyn Forwarder>,
+    ) -> Result<Upstreams, UpstreamsError> {
         Upstreams::rebuilt(config, None, Some(forwarder))
     }
 
     /// The upstreams of a reloaded `config`: one whose settings did not change is kept whole
     /// (its open connections, its pause); a changed one gets a new forwarder but keeps its
     /// pause, which is about the account behind the name.
-    pub fn reloaded(config: &Config, old: &Upstreams) -> Result<Upstreams, String> {
+    pub fn reloaded(config: &Config, old: &Upstreams) -> Result<Upstreams, UpstreamsError> {
         Upstreams::rebuilt(config, Some(old), None)
     }
 
@@ -77,7 +118,8 @@ impl Upstreams {
         config: &Config,
         old: Option<&Upstreams>,
         first: Option<Arc<dyn Forwarder>>,
-    ) -> Result<Upstreams, String> {
+    ) -> Result<Upstreams, UpstreamsError> {
+        let own = old.map_or_else(OwnAddresses::default, |old| old.own.clone());
         let mut first = first;
         let mut list = Vec::with_capacity(config.upstreams.len());
         for cfg in &config.upstreams {
@@ -88,9 +130,10 @@ impl Upstreams {
             }
             let forwarder = match first.take() {
                 Some(forwarder) => forwarder,
-                None => {
-                    build_forwarder(cfg).map_err(|e| format!("upstream {:?}: {e}", cfg.name()))?
-                }
+                None => build_forwarder(cfg, &own).map_err(|source| UpstreamsError {
+                    name: cfg.name().to_string(),
+                    source,
+                })?,
             };
             list.push(Arc::new(Upstream {
                 config: cfg.clone(),
@@ -99,23 +142,13 @@ impl Upstreams {
                 last_check: tokio::sync::Mutex::new(None),
             }));
         }
-        let upstreams = Upstreams {
-            list,
-            listening: Mutex::new(Vec::new()),
-        };
-        if let Some(old) = old {
-            upstreams.listening_on(&old.listening.lock().expect("listening lock"));
-        }
-        Ok(upstreams)
+        Ok(Upstreams { list, own })
     }
 
     /// The addresses the relay listens on, as bound, for the forwarders that must never
     /// deliver to the relay itself.
     pub fn listening_on(&self, addrs: &[SocketAddr]) {
-        *self.listening.lock().expect("listening lock") = addrs.to_vec();
-        for upstream in &self.list {
-            upstream.forwarder.listening_on(addrs);
-        }
+        self.own.set(addrs);
     }
 
     /// The upstream of a message when there are no routes.
@@ -137,22 +170,21 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use super::*;
-    use crate::message::Envelope;
-    use crate::upstream::{CheckFuture, ForwardFuture};
+    use crate::upstream::{CheckFuture, ForwardFuture, Outgoing, Unready};
 
     /// Counts its checks, each of which takes a second.
     #[derive(Default)]
     struct Counting(AtomicUsize);
 
     impl Forwarder for Counting {
-        fn forward_pieces<'a>(&'a self, _: &'a Envelope, _: &'a [&'a [u8]]) -> ForwardFuture<'a> {
+        fn send<'a>(&'a self, _: &'a Outgoing<'a>) -> ForwardFuture<'a> {
             unreachable!("only checked")
         }
         fn check(&self) -> CheckFuture<'_> {
             Box::pin(async {
                 let n = self.0.fetch_add(1, Ordering::SeqCst);
                 tokio::time::sleep(Duration::from_secs(1)).await;
-                Err(format!("check {n}"))
+                Err(Unready(format!("check {n}")))
             })
         }
     }
@@ -170,15 +202,19 @@ mod tests {
             tokio::spawn(async move { upstream.check().await })
         });
         for result in futures_util::future::join_all(asks).await {
-            assert_eq!(result.unwrap(), Err("check 0".into()));
+            assert_eq!(result.unwrap(), Err(Unready("check 0".into())));
         }
         assert_eq!(counting.0.load(Ordering::SeqCst), 1, "single flight");
         tokio::time::advance(CHECK_MAX_AGE - Duration::from_millis(1)).await;
-        assert_eq!(upstream.check().await, Err("check 0".into()), "reused");
+        assert_eq!(
+            upstream.check().await,
+            Err(Unready("check 0".into())),
+            "reused"
+        );
         tokio::time::advance(Duration::from_millis(1)).await;
         assert_eq!(
             upstream.check().await,
-            Err("check 1".into()),
+            Err(Unready("check 1".into())),
             "checked again"
         );
         assert_eq!(counting.0.load(Ordering::SeqCst), 2);

@@ -8,10 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mailsluice::config::Config;
-use mailsluice::message::Envelope;
 use mailsluice::reputation::{Applied, Reputation};
 use mailsluice::throttle::{redis_options, FakeClock};
-use mailsluice::upstream::{Accepted, ForwardFuture, Forwarder};
+use mailsluice::upstream::{Accepted, ForwardFuture, Forwarder, Outgoing};
 use prometheus_client::metrics::counter::Counter;
 
 use crate::support::http::get;
@@ -25,7 +24,8 @@ struct SesLike {
 }
 
 impl Forwarder for SesLike {
-    fn forward_pieces<'a>(&'a self, _: &'a Envelope, _: &'a [&'a [u8]]) -> ForwardFuture<'a> {
+    fn send<'a>(&'a self, outgoing: &'a Outgoing<'a>) -> ForwardFuture<'a> {
+        let _ = outgoing;
         Box::pin(async move {
             let n = self.sent.fetch_add(1, Ordering::SeqCst);
             Ok(Accepted::new(format!("Ok {}-{n}", self.prefix)))

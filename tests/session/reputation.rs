@@ -5,8 +5,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use mailsluice::message::Envelope;
-use mailsluice::upstream::{Accepted, ForwardFuture, Forwarder, UpstreamError};
+use mailsluice::upstream::{Accepted, ForwardFuture, Forwarder, Outgoing, UpstreamError};
 
 use crate::support::auth::{auth_config, plain};
 use crate::support::relay::{config_text, Client, Relay};
@@ -20,11 +19,8 @@ struct SesLike {
 }
 
 impl Forwarder for SesLike {
-    fn forward_pieces<'a>(
-        &'a self,
-        envelope: &'a Envelope,
-        _: &'a [&'a [u8]],
-    ) -> ForwardFuture<'a> {
+    fn send<'a>(&'a self, outgoing: &'a Outgoing<'a>) -> ForwardFuture<'a> {
+        let envelope = outgoing.envelope;
         Box::pin(async move {
             if let Some(e) = self.refuse.lock().unwrap().clone() {
                 return Err(e);

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use mailsluice::message::Envelope;
 use mailsluice::throttle::bucket::{Bucket, State, Take};
 use mailsluice::throttle::{Clock, TokioClock};
-use mailsluice::upstream::{Accepted, Feedback, ForwardFuture, Forwarder, UpstreamError};
+use mailsluice::upstream::{Accepted, Feedback, ForwardFuture, Forwarder, Outgoing, UpstreamError};
 use tokio::time::Instant;
 
 pub const SES_RATE: &str = "Throttling failure: Maximum sending rate exceeded.";
@@ -107,11 +107,8 @@ impl HiddenRate {
 }
 
 impl Forwarder for HiddenRate {
-    fn forward_pieces<'a>(
-        &'a self,
-        envelope: &'a Envelope,
-        pieces: &'a [&'a [u8]],
-    ) -> ForwardFuture<'a> {
+    fn send<'a>(&'a self, outgoing: &'a Outgoing<'a>) -> ForwardFuture<'a> {
+        let (envelope, pieces) = (outgoing.envelope, outgoing.pieces);
         Box::pin(async move {
             self.verdict(envelope, &pieces.concat())
                 .map_err(|(code, text)| {

@@ -7,7 +7,7 @@
 use std::sync::{Arc, Mutex};
 
 use mailsluice::message::Envelope;
-use mailsluice::upstream::{Accepted, ForwardFuture, Forwarder, UpstreamError};
+use mailsluice::upstream::{Accepted, ForwardFuture, Forwarder, Outgoing, UpstreamError};
 
 #[derive(Default)]
 pub struct MemoryForwarder {
@@ -37,11 +37,8 @@ impl MemoryForwarder {
 }
 
 impl Forwarder for MemoryForwarder {
-    fn forward_pieces<'a>(
-        &'a self,
-        envelope: &'a Envelope,
-        pieces: &'a [&'a [u8]],
-    ) -> ForwardFuture<'a> {
+    fn send<'a>(&'a self, outgoing: &'a Outgoing<'a>) -> ForwardFuture<'a> {
+        let (envelope, pieces) = (outgoing.envelope, outgoing.pieces);
         Box::pin(async move {
             if let Some(e) = self.fail_with.lock().unwrap().clone() {
                 return Err(e);

@@ -498,21 +498,21 @@ async fn direct_delivery_falls_back_to_the_smarthost_when_no_mx_host_answers() {
     relay.stop().await;
 }
 
-/// `forward_pieces` straight on the forwarder, the headers cut across pieces: each domain
+/// `send` straight on the forwarder, the headers cut across pieces: each domain
 /// gets the bytes the pieces make together, and a report built from the pieces holds the
 /// headers and not the body.
 #[tokio::test]
 async fn pieces_reach_each_domain_as_one_message_and_a_report_takes_their_headers() {
     use mailsluice::config::Config;
     use mailsluice::message::Envelope;
-    use mailsluice::upstream::{Forwarder, MxForwarder};
+    use mailsluice::upstream::{Forwarder, MxForwarder, Outgoing, OwnAddresses};
 
     let (dns, port, ups) = two_domains(24).await;
     let cfg = Config::parse(&config(&dns, port, ""))
         .unwrap()
         .upstreams
         .remove(0);
-    let forwarder = MxForwarder::new(&cfg).unwrap();
+    let forwarder = MxForwarder::new(&cfg, OwnAddresses::default()).unwrap();
     let pieces: [&[u8]; 4] = [
         b"Received: from app by relay.test\r\n",
         b"Subject: mx\r\nFrom: s@sender.test\r\n",
@@ -524,7 +524,12 @@ async fn pieces_reach_each_domain_as_one_message_and_a_report_takes_their_header
         rcpts: vec!["x@a.test".into(), "y@b.test".into()],
         ..Envelope::default()
     };
-    let accepted = forwarder.forward_pieces(&envelope, &pieces).await.unwrap();
+    let outgoing = Outgoing {
+        envelope: &envelope,
+        pieces: &pieces,
+        tenant: None,
+    };
+    let accepted = forwarder.send(&outgoing).await.unwrap();
     assert!(!accepted.partial, "{}", accepted.text);
     assert_eq!(ups[0].wait_for(1).await[0].data, pieces.concat());
     assert_eq!(ups[1].wait_for(1).await[0].data, pieces.concat());
@@ -534,7 +539,7 @@ async fn pieces_reach_each_domain_as_one_message_and_a_report_takes_their_header
         554,
         "5.7.1 rejected by policy",
     ));
-    let accepted = forwarder.forward_pieces(&envelope, &pieces).await.unwrap();
+    let accepted = forwarder.send(&outgoing).await.unwrap();
     assert!(accepted.partial, "{}", accepted.text);
     assert_eq!(ups[0].wait_for(2).await[1].data, pieces.concat());
     let report = ups[2].wait_for(1).await;

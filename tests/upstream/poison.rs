@@ -9,8 +9,7 @@ use std::time::Duration;
 
 use crate::support::memory::subject_of;
 use crate::support::relay::{config_text, Relay};
-use mailsluice::message::Envelope;
-use mailsluice::upstream::{Accepted, Feedback, ForwardFuture, Forwarder, UpstreamError};
+use mailsluice::upstream::{Accepted, Feedback, ForwardFuture, Forwarder, Outgoing, UpstreamError};
 use tokio::time::Instant;
 
 /// Accepts every message but those marked `X-Mark: poison`, which it throttles.
@@ -21,11 +20,8 @@ struct Marked {
 }
 
 impl Forwarder for Marked {
-    fn forward_pieces<'a>(
-        &'a self,
-        _envelope: &'a Envelope,
-        pieces: &'a [&'a [u8]],
-    ) -> ForwardFuture<'a> {
+    fn send<'a>(&'a self, outgoing: &'a Outgoing<'a>) -> ForwardFuture<'a> {
+        let pieces = outgoing.pieces;
         Box::pin(async move {
             let message = pieces.concat();
             if String::from_utf8_lossy(&message).contains("X-Mark: poison") {

@@ -310,22 +310,26 @@ async fn setup_errors_are_clear() {
         "{err}"
     );
     let no_user = upstream_config(url, "password = \"p\"");
-    assert!(build_forwarder(&no_user).is_err());
+    assert!(build_forwarder(&no_user, &own()).is_err());
     let no_pass = upstream_config(url, "username = \"u\"");
-    assert!(build_forwarder(&no_pass).is_err());
+    assert!(build_forwarder(&no_pass, &own()).is_err());
 }
 
 #[tokio::test]
 async fn build_forwarder_picks_by_url() {
     let up = TestUpstream::start().await;
-    let smtp = build_forwarder(&upstream_config(&up.url(), "tls = \"none\"")).unwrap();
+    let smtp = build_forwarder(&upstream_config(&up.url(), "tls = \"none\""), &own()).unwrap();
     smtp.forward(&envelope(Some("a@x.test"), &["b@y.test"]), SIMPLE)
         .await
         .unwrap();
     assert!(up.commands().contains(&"EHLO relay.test".to_string()));
 
     let dir = scratch_path("build");
-    let file = build_forwarder(&upstream_config(&format!("file://{}", dir.display()), "")).unwrap();
+    let file = build_forwarder(
+        &upstream_config(&format!("file://{}", dir.display()), ""),
+        &own(),
+    )
+    .unwrap();
     let accepted = file
         .forward(
             &Envelope {
@@ -373,4 +377,9 @@ async fn smtps_to_a_plain_server_is_unavailable() {
         .unwrap_err();
     assert!(matches!(err, UpstreamError::Unavailable(_)), "{err:?}");
     assert!(up.messages().is_empty());
+}
+
+/// Where the relay listens, for a forwarder built alone: nowhere yet.
+fn own() -> mailsluice::upstream::OwnAddresses {
+    mailsluice::upstream::OwnAddresses::default()
 }

@@ -14,6 +14,7 @@ use crate::config::{MxUpstream, UpstreamConfig, UpstreamTls};
 use crate::upstream::client::Tls;
 use crate::upstream::pool::{Connector, Pool, Reconnect, Security};
 use crate::upstream::reply::unavailable;
+use crate::upstream::OwnAddresses;
 use crate::upstream::{Classifier, UpstreamError};
 
 /// Pools kept at most; past it, those no message is using are dropped (their parked
@@ -62,7 +63,7 @@ impl Drop for DomainPermit {
 }
 
 impl Connections {
-    pub fn new(cfg: &UpstreamConfig, mx: &MxUpstream) -> Connections {
+    pub fn new(cfg: &UpstreamConfig, mx: &MxUpstream, own: OwnAddresses) -> Connections {
         Connections {
             port: mx.port(),
             timeout: Duration::from_millis(cfg.timeout_ms.get()),
@@ -74,7 +75,7 @@ impl Connections {
             reconnect: Reconnect::of(&mx.client),
             pools: Mutex::new(HashMap::new()),
             domains: Arc::new(Mutex::new(HashMap::new())),
-            guard: Guard::new(mx.allow_networks().to_vec()),
+            guard: Guard::new(mx.allow_networks().to_vec(), own),
         }
     }
 

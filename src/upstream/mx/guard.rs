@@ -5,36 +5,27 @@
 //! port scanner. Checked before any connection is made.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::sync::Mutex;
 
 use ipnet::IpNet;
 
 use crate::upstream::reply::rejected;
-use crate::upstream::UpstreamError;
+use crate::upstream::{OwnAddresses, UpstreamError};
 
 pub(super) struct Guard {
     /// `mx_allow_networks`: internal networks direct delivery may reach after all.
     allow: Vec<IpNet>,
-    /// The addresses the relay listens on, as bound (told by `Forwarder::listening_on`).
-    own: Mutex<Vec<SocketAddr>>,
+    /// The addresses the relay listens on, as bound.
+    own: OwnAddresses,
 }
 
 impl Guard {
-    pub fn new(allow: Vec<IpNet>) -> Guard {
-        Guard {
-            allow,
-            own: Mutex::new(Vec::new()),
-        }
-    }
-
-    pub fn listening_on(&self, addrs: &[SocketAddr]) {
-        *self.own.lock().expect("guard lock") = addrs.to_vec();
+    pub fn new(allow: Vec<IpNet>, own: OwnAddresses) -> Guard {
+        Guard { allow, own }
     }
 
     /// Whether the MX host address `to` of `domain` may be connected to.
     pub fn check(&self, domain: &str, to: SocketAddr) -> Result<(), UpstreamError> {
-        let own = self.own.lock().expect("guard lock");
-        if own.iter().any(|me| is_me(*me, to)) {
+        if self.own.any(|me| is_me(me, to)) {
             return Err(rejected(
                 554,
                 "5.4.6",
@@ -152,7 +143,8 @@ mod tests {
 
     #[test]
     fn allowed_networks_open_and_our_own_listeners_never() {
-        let guard = Guard::new(vec!["10.1.0.0/16".parse().unwrap()]);
+        let own = OwnAddresses::default();
+        let guard = Guard::new(vec!["10.1.0.0/16".parse().unwrap()], own.clone());
         let at = |ip: &str, port| SocketAddr::new(ip.parse().unwrap(), port);
         assert_eq!(code(guard.check("d", at("10.1.2.3", 25))), None);
         assert_eq!(
@@ -160,7 +152,7 @@ mod tests {
             Some((550, "5.7.1".into()))
         );
         assert_eq!(code(guard.check("d", at("8.8.8.8", 25))), None);
-        guard.listening_on(&[at("0.0.0.0", 25), at("10.1.0.5", 2525)]);
+        own.set(&[at("0.0.0.0", 25), at("10.1.0.5", 2525)]);
         for me in [
             at("127.0.0.1", 25),
             at("::ffff:127.0.0.9", 25),

@@ -28,7 +28,7 @@ use self::dsn::Refused;
 use self::resolve::MxResolver;
 use super::reply::rejected;
 use super::smtp::Transaction;
-use super::{Accepted, ForwardFuture, Forwarder, UpstreamError};
+use super::{Accepted, ForwardFuture, Forwarder, Outgoing, OwnAddresses, UpstreamError};
 use crate::config::{UpstreamConfig, UpstreamKind};
 use crate::message::Envelope;
 
@@ -54,11 +54,12 @@ struct Inner {
 }
 
 impl MxForwarder {
-    pub fn new(cfg: &UpstreamConfig) -> Result<MxForwarder, MxSetupError> {
+    /// `own`: where the relay listens, never delivered to (the mail would loop).
+    pub fn new(cfg: &UpstreamConfig, own: OwnAddresses) -> Result<MxForwarder, MxSetupError> {
         let UpstreamKind::Mx(mx) = &cfg.kind else {
             return Err(MxSetupError::NotMx(cfg.url()));
         };
-        let conns = Connections::new(cfg, mx);
+        let conns = Connections::new(cfg, mx, own);
         let resolver =
             MxResolver::new(mx.nameservers(), conns.timeout).map_err(MxSetupError::Resolver)?;
         let inner = Inner {
@@ -73,7 +74,7 @@ impl MxForwarder {
 
     /// `message` is the message in pieces, sent one after the other; each domain's
     /// transaction sends the same pieces.
-    async fn send(
+    async fn to_each_domain(
         &self,
         envelope: &Envelope,
         message: &[&[u8]],
@@ -212,16 +213,8 @@ impl MxForwarder {
 
 impl Forwarder for MxForwarder {
     /// The pieces go to every domain as they are, never joined into one more copy.
-    fn forward_pieces<'a>(
-        &'a self,
-        envelope: &'a Envelope,
-        pieces: &'a [&'a [u8]],
-    ) -> ForwardFuture<'a> {
-        Box::pin(self.send(envelope, pieces))
-    }
-
-    fn listening_on(&self, addrs: &[std::net::SocketAddr]) {
-        self.inner.conns.guard.listening_on(addrs);
+    fn send<'a>(&'a self, message: &'a Outgoing<'a>) -> ForwardFuture<'a> {
+        Box::pin(self.to_each_domain(message.envelope, message.pieces))
     }
 }
 
@@ -262,10 +255,10 @@ mod tests {
     fn builds_outside_a_runtime_and_only_for_mx() {
         let cfg: UpstreamConfig =
             toml::from_str("url = \"mx://\"\nnameservers = [\"127.0.0.1:5353\"]").unwrap();
-        MxForwarder::new(&cfg).expect("builds");
+        MxForwarder::new(&cfg, OwnAddresses::default()).expect("builds");
         let smtp: UpstreamConfig = toml::from_str("url = \"smtp://h:25\"").unwrap();
         assert!(matches!(
-            MxForwarder::new(&smtp),
+            MxForwarder::new(&smtp, OwnAddresses::default()),
             Err(MxSetupError::NotMx(_))
         ));
     }

@@ -15,7 +15,6 @@ mod body;
 mod raw;
 mod tenants;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use aws_config::BehaviorVersion;
@@ -31,7 +30,8 @@ use tokio::sync::{OnceCell, Semaphore};
 
 use super::reply::rejected;
 use super::{
-    Accepted, Admission, CheckFuture, ForwardFuture, Forwarder, QuotaFuture, UpstreamError,
+    Accepted, Account, AccountError, AdmitFuture, CheckFuture, ForwardFuture, Forwarder, Offers,
+    Outgoing, QuotaFuture, SendQuota, Tenants as PausedTenants, Unready, UpstreamError,
 };
 use crate::config::{SesUpstream, UpstreamConfig, UpstreamKind};
 use crate::message::Envelope;
@@ -42,6 +42,13 @@ pub use answers::classify;
 
 /// The most SES's API takes in one request (its limit for a raw message).
 pub const MAX_MESSAGE_BYTES: usize = SesUpstream::MAX_MESSAGE_BYTES;
+
+/// Why an SES upstream could not be set up from the configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum SesSetupError {
+    #[error("upstream.url: `{0}` is not a ses:// URL")]
+    NotSes(String),
+}
 
 pub struct SesForwarder {
     ses: SesUpstream,
@@ -56,9 +63,9 @@ pub struct SesForwarder {
 
 impl SesForwarder {
     /// Credentials from the AWS SDK's default chain.
-    pub fn new(cfg: &UpstreamConfig) -> Result<SesForwarder, String> {
+    pub fn new(cfg: &UpstreamConfig) -> Result<SesForwarder, SesSetupError> {
         let UpstreamKind::Ses(ses) = &cfg.kind else {
-            return Err(format!("not a ses:// upstream: {}", cfg.kind));
+            return Err(SesSetupError::NotSes(cfg.url()));
         };
         Ok(SesForwarder {
             ses: ses.clone(),
@@ -74,7 +81,7 @@ impl SesForwarder {
     pub fn with_credentials(
         cfg: &UpstreamConfig,
         credentials: impl ProvideCredentials + 'static,
-    ) -> Result<SesForwarder, String> {
+    ) -> Result<SesForwarder, SesSetupError> {
         let mut forwarder = SesForwarder::new(cfg)?;
         forwarder.credentials = Some(SharedCredentialsProvider::new(credentials));
         Ok(forwarder)
@@ -104,7 +111,7 @@ impl SesForwarder {
     }
 
     /// One `SendEmail`; its answer typed.
-    async fn send(
+    async fn send_email(
         &self,
         envelope: &Envelope,
         raw: raw::Raw,
@@ -143,6 +150,8 @@ impl SesForwarder {
         }
     }
 
+    /// Sends one message as `tenant`, unless SES paused that tenant (a pause that began while
+    /// the message waited for its tokens); the tenant's pause renewed when SES says so again.
     async fn forward_as(
         &self,
         envelope: &Envelope,
@@ -153,23 +162,14 @@ impl SesForwarder {
         if size > MAX_MESSAGE_BYTES {
             return Err(too_big(size));
         }
-        let paused = tenant.and_then(|t| self.tenants.get(t).map(|p| (t, p)));
-        let probe = match &paused {
-            None => None,
-            Some((tenant, pause)) => match pause.admit().await {
-                Admission::Open => None,
-                Admission::Probe(probe) => Some(probe),
-                Admission::Paused(left) => {
-                    return Err(tenants::refusal(tenant, "paused by SES", left))
-                }
-            },
-        };
+        if let Some((tenant, left)) = tenant.and_then(|t| self.tenants.left(t).map(|l| (t, l))) {
+            return Err(tenants::refusal(tenant, "paused by SES", left));
+        }
         let raw = raw::from_pieces(pieces);
         let _slot = self.in_flight.acquire().await.expect("never closed");
-        match self.send(envelope, raw, tenant).await {
+        match self.send_email(envelope, raw, tenant).await {
             Ok(id) => {
-                if let (Some(probe), Some(tenant)) = (probe, tenant) {
-                    probe.open();
+                if let Some(tenant) = tenant {
                     self.tenants.resumed(tenant);
                 }
                 Ok(Accepted::new(format!("2.0.0 Ok {id}")))
@@ -203,32 +203,15 @@ pub fn too_big(size: usize) -> UpstreamError {
 }
 
 impl Forwarder for SesForwarder {
-    fn forward_pieces<'a>(
-        &'a self,
-        envelope: &'a Envelope,
-        pieces: &'a [&'a [u8]],
-    ) -> ForwardFuture<'a> {
-        Box::pin(self.forward_as(envelope, pieces, None))
-    }
-
-    fn forward_for_tenant<'a>(
-        &'a self,
-        envelope: &'a Envelope,
-        pieces: &'a [&'a [u8]],
-        tenant: Option<&'a str>,
-    ) -> ForwardFuture<'a> {
-        Box::pin(self.forward_as(envelope, pieces, tenant))
-    }
-
-    fn send_quota(&self) -> QuotaFuture<'_> {
-        Box::pin(async { self.read_send_quota().await.map(Some) })
+    fn send<'a>(&'a self, message: &'a Outgoing<'a>) -> ForwardFuture<'a> {
+        Box::pin(self.forward_as(message.envelope, message.pieces, message.tenant))
     }
 
     /// `GetAccount`: signed, sends nothing; proves the credentials and the endpoint, and that
     /// SES lets the account send; its sending status is the check's detail either way.
     fn check(&self) -> CheckFuture<'_> {
         Box::pin(async move {
-            let account = self.account().await?;
+            let account = self.account().await.map_err(|e| Unready(e.to_string()))?;
             let enforcement = account.enforcement_status().unwrap_or("unknown");
             let status = format!(
                 "SendingEnabled {}, EnforcementStatus {enforcement}",
@@ -236,61 +219,55 @@ impl Forwarder for SesForwarder {
             );
             match account.sending_enabled() {
                 true => Ok(Some(status)),
-                false => Err(format!("SES: {status}")),
+                false => Err(Unready(format!("SES: {status}"))),
             }
         })
     }
-}
 
-/// The account's own limits, as `GetAccount`'s `SendQuota` says them.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct SendQuota {
-    /// Messages a second (SES counts recipients).
-    pub max_send_rate: f64,
-    /// Messages in 24 hours; -1 is unlimited.
-    pub max_24_hour_send: f64,
-    pub sent_last_24_hours: f64,
-}
-
-impl SendQuota {
-    /// The day's quota is spent: the upstream should pause before SES starts refusing.
-    pub fn day_spent(&self) -> bool {
-        self.max_24_hour_send >= 0.0 && self.sent_last_24_hours >= self.max_24_hour_send
+    fn offers(&self) -> Offers<'_> {
+        Offers {
+            tenants: Some(self),
+            account: Some(self),
+            ..Offers::default()
+        }
     }
+}
 
-    /// The sending rate in whole messages a second, at least 1 (SES's own floor).
-    pub fn rate_per_second(&self) -> u64 {
-        (self.max_send_rate.floor() as u64).max(1)
+/// SES tenants paused one by one (see `tenants`).
+impl PausedTenants for SesForwarder {
+    fn admit<'a>(&'a self, tenant: &'a str) -> AdmitFuture<'a> {
+        Box::pin(self.tenants.admit(tenant))
+    }
+}
+
+impl Account for SesForwarder {
+    fn send_quota(&self) -> QuotaFuture<'_> {
+        Box::pin(self.read_send_quota())
     }
 }
 
 impl SesForwarder {
     /// `GetAccount` (signed, sends nothing).
-    async fn account(&self) -> Result<GetAccountOutput, String> {
+    async fn account(&self) -> Result<GetAccountOutput, AccountError> {
         let sent = self.client().await.get_account().send().await;
         sent.map_err(|e| {
-            format!(
+            AccountError::Call(format!(
                 "SES GetAccount: {}",
                 aws_sdk_sesv2::error::DisplayErrorContext(e)
-            )
+            ))
         })
     }
 
     /// The account's sending rate and 24-hour quota, from `GetAccount`.
-    async fn read_send_quota(&self) -> Result<SendQuota, String> {
+    async fn read_send_quota(&self) -> Result<SendQuota, AccountError> {
         let account = self.account().await?;
-        let quota = (account.send_quota()).ok_or("SES GetAccount: no SendQuota in the answer")?;
+        let quota = (account.send_quota()).ok_or(AccountError::NoQuota("SES GetAccount"))?;
         Ok(SendQuota {
             max_send_rate: quota.max_send_rate(),
             max_24_hour_send: quota.max24_hour_send(),
             sent_last_24_hours: quota.sent_last24_hours(),
         })
     }
-}
-
-/// The shared handle the upstream table keeps.
-pub fn build(cfg: &UpstreamConfig) -> Result<Arc<dyn Forwarder>, String> {
-    Ok(Arc::new(SesForwarder::new(cfg)?))
 }
 
 #[cfg(test)]

@@ -1,8 +1,9 @@
 //! SES tenants paused one by one. SES keeps sending status per tenant (`TenantName`), so when
 //! it says a tenant's sending is paused, only that tenant's messages stop on this upstream:
-//! they get `451 4.7.1` naming the tenant at once, for `quota_pause_ms`; then one of them goes
-//! as a probe (the upstream's [`Pause`], one per tenant), and SES's answer to it ends the
-//! pause or renews it. Other tenants go on.
+//! they get `451 4.7.1` naming the tenant at once (asked before they wait for tokens, and
+//! again before they go), for `quota_pause_ms`; then one of them goes as a probe (a
+//! [`Pause`], one per tenant), and SES's answer to it ends the pause or renews it. Other
+//! tenants go on.
 //!
 //! Only tenants SES paused are held here, so the map is bounded by the tenants of the account.
 
@@ -10,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::upstream::{Pause, UpstreamError};
+use crate::upstream::{Admission, Pause, Probe, UpstreamError};
 
 pub struct Tenants {
     pause: Duration,
@@ -26,8 +27,26 @@ impl Tenants {
     }
 
     /// The pause of a tenant SES paused.
-    pub fn get(&self, tenant: &str) -> Option<Arc<Pause>> {
+    fn get(&self, tenant: &str) -> Option<Arc<Pause>> {
         self.paused.lock().unwrap().get(tenant).cloned()
+    }
+
+    /// Whether a message of `tenant` may go now: yes, yes as the probe of a pause that is over,
+    /// or the refusal naming the tenant. Waits only while another message probes.
+    pub async fn admit(&self, tenant: &str) -> Result<Option<Probe>, UpstreamError> {
+        let Some(pause) = self.get(tenant) else {
+            return Ok(None);
+        };
+        match pause.admit().await {
+            Admission::Open => Ok(None),
+            Admission::Probe(probe) => Ok(Some(probe)),
+            Admission::Paused(left) => Err(refusal(tenant, "paused by SES", left)),
+        }
+    }
+
+    /// The time left of `tenant`'s pause, when it is paused now (not counting a probe out).
+    pub fn left(&self, tenant: &str) -> Option<Duration> {
+        self.get(tenant)?.left()
     }
 
     /// SES took a probe of the tenant's: it sends again.

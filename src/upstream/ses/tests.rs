@@ -23,10 +23,13 @@ async fn a_message_over_forty_megabytes_is_refused_552_before_any_request() {
         rcpts: vec!["b@example.net".into()],
         ..Envelope::default()
     };
-    let err = forwarder("")
-        .forward_pieces(&envelope, &[head, &big])
-        .await
-        .unwrap_err();
+    let pieces = [head, &big];
+    let outgoing = Outgoing {
+        envelope: &envelope,
+        pieces: &pieces,
+        tenant: None,
+    };
+    let err = forwarder("").send(&outgoing).await.unwrap_err();
     assert_eq!(
         err.reply().map(|r| (r.0, r.1)),
         Some((552, Some("5.3.4"))),

@@ -29,7 +29,10 @@ pub(super) use transaction::{Failure, Step, Transaction};
 
 use super::client::{Credentials, Tls};
 use super::pool::{Connector, Lease, Pool, Reconnect, Security};
-use super::{Accepted, CheckFuture, Classifier, Feedback, ForwardFuture, Forwarder, UpstreamError};
+use super::{
+    Accepted, CheckFuture, Classifier, Feedback, ForwardFuture, Forwarder, Offers, Outgoing,
+    Unready, UpstreamError,
+};
 use crate::config::{SmtpCredentials, UpstreamConfig, UpstreamKind, UpstreamTls};
 use crate::message::Envelope;
 
@@ -97,7 +100,7 @@ impl SmtpForwarder {
         })
     }
 
-    async fn send(
+    async fn transact(
         &self,
         envelope: &Envelope,
         message: &[&[u8]],
@@ -149,20 +152,19 @@ impl SmtpForwarder {
 }
 
 impl Forwarder for SmtpForwarder {
-    fn forward_pieces<'a>(
-        &'a self,
-        envelope: &'a Envelope,
-        pieces: &'a [&'a [u8]],
-    ) -> ForwardFuture<'a> {
-        Box::pin(self.send(envelope, pieces))
+    fn send<'a>(&'a self, message: &'a Outgoing<'a>) -> ForwardFuture<'a> {
+        Box::pin(self.transact(message.envelope, message.pieces))
     }
 
     fn check(&self) -> CheckFuture<'_> {
-        Box::pin(async { self.pool.probe().await.map(|()| None) })
+        Box::pin(async { self.pool.probe().await.map(|()| None).map_err(Unready) })
     }
 
-    fn crowded(&self) -> u64 {
-        self.pool.shrinks.load(std::sync::atomic::Ordering::Relaxed)
+    fn offers(&self) -> Offers<'_> {
+        Offers {
+            crowded: Some(&self.pool.shrinks),
+            ..Offers::default()
+        }
     }
 }
 

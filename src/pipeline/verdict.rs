@@ -1,16 +1,17 @@
-//! What one message came to at its final dot: the client's reply, whether the session goes
-//! on, and the record for its log line and the metrics. The final dot's steps return it; the
-//! session answers and logs it once (`deliver`).
+//! What one message came to: the client's reply, whether the session goes on, and the record
+//! for its log line and the metrics. The pipeline's steps return it; whoever drives the
+//! pipeline answers and logs it once.
 
 use std::time::Duration;
 
-use super::reply::{self, Reply};
 use crate::message::Outcome;
-use crate::throttle::ThrottleError;
+use crate::reply::{self, Reply};
+use crate::state::context::Context;
+use crate::throttle::{Charge, ThrottleError};
 use crate::upstream::{Accepted, UpstreamError};
 
 /// What one message came to, for its log line and the metrics.
-pub(super) struct Record {
+pub struct Record {
     pub outcome: Outcome,
     /// The layer and key that decided a refusal, or the first charge of a granted message.
     pub layer: String,
@@ -29,8 +30,27 @@ pub(super) struct Record {
     pub bounced: Vec<String>,
 }
 
+impl Record {
+    /// The record of a message charged `charges`, before anything happened to it.
+    pub fn new(ctx: &Context, charges: &[Charge]) -> Record {
+        let first = charges.first();
+        Record {
+            outcome: Outcome::Delivered,
+            layer: first.map_or_else(String::new, |c| ctx.setup.layers[c.layer].name.clone()),
+            key: first.map_or_else(String::new, |c| c.key.clone()),
+            cost: first.map_or(0, |c| c.cost),
+            waited: Duration::ZERO,
+            via: String::new(),
+            limited: false,
+            upstream_id: None,
+            hard_bounce: false,
+            bounced: Vec::new(),
+        }
+    }
+}
+
 /// Why a message got no verdict from upstream.
-pub(super) enum Held {
+pub enum Unsent {
     /// The client closed the connection while the message waited.
     Abandoned,
     /// Upstream is paused after its quota reply: the time left of the pause.
@@ -43,8 +63,8 @@ pub(super) enum Held {
     GraceOver,
 }
 
-/// The end of one message's final dot.
-pub(super) struct Verdict {
+/// The end of one message's journey.
+pub struct Verdict {
     /// What the client is told; nothing when it left.
     pub reply: Option<Reply>,
     pub record: Record,
@@ -96,22 +116,22 @@ impl Verdict {
     }
 
     /// A message that never reached an upstream's verdict.
-    pub fn held(held: Held, mut record: Record) -> Verdict {
-        let (outcome, reply) = match held {
-            Held::Abandoned => (Outcome::Abandoned, None),
-            Held::Paused(left) => (
+    pub fn unsent(unsent: Unsent, mut record: Record) -> Verdict {
+        let (outcome, reply) = match unsent {
+            Unsent::Abandoned => (Outcome::Abandoned, None),
+            Unsent::Paused(left) => (
                 Outcome::Throttled,
                 Some(reply::upstream_quota_exhausted(left)),
             ),
-            Held::UpstreamRate(retry_after) => (
+            Unsent::UpstreamRate(retry_after) => (
                 Outcome::Throttled,
                 Some(reply::upstream_rate_limited(retry_after)),
             ),
-            Held::Refused(error) => (
+            Unsent::Refused(error) => (
                 refused(&error, &mut record),
                 Some(reply::throttle_refusal(&error)),
             ),
-            Held::GraceOver => (Outcome::Shutdown, Some(reply::grace_over())),
+            Unsent::GraceOver => (Outcome::Shutdown, Some(reply::grace_over())),
         };
         record.outcome = outcome;
         Verdict { reply, record }

@@ -1,5 +1,6 @@
 //! Replies the relay writes, in one place so their codes stay consistent with DESIGN.md;
-//! with how a throttle refusal and upstream's verdict become the client's reply.
+//! with how a throttle refusal and upstream's verdict become the client's reply. Below the
+//! session and the message pipeline, which both answer with them.
 
 use std::borrow::Cow;
 use std::time::Duration;

@@ -1,0 +1,245 @@
+//! The checks a message passes before it waits for tokens: one ordered list of steps, each
+//! saying go, or why not ([`Refusal`], typed). A message refused here takes no tokens and
+//! nothing of it goes upstream.
+//!
+//! The steps, in order ([`Step`]):
+//! 1. `Loop`: the message came back to this relay, or made more hops than `max_received`.
+//! 2. `Reputation`: its tenant is past a limit of the reputation guard.
+//! 3. `UpstreamPause`: its route's upstream is paused (a quota reply; the SES account's day
+//!    quota, read by `serve::account`). With a fallback, the message goes there instead.
+//! 4. `UpstreamTenantPause`: the upstream paused the tenant the message is sent as (SES).
+//!
+//! The last two need the route (a message with none is refused between them, `451 4.3.5`).
+//! A pause that is over lets one message through as its probe; its verdict ends the pause or
+//! renews it (`upstream::Pause`).
+//!
+//! Every pause a message can meet is a [`Paused`], scoped: an upstream, an upstream's tenant,
+//! a reputation tenant. A new rule (a per-tenant daily cap, say) is one more [`Step`] here and
+//! its reply in `reply`.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use super::message::Message;
+use super::verdict::{Record, Unsent, Verdict};
+use crate::config::Action;
+use crate::message::received::Loop;
+use crate::reply::{self, Reply};
+use crate::reputation::{Breach, Reputation};
+use crate::state::context::Context;
+use crate::upstream::{Admission, Probe, Upstream, UpstreamError};
+
+/// One check before the wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    Loop,
+    Reputation,
+    UpstreamPause,
+    UpstreamTenantPause,
+}
+
+impl Step {
+    /// The steps that need no route, in order.
+    pub const OF_MESSAGE: [Step; 2] = [Step::Loop, Step::Reputation];
+    /// The steps at the route's upstream, in order.
+    pub const AT_UPSTREAM: [Step; 2] = [Step::UpstreamPause, Step::UpstreamTenantPause];
+}
+
+/// Why a message may not go now.
+pub enum Refusal {
+    /// It came back to this relay, or made too many hops: refused for good.
+    Loop(Loop),
+    /// A pause holds it back.
+    Paused(Paused),
+}
+
+/// A pause in force: whom it holds back, and for how long when it has an end of its own.
+pub struct Paused {
+    pub scope: Scope,
+    pub left: Option<Duration>,
+}
+
+/// Whom a pause holds back.
+pub enum Scope {
+    /// Every message to one upstream (after its quota reply; its account's day quota).
+    Upstream,
+    /// The tenant a message is sent as at its upstream (SES paused that tenant's sending):
+    /// the refusal in the upstream's words.
+    UpstreamTenant(UpstreamError),
+    /// A tenant past a reputation limit, until its rates fall or an operator resumes it;
+    /// `reject`: refused for good (`action = "reject"`) rather than paused.
+    Tenant {
+        key: String,
+        breach: Breach,
+        reject: bool,
+    },
+}
+
+impl Paused {
+    /// What the client is told.
+    pub fn reply(&self) -> Reply {
+        match &self.scope {
+            Scope::Upstream => reply::upstream_quota_exhausted(self.left.unwrap_or_default()),
+            Scope::UpstreamTenant(error) => reply::upstream_verdict(&Err(error.clone())),
+            Scope::Tenant {
+                key,
+                breach,
+                reject,
+            } => reply::tenant_paused(key, breach, *reject),
+        }
+    }
+
+    fn verdict(self, record: Record) -> Verdict {
+        match self.scope {
+            Scope::Upstream => {
+                Verdict::unsent(Unsent::Paused(self.left.unwrap_or_default()), record)
+            }
+            Scope::UpstreamTenant(error) => Verdict::upstream(&Err(error), record),
+            Scope::Tenant { .. } => Verdict::tenant_paused(self.reply(), record),
+        }
+    }
+}
+
+impl Refusal {
+    /// The message's verdict: nothing of it went.
+    pub fn verdict(self, record: Record) -> Verdict {
+        match self {
+            Refusal::Loop(Loop::CameBack) => Verdict::refused(reply::loop_detected(), record),
+            Refusal::Loop(Loop::TooManyHops) => Verdict::refused(reply::too_many_hops(), record),
+            Refusal::Paused(paused) => paused.verdict(record),
+        }
+    }
+}
+
+/// The steps of [`Step::OF_MESSAGE`], in order: the first refusal, or go.
+pub async fn of_message(ctx: &Context, message: &Message<'_>) -> Result<(), Refusal> {
+    for step in Step::OF_MESSAGE {
+        check(step, ctx, message, None).await?;
+    }
+    Ok(())
+}
+
+/// The probes a message carries past the checks at its upstream: a pause there is over, and
+/// this message tests it.
+#[derive(Default)]
+pub struct Probes {
+    upstream: Option<Probe>,
+    tenant: Option<Probe>,
+}
+
+impl Probes {
+    /// Upstream answered the message without pausing again: the upstream's pause is over;
+    /// its tenant's too when upstream `took` the message. A probe dropped unanswered lets the
+    /// next message probe.
+    pub fn answered(self, took: bool) {
+        if let Some(probe) = self.upstream {
+            probe.open();
+        }
+        if let (Some(probe), true) = (self.tenant, took) {
+            probe.open();
+        }
+    }
+}
+
+/// The steps of [`Step::AT_UPSTREAM`], in order, at the route's `upstream`: the first
+/// refusal, or go with the probes the message carries.
+pub async fn at_upstream(
+    ctx: &Context,
+    message: &Message<'_>,
+    upstream: &Upstream,
+) -> Result<Probes, Refusal> {
+    let mut probes = Probes::default();
+    for step in Step::AT_UPSTREAM {
+        let probe = check(step, ctx, message, Some(upstream)).await?;
+        match step {
+            Step::UpstreamPause => probes.upstream = probe,
+            _ => probes.tenant = probe,
+        }
+    }
+    Ok(probes)
+}
+
+/// One step: go (as a probe, maybe), or why not.
+async fn check(
+    step: Step,
+    ctx: &Context,
+    message: &Message<'_>,
+    upstream: Option<&Upstream>,
+) -> Result<Option<Probe>, Refusal> {
+    match step {
+        Step::Loop => {
+            let max = ctx.setup.config.smtp.max_received.get();
+            match message.identity.hops.looping(max) {
+                Some(looped) => Err(Refusal::Loop(looped)),
+                None => Ok(None),
+            }
+        }
+        Step::Reputation => {
+            let (Some(guard), Some(key)) = (&ctx.services.reputation, &message.identity.tenant)
+            else {
+                return Ok(None);
+            };
+            let standing = reputation(guard, key, "DATA", message.peer).await;
+            standing.map(|()| None).map_err(Refusal::Paused)
+        }
+        Step::UpstreamPause => {
+            let upstream = upstream.expect("a step at the upstream");
+            match upstream.pause.admit().await {
+                Admission::Open => Ok(None),
+                Admission::Probe(probe) => Ok(Some(probe)),
+                Admission::Paused(left) => Err(Refusal::Paused(Paused {
+                    scope: Scope::Upstream,
+                    left: Some(left),
+                })),
+            }
+        }
+        Step::UpstreamTenantPause => {
+            let upstream = upstream.expect("a step at the upstream");
+            let tenant =
+                (message.identity.route.as_ref()).and_then(|r| r.upstream_tenant.as_deref());
+            let (Some(tenants), Some(tenant)) = (upstream.forwarder.offers().tenants, tenant)
+            else {
+                return Ok(None);
+            };
+            tenants.admit(tenant).await.map_err(|error| {
+                Refusal::Paused(Paused {
+                    scope: Scope::UpstreamTenant(error),
+                    left: None,
+                })
+            })
+        }
+    }
+}
+
+/// Whether the reputation guard lets `key` send now (asked at MAIL too, when the key is known
+/// by then; `at` says where, for the log line). Logs a refusal.
+pub async fn reputation(
+    guard: &Reputation,
+    key: &str,
+    at: &'static str,
+    peer: SocketAddr,
+) -> Result<(), Paused> {
+    let Some(breach) = super::erased(guard.standing(key)).await else {
+        return Ok(());
+    };
+    let reject = match guard.action {
+        Action::Warn => return Ok(()),
+        Action::Pause => false,
+        Action::Reject => true,
+    };
+    tracing::info!(
+        target: "mailsluice::reputation",
+        tenant = key,
+        at,
+        peer = %peer,
+        "reputation.refused"
+    );
+    Err(Paused {
+        scope: Scope::Tenant {
+            key: key.to_string(),
+            breach,
+            reject,
+        },
+        left: None,
+    })
+}

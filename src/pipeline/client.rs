@@ -1,0 +1,23 @@
+//! [`Client`]: what the pipeline needs of whoever waits for a message's verdict. For a live
+//! SMTP client that is its connection (has it gone?) and its place in the sessions' gauge; a
+//! message with no client waiting (released from a spool) has neither.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use crate::observe::activity::Activity;
+use crate::state::grace_over::Bell;
+
+/// Whoever waits for the verdict.
+pub trait Client: Send {
+    /// Completes when the client has gone (closed its connection): a message waiting for
+    /// tokens is then abandoned, takes nothing and is not forwarded, so a client that saw a
+    /// failure never finds the message delivered too. Never, for a message nobody waits on.
+    fn gone(&mut self) -> impl Future<Output = ()> + Send;
+
+    /// Where the message is now (waiting for tokens, with upstream), for the activity gauge.
+    fn doing(&mut self, activity: Activity);
+
+    /// Rings when the shutdown's grace is over: the message is then given up (`421`).
+    fn grace_over(&self) -> Option<Arc<Bell>>;
+}

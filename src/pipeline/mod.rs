@@ -1,0 +1,153 @@
+//! A message's journey, from "a message with its identity" to one verdict, with no SMTP
+//! session in it: whoever drives it (the session, for a live client) hands it a [`Message`]
+//! and a [`Client`], then answers the [`Verdict`] and logs it once ([`log::message`]).
+//!
+//! The journey, file by file:
+//! 1. `admission`: the checks before the wait, one ordered list (a loop, the tenant's
+//!    reputation; at the route's upstream, its pause and its tenant's pause).
+//! 2. `wait`: the wait for tokens in the FIFO queues of the message's layers.
+//! 3. `forward`: the upstream leg: a throttle reply absorbed (wait again, go again), a quota
+//!    reply pausing the upstream, the route's fallback when the upstream cannot be reached
+//!    or is paused.
+//! 4. `settle`: the tokens settled by upstream's answer; the reputation guard told.
+//! 5. `verdict`: what it came to: the reply, the outcome, the record for the log line.
+//!
+//! `message` holds [`Message`], `client` [`Client`] (what the journey needs of its driver),
+//! and `log` the log line, metrics and spans of one message.
+//!
+//! The client gets `250` only after upstream accepted (pass-through, never store-and-forward),
+//! so a crash here loses nothing: the client still holds the message.
+
+mod admission;
+mod client;
+mod forward;
+pub mod log;
+mod message;
+mod settle;
+mod verdict;
+mod wait;
+
+use std::future::Future;
+use std::pin::Pin;
+
+pub use admission::{reputation, Paused, Probes, Refusal, Scope, Step};
+pub use client::Client;
+pub use message::Message;
+pub use verdict::{Record, Unsent, Verdict};
+
+use crate::state::context::Context;
+use crate::state::grace_over::Bell;
+use crate::throttle::ThrottleError;
+use forward::Sent;
+use wait::{Tokens, Wait};
+
+/// The journey of `message`: admission, the wait, upstream, the tokens settled and the
+/// reputation guard told; its verdict. Whoever drives it answers and logs the verdict.
+pub async fn deliver<C: Client>(ctx: &Context, message: &Message<'_>, client: &mut C) -> Verdict {
+    let charges = &message.identity.charges;
+    let verdict = match admission::of_message(ctx, message).await {
+        Err(refusal) => refusal.verdict(Record::new(ctx, charges)),
+        Ok(()) => {
+            let grace_over = client.grace_over();
+            let journey = to_upstream(ctx, message, client);
+            within_grace(journey, grace_over.as_deref(), || Record::new(ctx, charges)).await
+        }
+    };
+    if let Some(tenant) = &message.identity.tenant {
+        settle::reputation(ctx, tenant, message.envelope, &verdict.record).await;
+    }
+    verdict
+}
+
+/// The work past the checks of the message: its route's upstream, that upstream's checks
+/// (its pause: the fallback carries what a paused upstream cannot), the tokens, the
+/// forwarding, and the tokens settled by upstream's answer.
+async fn to_upstream<C: Client>(ctx: &Context, message: &Message<'_>, client: &mut C) -> Verdict {
+    let identity = message.identity;
+    let mut record = Record::new(ctx, &identity.charges);
+    let Some(route) = &identity.route else {
+        tracing::warn!(
+            target: "mailsluice::route",
+            peer = %message.peer,
+            "no [[route]] matches this message; refused with 451 4.3.5"
+        );
+        return Verdict::no_route(record);
+    };
+    let upstream = ctx.setup.upstreams.get(&route.upstream).cloned();
+    let upstream = upstream.expect("route names are validated with the config");
+    record.via = upstream.name().to_string();
+    let pieces = message.pieces();
+    let out = forward::outgoing(message.envelope, &pieces, identity);
+    let mut wait = Wait { ctx, client };
+    let (sent, probes) = match admission::at_upstream(ctx, message, &upstream).await {
+        Ok(probes) => {
+            let tokens = Tokens::First(identity.charges.clone());
+            let sent = match wait.take(tokens, &upstream, &mut record).await {
+                Ok(permit) => {
+                    forward::on_route(&mut wait, &upstream, identity, &out, permit, &mut record)
+                        .await
+                }
+                Err(Unsent::Paused(left)) => {
+                    forward::while_paused(&mut wait, &upstream, identity, &out, left, &mut record)
+                        .await
+                }
+                Err(unsent) => Err(unsent),
+            };
+            (sent, probes)
+        }
+        Err(Refusal::Paused(Paused {
+            scope: Scope::Upstream,
+            left,
+        })) => {
+            let left = left.unwrap_or_default();
+            let sent =
+                forward::while_paused(&mut wait, &upstream, identity, &out, left, &mut record)
+                    .await;
+            (sent, Probes::default())
+        }
+        Err(refusal) => return refusal.verdict(record),
+    };
+    let (result, permits): Sent = match sent {
+        Ok(sent) => sent,
+        Err(unsent) => return Verdict::unsent(unsent, record),
+    };
+    // Its tenant's pause is over only if the route's upstream took the message itself.
+    probes.answered(result.is_ok() && record.via == upstream.name());
+    settle::tokens(permits, &result);
+    Verdict::upstream(&result, record)
+}
+
+/// The journey's verdict, unless the shutdown's grace ends first: then `421` (the message may
+/// have been delivered), or `421` at once if the grace was already over (nothing more goes
+/// upstream). Biased: what the journey came to at the grace's end (a waiter's `421`,
+/// upstream's answer) is the answer when it is there. `record` makes the record anew.
+async fn within_grace(
+    journey: impl Future<Output = Verdict>,
+    grace_over: Option<&Bell>,
+    record: impl FnOnce() -> Record,
+) -> Verdict {
+    let Some(grace_over) = grace_over else {
+        return journey.await;
+    };
+    if grace_over.rung() {
+        return Verdict::unsent(Unsent::Refused(ThrottleError::Shutdown), record());
+    }
+    let journey = std::pin::pin!(journey);
+    tokio::select! {
+        biased;
+        verdict = journey => verdict,
+        _ = grace_over.wait() => Verdict::unsent(Unsent::GraceOver, record()),
+    }
+}
+
+/// `future` behind a pointer and its type erased: with `[redis]` the reputation guard's calls
+/// go down to the Redis client, and the journey's future type would otherwise nest past the
+/// compiler's recursion limit.
+fn erased<'a, T>(
+    future: impl Future<Output = T> + Send + 'a,
+) -> Pin<Box<dyn Future<Output = T> + Send + 'a>> {
+    Box::pin(future)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,44 @@
+//! After upstream's answer: the tokens settled by it, and the reputation guard told what
+//! became of the tenant's message.
+
+use super::verdict::Record;
+use crate::message::{Envelope, Outcome};
+use crate::state::context::Context;
+use crate::throttle::Permit;
+use crate::upstream::{Accepted, UpstreamError};
+
+/// A message upstream took, or whose answer never came after it was sent whole, keeps its
+/// tokens (given back, they would let the client's retry, or the next message, past the
+/// limit: upstream may hold it); any other refusal gives them back.
+pub(super) fn tokens(permits: Vec<Permit>, result: &Result<Accepted, UpstreamError>) {
+    for permit in permits {
+        match result {
+            Ok(_) | Err(UpstreamError::Uncertain(_)) => permit.delivered(),
+            Err(_) => permit.upstream_failed(),
+        }
+    }
+}
+
+/// What upstream did with `tenant`'s message: the message it took (and its id there), or the
+/// recipients it refused for good.
+pub(super) async fn reputation(ctx: &Context, tenant: &str, envelope: &Envelope, record: &Record) {
+    let Some(guard) = &ctx.services.reputation else {
+        return;
+    };
+    match record.outcome {
+        Outcome::Delivered | Outcome::Partial => {
+            let id = record.upstream_id.as_deref();
+            let taken = envelope.rcpts.len().saturating_sub(record.bounced.len());
+            super::erased(guard.forwarded(tenant, id, taken)).await;
+            // Recipients an MX host refused after the final dot, as a smarthost's refusal at
+            // RCPT is counted.
+            if !record.bounced.is_empty() {
+                super::erased(guard.refused_by_upstream(tenant, &record.bounced)).await;
+            }
+        }
+        Outcome::UpstreamPermFail if record.hard_bounce => {
+            super::erased(guard.refused_by_upstream(tenant, &envelope.rcpts)).await;
+        }
+        _ => {}
+    }
+}

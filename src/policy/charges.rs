@@ -1,0 +1,92 @@
+//! What each layer charges a message: its key, its cost, its fair key, and whose message it
+//! is to an adaptive layer.
+
+use crate::config::{Cost, KeySource};
+use crate::message::header::Fields;
+use crate::throttle::Charge;
+
+use super::keys::{applies, domain_of, key_of};
+use super::{LayerPolicy, MessageFacts};
+
+/// Which layers a message on a route is charged to.
+#[derive(Clone, Copy)]
+pub(super) struct Scope<'a> {
+    /// The upstream whose own layers (`upstream = ...`) apply; `None` for no route.
+    pub upstream: Option<&'a str>,
+    /// Whether the layers scoped to no upstream apply too.
+    pub unscoped: bool,
+}
+
+/// The charges of the layers that apply to a message in `scope`, in layer order: one per
+/// layer, or for an `rcpt-domain` layer one per recipient domain; `tenant` is whose message
+/// it is (see [`tenant_of`]).
+pub(super) fn charges(
+    layers: &[LayerPolicy],
+    scope: Scope<'_>,
+    tenant: &str,
+    facts: &MessageFacts<'_>,
+    fields: &Fields<'_>,
+) -> Vec<Charge> {
+    (layers.iter().enumerate())
+        .filter(|(_, l)| match &l.upstream {
+            None => scope.unscoped,
+            Some(u) => scope.upstream == Some(u.as_str()),
+        })
+        .filter(|(_, layer)| applies(layer, facts.message, fields))
+        .flat_map(|(index, layer)| layer_charges((index, layer), tenant, facts, fields))
+        .collect()
+}
+
+/// Whose message it is, for an adaptive layer that must tell one tenant's throttle replies
+/// from the shared rate's (see `Charge::tenant`): its key in the first applying layer keyed
+/// by anything but `none` or `rcpt-domain` (a domain is not a tenant); empty when none.
+pub(super) fn tenant_of(
+    layers: &[LayerPolicy],
+    facts: &MessageFacts<'_>,
+    fields: &Fields<'_>,
+) -> String {
+    (layers.iter())
+        .filter(|l| !matches!(l.key, KeySource::None | KeySource::RcptDomain))
+        .find(|l| applies(l, facts.message, fields))
+        .map(|l| key_of(&l.key, &l.default_key, facts, fields))
+        .unwrap_or_default()
+}
+
+/// What one layer charges a message: one charge, or for a layer keyed by recipient domain one
+/// per domain, each domain's recipients to its own bucket.
+fn layer_charges(
+    (index, layer): (usize, &LayerPolicy),
+    tenant: &str,
+    facts: &MessageFacts<'_>,
+    fields: &Fields<'_>,
+) -> Vec<Charge> {
+    let fair = (layer.fair_by.as_ref())
+        .map(|src| key_of(src, &layer.default_key, facts, fields))
+        .unwrap_or_default();
+    let charge = |key: String, recipients: usize| Charge {
+        layer: index,
+        key,
+        cost: match layer.cost {
+            Cost::Recipients => recipients as u64,
+            Cost::Message => 1,
+        },
+        fair: fair.clone(),
+        tenant: match fair.is_empty() {
+            true => tenant.to_string(),
+            false => fair.clone(),
+        },
+    };
+    if layer.key != KeySource::RcptDomain || facts.rcpts.len() < 2 {
+        let key = key_of(&layer.key, &layer.default_key, facts, fields);
+        return vec![charge(key, facts.rcpts.len())];
+    }
+    let mut domains: Vec<(String, usize)> = Vec::new();
+    for rcpt in facts.rcpts {
+        let domain = domain_of(rcpt).unwrap_or_else(|| layer.default_key.clone());
+        match domains.iter_mut().find(|(d, _)| *d == domain) {
+            Some((_, n)) => *n += 1,
+            None => domains.push((domain, 1)),
+        }
+    }
+    domains.into_iter().map(|(d, n)| charge(d, n)).collect()
+}

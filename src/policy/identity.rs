@@ -1,0 +1,130 @@
+//! [`Identity`]: every key a message has, read in one pass over its header section, typed,
+//! once: what the rest of the message's journey reads instead of the message.
+
+use std::ops::Range;
+
+use crate::message::header::Fields;
+use crate::message::received::Hops;
+use crate::throttle::Charge;
+
+use super::charges::{charges, tenant_of, Scope};
+use super::keys::key_of;
+use super::route::{self, Route};
+use super::{MessageFacts, Rules};
+
+/// Who a message is and where it goes, as the relay reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// Where it goes; `None` when routes are configured and none matches.
+    pub route: Option<Route>,
+    /// The charges of the layers that apply to the message on its route, in layer order: one
+    /// per layer, or for an `rcpt-domain` layer one per recipient domain.
+    pub charges: Vec<Charge>,
+    /// What the layers scoped to the route's fallback add if it goes there.
+    pub fallback_charges: Vec<Charge>,
+    /// The byte ranges of the fields to remove (whole fields, in message order): key headers,
+    /// and the client's own fields of the names the route adds.
+    pub key_headers: Vec<Range<usize>>,
+    /// Whose reputation it counts for (`[reputation] key`); `None` without the guard.
+    pub tenant: Option<String>,
+    /// Its `Received:` fields: how many, and whether one is ours.
+    pub hops: Hops,
+    /// Its `traceparent` field's value, trimmed: the trace its spans join.
+    pub traceparent: Option<String>,
+}
+
+impl Identity {
+    /// The pieces of `message` that go upstream: all of it but the key headers.
+    pub fn forwarded<'a>(&'a self, message: &'a [u8]) -> impl Iterator<Item = &'a [u8]> + 'a {
+        let starts = std::iter::once(0).chain(self.key_headers.iter().map(|r| r.end));
+        let ends = (self.key_headers.iter().map(|r| r.start)).chain(std::iter::once(message.len()));
+        starts.zip(ends).map(move |(from, to)| &message[from..to])
+    }
+}
+
+/// The identity of a message, from one pass over its header section.
+pub fn identify(rules: Rules<'_>, facts: &MessageFacts<'_>) -> Identity {
+    let message = facts.message;
+    let fields = Fields::new(message);
+    let route = route::choose(rules.routes, rules.first_upstream, facts, &fields);
+    let upstream = route.as_ref().map(|r| r.upstream.as_str());
+    let fallback = route.as_ref().and_then(|r| r.fallback.as_deref());
+    let tenant = tenant_of(rules.layers, facts, &fields);
+    let charged = |scope| charges(rules.layers, scope, &tenant, facts, &fields);
+    let mut key_headers = key_headers(rules, message, &fields);
+    if let Some(route) = &route {
+        let added = route.headers.iter().map(|(name, _)| name.as_str());
+        key_headers.extend(named_fields(message, &fields, added));
+        key_headers.sort_by_key(|r| r.start);
+        key_headers.dedup();
+    }
+    Identity {
+        charges: charged(Scope {
+            upstream,
+            unscoped: true,
+        }),
+        fallback_charges: fallback.map_or_else(Vec::new, |f| {
+            charged(Scope {
+                upstream: Some(f),
+                unscoped: false,
+            })
+        }),
+        tenant: (rules.tenant_key)
+            .map(|rule| key_of(rule.source, rule.default_key, facts, &fields)),
+        hops: Hops::of(message, &fields, rules.instance),
+        traceparent: field_value(message, &fields, "traceparent"),
+        route,
+        key_headers,
+    }
+}
+
+/// The trimmed value of the first field called `name` (case-insensitive), as it is.
+fn field_value(message: &[u8], fields: &Fields<'_>, name: &str) -> Option<String> {
+    let field = fields.all().iter().find(|f| {
+        message[f.name.clone()]
+            .trim_ascii()
+            .eq_ignore_ascii_case(name.as_bytes())
+    })?;
+    let value = &message[field.name.end + 1..field.whole.end];
+    std::str::from_utf8(value)
+        .ok()
+        .map(|v| v.trim().to_string())
+}
+
+/// The fields named by the key of a layer or route that strips its key header: a key header
+/// is a routing hint for this relay, not content for the recipient.
+fn key_headers(rules: Rules<'_>, message: &[u8], fields: &Fields<'_>) -> Vec<Range<usize>> {
+    use crate::config::KeySource;
+    let names = (rules.layers.iter())
+        .filter(|l| l.strip_key_header)
+        .flat_map(|l| std::iter::once(&l.key).chain(&l.fair_by))
+        .filter_map(|source| match source {
+            KeySource::Header(name) => Some(name.as_str()),
+            _ => None,
+        })
+        .chain(route::key_header_names(rules.routes));
+    named_fields(message, fields, names)
+}
+
+/// The byte ranges of the fields called one of `names` (case-insensitive).
+fn named_fields<'a>(
+    message: &[u8],
+    fields: &Fields<'_>,
+    names: impl Iterator<Item = &'a str>,
+) -> Vec<Range<usize>> {
+    let names: Vec<&str> = names.collect();
+    if names.is_empty() {
+        return Vec::new();
+    }
+    fields
+        .all()
+        .iter()
+        .filter(|f| {
+            let name = message[f.name.clone()].trim_ascii();
+            names
+                .iter()
+                .any(|n| name.eq_ignore_ascii_case(n.as_bytes()))
+        })
+        .map(|f| f.whole.clone())
+        .collect()
+}

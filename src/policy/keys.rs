@@ -1,0 +1,89 @@
+//! A key from its source, under the trust rules every reader of a key shares (layers,
+//! `fair_by`, routes, the reputation guard): a header names a key only for a client trusted
+//! to choose it, else the authenticated tenant stands; an empty key is the default.
+
+use crate::config::{KeySource, MAX_KEY_BYTES};
+use crate::message::header::Fields;
+
+use super::{LayerPolicy, MessageFacts, TenantKey};
+
+/// The key from `source` (a layer's `key` or `fair_by`), else `default_key`.
+pub(super) fn key_of(
+    source: &KeySource,
+    default_key: &str,
+    facts: &MessageFacts<'_>,
+    fields: &Fields<'_>,
+) -> String {
+    let found = match source {
+        KeySource::Auth => facts.auth_tenant.map(str::to_string),
+        KeySource::Header(name) => facts
+            .header_trusted
+            .then(|| header_value(facts.message, fields, name))
+            .flatten()
+            .filter(|key| !key.is_empty())
+            .or_else(|| facts.auth_tenant.map(str::to_string)),
+        KeySource::Sender => facts.sender.map(str::to_ascii_lowercase),
+        KeySource::SenderDomain => facts.sender.and_then(domain_of),
+        KeySource::RcptDomain => facts.rcpts.first().and_then(|r| domain_of(r)),
+        KeySource::ClientIp => Some(facts.client_ip.to_string()),
+        KeySource::None => Some(String::new()),
+    };
+    match found {
+        Some(key) if !key.is_empty() || *source == KeySource::None => key,
+        _ => default_key.to_string(),
+    }
+}
+
+/// The reputation guard's tenant as far as it is known before the message (at MAIL): `None`
+/// when it depends on what comes later (a header a client may set, the recipients).
+pub fn tenant_key_early(rule: TenantKey<'_>, facts: &MessageFacts<'_>) -> Option<String> {
+    let later = match rule.source {
+        KeySource::Header(_) => facts.header_trusted,
+        KeySource::RcptDomain => true,
+        KeySource::Auth
+        | KeySource::Sender
+        | KeySource::SenderDomain
+        | KeySource::ClientIp
+        | KeySource::None => false,
+    };
+    let no_fields = Fields::new(&[]);
+    (!later).then(|| key_of(rule.source, rule.default_key, facts, &no_fields))
+}
+
+/// Whether a layer applies to the message (its `match`, if any, on a header).
+pub(super) fn applies(layer: &LayerPolicy, message: &[u8], fields: &Fields<'_>) -> bool {
+    match &layer.matches {
+        None => true,
+        Some(m) => header_value(message, fields, &m.header)
+            .is_some_and(|v| v.eq_ignore_ascii_case(m.value.trim())),
+    }
+}
+
+pub(super) fn domain_of(address: &str) -> Option<String> {
+    address
+        .rsplit_once('@')
+        .map(|(_, domain)| domain.to_ascii_lowercase())
+        .filter(|d| !d.is_empty())
+}
+
+/// The unfolded, trimmed value of the first field called `name`, if it is valid UTF-8.
+fn header_value(message: &[u8], fields: &Fields<'_>, name: &str) -> Option<String> {
+    let field = fields.all().iter().find(|f| {
+        message[f.name.clone()]
+            .trim_ascii()
+            .eq_ignore_ascii_case(name.as_bytes())
+    })?;
+    let raw = &message[field.name.end + 1..field.whole.end];
+    let text = std::str::from_utf8(raw).ok()?;
+    let unfolded: String = text
+        .split("\r\n")
+        .map(str::trim)
+        .collect::<Vec<_>>()
+        .join(" ");
+    let value = unfolded.trim();
+    let mut cut = value.len().min(MAX_KEY_BYTES);
+    while !value.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    Some(value[..cut].to_string())
+}
