@@ -1,9 +1,10 @@
-//! Header key extraction (`policy::charges`) and key-header stripping on arbitrary message
-//! bytes: no panic, keys bounded, stripping only ever removes bytes.
+//! A message's identity (`policy::identify`: header keys, key-header stripping, hops,
+//! `traceparent`) on arbitrary message bytes: no panic, keys bounded, stripping only ever
+//! removes bytes.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use mailsluice::policy::{self, LayerPolicy, MessageFacts};
+use mailsluice::policy::{self, LayerPolicy, MessageFacts, Rules};
 
 fuzz_target!(|input: &[u8]| {
     let Some((&flags, message)) = input.split_first() else {
@@ -19,11 +20,19 @@ fuzz_target!(|input: &[u8]| {
         client_ip: "192.0.2.1".parse().unwrap(),
         message,
     };
-    for charge in policy::charges(layers, &facts) {
+    let rules = Rules {
+        layers,
+        routes: &[],
+        first_upstream: "default",
+        tenant_key: None,
+        instance: "0123abcd",
+    };
+    let identity = policy::identify(rules, &facts);
+    for charge in &identity.charges {
         assert!(charge.key.len() <= 128, "key of {} bytes", charge.key.len());
     }
-    let stripped = policy::strip_key_headers(layers, message.to_vec());
-    assert!(stripped.len() <= message.len());
+    let stripped: usize = identity.forwarded(message).map(<[u8]>::len).sum();
+    assert!(stripped <= message.len());
 });
 
 /// A header-keyed layer, an `auth` layer matched on a tier header, and an envelope-keyed one;
