@@ -1,37 +1,59 @@
 //! mailsluice: an SMTP relay proxy with per-tenant throttling.
 //!
-//! Data flows one way: listener -> session -> policy -> throttle -> upstream. Each module
-//! imports only from the ones below it in this table, and `config` (plain data) from nothing:
+//! Data flows one way: listener -> session -> pipeline -> (policy, throttle, upstream). Each
+//! module imports only from the ones below it in this table, and `config` (plain data) from
+//! nothing (`python3 tools/import_graph.py src` checks that no imports go round in a circle):
 //!
 //! | module | what it holds |
 //! |---|---|
-//! | `serve/` | wiring: the accept loop and graceful shutdown (`server`: [`run`]), SIGHUP (`reload`), layers at an SES account's own rate (`account`), the subcommands `check`, `peek`, `hash-password` (`commands`) |
-//! | `admin/` | the admin HTTP endpoint (`endpoint`): `/` (the status page, `status_page`), `/healthz`, `/readyz`, `/metrics`, `/buckets/{layer}/{key}` |
+//! | `serve/` | wiring: the accept loop and graceful shutdown (`server`: [`run`]), SIGHUP (`reload`), layers at an SES account's own rate (`account`), SES's events from SQS (`events`), the subcommands `check`, `peek`, `hash-password` (`commands`) |
+//! | `admin/` | the admin HTTP endpoint (`endpoint`): `/` (the status page, `status_page`), `/healthz`, `/readyz`, `/metrics`, `/buckets/{layer}/{key}`, the reputation guard's endpoints and SNS's posts |
 //! | `fuzzing` | (feature `fuzzing`) a session over an in-memory stream, for `fuzz/` and tests |
-//! | `smtp/` | one client's session: the state machine, one file per verb, the final dot (`deliver`: the wait for tokens in `waiter`, the upstream leg in `forward`, one `verdict` answered and logged once), every reply text (`reply`) |
-//! | `state/` | what the running relay's tasks share: `Deps`, `Context`, `Live` (`context`); the one shutdown signal (`shutdown`) |
-//! | `observe/` | what the relay records about itself: Prometheus metrics (`metrics`), the last refusals (`recent`), the human log format's fields (`log_format`), OTLP traces of the messages (`traces`) |
-//! | `inbound/` | inbound security: TLS (`tls`), password hashes (`password`), the AUTH lockout (`auth_lockout`), connections per client address (`connection_limit`) |
+//! | `smtp/` | one client's session: the state machine, one file per verb; at the final dot (`deliver`) it reads the message's identity, runs its journey through `pipeline`, answers the verdict (`reply`: every reply text) and logs it once (`report`) |
+//! | `pipeline/` | a message's journey with no session in it: the checks before the wait (`admission`), the wait for tokens (`wait`), the upstream leg with its retries and fallback (`forward`), the tokens settled and the reputation guard told (`settle`), one typed `verdict`; what it needs of whoever waits for it (`client`) |
+//! | `state/` | what the running relay's tasks share: `Setup` (what a reload replaces), `Services` (what outlives it), `Context`, `Deps`, `Live` (`context`); the one shutdown signal (`shutdown`) and the grace's end (`grace_over`) |
 //! | `reputation/` | the tenant reputation guard: SES's bounce and complaint events parsed (`events`), counted per tenant over a sliding window (`ledger`), attributed by SES's message id (`attribution`), suppressed addresses (`suppression`); all of it in Redis with `[redis]`, shared by every replica (`shared`) |
-//! | `policy` | which upstream a message takes (`route`), which buckets it is charged to, how much, and which key headers it loses |
-//! | `throttle/` | token buckets (pure math in `bucket`), key tables, stores (local, Redis), layers with FIFO queues (fair by tenant with `fair_by`) |
-//! | `upstream/` | the `Forwarder` trait, one module per kind: `smtp` (our SMTP client and pool, pipelining), `mx` (direct delivery, hickory-resolver), `ses` (SES's v2 API through the AWS SDK, SES tenants), `file`; what a refusal says about our sending, typed (`feedback`); the named upstreams (`upstreams`) |
-//! | `message/` | plain data about one message: its `Envelope`, its `Outcome`, its header fields by byte range (`header`) |
+//! | `upstream/` | the `Forwarder` trait (send one message), one module per kind: `smtp` (our SMTP client and pool, pipelining), `mx` (direct delivery, hickory-resolver), `ses` (SES's v2 API through the AWS SDK, SES tenants), `file`; what a kind may offer beyond sending (`offers`); what a refusal says about our sending, typed (`feedback`); the pause after a quota reply (`pause`); the named upstreams (`upstreams`) |
+//! | `policy/` | a message's identity, read in one pass over its header section (`identity`): which upstream it takes (`route`), which buckets it is charged to and how much (`charges`), which key headers it loses, whose reputation it counts for, its hops, its `traceparent` |
+//! | `observe/` | what the relay records about itself: Prometheus metrics (`metrics`), the last refusals (`recent`), the human log format's fields (`log_format`), OTLP traces of the messages (`traces`), what the sessions are doing (`activity`) |
+//! | `inbound/` | inbound security: TLS (`tls`), password hashes (`password`), the AUTH lockout (`auth_lockout`), connections per client address (`connection_limit`) |
+//! | `throttle/` | token buckets (pure math in `bucket`), key tables, stores (local, Redis), layers with FIFO queues (fair by tenant with `fair_by`), stacked layers taken all or nothing (`stack`) |
+//! | `message/` | plain data about one message: its `Envelope`, its `Outcome`, its header fields by byte range (`header`), its `Received:` hops and our mark in them (`received`) |
 //! | `config/` | the TOML schema, its defaults and validation; `config/upstream/` the keys every upstream shares and each kind's own |
+//!
+//! The journey of one message, file by file:
+//! 1. `smtp/data.rs` reads it to its final dot (`smtp/data_reader/`) within its bounds;
+//! 2. `smtp/deliver.rs` reads its identity (`policy/identity.rs`: keys and charges,
+//!    `policy/route.rs`, `message/received.rs`), writes our fields (`smtp/received.rs`) and
+//!    hands it to `pipeline::deliver` (`pipeline/mod.rs`) with its client (`pipeline/client.rs`);
+//! 3. `pipeline/admission.rs`: a loop, the tenant's reputation; at the route's upstream, its
+//!    pause and its tenant's (`upstream/pause.rs`, `upstream/offers.rs`);
+//! 4. `pipeline/wait.rs`: its tokens (`throttle/stack/`), the client watched;
+//! 5. `pipeline/forward.rs`: `Forwarder::send` (`upstream/<kind>/`), a throttle reply absorbed,
+//!    a quota reply pausing the upstream, the fallback;
+//! 6. `pipeline/settle.rs`: the tokens settled, the reputation guard told;
+//! 7. `pipeline/verdict.rs`, typed, back in `smtp/deliver.rs`, which answers it
+//!    (`smtp/reply/`) and logs it once (`smtp/report.rs`).
+//!
+//! A new check before the wait (a per-tenant daily cap, say) touches `pipeline/admission.rs`
+//! (its `Step`, its arm, its `Scope`), `smtp/reply/mod.rs` (its words), and where its state is
+//! kept when it has some (`state/context.rs`, a `Services` field), plus its config rows
+//! (`config/`, docs/configuration.md) and docs/replies.md.
 //!
 //! A new kind of upstream touches these files and no others:
 //! - `config/upstream/<kind>.rs` (new): its URL, its keys and their checks;
 //! - `config/upstream/kind.rs`: its variant of `UpstreamKind`, with its arms there (scheme,
 //!   keys, URL text, SMTP client settings if it speaks SMTP);
-//! - `upstream/<kind>.rs` (new): its `Forwarder`, which returns its refusals typed (an
-//!   `UpstreamError::Pushback` with a `Feedback` when upstream pushed back on our sending);
+//! - `upstream/<kind>/` (new): its `Forwarder`, which returns its refusals typed (an
+//!   `UpstreamError::Pushback` with a `Feedback` when upstream pushed back on our sending),
+//!   and what it offers beyond sending (`Offers`);
 //! - `upstream/mod.rs`: its `mod` line and its arm in `build_forwarder`;
 //! - docs/configuration.md: the rows of its keys (a test fails without them).
 //!
 //! A kind with a route key of its own (`ses_tenant`, SES's tenant) also has it in
-//! `config/route.rs` and `policy/route.rs`, handed to its forwarder by the final dot
-//! (`Forwarder::forward_for_tenant`); a bound of its own on the message size shows at `MAIL`
-//! through `Config::max_message_bytes`.
+//! `config/route.rs` and `policy/route.rs` (`Route::upstream_tenant`), handed to its forwarder
+//! as `Outgoing::tenant`; a bound of its own on the message size shows at `MAIL` through
+//! `Config::max_message_bytes`.
 //!
 //! `main.rs` only parses the command line and dispatches: to serve, it loads the config, binds
 //! and calls [`run`]; the other subcommands are in `serve::commands`.
@@ -45,7 +67,6 @@ pub mod message;
 pub mod observe;
 pub mod pipeline;
 pub mod policy;
-pub mod reply;
 pub mod reputation;
 pub mod serve;
 pub mod smtp;

@@ -14,17 +14,15 @@
 //! renews it (`upstream::Pause`).
 //!
 //! Every pause a message can meet is a [`Paused`], scoped: an upstream, an upstream's tenant,
-//! a reputation tenant. A new rule (a per-tenant daily cap, say) is one more [`Step`] here and
-//! its reply in `reply`.
+//! a reputation tenant. A new rule (a per-tenant daily cap, say) is one more [`Step`] here,
+//! and its words where the driver answers (the session: `smtp::reply`).
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use super::message::Message;
-use super::verdict::{Record, Unsent, Verdict};
 use crate::config::Action;
 use crate::message::received::Loop;
-use crate::reply::{self, Reply};
 use crate::reputation::{Breach, Reputation};
 use crate::state::context::Context;
 use crate::upstream::{Admission, Probe, Upstream, UpstreamError};
@@ -73,42 +71,6 @@ pub enum Scope {
         breach: Breach,
         reject: bool,
     },
-}
-
-impl Paused {
-    /// What the client is told.
-    pub fn reply(&self) -> Reply {
-        match &self.scope {
-            Scope::Upstream => reply::upstream_quota_exhausted(self.left.unwrap_or_default()),
-            Scope::UpstreamTenant(error) => reply::upstream_verdict(&Err(error.clone())),
-            Scope::Tenant {
-                key,
-                breach,
-                reject,
-            } => reply::tenant_paused(key, breach, *reject),
-        }
-    }
-
-    fn verdict(self, record: Record) -> Verdict {
-        match self.scope {
-            Scope::Upstream => {
-                Verdict::unsent(Unsent::Paused(self.left.unwrap_or_default()), record)
-            }
-            Scope::UpstreamTenant(error) => Verdict::upstream(&Err(error), record),
-            Scope::Tenant { .. } => Verdict::tenant_paused(self.reply(), record),
-        }
-    }
-}
-
-impl Refusal {
-    /// The message's verdict: nothing of it went.
-    pub fn verdict(self, record: Record) -> Verdict {
-        match self {
-            Refusal::Loop(Loop::CameBack) => Verdict::refused(reply::loop_detected(), record),
-            Refusal::Loop(Loop::TooManyHops) => Verdict::refused(reply::too_many_hops(), record),
-            Refusal::Paused(paused) => paused.verdict(record),
-        }
-    }
 }
 
 /// The steps of [`Step::OF_MESSAGE`], in order: the first refusal, or go.

@@ -1,6 +1,6 @@
 //! A message's journey, from "a message with its identity" to one verdict, with no SMTP
 //! session in it: whoever drives it (the session, for a live client) hands it a [`Message`]
-//! and a [`Client`], then answers the [`Verdict`] and logs it once ([`log::message`]).
+//! and a [`Client`], then answers the [`Verdict`] and logs it once.
 //!
 //! The journey, file by file:
 //! 1. `admission`: the checks before the wait, one ordered list (a loop, the tenant's
@@ -10,10 +10,11 @@
 //!    reply pausing the upstream, the route's fallback when the upstream cannot be reached
 //!    or is paused.
 //! 4. `settle`: the tokens settled by upstream's answer; the reputation guard told.
-//! 5. `verdict`: what it came to: the reply, the outcome, the record for the log line.
+//! 5. `verdict`: what it came to: how it ended (typed), its outcome, the record for the log
+//!    line.
 //!
-//! `message` holds [`Message`], `client` [`Client`] (what the journey needs of its driver),
-//! and `log` the log line, metrics and spans of one message.
+//! `message` holds [`Message`], and `client` [`Client`] (what the journey needs of its
+//! driver).
 //!
 //! The client gets `250` only after upstream accepted (pass-through, never store-and-forward),
 //! so a crash here loses nothing: the client still holds the message.
@@ -21,7 +22,6 @@
 mod admission;
 mod client;
 mod forward;
-pub mod log;
 mod message;
 mod settle;
 mod verdict;
@@ -33,7 +33,7 @@ use std::pin::Pin;
 pub use admission::{reputation, Paused, Probes, Refusal, Scope, Step};
 pub use client::Client;
 pub use message::Message;
-pub use verdict::{Record, Unsent, Verdict};
+pub use verdict::{End, Record, Unsent, Verdict};
 
 use crate::state::context::Context;
 use crate::state::grace_over::Bell;
@@ -46,7 +46,7 @@ use wait::{Tokens, Wait};
 pub async fn deliver<C: Client>(ctx: &Context, message: &Message<'_>, client: &mut C) -> Verdict {
     let charges = &message.identity.charges;
     let verdict = match admission::of_message(ctx, message).await {
-        Err(refusal) => refusal.verdict(Record::new(ctx, charges)),
+        Err(refusal) => Verdict::refused(refusal, Record::new(ctx, charges)),
         Ok(()) => {
             let grace_over = client.grace_over();
             let journey = to_upstream(ctx, message, client);
@@ -105,7 +105,7 @@ async fn to_upstream<C: Client>(ctx: &Context, message: &Message<'_>, client: &m
                     .await;
             (sent, Probes::default())
         }
-        Err(refusal) => return refusal.verdict(record),
+        Err(refusal) => return Verdict::refused(refusal, record),
     };
     let (result, permits): Sent = match sent {
         Ok(sent) => sent,
@@ -114,7 +114,7 @@ async fn to_upstream<C: Client>(ctx: &Context, message: &Message<'_>, client: &m
     // Its tenant's pause is over only if the route's upstream took the message itself.
     probes.answered(result.is_ok() && record.via == upstream.name());
     settle::tokens(permits, &result);
-    Verdict::upstream(&result, record)
+    Verdict::upstream(result, record)
 }
 
 /// The journey's verdict, unless the shutdown's grace ends first: then `421` (the message may

@@ -7,8 +7,9 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::{deliver, Client, Message};
+use super::{deliver, Client, End, Message, Refusal, Unsent};
 use crate::config::Config;
+use crate::message::received::Loop;
 use crate::message::{Envelope, Outcome};
 use crate::observe::activity::Activity;
 use crate::policy::{identify, MessageFacts};
@@ -128,11 +129,10 @@ async fn a_message_goes_upstream_with_no_session_behind_it() {
     let (ctx, keeping) = context(CONFIG);
     let mut client = nobody();
     let verdict = journey(&ctx, BODY, b"Received: by test\r\n", &mut client).await;
-    let reply = verdict.reply.as_ref().expect("a reply");
-    assert_eq!(
-        (reply.code, reply.lines[0].as_ref()),
-        (250, "2.0.0 Ok kept-1")
-    );
+    match &verdict.end {
+        End::Upstream(Ok(accepted)) => assert_eq!(accepted.text, "2.0.0 Ok kept-1"),
+        _ => panic!("not upstream's acceptance"),
+    }
     assert_eq!(verdict.record.outcome, Outcome::Delivered);
     assert_eq!(
         (verdict.record.layer.as_str(), verdict.record.key.as_str()),
@@ -171,7 +171,7 @@ async fn a_message_whose_client_goes_while_it_waits_is_abandoned() {
     };
     let verdict = journey(&ctx, BODY, b"", &mut leaving).await;
     assert_eq!(verdict.record.outcome, Outcome::Abandoned);
-    assert!(verdict.reply.is_none() && verdict.closes());
+    assert!(matches!(verdict.end, End::Unsent(Unsent::Abandoned)) && verdict.closes());
     assert_eq!(verdict.record.waited, Duration::from_millis(300));
     assert_eq!(
         keeping.got.lock().unwrap().len(),
@@ -193,8 +193,10 @@ async fn a_looping_message_is_refused_before_its_tokens() {
         std::str::from_utf8(BODY).unwrap()
     );
     let verdict = journey(&ctx, ours.as_bytes(), b"", &mut nobody()).await;
-    let reply = verdict.reply.expect("a reply");
-    assert_eq!((reply.code, reply.esc), (554, "5.4.6"));
+    assert!(matches!(
+        verdict.end,
+        End::Refused(Refusal::Loop(Loop::CameBack))
+    ));
     assert_eq!(verdict.record.outcome, Outcome::Rejected);
     assert!(keeping.got.lock().unwrap().is_empty());
     let peek = ctx.setup.throttle.peek("tenant", "acme").expect("a layer");
@@ -209,8 +211,7 @@ async fn a_message_with_no_route_is_refused() {
     );
     let (ctx, keeping) = context(&config);
     let verdict = journey(&ctx, BODY, b"", &mut nobody()).await;
-    let reply = verdict.reply.expect("a reply");
-    assert_eq!((reply.code, reply.esc), (451, "4.3.5"));
+    assert!(matches!(verdict.end, End::NoRoute));
     assert_eq!(verdict.record.outcome, Outcome::NoRoute);
     assert!(keeping.got.lock().unwrap().is_empty());
 }

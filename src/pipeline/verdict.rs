@@ -1,11 +1,11 @@
-//! What one message came to: the client's reply, whether the session goes on, and the record
-//! for its log line and the metrics. The pipeline's steps return it; whoever drives the
-//! pipeline answers and logs it once.
+//! What one message came to: how its journey ended (typed), and the record for its log line
+//! and the metrics. The pipeline's steps return it; whoever drives the pipeline turns it into
+//! its answer (the session: an SMTP reply) and logs it once.
 
 use std::time::Duration;
 
+use super::admission::{Paused, Refusal, Scope};
 use crate::message::Outcome;
-use crate::reply::{self, Reply};
 use crate::state::context::Context;
 use crate::throttle::{Charge, ThrottleError};
 use crate::upstream::{Accepted, UpstreamError};
@@ -63,89 +63,88 @@ pub enum Unsent {
     GraceOver,
 }
 
+/// How one message's journey ended.
+pub enum End {
+    /// Upstream's answer, or why there was none.
+    Upstream(Result<Accepted, UpstreamError>),
+    /// Routes are configured and none is for this message: the client keeps it.
+    NoRoute,
+    /// Refused before it waited (a loop, a pause): nothing of it went.
+    Refused(Refusal),
+    /// It never reached an upstream's answer.
+    Unsent(Unsent),
+}
+
 /// The end of one message's journey.
 pub struct Verdict {
-    /// What the client is told; nothing when it left.
-    pub reply: Option<Reply>,
+    pub end: End,
     pub record: Record,
 }
 
 impl Verdict {
-    /// Upstream's answer (or the lack of one), relayed.
-    pub fn upstream(result: &Result<Accepted, UpstreamError>, mut record: Record) -> Verdict {
-        record.outcome = outcome_of(result);
+    /// Upstream's answer (or the lack of one).
+    pub fn upstream(result: Result<Accepted, UpstreamError>, mut record: Record) -> Verdict {
+        record.outcome = outcome_of(&result);
         record.upstream_id = (result.as_ref().ok())
             .and_then(Accepted::message_id)
             .map(str::to_string);
         record.hard_bounce = (result.as_ref().err()).is_some_and(UpstreamError::is_hard_bounce);
         record.bounced = (result.as_ref().ok()).map_or_else(Vec::new, |a| a.bounced.clone());
         Verdict {
-            reply: Some(reply::upstream_verdict(result)),
+            end: End::Upstream(result),
             record,
         }
     }
 
-    /// Routes are configured and none is for this message: `451`, the client keeps it.
+    /// Routes are configured and none is for this message.
     pub fn no_route(mut record: Record) -> Verdict {
         record.outcome = Outcome::NoRoute;
         Verdict {
-            reply: Some(reply::no_route()),
+            end: End::NoRoute,
             record,
         }
     }
 
-    /// The relay's own refusal of the message as it is (a mail loop): nothing was sent.
-    pub fn refused(reply: Reply, mut record: Record) -> Verdict {
-        record.outcome = Outcome::Rejected;
-        Verdict {
-            reply: Some(reply),
-            record,
-        }
-    }
-
-    /// The tenant is past a reputation limit: `451` (paused) or `550` (rejected); nothing sent.
-    pub fn tenant_paused(reply: Reply, mut record: Record) -> Verdict {
-        record.outcome = match reply.code >= 500 {
-            true => Outcome::Rejected,
-            false => Outcome::Throttled,
+    /// Refused before the wait: a loop (refused for good), or a pause.
+    pub fn refused(refusal: Refusal, mut record: Record) -> Verdict {
+        record.outcome = match &refusal {
+            Refusal::Loop(_) => Outcome::Rejected,
+            Refusal::Paused(Paused { scope, .. }) => match scope {
+                Scope::Upstream => Outcome::Throttled,
+                Scope::UpstreamTenant(error) => outcome_of(&Err(error.clone())),
+                Scope::Tenant { reject: true, .. } => Outcome::Rejected,
+                Scope::Tenant { reject: false, .. } => Outcome::Throttled,
+            },
         };
         Verdict {
-            reply: Some(reply),
+            end: End::Refused(refusal),
             record,
         }
     }
 
-    /// A message that never reached an upstream's verdict.
+    /// A message that never reached an upstream's answer.
     pub fn unsent(unsent: Unsent, mut record: Record) -> Verdict {
-        let (outcome, reply) = match unsent {
-            Unsent::Abandoned => (Outcome::Abandoned, None),
-            Unsent::Paused(left) => (
-                Outcome::Throttled,
-                Some(reply::upstream_quota_exhausted(left)),
-            ),
-            Unsent::UpstreamRate(retry_after) => (
-                Outcome::Throttled,
-                Some(reply::upstream_rate_limited(retry_after)),
-            ),
-            Unsent::Refused(error) => (
-                refused(&error, &mut record),
-                Some(reply::throttle_refusal(&error)),
-            ),
-            Unsent::GraceOver => (Outcome::Shutdown, Some(reply::grace_over())),
+        record.outcome = match &unsent {
+            Unsent::Abandoned => Outcome::Abandoned,
+            Unsent::Paused(_) | Unsent::UpstreamRate(_) => Outcome::Throttled,
+            Unsent::Refused(error) => refused(error, &mut record),
+            Unsent::GraceOver => Outcome::Shutdown,
         };
-        record.outcome = outcome;
-        Verdict { reply, record }
+        Verdict {
+            end: End::Unsent(unsent),
+            record,
+        }
     }
 
-    /// The session ends after the reply: the client left, or the relay is shutting down.
+    /// The session ends after the answer: the client left, or the relay is shutting down.
     pub fn closes(&self) -> bool {
         matches!(self.record.outcome, Outcome::Abandoned | Outcome::Shutdown)
     }
 
-    /// The reply when it is upstream's (or the routes') word on the message, for the log
+    /// Whether the answer is upstream's (or the routes') word on the message, for the log
     /// line's `upstream` field; the relay's own refusals leave that field empty.
-    pub fn upstream_reply(&self) -> Option<&Reply> {
-        let upstreams = match self.record.outcome {
+    pub fn upstreams_word(&self) -> bool {
+        match self.record.outcome {
             Outcome::Delivered
             | Outcome::Partial
             | Outcome::UpstreamTempFail
@@ -158,8 +157,7 @@ impl Verdict {
             | Outcome::Abandoned
             | Outcome::Shutdown
             | Outcome::StoreUnavailable => false,
-        };
-        self.reply.as_ref().filter(|_| upstreams)
+        }
     }
 }
 

@@ -11,8 +11,7 @@ use tokio::sync::Semaphore;
 use tokio_util::task::TaskTracker;
 
 use crate::admin::endpoint::Admin;
-use crate::reply;
-use crate::smtp;
+use crate::smtp::{self, reply};
 use crate::state::context::{Context, Deps};
 use crate::state::shutdown::Shutdown;
 

@@ -13,9 +13,9 @@ use smtp_proto::{AUTH_LOGIN, AUTH_PLAIN};
 use tokio::time::Instant;
 
 use super::conn::{Line, Stop};
+use super::reply::{self, Reply};
 use super::session::{AuthUser, Flow, Session};
 use crate::inbound::auth_lockout::Attempt;
-use crate::reply::{self, Reply};
 
 /// How an exchange ended without complete credentials.
 enum Exchange {

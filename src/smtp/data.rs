@@ -8,9 +8,9 @@ use tokio::time::Instant;
 
 use super::conn::Stop;
 use super::data_reader::{DataProblem, DataReader};
+use super::reply::{self, Reply};
 use super::session::{Flow, Session};
 use crate::observe::activity::Activity;
-use crate::reply::{self, Reply};
 
 impl Session {
     pub async fn data(&mut self) -> Flow {

@@ -1,6 +1,6 @@
 //! The final dot: the message's identity read (`policy`), our fields written in front of it
-//! (`received`), its journey run (`pipeline`), and the pipeline's verdict answered and logged
-//! once.
+//! (`received`), its journey run (`pipeline`), and the pipeline's verdict answered (`reply`)
+//! and logged (`report`) once.
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -9,6 +9,8 @@ use tokio::time::Instant;
 
 use super::conn::Conn;
 use super::received::{self, Trace};
+use super::reply;
+use super::report::{self, Answered};
 use super::session::{Flow, Session};
 use crate::message::Envelope;
 use crate::observe::activity::{Activity, Doing};
@@ -40,15 +42,19 @@ impl Session {
         // every state, waiting for a command included.
         let verdict = Box::pin(pipeline::deliver(&self.ctx, &message, &mut client)).await;
         self.doing.set(Activity::Command);
-        pipeline::log::message(&self.ctx, &message, &verdict, started, dot);
-        let flow = match verdict.closes() {
-            true => Flow::Close,
-            false => Flow::Continue,
+        let reply = reply::verdict(&verdict.end);
+        let answered = Answered {
+            verdict: &verdict,
+            reply: reply.as_ref(),
         };
-        if let Some(reply) = verdict.reply {
+        report::message(&self.ctx, &message, &answered, started, dot);
+        if let Some(reply) = reply {
             self.verdict(reply);
         }
-        flow
+        match verdict.closes() {
+            true => Flow::Close,
+            false => Flow::Continue,
+        }
     }
 
     /// What the policy may look at.

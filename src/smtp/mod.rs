@@ -5,11 +5,12 @@
 //!   `starttls` (upgrades the connection), `auth` (checks passwords).
 //! - `deliver`: the final dot: the message's identity (`policy`), our fields in front of it,
 //!   its journey (`pipeline`: admission, the wait, upstream), and the pipeline's verdict
-//!   answered and logged once.
+//!   answered and logged once (`report`: the log line, the metrics, the spans).
 //! - `reputation`: the tenant reputation guard's refusals before the message (MAIL, RCPT).
 //! - `path`: the address and parameters of MAIL and RCPT, kept as the client wrote them.
 //! - `received`: the `Received:` trace header.
 //! - `conn` and `data_reader`: the bytes in and out, and the DATA section.
+//! - `reply`: every reply text, and how the pipeline's verdicts become replies.
 
 mod auth;
 mod conn;
@@ -22,6 +23,8 @@ mod mail;
 mod path;
 mod rcpt;
 mod received;
+pub mod reply;
+mod report;
 mod reputation;
 mod rset;
 mod session;
@@ -54,7 +57,7 @@ pub async fn serve(
 }
 
 /// Tells a client over the connection bound why it is turned away, then closes.
-pub async fn refuse(stream: &mut dyn conn::AsyncStream, reply: &crate::reply::Reply) {
+pub async fn refuse(stream: &mut dyn conn::AsyncStream, reply: &reply::Reply) {
     use tokio::io::AsyncWriteExt;
     let mut out = Vec::new();
     reply.write_to(&mut out);

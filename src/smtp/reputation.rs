@@ -4,12 +4,11 @@
 //! refused at RCPT, the others of the message go on. Each check returns the reply; the verb
 //! answers it.
 
+use super::reply::{self, Reply};
+use super::session::Session;
 use crate::message::Envelope;
 use crate::pipeline;
 use crate::policy::{self, TenantKey};
-use crate::reply::{self, Reply};
-
-use super::session::Session;
 
 impl Session {
     /// At MAIL: the refusal of a tenant past a limit, when its key is known now.
@@ -30,7 +29,7 @@ impl Session {
             policy::tenant_key_early(rule, &facts)?
         };
         let standing = pipeline::reputation(&guard, &key, "MAIL", self.peer).await;
-        standing.err().map(|paused| paused.reply())
+        standing.err().map(|paused| reply::paused_reply(&paused))
     }
 
     /// At RCPT: the refusal of an address that hard-bounced or complained.

@@ -9,9 +9,9 @@ use smtp_proto::{Error as ParseError, Request};
 
 use super::conn::{Conn, Line, Stop};
 use super::received::Repeats;
+use super::reply::{self, Reply};
 use crate::message::Envelope;
 use crate::observe::activity::Doing;
-use crate::reply::{self, Reply};
 use crate::state::context::Context;
 use crate::state::grace_over::Bell;
 use crate::state::shutdown::Shutdown;

@@ -1,12 +1,14 @@
 //! Replies the relay writes, in one place so their codes stay consistent with DESIGN.md;
-//! with how a throttle refusal and upstream's verdict become the client's reply. Below the
-//! session and the message pipeline, which both answer with them.
+//! with how the pipeline's verdicts (a throttle refusal, upstream's answer, a pause) become
+//! the client's reply.
 
 use std::borrow::Cow;
 use std::time::Duration;
 
 use smallvec::{smallvec, SmallVec};
 
+use crate::message::received::Loop;
+use crate::pipeline::{End, Paused, Refusal, Scope, Unsent};
 use crate::throttle::ThrottleError;
 use crate::upstream::reply::split_enhanced;
 use crate::upstream::{Accepted, UpstreamError};
@@ -364,6 +366,35 @@ pub fn upstream_verdict(result: &Result<Accepted, UpstreamError>) -> Reply {
             let esc = format!("{}{}", code / 100, esc.get(1..).unwrap_or(".0.0"));
             Reply::raw(code, format!("{esc} upstream: {rest}"))
         }
+    }
+}
+
+/// What the client is told of its message's journey; nothing when it left.
+pub fn verdict(end: &End) -> Option<Reply> {
+    Some(match end {
+        End::Upstream(result) => upstream_verdict(result),
+        End::NoRoute => no_route(),
+        End::Refused(Refusal::Loop(Loop::CameBack)) => loop_detected(),
+        End::Refused(Refusal::Loop(Loop::TooManyHops)) => too_many_hops(),
+        End::Refused(Refusal::Paused(paused)) => paused_reply(paused),
+        End::Unsent(Unsent::Abandoned) => return None,
+        End::Unsent(Unsent::Paused(left)) => upstream_quota_exhausted(*left),
+        End::Unsent(Unsent::UpstreamRate(retry_after)) => upstream_rate_limited(*retry_after),
+        End::Unsent(Unsent::Refused(error)) => throttle_refusal(error),
+        End::Unsent(Unsent::GraceOver) => grace_over(),
+    })
+}
+
+/// A pause that holds a message back, by whom it holds.
+pub fn paused_reply(paused: &Paused) -> Reply {
+    match &paused.scope {
+        Scope::Upstream => upstream_quota_exhausted(paused.left.unwrap_or_default()),
+        Scope::UpstreamTenant(error) => upstream_verdict(&Err(error.clone())),
+        Scope::Tenant {
+            key,
+            breach,
+            reject,
+        } => tenant_paused(key, breach, *reject),
     }
 }
 

@@ -1,37 +1,50 @@
-//! What the relay records of one message once it is answered: its one log line, its outcome
-//! counted, its row among the last refusals, and its spans.
+//! What the relay records of one message once the session has answered it: its one log line,
+//! its outcome counted, its row among the last refusals, and its spans.
 
 use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
-use super::message::Message;
-use super::verdict::Verdict;
+use super::reply::Reply;
 use crate::observe::traces::MessageSpans;
+use crate::pipeline::{Message, Verdict};
 use crate::state::context::Context;
+
+/// One message's verdict and the reply it was answered with (none when the client left).
+pub(super) struct Answered<'a> {
+    pub verdict: &'a Verdict,
+    pub reply: Option<&'a Reply>,
+}
+
+impl Answered<'_> {
+    /// The reply when it is upstream's (or the routes') word on the message.
+    fn upstream_reply(&self) -> Option<&Reply> {
+        self.reply.filter(|_| self.verdict.upstreams_word())
+    }
+}
 
 /// One info line per message (no content, no addresses beyond the envelope's counts), its
 /// outcome counted, and its spans when `[telemetry]` is on. `started` is when its final dot
 /// came, `dot` the same on the wall clock.
-pub fn message(
+pub(super) fn message(
     ctx: &Context,
     message: &Message<'_>,
-    verdict: &Verdict,
+    answered: &Answered<'_>,
     started: Instant,
     dot: SystemTime,
 ) {
-    line(ctx, message, verdict, started);
-    spans(ctx, message, verdict, dot, started.elapsed());
+    line(ctx, message, answered, started);
+    spans(ctx, message, answered, dot, started.elapsed());
 }
 
-fn line(ctx: &Context, message: &Message<'_>, verdict: &Verdict, started: Instant) {
-    let record = &verdict.record;
+fn line(ctx: &Context, message: &Message<'_>, answered: &Answered<'_>, started: Instant) {
+    let record = &answered.verdict.record;
     let metrics = &ctx.services.metrics;
     metrics.message(record.outcome);
     if record.limited {
         metrics.throttled(&record.layer);
     }
-    let upstream_reply = verdict.upstream_reply();
+    let upstream_reply = answered.upstream_reply();
     let code = upstream_reply.map(|r| r.code);
     (ctx.services.recent).message(record.outcome, &record.layer, &record.key, code);
     // Built only for a log that is on: the one line per message is often filtered out.
@@ -61,18 +74,24 @@ fn line(ctx: &Context, message: &Message<'_>, verdict: &Verdict, started: Instan
 
 /// The message's spans: times, outcome, reply code, cost and upstream; the key only with
 /// `record_keys`; never addresses or content.
-fn spans(ctx: &Context, message: &Message<'_>, verdict: &Verdict, dot: SystemTime, took: Duration) {
+fn spans(
+    ctx: &Context,
+    message: &Message<'_>,
+    answered: &Answered<'_>,
+    dot: SystemTime,
+    took: Duration,
+) {
     let Some(traces) = &ctx.services.traces else {
         return;
     };
-    let record = &verdict.record;
+    let record = &answered.verdict.record;
     traces.message(&MessageSpans {
         started: dot,
         duration: took,
         waited: record.waited,
-        forwarded: verdict.upstream_reply().is_some() && !record.via.is_empty(),
+        forwarded: answered.upstream_reply().is_some() && !record.via.is_empty(),
         outcome: record.outcome.as_str(),
-        reply_code: verdict.reply.as_ref().map(|r| r.code),
+        reply_code: answered.reply.map(|r| r.code),
         cost: record.cost,
         layer: &record.layer,
         key: &record.key,
