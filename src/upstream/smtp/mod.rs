@@ -27,6 +27,7 @@ mod wire;
 
 pub(super) use transaction::{Failure, Step, Transaction};
 
+pub use super::client::ClientTlsError;
 use super::client::{Credentials, Tls};
 use super::pool::{Connector, Lease, Pool, Reconnect, Security};
 use super::{Accepted, CheckFuture, Classifier, Feedback, ForwardFuture, Forwarder, UpstreamError};
@@ -47,7 +48,10 @@ pub enum SmtpSetupError {
     #[error("upstream: a password is set without `username`")]
     MissingUsername,
     #[error("upstream TLS for `{host}`: {reason}")]
-    Tls { host: String, reason: String },
+    Tls {
+        host: String,
+        reason: ClientTlsError,
+    },
 }
 
 /// Attempts after upstream's "too many connections", each on another connection.
@@ -158,7 +162,10 @@ impl Forwarder for SmtpForwarder {
     }
 
     fn check(&self) -> CheckFuture<'_> {
-        Box::pin(async { self.pool.probe().await.map(|()| None) })
+        Box::pin(async {
+            let probed = self.pool.probe().await;
+            probed.map(|()| None).map_err(|e| e.to_string())
+        })
     }
 
     fn crowded(&self) -> u64 {
