@@ -78,7 +78,7 @@ async fn check_upstreams(ctx: &Context) -> Vec<(String, Checked)> {
 /// the first upstream). An unreachable upstream no route needs does not make the relay
 /// unready, nor a fallback while its primary is up: replicas share them, and pulling every
 /// replica out of the load balancer for it would stop all mail.
-fn upstreams_ready(ctx: &Context, checks: &[(String, Checked)]) -> Result<(), String> {
+fn upstreams_ready(ctx: &Context, checks: &[(String, Checked)]) -> Result<(), UpstreamsUnready> {
     let ok = |name: &str| checks.iter().any(|(n, r)| n == name && r.is_ok());
     let routes = &ctx.setup.config.routes;
     let needed = match routes.is_empty() {
@@ -90,10 +90,36 @@ fn upstreams_ready(ctx: &Context, checks: &[(String, Checked)]) -> Result<(), St
     if needed {
         return Ok(());
     }
-    let failing: Vec<String> = (checks.iter())
-        .filter_map(|(name, r)| r.as_ref().err().map(|e| format!("{name}: {e}")))
+    let failing = (checks.iter())
+        .filter_map(|(name, r)| r.as_ref().err().map(|e| (name.clone(), e.to_string())))
         .collect();
-    Err(failing.join("; "))
+    Err(UpstreamsUnready { failing })
+}
+
+/// The relay cannot take mail for want of upstreams: every upstream whose check failed, by
+/// name, with why.
+#[derive(Debug, thiserror::Error)]
+struct UpstreamsUnready {
+    failing: Vec<(String, String)>,
+}
+
+/// `eu: timed out; backup: greeting was "554 go away"`.
+impl std::fmt::Display for UpstreamsUnready {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (name, why)) in self.failing.iter().enumerate() {
+            let separator = if i == 0 { "" } else { "; " };
+            write!(f, "{separator}{name}: {why}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A check as `/readyz` shows it: `{"ok": true}`, or `{"ok": false, "error": ...}`.
+fn verdict<E: std::fmt::Display>(check: &Result<(), E>) -> serde_json::Value {
+    match check {
+        Ok(()) => json!({"ok": true}),
+        Err(e) => json!({"ok": false, "error": e.to_string()}),
+    }
 }
 
 /// The answer in the moment before `run` installs the first context.
@@ -144,14 +170,10 @@ async fn readyz(State(admin): State<Arc<Admin>>) -> Response {
     let upstream = upstreams_ready(&ctx, &checks);
     let store = ctx.setup.throttle.check_store().await;
     let ready = listening && upstream.is_ok() && store.as_ref().is_none_or(|s| s.is_ok());
-    let verdict = |check: &Result<(), String>| match check {
-        Ok(()) => json!({"ok": true}),
-        Err(e) => json!({"ok": false, "error": e}),
-    };
     let each: serde_json::Map<String, serde_json::Value> =
         (ctx.setup.upstreams.iter().zip(&checks))
             .map(|(u, (name, check))| {
-                let mut state = verdict(&check.clone().map(|_| ()).map_err(|e| e.to_string()));
+                let mut state = verdict(&check.clone().map(|_| ()));
                 if let Ok(Some(detail)) = check {
                     state["detail"] = json!(detail);
                 }

@@ -108,7 +108,7 @@ async fn judge(route: &SnsRoute, message: &SnsMessage) -> Verdict {
 fn refusal(e: VerifyError) -> Verdict {
     match e {
         VerifyError::Refused(e) => Verdict::Refused(e.to_string()),
-        e @ VerifyError::Fetch(..) => Verdict::Unavailable(e.to_string()),
+        e @ VerifyError::Fetch { .. } => Verdict::Unavailable(e.to_string()),
     }
 }
 

@@ -2,11 +2,13 @@
 //! laptop or a phone. Server-rendered HTML that refreshes itself every few seconds; no script.
 //! Every value is escaped: keys and layer names may come from clients.
 
-use std::fmt::Write as _;
+use std::fmt::{Display, Write as _};
 
 use crate::observe::recent::Recent;
 use crate::reputation::Standing;
 use crate::state::context::{Context, Health};
+use crate::throttle::store::StoreError;
+use crate::throttle::StoreUnreachable;
 use crate::upstream::Checked;
 
 /// Keys listed in "most waiting".
@@ -22,20 +24,16 @@ pub struct Checks {
     /// Each upstream's reachability, by name, in config order.
     pub upstreams: Vec<(String, Checked)>,
     /// `None` when no layer uses a shared store.
-    pub store: Option<Result<(), String>>,
+    pub store: Option<Result<(), StoreUnreachable>>,
     /// The reputation guard's addresses suppressed and tenants, `None` when it is off (read
     /// from Redis with `[redis]`: an error when it does not answer).
-    pub reputation: Option<Result<(usize, Vec<Standing>), String>>,
+    pub reputation: Option<Result<(usize, Vec<Standing>), StoreError>>,
 }
 
 /// What the status page shows of the reputation guard, read by the caller.
-pub async fn reputation_view(ctx: &Context) -> Option<Result<(usize, Vec<Standing>), String>> {
+pub async fn reputation_view(ctx: &Context) -> Option<Result<(usize, Vec<Standing>), StoreError>> {
     let guard = ctx.services.reputation.as_ref()?;
-    let read = async { Ok((guard.suppressed_count().await?, guard.standings().await?)) };
-    Some(
-        read.await
-            .map_err(|e: crate::throttle::store::StoreError| e.to_string()),
-    )
+    Some(async { Ok((guard.suppressed_count().await?, guard.standings().await?)) }.await)
 }
 
 /// The whole page.
@@ -63,16 +61,12 @@ fn readiness(html: &mut String, ctx: &Context, health: &Health, checks: &Checks)
     html.push_str("<h2>Readiness</h2><table><tr><th>part</th><th>state</th></tr>");
     let listening = match health.listening() {
         true => Ok(()),
-        false => Err("not accepting".to_string()),
+        false => Err("not accepting"),
     };
     row_state(html, "SMTP listeners", &listening);
     for (upstream, (name, check)) in ctx.setup.upstreams.iter().zip(&checks.upstreams) {
         let part = format!("upstream {name} ({})", upstream.config.url());
-        row_state(
-            html,
-            &part,
-            &check.clone().map(|_| ()).map_err(|e| e.to_string()),
-        );
+        row_state(html, &part, &check.clone().map(|_| ()));
         if let Some(left) = upstream.pause.left() {
             let paused = Err(format!(
                 "paused after a quota reply, {} s left",
@@ -100,7 +94,7 @@ fn sessions(html: &mut String, ctx: &Context) {
     html.push_str("</table>");
 }
 
-fn row_state(html: &mut String, part: &str, state: &Result<(), String>) {
+fn row_state(html: &mut String, part: &str, state: &Result<(), impl Display>) {
     let (class, text) = match state {
         Ok(()) => ("ok", "ready".to_string()),
         Err(e) => ("bad", format!("not ready: {e}")),
@@ -143,7 +137,7 @@ fn layers(html: &mut String, ctx: &Context, recent: &Recent) {
 }
 
 /// Tenants the reputation guard holds now, with their rates, and the addresses suppressed.
-fn reputation(html: &mut String, view: Option<&Result<(usize, Vec<Standing>), String>>) {
+fn reputation(html: &mut String, view: Option<&Result<(usize, Vec<Standing>), StoreError>>) {
     let (suppressed, standings) = match view {
         None => return,
         Some(Ok(view)) => view,
@@ -151,7 +145,7 @@ fn reputation(html: &mut String, view: Option<&Result<(usize, Vec<Standing>), St
             let _ = write!(
                 html,
                 "<h2>Tenant reputation</h2><p class=\"bad\">{}</p>",
-                escape(e)
+                escape(&e.to_string())
             );
             return;
         }

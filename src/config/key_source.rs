@@ -27,8 +27,23 @@ pub enum KeySource {
     None,
 }
 
+/// Text that names no key source, as written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "`{0}`: expected auth, header:<Name>, sender, sender-domain, rcpt-domain, client-ip or none"
+)]
+pub struct UnknownKeySource(pub String);
+
+/// An [`UnknownKeySource`] in the file, with the config key it was read from.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("key `{key}`: {error}")]
+pub struct BadKeySource {
+    pub key: &'static str,
+    pub error: UnknownKeySource,
+}
+
 impl KeySource {
-    pub fn parse(text: &str) -> Result<KeySource, String> {
+    pub fn parse(text: &str) -> Result<KeySource, UnknownKeySource> {
         Ok(match text {
             "auth" => KeySource::Auth,
             "sender" => KeySource::Sender,
@@ -38,28 +53,21 @@ impl KeySource {
             "none" => KeySource::None,
             _ => match text.strip_prefix("header:") {
                 Some(name) if is_header_name(name) => KeySource::Header(name.to_string()),
-                _ => {
-                    return Err(format!(
-                        "`{text}`: expected auth, header:<Name>, sender, sender-domain, \
-                         rcpt-domain, client-ip or none"
-                    ))
-                }
+                _ => return Err(UnknownKeySource(text.to_string())),
             },
         })
     }
-}
 
-impl KeySource {
     /// [`KeySource::parse`], its error naming the config `key` it was read from.
-    pub(super) fn parse_for(key: &str, text: &str) -> Result<KeySource, String> {
-        KeySource::parse(text).map_err(|e| format!("key `{key}`: {e}"))
+    pub(super) fn parse_for(key: &'static str, text: &str) -> Result<KeySource, BadKeySource> {
+        KeySource::parse(text).map_err(|error| BadKeySource { key, error })
     }
 }
 
 impl TryFrom<String> for KeySource {
-    type Error = String;
+    type Error = BadKeySource;
 
-    fn try_from(text: String) -> Result<KeySource, String> {
+    fn try_from(text: String) -> Result<KeySource, BadKeySource> {
         KeySource::parse_for("throttle.key", &text)
     }
 }

@@ -35,20 +35,23 @@ mod telemetry;
 mod throttle;
 mod upstream;
 
-pub use key_source::{KeySource, MAX_KEY_BYTES};
-pub use redis::{OnError, RedisConfig};
-pub use replies::ReplyPatterns;
-pub use reputation::{Action, ReputationConfig, ReputationKey, SnsConfig, SqsConfig};
-pub use route::{RouteConfig, RouteKey};
-pub use security::{AuthConfig, TlsConfig, UserConfig};
-pub use smtp::SmtpConfig;
+pub use key_source::{BadKeySource, KeySource, UnknownKeySource, MAX_KEY_BYTES};
+pub use redis::{OnError, RedisConfig, RedisRule};
+pub use replies::{BadReplyPattern, ReplyPatterns};
+pub use reputation::{
+    Action, ReputationConfig, ReputationKey, ReputationRule, SnsConfig, SqsConfig,
+};
+pub use route::{RouteConfig, RouteKey, RouteRule};
+pub use security::{AuthConfig, PasswordHashError, SecurityRule, TlsConfig, UserConfig};
+pub use smtp::{SmtpConfig, SmtpRule};
 pub use telemetry::TelemetryConfig;
 pub use throttle::{
-    Adapt, Cost, FairBy, Limit, MatchSpec, Mode, Refill, StoreKind, ThrottleConfig,
+    Adapt, Cost, FairBy, LayerRule, Limit, MatchSpec, Mode, Refill, StoreKind, ThrottleConfig,
 };
 pub use upstream::{
     FileUpstream, MxKeys, MxUpstream, SesKeys, SesUpstream, SmtpClient, SmtpCredentials,
-    SmtpUpstream, UpstreamConfig, UpstreamKind, UpstreamTls, DEFAULT_NAME,
+    SmtpUpstream, UpstreamConfig, UpstreamKeyError, UpstreamKind, UpstreamTls, UpstreamUrlError,
+    DEFAULT_NAME,
 };
 
 /// A configuration that could not be used; the text says which key and where.
@@ -59,8 +62,75 @@ pub enum ConfigError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{path}: {message}")]
-    Invalid { path: PathBuf, message: String },
+    #[error("{path}: {error}")]
+    Invalid { path: PathBuf, error: InvalidConfig },
+}
+
+/// Why a TOML document is no configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum InvalidConfig {
+    /// Not TOML, or a value its key's type refuses: toml's text names the key and shows the
+    /// line.
+    #[error("{0}")]
+    Toml(toml::de::Error),
+    /// A rule that spans keys, checked once the document is read.
+    #[error("{0}")]
+    Rule(#[from] BrokenRule),
+}
+
+/// A rule no single key's type can say, broken: the key it names, its line when one key
+/// holds the fault, and what is wrong.
+#[derive(Debug, thiserror::Error)]
+#[error("key `{key}`: {problem}{}", line.map_or(String::new(), |n| format!(" (at line {n})")))]
+pub struct BrokenRule {
+    pub key: &'static str,
+    pub line: Option<usize>,
+    pub problem: RuleProblem,
+}
+
+/// What is wrong, by the part of the file whose rule it breaks.
+#[derive(Debug, thiserror::Error)]
+pub enum RuleProblem {
+    #[error(transparent)]
+    Smtp(#[from] SmtpRule),
+    #[error(transparent)]
+    Security(#[from] SecurityRule),
+    #[error(transparent)]
+    PasswordHash(#[from] PasswordHashError),
+    #[error(transparent)]
+    Layer(#[from] LayerRule),
+    #[error(transparent)]
+    Route(#[from] RouteRule),
+    #[error(transparent)]
+    Redis(#[from] RedisRule),
+    #[error(transparent)]
+    Reputation(#[from] ReputationRule),
+}
+
+impl BrokenRule {
+    /// The rule of `key` broken at the line of `span` in `text`.
+    fn at(
+        text: &str,
+        span: std::ops::Range<usize>,
+        key: &'static str,
+        problem: impl Into<RuleProblem>,
+    ) -> BrokenRule {
+        let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
+        BrokenRule {
+            key,
+            line: Some(line),
+            problem: problem.into(),
+        }
+    }
+
+    /// The rule of `key` broken where no one line holds the fault (a key left out).
+    fn unlocated(key: &'static str, problem: impl Into<RuleProblem>) -> BrokenRule {
+        BrokenRule {
+            key,
+            line: None,
+            problem: problem.into(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -107,15 +177,15 @@ impl Config {
             path: path.to_owned(),
             source,
         })?;
-        Config::parse(&text).map_err(|message| ConfigError::Invalid {
+        Config::parse(&text).map_err(|error| ConfigError::Invalid {
             path: path.to_owned(),
-            message,
+            error,
         })
     }
 
     /// Parses and validates a TOML document; the error text names the key and the line.
-    pub fn parse(text: &str) -> Result<Config, String> {
-        let mut config: Config = toml::from_str(text).map_err(|e| e.to_string())?;
+    pub fn parse(text: &str) -> Result<Config, InvalidConfig> {
+        let mut config: Config = toml::from_str(text).map_err(InvalidConfig::Toml)?;
         config.validate(text)?;
         for upstream in &mut config.upstreams {
             upstream.default_helo_name(&config.smtp.hostname);
@@ -159,39 +229,44 @@ impl Config {
 
     /// `limit = "account"` only where one SES account's rate is meant: a `key = "none"` drip
     /// layer scoped to a `ses://` upstream, in process, not adaptive.
-    fn validate_account_limit(&self, layer: &ThrottleConfig, text: &str) -> Result<(), String> {
+    fn validate_account_limit(&self, layer: &ThrottleConfig, text: &str) -> Result<(), BrokenRule> {
         if layer.limit != Limit::Account {
             return Ok(());
         }
         let ses = (layer.upstream.as_ref())
             .and_then(|u| self.upstreams.iter().find(|c| c.name() == u.get_ref()))
             .is_some_and(|u| matches!(u.kind, UpstreamKind::Ses(_)));
-        let why = if layer.key != KeySource::None || !ses {
-            "only a `key = \"none\"` layer scoped (`upstream`) to a ses:// upstream"
+        let problem = if layer.key != KeySource::None || !ses {
+            LayerRule::AccountNotSesScoped
         } else if layer.refill != Refill::Drip || layer.adaptive == Some(true) {
-            "only a drip layer that does not learn (`adaptive`)"
+            LayerRule::AccountLearned
         } else if layer.store != StoreKind::Local {
-            "only an in-process layer (`store = \"local\"`)"
+            LayerRule::AccountShared
         } else {
             return Ok(());
         };
-        let message = format!("key `throttle.limit`: \"account\" is for {why}");
-        Err(located(text, layer.name.span(), &message))
+        Err(BrokenRule::at(
+            text,
+            layer.name.span(),
+            "throttle.limit",
+            problem,
+        ))
     }
 
-    fn validate(&self, text: &str) -> Result<(), String> {
+    fn validate(&self, text: &str) -> Result<(), BrokenRule> {
         if self.smtp.listen.is_empty() && self.smtp.tls_listen.is_empty() {
-            return Err("key `smtp.listen`: at least one address is needed".into());
+            return Err(BrokenRule::unlocated("smtp.listen", SmtpRule::NoListener));
         }
         check_hostname(&self.smtp.hostname)?;
         security::validate(&self.smtp, text)?;
         let mut names = std::collections::HashSet::new();
         for layer in &self.throttle {
             if !names.insert(layer.name()) {
-                return Err(located(
+                return Err(BrokenRule::at(
                     text,
                     layer.name.span(),
-                    "key `throttle.name`: duplicate layer name",
+                    "throttle.name",
+                    LayerRule::DuplicateName,
                 ));
             }
             validate_layer(layer, text)?;
@@ -199,13 +274,8 @@ impl Config {
         }
         route::validate(self, text)?;
         if let Some(hash) = self.admin.as_ref().and_then(|a| a.password_hash.as_ref()) {
-            security::check_hash(hash.get_ref()).map_err(|e| {
-                located(
-                    text,
-                    hash.span(),
-                    &format!("key `admin.password_hash`: {e}"),
-                )
-            })?;
+            security::check_hash(hash.get_ref())
+                .map_err(|e| BrokenRule::at(text, hash.span(), "admin.password_hash", e))?;
         }
         if let Some(reputation) = &self.reputation {
             reputation::validate(reputation, text)?;
@@ -215,30 +285,33 @@ impl Config {
 }
 
 /// The rules of one layer that no single key's type can say.
-fn validate_layer(layer: &ThrottleConfig, text: &str) -> Result<(), String> {
+fn validate_layer(layer: &ThrottleConfig, text: &str) -> Result<(), BrokenRule> {
     if let Some(m) = &layer.match_ {
         if m.get_ref().header.trim().is_empty() || m.get_ref().value.trim().is_empty() {
-            return Err(located(
+            return Err(BrokenRule::at(
                 text,
                 m.span(),
-                "key `throttle.match`: needs a header name and a value to compare",
+                "throttle.match",
+                LayerRule::MatchIncomplete,
             ));
         }
     }
     if layer.refill == Refill::FixedWindow
         && layer.burst.is_some_and(|b| b.get() != layer.limit.get())
     {
-        return Err(located(
+        return Err(BrokenRule::at(
             text,
             layer.name.span(),
-            "key `throttle.burst`: a fixed_window layer holds `limit`; leave burst out",
+            "throttle.burst",
+            LayerRule::BurstInFixedWindow,
         ));
     }
     if layer.fair_by.is_none() && !layer.weights.is_empty() {
-        return Err(located(
+        return Err(BrokenRule::at(
             text,
             layer.name.span(),
-            "key `throttle.weights`: weights share the turns of `fair_by`; set it",
+            "throttle.weights",
+            LayerRule::WeightsWithoutFairBy,
         ));
     }
     Ok(())
@@ -246,21 +319,13 @@ fn validate_layer(layer: &ThrottleConfig, text: &str) -> Result<(), String> {
 
 /// `smtp.hostname` is written in our `Received:` field and greeting: a domain (or address
 /// literal) of plain ASCII, short enough that the field's lines stay far under 998 octets.
-fn check_hostname(hostname: &str) -> Result<(), String> {
+fn check_hostname(hostname: &str) -> Result<(), BrokenRule> {
     let ok = |c: char| c.is_ascii_alphanumeric() || ".-_[]:".contains(c);
     if hostname.is_empty() || hostname.len() > 253 || !hostname.chars().all(ok) {
-        return Err(format!(
-            "key `smtp.hostname`: {hostname:?} is not a domain name (ASCII letters, digits, \
-             `.`, `-`, at most 253 characters)"
-        ));
+        let problem = SmtpRule::NotHostname(hostname.to_string());
+        return Err(BrokenRule::unlocated("smtp.hostname", problem));
     }
     Ok(())
-}
-
-/// Formats `message` with the line of `span` in `text`, as the parser's own errors do.
-fn located(text: &str, span: std::ops::Range<usize>, message: &str) -> String {
-    let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
-    format!("{message} (at line {line})")
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use std::num::NonZeroU64;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::{located, Config, Refill, StoreKind, ThrottleConfig};
+use super::{BrokenRule, Config, Refill, StoreKind, ThrottleConfig};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -51,22 +51,23 @@ impl SentinelConfig {
         self.nodes.iter().filter_map(|n| host_port(n))
     }
 
-    fn check(&self) -> Result<(), String> {
+    /// The sentinel's own keys; `span` is the `sentinel` key's, which holds them all.
+    fn check(&self, text: &str, span: std::ops::Range<usize>) -> Result<(), BrokenRule> {
+        let broken = |key, problem| Err(BrokenRule::at(text, span.clone(), key, problem));
         if self.master.is_empty() {
-            return Err("key `redis.sentinel.master`: the name of the primary is empty".into());
+            return broken("redis.sentinel.master", RedisRule::NoPrimaryName);
         }
         if self.nodes.is_empty() {
-            return Err("key `redis.sentinel.nodes`: name at least one sentinel".into());
+            return broken("redis.sentinel.nodes", RedisRule::NoSentinels);
         }
         if let Some(bad) = self.nodes.iter().find(|n| host_port(n).is_none()) {
-            return Err(format!(
-                "key `redis.sentinel.nodes`: `{bad}` is not host:port"
-            ));
+            return broken("redis.sentinel.nodes", RedisRule::NotHostPort(bad.clone()));
         }
         match &self.password_env {
-            Some(var) if std::env::var_os(var).is_none() => Err(format!(
-                "key `redis.sentinel.password_env`: environment variable `{var}` is not set"
-            )),
+            Some(var) if std::env::var_os(var).is_none() => broken(
+                "redis.sentinel.password_env",
+                RedisRule::EnvNotSet(var.clone()),
+            ),
             _ => Ok(()),
         }
     }
@@ -108,8 +109,54 @@ impl RedisConfig {
     }
 }
 
+/// The rules of `[redis]` and of the layers that use it.
+#[derive(Debug, thiserror::Error)]
+pub enum RedisRule {
+    #[error(
+        "layer `{0}` has store = \"redis\" but there is no [redis] section (add one with \
+         `url = \"redis://host:6379\"`)"
+    )]
+    NoRedisSection(String),
+    #[error("a redis layer's name cannot contain `{{` or `}}`")]
+    BracesInLayerName,
+    #[error(
+        "layer `{0}`: burst × interval is too large for the redis store (it must stay below \
+         2^53 microsecond-tokens); lower the burst or the interval"
+    )]
+    InexactInLua(String),
+    #[error(
+        "the sentinels name the primary; give `sentinel` or `url` (or `cluster = true` with \
+         `urls`), not both"
+    )]
+    SentinelAndUrl,
+    #[error("the name of the primary is empty")]
+    NoPrimaryName,
+    #[error("name at least one sentinel")]
+    NoSentinels,
+    #[error("`{0}` is not host:port")]
+    NotHostPort(String),
+    #[error("environment variable `{0}` is not set")]
+    EnvNotSet(String),
+    #[error("the [redis] section needs `url` (or `urls` with `cluster = true`, or `sentinel`)")]
+    NoUrl,
+    #[error("several seed URLs are for `cluster = true`; use `url`")]
+    SeedsWithoutCluster,
+    /// `error` is the redis crate's reason; none when it took the URL but the scheme is
+    /// another (`http://`).
+    #[error(
+        "`{url}` is not a redis://, rediss:// or unix:// URL ({})",
+        error.as_ref().map_or("unknown scheme".to_string(), ToString::to_string)
+    )]
+    NotRedisUrl {
+        url: String,
+        error: Option<::redis::RedisError>,
+    },
+    #[error("cannot contain `{{` or `}}`")]
+    BracesInPrefix,
+}
+
 /// The `[redis]` rules and those of the layers that use it.
-pub(super) fn validate(config: &Config, text: &str) -> Result<(), String> {
+pub(super) fn validate(config: &Config, text: &str) -> Result<(), BrokenRule> {
     let redis_layers = config
         .throttle
         .iter()
@@ -127,51 +174,52 @@ fn validate_layer(
     layer: &ThrottleConfig,
     redis: Option<&RedisConfig>,
     text: &str,
-) -> Result<(), String> {
-    let span = layer.name.span();
+) -> Result<(), BrokenRule> {
+    let broken = |key, problem| Err(BrokenRule::at(text, layer.name.span(), key, problem));
     if redis.is_none() {
-        let message = format!(
-            "key `throttle.store`: layer `{}` has store = \"redis\" but there is no \
-             [redis] section (add one with `url = \"redis://host:6379\"`)",
-            layer.name()
-        );
-        return Err(located(text, span, &message));
+        let problem = RedisRule::NoRedisSection(layer.name().to_string());
+        return broken("throttle.store", problem);
     }
     if layer.name().contains(['{', '}']) {
-        let message = "key `throttle.name`: a redis layer's name cannot contain `{` or `}`";
-        return Err(located(text, span, message));
+        return broken("throttle.name", RedisRule::BracesInLayerName);
     }
-    exact_in_lua(layer).map_err(|e| located(text, span, &format!("key `throttle.burst`: {e}")))
+    match exact_in_lua(layer) {
+        true => Ok(()),
+        false => broken(
+            "throttle.burst",
+            RedisRule::InexactInLua(layer.name().to_string()),
+        ),
+    }
 }
 
-fn validate_section(redis: &RedisConfig, text: &str) -> Result<(), String> {
+fn validate_section(redis: &RedisConfig, text: &str) -> Result<(), BrokenRule> {
     let urls: Vec<&Spanned<String>> = redis.url.iter().chain(&redis.urls).collect();
     if let Some(sentinel) = &redis.sentinel {
         let span = sentinel.span();
         if !urls.is_empty() || redis.cluster {
-            let message = "key `redis.sentinel`: the sentinels name the primary; give \
-                           `sentinel` or `url` (or `cluster = true` with `urls`), not both";
-            return Err(located(text, span, message));
+            return Err(BrokenRule::at(
+                text,
+                span,
+                "redis.sentinel",
+                RedisRule::SentinelAndUrl,
+            ));
         }
-        sentinel
-            .get_ref()
-            .check()
-            .map_err(|e| located(text, span.clone(), &e))?;
+        sentinel.get_ref().check(text, span.clone())?;
         return check_common(redis, text, span);
     }
     let Some(first) = urls.first() else {
-        return Err(
-            "key `redis.url`: the [redis] section needs `url` (or `urls` with `cluster = true`, \
-             or `sentinel`)"
-                .into(),
-        );
+        return Err(BrokenRule::unlocated("redis.url", RedisRule::NoUrl));
     };
     if !redis.cluster && urls.len() > 1 {
-        let message = "key `redis.urls`: several seed URLs are for `cluster = true`; use `url`";
-        return Err(located(text, urls[1].span(), message));
+        return Err(BrokenRule::at(
+            text,
+            urls[1].span(),
+            "redis.urls",
+            RedisRule::SeedsWithoutCluster,
+        ));
     }
     for url in &urls {
-        check_url(url.get_ref()).map_err(|e| located(text, url.span(), &e))?;
+        check_url(url.get_ref()).map_err(|e| BrokenRule::at(text, url.span(), "redis.url", e))?;
     }
     check_common(redis, text, first.span())
 }
@@ -181,24 +229,29 @@ fn check_common(
     redis: &RedisConfig,
     text: &str,
     span: std::ops::Range<usize>,
-) -> Result<(), String> {
+) -> Result<(), BrokenRule> {
     if let Some(var) = &redis.password_env {
         if std::env::var_os(var.get_ref()).is_none() {
-            let message = format!(
-                "key `redis.password_env`: environment variable `{}` is not set",
-                var.get_ref()
-            );
-            return Err(located(text, var.span(), &message));
+            return Err(BrokenRule::at(
+                text,
+                var.span(),
+                "redis.password_env",
+                RedisRule::EnvNotSet(var.get_ref().clone()),
+            ));
         }
     }
     if redis.prefix.contains(['{', '}']) {
-        let message = "key `redis.prefix`: cannot contain `{` or `}`";
-        return Err(located(text, span, message));
+        return Err(BrokenRule::at(
+            text,
+            span,
+            "redis.prefix",
+            RedisRule::BracesInPrefix,
+        ));
     }
     Ok(())
 }
 
-fn check_url(url: &str) -> Result<(), String> {
+fn check_url(url: &str) -> Result<(), RedisRule> {
     let scheme_ok = ["redis://", "rediss://", "unix://", "redis+unix://"]
         .iter()
         .any(|s| url.starts_with(s));
@@ -206,20 +259,18 @@ fn check_url(url: &str) -> Result<(), String> {
     if scheme_ok && parsed.is_ok() {
         return Ok(());
     }
-    let why = parsed
-        .err()
-        .map_or("unknown scheme".to_string(), |e| e.to_string());
-    Err(format!(
-        "key `redis.url`: `{url}` is not a redis://, rediss:// or unix:// URL ({why})"
-    ))
+    Err(RedisRule::NotRedisUrl {
+        url: url.to_string(),
+        error: parsed.err(),
+    })
 }
 
 /// The Redis scripts compute in Lua numbers, doubles, exact for integers below 2^53; unix
 /// microseconds take about 2^51 of that. A drip bucket's scaled time line needs
 /// `capacity * interval` (with the interval reduced by its common factor with the limit);
-/// a window or ttl is added to now. A layer whose numbers do not fit is refused here, so the
-/// store never computes an inexact bucket.
-fn exact_in_lua(layer: &ThrottleConfig) -> Result<(), String> {
+/// a window or ttl is added to now. Whether the layer's numbers fit: one whose numbers do not
+/// is refused when the file is read, so the store never computes an inexact bucket.
+fn exact_in_lua(layer: &ThrottleConfig) -> bool {
     const EXACT: u128 = 1 << 53;
     let micros = |ms: u64| u128::from(ms) * 1000;
     let (widest, period) = match layer.refill {
@@ -246,14 +297,7 @@ fn exact_in_lua(layer: &ThrottleConfig) -> Result<(), String> {
             micros(layer.idle_ttl_ms.get()),
         ),
     };
-    if widest >= EXACT || period >= (1 << 52) {
-        return Err(format!(
-            "layer `{}`: burst × interval is too large for the redis store \
-             (it must stay below 2^53 microsecond-tokens); lower the burst or the interval",
-            layer.name()
-        ));
-    }
-    Ok(())
+    widest < EXACT && period < (1 << 52)
 }
 
 fn gcd(mut a: u128, mut b: u128) -> u128 {
@@ -273,7 +317,9 @@ mod tests {
 
     #[test]
     fn a_redis_layer_needs_a_redis_section() {
-        let err = Config::parse(&format!("{BASE}{LAYER}")).unwrap_err();
+        let err = Config::parse(&format!("{BASE}{LAYER}"))
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("throttle.store") && err.contains("[redis]"),
             "{err}"
@@ -294,15 +340,15 @@ mod tests {
     #[test]
     fn bad_urls_and_missing_env_are_named_with_their_line() {
         let text = format!("{BASE}[redis]\nurl = \"http://x\"\n");
-        let err = Config::parse(&text).unwrap_err();
+        let err = Config::parse(&text).unwrap_err().to_string();
         assert!(err.contains("redis.url") && err.contains("line 6"), "{err}");
         let text = format!("{BASE}[redis]\nurls = [\"redis://a:1\", \"redis://b:2\"]\n");
-        let err = Config::parse(&text).unwrap_err();
+        let err = Config::parse(&text).unwrap_err().to_string();
         assert!(err.contains("cluster = true"), "{err}");
         let text = format!(
             "{BASE}[redis]\nurl = \"redis://a:1\"\npassword_env = \"MAILSLUICE_NO_SUCH_VAR\"\n"
         );
-        let err = Config::parse(&text).unwrap_err();
+        let err = Config::parse(&text).unwrap_err().to_string();
         assert!(
             err.contains("password_env") && err.contains("line 7"),
             "{err}"
@@ -338,7 +384,7 @@ mod tests {
         ];
         for (section, why, line) in cases {
             let text = format!("{BASE}{LAYER}[redis]\n{section}\n");
-            let err = Config::parse(&text).unwrap_err();
+            let err = Config::parse(&text).unwrap_err().to_string();
             assert!(err.contains(why), "{section}: {err}");
             assert!(err.contains("sentinel"), "{section}: {err}");
             assert!(err.contains(&format!("line {line}")), "{section}: {err}");
@@ -352,8 +398,9 @@ mod tests {
             format!("{BASE}[[throttle]]\nname = \"t\"\nkey = \"none\"\n{numbers}\nstore = \"redis\"\n{redis}")
         };
         // 2^40 tokens a day: burst × interval in microseconds is far past 2^53.
-        let err =
-            Config::parse(&layer("limit = 1099511627776\ninterval_ms = 86400000")).unwrap_err();
+        let err = Config::parse(&layer("limit = 1099511627776\ninterval_ms = 86400000"))
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("throttle.burst") && err.contains("2^53"),
             "{err}"

@@ -48,12 +48,24 @@ impl ReplyPatterns {
     }
 }
 
-impl TryFrom<Vec<String>> for ReplyPatterns {
-    type Error = String;
+/// A pattern that does not compile, with the regex crate's reason.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("bad regular expression `{pattern}`: {error}")]
+pub struct BadReplyPattern {
+    pub pattern: String,
+    pub error: regex::Error,
+}
 
-    fn try_from(list: Vec<String>) -> Result<ReplyPatterns, String> {
-        let compile =
-            |p: &String| Regex::new(p).map_err(|e| format!("bad regular expression `{p}`: {e}"));
+impl TryFrom<Vec<String>> for ReplyPatterns {
+    type Error = BadReplyPattern;
+
+    fn try_from(list: Vec<String>) -> Result<ReplyPatterns, BadReplyPattern> {
+        let compile = |p: &String| {
+            Regex::new(p).map_err(|error| BadReplyPattern {
+                pattern: p.clone(),
+                error,
+            })
+        };
         Ok(ReplyPatterns(
             list.iter().map(compile).collect::<Result<_, _>>()?,
         ))
@@ -82,7 +94,9 @@ mod tests {
 
     #[test]
     fn a_bad_pattern_is_refused() {
-        let err = ReplyPatterns::try_from(vec!["(".to_string()]).unwrap_err();
+        let err = ReplyPatterns::try_from(vec!["(".to_string()])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("bad regular expression `(`"), "{err}");
     }
 }

@@ -9,7 +9,7 @@ use std::num::{NonZeroU64, NonZeroUsize};
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::{located, KeySource};
+use super::{BadKeySource, BrokenRule, KeySource};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -65,9 +65,9 @@ impl ReputationConfig {
 pub struct ReputationKey(pub KeySource);
 
 impl TryFrom<String> for ReputationKey {
-    type Error = String;
+    type Error = BadKeySource;
 
-    fn try_from(text: String) -> Result<ReputationKey, String> {
+    fn try_from(text: String) -> Result<ReputationKey, BadKeySource> {
         KeySource::parse_for("reputation.key", &text).map(ReputationKey)
     }
 }
@@ -133,37 +133,61 @@ fn yes() -> bool {
     true
 }
 
+/// The rules of `[reputation]` that no single key's type can say.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ReputationRule {
+    #[error("{0} is not a rate in (0, 1]")]
+    NotARate(f64),
+    #[error("at most {} bytes", super::MAX_KEY_BYTES)]
+    DefaultKeyTooLong,
+    #[error("expected an https:// queue URL")]
+    NotQueueUrl,
+    #[error("expected a topic ARN, arn:aws:sns:REGION:ACCOUNT:NAME")]
+    NotTopicArn,
+}
+
 /// The rules no single key's type can say; errors name the key and its line.
-pub(super) fn validate(config: &ReputationConfig, text: &str) -> Result<(), String> {
-    for (name, rate) in [
-        ("max_bounce_rate", &config.max_bounce_rate),
-        ("max_complaint_rate", &config.max_complaint_rate),
+pub(super) fn validate(config: &ReputationConfig, text: &str) -> Result<(), BrokenRule> {
+    for (key, rate) in [
+        ("reputation.max_bounce_rate", &config.max_bounce_rate),
+        ("reputation.max_complaint_rate", &config.max_complaint_rate),
     ] {
         let r = *rate.get_ref();
         if !(r > 0.0 && r <= 1.0) {
-            let message = format!("key `reputation.{name}`: {r} is not a rate in (0, 1]");
-            return Err(located(text, rate.span(), &message));
+            return Err(BrokenRule::at(
+                text,
+                rate.span(),
+                key,
+                ReputationRule::NotARate(r),
+            ));
         }
     }
     if config.default_key.len() > super::MAX_KEY_BYTES {
-        let message = format!(
-            "key `reputation.default_key`: at most {} bytes",
-            super::MAX_KEY_BYTES
-        );
-        return Err(message);
+        return Err(BrokenRule::unlocated(
+            "reputation.default_key",
+            ReputationRule::DefaultKeyTooLong,
+        ));
     }
     if let Some(sqs) = &config.sqs {
         let url = sqs.queue_url.get_ref();
         if !(url.starts_with("https://") || url.starts_with("http://")) {
-            let message = "key `reputation.sqs.queue_url`: expected an https:// queue URL";
-            return Err(located(text, sqs.queue_url.span(), message));
+            return Err(BrokenRule::at(
+                text,
+                sqs.queue_url.span(),
+                "reputation.sqs.queue_url",
+                ReputationRule::NotQueueUrl,
+            ));
         }
     }
     for topic in config.sns.iter().flat_map(|s| &s.topics) {
         let arn = topic.get_ref();
         if arn.split(':').count() != 6 || !arn.starts_with("arn:aws:sns:") {
-            let message = "key `reputation.sns.topics`: expected a topic ARN, arn:aws:sns:REGION:ACCOUNT:NAME";
-            return Err(located(text, topic.span(), message));
+            return Err(BrokenRule::at(
+                text,
+                topic.span(),
+                "reputation.sns.topics",
+                ReputationRule::NotTopicArn,
+            ));
         }
     }
     Ok(())
@@ -171,13 +195,13 @@ pub(super) fn validate(config: &ReputationConfig, text: &str) -> Result<(), Stri
 
 #[cfg(test)]
 mod tests {
-    use crate::config::{Config, KeySource};
+    use crate::config::{Config, InvalidConfig, KeySource};
 
     use super::Action;
 
     const MINIMAL: &str = "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"file://o\"\n";
 
-    fn parse(extra: &str) -> Result<Config, String> {
+    fn parse(extra: &str) -> Result<Config, InvalidConfig> {
         Config::parse(&format!("{MINIMAL}{extra}"))
     }
 
@@ -238,7 +262,9 @@ mod tests {
             ),
             ("key = \"auth\"\n[reputation.sns]\ntopic = []\n", "topic", 8),
         ] {
-            let err = parse(&format!("[reputation]\n{body}")).unwrap_err();
+            let err = parse(&format!("[reputation]\n{body}"))
+                .unwrap_err()
+                .to_string();
             assert!(
                 err.contains(key) && err.contains(&format!("line {line}")),
                 "{body}: {err}"
@@ -248,7 +274,9 @@ mod tests {
 
     #[test]
     fn admin_password_hash_is_checked() {
-        let err = parse("[admin]\npassword_hash = \"secret\"\n").unwrap_err();
+        let err = parse("[admin]\npassword_hash = \"secret\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("admin.password_hash") && err.contains("line 6"),
             "{err}"

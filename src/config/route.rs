@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::KeySource;
+use super::{BadKeySource, BrokenRule, KeySource};
 
 /// `key` of a route: a key source like a layer's, named in its own errors.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -15,9 +15,9 @@ use super::KeySource;
 pub struct RouteKey(pub KeySource);
 
 impl TryFrom<String> for RouteKey {
-    type Error = String;
+    type Error = BadKeySource;
 
-    fn try_from(text: String) -> Result<RouteKey, String> {
+    fn try_from(text: String) -> Result<RouteKey, BadKeySource> {
         KeySource::parse_for("route.key", &text).map(RouteKey)
     }
 }
@@ -71,33 +71,74 @@ fn yes() -> bool {
     true
 }
 
+/// The rules of the upstreams' names and of the routes that no single key's type can say.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RouteRule {
+    #[error("each of several [[upstream]] tables needs a name")]
+    Nameless,
+    #[error("duplicate upstream name")]
+    DuplicateUpstream,
+    #[error("at least one upstream is needed")]
+    NoUpstream,
+    #[error("no upstream named {0:?}")]
+    UnknownUpstream(String),
+    #[error("the fallback is the route's own upstream")]
+    FallbackIsUpstream,
+    /// The route's upstream, as its URL.
+    #[error("only for routes to a ses:// upstream, not `{0}`")]
+    SesTenantNotSes(String),
+    #[error(
+        "{0:?} is not an SES tenant name (letters, digits, _ and -, at most 64, `{{key}}` for \
+         the route's key)"
+    )]
+    NotSesTenantName(String),
+    #[error("{0:?} is not a header field name")]
+    NotFieldName(String),
+    #[error("the value of {0:?} holds a control character")]
+    ControlCharacter(String),
+    #[error("the value of {0:?} is not ASCII")]
+    NotAscii(String),
+    #[error(
+        "{name:?} would be up to {longest} octets with a key of {} bytes; a header line holds \
+         at most {MAX_FIELD_LINE}",
+        super::MAX_KEY_BYTES
+    )]
+    FieldTooLong { name: String, longest: usize },
+}
+
 /// The rules of the routes and of the upstream names that no single key's type can say.
-pub(super) fn validate(config: &super::Config, text: &str) -> Result<(), String> {
-    let located = super::located;
+pub(super) fn validate(config: &super::Config, text: &str) -> Result<(), BrokenRule> {
     let mut names = std::collections::HashSet::new();
     for (i, upstream) in config.upstreams.iter().enumerate() {
         let span = upstream.name.as_ref().map_or(0..0, Spanned::span);
         if config.upstreams.len() > 1 && upstream.name.is_none() {
-            let message = "key `upstream.name`: each of several [[upstream]] tables needs a name";
-            return Err(located(text, table_span(text, i), message));
-        }
-        if !names.insert(upstream.name()) {
-            return Err(located(
+            let span = table_span(text, i);
+            return Err(BrokenRule::at(
                 text,
                 span,
-                "key `upstream.name`: duplicate upstream name",
+                "upstream.name",
+                RouteRule::Nameless,
+            ));
+        }
+        if !names.insert(upstream.name()) {
+            return Err(BrokenRule::at(
+                text,
+                span,
+                "upstream.name",
+                RouteRule::DuplicateUpstream,
             ));
         }
     }
     if config.upstreams.is_empty() {
-        return Err("key `upstream`: at least one upstream is needed".into());
+        return Err(BrokenRule::unlocated("upstream", RouteRule::NoUpstream));
     }
-    let known = |name: &Spanned<String>, key: &str| match names.contains(name.get_ref().as_str()) {
+    let known = |name: &Spanned<String>, key| match names.contains(name.get_ref().as_str()) {
         true => Ok(()),
-        false => Err(located(
+        false => Err(BrokenRule::at(
             text,
             name.span(),
-            &format!("key `{key}`: no upstream named {:?}", name.get_ref()),
+            key,
+            RouteRule::UnknownUpstream(name.get_ref().clone()),
         )),
     };
     for route in &config.routes {
@@ -105,17 +146,21 @@ pub(super) fn validate(config: &super::Config, text: &str) -> Result<(), String>
         if let Some(fallback) = &route.fallback {
             known(fallback, "route.fallback")?;
             if fallback.get_ref() == route.upstream.get_ref() {
-                let message = "key `route.fallback`: the fallback is the route's own upstream";
-                return Err(located(text, fallback.span(), message));
+                return Err(BrokenRule::at(
+                    text,
+                    fallback.span(),
+                    "route.fallback",
+                    RouteRule::FallbackIsUpstream,
+                ));
             }
         }
         if let Some(tenant) = &route.ses_tenant {
             check_ses_tenant(config, route, tenant)
-                .map_err(|e| located(text, tenant.span(), &e))?;
+                .map_err(|e| BrokenRule::at(text, tenant.span(), "route.ses_tenant", e))?;
         }
         for (name, value) in &route.add_headers {
             check_added_header(name, value)
-                .map_err(|e| located(text, route.upstream.span(), &e))?;
+                .map_err(|e| BrokenRule::at(text, route.upstream.span(), "route.add_headers", e))?;
         }
     }
     for layer in &config.throttle {
@@ -132,22 +177,15 @@ fn check_ses_tenant(
     config: &super::Config,
     route: &RouteConfig,
     tenant: &Spanned<String>,
-) -> Result<(), String> {
+) -> Result<(), RouteRule> {
     let upstream = (config.upstreams.iter())
         .find(|u| u.name() == route.upstream.get_ref())
         .expect("checked above");
     if !matches!(upstream.kind, super::UpstreamKind::Ses(_)) {
-        return Err(format!(
-            "key `route.ses_tenant`: only for routes to a ses:// upstream, not `{}`",
-            upstream.kind
-        ));
+        return Err(RouteRule::SesTenantNotSes(upstream.kind.to_string()));
     }
     if !super::upstream::ses_name(&tenant.get_ref().replace("{key}", "k")) {
-        return Err(format!(
-            "key `route.ses_tenant`: {:?} is not an SES tenant name (letters, digits, _ and -, \
-             at most 64, `{{key}}` for the route's key)",
-            tenant.get_ref()
-        ));
+        return Err(RouteRule::NotSesTenantName(tenant.get_ref().clone()));
     }
     Ok(())
 }
@@ -158,31 +196,24 @@ const MAX_FIELD_LINE: usize = 998;
 /// An added field must be a field: a valid name, and a value that cannot start another one,
 /// in plain ASCII (the next hop may not take 8-bit headers), on one line of at most 998
 /// octets even with the longest key in each `{key}`.
-fn check_added_header(name: &str, value: &str) -> Result<(), String> {
+fn check_added_header(name: &str, value: &str) -> Result<(), RouteRule> {
     let name_ok = !name.is_empty() && name.bytes().all(|b| (33..=126).contains(&b) && b != b':');
     if !name_ok {
-        return Err(format!(
-            "key `route.add_headers`: {name:?} is not a header field name"
-        ));
+        return Err(RouteRule::NotFieldName(name.to_string()));
     }
     if value.chars().any(|c| c.is_control() && c != '\t') {
-        return Err(format!(
-            "key `route.add_headers`: the value of {name:?} holds a control character"
-        ));
+        return Err(RouteRule::ControlCharacter(name.to_string()));
     }
     if !value.is_ascii() {
-        return Err(format!(
-            "key `route.add_headers`: the value of {name:?} is not ASCII"
-        ));
+        return Err(RouteRule::NotAscii(name.to_string()));
     }
     let keys = value.matches("{key}").count();
     let longest = name.len() + 2 + value.len() + keys * (super::MAX_KEY_BYTES - "{key}".len());
     if longest > MAX_FIELD_LINE {
-        return Err(format!(
-            "key `route.add_headers`: {name:?} would be up to {longest} octets with a key of \
-             {} bytes; a header line holds at most {MAX_FIELD_LINE}",
-            super::MAX_KEY_BYTES
-        ));
+        return Err(RouteRule::FieldTooLong {
+            name: name.to_string(),
+            longest,
+        });
     }
     Ok(())
 }

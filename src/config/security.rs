@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::{located, SmtpConfig};
+use super::{BrokenRule, SmtpConfig};
 
 /// `[smtp.tls]`: the certificate chain and its private key, both PEM files. Read at startup
 /// (a missing or mismatched key stops the start) and again on SIGHUP.
@@ -96,13 +96,43 @@ fn default_lockout_ms() -> NonZeroU64 {
     NonZeroU64::new(300_000).unwrap()
 }
 
+/// The security keys' rules that span keys or entries.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SecurityRule {
+    #[error("implicit TLS needs a certificate: add [smtp.tls] cert and key")]
+    TlsListenWithoutCertificate,
+    #[error("a user name must be non-empty, without NUL, CR or LF")]
+    BadUserName,
+    /// `user` is the user's name cut to 32 characters.
+    #[error(
+        "the tenant (or user name) of `{user}` is a key, at most {} bytes",
+        super::MAX_KEY_BYTES
+    )]
+    TenantTooLong { user: String },
+    #[error("duplicate user `{0}`")]
+    DuplicateUser(String),
+}
+
+/// Why a `password_hash` is not one argon2 can check.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PasswordHashError {
+    #[error("not a PHC hash string ({0}); make one with `mailsluice hash-password`")]
+    NotPhc(argon2::password_hash::Error),
+    #[error("algorithm `{0}` is not argon2; make one with `mailsluice hash-password`")]
+    NotArgon2(String),
+    #[error("bad argon2 parameters: {0}")]
+    BadParameters(argon2::password_hash::Error),
+    #[error("the hash has no output part")]
+    NoOutput,
+}
+
 /// The cross-key rules of the security keys; errors name the key and its line.
-pub(super) fn validate(smtp: &SmtpConfig, text: &str) -> Result<(), String> {
+pub(super) fn validate(smtp: &SmtpConfig, text: &str) -> Result<(), BrokenRule> {
     if !smtp.tls_listen.is_empty() && smtp.tls.is_none() {
-        return Err(
-            "key `smtp.tls_listen`: implicit TLS needs a certificate: add [smtp.tls] cert and key"
-                .into(),
-        );
+        return Err(BrokenRule::unlocated(
+            "smtp.tls_listen",
+            SecurityRule::TlsListenWithoutCertificate,
+        ));
     }
     let Some(auth) = &smtp.auth else {
         return Ok(());
@@ -110,37 +140,29 @@ pub(super) fn validate(smtp: &SmtpConfig, text: &str) -> Result<(), String> {
     let mut names = std::collections::HashSet::new();
     for user in &auth.users {
         let name = user.user.get_ref();
+        let at = |key, problem: SecurityRule| BrokenRule::at(text, user.user.span(), key, problem);
         if name.is_empty() || name.contains(['\0', '\r', '\n']) {
-            return Err(located(
-                text,
-                user.user.span(),
-                "key `smtp.auth.users.user`: a user name must be non-empty, without NUL, CR or LF",
-            ));
+            return Err(at("smtp.auth.users.user", SecurityRule::BadUserName));
         }
         if user.tenant().len() > super::MAX_KEY_BYTES {
-            return Err(located(
-                text,
-                user.user.span(),
-                &format!(
-                    "key `smtp.auth.users.tenant`: the tenant (or user name) of `{}` is a key, \
-                     at most {} bytes",
-                    name.chars().take(32).collect::<String>(),
-                    super::MAX_KEY_BYTES
-                ),
+            let user = name.chars().take(32).collect();
+            return Err(at(
+                "smtp.auth.users.tenant",
+                SecurityRule::TenantTooLong { user },
             ));
         }
         if !names.insert(name.clone()) {
-            return Err(located(
-                text,
-                user.user.span(),
-                &format!("key `smtp.auth.users.user`: duplicate user `{name}`"),
+            return Err(at(
+                "smtp.auth.users.user",
+                SecurityRule::DuplicateUser(name.clone()),
             ));
         }
         check_hash(user.password_hash.get_ref()).map_err(|e| {
-            located(
+            BrokenRule::at(
                 text,
                 user.password_hash.span(),
-                &format!("key `smtp.auth.users.password_hash`: {e}"),
+                "smtp.auth.users.password_hash",
+                e,
             )
         })?;
     }
@@ -149,30 +171,25 @@ pub(super) fn validate(smtp: &SmtpConfig, text: &str) -> Result<(), String> {
 
 /// An argon2 PHC string with parameters argon2 accepts, so a typo is a startup error and not
 /// a user who can never log in.
-pub(super) fn check_hash(hash: &str) -> Result<(), String> {
-    let parsed = argon2::PasswordHash::new(hash).map_err(|e| {
-        format!("not a PHC hash string ({e}); make one with `mailsluice hash-password`")
-    })?;
+pub(super) fn check_hash(hash: &str) -> Result<(), PasswordHashError> {
+    let parsed = argon2::PasswordHash::new(hash).map_err(PasswordHashError::NotPhc)?;
     if !parsed.algorithm.as_str().starts_with("argon2") {
-        return Err(format!(
-            "algorithm `{}` is not argon2; make one with `mailsluice hash-password`",
-            parsed.algorithm
-        ));
+        return Err(PasswordHashError::NotArgon2(parsed.algorithm.to_string()));
     }
-    argon2::Params::try_from(&parsed).map_err(|e| format!("bad argon2 parameters: {e}"))?;
+    argon2::Params::try_from(&parsed).map_err(PasswordHashError::BadParameters)?;
     if parsed.hash.is_none() {
-        return Err("the hash has no output part".into());
+        return Err(PasswordHashError::NoOutput);
     }
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
-    use crate::config::Config;
+    use crate::config::{Config, InvalidConfig};
 
     const HASH: &str = "$argon2id$v=19$m=19456,t=2,p=1$c29tZXNhbHRzb21lc2FsdA$hRh5UbO5V5zAcTz1r34tZgRfrqBvAdiE/lw+J3iU+Ls";
 
-    fn parse(smtp_extra: &str) -> Result<Config, String> {
+    fn parse(smtp_extra: &str) -> Result<Config, InvalidConfig> {
         Config::parse(&format!(
             "[smtp]\nlisten = [\"127.0.0.1:0\"]\n{smtp_extra}\n[upstream]\nurl = \"file://o\"\n"
         ))
@@ -203,7 +220,7 @@ mod tests {
             "max_buffered_bytes = 0",
             "[smtp.auth]\nmax_parallel_checks = 0",
         ] {
-            let err = parse(key).unwrap_err();
+            let err = parse(key).unwrap_err().to_string();
             let name = key.rsplit('\n').next().unwrap().split(' ').next().unwrap();
             assert!(err.contains(name) && err.contains("line"), "{err}");
         }
@@ -214,7 +231,8 @@ mod tests {
     #[test]
     fn bad_hash_is_named_with_its_line() {
         let err = parse("[smtp.auth]\nusers = [\n { user = \"a\", password_hash = \"secret\" }]\n")
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("password_hash") && err.contains("line 5"),
             "{err}"
@@ -226,13 +244,15 @@ mod tests {
         let err = parse(&format!(
             "[smtp.auth]\nusers = [{{ user = \"a\", password_hash = \"{HASH}\" }}, {{ user = \"a\", password_hash = \"{HASH}\" }}]\n"
         ))
-        .unwrap_err();
+        .unwrap_err().to_string();
         assert!(err.contains("duplicate user"), "{err}");
     }
 
     #[test]
     fn implicit_tls_needs_a_certificate() {
-        let err = parse("tls_listen = [\"127.0.0.1:0\"]\n").unwrap_err();
+        let err = parse("tls_listen = [\"127.0.0.1:0\"]\n")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("smtp.tls_listen"), "{err}");
         let c = parse(
             "tls_listen = [\"127.0.0.1:0\"]\n[smtp.tls]\ncert = \"c.pem\"\nkey = \"k.pem\"\n",

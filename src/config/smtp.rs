@@ -67,6 +67,17 @@ pub struct SmtpConfig {
     pub max_received: NonZeroUsize,
 }
 
+/// `[smtp]`'s own rules: where it listens and what it calls itself.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SmtpRule {
+    #[error("at least one address is needed")]
+    NoListener,
+    #[error(
+        "{0:?} is not a domain name (ASCII letters, digits, `.`, `-`, at most 253 characters)"
+    )]
+    NotHostname(String),
+}
+
 /// `smtp.hostname` when the file leaves it out.
 pub const DEFAULT_HOSTNAME: &str = "mailsluice.localhost";
 

@@ -14,7 +14,9 @@ fn minimal_config_gets_defaults() {
 
 #[test]
 fn unknown_key_is_named_with_its_line() {
-    let err = Config::parse(&format!("{MINIMAL}bogus = 1\n")).unwrap_err();
+    let err = Config::parse(&format!("{MINIMAL}bogus = 1\n"))
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("bogus"), "{err}");
     assert!(err.contains("line 5"), "{err}");
 }
@@ -22,14 +24,14 @@ fn unknown_key_is_named_with_its_line() {
 #[test]
 fn zero_limit_is_refused_with_its_line() {
     let text = format!("{MINIMAL}[[throttle]]\nname = \"t\"\nkey = \"none\"\nlimit = 0\n");
-    let err = Config::parse(&text).unwrap_err();
+    let err = Config::parse(&text).unwrap_err().to_string();
     assert!(err.contains("line 8"), "{err}");
 }
 
 #[test]
 fn bad_key_source_is_refused_with_its_line() {
     let text = format!("{MINIMAL}[[throttle]]\nname = \"t\"\nkey = \"moon\"\nlimit = 1\n");
-    let err = Config::parse(&text).unwrap_err();
+    let err = Config::parse(&text).unwrap_err().to_string();
     assert!(
         err.contains("throttle.key") && err.contains("line 7"),
         "{err}"
@@ -38,7 +40,7 @@ fn bad_key_source_is_refused_with_its_line() {
 
 fn layer_error(body: &str) -> String {
     let text = format!("{MINIMAL}[[throttle]]\nname = \"t\"\nkey = \"none\"\n{body}\n");
-    Config::parse(&text).unwrap_err()
+    Config::parse(&text).unwrap_err().to_string()
 }
 
 #[test]
@@ -98,7 +100,8 @@ fn every_layer_key_of_the_design_is_accepted() {
 fn bad_upstream_url_is_refused() {
     let err =
         Config::parse("[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"gopher://x\"\n")
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
     assert!(
         err.contains("upstream.url") && err.contains("line 4"),
         "{err}"
@@ -108,7 +111,7 @@ fn bad_upstream_url_is_refused() {
 #[test]
 fn bad_reply_pattern_names_key_and_line() {
     let text = format!("{MINIMAL}throttle_replies = [\"^454 (\"]\n");
-    let err = Config::parse(&text).unwrap_err();
+    let err = Config::parse(&text).unwrap_err().to_string();
     assert!(
         err.contains("throttle_replies") && err.contains("line 5"),
         "{err}"
@@ -144,7 +147,9 @@ fn one_upstream_table_is_named_default_and_several_keep_their_names() {
 }
 
 fn route_error(rest: &str) -> String {
-    Config::parse(&format!("{TWO}{rest}")).unwrap_err()
+    Config::parse(&format!("{TWO}{rest}"))
+        .unwrap_err()
+        .to_string()
 }
 
 #[test]
@@ -171,12 +176,15 @@ fn route_and_upstream_names_are_checked_with_their_lines() {
     let dup = Config::parse(&format!(
         "{TWO}[[upstream]]\nname = \"eu\"\nurl = \"file://o\"\n"
     ))
-    .unwrap_err();
+    .unwrap_err()
+    .to_string();
     assert!(
         dup.contains("duplicate upstream name") && dup.contains("line 10"),
         "{dup}"
     );
-    let nameless = Config::parse(&format!("{TWO}[[upstream]]\nurl = \"file://o\"\n")).unwrap_err();
+    let nameless = Config::parse(&format!("{TWO}[[upstream]]\nurl = \"file://o\"\n"))
+        .unwrap_err()
+        .to_string();
     assert!(
         nameless.contains("needs a name") && nameless.contains("line 9"),
         "{nameless}"
@@ -221,7 +229,8 @@ fn ses_tenant_is_only_for_routes_to_ses_and_names_its_line() {
     let smtp = Config::parse(&format!(
         "{ses}[[route]]\nkey = \"header:X-Tenant\"\nupstream = \"eu\"\nses_tenant = \"{{key}}\"\n"
     ))
-    .unwrap_err();
+    .unwrap_err()
+    .to_string();
     assert!(
         smtp.contains("route.ses_tenant") && smtp.contains("smtp://eu.example:587"),
         "{smtp}"
@@ -230,7 +239,8 @@ fn ses_tenant_is_only_for_routes_to_ses_and_names_its_line() {
     let bad = Config::parse(&format!(
         "{ses}[[route]]\nupstream = \"ses\"\nses_tenant = \"a b\"\n"
     ))
-    .unwrap_err();
+    .unwrap_err()
+    .to_string();
     assert!(
         bad.contains("route.ses_tenant") && bad.contains("line 14"),
         "{bad}"
@@ -241,7 +251,7 @@ const SES_AND_SMTP: &str = "[smtp]\nlisten = [\"127.0.0.1:0\"]\n\
     [[upstream]]\nname = \"ses\"\nurl = \"ses://eu-west-1\"\n\
     [[upstream]]\nname = \"eu\"\nurl = \"smtp://eu.example:587\"\n";
 
-fn account_layer(body: &str) -> Result<Config, String> {
+fn account_layer(body: &str) -> Result<Config, InvalidConfig> {
     Config::parse(&format!(
         "{SES_AND_SMTP}[[throttle]]\nname = \"account\"\nlimit = \"account\"\n{body}\n"
     ))
@@ -264,14 +274,14 @@ fn limit_account_is_for_a_key_none_layer_scoped_to_a_ses_upstream_only() {
         "key = \"none\"\nupstream = \"ses\"\nstore = \"redis\"\n",
         "key = \"none\"\nupstream = \"ses\"\nrefill = \"fixed_window\"\n",
     ] {
-        let err = account_layer(body).unwrap_err();
+        let err = account_layer(body).unwrap_err().to_string();
         assert!(
             err.contains("throttle.limit") && err.contains("line 10"),
             "{body}: {err}"
         );
     }
     let text = format!("{MINIMAL}[[throttle]]\nname = \"t\"\nkey = \"none\"\nlimit = \"fast\"\n");
-    let err = Config::parse(&text).unwrap_err();
+    let err = Config::parse(&text).unwrap_err().to_string();
     assert!(
         err.contains("\"account\"") && err.contains("line 8"),
         "{err}"
@@ -288,7 +298,7 @@ fn telemetry_takes_an_http_endpoint_and_refuses_others_with_the_key_and_line() {
     assert!(Config::parse(MINIMAL).unwrap().telemetry.is_none());
     for bad in ["https://collector:4318", "collector:4318", "http://"] {
         let text = format!("{MINIMAL}[telemetry]\notlp_endpoint = \"{bad}\"\n");
-        let err = Config::parse(&text).unwrap_err();
+        let err = Config::parse(&text).unwrap_err().to_string();
         assert!(
             err.contains("telemetry.otlp_endpoint") && err.contains("line 6"),
             "{err}"

@@ -8,7 +8,7 @@ use std::num::{NonZeroU64, NonZeroUsize};
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::KeySource;
+use super::{BadKeySource, KeySource};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -68,15 +68,36 @@ pub struct MatchSpec {
     pub value: String,
 }
 
+/// A `[[throttle]]` layer's rules that no single key's type can say.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LayerRule {
+    #[error("duplicate layer name")]
+    DuplicateName,
+    #[error("needs a header name and a value to compare")]
+    MatchIncomplete,
+    #[error("a fixed_window layer holds `limit`; leave burst out")]
+    BurstInFixedWindow,
+    #[error("weights share the turns of `fair_by`; set it")]
+    WeightsWithoutFairBy,
+    #[error(
+        "\"account\" is for only a `key = \"none\"` layer scoped (`upstream`) to a ses:// upstream"
+    )]
+    AccountNotSesScoped,
+    #[error("\"account\" is for only a drip layer that does not learn (`adaptive`)")]
+    AccountLearned,
+    #[error("\"account\" is for only an in-process layer (`store = \"local\"`)")]
+    AccountShared,
+}
+
 /// `fair_by`: a key source like `key`, named in its own errors.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(try_from = "String")]
 pub struct FairBy(pub KeySource);
 
 impl TryFrom<String> for FairBy {
-    type Error = String;
+    type Error = BadKeySource;
 
-    fn try_from(text: String) -> Result<FairBy, String> {
+    fn try_from(text: String) -> Result<FairBy, BadKeySource> {
         KeySource::parse_for("throttle.fair_by", &text).map(FairBy)
     }
 }

@@ -23,15 +23,28 @@ const MAX_CONFIRMATION_BYTES: u64 = 64 * 1024;
 pub const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why a message was not verified (or a subscription not confirmed).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum VerifyError {
     /// Not SNS's, or not for SNS's host: answered 403.
     #[error(transparent)]
     Refused(#[from] SignatureError),
     /// SNS could not be asked (a certificate or confirmation fetch failed): answered 502,
     /// so SNS tries again later.
-    #[error("fetching {0}: {1}")]
-    Fetch(String, String),
+    #[error("fetching {url}: {error}")]
+    Fetch { url: String, error: FetchError },
+}
+
+/// Why a GET of SNS's URL brought no body.
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    /// No answer, or its body could not be read (or was over the bound).
+    #[error("{0}")]
+    Http(ureq::Error),
+    #[error("HTTP {0}")]
+    Status(http::StatusCode),
+    /// The blocking task that fetches was lost (the runtime is shutting down).
+    #[error("{0}")]
+    Task(tokio::task::JoinError),
 }
 
 /// Where the checked URLs are fetched from.
@@ -135,19 +148,19 @@ impl SnsVerifier {
         };
         let agent = self.agent().clone();
         let shown = url.to_string();
-        let fetch = move || -> Result<Vec<u8>, String> {
-            let mut response = agent.get(&target).call().map_err(|e| e.to_string())?;
+        let fetch = move || -> Result<Vec<u8>, FetchError> {
+            let mut response = agent.get(&target).call().map_err(FetchError::Http)?;
             if response.status() != 200 {
-                return Err(format!("HTTP {}", response.status()));
+                return Err(FetchError::Status(response.status()));
             }
             let body = response.body_mut().with_config().limit(limit);
-            body.read_to_vec().map_err(|e| e.to_string())
+            body.read_to_vec().map_err(FetchError::Http)
         };
-        match tokio::task::spawn_blocking(fetch).await {
-            Ok(Ok(body)) => Ok(body),
-            Ok(Err(e)) => Err(VerifyError::Fetch(shown, e)),
-            Err(e) => Err(VerifyError::Fetch(shown, e.to_string())),
-        }
+        let fetched = match tokio::task::spawn_blocking(fetch).await {
+            Ok(fetched) => fetched,
+            Err(e) => Err(FetchError::Task(e)),
+        };
+        fetched.map_err(|error| VerifyError::Fetch { url: shown, error })
     }
 
     /// The HTTP client, made at first use (it reads the system's roots).

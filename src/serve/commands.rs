@@ -9,7 +9,7 @@ use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use crate::config::{Config, ConfigError, StoreKind};
 use crate::inbound::password;
 use crate::inbound::tls::{Tls, TlsError};
-use crate::throttle::{self, TokioClock};
+use crate::throttle::{self, StoreUnreachable, TokioClock};
 
 /// Path segment encoding for keys, which may hold anything a header may: all but RFC 3986's
 /// unreserved characters.
@@ -32,7 +32,7 @@ pub enum CommandError {
     Runtime(std::io::Error),
     /// The shared store could not be reached.
     #[error("{0}")]
-    Store(String),
+    Store(StoreUnreachable),
     #[error("reading Redis: {0}")]
     Redis(crate::throttle::ThrottleError),
     #[error("peek asks the relay's admin endpoint: the config has no [admin] section")]

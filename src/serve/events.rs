@@ -10,6 +10,9 @@ use std::time::Duration;
 
 use aws_config::BehaviorVersion;
 use aws_sdk_sqs::config::{Region, SharedCredentialsProvider};
+use aws_sdk_sqs::error::{BuildError, DisplayErrorContext, SdkError};
+use aws_sdk_sqs::operation::delete_message_batch::DeleteMessageBatchError;
+use aws_sdk_sqs::operation::receive_message::ReceiveMessageError;
 use aws_sdk_sqs::types::DeleteMessageBatchRequestEntry;
 use aws_sdk_sqs::Client;
 
@@ -57,6 +60,25 @@ pub fn start(deps: &Deps, shutdown: Shutdown) -> Option<tokio::task::JoinHandle<
     }))
 }
 
+/// Why a poll did not apply and delete its whole batch; the consumer logs it and polls again
+/// after a pause. The SDK's errors are shown with their sources: their own text is only
+/// "service error", SQS's words are in the sources.
+#[derive(Debug, thiserror::Error)]
+pub enum PollError {
+    #[error("{}", DisplayErrorContext(.0))]
+    Receive(Box<SdkError<ReceiveMessageError>>),
+    #[error("{0}")]
+    Entry(BuildError),
+    #[error("{}", DisplayErrorContext(.0))]
+    Delete(Box<SdkError<DeleteMessageBatchError>>),
+    /// Applied but not deleted: they come again and count once (their feedback id).
+    #[error("{0} messages not deleted")]
+    NotDeleted(usize),
+    /// The guard could not apply them for want of Redis: they stay queued.
+    #[error("{0} messages not applied (Redis did not answer), left queued")]
+    NotApplied(usize),
+}
+
 pub struct Consumer {
     pub client: Client,
     pub queue_url: String,
@@ -81,7 +103,7 @@ impl Consumer {
                     tracing::warn!(
                         target: "mailsluice::reputation",
                         queue = self.queue_url.as_str(),
-                        error = e.as_str(),
+                        error = %e,
                         retry_in_s = backoff.as_secs(),
                         "reputation.sqs failed"
                     );
@@ -98,14 +120,14 @@ impl Consumer {
     /// One long poll: up to `BATCH` messages applied, then deleted. Returns how many.
     /// A message the guard could not apply for want of Redis is not deleted: SQS delivers it
     /// again after its visibility timeout (and its feedback id keeps it counted once).
-    pub async fn poll_once(&self) -> Result<usize, String> {
+    pub async fn poll_once(&self) -> Result<usize, PollError> {
         let received = (self.client.receive_message())
             .queue_url(&self.queue_url)
             .max_number_of_messages(BATCH)
             .wait_time_seconds(self.wait_secs)
             .send()
             .await
-            .map_err(|e| aws_sdk_sqs::error::DisplayErrorContext(e).to_string())?;
+            .map_err(|e| PollError::Receive(Box::new(e)))?;
         let messages = received.messages.unwrap_or_default();
         let mut done = Vec::with_capacity(messages.len());
         let mut kept = 0;
@@ -122,16 +144,14 @@ impl Consumer {
                     .id(i.to_string())
                     .receipt_handle(handle)
                     .build()
-                    .map_err(|e| e.to_string())?;
+                    .map_err(PollError::Entry)?;
                 done.push(entry);
             }
         }
         if done.is_empty() {
             return match kept {
                 0 => Ok(messages.len()),
-                n => Err(format!(
-                    "{n} messages not applied (Redis did not answer), left queued"
-                )),
+                n => Err(PollError::NotApplied(n)),
             };
         }
         let deleted = (self.client.delete_message_batch())
@@ -139,15 +159,12 @@ impl Consumer {
             .set_entries(Some(done))
             .send()
             .await
-            .map_err(|e| aws_sdk_sqs::error::DisplayErrorContext(e).to_string())?;
+            .map_err(|e| PollError::Delete(Box::new(e)))?;
         if !deleted.failed.is_empty() {
-            // Applied but not deleted: it comes again and counts once (its feedback id).
-            return Err(format!("{} messages not deleted", deleted.failed.len()));
+            return Err(PollError::NotDeleted(deleted.failed.len()));
         }
         if kept > 0 {
-            return Err(format!(
-                "{kept} messages not applied (Redis did not answer), left queued"
-            ));
+            return Err(PollError::NotApplied(kept));
         }
         Ok(messages.len())
     }

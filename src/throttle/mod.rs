@@ -57,6 +57,6 @@ pub use clock::{Clock, FakeClock, Nanos, TokioClock};
 pub use error::ThrottleError;
 pub use peek::Peek;
 pub use setup::{from_config, redis_options, spec};
-pub use shared_layers::SharedLayers;
+pub use shared_layers::{SharedLayers, StoreUnreachable};
 pub use spec::LayerSpec;
 pub use stack::{Again, Permit, Teaches, Throttle};

@@ -80,7 +80,7 @@ impl Forwarder for FileForwarder {
             tokio::task::spawn_blocking(move || write_pair(&dir, &task_id, &json, &message))
                 .await
                 .map_err(|e| UpstreamError::Unavailable(format!("file writer task: {e}")))?
-                .map_err(UpstreamError::Unavailable)?;
+                .map_err(|e| UpstreamError::Unavailable(e.to_string()))?;
             Ok(Accepted::new(format!("2.0.0 Ok: queued as {id}")))
         })
     }
@@ -95,8 +95,25 @@ fn new_id() -> String {
     format!("{millis:013}-{}", uuid::Uuid::new_v4().simple())
 }
 
-fn write_pair(dir: &Path, id: &str, json: &[u8], message: &[u8]) -> Result<(), String> {
-    fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+/// Why a message's files were not written; nothing of it is left for a reader.
+#[derive(Debug, thiserror::Error)]
+pub enum FileWriteError {
+    #[error("creating {}: {error}", dir.display())]
+    CreateDir { dir: PathBuf, error: std::io::Error },
+    #[error("writing {}: {error}", path.display())]
+    Write {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    #[error("syncing {}: {error}", dir.display())]
+    SyncDir { dir: PathBuf, error: std::io::Error },
+}
+
+fn write_pair(dir: &Path, id: &str, json: &[u8], message: &[u8]) -> Result<(), FileWriteError> {
+    fs::create_dir_all(dir).map_err(|error| FileWriteError::CreateDir {
+        dir: dir.to_owned(),
+        error,
+    })?;
     let envelope_path = dir.join(format!("{id}.json"));
     write_atomically(dir, &envelope_path, json)?;
     if let Err(e) = write_atomically(dir, &dir.join(format!("{id}.eml")), message) {
@@ -109,7 +126,7 @@ fn write_pair(dir: &Path, id: &str, json: &[u8], message: &[u8]) -> Result<(), S
     sync_dir(dir)
 }
 
-fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), String> {
+fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), FileWriteError> {
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -123,21 +140,27 @@ fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), String>
         file.sync_all()?;
         fs::rename(&tmp, path)
     })();
-    result.map_err(|e| {
+    result.map_err(|error| {
         let _ = fs::remove_file(&tmp);
-        format!("writing {}: {e}", path.display())
+        FileWriteError::Write {
+            path: path.to_owned(),
+            error,
+        }
     })
 }
 
 #[cfg(unix)]
-fn sync_dir(dir: &Path) -> Result<(), String> {
+fn sync_dir(dir: &Path) -> Result<(), FileWriteError> {
     File::open(dir)
         .and_then(|d| d.sync_all())
-        .map_err(|e| format!("syncing {}: {e}", dir.display()))
+        .map_err(|error| FileWriteError::SyncDir {
+            dir: dir.to_owned(),
+            error,
+        })
 }
 
 #[cfg(not(unix))]
-fn sync_dir(_dir: &Path) -> Result<(), String> {
+fn sync_dir(_dir: &Path) -> Result<(), FileWriteError> {
     Ok(())
 }
 

@@ -50,7 +50,7 @@ fn accepted_at(path: &[String]) -> Option<BTreeSet<String>> {
         let mut root: Table = toml::from_str(BASE).expect("the base config is TOML");
         set(&mut root, path, probe);
         let text = toml::to_string(&root).expect("a table is TOML");
-        let error = Config::parse(&text).err()?;
+        let error = Config::parse(&text).err()?.to_string();
         expected_keys(&error)
     })
 }

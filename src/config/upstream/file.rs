@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+use super::UpstreamUrlError;
+
 /// Where the messages are written.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileUpstream {
@@ -10,9 +12,9 @@ pub struct FileUpstream {
 }
 
 impl FileUpstream {
-    pub(super) fn from_url(rest: &str) -> Result<FileUpstream, String> {
+    pub(super) fn from_url(rest: &str) -> Result<FileUpstream, UpstreamUrlError> {
         match rest.is_empty() {
-            true => Err("file:// needs a directory (file://DIR)".into()),
+            true => Err(UpstreamUrlError::NoDirectory),
             false => Ok(FileUpstream { dir: rest.into() }),
         }
     }

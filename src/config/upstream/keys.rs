@@ -5,6 +5,8 @@
 
 use serde::de::DeserializeOwned;
 
+use super::UpstreamKeyError;
+
 /// A kind's keys still to be taken, in the order of the file.
 #[derive(Default)]
 pub(super) struct KindKeys(Vec<(String, toml::Value)>);
@@ -15,14 +17,13 @@ impl KindKeys {
     }
 
     /// Reads `T` from the keys named in `names`, which it removes.
-    pub fn take<T: DeserializeOwned>(&mut self, names: &[&str]) -> Result<T, String> {
+    pub fn take<T: DeserializeOwned>(&mut self, names: &[&str]) -> Result<T, UpstreamKeyError> {
         let (taken, left) = std::mem::take(&mut self.0)
             .into_iter()
             .partition(|(key, _)| names.contains(&key.as_str()));
         self.0 = left;
         let table: toml::Table = taken.into_iter().collect();
-        T::deserialize(toml::Value::Table(table))
-            .map_err(|e| format!("in `upstream`: {}", e.to_string().trim()))
+        T::deserialize(toml::Value::Table(table)).map_err(UpstreamKeyError::Value)
     }
 
     /// The first key left, if any: the table's kind did not take it.

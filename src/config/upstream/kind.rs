@@ -8,6 +8,7 @@ use super::mx::MxUpstream;
 use super::ses::SesUpstream;
 use super::smtp::SmtpUpstream;
 use super::smtp_client::SmtpClient;
+use super::{UpstreamKeyError, UpstreamUrlError};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum UpstreamKind {
@@ -33,18 +34,17 @@ const KINDS: &[(&str, &[&[&str]])] = &[
 
 impl UpstreamKind {
     /// The kind a URL names, its own keys not read yet.
-    pub fn from_url(url: &str) -> Result<UpstreamKind, String> {
-        let schemes = "smtp://, smtps://, mx://, ses://REGION or file://DIR";
+    pub fn from_url(url: &str) -> Result<UpstreamKind, UpstreamUrlError> {
         let (scheme, rest) = url
             .split_once("://")
-            .ok_or_else(|| format!("`{url}` is not a URL ({schemes})"))?;
+            .ok_or_else(|| UpstreamUrlError::NotUrl(url.to_string()))?;
         let kind = match scheme {
             "file" => UpstreamKind::File(FileUpstream::from_url(rest)?),
             "smtp" => UpstreamKind::Smtp(SmtpUpstream::from_url(rest, false)?),
             "smtps" => UpstreamKind::Smtp(SmtpUpstream::from_url(rest, true)?),
             "mx" => UpstreamKind::Mx(MxUpstream::from_url(rest)?),
             "ses" => UpstreamKind::Ses(SesUpstream::from_url(rest)?),
-            _ => return Err(format!("`{url}`: scheme must be {schemes}")),
+            _ => return Err(UpstreamUrlError::UnknownScheme(url.to_string())),
         };
         Ok(kind)
     }
@@ -65,7 +65,7 @@ impl UpstreamKind {
     }
 
     /// Takes this kind's keys; a key of another kind is an error that names both.
-    pub(super) fn read_keys(&mut self, mut keys: KindKeys) -> Result<(), String> {
+    pub(super) fn read_keys(&mut self, mut keys: KindKeys) -> Result<(), UpstreamKeyError> {
         match self {
             UpstreamKind::File(_) => {}
             UpstreamKind::Smtp(smtp) => smtp.read_keys(&mut keys)?,
@@ -75,11 +75,11 @@ impl UpstreamKind {
         let Some(key) = keys.left() else {
             return Ok(());
         };
-        let owners: Vec<&str> = owners(key).collect();
-        Err(format!(
-            "key `upstream.{key}`: only for url = {}, not `{self}`",
-            owners.join(" or ")
-        ))
+        Err(UpstreamKeyError::OtherKinds {
+            key: key.to_string(),
+            owners: owners(key).collect(),
+            url: self.to_string(),
+        })
     }
 
     /// The largest message the kind can carry, when it has a bound of its own.

@@ -29,6 +29,58 @@ pub use smtp_client::{SmtpClient, UpstreamTls};
 
 use keys::KindKeys;
 
+/// Why an upstream's `url` names no upstream.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UpstreamUrlError {
+    #[error("`{0}` is not a URL (smtp://, smtps://, mx://, ses://REGION or file://DIR)")]
+    NotUrl(String),
+    #[error("`{0}`: scheme must be smtp://, smtps://, mx://, ses://REGION or file://DIR")]
+    UnknownScheme(String),
+    #[error("file:// needs a directory (file://DIR)")]
+    NoDirectory,
+    #[error("missing host")]
+    NoHost,
+    #[error("unclosed [ in host")]
+    UnclosedBracket,
+    #[error("bad port `{0}`")]
+    BadPort(String),
+    /// What followed `mx://`.
+    #[error("`mx://{0}`: mx:// takes no host (the recipients' domains are the hosts)")]
+    MxHost(String),
+    /// What followed `ses://`.
+    #[error("`ses://{0}`: ses:// takes an AWS region (ses://eu-west-1)")]
+    NotRegion(String),
+}
+
+/// Why a key of an upstream's kind was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UpstreamKeyError {
+    /// A value its key's type refuses: toml's text, which names the key.
+    #[error("in `upstream`: {}", .0.to_string().trim())]
+    Value(toml::de::Error),
+    /// A key of other kinds: the schemes of the kinds that have it, and this table's URL.
+    #[error("key `upstream.{key}`: only for url = {}, not `{url}`", owners.join(" or "))]
+    OtherKinds {
+        key: String,
+        owners: Vec<&'static str>,
+        url: String,
+    },
+    #[error("key `upstream.endpoint_url`: `{0}` is not an http:// or https:// URL")]
+    NotHttpUrl(String),
+    #[error(
+        "key `upstream.configuration_set`: `{0}` is not an SES name (letters, digits, _ and -, \
+         at most 64)"
+    )]
+    NotSesName(String),
+    #[error("key `upstream.mx_port`: must be a port, 1 to 65535")]
+    PortZero,
+    #[error(
+        "key `upstream.nameservers`: give at least one `ip:port`, or leave it out for the \
+         system's"
+    )]
+    NoNameservers,
+}
+
 /// One upstream: its name, its kind (with the kind's own keys) and the keys every kind shares.
 #[derive(Debug, Clone, PartialEq)]
 pub struct UpstreamConfig {
@@ -120,12 +172,10 @@ impl<'de> Visitor<'de> for Table {
             }
         }
         let mut kind = kind.ok_or_else(|| de::Error::missing_field("url"))?;
-        let named = |e: String| match &name {
-            Some(name) => format!("{e} (upstream {:?})", Spanned::get_ref(name)),
-            None => e,
-        };
-        kind.read_keys(own)
-            .map_err(|e| de::Error::custom(named(e)))?;
+        kind.read_keys(own).map_err(|e| match &name {
+            Some(name) => de::Error::custom(format!("{e} (upstream {:?})", Spanned::get_ref(name))),
+            None => de::Error::custom(e),
+        })?;
         Ok(UpstreamConfig {
             name,
             kind,

@@ -10,6 +10,7 @@ use serde::Deserialize;
 
 use super::keys::KindKeys;
 use super::smtp_client::SmtpClient;
+use super::{UpstreamKeyError, UpstreamUrlError};
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct MxUpstream {
@@ -44,23 +45,21 @@ impl MxKeys {
 impl MxUpstream {
     pub(super) const KEYS: &'static [&'static [&'static str]] = &[MxKeys::KEYS, SmtpClient::KEYS];
 
-    pub(super) fn from_url(rest: &str) -> Result<MxUpstream, String> {
+    pub(super) fn from_url(rest: &str) -> Result<MxUpstream, UpstreamUrlError> {
         match rest {
             "" | "/" => Ok(MxUpstream::default()),
-            _ => Err(format!(
-                "`mx://{rest}`: mx:// takes no host (the recipients' domains are the hosts)"
-            )),
+            _ => Err(UpstreamUrlError::MxHost(rest.to_string())),
         }
     }
 
-    pub(super) fn read_keys(&mut self, keys: &mut KindKeys) -> Result<(), String> {
+    pub(super) fn read_keys(&mut self, keys: &mut KindKeys) -> Result<(), UpstreamKeyError> {
         self.keys = keys.take(MxKeys::KEYS)?;
         self.client = keys.take(SmtpClient::KEYS)?;
         if self.keys.mx_port == Some(0) {
-            return Err("key `upstream.mx_port`: must be a port, 1 to 65535".into());
+            return Err(UpstreamKeyError::PortZero);
         }
         if self.keys.nameservers.as_ref().is_some_and(Vec::is_empty) {
-            return Err("key `upstream.nameservers`: give at least one `ip:port`, or leave it out for the system's".into());
+            return Err(UpstreamKeyError::NoNameservers);
         }
         Ok(())
     }

@@ -5,6 +5,7 @@
 use serde::Deserialize;
 
 use super::keys::KindKeys;
+use super::{UpstreamKeyError, UpstreamUrlError};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SesUpstream {
@@ -34,7 +35,7 @@ impl SesUpstream {
     pub(super) const KEYS: &'static [&'static [&'static str]] = &[SesKeys::KEYS];
 
     /// `rest` is what follows `ses://`: the region, nothing else.
-    pub(super) fn from_url(rest: &str) -> Result<SesUpstream, String> {
+    pub(super) fn from_url(rest: &str) -> Result<SesUpstream, UpstreamUrlError> {
         let region = rest.trim_end_matches('/');
         let valid = !region.is_empty()
             && (region.bytes()).all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
@@ -43,26 +44,20 @@ impl SesUpstream {
                 region: region.to_string(),
                 keys: SesKeys::default(),
             }),
-            false => Err(format!(
-                "`ses://{rest}`: ses:// takes an AWS region (ses://eu-west-1)"
-            )),
+            false => Err(UpstreamUrlError::NotRegion(rest.to_string())),
         }
     }
 
-    pub(super) fn read_keys(&mut self, keys: &mut KindKeys) -> Result<(), String> {
+    pub(super) fn read_keys(&mut self, keys: &mut KindKeys) -> Result<(), UpstreamKeyError> {
         self.keys = keys.take(SesKeys::KEYS)?;
         if let Some(url) = &self.keys.endpoint_url {
             if !(url.starts_with("https://") || url.starts_with("http://")) {
-                return Err(format!(
-                    "key `upstream.endpoint_url`: `{url}` is not an http:// or https:// URL"
-                ));
+                return Err(UpstreamKeyError::NotHttpUrl(url.clone()));
             }
         }
         if let Some(set) = &self.keys.configuration_set {
             if !ses_name(set) {
-                return Err(format!(
-                    "key `upstream.configuration_set`: `{set}` is not an SES name (letters, digits, _ and -, at most 64)"
-                ));
+                return Err(UpstreamKeyError::NotSesName(set.clone()));
             }
         }
         Ok(())

@@ -5,6 +5,7 @@ use serde::Deserialize;
 
 use super::keys::KindKeys;
 use super::smtp_client::SmtpClient;
+use super::{UpstreamKeyError, UpstreamUrlError};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SmtpUpstream {
@@ -34,7 +35,10 @@ impl SmtpUpstream {
         &[SmtpCredentials::KEYS, SmtpClient::KEYS];
 
     /// `rest` is what follows `smtp://` (`implicit_tls` false) or `smtps://`.
-    pub(super) fn from_url(rest: &str, implicit_tls: bool) -> Result<SmtpUpstream, String> {
+    pub(super) fn from_url(
+        rest: &str,
+        implicit_tls: bool,
+    ) -> Result<SmtpUpstream, UpstreamUrlError> {
         let default_port = if implicit_tls { 465 } else { 25 };
         let (host, port) = split_host_port(rest.trim_end_matches('/'), default_port)?;
         Ok(SmtpUpstream {
@@ -46,7 +50,7 @@ impl SmtpUpstream {
         })
     }
 
-    pub(super) fn read_keys(&mut self, keys: &mut KindKeys) -> Result<(), String> {
+    pub(super) fn read_keys(&mut self, keys: &mut KindKeys) -> Result<(), UpstreamKeyError> {
         self.credentials = keys.take(SmtpCredentials::KEYS)?;
         self.client = keys.take(SmtpClient::KEYS)?;
         Ok(())
@@ -63,24 +67,27 @@ impl std::fmt::Display for SmtpUpstream {
     }
 }
 
-fn split_host_port(authority: &str, default_port: u16) -> Result<(String, u16), String> {
+fn split_host_port(authority: &str, default_port: u16) -> Result<(String, u16), UpstreamUrlError> {
     if authority.is_empty() {
-        return Err("missing host".into());
+        return Err(UpstreamUrlError::NoHost);
     }
+    let port = |p: &str| {
+        p.parse()
+            .map_err(|_| UpstreamUrlError::BadPort(p.to_string()))
+    };
     // Bracketed IPv6 literal: [::1]:25
     if let Some(rest) = authority.strip_prefix('[') {
-        let (host, after) = rest.split_once(']').ok_or("unclosed [ in host")?;
+        let (host, after) = rest
+            .split_once(']')
+            .ok_or(UpstreamUrlError::UnclosedBracket)?;
         let port = match after.strip_prefix(':') {
-            Some(p) => p.parse().map_err(|_| format!("bad port `{p}`"))?,
+            Some(p) => port(p)?,
             None => default_port,
         };
         return Ok((host.to_string(), port));
     }
     match authority.rsplit_once(':') {
-        Some((host, p)) => Ok((
-            host.to_string(),
-            p.parse().map_err(|_| format!("bad port `{p}`"))?,
-        )),
+        Some((host, p)) => Ok((host.to_string(), port(p)?)),
         None => Ok((authority.to_string(), default_port)),
     }
 }

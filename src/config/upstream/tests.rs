@@ -131,7 +131,9 @@ fn a_kind_key_after_the_url_is_refused_at_its_own_line() {
         // Before the URL, the kind is not known yet: the table's line.
         ("mx_port = 3\nurl = \"smtp://h\"", "upstream.mx_port", 3),
     ] {
-        let err = crate::config::Config::parse(&text(body)).unwrap_err();
+        let err = crate::config::Config::parse(&text(body))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains(key), "{body}: {err}");
         assert!(err.contains(&format!("line {line}")), "{body}: {err}");
     }
@@ -182,7 +184,7 @@ fn ses_takes_a_region_its_own_keys_and_the_shared_ones() {
     }
     // An SMTP key on a ses:// table, refused at its own line.
     let text = "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"ses://eu-west-1\"\n\npassword_env = \"P\"\n";
-    let err = crate::config::Config::parse(text).unwrap_err();
+    let err = crate::config::Config::parse(text).unwrap_err().to_string();
     assert!(
         err.contains("upstream.password_env") && err.contains("line 6"),
         "{err}"

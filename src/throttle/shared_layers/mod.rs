@@ -52,6 +52,8 @@ use ending::Ending;
 mod ending;
 mod reading;
 
+pub use reading::StoreUnreachable;
+
 /// How long a failed store is left alone before the next try.
 pub const RETRY: Duration = Duration::from_secs(1);
 

@@ -6,6 +6,11 @@ use crate::config::OnError;
 use crate::throttle::error::ThrottleError;
 use crate::throttle::peek::Peek;
 
+/// The shared store did not answer a read of its own: the relay is not ready.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the shared store (Redis) does not answer")]
+pub struct StoreUnreachable;
+
 impl Shared {
     /// The shared state of one bucket (the fallback's under `on_error = "local"` or `"allow"`
     /// while the store cannot answer).
@@ -20,10 +25,10 @@ impl Shared {
     }
 
     /// Whether the store itself answers now (no fallback), for readiness.
-    pub(crate) async fn reachable(&self, layer: usize) -> Result<(), String> {
+    pub(crate) async fn reachable(&self, layer: usize) -> Result<(), StoreUnreachable> {
         match self.try_store(self.store.peek(layer, "")).await {
             Some(_) => Ok(()),
-            None => Err("the shared store (Redis) does not answer".into()),
+            None => Err(StoreUnreachable),
         }
     }
 

@@ -34,7 +34,7 @@ use super::clock::{nanos, Clock, Nanos};
 use super::error::ThrottleError;
 use super::layer::{Layer, Turn};
 use super::peek::Peek;
-use super::shared_layers::{Blamed, Shared, SharedLayers};
+use super::shared_layers::{Blamed, Shared, SharedLayers, StoreUnreachable};
 use super::spec::LayerSpec;
 pub use again::Again;
 pub use permit::{Permit, Teaches};
@@ -275,7 +275,7 @@ impl Throttle {
 
     /// Whether the shared store answers now (a read-only peek), for `/readyz`; `None` when no
     /// layer uses one.
-    pub async fn check_store(&self) -> Option<Result<(), String>> {
+    pub async fn check_store(&self) -> Option<Result<(), StoreUnreachable>> {
         let shared = self.inner.shared.as_ref()?;
         let layer = (0..self.inner.layers.len()).find(|&i| self.inner.layers[i].is_shared())?;
         Some(shared.reachable(layer).await)

@@ -30,6 +30,7 @@ pub(in crate::upstream) use corked::{Unsent, HOLD};
 pub(in crate::upstream) use extensions::Extensions;
 pub use reply::split_enhanced;
 pub(in crate::upstream) use reply::{Malformed, Reply};
+pub use tls::ClientTlsError;
 pub(in crate::upstream) use tls::Tls;
 
 use corked::Corked;

@@ -1,6 +1,7 @@
 //! Upstream's replies (RFC 5321 4.2): read from the connection's buffer in place, one text
 //! per reply. A reply is lines of the same three-digit code, `-` after the code on every line
-//! but the last; the text after it is kept, lines separated by `\n`.
+//! but the last; the text after it is kept, lines separated by `\n`. Not smtp-proto's parser:
+//! it takes replies this one refuses and changes their text (docs/development.md).
 
 /// A reply is at most this large, all its lines together: far above any real one (EHLO's
 /// keywords are well under 1 KiB), and it bounds what one connection may make us hold.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, InvalidDnsNameError, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, SignatureScheme};
 use tokio_rustls::TlsConnector;
 
@@ -24,33 +24,44 @@ impl std::fmt::Debug for Tls {
     }
 }
 
+/// Why TLS towards an upstream could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientTlsError {
+    /// The crypto provider offers none of the protocol versions asked for.
+    #[error("{0}")]
+    Versions(rustls::Error),
+    /// The host is not a name (or address) a certificate could be for.
+    #[error("{0}")]
+    Name(InvalidDnsNameError),
+}
+
 impl Tls {
     /// The certificate must chain to one of the system's roots and name `host`. (With no
     /// roots on the system, every handshake fails, and says why.)
-    pub fn verified(host: &str) -> Result<Tls, String> {
+    pub fn verified(host: &str) -> Result<Tls, ClientTlsError> {
         let mut roots = rustls::RootCertStore::empty();
         roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
         let config = ClientConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?
+            .map_err(ClientTlsError::Versions)?
             .with_root_certificates(roots)
             .with_no_client_auth();
         Tls::with(config, host)
     }
 
     /// Encrypts without checking whose certificate it is (an MX host).
-    pub fn unverified(host: &str) -> Result<Tls, String> {
+    pub fn unverified(host: &str) -> Result<Tls, ClientTlsError> {
         let config = ClientConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?
+            .map_err(ClientTlsError::Versions)?
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider())))
             .with_no_client_auth();
         Tls::with(config, host)
     }
 
-    fn with(config: ClientConfig, host: &str) -> Result<Tls, String> {
-        let name = ServerName::try_from(host.to_string()).map_err(|e| e.to_string())?;
+    fn with(config: ClientConfig, host: &str) -> Result<Tls, ClientTlsError> {
+        let name = ServerName::try_from(host.to_string()).map_err(ClientTlsError::Name)?;
         Ok(Tls {
             connector: TlsConnector::from(Arc::new(config)),
             name,

@@ -26,6 +26,7 @@ use futures_util::future::join_all;
 use self::connections::Connections;
 use self::dsn::Refused;
 use self::resolve::MxResolver;
+pub use self::resolve::ResolverSetupError;
 use super::reply::rejected;
 use super::smtp::Transaction;
 use super::{Accepted, ForwardFuture, Forwarder, Outgoing, OwnAddresses, UpstreamError};
@@ -37,8 +38,8 @@ use crate::message::Envelope;
 pub enum MxSetupError {
     #[error("upstream.url: `{0}` is not mx://")]
     NotMx(String),
-    #[error("{0}")]
-    Resolver(String),
+    #[error(transparent)]
+    Resolver(#[from] ResolverSetupError),
 }
 
 /// Delivers each message to the MX hosts of its recipients' domains.
@@ -60,8 +61,7 @@ impl MxForwarder {
             return Err(MxSetupError::NotMx(cfg.url()));
         };
         let conns = Connections::new(cfg, mx, own);
-        let resolver =
-            MxResolver::new(mx.nameservers(), conns.timeout).map_err(MxSetupError::Resolver)?;
+        let resolver = MxResolver::new(mx.nameservers(), conns.timeout)?;
         let inner = Inner {
             resolver,
             conns,

@@ -29,6 +29,15 @@ pub(super) struct Route {
     pub implicit: bool,
 }
 
+/// Why the DNS resolver of `mx://` could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolverSetupError {
+    #[error("upstream: reading the system's DNS configuration: {0}")]
+    SystemConfig(NetError),
+    #[error("upstream: setting up the DNS resolver: {0}")]
+    Build(NetError),
+}
+
 pub(super) struct MxResolver {
     resolver: TokioResolver,
 }
@@ -37,7 +46,10 @@ impl MxResolver {
     /// `nameservers` (UDP and TCP) instead of the system's `resolv.conf` when given. A query
     /// times out after the upstream timeout (at most 5 s, resolv.conf's default) and is
     /// retried twice, so a dead name server holds a client about as long as a dead MX host.
-    pub fn new(nameservers: Option<&[SocketAddr]>, timeout: Duration) -> Result<Self, String> {
+    pub fn new(
+        nameservers: Option<&[SocketAddr]>,
+        timeout: Duration,
+    ) -> Result<Self, ResolverSetupError> {
         let mut builder = match nameservers {
             Some(list) => {
                 let servers = list.iter().map(|addr| {
@@ -53,17 +65,14 @@ impl MxResolver {
                 builder.options_mut().use_hosts_file = ResolveHosts::Never;
                 builder
             }
-            None => Resolver::builder_tokio()
-                .map_err(|e| format!("upstream: reading the system's DNS configuration: {e}"))?,
+            None => Resolver::builder_tokio().map_err(ResolverSetupError::SystemConfig)?,
         };
         let options = builder.options_mut();
         options.timeout = timeout
             .min(Duration::from_secs(5))
             .max(Duration::from_millis(1));
         options.attempts = 2;
-        let resolver = builder
-            .build()
-            .map_err(|e| format!("upstream: setting up the DNS resolver: {e}"))?;
+        let resolver = builder.build().map_err(ResolverSetupError::Build)?;
         Ok(MxResolver { resolver })
     }
 

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use super::client::Client;
-use super::Feedback;
+use super::{Feedback, UpstreamError};
 
 mod connector;
 mod reconnect;
@@ -32,6 +32,21 @@ const IDLE_LIMIT: Duration = Duration::from_secs(60);
 /// How long the pool holds one connection fewer after upstream said it has too many from us:
 /// ten of the default throttle interval (1 s), long enough for upstream's count to drop.
 pub(super) const SHRINK_FOR: Duration = Duration::from_secs(10);
+
+/// Why a readiness probe found upstream unreachable.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum ProbeError {
+    /// Connecting (and logging in, with credentials) was refused or failed.
+    #[error("{0}")]
+    Connect(UpstreamError),
+    #[error("{0}")]
+    Io(std::io::Error),
+    /// The first line upstream sent, when it is no `220` greeting.
+    #[error("greeting was {0:?}")]
+    Greeting(String),
+    #[error("timed out")]
+    TimedOut,
+}
 
 /// The right to hold one open connection. Freeing it wakes a message waiting for a
 /// connection, which could not otherwise tell a freed slot from a parked connection.
@@ -88,7 +103,7 @@ impl Pool {
     /// connection of its own so that it never disturbs a pooled one. With credentials
     /// configured, it goes as far as logging in (and says QUIT), so that credentials upstream
     /// refuses make the upstream unready.
-    pub async fn probe(&self) -> Result<(), String> {
+    pub async fn probe(&self) -> Result<(), ProbeError> {
         use tokio::io::AsyncBufReadExt;
         if self.connector.credentials.is_some() {
             return match tokio::time::timeout(self.timeout, self.connector.connect(self.timeout))
@@ -98,8 +113,8 @@ impl Pool {
                     let _ = tokio::time::timeout(self.timeout, conn.quit()).await;
                     Ok(())
                 }
-                Ok(Err(e)) => Err(super::UpstreamError::from(e).to_string()),
-                Err(_) => Err("timed out".into()),
+                Ok(Err(e)) => Err(ProbeError::Connect(UpstreamError::from(e))),
+                Err(_) => Err(ProbeError::TimedOut),
             };
         }
         let (host, port) = (self.connector.host.as_str(), self.connector.port);
@@ -111,9 +126,9 @@ impl Pool {
         };
         match tokio::time::timeout(self.timeout, greeting).await {
             Ok(Ok(line)) if line.starts_with("220") => Ok(()),
-            Ok(Ok(line)) => Err(format!("greeting was {:?}", line.trim_end())),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(_) => Err("timed out".into()),
+            Ok(Ok(line)) => Err(ProbeError::Greeting(line.trim_end().to_string())),
+            Ok(Err(e)) => Err(ProbeError::Io(e)),
+            Err(_) => Err(ProbeError::TimedOut),
         }
     }
 

@@ -27,6 +27,7 @@ mod wire;
 
 pub(super) use transaction::{Failure, Step, Transaction};
 
+pub use super::client::ClientTlsError;
 use super::client::{Credentials, Tls};
 use super::pool::{Connector, Lease, Pool, Reconnect, Security};
 use super::{
@@ -50,7 +51,10 @@ pub enum SmtpSetupError {
     #[error("upstream: a password is set without `username`")]
     MissingUsername,
     #[error("upstream TLS for `{host}`: {reason}")]
-    Tls { host: String, reason: String },
+    Tls {
+        host: String,
+        reason: ClientTlsError,
+    },
 }
 
 /// Attempts after upstream's "too many connections", each on another connection.
@@ -157,7 +161,10 @@ impl Forwarder for SmtpForwarder {
     }
 
     fn check(&self) -> CheckFuture<'_> {
-        Box::pin(async { self.pool.probe().await.map(|()| None).map_err(Unready) })
+        Box::pin(async {
+            let probed = self.pool.probe().await;
+            probed.map(|()| None).map_err(|e| Unready(e.to_string()))
+        })
     }
 
     fn offers(&self) -> Offers<'_> {
