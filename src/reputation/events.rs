@@ -87,7 +87,7 @@ impl EventError {
 /// The fields read of either shape (the envelope's and the event's are disjoint).
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Record {
+struct RawEvent {
     #[serde(rename = "Type")]
     sns_type: Option<String>,
     #[serde(rename = "Message")]
@@ -151,7 +151,7 @@ pub fn parse(text: &str) -> Result<Parsed, EventError> {
     event_of(record)
 }
 
-fn read(text: &str) -> Result<Record, EventError> {
+fn read(text: &str) -> Result<RawEvent, EventError> {
     if text.len() > MAX_EVENT_BYTES {
         return Err(EventError::TooLarge(text.len()));
     }
@@ -159,7 +159,7 @@ fn read(text: &str) -> Result<Record, EventError> {
     serde_json::from_str(text).map_err(|e| EventError::Json(e.to_string()))
 }
 
-fn event_of(record: Record) -> Result<Parsed, EventError> {
+fn event_of(record: RawEvent) -> Result<Parsed, EventError> {
     let kind = (record.event_type.as_deref())
         .or(record.notification_type.as_deref())
         .ok_or(EventError::Missing("eventType or notificationType"))?;

@@ -40,7 +40,9 @@ use std::sync::Arc;
 pub use feedback::{Classifier, Feedback};
 pub use file::FileForwarder;
 pub use mx::{MxForwarder, MxSetupError};
-pub use offers::{Account, AccountError, AdmitFuture, Offers, QuotaFuture, SendQuota, Tenants};
+pub use offers::{
+    Account, AccountError, AdmitFuture, Offers, QuotaFuture, SendQuota, TenantPauses,
+};
 pub use pause::{Admission, Pause, Probe};
 pub use ses::{SesForwarder, SesSetupError};
 pub use smtp::{SmtpForwarder, SmtpSetupError};

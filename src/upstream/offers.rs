@@ -11,7 +11,7 @@ use super::{Probe, UpstreamError};
 #[derive(Default, Clone, Copy)]
 pub struct Offers<'a> {
     /// Upstream keeps tenants of its own and pauses them one by one (SES).
-    pub tenants: Option<&'a dyn Tenants>,
+    pub tenants: Option<&'a dyn TenantPauses>,
     /// Upstream states the account's own limits (SES's `GetAccount`), for a layer with
     /// `limit = "account"`.
     pub account: Option<&'a dyn Account>,
@@ -24,7 +24,7 @@ pub type AdmitFuture<'a> =
     Pin<Box<dyn Future<Output = Result<Option<Probe>, UpstreamError>> + Send + 'a>>;
 
 /// Pauses of upstream's own tenants.
-pub trait Tenants: Send + Sync {
+pub trait TenantPauses: Send + Sync {
     /// Whether a message sent as `tenant` may go now: `Ok(None)`, yes; `Ok(Some(probe))`,
     /// yes, as the probe of a pause that is over (opened when upstream takes it); `Err`, the
     /// tenant is paused, with the refusal in upstream's words. Waits only while a probe is out.

@@ -69,14 +69,14 @@ impl std::fmt::Debug for Throttle {
 
 /// Gives back what a message holds unless it is turned into a [`Permit`]: a message refused
 /// by a later layer, or dropped, keeps nothing of the earlier ones.
-struct Held<'a> {
+struct Taken<'a> {
     inner: &'a Inner,
-    taken: Vec<Charge>,
+    charges: Vec<Charge>,
 }
 
-impl Drop for Held<'_> {
+impl Drop for Taken<'_> {
     fn drop(&mut self) {
-        for c in self.taken.drain(..) {
+        for c in self.charges.drain(..) {
             self.inner.layers[c.layer].give_back(&c.key, c.cost);
         }
     }
@@ -184,8 +184,10 @@ impl Throttle {
             .into_iter()
             .partition(|c| layers[c.layer].is_shared());
         charges.sort_by_key(|c| (layers[c.layer].spec().mode == Mode::Wait, c.layer));
-        let taken = Vec::with_capacity(charges.len());
-        let mut held = Held { inner, taken };
+        let mut taken = Taken {
+            inner,
+            charges: Vec::with_capacity(charges.len()),
+        };
         let mut now = arrival_now;
         for c in charges {
             let layer = &layers[c.layer];
@@ -196,10 +198,10 @@ impl Throttle {
                 now = at;
             }
             layer.granted_to(&c.tenant);
-            held.taken.push(c);
+            taken.charges.push(c);
         }
         // Shared layers last, in one store call (see `shared_layers`); a refusal there gives
-        // back what the local layers hold (`held`).
+        // back what the local layers hold (`taken`).
         let mut shared_taken = None;
         if let (false, Some(store)) = (shared.is_empty(), &inner.shared) {
             shared.sort_by_key(|c| c.layer);
@@ -213,7 +215,7 @@ impl Throttle {
             shared_taken = Some(taken);
         }
         let waited = Duration::from_nanos(now - arrival_now);
-        let taken = std::mem::take(&mut held.taken);
+        let taken = std::mem::take(&mut taken.charges);
         Ok(Ok(Permit {
             inner: inner.clone(),
             taken,

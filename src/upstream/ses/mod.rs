@@ -30,8 +30,8 @@ use tokio::sync::{OnceCell, Semaphore};
 
 use super::reply::rejected;
 use super::{
-    Accepted, Account, AccountError, AdmitFuture, CheckFuture, ForwardFuture, Forwarder, Offers,
-    Outgoing, QuotaFuture, SendQuota, Tenants as PausedTenants, Unready, UpstreamError,
+    Accepted, Account, AccountError, CheckFuture, ForwardFuture, Forwarder, Offers, Outgoing,
+    QuotaFuture, SendQuota, Unready, UpstreamError,
 };
 use crate::config::{SesUpstream, UpstreamConfig, UpstreamKind};
 use crate::message::Envelope;
@@ -226,17 +226,10 @@ impl Forwarder for SesForwarder {
 
     fn offers(&self) -> Offers<'_> {
         Offers {
-            tenants: Some(self),
+            tenants: Some(&self.tenants),
             account: Some(self),
             ..Offers::default()
         }
-    }
-}
-
-/// SES tenants paused one by one (see `tenants`).
-impl PausedTenants for SesForwarder {
-    fn admit<'a>(&'a self, tenant: &'a str) -> AdmitFuture<'a> {
-        Box::pin(self.tenants.admit(tenant))
     }
 }
 

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::upstream::{Admission, Pause, Probe, UpstreamError};
+use crate::upstream::{Admission, AdmitFuture, Pause, Probe, TenantPauses, UpstreamError};
 
 pub struct Tenants {
     pause: Duration,
@@ -33,7 +33,7 @@ impl Tenants {
 
     /// Whether a message of `tenant` may go now: yes, yes as the probe of a pause that is over,
     /// or the refusal naming the tenant. Waits only while another message probes.
-    pub async fn admit(&self, tenant: &str) -> Result<Option<Probe>, UpstreamError> {
+    async fn admission(&self, tenant: &str) -> Result<Option<Probe>, UpstreamError> {
         let Some(pause) = self.get(tenant) else {
             return Ok(None);
         };
@@ -76,6 +76,12 @@ impl Tenants {
             "ses.tenant_paused"
         );
         refusal(tenant, text, pause)
+    }
+}
+
+impl TenantPauses for Tenants {
+    fn admit<'a>(&'a self, tenant: &'a str) -> AdmitFuture<'a> {
+        Box::pin(self.admission(tenant))
     }
 }
 
