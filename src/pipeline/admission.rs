@@ -21,8 +21,10 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use super::message::Message;
+use super::verdict::outcome_of;
 use crate::config::Action;
 use crate::message::received::Loop;
+use crate::message::Outcome;
 use crate::reputation::{Breach, Reputation};
 use crate::state::context::Context;
 use crate::upstream::{Admission, Probe, Upstream, UpstreamError};
@@ -71,6 +73,21 @@ pub enum Scope {
         breach: Breach,
         reject: bool,
     },
+}
+
+impl Refusal {
+    /// What the refusal counts as in the metrics and the log line.
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            Refusal::Loop(_) => Outcome::Rejected,
+            Refusal::Paused(Paused { scope, .. }) => match scope {
+                Scope::Upstream => Outcome::Throttled,
+                Scope::UpstreamTenant(error) => outcome_of(&Err(error.clone())),
+                Scope::Tenant { reject: true, .. } => Outcome::Rejected,
+                Scope::Tenant { reject: false, .. } => Outcome::Throttled,
+            },
+        }
+    }
 }
 
 /// The steps of [`Step::OF_MESSAGE`], in order: the first refusal, or go.

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::admission::{Paused, Refusal, Scope};
+use super::admission::Refusal;
 use crate::message::Outcome;
 use crate::state::context::Context;
 use crate::throttle::{Charge, ThrottleError};
@@ -107,15 +107,7 @@ impl Verdict {
 
     /// Refused before the wait: a loop (refused for good), or a pause.
     pub fn refused(refusal: Refusal, mut record: Record) -> Verdict {
-        record.outcome = match &refusal {
-            Refusal::Loop(_) => Outcome::Rejected,
-            Refusal::Paused(Paused { scope, .. }) => match scope {
-                Scope::Upstream => Outcome::Throttled,
-                Scope::UpstreamTenant(error) => outcome_of(&Err(error.clone())),
-                Scope::Tenant { reject: true, .. } => Outcome::Rejected,
-                Scope::Tenant { reject: false, .. } => Outcome::Throttled,
-            },
-        };
+        record.outcome = refusal.outcome();
         Verdict {
             end: End::Refused(refusal),
             record,
@@ -179,7 +171,7 @@ fn refused(error: &ThrottleError, record: &mut Record) -> Outcome {
 }
 
 /// The outcome of a message that upstream answered (or did not).
-fn outcome_of(result: &Result<Accepted, UpstreamError>) -> Outcome {
+pub(super) fn outcome_of(result: &Result<Accepted, UpstreamError>) -> Outcome {
     match result {
         Ok(accepted) if accepted.partial => Outcome::Partial,
         Ok(_) => Outcome::Delivered,
