@@ -1,6 +1,8 @@
 //! Reply texts in wire form, and the mapping of throttle refusals and upstream verdicts.
 
 use super::*;
+use crate::throttle::ThrottleError;
+use crate::upstream::{Accepted, UpstreamError};
 
 #[test]
 fn multiline_replies_repeat_the_code_and_mark_continuations() {

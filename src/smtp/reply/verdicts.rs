@@ -1,0 +1,88 @@
+//! How the pipeline's verdicts become the client's reply: a throttle refusal, upstream's
+//! answer (its class kept, its text passed on), a pause, a loop.
+
+use super::{
+    cost_over_burst, grace_over, loop_detected, no_route, rate_limited, shutting_down,
+    store_unavailable, tenant_paused, too_many_hops, upstream_credentials,
+    upstream_quota_exhausted, upstream_rate_limited, upstream_unavailable, upstream_uncertain,
+    Reply,
+};
+use crate::message::received::Loop;
+use crate::pipeline::{End, Paused, Refusal, Scope, Unsent};
+use crate::throttle::ThrottleError;
+use crate::upstream::reply::split_enhanced;
+use crate::upstream::{Accepted, UpstreamError};
+
+/// A message the throttle would not let go.
+pub fn throttle_refusal(error: &ThrottleError) -> Reply {
+    match error {
+        ThrottleError::Limited {
+            layer, retry_after, ..
+        } => rate_limited(layer, *retry_after),
+        ThrottleError::CostOverBurst { layer, cost, burst } => {
+            cost_over_burst(layer, *cost, *burst)
+        }
+        ThrottleError::Shutdown => shutting_down(),
+        ThrottleError::StoreUnavailable => store_unavailable(),
+    }
+}
+
+/// Upstream's answer as the client sees it: the class is kept and upstream's text passed on.
+/// A 421 becomes 451: from us, 421 would tell the client that *this* connection is closing.
+pub fn upstream_verdict(result: &Result<Accepted, UpstreamError>) -> Reply {
+    match result {
+        Ok(accepted) => match split_enhanced(&accepted.text) {
+            Some(_) => Reply::raw(250, accepted.text.trim().to_owned()),
+            None => Reply::new(250, "2.0.0", accepted.text.trim().to_owned()),
+        },
+        Err(UpstreamError::Unavailable(_)) => upstream_unavailable(),
+        Err(UpstreamError::Uncertain(_)) => upstream_uncertain(),
+        Err(UpstreamError::Credentials(_)) => upstream_credentials(),
+        Err(refused) => {
+            let (code, enhanced, text) = refused.reply().expect("a refusal has a reply");
+            let code = match code {
+                421 => 451,
+                c @ 400..=599 => c,
+                _ => 451,
+            };
+            let (found, rest) = match split_enhanced(text) {
+                Some((esc, rest)) => (Some(esc), rest),
+                None => (None, text.trim()),
+            };
+            let default = if code >= 500 { "5.0.0" } else { "4.0.0" };
+            let esc = enhanced.or(found).unwrap_or(default);
+            // Upstream's enhanced code must agree with the (possibly remapped) class.
+            let esc = format!("{}{}", code / 100, esc.get(1..).unwrap_or(".0.0"));
+            Reply::raw(code, format!("{esc} upstream: {rest}"))
+        }
+    }
+}
+
+/// What the client is told of its message's journey; nothing when it left.
+pub fn verdict(end: &End) -> Option<Reply> {
+    Some(match end {
+        End::Upstream(result) => upstream_verdict(result),
+        End::NoRoute => no_route(),
+        End::Refused(Refusal::Loop(Loop::CameBack)) => loop_detected(),
+        End::Refused(Refusal::Loop(Loop::TooManyHops)) => too_many_hops(),
+        End::Refused(Refusal::Paused(paused)) => paused_reply(paused),
+        End::Unsent(Unsent::Abandoned) => return None,
+        End::Unsent(Unsent::Paused(left)) => upstream_quota_exhausted(*left),
+        End::Unsent(Unsent::UpstreamRate(retry_after)) => upstream_rate_limited(*retry_after),
+        End::Unsent(Unsent::Refused(error)) => throttle_refusal(error),
+        End::Unsent(Unsent::GraceOver) => grace_over(),
+    })
+}
+
+/// A pause that holds a message back, by whom it holds.
+pub fn paused_reply(paused: &Paused) -> Reply {
+    match &paused.scope {
+        Scope::Upstream => upstream_quota_exhausted(paused.left.unwrap_or_default()),
+        Scope::UpstreamTenant(error) => upstream_verdict(&Err(error.clone())),
+        Scope::Tenant {
+            key,
+            breach,
+            reject,
+        } => tenant_paused(key, breach, *reject),
+    }
+}
