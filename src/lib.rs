@@ -1,7 +1,8 @@
 //! mailsluice: an SMTP relay proxy with per-tenant throttling.
 //!
 //! Data flows one way: listener -> session -> policy -> throttle -> upstream. Each module
-//! imports only from the ones below it in this table, and `config` (plain data) from nothing:
+//! imports only from the ones below it in this table, and `clock` and `config` (plain data) from
+//! nothing:
 //!
 //! | module | what it holds |
 //! |---|---|
@@ -17,6 +18,7 @@
 //! | `throttle/` | token buckets (pure math in `bucket`), key tables, stores (local, Redis), layers with FIFO queues (fair by tenant with `fair_by`) |
 //! | `upstream/` | the `Forwarder` trait, one module per kind: `smtp` (our SMTP client and pool, pipelining), `mx` (direct delivery, hickory-resolver), `ses` (SES's v2 API through the AWS SDK, SES tenants), `file`; what a refusal says about our sending, typed (`feedback`); the named upstreams (`upstreams`) |
 //! | `message/` | plain data about one message: its `Envelope`, its `Outcome`, its header fields by byte range (`header`) |
+//! | `clock` | monotonic integer time, injected (`Clock`; `TokioClock`, `FakeClock` for tests) |
 //! | `config/` | the TOML schema, its defaults and validation; `config/upstream/` the keys every upstream shares and each kind's own |
 //!
 //! A new kind of upstream touches these files and no others:
@@ -37,6 +39,7 @@
 //! and calls [`run`]; the other subcommands are in `serve::commands`.
 
 pub mod admin;
+pub mod clock;
 pub mod config;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;

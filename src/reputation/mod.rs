@@ -23,11 +23,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use prometheus_client::metrics::counter::Counter;
 use serde::Serialize;
 
+use crate::clock::nanos;
+use crate::clock::Clock;
 use crate::config::{Action, KeySource, ReputationConfig};
-use crate::throttle::clock::nanos;
 use crate::throttle::store::redis::RedisOptions;
 use crate::throttle::store::StoreError;
-use crate::throttle::Clock;
 
 pub mod attribution;
 pub mod events;

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use tokio::sync::Semaphore;
 
+use crate::clock::{Clock, TokioClock};
 use crate::config::{Config, Cost};
 use crate::inbound::auth_lockout::{AuthFailures, LockoutRule};
 use crate::inbound::connection_limit::Connections;
@@ -27,7 +28,7 @@ use crate::observe::traces::Traces;
 use crate::policy::LayerPolicy;
 use crate::reputation::sns_verifier::SnsVerifier;
 use crate::reputation::Reputation;
-use crate::throttle::{Clock, Throttle, TokioClock};
+use crate::throttle::Throttle;
 use crate::upstream::Upstreams;
 
 use super::grace_over::{Bell, GraceOver};

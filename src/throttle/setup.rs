@@ -5,11 +5,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::clock::Clock;
 use super::shared_layers::SharedLayers;
 use super::spec::LayerSpec;
 use super::stack::Throttle;
 use super::store::redis::{RedisOptions, RedisStore, SentinelOptions};
+use crate::clock::Clock;
 use crate::config::{Config, RedisConfig, StoreKind, ThrottleConfig};
 
 /// Every `[[throttle]]` layer, in file order; redis layers share the `[redis]` store.

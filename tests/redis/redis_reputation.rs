@@ -7,10 +7,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use mailsluice::clock::FakeClock;
 use mailsluice::config::Config;
 use mailsluice::message::Envelope;
 use mailsluice::reputation::{Applied, Reputation};
-use mailsluice::throttle::{redis_options, FakeClock};
+use mailsluice::throttle::redis_options;
 use mailsluice::upstream::{Accepted, ForwardFuture, Forwarder};
 use prometheus_client::metrics::counter::Counter;
 

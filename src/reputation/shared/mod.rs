@@ -36,7 +36,7 @@ use super::events::Event;
 use super::ledger::{self, breach, in_window, Breach, Change, Counts, Limits};
 use super::suppression::Suppression;
 use super::{Applied, Standing};
-use crate::throttle::clock::{nanos, Clock, Nanos};
+use crate::clock::{nanos, Clock, Nanos};
 use crate::throttle::store::StoreError;
 
 /// How long Redis is left alone after a failed call (as the throttle's shared layers do).

@@ -30,8 +30,8 @@ pub mod redis;
 use std::future::Future;
 use std::pin::Pin;
 
-use super::clock::Nanos;
 use super::peek::Peek;
+use crate::clock::Nanos;
 
 /// One bucket to take from: `cost` tokens of `key` in layer `layer`. For a store that keeps
 /// adaptive layers' limits (Redis): `cut`, upstream's throttle reply to this message taught

@@ -39,7 +39,7 @@ use ::redis::{Script, ScriptInvocation};
 use connection::{unavailable, Connection};
 
 use super::{Decision, StoreCharge, StoreError};
-use crate::throttle::clock::Nanos;
+use crate::clock::Nanos;
 use crate::throttle::peek::Peek;
 use crate::throttle::spec::LayerSpec;
 pub use keys::slot;
@@ -48,7 +48,7 @@ use learned::Heard;
 
 /// The clock a test gives the store in place of Redis `TIME`.
 #[cfg(any(test, feature = "test-support"))]
-pub type TestClock = std::sync::Arc<dyn crate::throttle::clock::Clock>;
+pub type TestClock = std::sync::Arc<dyn crate::clock::Clock>;
 
 const BUCKET_LUA: &str = include_str!("bucket.lua");
 const BLAME_LUA: &str = include_str!("blame.lua");
