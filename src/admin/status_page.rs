@@ -34,7 +34,7 @@ pub async fn reputation_view(ctx: &Context) -> Option<Result<(usize, Vec<Standin
     let read = async { Ok((guard.suppressed_count().await?, guard.standings().await?)) };
     Some(
         read.await
-            .map_err(|e: crate::throttle::store::StoreError| e.to_string()),
+            .map_err(|e: crate::redis::RedisUnavailable| e.to_string()),
     )
 }
 

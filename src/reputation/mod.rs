@@ -26,8 +26,7 @@ use serde::Serialize;
 use crate::clock::nanos;
 use crate::clock::Clock;
 use crate::config::{Action, KeySource, ReputationConfig};
-use crate::throttle::store::redis::RedisOptions;
-use crate::throttle::store::StoreError;
+use crate::redis::{RedisOptions, RedisUnavailable};
 
 pub mod attribution;
 pub mod events;
@@ -121,7 +120,7 @@ impl Reputation {
         clock: Arc<dyn Clock>,
         redis: &RedisOptions,
         errors: Counter,
-    ) -> Result<Reputation, StoreError> {
+    ) -> Result<Reputation, RedisUnavailable> {
         let bounds = Bounds {
             window_ms: config.window_ms.get(),
             slot_ms: shared::slot_ms(config.window()),

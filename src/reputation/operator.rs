@@ -4,11 +4,11 @@
 
 use super::report::standing_of;
 use super::{Reputation, Standing};
-use crate::throttle::store::StoreError;
+use crate::redis::RedisUnavailable;
 
 impl Reputation {
     /// An operator lifts a suppression; false when the address was not suppressed.
-    pub async fn unsuppress(&self, address: &str) -> Result<bool, StoreError> {
+    pub async fn unsuppress(&self, address: &str) -> Result<bool, RedisUnavailable> {
         let removed = match &self.shared {
             Some(shared) => shared.unsuppress(address).await?,
             None => self.lock().suppressions.remove(address),
@@ -21,7 +21,7 @@ impl Reputation {
 
     /// An operator resumes a tenant: its window starts afresh (on every replica, with
     /// `[redis]`). False when it was not known.
-    pub async fn resume(&self, key: &str) -> Result<bool, StoreError> {
+    pub async fn resume(&self, key: &str) -> Result<bool, RedisUnavailable> {
         let resumed = match &self.shared {
             Some(shared) => shared.resume(key).await?,
             None => self.lock().ledger.resume(key),
@@ -33,7 +33,7 @@ impl Reputation {
     }
 
     /// Every tenant counted, sorted by key.
-    pub async fn standings(&self) -> Result<Vec<Standing>, StoreError> {
+    pub async fn standings(&self) -> Result<Vec<Standing>, RedisUnavailable> {
         if let Some(shared) = &self.shared {
             return shared.standings().await;
         }
@@ -55,7 +55,7 @@ impl Reputation {
     }
 
     /// Addresses suppressed now.
-    pub async fn suppressed_count(&self) -> Result<usize, StoreError> {
+    pub async fn suppressed_count(&self) -> Result<usize, RedisUnavailable> {
         if let Some(shared) = &self.shared {
             return shared.suppressed_count().await;
         }

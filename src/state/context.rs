@@ -121,7 +121,7 @@ fn reputation(
     let Some(redis) = &config.redis else {
         return Some(Arc::new(Reputation::new(r, clock.clone())));
     };
-    let options = crate::throttle::redis_options(redis);
+    let options = crate::redis::redis_options(redis);
     let errors = metrics.reputation_store_errors();
     match Reputation::with_redis(r, clock.clone(), &options, errors) {
         Ok(guard) => Some(Arc::new(guard)),

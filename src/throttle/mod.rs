@@ -3,8 +3,8 @@
 //! Why it is a module of its own, with no SMTP in it: it is the part whose mistakes cost money
 //! or mail (going over a provider's quota, or losing a client's message to a wrong refusal),
 //! so it is built to be tested exhaustively with a fake or paused clock (`crate::clock`) and
-//! never a sleep. It imports nothing of the crate but `clock` and `config` (plain data: `Mode`,
-//! `Refill`, `OnError`).
+//! never a sleep. It imports nothing of the crate but `clock`, `redis` (the connection its
+//! Redis store calls through) and `config` (plain data: `Mode`, `Refill`, `OnError`).
 //!
 //! Files, each importing only from the ones listed before it:
 //! - [`bucket`]: the pure math of the three refill modes (drip, fixed window, lifetime).
@@ -54,7 +54,7 @@ pub use crate::config::{Mode, OnError, Refill};
 pub use charge::Charge;
 pub use error::ThrottleError;
 pub use peek::Peek;
-pub use setup::{from_config, redis_options, spec};
+pub use setup::{from_config, spec};
 pub use shared_layers::SharedLayers;
 pub use spec::LayerSpec;
 pub use stack::{Again, Permit, Teaches, Throttle};

@@ -10,8 +10,8 @@ use std::time::Duration;
 use mailsluice::clock::FakeClock;
 use mailsluice::config::Config;
 use mailsluice::message::Envelope;
+use mailsluice::redis::redis_options;
 use mailsluice::reputation::{Applied, Reputation};
-use mailsluice::throttle::redis_options;
 use mailsluice::upstream::{Accepted, ForwardFuture, Forwarder};
 use prometheus_client::metrics::counter::Counter;
 

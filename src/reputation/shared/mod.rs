@@ -37,7 +37,7 @@ use super::ledger::{self, breach, in_window, Breach, Change, Counts, Limits};
 use super::suppression::Suppression;
 use super::{Applied, Standing};
 use crate::clock::{nanos, Clock, Nanos};
-use crate::throttle::store::StoreError;
+use crate::redis::RedisUnavailable;
 
 /// How long Redis is left alone after a failed call (as the throttle's shared layers do).
 pub const RETRY: Duration = Duration::from_secs(1);
@@ -92,7 +92,7 @@ impl Shared {
     async fn guarded<T>(
         &self,
         what: &'static str,
-        call: impl std::future::Future<Output = Result<T, StoreError>>,
+        call: impl std::future::Future<Output = Result<T, RedisUnavailable>>,
     ) -> Option<T> {
         let now = self.clock.now();
         if now < self.retry_at.load(Ordering::Relaxed) {
@@ -177,8 +177,7 @@ impl Shared {
 
     /// One event, new or a repeat; an error when Redis does not answer (the event is then
     /// not applied, and may come again).
-    pub async fn apply(&self, event: &Event, date: String) -> Result<Applied, StoreError> {
-        let unavailable = || StoreError::Unavailable("Redis did not answer".into());
+    pub async fn apply(&self, event: &Event, date: String) -> Result<Applied, RedisUnavailable> {
         if let Some(feedback) = &event.feedback_id {
             let seen = self
                 .guarded("feedback", self.store.first_seen(feedback))
@@ -186,7 +185,7 @@ impl Shared {
             match seen {
                 Some(true) => {}
                 Some(false) => return Ok(Applied::Repeat(event.kind)),
-                None => return Err(unavailable()),
+                None => return Err(RedisUnavailable::Unanswered),
             }
         }
         let applied = self.apply_new(event, date).await;
@@ -194,7 +193,7 @@ impl Shared {
             // Counted in part at most: let it come again (its suppressions are idempotent).
             let _ = self.store.forget_feedback(feedback).await;
         }
-        applied.ok_or_else(unavailable)
+        applied.ok_or(RedisUnavailable::Unanswered)
     }
 
     async fn apply_new(&self, event: &Event, date: String) -> Option<Applied> {
@@ -242,17 +241,17 @@ impl Shared {
         self.guarded("suppressed", call).await.flatten()
     }
 
-    pub async fn unsuppress(&self, address: &str) -> Result<bool, StoreError> {
+    pub async fn unsuppress(&self, address: &str) -> Result<bool, RedisUnavailable> {
         self.store.unsuppress(&address.to_ascii_lowercase()).await
     }
 
-    pub async fn resume(&self, key: &str) -> Result<bool, StoreError> {
+    pub async fn resume(&self, key: &str) -> Result<bool, RedisUnavailable> {
         let resumed = self.store.resume(key).await?;
         self.cache().forget(key);
         Ok(resumed)
     }
 
-    pub async fn standings(&self) -> Result<Vec<Standing>, StoreError> {
+    pub async fn standings(&self) -> Result<Vec<Standing>, RedisUnavailable> {
         let now_slot = self.now_ms() / self.slot_ms;
         let tenants = self.store.tenants(self.now_ms()).await?;
         Ok((tenants.into_iter())
@@ -263,7 +262,7 @@ impl Shared {
             .collect())
     }
 
-    pub async fn suppressed_count(&self) -> Result<usize, StoreError> {
+    pub async fn suppressed_count(&self) -> Result<usize, RedisUnavailable> {
         let held = self.store.suppress(&[], None, self.now_ms()).await?;
         Ok(usize::try_from(held).unwrap_or(usize::MAX))
     }
