@@ -1,5 +1,5 @@
-//! The guard's state in Redis: the calls, their keys, and what their answers mean. Nothing
-//! here decides a verdict: a tenant's hash comes back as slots and `ledger` sums and judges it.
+//! The guard's calls to Redis, their keys, and what their answers mean. Nothing here decides a
+//! verdict: a tenant's hash comes back as slots and `ledger` sums and judges it.
 //!
 //! Keys, all under one hash tag (`{<prefix>rep}`, e.g. `{mailsluice:rep}`), so that in a
 //! Redis Cluster every call is one atomic script in one slot (the guard's keys then live on one
@@ -25,7 +25,7 @@ use crate::reputation::suppression::Suppression;
 
 /// A tenant's hash: its slots, and whether it was over a limit when last judged.
 #[derive(Debug, Default, Clone, PartialEq)]
-pub struct Held {
+pub struct TenantHash {
     pub slots: Vec<(u64, Counts)>,
     pub over: bool,
 }
@@ -90,7 +90,7 @@ impl RedisLedger {
         counts: Counts,
         message_id: Option<&str>,
         now_ms: u64,
-    ) -> Result<Held, RedisUnavailable> {
+    ) -> Result<TenantHash, RedisUnavailable> {
         let b = self.bounds;
         let mut inv = self.add.key(self.tenant_key(tenant));
         inv.key(self.index_key());
@@ -113,7 +113,7 @@ impl RedisLedger {
     }
 
     /// `tenant`'s hash as it is.
-    pub async fn read(&self, tenant: &str) -> Result<Held, RedisUnavailable> {
+    pub async fn read(&self, tenant: &str) -> Result<TenantHash, RedisUnavailable> {
         let fields: Vec<String> = self.query(Cmd::hgetall(self.tenant_key(tenant))).await?;
         Ok(parse_hash(&fields))
     }
@@ -220,7 +220,10 @@ impl RedisLedger {
     }
 
     /// Every tenant of the index with its hash, at most `max_tenants`, by key.
-    pub async fn tenants(&self, now_ms: u64) -> Result<Vec<(String, Held)>, RedisUnavailable> {
+    pub async fn tenants(
+        &self,
+        now_ms: u64,
+    ) -> Result<Vec<(String, TenantHash)>, RedisUnavailable> {
         let oldest = now_ms.saturating_sub(self.bounds.window_ms);
         let mut cmd = Cmd::new();
         cmd.arg("ZRANGE")
@@ -244,7 +247,7 @@ impl RedisLedger {
         Ok(names
             .into_iter()
             .zip(hashes.iter().map(|h| parse_hash(h)))
-            .filter(|(_, held)| !held.slots.is_empty())
+            .filter(|(_, hash)| !hash.slots.is_empty())
             .collect())
     }
 
@@ -254,13 +257,13 @@ impl RedisLedger {
 }
 
 /// A tenant's hash from `HGETALL`'s flat answer (field, value, field, value...).
-fn parse_hash(fields: &[String]) -> Held {
-    let mut held = Held::default();
+fn parse_hash(fields: &[String]) -> TenantHash {
+    let mut hash = TenantHash::default();
     let mut slots = std::collections::BTreeMap::<u64, Counts>::new();
     for pair in fields.chunks_exact(2) {
         let (field, value) = (pair[0].as_str(), pair[1].as_str());
         if field == "over" {
-            held.over = value == "1";
+            hash.over = value == "1";
             continue;
         }
         let (Some(kind), Ok(slot), Ok(n)) = (
@@ -278,8 +281,8 @@ fn parse_hash(fields: &[String]) -> Held {
             _ => {}
         }
     }
-    held.slots = slots.into_iter().collect();
-    held
+    hash.slots = slots.into_iter().collect();
+    hash
 }
 
 #[cfg(test)]
