@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Memory the reputation guard's state takes in Redis, per message, per tenant and per
 # suppressed address: a private redis-server is filled with N keys of exactly the shapes
-# src/reputation/shared/store.rs writes (the scripts' own writes, replayed with redis-cli), and
+# src/reputation/store/redis/calls.rs writes (the scripts' own writes, replayed with redis-cli), and
 # `INFO memory` used_memory is read before and after each kind; the delta over N is the cost.
 #   message:   SET {mailsluice:rep}:m:<SES id, 60 bytes> <tenant> PX <window>   (attribution)
 #              SET {mailsluice:rep}:f:<feedback id, 60 bytes> 1 PX <window>   (only for an

@@ -25,8 +25,9 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use criterion::{criterion_group, Criterion, Throughput};
+use mailsluice::clock::{Clock, Nanos};
 use mailsluice::throttle::bucket::{Bucket, State};
-use mailsluice::throttle::{Charge, Clock, LayerSpec, Mode, Nanos, Throttle};
+use mailsluice::throttle::{Charge, LayerSpec, Mode, Throttle};
 
 struct Counting;
 

@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mailsluice::throttle::{Charge, LayerSpec, Throttle, TokioClock};
+use mailsluice::clock::TokioClock;
+use mailsluice::throttle::{Charge, LayerSpec, Throttle};
 
 const LIMIT: u64 = 200;
 const HEAVY: usize = 500;

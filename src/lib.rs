@@ -1,8 +1,9 @@
 //! mailsluice: an SMTP relay proxy with per-tenant throttling.
 //!
 //! Data flows one way: listener -> session -> pipeline -> (policy, throttle, upstream). Each
-//! module imports only from the ones below it in this table, and `config` (plain data) from
-//! nothing (`python3 tools/import_graph.py src` checks that no imports go round in a circle):
+//! module imports only from the ones below it in this table, and `clock` and `config` (plain
+//! data) from nothing (`python3 tools/import_graph.py src` checks that no imports go round in a
+//! circle):
 //!
 //! | module | what it holds |
 //! |---|---|
@@ -12,13 +13,15 @@
 //! | `smtp/` | one client's session: the state machine, one file per verb; at the final dot (`deliver`) it reads the message's identity, runs its journey through `pipeline`, answers the verdict (`reply`: every reply text) and logs it once (`report`) |
 //! | `pipeline/` | a message's journey with no session in it: the checks before the wait (`admission`), the wait for tokens (`wait`), the upstream leg with its retries and fallback (`forward`), the tokens settled and the reputation guard told (`settle`), one typed `verdict`; what it needs of whoever waits for it (`client`) |
 //! | `state/` | what the running relay's tasks share: `Setup` (what a reload replaces), `Services` (what outlives it), `Context`, `Deps`, `Live` (`context`); the one shutdown signal (`shutdown`) and the grace's end (`grace_over`) |
-//! | `reputation/` | the tenant reputation guard: SES's bounce and complaint events parsed (`events`), counted per tenant over a sliding window (`ledger`), attributed by SES's message id (`attribution`), suppressed addresses (`suppression`); all of it in Redis with `[redis]`, shared by every replica (`shared`) |
+//! | `reputation/` | the tenant reputation guard: SES's bounce and complaint events parsed (`events`), counted per tenant over a sliding window (`ledger`), attributed by SES's message id (`attribution`), suppressed addresses (`suppression`); where all of it lives, behind one trait (`store`): in process (`store::local`) or, with `[redis]`, in Redis shared by every replica (`store::redis`, failing open) |
 //! | `upstream/` | the `Forwarder` trait (send one message), one module per kind: `smtp` (our SMTP client and pool, pipelining), `mx` (direct delivery, hickory-resolver), `ses` (SES's v2 API through the AWS SDK, SES tenants), `file`; what a kind may offer beyond sending (`offers`); what a refusal says about our sending, typed (`feedback`); the pause after a quota reply (`pause`); the named upstreams (`upstreams`) |
 //! | `policy/` | a message's identity, read in one pass over its header section (`identity`): which upstream it takes (`route`), which buckets it is charged to and how much (`charges`), which key headers it loses, whose reputation it counts for, its hops, its `traceparent` |
 //! | `observe/` | what the relay records about itself: Prometheus metrics (`metrics`), the last refusals (`recent`), the human log format's fields (`log_format`), OTLP traces of the messages (`traces`), what the sessions are doing (`activity`) |
 //! | `inbound/` | inbound security: TLS (`tls`), password hashes (`password`), the AUTH lockout (`auth_lockout`), connections per client address (`connection_limit`) |
-//! | `throttle/` | token buckets (pure math in `bucket`), key tables, stores (local, Redis), layers with FIFO queues (fair by tenant with `fair_by`), stacked layers taken all or nothing (`stack`) |
+//! | `throttle/` | token buckets (pure math in `bucket`), key tables, stores (local; Redis: its scripts and keys, over `redis/`'s connection), layers with FIFO queues (fair by tenant with `fair_by`), stacked layers taken all or nothing (`stack`) |
 //! | `message/` | plain data about one message: its `Envelope`, its `Outcome`, its header fields by byte range (`header`), its `Received:` hops and our mark in them (`received`) |
+//! | `redis/` | Redis as the throttle's shared layers and the reputation guard reach it, each with its own scripts and keys: its options from `[redis]` (`options`), a connection to one server, a Cluster or the primary that Sentinel names, followed through a failover (`connection`), a call that did not answer (`error`) |
+//! | `clock` | monotonic integer time, injected (`Clock`; `TokioClock`, `FakeClock` for tests) |
 //! | `config/` | the TOML schema, its defaults and validation; `config/upstream/` the keys every upstream shares and each kind's own |
 //!
 //! The journey of one message, file by file:
@@ -59,6 +62,7 @@
 //! and calls [`run`]; the other subcommands are in `serve::commands`.
 
 pub mod admin;
+pub mod clock;
 pub mod config;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
@@ -67,6 +71,7 @@ pub mod message;
 pub mod observe;
 pub mod pipeline;
 pub mod policy;
+pub mod redis;
 pub mod reputation;
 pub mod serve;
 pub mod smtp;

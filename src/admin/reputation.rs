@@ -11,9 +11,9 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::json;
 
+use crate::redis::RedisUnavailable;
 use crate::reputation::Reputation;
 use crate::state::context::Live;
-use crate::throttle::store::StoreError;
 
 /// These routes, on the live context (the endpoint merges them).
 pub fn routes<S>(live: Arc<Live>) -> Router<S> {
@@ -92,7 +92,7 @@ async fn unsuppress(State(live): State<Arc<Live>>, Path(address): Path<String>) 
     }
 }
 
-fn unavailable(e: &StoreError) -> Response {
+fn unavailable(e: &RedisUnavailable) -> Response {
     let body = json!({"error": format!("the reputation guard's Redis did not answer: {e}")});
     (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
 }

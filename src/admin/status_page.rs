@@ -5,9 +5,9 @@
 use std::fmt::{Display, Write as _};
 
 use crate::observe::recent::Recent;
+use crate::redis::RedisUnavailable;
 use crate::reputation::Standing;
 use crate::state::context::{Context, Health};
-use crate::throttle::store::StoreError;
 use crate::throttle::StoreUnreachable;
 use crate::upstream::Checked;
 
@@ -27,11 +27,13 @@ pub struct Checks {
     pub store: Option<Result<(), StoreUnreachable>>,
     /// The reputation guard's addresses suppressed and tenants, `None` when it is off (read
     /// from Redis with `[redis]`: an error when it does not answer).
-    pub reputation: Option<Result<(usize, Vec<Standing>), StoreError>>,
+    pub reputation: Option<Result<(usize, Vec<Standing>), RedisUnavailable>>,
 }
 
 /// What the status page shows of the reputation guard, read by the caller.
-pub async fn reputation_view(ctx: &Context) -> Option<Result<(usize, Vec<Standing>), StoreError>> {
+pub async fn reputation_view(
+    ctx: &Context,
+) -> Option<Result<(usize, Vec<Standing>), RedisUnavailable>> {
     let guard = ctx.services.reputation.as_ref()?;
     Some(async { Ok((guard.suppressed_count().await?, guard.standings().await?)) }.await)
 }
@@ -137,7 +139,7 @@ fn layers(html: &mut String, ctx: &Context, recent: &Recent) {
 }
 
 /// Tenants the reputation guard holds now, with their rates, and the addresses suppressed.
-fn reputation(html: &mut String, view: Option<&Result<(usize, Vec<Standing>), StoreError>>) {
+fn reputation(html: &mut String, view: Option<&Result<(usize, Vec<Standing>), RedisUnavailable>>) {
     let (suppressed, standings) = match view {
         None => return,
         Some(Ok(view)) => view,

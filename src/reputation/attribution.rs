@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use crate::throttle::Nanos;
+use crate::clock::Nanos;
 
 use super::expiring::{Expiring, Inserted};
 

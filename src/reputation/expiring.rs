@@ -4,7 +4,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use crate::throttle::Nanos;
+use crate::clock::Nanos;
 
 #[derive(Debug)]
 pub struct Expiring<V> {

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::throttle::Nanos;
+use crate::clock::Nanos;
 
 use super::events::Kind;
 
@@ -188,7 +188,7 @@ impl Ledger {
 
 /// The length of one slot of `window` (never 0).
 pub fn slot_len(window: Duration) -> Nanos {
-    let window = crate::throttle::clock::nanos(window).max(SLOTS as u64);
+    let window = crate::clock::nanos(window).max(SLOTS as u64);
     window.div_ceil(SLOTS as u64)
 }
 

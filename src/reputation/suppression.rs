@@ -2,7 +2,7 @@
 //! as SES's own suppression list), for `ttl`, at most `max` of them (past it the oldest
 //! suppression goes). Addresses are compared ignoring ASCII case.
 
-use crate::throttle::Nanos;
+use crate::clock::Nanos;
 
 use super::events::Kind;
 use super::expiring::Expiring;

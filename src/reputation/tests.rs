@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use super::events::tests::bare;
 use super::*;
+use crate::clock::FakeClock;
 use crate::config::Config;
-use crate::throttle::FakeClock;
 
 /// 2026-12-01T00:00:00Z.
 const DEC_1: u64 = 1_796_083_200;

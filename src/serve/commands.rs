@@ -6,10 +6,11 @@ use std::sync::Arc;
 
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
+use crate::clock::TokioClock;
 use crate::config::{Config, ConfigError, StoreKind};
 use crate::inbound::password;
 use crate::inbound::tls::{Tls, TlsError};
-use crate::throttle::{self, StoreUnreachable, TokioClock};
+use crate::throttle::{self, StoreUnreachable};
 
 /// Path segment encoding for keys, which may hold anything a header may: all but RFC 3986's
 /// unreserved characters.

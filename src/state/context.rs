@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use tokio::sync::Semaphore;
 
+use crate::clock::{Clock, TokioClock};
 use crate::config::{Config, Cost};
 use crate::inbound::auth_lockout::{AuthFailures, LockoutRule};
 use crate::inbound::connection_limit::Connections;
@@ -31,7 +32,7 @@ use crate::observe::traces::Traces;
 use crate::policy::{LayerPolicy, Rules, TenantKey};
 use crate::reputation::sns_verifier::SnsVerifier;
 use crate::reputation::Reputation;
-use crate::throttle::{Clock, Throttle, TokioClock};
+use crate::throttle::Throttle;
 use crate::upstream::Upstreams;
 
 use super::grace_over::{Bell, GraceOver};
@@ -194,7 +195,7 @@ fn reputation(
     let Some(redis) = &config.redis else {
         return Some(Arc::new(Reputation::new(r, clock.clone())));
     };
-    let options = crate::throttle::redis_options(redis);
+    let options = crate::redis::redis_options(redis);
     let errors = metrics.reputation_store_errors();
     match Reputation::with_redis(r, clock.clone(), &options, errors) {
         Ok(guard) => Some(Arc::new(guard)),

@@ -14,7 +14,7 @@
 
 use std::sync::Arc;
 
-use super::clock::Nanos;
+use crate::clock::Nanos;
 
 /// The last grants and throttle replies of one layer, by tenant.
 #[derive(Debug, Default)]

@@ -2,11 +2,11 @@
 //!
 //! Why it is a module of its own, with no SMTP in it: it is the part whose mistakes cost money
 //! or mail (going over a provider's quota, or losing a client's message to a wrong refusal),
-//! so it is built to be tested exhaustively with a fake or paused clock and never a sleep. It
-//! imports nothing of the crate but `config` (plain data: `Mode`, `Refill`, `OnError`).
+//! so it is built to be tested exhaustively with a fake or paused clock (`crate::clock`) and
+//! never a sleep. It imports nothing of the crate but `clock`, `redis` (the connection its
+//! Redis store calls through) and `config` (plain data: `Mode`, `Refill`, `OnError`).
 //!
 //! Files, each importing only from the ones listed before it:
-//! - [`clock`]: monotonic integer time, injected (`TokioClock`, `FakeClock`).
 //! - [`bucket`]: the pure math of the three refill modes (drip, fixed window, lifetime).
 //! - [`adaptive`]: the pure math of an adaptive layer's effective limit (AIMD).
 //! - `blame`: whether a throttle reply is one tenant's alone (then the layer does not cut).
@@ -40,7 +40,6 @@ pub mod adaptive;
 mod blame;
 pub mod bucket;
 mod charge;
-pub mod clock;
 mod error;
 mod key_table;
 mod layer;
@@ -53,10 +52,9 @@ pub mod store;
 
 pub use crate::config::{Mode, OnError, Refill};
 pub use charge::Charge;
-pub use clock::{Clock, FakeClock, Nanos, TokioClock};
 pub use error::ThrottleError;
 pub use peek::Peek;
-pub use setup::{from_config, redis_options, spec};
+pub use setup::{from_config, spec};
 pub use shared_layers::{SharedLayers, StoreUnreachable};
 pub use spec::LayerSpec;
 pub use stack::{Again, Permit, Teaches, Throttle};

@@ -2,7 +2,7 @@
 //! because the local layers, the stores and the throttle all answer it.
 
 use super::bucket::{Bucket, State};
-use super::clock::{Clock, Nanos};
+use crate::clock::{Clock, Nanos};
 
 /// The allowance of one bucket, taking nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

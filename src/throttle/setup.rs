@@ -5,12 +5,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::clock::Clock;
 use super::shared_layers::SharedLayers;
 use super::spec::LayerSpec;
 use super::stack::Throttle;
-use super::store::redis::{RedisOptions, RedisStore, SentinelOptions};
-use crate::config::{Config, RedisConfig, StoreKind, ThrottleConfig};
+use super::store::redis::RedisStore;
+use crate::clock::Clock;
+use crate::config::{Config, StoreKind, ThrottleConfig};
+use crate::redis::redis_options;
 
 /// Every `[[throttle]]` layer, in file order; redis layers share the `[redis]` store.
 /// `Config::validate` has checked what could fail here; should the store still not build, the
@@ -61,25 +62,6 @@ pub fn spec(layer: &ThrottleConfig) -> LayerSpec {
             .map(|(k, w)| (k.clone(), w.get()))
             .collect(),
         rcpt_domain: layer.key == crate::config::KeySource::RcptDomain,
-    }
-}
-
-/// The store's options; the password read from `password_env` (checked at load).
-pub fn redis_options(redis: &RedisConfig) -> RedisOptions {
-    RedisOptions {
-        urls: redis.urls().map(str::to_string).collect(),
-        cluster: redis.cluster,
-        password: (redis.password_env.as_ref()).and_then(|v| std::env::var(v.get_ref()).ok()),
-        timeout: Duration::from_millis(redis.timeout_ms.get()),
-        prefix: redis.prefix.clone(),
-        sentinel: redis.sentinel.as_ref().map(|s| {
-            let s = s.get_ref();
-            SentinelOptions {
-                master: s.master.clone(),
-                nodes: s.nodes().collect(),
-                password: (s.password_env.as_ref()).and_then(|v| std::env::var(v).ok()),
-            }
-        }),
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::adaptive::{Adapt, Aimd};
 use super::bucket::Bucket;
-use super::clock::nanos;
+use crate::clock::nanos;
 use crate::config::{Mode, Refill};
 
 /// One layer of buckets, as configured (`[[throttle]]`).

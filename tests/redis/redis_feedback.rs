@@ -12,11 +12,12 @@ use crate::support::memory::subject_of;
 use crate::support::redis::{store_options, RedisServer};
 use crate::support::relay::{config_text, Relay};
 use crate::support::throttle::{ch, cut as throttled};
+use mailsluice::clock::{FakeClock, Nanos};
 use mailsluice::config::OnError;
 use mailsluice::throttle::adaptive::{Adapt, Aimd, Learned};
 use mailsluice::throttle::store::redis::RedisStore;
 use mailsluice::throttle::store::{Decision, Store};
-use mailsluice::throttle::{Charge, FakeClock, LayerSpec, Nanos, SharedLayers, Teaches, Throttle};
+use mailsluice::throttle::{Charge, LayerSpec, SharedLayers, Teaches, Throttle};
 
 const US: Nanos = 1_000;
 const SEC: Nanos = 1_000_000_000;

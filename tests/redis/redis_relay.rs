@@ -74,7 +74,7 @@ async fn three_replicas_share_one_limit() {
     ))
     .unwrap();
     let store = RedisStore::new(
-        &mailsluice::throttle::redis_options(spec.redis.as_ref().unwrap()),
+        &mailsluice::redis::redis_options(spec.redis.as_ref().unwrap()),
         &[mailsluice::throttle::spec(&spec.throttle[0])],
     )
     .unwrap();

@@ -7,9 +7,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use mailsluice::clock::FakeClock;
 use mailsluice::config::Config;
+use mailsluice::redis::redis_options;
 use mailsluice::reputation::{Applied, Reputation};
-use mailsluice::throttle::{redis_options, FakeClock};
 use mailsluice::upstream::{Accepted, ForwardFuture, Forwarder, Outgoing};
 use prometheus_client::metrics::counter::Counter;
 
@@ -203,12 +204,12 @@ async fn the_window_slides_on_the_clock_for_both_guards() {
     assert!(two.standing("acme").await.is_some());
     // The first guard took acme's good standing from its own count: it keeps it for REFRESH.
     assert!(one.standing("acme").await.is_none());
-    clock.advance(mailsluice::reputation::shared::REFRESH);
+    clock.advance(mailsluice::reputation::store::redis::REFRESH);
     assert!(
         one.standing("acme").await.is_some(),
         "read again after REFRESH"
     );
-    clock.advance(Duration::from_secs(12 * 3600) - mailsluice::reputation::shared::REFRESH);
+    clock.advance(Duration::from_secs(12 * 3600) - mailsluice::reputation::store::redis::REFRESH);
     one.forwarded("acme", None, 40).await;
     let b = two.standing("acme").await.expect("6 of 80 is still 7.5 %");
     assert_eq!(b.sent, 80);

@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use crate::support::redis::{store_options, RedisCluster, RedisServer};
 use crate::support::throttle::ch;
+use mailsluice::clock::{FakeClock, Nanos};
 use mailsluice::throttle::store::redis::{slot, RedisStore};
 use mailsluice::throttle::store::{Decision, Store};
-use mailsluice::throttle::{FakeClock, LayerSpec, Nanos, Refill};
+use mailsluice::throttle::{LayerSpec, Refill};
 
 const MS: Nanos = 1_000_000;
 

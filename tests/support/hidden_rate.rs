@@ -6,9 +6,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use mailsluice::clock::{Clock, TokioClock};
 use mailsluice::message::Envelope;
 use mailsluice::throttle::bucket::{Bucket, State, Take};
-use mailsluice::throttle::{Clock, TokioClock};
 use mailsluice::upstream::{Accepted, Feedback, ForwardFuture, Forwarder, Outgoing, UpstreamError};
 use tokio::time::Instant;
 

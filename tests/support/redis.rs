@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use mailsluice::throttle::store::redis::RedisOptions;
+use mailsluice::redis::RedisOptions;
 
 use super::host::{free_port, have_programs, scratch_path};
 

@@ -11,9 +11,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use base64::Engine;
+use mailsluice::clock::{Clock, TokioClock};
 use mailsluice::config::Config;
 use mailsluice::throttle::bucket::{Bucket, State, Take};
-use mailsluice::throttle::{Clock, TokioClock};
 use mailsluice::upstream::SesForwarder;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};

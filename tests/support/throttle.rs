@@ -7,8 +7,9 @@ use std::fmt::{Debug, Write as _};
 use std::sync::{Arc, Mutex, Once};
 use std::time::Duration;
 
+use mailsluice::clock::{Clock, TokioClock};
 use mailsluice::throttle::store::StoreCharge;
-use mailsluice::throttle::{Charge, Clock, LayerSpec, Permit, Throttle, ThrottleError, TokioClock};
+use mailsluice::throttle::{Charge, LayerSpec, Permit, Throttle, ThrottleError};
 use tokio::task::JoinHandle;
 use tracing::field::{Field, Visit};
 use tracing_subscriber::layer::{Context, SubscriberExt};

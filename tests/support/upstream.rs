@@ -22,8 +22,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::upstream_session::accept_loop;
+use mailsluice::clock::{Clock, TokioClock};
 use mailsluice::throttle::bucket::{Bucket, State, Take};
-use mailsluice::throttle::{Clock, TokioClock};
 
 /// The points of a transaction where a fault can be injected.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

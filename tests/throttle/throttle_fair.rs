@@ -29,7 +29,7 @@ async fn flood(e: &Env, log: &Log, tenant: &str, n: usize, cost: u64) -> Vec<Joi
         let tenant = tenant.to_string();
         handles.push(tokio::spawn(async move {
             let p = t.acquire(vec![c]).await.expect("granted");
-            let at = Duration::from_nanos(mailsluice::throttle::Clock::now(&*clock));
+            let at = Duration::from_nanos(mailsluice::clock::Clock::now(&*clock));
             log.lock().unwrap().push((tenant, i, at, cost));
             p.delivered();
         }));

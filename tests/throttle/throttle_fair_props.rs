@@ -5,7 +5,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::support::throttle::*;
-use mailsluice::throttle::{Clock, LayerSpec};
+use mailsluice::clock::Clock;
+use mailsluice::throttle::LayerSpec;
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 

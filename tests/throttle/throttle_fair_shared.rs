@@ -6,9 +6,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::support::throttle::*;
+use mailsluice::clock::{Clock, TokioClock};
 use mailsluice::throttle::bucket::{Bucket, State};
 use mailsluice::throttle::store::{Decision, Store, StoreCharge, StoreError, StoreFuture};
-use mailsluice::throttle::{Clock, OnError, Peek, SharedLayers, Throttle, TokioClock};
+use mailsluice::throttle::{OnError, Peek, SharedLayers, Throttle};
 
 /// One bucket for every charge, reserving like the Redis take script.
 struct Reserving {

@@ -5,8 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::throttle::*;
+use mailsluice::clock::TokioClock;
 use mailsluice::throttle::store::local::LocalStore;
-use mailsluice::throttle::{LayerSpec, Mode, OnError, SharedLayers, Throttle, TokioClock};
+use mailsluice::throttle::{LayerSpec, Mode, OnError, SharedLayers, Throttle};
 
 #[tokio::test(start_paused = true)]
 async fn abort_in_middle_of_queue_moves_those_behind_up() {
@@ -206,7 +207,7 @@ fn throttle_is_send_sync_and_its_acquire_future_is_send() {
     fn send_sync<T: Send + Sync>() {}
     send_sync::<mailsluice::throttle::Throttle>();
     send_sync::<mailsluice::throttle::Permit>();
-    let clock = std::sync::Arc::new(mailsluice::throttle::FakeClock::new(0));
+    let clock = std::sync::Arc::new(mailsluice::clock::FakeClock::new(0));
     let t = mailsluice::throttle::Throttle::new(vec![per_sec("t", 1)], clock);
     send(t.acquire(vec![charge(0, "k", 1)]));
 }

@@ -5,7 +5,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::support::throttle::*;
-use mailsluice::throttle::{Clock, LayerSpec, Mode, Refill};
+use mailsluice::clock::Clock;
+use mailsluice::throttle::{LayerSpec, Mode, Refill};
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 

@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use crate::support::throttle::*;
-use mailsluice::throttle::{Clock, LayerSpec, Mode, Refill, ThrottleError};
+use mailsluice::clock::Clock;
+use mailsluice::throttle::{LayerSpec, Mode, Refill, ThrottleError};
 
 // --- Waiting and refusing -------------------------------------------------------------------
 

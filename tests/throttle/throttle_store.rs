@@ -11,11 +11,12 @@ use std::time::Duration;
 
 use crate::support::redis::{store_options, RedisServer};
 use crate::support::throttle::ch;
+use mailsluice::clock::{FakeClock, Nanos};
 use mailsluice::throttle::bucket::{Bucket, State, Take};
 use mailsluice::throttle::store::local::LocalStore;
 use mailsluice::throttle::store::redis::RedisStore;
 use mailsluice::throttle::store::{Decision, Store, StoreError};
-use mailsluice::throttle::{FakeClock, LayerSpec, Nanos, Refill};
+use mailsluice::throttle::{LayerSpec, Refill};
 
 const MS: Nanos = 1_000_000;
 const SEC: Nanos = 1_000 * MS;
@@ -376,7 +377,7 @@ async fn mirrors_the_bucket_math(f: Fixture) {
 
 impl Fixture {
     fn clock_now(&self) -> Nanos {
-        use mailsluice::throttle::Clock;
+        use mailsluice::clock::Clock;
         self.clock.now()
     }
 }

@@ -4,11 +4,12 @@
 use std::sync::Arc;
 
 use aws_sdk_sqs::config::{Credentials, SharedCredentialsProvider};
+use mailsluice::clock::FakeClock;
 use mailsluice::config::Config;
 use mailsluice::observe::metrics::Metrics;
 use mailsluice::reputation::Reputation;
 use mailsluice::serve::events::{client, Consumer};
-use mailsluice::throttle::{FakeClock, Throttle};
+use mailsluice::throttle::Throttle;
 
 use crate::support::moto::MotoServer;
 use crate::support::relay::sum_metric;

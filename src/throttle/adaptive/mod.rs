@@ -26,7 +26,7 @@
 //! limit at `since`), `since` (the last throttle reply), `cut` (the last cut) and the counts
 //! of the measurement windows.
 
-use super::clock::Nanos;
+use crate::clock::Nanos;
 pub use crate::config::Adapt;
 
 /// The numbers of one adaptive layer.

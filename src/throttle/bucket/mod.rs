@@ -16,7 +16,7 @@
 //! - **None** (lifetime cap): `a` = instant the key is forgotten (last take + idle_ttl),
 //!   `b` = tokens used; `b == 0` is a fresh bucket.
 
-use super::clock::Nanos;
+use crate::clock::Nanos;
 pub use crate::config::Refill;
 
 /// The stored state of one bucket; see the module doc for the meaning of the words.

@@ -3,9 +3,9 @@
 //! bucket keeps the tokens it holds.
 
 use super::{KeyTable, Pin};
+use crate::clock::Nanos;
 use crate::throttle::adaptive::Learned;
 use crate::throttle::bucket::{Bucket, State};
-use crate::throttle::clock::Nanos;
 
 impl<W: Pin> KeyTable<W> {
     /// The configured bucket: that of every key that learned nothing.

@@ -38,9 +38,9 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
+use crate::clock::Nanos;
 use crate::throttle::adaptive::Learned;
 use crate::throttle::bucket::{Bucket, State};
-use crate::throttle::clock::Nanos;
 
 const NIL: u32 = u32::MAX;
 

@@ -8,7 +8,7 @@
 //! forgotten with the bucket (idle and full for `idle_ttl`, or evicted past `max_keys`).
 
 use super::{ceil_ms, Layer, LayerState};
-use crate::throttle::clock::Nanos;
+use crate::clock::Nanos;
 
 impl Layer {
     /// The limit `slot`'s key runs at, at `now`.
@@ -93,7 +93,7 @@ impl Layer {
             return false;
         }
         let now = self.clock.now();
-        let interval = crate::throttle::clock::nanos(self.spec.interval);
+        let interval = crate::clock::nanos(self.spec.interval);
         self.lock().blame.replied(tenant, now, interval)
     }
 
@@ -123,7 +123,7 @@ impl Layer {
             key,
             old_limit = old,
             new_limit = new,
-            interval_ms = ceil_ms(crate::throttle::clock::nanos(self.spec.interval)),
+            interval_ms = ceil_ms(crate::clock::nanos(self.spec.interval)),
             "ratelimit.adapted"
         );
     }

@@ -17,9 +17,9 @@ use std::sync::Arc;
 use tokio::sync::Notify;
 
 use super::{CancelOnDrop, Layer, Turn};
+use crate::clock::Nanos;
 use crate::throttle::bucket::State;
 use crate::throttle::charge::Charge;
-use crate::throttle::clock::Nanos;
 use crate::throttle::error::ThrottleError;
 use crate::throttle::key_table::TableFull;
 

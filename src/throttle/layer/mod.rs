@@ -27,11 +27,11 @@ use tokio::sync::Notify;
 
 use super::blame::Blame;
 use super::bucket::{Bucket, State};
-use super::clock::{nanos, Clock, Nanos};
 use super::error::ThrottleError;
 use super::key_table::KeyTable;
 use super::peek::{peek_of, Peek};
 use super::spec::LayerSpec;
+use crate::clock::{nanos, Clock, Nanos};
 use crate::config::Mode;
 use waiters::{project_place, Queue, Waiter};
 

@@ -23,8 +23,8 @@ use tokio::sync::Notify;
 
 use super::waiters::project_place;
 use super::{ceil_ms, CancelOnDrop, Layer, Turn};
+use crate::clock::Nanos;
 use crate::throttle::bucket::Take;
-use crate::throttle::clock::Nanos;
 use crate::throttle::error::ThrottleError;
 use crate::throttle::key_table::TableFull;
 

@@ -1,7 +1,7 @@
 //! A layer at shutdown: the drain, during the grace, and the disposal at its end.
 
 use super::Layer;
-use crate::throttle::clock::Nanos;
+use crate::clock::Nanos;
 
 impl Layer {
     /// Starts draining: from now until `end` a waiter keeps its place and goes when its

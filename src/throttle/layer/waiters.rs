@@ -16,8 +16,8 @@ use std::sync::Arc;
 
 use tokio::sync::Notify;
 
+use crate::clock::Nanos;
 use crate::throttle::bucket::{Bucket, State};
-use crate::throttle::clock::Nanos;
 use crate::throttle::key_table::{KeyTable, Pin};
 
 pub(super) struct Waiter {

@@ -2,7 +2,7 @@
 //! the drain during the grace and the disposal at its end (see the parent's doc).
 
 use super::Shared;
-use crate::throttle::clock::Nanos;
+use crate::clock::Nanos;
 use crate::throttle::error::ThrottleError;
 
 /// How far shutdown has gone, as the sleepers see it.

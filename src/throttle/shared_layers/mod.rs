@@ -39,13 +39,13 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::charge::Charge;
-use super::clock::{nanos, Clock, Nanos};
 use super::error::ThrottleError;
 use super::layer::gate::{fair_gates, Gate};
 use super::layer::{Layer, Turn};
 use super::spec::LayerSpec;
 use super::store::local::LocalStore;
 use super::store::{Decision, Store, StoreCharge, StoreError};
+use crate::clock::{nanos, Clock, Nanos};
 use crate::config::{Mode, OnError};
 use ending::Ending;
 

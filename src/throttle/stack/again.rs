@@ -3,8 +3,8 @@
 //! layer at the reply or by the shared store at the next take.
 
 use super::{Blamed, Inner, Permit, Throttle, ThrottleError, Turn};
+use crate::clock::{nanos, Nanos};
 use crate::throttle::charge::Charge;
-use crate::throttle::clock::{nanos, Nanos};
 
 /// A message upstream throttled, to be sent again: what it is charged, when it arrived.
 #[derive(Debug)]

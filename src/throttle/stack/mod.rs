@@ -30,12 +30,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::charge::Charge;
-use super::clock::{nanos, Clock, Nanos};
 use super::error::ThrottleError;
 use super::layer::{Layer, Turn};
 use super::peek::Peek;
 use super::shared_layers::{Blamed, Shared, SharedLayers, StoreUnreachable};
 use super::spec::LayerSpec;
+use crate::clock::{nanos, Clock, Nanos};
 pub use again::Again;
 pub use permit::{Permit, Teaches};
 

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use super::again::Again;
 use super::Inner;
+use crate::clock::Nanos;
 use crate::throttle::charge::Charge;
-use crate::throttle::clock::Nanos;
 use crate::throttle::shared_layers::SharedTaken;
 
 /// Tokens taken on every charged layer for one message.

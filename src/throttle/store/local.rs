@@ -9,8 +9,8 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::{Decision, Store, StoreCharge, StoreError, StoreFuture};
+use crate::clock::{nanos, Clock, Nanos};
 use crate::throttle::bucket::{Bucket, State, Take};
-use crate::throttle::clock::{nanos, Clock, Nanos};
 use crate::throttle::key_table::KeyTable;
 use crate::throttle::peek::{peek_of, Peek};
 use crate::throttle::spec::LayerSpec;
@@ -193,7 +193,7 @@ impl Store for LocalStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::throttle::clock::FakeClock;
+    use crate::clock::FakeClock;
 
     const SEC: Nanos = 1_000_000_000;
 

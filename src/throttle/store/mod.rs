@@ -30,8 +30,9 @@ pub mod redis;
 use std::future::Future;
 use std::pin::Pin;
 
-use super::clock::Nanos;
 use super::peek::Peek;
+use crate::clock::Nanos;
+use crate::redis::RedisUnavailable;
 
 /// One bucket to take from: `cost` tokens of `key` in layer `layer`. For a store that keeps
 /// adaptive layers' limits (Redis): `cut`, upstream's throttle reply to this message taught
@@ -78,6 +79,9 @@ pub enum Decision {
 pub enum StoreError {
     #[error("store unavailable: {0}")]
     Unavailable(String),
+    /// Redis did not answer (the Redis store's calls).
+    #[error(transparent)]
+    Redis(#[from] RedisUnavailable),
     #[error("unknown layer {0}")]
     UnknownLayer(usize),
 }

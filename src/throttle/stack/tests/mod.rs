@@ -7,8 +7,8 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 
 use super::*;
+use crate::clock::{FakeClock, TokioClock};
 use crate::config::Refill;
-use crate::throttle::clock::{FakeClock, TokioClock};
 use crate::throttle::store::Decision;
 
 mod scripted;

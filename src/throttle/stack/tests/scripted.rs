@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use crate::throttle::clock::Nanos;
+use crate::clock::Nanos;
 use crate::throttle::peek::Peek;
 use crate::throttle::store::{Decision, Store, StoreCharge, StoreError, StoreFuture};
 

@@ -2,7 +2,7 @@
 //! `peek_one` in `redis.rs`).
 
 use super::RedisStore;
-use crate::throttle::clock::Nanos;
+use crate::clock::Nanos;
 use crate::throttle::peek::Peek;
 use crate::throttle::store::{Decision, Store, StoreCharge, StoreFuture};
 

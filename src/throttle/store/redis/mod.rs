@@ -17,29 +17,26 @@
 //! the earlier ones took, and the message goes at the latest reservation — the same
 //! "take in order, hold, roll back" a multi-layer message has with local layers.
 //!
-//! Errors (Redis unreachable, a timeout past `timeout`) are [`StoreError::Unavailable`]; the
+//! Errors (Redis unreachable, a timeout past `timeout`) are [`StoreError::Redis`]; the
 //! throttle's `on_error` decides. A timeout after Redis ran the script may have taken tokens
 //! that no message uses: the limit still holds, some quota is lost.
 //!
 //! Files under `redis/`: `keys.rs` (key names, a layer's script parameters, cluster slots);
-//! `api.rs` (the [`Store`] trait over the calls here); `connection.rs` (one server, a cluster
-//! or Sentinel, and following the primary; the reputation guard's Redis state uses it too); `learned.rs` (the limits in force of
+//! `api.rs` (the [`Store`] trait over the calls here); `learned.rs` (the limits in force of
 //! adaptive layers, as answered); `bucket.lua` (the bucket math, put in front of each script);
 //! `adaptive.lua` (adaptive layers' learned limit, likewise); `take.lua`, `give_back.lua`
-//! and `peek.lua` (the three calls). Here: script calls and cluster slot groups.
+//! and `peek.lua` (the three calls). Here: script calls and cluster slot groups. The
+//! connection (one server, a cluster or Sentinel, following the primary) is `crate::redis`'s.
 
 mod api;
-pub(crate) mod connection;
 pub(crate) mod keys;
 mod learned;
 
-use std::time::Duration;
-
 use ::redis::{Script, ScriptInvocation};
-use connection::{unavailable, Connection};
 
 use super::{Decision, StoreCharge, StoreError};
-use crate::throttle::clock::Nanos;
+use crate::clock::Nanos;
+use crate::redis::{Connection, RedisOptions};
 use crate::throttle::peek::Peek;
 use crate::throttle::spec::LayerSpec;
 pub use keys::slot;
@@ -48,43 +45,16 @@ use learned::Heard;
 
 /// The clock a test gives the store in place of Redis `TIME`.
 #[cfg(any(test, feature = "test-support"))]
-pub type TestClock = std::sync::Arc<dyn crate::throttle::clock::Clock>;
+pub type TestClock = std::sync::Arc<dyn crate::clock::Clock>;
 
 const BUCKET_LUA: &str = include_str!("bucket.lua");
 const BLAME_LUA: &str = include_str!("blame.lua");
 const ADAPTIVE_LUA: &str = include_str!("adaptive.lua");
 
-/// Where the Redis store connects, and how.
-#[derive(Debug, Clone)]
-pub struct RedisOptions {
-    /// One URL (`redis://`, `rediss://`, `unix://`), or the seed nodes of a cluster.
-    pub urls: Vec<String>,
-    pub cluster: bool,
-    /// A password that is not in the URL (from `password_env`).
-    pub password: Option<String>,
-    /// Longest wait for one command, connecting included.
-    pub timeout: Duration,
-    /// Put in front of every key (`mailsluice:`).
-    pub prefix: String,
-    /// Redis Sentinel: `urls` is then empty, the primary is asked of the sentinels.
-    pub sentinel: Option<SentinelOptions>,
-}
-
-/// The sentinels that know where the primary is.
-#[derive(Debug, Clone)]
-pub struct SentinelOptions {
-    /// The name the sentinels monitor the primary under.
-    pub master: String,
-    /// The sentinels, `(host, port)`.
-    pub nodes: Vec<(String, u16)>,
-    /// The sentinels' own password, if they ask for one.
-    pub password: Option<String>,
-}
-
 /// Buckets in Redis behind the [`Store`] trait; see the module doc.
 pub struct RedisStore {
     /// Connects on first use (Redis may be down when the relay starts), and follows the
-    /// primary (see `connection`).
+    /// primary (see `crate::redis`).
     conn: Connection,
     cluster: bool,
     /// Per throttle layer index.
@@ -194,7 +164,7 @@ impl RedisStore {
     }
 
     async fn invoke(&self, inv: &ScriptInvocation<'_>) -> Result<Vec<i64>, StoreError> {
-        self.conn.invoke(inv).await
+        Ok(self.conn.invoke(inv).await?)
     }
 
     /// One take script call for `charges` (all in one slot in cluster mode).
@@ -214,7 +184,8 @@ impl RedisStore {
         };
         (self.heard).note(&self.layers, charges, r.get(fixed..).unwrap_or(&[]));
         let at = |i: usize| r.get(i).copied().map(|v| u64::try_from(v).unwrap_or(0));
-        let bad = || unavailable(format!("unexpected answer from the take script: {r:?}"));
+        let bad =
+            || StoreError::Unavailable(format!("unexpected answer from the take script: {r:?}"));
         let us = |v: u64| v.saturating_mul(1_000);
         Ok(match (at(0), at(1), at(2)) {
             (Some(0), _, _) => Decision::Granted,

@@ -1,4 +1,4 @@
-//! Where the Redis store's commands go, and how a connection follows the primary.
+//! Where Redis commands go, and how a connection follows the primary.
 //!
 //! - **One server** (`url`): a [`ConnectionManager`], which reconnects by itself.
 //! - **Cluster** (`cluster = true`): the crate's cluster connection, which follows the slots.
@@ -12,8 +12,8 @@
 //!   sentinel that does not answer leaves the connection in use as it is.
 //! - After a failed call (one server or Sentinel) the connection is forgotten: the old primary
 //!   may answer `READONLY` (demoted) or nothing, and a managed endpoint's DNS name may now
-//!   point elsewhere. The next call (after `shared_layers::RETRY`) asks the sentinels again,
-//!   or resolves the name again.
+//!   point elsewhere. The next call (after its caller's pause) asks the sentinels again, or
+//!   resolves the name again.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -25,12 +25,8 @@ use ::redis::{Cmd, ConnectionAddr, ConnectionInfo, FromRedisValue, Pipeline, Scr
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
-use super::{RedisOptions, SentinelOptions};
-use crate::throttle::store::StoreError;
-
-pub(crate) fn unavailable(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Unavailable(e.to_string())
-}
+use super::error::RedisUnavailable;
+use super::options::{RedisOptions, SentinelOptions};
 
 /// How the primary is found.
 enum Primary {
@@ -86,8 +82,8 @@ impl Call<'_> {
     }
 }
 
-/// The way to Redis of the stores that use it (the throttle's, the reputation guard's); see
-/// the module doc.
+/// The way to Redis of one user of it (the throttle's store, the reputation guard's); see the
+/// module doc.
 pub(crate) struct Connection {
     kind: Kind,
     timeout: Duration,
@@ -95,7 +91,7 @@ pub(crate) struct Connection {
 
 impl Connection {
     /// Checks the options; connects lazily, on the first call.
-    pub(crate) fn new(opts: &RedisOptions) -> Result<Connection, StoreError> {
+    pub(crate) fn new(opts: &RedisOptions) -> Result<Connection, RedisUnavailable> {
         let kind = match &opts.sentinel {
             Some(sentinel) => Kind::Primary {
                 primary: Primary::Sentinel(tokio::sync::Mutex::new(sentinel_client(
@@ -117,12 +113,15 @@ impl Connection {
     pub(crate) async fn invoke<T: FromRedisValue>(
         &self,
         inv: &ScriptInvocation<'_>,
-    ) -> Result<T, StoreError> {
+    ) -> Result<T, RedisUnavailable> {
         self.call(Call::Script(inv)).await
     }
 
     /// Runs a call within the timeout, connecting included.
-    pub(crate) async fn call<T: FromRedisValue>(&self, call: Call<'_>) -> Result<T, StoreError> {
+    pub(crate) async fn call<T: FromRedisValue>(
+        &self,
+        call: Call<'_>,
+    ) -> Result<T, RedisUnavailable> {
         let run = async {
             match &self.kind {
                 Kind::Primary { primary, current } => {
@@ -131,15 +130,13 @@ impl Connection {
                     if answer.is_err() {
                         *current.lock().unwrap_or_else(|e| e.into_inner()) = None;
                     }
-                    answer.map_err(unavailable)
+                    Ok(answer?)
                 }
                 Kind::Cluster { client, conn } => {
                     let conn = conn
-                        .get_or_try_init(|| async {
-                            client.get_async_connection().await.map_err(unavailable)
-                        })
+                        .get_or_try_init(|| async { client.get_async_connection().await })
                         .await?;
-                    call.run(&mut conn.clone()).await.map_err(unavailable)
+                    Ok(call.run(&mut conn.clone()).await?)
                 }
             }
         };
@@ -150,7 +147,7 @@ impl Connection {
                 *current.lock().unwrap_or_else(|e| e.into_inner()) = None;
             }
         }
-        answer.map_err(|_| unavailable(format!("no answer within {:?}", self.timeout)))?
+        answer.map_err(|_| RedisUnavailable::Timeout(self.timeout))?
     }
 
     /// The connection in use, or a new one to the primary as it is now.
@@ -158,7 +155,7 @@ impl Connection {
         &self,
         primary: &Primary,
         current: &Mutex<Option<Current>>,
-    ) -> Result<ConnectionManager, StoreError> {
+    ) -> Result<ConnectionManager, RedisUnavailable> {
         let now = Instant::now();
         let known = current.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let client = match (primary, known) {
@@ -191,7 +188,7 @@ impl Connection {
                         ));
                     }
                     (Err(e), None) => {
-                        return Err(unavailable(format!("asking the sentinels: {e}")));
+                        return Err(RedisUnavailable::Sentinels(e));
                     }
                 }
             }
@@ -202,7 +199,7 @@ impl Connection {
             .set_number_of_retries(1)
             .set_min_delay(Duration::from_millis(50));
         let addr = addr_of(&client);
-        let conn = ConnectionManager::new_lazy_with_config(client, config).map_err(unavailable)?;
+        let conn = ConnectionManager::new_lazy_with_config(client, config)?;
         if matches!(primary, Primary::Sentinel(_)) {
             tracing::info!(target: "ratelimit", primary = %addr, "ratelimit.store_primary");
         }
@@ -222,12 +219,12 @@ fn remember(current: &Mutex<Option<Current>>, new: Current) -> ConnectionManager
 }
 
 /// The connection info of each URL, with the password of `password_env` if given.
-fn infos(opts: &RedisOptions) -> Result<Vec<ConnectionInfo>, StoreError> {
+fn infos(opts: &RedisOptions) -> Result<Vec<ConnectionInfo>, RedisUnavailable> {
     opts.urls
         .iter()
         .map(|url| {
             let info = ::redis::IntoConnectionInfo::into_connection_info(url.as_str())
-                .map_err(|e| unavailable(format!("redis url: {e}")))?;
+                .map_err(|e| RedisUnavailable::Options(format!("redis url: {e}")))?;
             Ok(match &opts.password {
                 Some(pw) => {
                     let settings = info.redis_settings().clone().set_password(pw);
@@ -239,7 +236,7 @@ fn infos(opts: &RedisOptions) -> Result<Vec<ConnectionInfo>, StoreError> {
         .collect()
 }
 
-fn server_or_cluster(opts: &RedisOptions) -> Result<Kind, StoreError> {
+fn server_or_cluster(opts: &RedisOptions) -> Result<Kind, RedisUnavailable> {
     let infos = infos(opts)?;
     if opts.cluster {
         let mut b = ::redis::cluster::ClusterClient::builder(infos)
@@ -249,16 +246,16 @@ fn server_or_cluster(opts: &RedisOptions) -> Result<Kind, StoreError> {
         if let Some(pw) = &opts.password {
             b = b.password(pw);
         }
-        let client = b.build().map_err(unavailable)?;
+        let client = b.build().map_err(options)?;
         return Ok(Kind::Cluster {
             client,
             conn: OnceCell::new(),
         });
     }
     let [info] =
-        <[_; 1]>::try_from(infos).map_err(|_| unavailable("one url without cluster = true"))?;
+        <[_; 1]>::try_from(infos).map_err(|_| options("one url without cluster = true"))?;
     Ok(Kind::Primary {
-        primary: Primary::Server(::redis::Client::open(info).map_err(unavailable)?),
+        primary: Primary::Server(::redis::Client::open(info).map_err(options)?),
         current: Mutex::new(None),
     })
 }
@@ -268,16 +265,21 @@ fn server_or_cluster(opts: &RedisOptions) -> Result<Kind, StoreError> {
 fn sentinel_client(
     sentinel: &SentinelOptions,
     password: Option<&str>,
-) -> Result<SentinelClient, StoreError> {
+) -> Result<SentinelClient, RedisUnavailable> {
     let nodes =
         (sentinel.nodes.iter()).map(|(host, port)| ConnectionAddr::Tcp(host.clone(), *port));
     let mut b = SentinelClientBuilder::new(nodes, &sentinel.master, SentinelServerType::Master)
-        .map_err(unavailable)?;
+        .map_err(options)?;
     if let Some(pw) = password {
         b = b.set_client_to_redis_password(pw);
     }
     if let Some(pw) = &sentinel.password {
         b = b.set_client_to_sentinel_password(pw);
     }
-    b.build().map_err(unavailable)
+    b.build().map_err(options)
+}
+
+/// Options that make no client: found before any call.
+fn options(e: impl std::fmt::Display) -> RedisUnavailable {
+    RedisUnavailable::Options(e.to_string())
 }

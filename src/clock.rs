@@ -1,8 +1,10 @@
-//! Monotonic time for the throttle, as integer nanoseconds.
+//! Monotonic time, as integer nanoseconds, injected: the throttle's buckets and queues and the
+//! reputation guard's window all read it, never the system clock.
 //!
 //! Why a trait: bucket math must never read a clock itself (it takes `now` as an argument), and
-//! the queues must be testable without sleeping. [`TokioClock`] follows `tokio::time`, so a test
-//! runtime with paused time drives it exactly; [`FakeClock`] is moved by hand for pure tests.
+//! the queues and the window must be testable without sleeping. [`TokioClock`] follows
+//! `tokio::time`, so a test runtime with paused time drives it exactly; [`FakeClock`] is moved
+//! by hand for pure tests.
 //! Why integers: a float clock drifts over days; nanoseconds in a `u64` last 584 years.
 
 use std::sync::atomic::{AtomicU64, Ordering};

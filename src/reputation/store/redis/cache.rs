@@ -7,8 +7,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use crate::clock::{nanos, Nanos};
 use crate::reputation::ledger::Breach;
-use crate::throttle::clock::{nanos, Nanos};
 
 /// How long a good standing is taken without asking Redis: the longest another replica's
 /// pause of a tenant goes unseen here.

@@ -1,5 +1,5 @@
-//! The guard's state in Redis: the calls, their keys, and what their answers mean. Nothing
-//! here decides a verdict: a tenant's hash comes back as slots and `ledger` sums and judges it.
+//! The guard's calls to Redis, their keys, and what their answers mean. Nothing here decides a
+//! verdict: a tenant's hash comes back as slots and `ledger` sums and judges it.
 //!
 //! Keys, all under one hash tag (`{<prefix>rep}`, e.g. `{mailsluice:rep}`), so that in a
 //! Redis Cluster every call is one atomic script in one slot (the guard's keys then live on one
@@ -18,16 +18,14 @@
 
 use ::redis::{Cmd, Pipeline, Script};
 
+use crate::redis::{Call, Connection, RedisOptions, RedisUnavailable};
 use crate::reputation::events::Kind;
 use crate::reputation::ledger::{Counts, SLOTS};
 use crate::reputation::suppression::Suppression;
-use crate::throttle::store::redis::connection::{Call, Connection};
-use crate::throttle::store::redis::RedisOptions;
-use crate::throttle::store::StoreError;
 
 /// A tenant's hash: its slots, and whether it was over a limit when last judged.
 #[derive(Debug, Default, Clone, PartialEq)]
-pub struct Held {
+pub struct TenantHash {
     pub slots: Vec<(u64, Counts)>,
     pub over: bool,
 }
@@ -55,7 +53,7 @@ pub struct RedisLedger {
 
 impl RedisLedger {
     /// Checks the URLs; connects lazily, on the first call.
-    pub fn new(opts: &RedisOptions, bounds: Bounds) -> Result<RedisLedger, StoreError> {
+    pub fn new(opts: &RedisOptions, bounds: Bounds) -> Result<RedisLedger, RedisUnavailable> {
         Ok(RedisLedger {
             conn: Connection::new(opts)?,
             base: format!("{{{}rep}}:", opts.prefix),
@@ -92,7 +90,7 @@ impl RedisLedger {
         counts: Counts,
         message_id: Option<&str>,
         now_ms: u64,
-    ) -> Result<Held, StoreError> {
+    ) -> Result<TenantHash, RedisUnavailable> {
         let b = self.bounds;
         let mut inv = self.add.key(self.tenant_key(tenant));
         inv.key(self.index_key());
@@ -115,13 +113,13 @@ impl RedisLedger {
     }
 
     /// `tenant`'s hash as it is.
-    pub async fn read(&self, tenant: &str) -> Result<Held, StoreError> {
+    pub async fn read(&self, tenant: &str) -> Result<TenantHash, RedisUnavailable> {
         let fields: Vec<String> = self.query(Cmd::hgetall(self.tenant_key(tenant))).await?;
         Ok(parse_hash(&fields))
     }
 
     /// Sets `tenant`'s `over` flag; true when this call changed it.
-    pub async fn flip(&self, tenant: &str, over: bool) -> Result<bool, StoreError> {
+    pub async fn flip(&self, tenant: &str, over: bool) -> Result<bool, RedisUnavailable> {
         let mut inv = self.flip.key(self.tenant_key(tenant));
         inv.arg(if over { "1" } else { "0" });
         let changed: i64 = self.conn.invoke(&inv).await?;
@@ -129,7 +127,7 @@ impl RedisLedger {
     }
 
     /// An operator's resume: the tenant's hash goes (false: there was none).
-    pub async fn resume(&self, tenant: &str) -> Result<bool, StoreError> {
+    pub async fn resume(&self, tenant: &str) -> Result<bool, RedisUnavailable> {
         let mut pipe = Pipeline::new();
         pipe.del(self.tenant_key(tenant))
             .zrem(self.index_key(), tenant)
@@ -139,13 +137,13 @@ impl RedisLedger {
     }
 
     /// The tenant that sent `message_id` within the window.
-    pub async fn tenant_of(&self, message_id: &str) -> Result<Option<String>, StoreError> {
+    pub async fn tenant_of(&self, message_id: &str) -> Result<Option<String>, RedisUnavailable> {
         self.query(Cmd::get(format!("{}m:{message_id}", self.base)))
             .await
     }
 
     /// Marks `feedback_id` applied; false when it was already (within the window).
-    pub async fn first_seen(&self, feedback_id: &str) -> Result<bool, StoreError> {
+    pub async fn first_seen(&self, feedback_id: &str) -> Result<bool, RedisUnavailable> {
         let mut cmd = Cmd::new();
         cmd.arg("SET")
             .arg(self.feedback_key(feedback_id))
@@ -158,7 +156,7 @@ impl RedisLedger {
     }
 
     /// Forgets `feedback_id` (its event could not be applied whole: it may come again).
-    pub async fn forget_feedback(&self, feedback_id: &str) -> Result<(), StoreError> {
+    pub async fn forget_feedback(&self, feedback_id: &str) -> Result<(), RedisUnavailable> {
         self.query(Cmd::del(self.feedback_key(feedback_id))).await
     }
 
@@ -172,7 +170,7 @@ impl RedisLedger {
         addresses: &[String],
         why: Option<&Suppression>,
         now_ms: u64,
-    ) -> Result<u64, StoreError> {
+    ) -> Result<u64, RedisUnavailable> {
         let (hash, index) = self.sup_keys();
         let mut inv = self.suppress.key(hash);
         inv.key(index)
@@ -193,7 +191,7 @@ impl RedisLedger {
         &self,
         address: &str,
         now_ms: u64,
-    ) -> Result<Option<Suppression>, StoreError> {
+    ) -> Result<Option<Suppression>, RedisUnavailable> {
         let value: Option<String> = self.query(Cmd::hget(self.sup_keys().0, address)).await?;
         let Some(value) = value else {
             return Ok(None);
@@ -213,7 +211,7 @@ impl RedisLedger {
     }
 
     /// Lifts the suppression of `address` (lowercased); false when there was none.
-    pub async fn unsuppress(&self, address: &str) -> Result<bool, StoreError> {
+    pub async fn unsuppress(&self, address: &str) -> Result<bool, RedisUnavailable> {
         let (hash, index) = self.sup_keys();
         let mut inv = self.unsuppress.key(hash);
         inv.key(index).arg(address);
@@ -222,7 +220,10 @@ impl RedisLedger {
     }
 
     /// Every tenant of the index with its hash, at most `max_tenants`, by key.
-    pub async fn tenants(&self, now_ms: u64) -> Result<Vec<(String, Held)>, StoreError> {
+    pub async fn tenants(
+        &self,
+        now_ms: u64,
+    ) -> Result<Vec<(String, TenantHash)>, RedisUnavailable> {
         let oldest = now_ms.saturating_sub(self.bounds.window_ms);
         let mut cmd = Cmd::new();
         cmd.arg("ZRANGE")
@@ -246,23 +247,23 @@ impl RedisLedger {
         Ok(names
             .into_iter()
             .zip(hashes.iter().map(|h| parse_hash(h)))
-            .filter(|(_, held)| !held.slots.is_empty())
+            .filter(|(_, hash)| !hash.slots.is_empty())
             .collect())
     }
 
-    async fn query<T: ::redis::FromRedisValue>(&self, cmd: Cmd) -> Result<T, StoreError> {
+    async fn query<T: ::redis::FromRedisValue>(&self, cmd: Cmd) -> Result<T, RedisUnavailable> {
         self.conn.call(Call::Cmd(&cmd)).await
     }
 }
 
 /// A tenant's hash from `HGETALL`'s flat answer (field, value, field, value...).
-fn parse_hash(fields: &[String]) -> Held {
-    let mut held = Held::default();
+fn parse_hash(fields: &[String]) -> TenantHash {
+    let mut hash = TenantHash::default();
     let mut slots = std::collections::BTreeMap::<u64, Counts>::new();
     for pair in fields.chunks_exact(2) {
         let (field, value) = (pair[0].as_str(), pair[1].as_str());
         if field == "over" {
-            held.over = value == "1";
+            hash.over = value == "1";
             continue;
         }
         let (Some(kind), Ok(slot), Ok(n)) = (
@@ -280,8 +281,8 @@ fn parse_hash(fields: &[String]) -> Held {
             _ => {}
         }
     }
-    held.slots = slots.into_iter().collect();
-    held
+    hash.slots = slots.into_iter().collect();
+    hash
 }
 
 #[cfg(test)]
