@@ -198,7 +198,7 @@ pub async fn reputation(
     at: &'static str,
     peer: SocketAddr,
 ) -> Result<(), Paused> {
-    let Some(breach) = super::erased(guard.standing(key)).await else {
+    let Some(breach) = guard.standing(key).await else {
         return Ok(());
     };
     let reject = match guard.action {

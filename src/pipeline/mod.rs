@@ -28,7 +28,6 @@ mod verdict;
 mod wait;
 
 use std::future::Future;
-use std::pin::Pin;
 
 pub use admission::{reputation, Paused, Probes, Refusal, Scope, Step};
 pub use client::Client;
@@ -138,15 +137,6 @@ async fn within_grace(
         verdict = journey => verdict,
         _ = grace_over.wait() => Verdict::unsent(Unsent::GraceOver, record()),
     }
-}
-
-/// `future` behind a pointer and its type erased: with `[redis]` the reputation guard's calls
-/// go down to the Redis client, and the journey's future type would otherwise nest past the
-/// compiler's recursion limit.
-fn erased<'a, T>(
-    future: impl Future<Output = T> + Send + 'a,
-) -> Pin<Box<dyn Future<Output = T> + Send + 'a>> {
-    Box::pin(future)
 }
 
 #[cfg(test)]

@@ -29,15 +29,15 @@ pub(super) async fn reputation(ctx: &Context, tenant: &str, envelope: &Envelope,
         Outcome::Delivered | Outcome::Partial => {
             let id = record.upstream_id.as_deref();
             let taken = envelope.rcpts.len().saturating_sub(record.bounced.len());
-            super::erased(guard.forwarded(tenant, id, taken)).await;
+            guard.forwarded(tenant, id, taken).await;
             // Recipients an MX host refused after the final dot, as a smarthost's refusal at
             // RCPT is counted.
             if !record.bounced.is_empty() {
-                super::erased(guard.refused_by_upstream(tenant, &record.bounced)).await;
+                guard.refused_by_upstream(tenant, &record.bounced).await;
             }
         }
         Outcome::UpstreamPermFail if record.hard_bounce => {
-            super::erased(guard.refused_by_upstream(tenant, &envelope.rcpts)).await;
+            guard.refused_by_upstream(tenant, &envelope.rcpts).await;
         }
         _ => {}
     }

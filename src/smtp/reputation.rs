@@ -35,7 +35,7 @@ impl Session {
     /// At RCPT: the refusal of an address that hard-bounced or complained.
     pub(super) async fn suppressed_rcpt(&mut self, address: &str) -> Option<Reply> {
         let guard = self.ctx.services.reputation.clone()?;
-        let suppression = Box::pin(guard.suppressed(address)).await?;
+        let suppression = guard.suppressed(address).await?;
         self.ctx.services.metrics.suppressed();
         Some(reply::suppressed(address, &suppression))
     }
