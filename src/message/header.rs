@@ -4,6 +4,8 @@
 use std::cell::OnceCell;
 use std::ops::Range;
 
+use smallvec::SmallVec;
+
 /// One header field: the range of its name (before the colon) and of the whole field,
 /// continuation lines and final CRLF included.
 #[derive(Debug, Clone)]
@@ -12,11 +14,15 @@ pub struct Field {
     pub whole: Range<usize>,
 }
 
-/// A message's header fields, found when first asked for: many configurations never read a
-/// header, and finding them is a pass over the header section.
+/// The fields of one header section: a usual one's fit without an allocation (every message's
+/// fields are found, for its hops).
+pub type FieldList = SmallVec<[Field; 16]>;
+
+/// A message's header fields, found when first asked for, then kept: every reader of the
+/// header section (keys, routes, hops, `traceparent`) reads them from this one pass.
 pub struct Fields<'m> {
     message: &'m [u8],
-    found: OnceCell<Vec<Field>>,
+    found: OnceCell<FieldList>,
 }
 
 impl<'m> Fields<'m> {
@@ -35,8 +41,8 @@ impl<'m> Fields<'m> {
 
 /// The fields of the header section, up to the first empty line; a line without a colon that
 /// continues nothing is skipped.
-pub fn fields(message: &[u8]) -> Vec<Field> {
-    let mut fields: Vec<Field> = Vec::new();
+pub fn fields(message: &[u8]) -> FieldList {
+    let mut fields = FieldList::new();
     let mut pos = 0;
     // Built once: a searcher is set up anew for each `memmem::find`.
     let crlf = memchr::memmem::Finder::new(b"\r\n");

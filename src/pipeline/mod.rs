@@ -28,6 +28,7 @@ mod verdict;
 mod wait;
 
 use std::future::Future;
+use std::pin::Pin;
 
 pub use admission::{reputation, Paused, Probes, Refusal, Scope, Step};
 pub use client::Client;
@@ -48,7 +49,8 @@ pub async fn deliver<C: Client>(ctx: &Context, message: &Message<'_>, client: &m
         Err(refusal) => Verdict::refused(refusal, Record::new(ctx, charges)),
         Ok(()) => {
             let grace_over = client.grace_over();
-            let journey = to_upstream(ctx, message, client);
+            // Pinned where it is made: the journey's future is large, and is not moved again.
+            let journey = std::pin::pin!(to_upstream(ctx, message, client));
             within_grace(journey, grace_over.as_deref(), || Record::new(ctx, charges)).await
         }
     };
@@ -121,7 +123,7 @@ async fn to_upstream<C: Client>(ctx: &Context, message: &Message<'_>, client: &m
 /// upstream). Biased: what the journey came to at the grace's end (a waiter's `421`,
 /// upstream's answer) is the answer when it is there. `record` makes the record anew.
 async fn within_grace(
-    journey: impl Future<Output = Verdict>,
+    journey: Pin<&mut impl Future<Output = Verdict>>,
     grace_over: Option<&Bell>,
     record: impl FnOnce() -> Record,
 ) -> Verdict {
@@ -131,7 +133,6 @@ async fn within_grace(
     if grace_over.rung() {
         return Verdict::unsent(Unsent::Refused(ThrottleError::Shutdown), record());
     }
-    let journey = std::pin::pin!(journey);
     tokio::select! {
         biased;
         verdict = journey => verdict,

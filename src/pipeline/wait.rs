@@ -40,12 +40,14 @@ impl<C: Client> Wait<'_, C> {
         self.client.doing(Activity::Waiting);
         let throttle = &self.ctx.setup.throttle;
         let arrived = Instant::now();
-        let acquire = async {
+        // Boxed: only a message with charges waits here, and the session's task would
+        // otherwise keep room for the throttle's future (over a kilobyte) in every state.
+        let acquire = Box::pin(async {
             match tokens {
                 Tokens::First(charges) => throttle.acquire(charges).await,
                 Tokens::Again(again) => throttle.acquire_again(again).await,
             }
-        };
+        });
         // Biased: a message the buckets let through at once goes, as it would with no layer
         // at all, even if the client already half-closed after a pipelined QUIT; only a
         // real wait is abandoned when the client leaves.

@@ -33,14 +33,16 @@ impl Session {
             added: &added,
             peer: self.peer,
         };
-        let mut client = Live {
-            conn: &mut self.conn,
-            doing: &mut self.doing,
-            grace_over: &self.grace_over,
+        let verdict = {
+            let mut client = Live {
+                conn: &mut self.conn,
+                doing: &mut self.doing,
+                grace_over: &self.grace_over,
+            };
+            // Pinned where it is made: the journey's future is large, and is not moved again.
+            let journey = std::pin::pin!(pipeline::deliver(&self.ctx, &message, &mut client));
+            journey.await
         };
-        // Boxed: a session's task would otherwise keep room for the journey's future in
-        // every state, waiting for a command included.
-        let verdict = Box::pin(pipeline::deliver(&self.ctx, &message, &mut client)).await;
         self.doing.set(Activity::Command);
         let reply = reply::verdict(&verdict.end);
         let answered = Answered {
