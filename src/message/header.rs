@@ -44,12 +44,8 @@ impl<'m> Fields<'m> {
 pub fn fields(message: &[u8]) -> FieldList {
     let mut fields = FieldList::new();
     let mut pos = 0;
-    // Built once: a searcher is set up anew for each `memmem::find`.
-    let crlf = memchr::memmem::Finder::new(b"\r\n");
     while pos < message.len() {
-        let end = crlf
-            .find(&message[pos..])
-            .map_or(message.len(), |i| pos + i + 2);
+        let end = line_end(message, pos);
         let line = &message[pos..end];
         if line == b"\r\n" {
             break;
@@ -68,6 +64,21 @@ pub fn fields(message: &[u8]) -> FieldList {
         pos = end;
     }
     fields
+}
+
+/// The end of the line that starts at `pos`: just past its CRLF, or the message's end. An LF
+/// alone does not end a line. Searched for the LF (the one-byte search is the fastest, and
+/// a header line is short), then its CR checked.
+fn line_end(message: &[u8], pos: usize) -> usize {
+    let mut from = pos;
+    while let Some(at) = memchr::memchr(b'\n', &message[from..]) {
+        let lf = from + at;
+        if lf > pos && message[lf - 1] == b'\r' {
+            return lf + 1;
+        }
+        from = lf + 1;
+    }
+    message.len()
 }
 
 #[cfg(test)]
@@ -95,5 +106,33 @@ mod tests {
         );
         assert_eq!(lazy.all().len(), fields(message).len());
         assert!(Fields::new(b"").all().is_empty());
+    }
+
+    /// A line ends just past a CRLF, wherever the CR and LF fall in the bytes; an LF or a CR
+    /// alone ends nothing: the same ends as a search for CRLF.
+    #[test]
+    fn a_line_ends_at_a_crlf_only() {
+        let by_crlf = |message: &[u8], pos: usize| {
+            memchr::memmem::find(&message[pos..], b"\r\n").map_or(message.len(), |i| pos + i + 2)
+        };
+        let samples: [&[u8]; 8] = [
+            b"a: b\r\nc: d\r\n\r\nbody",
+            b"a: b\nc: d\r\n",
+            b"a: b\rc\r\n",
+            b"\n\r\n",
+            b"\r\n",
+            b"a: no end",
+            b"a:\r\r\n\n\r\n",
+            b"",
+        ];
+        for message in samples {
+            for pos in 0..message.len() {
+                assert_eq!(
+                    line_end(message, pos),
+                    by_crlf(message, pos),
+                    "{message:?} at {pos}"
+                );
+            }
+        }
     }
 }
