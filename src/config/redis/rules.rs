@@ -1,113 +1,11 @@
-//! `[redis]`: the shared store of the layers with `store = "redis"` (several replicas, one
-//! limit). Kept apart from the rest of the schema because only those layers need it.
+//! What `[redis]` and the layers that use it must satisfy: a section for every redis layer,
+//! names and a prefix that stay inside Redis's hash tags, exact Lua arithmetic, one way to
+//! the primary, URLs Redis takes.
 
-use std::num::NonZeroU64;
-
-use serde::Deserialize;
 use toml::Spanned;
 
-use super::{BrokenRule, Config, Refill, StoreKind, ThrottleConfig};
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RedisConfig {
-    /// `redis://[user:password@]host:port[/db]`, `rediss://...` (TLS) or `unix:///path`.
-    pub url: Option<Spanned<String>>,
-    /// Redis Cluster: `urls` are seed nodes (any few of the cluster's).
-    #[serde(default)]
-    pub cluster: bool,
-    #[serde(default)]
-    pub urls: Vec<Spanned<String>>,
-    /// Redis Sentinel: the sentinels tell which server is the primary (instead of `url`).
-    pub sentinel: Option<Spanned<SentinelConfig>>,
-    /// Name of the environment variable holding the password (instead of in the URL).
-    pub password_env: Option<Spanned<String>>,
-    /// Longest wait for one Redis command, connecting included; past it, `on_error` answers.
-    #[serde(default = "default_timeout_ms")]
-    pub timeout_ms: NonZeroU64,
-    #[serde(default)]
-    pub on_error: OnError,
-    /// Put in front of every key, so several deployments can share one Redis.
-    #[serde(default = "default_prefix")]
-    pub prefix: String,
-}
-
-/// `sentinel = { master = "mymaster", nodes = ["host:26379", ...] }`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SentinelConfig {
-    /// The name the sentinels monitor the primary under.
-    pub master: String,
-    /// The sentinels, `host:port` each.
-    pub nodes: Vec<String>,
-    /// Name of the environment variable holding the sentinels' own password, if they ask
-    /// for one (the primary's is `password_env`).
-    pub password_env: Option<String>,
-}
-
-impl SentinelConfig {
-    /// The nodes as `(host, port)`; validation has refused any other form.
-    pub fn nodes(&self) -> impl Iterator<Item = (String, u16)> + '_ {
-        self.nodes.iter().filter_map(|n| host_port(n))
-    }
-
-    /// The sentinel's own keys; `span` is the `sentinel` key's, which holds them all.
-    fn check(&self, text: &str, span: std::ops::Range<usize>) -> Result<(), BrokenRule> {
-        let broken = |key, problem| Err(BrokenRule::at(text, span.clone(), key, problem));
-        if self.master.is_empty() {
-            return broken("redis.sentinel.master", RedisRule::NoPrimaryName);
-        }
-        if self.nodes.is_empty() {
-            return broken("redis.sentinel.nodes", RedisRule::NoSentinels);
-        }
-        if let Some(bad) = self.nodes.iter().find(|n| host_port(n).is_none()) {
-            return broken("redis.sentinel.nodes", RedisRule::NotHostPort(bad.clone()));
-        }
-        match &self.password_env {
-            Some(var) if std::env::var_os(var).is_none() => broken(
-                "redis.sentinel.password_env",
-                RedisRule::EnvNotSet(var.clone()),
-            ),
-            _ => Ok(()),
-        }
-    }
-}
-
-fn host_port(node: &str) -> Option<(String, u16)> {
-    let (host, port) = node.rsplit_once(':')?;
-    let port = port.parse().ok().filter(|&p| p != 0)?;
-    (!host.is_empty()).then(|| (host.to_string(), port))
-}
-
-/// What a shared layer does when its store cannot answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum OnError {
-    /// In-process buckets, with a warning.
-    #[default]
-    Local,
-    /// `451 4.4.3`.
-    Reject,
-    /// Through, unmetered, with a warning.
-    Allow,
-}
-
-fn default_timeout_ms() -> NonZeroU64 {
-    NonZeroU64::new(1000).unwrap()
-}
-fn default_prefix() -> String {
-    "mailsluice:".into()
-}
-
-impl RedisConfig {
-    /// Every URL given, `url` first.
-    pub fn urls(&self) -> impl Iterator<Item = &str> {
-        self.url
-            .iter()
-            .chain(&self.urls)
-            .map(|u| u.get_ref().as_str())
-    }
-}
+use super::{host_port, RedisConfig, SentinelConfig};
+use crate::config::{BrokenRule, Config, Refill, StoreKind, ThrottleConfig};
 
 /// The rules of `[redis]` and of the layers that use it.
 #[derive(Debug, thiserror::Error)]
@@ -156,7 +54,7 @@ pub enum RedisRule {
 }
 
 /// The `[redis]` rules and those of the layers that use it.
-pub(super) fn validate(config: &Config, text: &str) -> Result<(), BrokenRule> {
+pub(crate) fn validate(config: &Config, text: &str) -> Result<(), BrokenRule> {
     let redis_layers = config
         .throttle
         .iter()
@@ -204,7 +102,7 @@ fn validate_section(redis: &RedisConfig, text: &str) -> Result<(), BrokenRule> {
                 RedisRule::SentinelAndUrl,
             ));
         }
-        sentinel.get_ref().check(text, span.clone())?;
+        check_sentinel(sentinel.get_ref(), text, span.clone())?;
         return check_common(redis, text, span);
     }
     let Some(first) = urls.first() else {
@@ -305,6 +203,31 @@ fn gcd(mut a: u128, mut b: u128) -> u128 {
         (a, b) = (b, a % b);
     }
     a
+}
+
+/// The sentinel's own keys; `span` is the `sentinel` key's, which holds them all.
+fn check_sentinel(
+    sentinel: &SentinelConfig,
+    text: &str,
+    span: std::ops::Range<usize>,
+) -> Result<(), BrokenRule> {
+    let broken = |key, problem| Err(BrokenRule::at(text, span.clone(), key, problem));
+    if sentinel.master.is_empty() {
+        return broken("redis.sentinel.master", RedisRule::NoPrimaryName);
+    }
+    if sentinel.nodes.is_empty() {
+        return broken("redis.sentinel.nodes", RedisRule::NoSentinels);
+    }
+    if let Some(bad) = sentinel.nodes.iter().find(|n| host_port(n).is_none()) {
+        return broken("redis.sentinel.nodes", RedisRule::NotHostPort(bad.clone()));
+    }
+    match &sentinel.password_env {
+        Some(var) if std::env::var_os(var).is_none() => broken(
+            "redis.sentinel.password_env",
+            RedisRule::EnvNotSet(var.clone()),
+        ),
+        _ => Ok(()),
+    }
 }
 
 #[cfg(test)]
