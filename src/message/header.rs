@@ -37,6 +37,18 @@ impl<'m> Fields<'m> {
     pub fn all(&self) -> &[Field] {
         self.found.get_or_init(|| fields(self.message))
     }
+
+    /// The value of the first field called `name` (case-insensitive), as it is: the bytes
+    /// after its colon, continuation lines and final CRLF included.
+    pub fn value(&self, name: &str) -> Option<&'m [u8]> {
+        let message = self.message;
+        let field = self.all().iter().find(|f| {
+            message[f.name.clone()]
+                .trim_ascii()
+                .eq_ignore_ascii_case(name.as_bytes())
+        })?;
+        Some(&message[field.name.end + 1..field.whole.end])
+    }
 }
 
 /// The fields of the header section, up to the first empty line; a line without a colon that

@@ -32,7 +32,7 @@ pub(super) fn charges(
             None => scope.unscoped,
             Some(u) => scope.upstream == Some(u.as_str()),
         })
-        .filter(|(_, layer)| applies(layer, facts.message, fields))
+        .filter(|(_, layer)| applies(layer, fields))
         .flat_map(|(index, layer)| layer_charges((index, layer), tenant, facts, fields))
         .collect()
 }
@@ -47,7 +47,7 @@ pub(super) fn tenant_of(
 ) -> String {
     (layers.iter())
         .filter(|l| !matches!(l.key, KeySource::None | KeySource::RcptDomain))
-        .find(|l| applies(l, facts.message, fields))
+        .find(|l| applies(l, fields))
         .map(|l| key_of(&l.key, &l.default_key, facts, fields))
         .unwrap_or_default()
 }

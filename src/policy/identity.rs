@@ -72,23 +72,12 @@ pub fn identify(rules: Rules<'_>, facts: &MessageFacts<'_>) -> Identity {
         tenant: (rules.tenant_key)
             .map(|rule| key_of(rule.source, rule.default_key, facts, &fields)),
         hops: Hops::of(message, &fields, rules.instance),
-        traceparent: field_value(message, &fields, "traceparent"),
+        traceparent: (fields.value("traceparent"))
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .map(|v| v.trim().to_string()),
         route,
         key_headers,
     }
-}
-
-/// The trimmed value of the first field called `name` (case-insensitive), as it is.
-fn field_value(message: &[u8], fields: &Fields<'_>, name: &str) -> Option<String> {
-    let field = fields.all().iter().find(|f| {
-        message[f.name.clone()]
-            .trim_ascii()
-            .eq_ignore_ascii_case(name.as_bytes())
-    })?;
-    let value = &message[field.name.end + 1..field.whole.end];
-    std::str::from_utf8(value)
-        .ok()
-        .map(|v| v.trim().to_string())
 }
 
 /// The fields named by the key of a layer or route that strips its key header: a key header

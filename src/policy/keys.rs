@@ -18,7 +18,7 @@ pub(super) fn key_of(
         KeySource::Auth => facts.auth_tenant.map(str::to_string),
         KeySource::Header(name) => facts
             .header_trusted
-            .then(|| header_value(facts.message, fields, name))
+            .then(|| header_value(fields, name))
             .flatten()
             .filter(|key| !key.is_empty())
             .or_else(|| facts.auth_tenant.map(str::to_string)),
@@ -51,11 +51,12 @@ pub fn tenant_key_early(rule: TenantKey<'_>, facts: &MessageFacts<'_>) -> Option
 }
 
 /// Whether a layer applies to the message (its `match`, if any, on a header).
-pub(super) fn applies(layer: &LayerPolicy, message: &[u8], fields: &Fields<'_>) -> bool {
+pub(super) fn applies(layer: &LayerPolicy, fields: &Fields<'_>) -> bool {
     match &layer.matches {
         None => true,
-        Some(m) => header_value(message, fields, &m.header)
-            .is_some_and(|v| v.eq_ignore_ascii_case(m.value.trim())),
+        Some(m) => {
+            header_value(fields, &m.header).is_some_and(|v| v.eq_ignore_ascii_case(m.value.trim()))
+        }
     }
 }
 
@@ -67,14 +68,8 @@ pub(super) fn domain_of(address: &str) -> Option<String> {
 }
 
 /// The unfolded, trimmed value of the first field called `name`, if it is valid UTF-8.
-fn header_value(message: &[u8], fields: &Fields<'_>, name: &str) -> Option<String> {
-    let field = fields.all().iter().find(|f| {
-        message[f.name.clone()]
-            .trim_ascii()
-            .eq_ignore_ascii_case(name.as_bytes())
-    })?;
-    let raw = &message[field.name.end + 1..field.whole.end];
-    let text = std::str::from_utf8(raw).ok()?;
+fn header_value(fields: &Fields<'_>, name: &str) -> Option<String> {
+    let text = std::str::from_utf8(fields.value(name)?).ok()?;
     let unfolded: String = text
         .split("\r\n")
         .map(str::trim)

@@ -160,10 +160,6 @@ mod tests {
     use crate::message::header::Fields;
     use crate::message::received::{Hops, Loop};
 
-    fn looping(message: &[u8], instance: &str, max: usize) -> Option<Loop> {
-        Hops::of(message, &Fields::new(message), instance).looping(max)
-    }
-
     #[test]
     fn header_names_the_hop_and_ends_in_crlf() {
         let t = Trace {
@@ -180,8 +176,9 @@ mod tests {
         assert!(h.starts_with(
             "Received: from client.example ([127.0.0.1])\r\n\tby relay.example (mailsluice 0123abcd)\r\n"
         ));
-        assert_eq!(looping(h.as_bytes(), "0123abcd", 50), Some(Loop::CameBack));
-        assert_eq!(looping(h.as_bytes(), "4567cdef", 50), None);
+        let hops = |instance| Hops::of(h.as_bytes(), &Fields::new(h.as_bytes()), instance);
+        assert_eq!(hops("0123abcd").looping(50), Some(Loop::CameBack));
+        assert_eq!(hops("4567cdef").looping(50), None);
         assert!(h.contains("for <a@b.example>;"));
         assert!(h.ends_with("Thu, 01 Jan 1970 00:00:00 +0000\r\n"), "{h}");
         assert!(h.lines().all(|l| l.len() <= 78));
