@@ -21,13 +21,12 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use super::message::Message;
-use super::verdict::outcome_of;
 use crate::config::Action;
 use crate::message::received::Loop;
 use crate::message::Outcome;
 use crate::reputation::{Breach, Reputation};
 use crate::state::context::Context;
-use crate::upstream::{Admission, Probe, Upstream, UpstreamError};
+use crate::upstream::{self, Admission, Probe, Upstream, UpstreamError};
 
 /// One check before the wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,7 +81,7 @@ impl Refusal {
             Refusal::Loop(_) => Outcome::Rejected,
             Refusal::Paused(Paused { scope, .. }) => match scope {
                 Scope::Upstream => Outcome::Throttled,
-                Scope::UpstreamTenant(error) => outcome_of(&Err(error.clone())),
+                Scope::UpstreamTenant(error) => upstream::outcome(&Err(error.clone())),
                 Scope::Tenant { reject: true, .. } => Outcome::Rejected,
                 Scope::Tenant { reject: false, .. } => Outcome::Throttled,
             },

@@ -8,7 +8,7 @@ use super::admission::Refusal;
 use crate::message::Outcome;
 use crate::state::context::Context;
 use crate::throttle::{Charge, ThrottleError};
-use crate::upstream::{Accepted, UpstreamError};
+use crate::upstream::{self, Accepted, UpstreamError};
 
 /// What one message came to, for its log line and the metrics.
 pub struct Record {
@@ -84,7 +84,7 @@ pub struct Verdict {
 impl Verdict {
     /// Upstream's answer (or the lack of one).
     pub fn upstream(result: Result<Accepted, UpstreamError>, mut record: Record) -> Verdict {
-        record.outcome = outcome_of(&result);
+        record.outcome = upstream::outcome(&result);
         record.upstream_id = (result.as_ref().ok())
             .and_then(Accepted::message_id)
             .map(str::to_string);
@@ -167,21 +167,5 @@ fn refused(error: &ThrottleError, record: &mut Record) -> Outcome {
         }
         ThrottleError::Shutdown => Outcome::Shutdown,
         ThrottleError::StoreUnavailable => Outcome::StoreUnavailable,
-    }
-}
-
-/// The outcome of a message that upstream answered (or did not).
-pub(super) fn outcome_of(result: &Result<Accepted, UpstreamError>) -> Outcome {
-    match result {
-        Ok(accepted) if accepted.partial => Outcome::Partial,
-        Ok(_) => Outcome::Delivered,
-        Err(UpstreamError::Unavailable(_) | UpstreamError::Credentials(_)) => {
-            Outcome::UpstreamUnavailable
-        }
-        Err(UpstreamError::Uncertain(_)) => Outcome::UpstreamUncertain,
-        Err(refused) => match refused.reply() {
-            Some((code, ..)) if code >= 500 => Outcome::UpstreamPermFail,
-            _ => Outcome::UpstreamTempFail,
-        },
     }
 }

@@ -49,7 +49,7 @@ pub use smtp::{SmtpForwarder, SmtpSetupError};
 pub use upstreams::{OwnAddresses, Upstream, Upstreams, UpstreamsError};
 
 use crate::config::{UpstreamConfig, UpstreamKind};
-use crate::message::Envelope;
+use crate::message::{Envelope, Outcome};
 
 /// Why the forwarder a configuration asks for could not be built; each names the key, for
 /// the operator at startup (bad URL, missing password variable).
@@ -189,6 +189,23 @@ impl UpstreamError {
             | UpstreamError::Uncertain(_)
             | UpstreamError::Credentials(_) => None,
         }
+    }
+}
+
+/// What a message that upstream answered (or did not) counts as in the metrics and the log:
+/// the class of upstream's own answer kept.
+pub fn outcome(result: &Result<Accepted, UpstreamError>) -> Outcome {
+    match result {
+        Ok(accepted) if accepted.partial => Outcome::Partial,
+        Ok(_) => Outcome::Delivered,
+        Err(UpstreamError::Unavailable(_) | UpstreamError::Credentials(_)) => {
+            Outcome::UpstreamUnavailable
+        }
+        Err(UpstreamError::Uncertain(_)) => Outcome::UpstreamUncertain,
+        Err(refused) => match refused.reply() {
+            Some((code, ..)) if code >= 500 => Outcome::UpstreamPermFail,
+            _ => Outcome::UpstreamTempFail,
+        },
     }
 }
 
