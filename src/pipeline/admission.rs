@@ -1,5 +1,5 @@
 //! The checks a message passes before it waits for tokens: one ordered list of steps, each
-//! saying go, or why not ([`Refusal`], typed). A message refused here takes no tokens and
+//! saying go, or why not ([`NotAdmitted`], typed). A message refused here takes no tokens and
 //! nothing of it goes upstream.
 //!
 //! The steps, in order ([`Step`]):
@@ -45,7 +45,7 @@ impl Step {
 }
 
 /// Why a message may not go now.
-pub enum Refusal {
+pub enum NotAdmitted {
     /// It came back to this relay, or made too many hops: refused for good.
     Loop(Loop),
     /// A pause holds it back.
@@ -74,12 +74,12 @@ pub enum Scope {
     },
 }
 
-impl Refusal {
+impl NotAdmitted {
     /// What the refusal counts as in the metrics and the log line.
     pub fn outcome(&self) -> Outcome {
         match self {
-            Refusal::Loop(_) => Outcome::Rejected,
-            Refusal::Paused(Paused { scope, .. }) => match scope {
+            NotAdmitted::Loop(_) => Outcome::Rejected,
+            NotAdmitted::Paused(Paused { scope, .. }) => match scope {
                 Scope::Upstream => Outcome::Throttled,
                 Scope::UpstreamTenant(error) => upstream::outcome(&Err(error.clone())),
                 Scope::Tenant { reject: true, .. } => Outcome::Rejected,
@@ -90,7 +90,7 @@ impl Refusal {
 }
 
 /// The steps of [`Step::OF_MESSAGE`], in order: the first refusal, or go.
-pub async fn of_message(ctx: &Context, message: &Message<'_>) -> Result<(), Refusal> {
+pub async fn of_message(ctx: &Context, message: &Message<'_>) -> Result<(), NotAdmitted> {
     for step in Step::OF_MESSAGE {
         check(step, ctx, message, None).await?;
     }
@@ -125,7 +125,7 @@ pub async fn at_upstream(
     ctx: &Context,
     message: &Message<'_>,
     upstream: &Upstream,
-) -> Result<Probes, Refusal> {
+) -> Result<Probes, NotAdmitted> {
     let mut probes = Probes::default();
     for step in Step::AT_UPSTREAM {
         let probe = check(step, ctx, message, Some(upstream)).await?;
@@ -143,12 +143,12 @@ async fn check(
     ctx: &Context,
     message: &Message<'_>,
     upstream: Option<&Upstream>,
-) -> Result<Option<Probe>, Refusal> {
+) -> Result<Option<Probe>, NotAdmitted> {
     match step {
         Step::Loop => {
             let max = ctx.setup.config.smtp.max_received.get();
             match message.identity.hops.looping(max) {
-                Some(looped) => Err(Refusal::Loop(looped)),
+                Some(looped) => Err(NotAdmitted::Loop(looped)),
                 None => Ok(None),
             }
         }
@@ -158,14 +158,14 @@ async fn check(
                 return Ok(None);
             };
             let standing = reputation(guard, key, "DATA", message.peer).await;
-            standing.map(|()| None).map_err(Refusal::Paused)
+            standing.map(|()| None).map_err(NotAdmitted::Paused)
         }
         Step::UpstreamPause => {
             let upstream = upstream.expect("a step at the upstream");
             match upstream.pause.admit().await {
                 Admission::Open => Ok(None),
                 Admission::Probe(probe) => Ok(Some(probe)),
-                Admission::Paused(left) => Err(Refusal::Paused(Paused {
+                Admission::Paused(left) => Err(NotAdmitted::Paused(Paused {
                     scope: Scope::Upstream,
                     left: Some(left),
                 })),
@@ -180,7 +180,7 @@ async fn check(
                 return Ok(None);
             };
             tenants.admit(tenant).await.map_err(|error| {
-                Refusal::Paused(Paused {
+                NotAdmitted::Paused(Paused {
                     scope: Scope::UpstreamTenant(error),
                     left: None,
                 })

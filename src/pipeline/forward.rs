@@ -1,7 +1,7 @@
 //! The upstream leg: the message goes to its route's upstream; a throttle reply is absorbed
 //! (the message waits again and goes again), a quota reply pauses that upstream, and an
 //! upstream that cannot be reached or is paused hands the message to the route's fallback. It
-//! ends in upstream's answer, or in why the message went unsent.
+//! ends in upstream's answer, or in why the message went unanswered.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::client::Client;
-use super::verdict::{Record, Unsent};
+use super::verdict::{Record, Unanswered};
 use super::wait::{Tokens, Wait};
 use crate::message::Envelope;
 use crate::policy::Identity;
@@ -21,7 +21,7 @@ use crate::upstream::{Accepted, Feedback, Outgoing, Upstream, UpstreamError};
 pub(super) type Sent = (Result<Accepted, UpstreamError>, Vec<Permit>);
 
 /// What became of a message at one upstream.
-enum Leg {
+enum LegEnd {
     /// Upstream's answer (or why there was none), and the message's permit.
     Answered(Result<Accepted, UpstreamError>, Option<Permit>),
     /// Upstream is paused (it was, or its answer paused it): nothing went; the time left.
@@ -31,7 +31,7 @@ enum Leg {
 /// Forwards the message on its route: to the upstream, and when nothing of it could reach
 /// that upstream (`Unavailable`, or the upstream is paused), to the fallback, charged to the
 /// fallback's own layers instead of the upstream's. Never after `Uncertain` (it may have been
-/// delivered) nor after a reply (upstream decided). A message unsent on the way has its
+/// delivered) nor after a reply (upstream decided). A message unanswered on the way has its
 /// tokens settled here.
 pub(super) async fn on_route<C: Client>(
     wait: &mut Wait<'_, C>,
@@ -40,15 +40,15 @@ pub(super) async fn on_route<C: Client>(
     out: &Outgoing<'_>,
     permit: Option<Permit>,
     record: &mut Record,
-) -> Result<Sent, Unsent> {
+) -> Result<Sent, Unanswered> {
     let leg = absorbing(wait, upstream, out, permit, record).await?;
     let (why, permit) = match (leg, fallback_name(identity)) {
-        (Leg::Answered(Err(UpstreamError::Unavailable(why)), permit), Some(_)) => (why, permit),
-        (Leg::Paused(left, permit), Some(_)) => (paused_for(left), permit),
-        (Leg::Answered(result, permit), _) => return Ok((result, permit.into_iter().collect())),
-        (Leg::Paused(left, permit), None) => {
+        (LegEnd::Answered(Err(UpstreamError::Unavailable(why)), permit), Some(_)) => (why, permit),
+        (LegEnd::Paused(left, permit), Some(_)) => (paused_for(left), permit),
+        (LegEnd::Answered(result, permit), _) => return Ok((result, permit.into_iter().collect())),
+        (LegEnd::Paused(left, permit), None) => {
             permit.into_iter().for_each(Permit::upstream_failed);
-            return Err(Unsent::Paused(left));
+            return Err(Unanswered::Paused(left));
         }
     };
     let tokens = Tokens::First(identity.fallback_charges.clone());
@@ -59,7 +59,7 @@ pub(super) async fn on_route<C: Client>(
 
 /// The route's upstream was paused before the message took its tokens: with a fallback, the
 /// message goes there, charged the route's layers but the paused upstream's own, and the
-/// fallback's; without one it goes unsent (`451 4.7.1`).
+/// fallback's; without one it goes unanswered (`451 4.7.1`).
 pub(super) async fn while_paused<C: Client>(
     wait: &mut Wait<'_, C>,
     upstream: &Arc<Upstream>,
@@ -67,9 +67,9 @@ pub(super) async fn while_paused<C: Client>(
     out: &Outgoing<'_>,
     left: Duration,
     record: &mut Record,
-) -> Result<Sent, Unsent> {
+) -> Result<Sent, Unanswered> {
     if fallback_name(identity).is_none() {
-        return Err(Unsent::Paused(left));
+        return Err(Unanswered::Paused(left));
     }
     let its_own = own_layers(wait.ctx, upstream);
     let mut charges: Vec<_> = (identity.charges.iter())
@@ -130,26 +130,26 @@ async fn to_fallback<C: Client>(
     mut permits: Vec<Permit>,
     tokens: Tokens,
     record: &mut Record,
-) -> Result<Sent, Unsent> {
+) -> Result<Sent, Unanswered> {
     permits
         .iter_mut()
         .for_each(|p| p.not_sent_through(own_layers(wait.ctx, upstream)));
     let sent = match wait.take(tokens, fallback, record).await {
         Ok(extra) => absorbing(wait, fallback, out, extra, record).await,
-        Err(unsent) => Err(unsent),
+        Err(unanswered) => Err(unanswered),
     };
     match sent {
-        Ok(Leg::Answered(result, extra)) => {
+        Ok(LegEnd::Answered(result, extra)) => {
             permits.extend(extra);
             Ok((result, permits))
         }
-        Ok(Leg::Paused(left, extra)) => {
+        Ok(LegEnd::Paused(left, extra)) => {
             (permits.into_iter().chain(extra)).for_each(Permit::upstream_failed);
-            Err(Unsent::Paused(left))
+            Err(Unanswered::Paused(left))
         }
-        Err(unsent) => {
+        Err(unanswered) => {
             permits.into_iter().for_each(Permit::upstream_failed);
-            Err(unsent)
+            Err(unanswered)
         }
     }
 }
@@ -164,18 +164,18 @@ async fn absorbing<C: Client>(
     out: &Outgoing<'_>,
     mut permit: Option<Permit>,
     record: &mut Record,
-) -> Result<Leg, Unsent> {
+) -> Result<LegEnd, Unanswered> {
     let metrics = &wait.ctx.services.metrics;
     loop {
         // Granted in the instant a quota reply paused upstream: it does not go either.
         if let Some(left) = upstream.pause.left() {
-            return Ok(Leg::Paused(left, permit));
+            return Ok(LegEnd::Paused(left, permit));
         }
         let upstream_started = Instant::now();
         let result = upstream.forwarder.send(out).await;
         metrics.upstream(upstream.name(), upstream_started.elapsed());
         let Some(feedback) = result.as_ref().err().and_then(UpstreamError::feedback) else {
-            return Ok(Leg::Answered(result, permit));
+            return Ok(LegEnd::Answered(result, permit));
         };
         metrics.upstream_throttled(upstream.name(), feedback.as_str());
         tracing::info!(
@@ -189,11 +189,11 @@ async fn absorbing<C: Client>(
             // Nothing was sent: the caller settles the tokens; the pause is the client's hint.
             let pause = Duration::from_millis(upstream.config.quota_pause_ms.get());
             upstream.pause.pause(pause);
-            return Ok(Leg::Paused(pause, permit));
+            return Ok(LegEnd::Paused(pause, permit));
         }
         let held = match permit {
             Some(held) if held.adaptive() => held,
-            _ => return Ok(Leg::Answered(result, permit)),
+            _ => return Ok(LegEnd::Answered(result, permit)),
         };
         // A reply about one recipient domain's servers teaches only that domain's buckets.
         let teaches = match upstream.throttles_per_domain() {
@@ -205,10 +205,10 @@ async fn absorbing<C: Client>(
             Ok(Some(permit)) => Some(permit),
             Ok(None) => unreachable!("a message sent again is charged"),
             // Past its budget: `451 4.7.1 Upstream rate limit reached` (nothing was accepted).
-            Err(Unsent::Refused(ThrottleError::Limited { retry_after, .. })) => {
-                return Err(Unsent::UpstreamRate(retry_after))
+            Err(Unanswered::Refused(ThrottleError::Limited { retry_after, .. })) => {
+                return Err(Unanswered::UpstreamRate(retry_after))
             }
-            Err(unsent) => return Err(unsent),
+            Err(unanswered) => return Err(unanswered),
         };
     }
 }

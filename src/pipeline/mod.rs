@@ -30,10 +30,10 @@ mod wait;
 use std::future::Future;
 use std::pin::Pin;
 
-pub use admission::{reputation, Paused, Probes, Refusal, Scope, Step};
+pub use admission::{reputation, NotAdmitted, Paused, Probes, Scope, Step};
 pub use client::Client;
 pub use message::Message;
-pub use verdict::{End, Record, Unsent, Verdict};
+pub use verdict::{End, Record, Unanswered, Verdict};
 
 use crate::state::context::Context;
 use crate::state::grace_over::Bell;
@@ -88,15 +88,15 @@ async fn to_upstream<C: Client>(ctx: &Context, message: &Message<'_>, client: &m
                     forward::on_route(&mut wait, &upstream, identity, &out, permit, &mut record)
                         .await
                 }
-                Err(Unsent::Paused(left)) => {
+                Err(Unanswered::Paused(left)) => {
                     forward::while_paused(&mut wait, &upstream, identity, &out, left, &mut record)
                         .await
                 }
-                Err(unsent) => Err(unsent),
+                Err(unanswered) => Err(unanswered),
             };
             (sent, probes)
         }
-        Err(Refusal::Paused(Paused {
+        Err(NotAdmitted::Paused(Paused {
             scope: Scope::Upstream,
             left,
         })) => {
@@ -110,7 +110,7 @@ async fn to_upstream<C: Client>(ctx: &Context, message: &Message<'_>, client: &m
     };
     let (result, permits): Sent = match sent {
         Ok(sent) => sent,
-        Err(unsent) => return Verdict::unsent(unsent, record),
+        Err(unanswered) => return Verdict::unanswered(unanswered, record),
     };
     // Its tenant's pause is over only if the route's upstream took the message itself.
     probes.answered(result.is_ok() && record.via == upstream.name());
@@ -131,12 +131,12 @@ async fn within_grace(
         return journey.await;
     };
     if grace_over.rung() {
-        return Verdict::unsent(Unsent::Refused(ThrottleError::Shutdown), record());
+        return Verdict::unanswered(Unanswered::Refused(ThrottleError::Shutdown), record());
     }
     tokio::select! {
         biased;
         verdict = journey => verdict,
-        _ = grace_over.wait() => Verdict::unsent(Unsent::GraceOver, record()),
+        _ = grace_over.wait() => Verdict::unanswered(Unanswered::GraceOver, record()),
     }
 }
 

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::{deliver, Client, End, Message, Refusal, Unsent};
+use super::{deliver, Client, End, Message, NotAdmitted, Unanswered};
 use crate::config::Config;
 use crate::message::received::Loop;
 use crate::message::{Envelope, Outcome};
@@ -171,7 +171,7 @@ async fn a_message_whose_client_goes_while_it_waits_is_abandoned() {
     };
     let verdict = journey(&ctx, BODY, b"", &mut leaving).await;
     assert_eq!(verdict.record.outcome, Outcome::Abandoned);
-    assert!(matches!(verdict.end, End::Unsent(Unsent::Abandoned)) && verdict.closes());
+    assert!(matches!(verdict.end, End::Unanswered(Unanswered::Abandoned)) && verdict.closes());
     assert_eq!(verdict.record.waited, Duration::from_millis(300));
     assert_eq!(
         keeping.got.lock().unwrap().len(),
@@ -195,7 +195,7 @@ async fn a_looping_message_is_refused_before_its_tokens() {
     let verdict = journey(&ctx, ours.as_bytes(), b"", &mut nobody()).await;
     assert!(matches!(
         verdict.end,
-        End::Refused(Refusal::Loop(Loop::CameBack))
+        End::Refused(NotAdmitted::Loop(Loop::CameBack))
     ));
     assert_eq!(verdict.record.outcome, Outcome::Rejected);
     assert!(keeping.got.lock().unwrap().is_empty());

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::admission::Refusal;
+use super::admission::NotAdmitted;
 use crate::message::Outcome;
 use crate::state::context::Context;
 use crate::throttle::{Charge, ThrottleError};
@@ -50,7 +50,7 @@ impl Record {
 }
 
 /// Why a message got no verdict from upstream.
-pub enum Unsent {
+pub enum Unanswered {
     /// The client closed the connection while the message waited.
     Abandoned,
     /// Upstream is paused after its quota reply: the time left of the pause.
@@ -70,9 +70,9 @@ pub enum End {
     /// Routes are configured and none is for this message: the client keeps it.
     NoRoute,
     /// Refused before it waited (a loop, a pause): nothing of it went.
-    Refused(Refusal),
+    Refused(NotAdmitted),
     /// It never reached an upstream's answer.
-    Unsent(Unsent),
+    Unanswered(Unanswered),
 }
 
 /// The end of one message's journey.
@@ -106,7 +106,7 @@ impl Verdict {
     }
 
     /// Refused before the wait: a loop (refused for good), or a pause.
-    pub fn refused(refusal: Refusal, mut record: Record) -> Verdict {
+    pub fn refused(refusal: NotAdmitted, mut record: Record) -> Verdict {
         record.outcome = refusal.outcome();
         Verdict {
             end: End::Refused(refusal),
@@ -115,15 +115,15 @@ impl Verdict {
     }
 
     /// A message that never reached an upstream's answer.
-    pub fn unsent(unsent: Unsent, mut record: Record) -> Verdict {
-        record.outcome = match &unsent {
-            Unsent::Abandoned => Outcome::Abandoned,
-            Unsent::Paused(_) | Unsent::UpstreamRate(_) => Outcome::Throttled,
-            Unsent::Refused(error) => refused(error, &mut record),
-            Unsent::GraceOver => Outcome::Shutdown,
+    pub fn unanswered(unanswered: Unanswered, mut record: Record) -> Verdict {
+        record.outcome = match &unanswered {
+            Unanswered::Abandoned => Outcome::Abandoned,
+            Unanswered::Paused(_) | Unanswered::UpstreamRate(_) => Outcome::Throttled,
+            Unanswered::Refused(error) => refused(error, &mut record),
+            Unanswered::GraceOver => Outcome::Shutdown,
         };
         Verdict {
-            end: End::Unsent(unsent),
+            end: End::Unanswered(unanswered),
             record,
         }
     }

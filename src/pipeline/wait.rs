@@ -5,7 +5,7 @@
 use tokio::time::Instant;
 
 use super::client::Client;
-use super::verdict::{Record, Unsent};
+use super::verdict::{Record, Unanswered};
 use crate::observe::activity::Activity;
 use crate::state::context::Context;
 use crate::throttle::{Again, Charge, Permit};
@@ -32,7 +32,7 @@ impl<C: Client> Wait<'_, C> {
         tokens: Tokens,
         upstream: &Upstream,
         record: &mut Record,
-    ) -> Result<Option<Permit>, Unsent> {
+    ) -> Result<Option<Permit>, Unanswered> {
         if matches!(&tokens, Tokens::First(charges) if charges.is_empty()) {
             self.client.doing(Activity::Upstream);
             return Ok(None);
@@ -53,15 +53,15 @@ impl<C: Client> Wait<'_, C> {
         // real wait is abandoned when the client leaves.
         let outcome = tokio::select! {
             biased;
-            outcome = acquire => outcome.map_err(Unsent::Refused),
-            _ = self.client.gone() => Err(Unsent::Abandoned),
-            left = upstream.pause.paused() => Err(Unsent::Paused(left)),
+            outcome = acquire => outcome.map_err(Unanswered::Refused),
+            _ = self.client.gone() => Err(Unanswered::Abandoned),
+            left = upstream.pause.paused() => Err(Unanswered::Paused(left)),
         };
         let permit = match outcome {
             Ok(permit) => permit,
-            Err(unsent) => {
+            Err(unanswered) => {
                 record.waited += arrived.elapsed();
-                return Err(unsent);
+                return Err(unanswered);
             }
         };
         self.client.doing(Activity::Upstream);

@@ -10,27 +10,27 @@ use super::{LayerPolicy, MessageFacts};
 
 /// Which layers a message on a route is charged to.
 #[derive(Clone, Copy)]
-pub(super) struct Scope<'a> {
+pub(super) struct LayerSet<'a> {
     /// The upstream whose own layers (`upstream = ...`) apply; `None` for no route.
     pub upstream: Option<&'a str>,
     /// Whether the layers scoped to no upstream apply too.
     pub unscoped: bool,
 }
 
-/// The charges of the layers that apply to a message in `scope`, in layer order: one per
+/// The charges of the layers that apply to a message in `set`, in layer order: one per
 /// layer, or for an `rcpt-domain` layer one per recipient domain; `tenant` is whose message
 /// it is (see [`tenant_of`]).
 pub(super) fn charges(
     layers: &[LayerPolicy],
-    scope: Scope<'_>,
+    set: LayerSet<'_>,
     tenant: &str,
     facts: &MessageFacts<'_>,
     fields: &Fields<'_>,
 ) -> Vec<Charge> {
     (layers.iter().enumerate())
         .filter(|(_, l)| match &l.upstream {
-            None => scope.unscoped,
-            Some(u) => scope.upstream == Some(u.as_str()),
+            None => set.unscoped,
+            Some(u) => set.upstream == Some(u.as_str()),
         })
         .filter(|(_, layer)| applies(layer, fields))
         .flat_map(|(index, layer)| layer_charges((index, layer), tenant, facts, fields))

@@ -7,7 +7,7 @@ use crate::message::header::Fields;
 use crate::message::received::Hops;
 use crate::throttle::Charge;
 
-use super::charges::{charges, tenant_of, Scope};
+use super::charges::{charges, tenant_of, LayerSet};
 use super::keys::key_of;
 use super::route::{self, Route};
 use super::{MessageFacts, Rules};
@@ -50,7 +50,7 @@ pub fn identify(rules: Rules<'_>, facts: &MessageFacts<'_>) -> Identity {
     let upstream = route.as_ref().map(|r| r.upstream.as_str());
     let fallback = route.as_ref().and_then(|r| r.fallback.as_deref());
     let tenant = tenant_of(rules.layers, facts, &fields);
-    let charged = |scope| charges(rules.layers, scope, &tenant, facts, &fields);
+    let charged = |set| charges(rules.layers, set, &tenant, facts, &fields);
     let mut key_headers = key_headers(rules, message, &fields);
     if let Some(route) = &route {
         let added = route.headers.iter().map(|(name, _)| name.as_str());
@@ -59,12 +59,12 @@ pub fn identify(rules: Rules<'_>, facts: &MessageFacts<'_>) -> Identity {
         key_headers.dedup();
     }
     Identity {
-        charges: charged(Scope {
+        charges: charged(LayerSet {
             upstream,
             unscoped: true,
         }),
         fallback_charges: fallback.map_or_else(Vec::new, |f| {
-            charged(Scope {
+            charged(LayerSet {
                 upstream: Some(f),
                 unscoped: false,
             })

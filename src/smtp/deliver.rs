@@ -34,7 +34,7 @@ impl Session {
             peer: self.peer,
         };
         let verdict = {
-            let mut client = Live {
+            let mut client = SessionClient {
                 conn: &mut self.conn,
                 doing: &mut self.doing,
                 grace_over: &self.grace_over,
@@ -107,13 +107,13 @@ impl Session {
 
 /// The session's client as the pipeline sees it: its connection (closed means gone), its
 /// place in the sessions' gauge, and its bell for the shutdown's grace.
-struct Live<'a> {
+struct SessionClient<'a> {
     conn: &'a mut Conn,
     doing: &'a mut Doing,
     grace_over: &'a Option<Arc<Bell>>,
 }
 
-impl Client for Live<'_> {
+impl Client for SessionClient<'_> {
     async fn gone(&mut self) {
         self.conn.closed().await
     }

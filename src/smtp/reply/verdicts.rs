@@ -8,7 +8,7 @@ use super::{
     Reply,
 };
 use crate::message::received::Loop;
-use crate::pipeline::{End, Paused, Refusal, Scope, Unsent};
+use crate::pipeline::{End, NotAdmitted, Paused, Scope, Unanswered};
 use crate::throttle::ThrottleError;
 use crate::upstream::reply::split_enhanced;
 use crate::upstream::{Accepted, UpstreamError};
@@ -63,14 +63,16 @@ pub fn verdict(end: &End) -> Option<Reply> {
     Some(match end {
         End::Upstream(result) => upstream_verdict(result),
         End::NoRoute => no_route(),
-        End::Refused(Refusal::Loop(Loop::CameBack)) => loop_detected(),
-        End::Refused(Refusal::Loop(Loop::TooManyHops)) => too_many_hops(),
-        End::Refused(Refusal::Paused(paused)) => paused_reply(paused),
-        End::Unsent(Unsent::Abandoned) => return None,
-        End::Unsent(Unsent::Paused(left)) => upstream_quota_exhausted(*left),
-        End::Unsent(Unsent::UpstreamRate(retry_after)) => upstream_rate_limited(*retry_after),
-        End::Unsent(Unsent::Refused(error)) => throttle_refusal(error),
-        End::Unsent(Unsent::GraceOver) => grace_over(),
+        End::Refused(NotAdmitted::Loop(Loop::CameBack)) => loop_detected(),
+        End::Refused(NotAdmitted::Loop(Loop::TooManyHops)) => too_many_hops(),
+        End::Refused(NotAdmitted::Paused(paused)) => paused_reply(paused),
+        End::Unanswered(Unanswered::Abandoned) => return None,
+        End::Unanswered(Unanswered::Paused(left)) => upstream_quota_exhausted(*left),
+        End::Unanswered(Unanswered::UpstreamRate(retry_after)) => {
+            upstream_rate_limited(*retry_after)
+        }
+        End::Unanswered(Unanswered::Refused(error)) => throttle_refusal(error),
+        End::Unanswered(Unanswered::GraceOver) => grace_over(),
     })
 }
 
