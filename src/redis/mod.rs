@@ -7,11 +7,14 @@
 //! - `connection`: a connection made on first use, each call within the timeout, that follows
 //!   the primary through a failover.
 //! - `error`: [`RedisUnavailable`], a call that did not answer.
+//! - `outage`: [`Outage`], the store left alone for a while after a call failed.
 
 mod connection;
 mod error;
 mod options;
+mod outage;
 
 pub(crate) use connection::{Call, Connection};
 pub use error::RedisUnavailable;
 pub use options::{redis_options, RedisOptions, SentinelOptions};
+pub use outage::{Outage, RETRY};

@@ -14,12 +14,13 @@
 //!    asks again.
 //!
 //! **on_error.** A store that cannot answer (unreachable, past the command timeout) is left
-//! alone for [`RETRY`], and meanwhile `on_error` answers: `local` takes from in-process buckets
-//! of the same layers (each replica then allows the full limit: N replicas, N times the rate,
-//! but mail flows), `reject` refuses with [`ThrottleError::StoreUnavailable`] (`451 4.4.3`),
-//! `allow` lets the message through unmetered. A warning is logged when the store goes away
-//! and a note when it is back; the next call after [`RETRY`] tries the store again, so the
-//! relay returns to it by itself. Tokens are given back to the store that granted them.
+//! alone for [`crate::redis::RETRY`] ([`crate::redis::Outage`]), and meanwhile `on_error`
+//! answers: `local` takes from in-process buckets of the same layers (each replica then allows
+//! the full limit: N replicas, N times the rate, but mail flows), `reject` refuses with
+//! [`ThrottleError::StoreUnavailable`] (`451 4.4.3`), `allow` lets the message through
+//! unmetered. A warning is logged when the store goes away and a note when it is back; the
+//! next call after `RETRY` tries the store again, so the relay returns to it by itself.
+//! Tokens are given back to the store that granted them.
 //!
 //! **Shutdown.** [`Shared::drain`] (from `Throttle::drain`, at the signal) gives the grace's
 //! end: a message asleep on a reservation or a `Later` whose instant comes by then sleeps on
@@ -32,9 +33,7 @@
 //! already asking the store then still goes if the store grants it at once (a transaction in
 //! flight); a new one is refused at its gate.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::watch;
 
@@ -45,17 +44,15 @@ use super::layer::{Layer, Turn};
 use super::spec::LayerSpec;
 use super::store::local::LocalStore;
 use super::store::{Decision, Store, StoreCharge, StoreError};
-use crate::clock::{nanos, Clock, Nanos};
+use crate::clock::{Clock, Nanos};
 use crate::config::{Mode, OnError};
+use crate::redis::Outage;
 use ending::Ending;
 
 mod ending;
 mod reading;
 
 pub use reading::StoreUnreachable;
-
-/// How long a failed store is left alone before the next try.
-pub const RETRY: Duration = Duration::from_secs(1);
 
 /// The shared store of a throttle and the layers (by index) that use it.
 pub struct SharedLayers {
@@ -84,9 +81,8 @@ pub(crate) struct Shared {
     fallback: Arc<LocalStore>,
     on_error: OnError,
     clock: Arc<dyn Clock>,
-    /// Instant before which the store is not asked (after a failure).
-    retry_at: AtomicU64,
-    down: AtomicBool,
+    /// The store left alone for a while after a call failed.
+    outage: Outage,
     /// Set by [`Shared::drain`] and [`Shared::dispose`]; the sleepers watch it.
     ending: watch::Sender<Ending>,
 }
@@ -156,9 +152,8 @@ impl Shared {
             store,
             fallback: Arc::new(LocalStore::for_layers(specs, clock.clone())),
             on_error,
+            outage: Outage::new(clock.clone()),
             clock,
-            retry_at: AtomicU64::new(0),
-            down: AtomicBool::new(false),
             ending: watch::Sender::new(Ending::default()),
         }
     }
@@ -294,21 +289,18 @@ impl Shared {
         &self,
         call: impl std::future::Future<Output = Result<T, StoreError>>,
     ) -> Option<T> {
-        let now = self.clock.now();
-        if now < self.retry_at.load(Ordering::Relaxed) {
+        if self.outage.resting() {
             return None;
         }
         match call.await {
             Ok(v) => {
-                if self.down.swap(false, Ordering::Relaxed) {
+                if self.outage.answered() {
                     tracing::info!(target: "ratelimit", "ratelimit.store_back");
                 }
                 Some(v)
             }
             Err(e) => {
-                let retry = self.clock.now().saturating_add(nanos(RETRY));
-                self.retry_at.store(retry, Ordering::Relaxed);
-                if !self.down.swap(true, Ordering::Relaxed) {
+                if self.outage.failed() {
                     tracing::warn!(
                         target: "ratelimit",
                         error = %e,

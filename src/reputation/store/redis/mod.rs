@@ -15,9 +15,10 @@
 //! no tenant is paused and no address suppressed by it, the messages forwarded meanwhile are
 //! not counted, a warning is logged when Redis goes away and a note when it is back, and each
 //! call that failed counts in `mailsluice_reputation_store_errors_total`. After a failure
-//! Redis is left alone for [`RETRY`] (mail then goes at once, not after a timeout each). An
-//! event is the exception: it is refused ([`RedisUnavailable::Unanswered`]), so that SQS
-//! delivers it again (and SNS posts it again) rather than lose it.
+//! Redis is left alone for [`crate::redis::RETRY`] ([`crate::redis::Outage`]: mail then goes
+//! at once, not after a timeout each). An event is the exception: it is refused
+//! ([`RedisUnavailable::Unanswered`]), so that SQS delivers it again (and SNS posts it again)
+//! rather than lose it.
 //!
 //! Files: `calls.rs` ([`RedisLedger`]: the calls, their keys, what their answers mean),
 //! `cache.rs` (the verdicts), the scripts `add.lua`, `flip.lua`, `suppress.lua` and
@@ -26,7 +27,7 @@
 mod cache;
 pub mod calls;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -37,17 +38,14 @@ pub use cache::REFRESH;
 pub use calls::{Bounds, RedisLedger, TenantHash};
 
 use super::{ReputationFuture, ReputationStore};
-use crate::clock::{nanos, Clock, Nanos};
+use crate::clock::{Clock, Nanos};
 use crate::config::ReputationConfig;
-use crate::redis::{RedisOptions, RedisUnavailable};
+use crate::redis::{Outage, RedisOptions, RedisUnavailable};
 use crate::reputation::events::Event;
 use crate::reputation::ledger::{self, breach, in_window, Breach, Change, Counts, Limits};
 use crate::reputation::report::{event_counts, standing_of};
 use crate::reputation::suppression::Suppression;
 use crate::reputation::{limits, Applied, Standing};
-
-/// How long Redis is left alone after a failed call (as the throttle's shared layers do).
-pub const RETRY: Duration = Duration::from_secs(1);
 
 /// The guard's state in Redis; see the module doc.
 pub struct RedisReputation {
@@ -57,9 +55,8 @@ pub struct RedisReputation {
     suppress: bool,
     clock: Arc<dyn Clock>,
     cache: Mutex<VerdictCache>,
-    /// The clock's instant before which Redis is not asked (after a failure).
-    retry_at: AtomicU64,
-    down: AtomicBool,
+    /// Redis left alone for a while after a call failed.
+    outage: Outage,
     /// `mailsluice_reputation_store_errors_total`: the calls Redis did not answer.
     errors: Counter,
     unattributed: AtomicU64,
@@ -87,10 +84,9 @@ impl RedisReputation {
             slot_ms: slot_ms(limits.window),
             limits,
             suppress: config.suppress,
+            outage: Outage::new(clock.clone()),
             clock,
             cache: Mutex::new(VerdictCache::new(config.max_tenants.get())),
-            retry_at: AtomicU64::new(0),
-            down: AtomicBool::new(false),
             errors,
             unattributed: AtomicU64::new(0),
         })
@@ -105,29 +101,26 @@ impl RedisReputation {
         unix_ms(self.clock.as_ref())
     }
 
-    /// Runs `call` unless Redis failed within [`RETRY`]; `None` when it did not answer.
+    /// Runs `call` unless Redis is resting after a failure; `None` when it did not answer.
     async fn guarded<T>(
         &self,
         what: &'static str,
         call: impl std::future::Future<Output = Result<T, RedisUnavailable>>,
     ) -> Option<T> {
-        let now = self.clock.now();
-        if now < self.retry_at.load(Ordering::Relaxed) {
+        if self.outage.resting() {
             self.errors.inc();
             return None;
         }
         match call.await {
             Ok(answer) => {
-                if self.down.swap(false, Ordering::Relaxed) {
+                if self.outage.answered() {
                     tracing::info!(target: "mailsluice::reputation", "reputation.store_back");
                 }
                 Some(answer)
             }
             Err(e) => {
                 self.errors.inc();
-                let retry = self.clock.now().saturating_add(nanos(RETRY));
-                self.retry_at.store(retry, Ordering::Relaxed);
-                if !self.down.swap(true, Ordering::Relaxed) {
+                if self.outage.failed() {
                     tracing::warn!(
                         target: "mailsluice::reputation",
                         error = %e,
