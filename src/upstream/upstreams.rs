@@ -61,10 +61,6 @@ impl OwnAddresses {
         *self.0.write().unwrap_or_else(|e| e.into_inner()) = addrs.to_vec();
     }
 
-    pub fn get(&self) -> Vec<SocketAddr> {
-        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
     /// Whether any of them matches `to`.
     pub fn any(&self, to: impl Fn(SocketAddr) -> bool) -> bool {
         self.0
