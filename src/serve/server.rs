@@ -36,12 +36,24 @@ impl From<Vec<TcpListener>> for Listeners {
 /// How long, after the grace, the waiters then told to go have to be answered.
 const LAST_WORDS: Duration = Duration::from_secs(1);
 
+/// The most of the grace kept at its end for the forwards of the last messages to take their
+/// tokens (see [`drain_within`]).
+const LAST_FORWARDS: Duration = Duration::from_secs(2);
+
+/// How long, from the signal, a waiter may still get its tokens and go: the grace less its
+/// last quarter (at most [`LAST_FORWARDS`]). A message needs upstream's answer after its
+/// tokens come; one granted at the grace's last instant would be cut off with its final dot
+/// sent and told it may have been delivered, and its client's retry would send it twice.
+fn drain_within(grace: Duration) -> Duration {
+    grace - (grace / 4).min(LAST_FORWARDS)
+}
+
 /// Serves SMTP on `listeners` until `shutdown` fires, then stops accepting (and `/readyz`
 /// says 503), drains the sessions in flight within `shutdown_grace_ms`, and returns as soon
 /// as the last one ends. Draining: a message waiting for tokens keeps its place and goes when
-/// they come; only one whose tokens cannot come within the grace is told `421 4.3.2`, at
-/// once. Sessions still running after the grace (and [`LAST_WORDS`]) are left to the
-/// caller, which is about to exit the process.
+/// they come; only one whose tokens cannot come in time to be forwarded within the grace
+/// ([`drain_within`]) is told `421 4.3.2`, at once. Sessions still running after the grace
+/// (and [`LAST_WORDS`]) are left to the caller, which is about to exit the process.
 pub async fn run(listeners: impl Into<Listeners>, deps: Deps, shutdown: Shutdown) {
     let listeners = listeners.into();
     let (health, live) = (deps.services.health.clone(), deps.live.clone());
@@ -91,9 +103,10 @@ pub async fn run(listeners: impl Into<Listeners>, deps: Deps, shutdown: Shutdown
     accepts.wait().await;
     health.set_listening(false);
     // Waiters in the throttle's queues (of every config since start) go if their tokens come
-    // within the grace, and are told 421 now otherwise; transactions in flight go on.
+    // in time to be forwarded within the grace, and are told 421 now otherwise; transactions
+    // in flight go on.
     let grace = Duration::from_millis(ctx.setup.config.smtp.shutdown_grace_ms);
-    live.drain(grace);
+    live.drain(drain_within(grace));
     sessions.close();
     if tokio::time::timeout(grace, sessions.wait()).await.is_err() {
         tracing::warn!(

@@ -15,6 +15,8 @@ pub struct MemoryForwarder {
     /// When each message was forwarded, on tokio's clock (paused in throttle tests).
     at: Mutex<Vec<tokio::time::Instant>>,
     fail_with: Mutex<Option<UpstreamError>>,
+    /// How long upstream takes to answer a message it has (zero unless set).
+    answer_after: Mutex<std::time::Duration>,
 }
 
 impl MemoryForwarder {
@@ -34,6 +36,12 @@ impl MemoryForwarder {
     pub fn fail_with(&self, error: Option<UpstreamError>) {
         *self.fail_with.lock().unwrap() = error;
     }
+
+    /// Every later message is recorded at once (its final dot went) and answered `delay`
+    /// later.
+    pub fn answer_after(&self, delay: std::time::Duration) {
+        *self.answer_after.lock().unwrap() = delay;
+    }
 }
 
 impl Forwarder for MemoryForwarder {
@@ -43,10 +51,17 @@ impl Forwarder for MemoryForwarder {
             if let Some(e) = self.fail_with.lock().unwrap().clone() {
                 return Err(e);
             }
-            let mut got = self.got.lock().unwrap();
-            got.push((envelope.clone(), pieces.concat()));
-            self.at.lock().unwrap().push(tokio::time::Instant::now());
-            Ok(Accepted::new(format!("Ok queued as mem-{}", got.len())))
+            let n = {
+                let mut got = self.got.lock().unwrap();
+                got.push((envelope.clone(), pieces.concat()));
+                self.at.lock().unwrap().push(tokio::time::Instant::now());
+                got.len()
+            };
+            let delay = *self.answer_after.lock().unwrap();
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            Ok(Accepted::new(format!("Ok queued as mem-{n}")))
         })
     }
 }

@@ -1,13 +1,13 @@
 //! Shutdown drains the queues, on tokio's paused clock: within the grace a waiter keeps its
-//! place and goes when its tokens come; only one whose tokens would come after the grace is
-//! told `421 4.3.2` (`ThrottleError::Shutdown`), at once. The throttle alone, then the SMTP
+//! place and goes when its tokens come; only one whose tokens would come too late to be
+//! forwarded within the grace is told `421 4.3.2` (`ThrottleError::Shutdown`), at once. The throttle alone, then the SMTP
 //! dialogue of a relay whose shutdown is triggered.
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::support::relay::memory_relay;
+use crate::support::relay::{memory_relay, Client};
 use crate::support::throttle::*;
 use crate::throttling::{send, until};
 use mailsluice::throttle::ThrottleError;
@@ -103,7 +103,7 @@ async fn at_shutdown_twenty_clients_waiting_in_a_2_per_second_layer_all_get_250(
 
 #[tokio::test(start_paused = true)]
 async fn at_shutdown_a_client_whose_tokens_come_after_the_grace_gets_421_at_once() {
-    let (relay, fwd) = memory_relay("shutdown_grace_ms = 2250", &tenant_layer()).await;
+    let (relay, fwd) = memory_relay("shutdown_grace_ms = 2750", &tenant_layer()).await;
     assert_eq!(send(&relay, "acme", "first").await.unwrap().0, 250);
     let clients: Vec<_> = (0..6)
         .map(|i| send(&relay, "acme", &format!("w{i}")))
@@ -117,7 +117,8 @@ async fn at_shutdown_a_client_whose_tokens_come_after_the_grace_gets_421_at_once
         answers.push((c.await.unwrap(), Instant::now() - start));
     }
     answers.reverse();
-    // Tokens at 0.5, 1, 1.5, 2 s: within the grace of 2.25 s. The two after it are told now.
+    // Tokens at 0.5, 1, 1.5, 2 s: in time to be forwarded within the grace of 2.75 s (its
+    // last quarter is kept for the forwards). The two after it are told now.
     for (i, ((code, text), when)) in answers.iter().enumerate() {
         if i < 4 {
             assert_eq!(*code, 250, "w{i}: {text}");
@@ -130,4 +131,61 @@ async fn at_shutdown_a_client_whose_tokens_come_after_the_grace_gets_421_at_once
         }
     }
     assert_eq!(fwd.messages().len(), 5);
+}
+
+/// The grace's last quarter is kept for the forwards of the last messages to take their
+/// tokens: with upstream taking 0.8 s to answer, no message is cut off after its final dot
+/// went (a `421` saying it may have been delivered, and a copy sent twice on the retry).
+/// Over TCP: the sessions the shutdown waits for (and answers at the grace's end) are those
+/// its listeners accepted.
+#[tokio::test(start_paused = true)]
+async fn at_shutdown_no_message_is_cut_off_after_it_went_upstream() {
+    let (relay, fwd) = memory_relay("shutdown_grace_ms = 4200", &tenant_layer()).await;
+    fwd.answer_after(ms(800));
+    let send = |subject: String| {
+        let addr = relay.addr;
+        tokio::spawn(async move {
+            let mut c = Client::connect(addr).await;
+            let msg = format!("X-Tenant: acme\r\nSubject: {subject}\r\n\r\nbody\r\n");
+            (c.send_mail("app@example.com", &["user@example.net"], msg.as_bytes())).await
+        })
+    };
+    let mut clients = vec![send("first".into())];
+    until_io("the first is forwarded", || fwd.messages().len() == 1).await;
+    clients.extend((0..10).map(|i| send(format!("w{i}"))));
+    let waiting = || relay.throttle.peek("tenant", "acme").unwrap().waiting;
+    until_io("ten wait", || waiting() == 10).await;
+    let start = Instant::now();
+    relay.trigger_shutdown();
+    // The last first: those told at once are seen before the clock moves.
+    let mut answers = Vec::new();
+    for c in clients.into_iter().rev() {
+        let (code, text) = c.await.unwrap();
+        answers.push((code, text, Instant::now() - start));
+    }
+    // Tokens at 0.5 .. 3 s go (answered by 3.8 s); those at 3.5 .. 5 s would be answered
+    // after the grace's 4.2 s, and are told now instead, before anything of them went.
+    let delivered = answers.iter().filter(|(code, _, _)| *code == 250).count();
+    assert_eq!(
+        fwd.messages().len(),
+        delivered,
+        "every message upstream got its 250: {answers:?}"
+    );
+    assert_eq!(delivered, 7, "{answers:?}");
+    for (code, text, when) in answers.iter().filter(|(code, _, _)| *code != 250) {
+        assert_eq!(*code, 421, "{text}");
+        assert!(!text.contains("may have been delivered"), "{text}");
+        assert_eq!(*when, Duration::ZERO, "told at once: {text}");
+    }
+}
+
+/// Lets the relay and its sockets run, the clock stepping 1 ms at a time, until `cond` holds.
+async fn until_io(what: &str, cond: impl Fn() -> bool) {
+    for _ in 0..10_000 {
+        if cond() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    panic!("never happened: {what}");
 }
