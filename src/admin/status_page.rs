@@ -3,12 +3,14 @@
 //! Every value is escaped: keys and layer names may come from clients.
 
 use std::fmt::{Display, Write as _};
+use std::time::{Duration, SystemTime};
 
+use crate::message::Outcome;
 use crate::observe::recent::Recent;
 use crate::redis::RedisUnavailable;
 use crate::reputation::Standing;
 use crate::state::context::{Context, Health};
-use crate::throttle::StoreUnreachable;
+use crate::throttle::{KeyWaiting, LimitReason, StoreUnreachable};
 use crate::upstream::Checked;
 
 /// Keys listed in "most waiting".
@@ -46,10 +48,16 @@ pub fn render(ctx: &Context, health: &Health, recent: &Recent, checks: &Checks) 
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
          <meta http-equiv=\"refresh\" content=\"5\"><title>mailsluice {host}</title>\
-         <style>{STYLE}</style></head><body><h1>mailsluice {host}</h1>",
+         <style>{STYLE}</style></head><body><h1>mailsluice {host}</h1>\
+         <p>version {version}, up {uptime}; drawn {drawn}</p>",
         host = escape(&ctx.setup.config.smtp.hostname),
+        version = env!("CARGO_PKG_VERSION"),
+        uptime = duration_text(recent.uptime()),
+        drawn = httpdate::fmt_http_date(SystemTime::now()),
     );
     readiness(&mut html, ctx, health, checks);
+    delivered(&mut html, recent);
+    upstreams(&mut html, ctx, recent);
     sessions(&mut html, ctx);
     layers(&mut html, ctx, recent);
     reputation(&mut html, checks.reputation.as_ref());
@@ -79,6 +87,56 @@ fn readiness(html: &mut String, ctx: &Context, health: &Health, checks: &Checks)
     }
     if let Some(store) = &checks.store {
         row_state(html, "Redis (shared buckets)", store);
+    }
+    html.push_str("</table>");
+}
+
+/// Messages delivered (`250`) since start and in the last minute, with their rate.
+fn delivered(html: &mut String, recent: &Recent) {
+    let (total, minute) = recent.delivered();
+    let _ = write!(
+        html,
+        "<h2>Messages</h2><table><tr><th>delivered</th><th class=\"num\">since start</th>\
+         <th class=\"num\">last minute</th><th class=\"num\">per second</th></tr>\
+         <tr><td>delivered</td><td class=\"num\">{total}</td><td class=\"num\">{minute}</td>\
+         <td class=\"num\">{:.2}</td></tr></table>",
+        minute as f64 / 60.0
+    );
+}
+
+/// Each upstream: its messages of the last minute and their mean time there, the last
+/// one's time, and its last error.
+fn upstreams(html: &mut String, ctx: &Context, recent: &Recent) {
+    html.push_str(
+        "<h2>Upstreams</h2><table><tr><th>upstream</th><th class=\"num\">sent (last minute)</th>\
+         <th class=\"num\">mean time</th><th class=\"num\">last time</th><th>last error</th></tr>",
+    );
+    for upstream in ctx.setup.upstreams.iter() {
+        let name = escape(upstream.name());
+        let Some(view) = recent.upstream_view(upstream.name()) else {
+            let _ = write!(
+                html,
+                "<tr><td>{name}</td><td class=\"num\">0</td><td class=\"num\">-</td>\
+                 <td class=\"num\">-</td><td>none</td></tr>"
+            );
+            continue;
+        };
+        let mean = view.mean_last_minute.map_or("-".to_string(), millis_text);
+        let error = match &view.last_error {
+            Some((at, text)) => format!(
+                "<span class=\"bad\">{}: {}</span>",
+                escape(&httpdate::fmt_http_date(*at)),
+                escape(text)
+            ),
+            None => "none".to_string(),
+        };
+        let _ = write!(
+            html,
+            "<tr><td>{name}</td><td class=\"num\">{}</td><td class=\"num\">{mean}</td>\
+             <td class=\"num\">{}</td><td>{error}</td></tr>",
+            view.sent_last_minute,
+            millis_text(view.last),
+        );
     }
     html.push_str("</table>");
 }
@@ -178,51 +236,107 @@ fn reputation(html: &mut String, view: Option<&Result<(usize, Vec<Standing>), Re
 }
 
 fn most_waiting(html: &mut String, ctx: &Context) {
-    let mut keys: Vec<(usize, String, usize)> = (0..ctx.setup.throttle.specs().len())
-        .flat_map(|i| {
-            (ctx.setup.throttle.most_waiting(i, TOP_KEYS).into_iter()).map(move |(k, n)| (i, k, n))
-        })
+    let throttle = &ctx.setup.throttle;
+    let mut keys: Vec<(usize, KeyWaiting)> = (0..throttle.specs().len())
+        .flat_map(|i| (throttle.most_waiting(i, TOP_KEYS).into_iter()).map(move |k| (i, k)))
         .collect();
-    keys.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| a.1.cmp(&b.1)));
+    keys.sort_by(|a, b| (b.1.waiting.cmp(&a.1.waiting)).then_with(|| a.1.key.cmp(&b.1.key)));
     keys.truncate(TOP_KEYS);
     html.push_str(
         "<h2>Most waiting</h2><table><tr><th>layer</th><th>key</th>\
-         <th class=\"num\">waiting</th></tr>",
+         <th class=\"num\">waiting</th><th class=\"num\">oldest has waited</th></tr>",
     );
-    for (layer, key, waiting) in &keys {
+    for (layer, key) in &keys {
         let _ = write!(
             html,
-            "<tr><td>{}</td><td>{}</td><td class=\"num\">{waiting}</td></tr>",
-            escape(&ctx.setup.throttle.specs()[*layer].name),
-            escape(key),
+            "<tr><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+            escape(&throttle.specs()[*layer].name),
+            escape(&key.key),
+            key.waiting,
+            duration_text(key.oldest_waited),
         );
     }
     if keys.is_empty() {
-        html.push_str("<tr><td colspan=\"3\">nobody waits</td></tr>");
+        html.push_str("<tr><td colspan=\"4\">nobody waits</td></tr>");
     }
     html.push_str("</table>");
 }
 
 fn refusals(html: &mut String, recent: &Recent) {
     html.push_str(
-        "<h2>Last refusals</h2><table><tr><th>time (UTC)</th><th>layer</th><th>key</th>\
-         <th class=\"num\">reply</th></tr>",
+        "<h2>Last refusals</h2><table><tr><th>time (UTC)</th><th>outcome</th><th>why</th>\
+         <th>layer</th><th>key</th><th class=\"num\">reply</th></tr>",
     );
     let refusals = recent.refusals();
     for r in &refusals {
         let _ = write!(
             html,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
+             <td class=\"num\">{}</td></tr>",
             escape(&httpdate::fmt_http_date(r.at)),
+            r.outcome.as_str(),
+            why(r.outcome, r.reason),
             escape(&r.layer),
             escape(&r.key),
             r.code,
         );
     }
     if refusals.is_empty() {
-        html.push_str("<tr><td colspan=\"4\">none since start</td></tr>");
+        html.push_str("<tr><td colspan=\"6\">none since start</td></tr>");
     }
     html.push_str("</table>");
+}
+
+/// Why a message was refused, in a few words an operator acts on.
+fn why(outcome: Outcome, reason: Option<LimitReason>) -> &'static str {
+    match (outcome, reason) {
+        (Outcome::Throttled, Some(LimitReason::MaxWait)) => "its wait would pass max_wait_ms",
+        (Outcome::Throttled, Some(LimitReason::MaxQueue)) => "the key's queue is full (max_queue)",
+        (Outcome::Throttled, Some(LimitReason::Reject)) => "no tokens now (mode = reject)",
+        (Outcome::Throttled, Some(LimitReason::MaxKeys)) => "every bucket has waiters (max_keys)",
+        (Outcome::Throttled, Some(LimitReason::TenantThrottled) | None) => {
+            "upstream throttled this key past its wait"
+        }
+        (Outcome::CostOverBurst, _) => "its cost is above the layer's burst",
+        (Outcome::TooBig, _) => "message too big (max_message_bytes)",
+        (Outcome::ContentRejected, _) => "its content: a bare CR or LF, a NUL, a long line",
+        (Outcome::InsufficientStorage, _) => "the relay's DATA buffers are full",
+        (Outcome::Suppressed, _) => "every recipient refused, some suppressed",
+        (Outcome::NoRecipients, _) => "no recipient accepted",
+        (Outcome::Loop, _) => "a mail loop",
+        (Outcome::ReputationPaused, _) => "tenant paused by the reputation guard",
+        (Outcome::UpstreamTenantPaused, _) => "upstream paused the tenant (SES)",
+        (Outcome::UpstreamPaused, _) => "upstream paused: quota exhausted",
+        (Outcome::UpstreamThrottled, _) => "upstream kept throttling it",
+        (Outcome::UpstreamTempFail, _) => "upstream refused it for now",
+        (Outcome::UpstreamPermFail, _) => "upstream refused it",
+        (Outcome::UpstreamUnavailable, _) => "upstream unreachable",
+        (Outcome::UpstreamUncertain, _) => "no answer from upstream after sending",
+        (Outcome::UpstreamCredentials, _) => "upstream credentials missing or refused",
+        (Outcome::Shutdown, _) => "the relay is shutting down",
+        (Outcome::StoreUnavailable, _) => "Redis unavailable (on_error = reject)",
+        (Outcome::NoRoute, _) => "no route matches",
+        (Outcome::Delivered | Outcome::Partial | Outcome::Abandoned, _) => "",
+    }
+}
+
+/// `12 s`, `3 min 20 s`, `5 h 2 min`, `2 d 3 h`: the two largest units.
+fn duration_text(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..60 => format!("{s} s"),
+        60..3600 => format!("{} min {} s", s / 60, s % 60),
+        3600..86400 => format!("{} h {} min", s / 3600, s % 3600 / 60),
+        _ => format!("{} d {} h", s / 86400, s % 86400 / 3600),
+    }
+}
+
+/// `250 ms`, `1.5 s`.
+fn millis_text(d: Duration) -> String {
+    match d.as_millis() {
+        ms @ 0..1000 => format!("{ms} ms"),
+        _ => format!("{:.1} s", d.as_secs_f64()),
+    }
 }
 
 /// Text as HTML text or attribute value.
@@ -260,7 +374,7 @@ fn invisible_format(c: char) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::escape;
+    use super::*;
 
     #[test]
     fn bidirectional_controls_are_never_shown_raw() {
@@ -277,6 +391,34 @@ mod tests {
         assert_eq!(
             escape("<script>alert('x')</script>&\"\x1b"),
             "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;&amp;&quot;\u{fffd}"
+        );
+    }
+}
+
+#[cfg(test)]
+mod text_tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_in_their_two_largest_units() {
+        let text = |s| duration_text(Duration::from_secs(s));
+        assert_eq!(text(12), "12 s");
+        assert_eq!(text(200), "3 min 20 s");
+        assert_eq!(text(5 * 3600 + 120), "5 h 2 min");
+        assert_eq!(text(2 * 86400 + 3 * 3600 + 5), "2 d 3 h");
+        assert_eq!(millis_text(Duration::from_millis(250)), "250 ms");
+        assert_eq!(millis_text(Duration::from_millis(1500)), "1.5 s");
+    }
+
+    #[test]
+    fn every_refusal_says_why() {
+        for outcome in Outcome::ALL {
+            let said = why(outcome, None);
+            assert_eq!(said.is_empty(), outcome.delivered() || outcome == Outcome::Abandoned);
+        }
+        assert_ne!(
+            why(Outcome::Throttled, Some(LimitReason::MaxWait)),
+            why(Outcome::Throttled, Some(LimitReason::MaxQueue))
         );
     }
 }

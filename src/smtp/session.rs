@@ -38,6 +38,8 @@ pub struct Session {
     pub greeting: Option<Greeting>,
     /// The open transaction: MAIL given, RCPTs collected.
     pub envelope: Option<Envelope>,
+    /// RCPTs of the open transaction refused as suppressed, for its log line.
+    pub suppressed: usize,
     /// The client may relay without AUTH (its address is in `trusted_networks`).
     pub trusted: bool,
     /// The connection is encrypted (implicit TLS, or after STARTTLS).
@@ -92,6 +94,7 @@ impl Session {
             shutdown,
             greeting: None,
             envelope: None,
+            suppressed: 0,
             trusted,
             tls,
             auth: None,

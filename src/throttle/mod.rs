@@ -52,7 +52,8 @@ pub mod store;
 
 pub use crate::config::{Mode, OnError, Refill};
 pub use charge::Charge;
-pub use error::ThrottleError;
+pub use error::{LimitReason, ThrottleError};
+pub use layer::KeyWaiting;
 pub use peek::Peek;
 pub use setup::{from_config, spec};
 pub use shared_layers::{SharedLayers, StoreUnreachable};

@@ -38,7 +38,7 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use super::charge::Charge;
-use super::error::ThrottleError;
+use super::error::{LimitReason, ThrottleError};
 use super::layer::gate::{fair_gates, Gate};
 use super::layer::{Layer, Turn};
 use super::spec::LayerSpec;
@@ -214,7 +214,7 @@ impl Shared {
                         return Err(ThrottleError::Shutdown);
                     }
                     let c = &charges[charge.min(charges.len() - 1)];
-                    let reason = if reject { "reject" } else { "max_wait" };
+                    let reason = if reject { LimitReason::Reject } else { LimitReason::MaxWait };
                     let layer = &layers[c.layer];
                     return Err(layer.limited(&c.key, c.cost, retry_after, reason));
                 }
