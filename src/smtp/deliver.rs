@@ -52,6 +52,7 @@ impl Session {
         if let Some(reply) = reply {
             self.verdict(reply);
         }
+        self.after_message = Some(Instant::now());
         match verdict.closes() {
             true => Flow::Close,
             false => Flow::Continue,
