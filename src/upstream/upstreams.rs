@@ -71,12 +71,13 @@ impl OwnAddresses {
     }
 }
 
-/// An upstream whose forwarder could not be built, named, with why (the key at fault).
+/// An upstream whose forwarder could not be built, named, with why (the key at fault). The
+/// why is in the text and is no `source`, so a printed chain says it once.
 #[derive(Debug, thiserror::Error)]
-#[error("upstream {name:?}: {source}")]
+#[error("upstream {name:?}: {error}")]
 pub struct UpstreamsError {
     pub name: String,
-    pub source: SetupError,
+    pub error: SetupError,
 }
 
 /// Every upstream of a config, in config order (the first carries messages when there are no
@@ -126,9 +127,9 @@ impl Upstreams {
             }
             let forwarder = match first.take() {
                 Some(forwarder) => forwarder,
-                None => build_forwarder(cfg, &own).map_err(|source| UpstreamsError {
+                None => build_forwarder(cfg, &own).map_err(|error| UpstreamsError {
                     name: cfg.name().to_string(),
-                    source,
+                    error,
                 })?,
             };
             list.push(Arc::new(Upstream {
