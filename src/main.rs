@@ -17,7 +17,11 @@ use tokio::net::TcpListener;
 #[command(version, about = "SMTP relay proxy with per-tenant throttling")]
 struct Cli {
     /// The configuration file.
-    #[arg(long, env = "MAILSLUICE_CONFIG", default_value = "config/mailsluice.toml")]
+    #[arg(
+        long,
+        env = "MAILSLUICE_CONFIG",
+        default_value = "config/mailsluice.toml"
+    )]
     config: PathBuf,
     /// Log lines for people (text) or for machines (json, one object per line).
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]

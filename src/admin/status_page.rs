@@ -414,7 +414,10 @@ mod text_tests {
     fn every_refusal_says_why() {
         for outcome in Outcome::ALL {
             let said = why(outcome, None);
-            assert_eq!(said.is_empty(), outcome.delivered() || outcome == Outcome::Abandoned);
+            assert_eq!(
+                said.is_empty(),
+                outcome.delivered() || outcome == Outcome::Abandoned
+            );
         }
         assert_ne!(
             why(Outcome::Throttled, Some(LimitReason::MaxWait)),

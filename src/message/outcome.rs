@@ -131,8 +131,11 @@ mod tests {
 
     #[test]
     fn every_outcome_is_listed_once_with_a_name_of_its_own() {
-        let names: std::collections::BTreeSet<_> = Outcome::ALL.iter().map(|o| o.as_str()).collect();
+        let names: std::collections::BTreeSet<_> =
+            Outcome::ALL.iter().map(|o| o.as_str()).collect();
         assert_eq!(names.len(), Outcome::ALL.len());
-        assert!(names.iter().all(|n| n.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')));
+        assert!(names
+            .iter()
+            .all(|n| n.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')));
     }
 }

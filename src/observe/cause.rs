@@ -66,7 +66,11 @@ mod tests {
 
     #[test]
     fn the_cause_is_the_texts_of_the_chain_without_debug_or_repeats() {
-        let e = chain(&["dispatch failure", "io error", "connection refused (os error 111)"]);
+        let e = chain(&[
+            "dispatch failure",
+            "io error",
+            "connection refused (os error 111)",
+        ]);
         assert_eq!(
             short(&e),
             "dispatch failure: io error: connection refused (os error 111)"
@@ -79,6 +83,9 @@ mod tests {
     fn a_long_cause_is_cut() {
         let e = chain(&[&"é".repeat(400)]);
         let cause = short(&e);
-        assert!(cause.len() <= MAX_CAUSE + 3 && cause.ends_with("..."), "{cause}");
+        assert!(
+            cause.len() <= MAX_CAUSE + 3 && cause.ends_with("..."),
+            "{cause}"
+        );
     }
 }

@@ -43,6 +43,12 @@ pub struct ReasonLabel {
     pub upstream: String,
 }
 
+/// What decided a message the shared store could not: `local`, `reject` or `allow`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OnErrorLabel {
+    pub on_error: &'static str,
+}
+
 /// Which upstream (names come from the config, so the label set is bounded).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct UpstreamLabel {
@@ -75,6 +81,9 @@ pub struct Metrics {
     upstream_paused: Family<UpstreamLabel, Gauge>,
     /// Each forwarder's count of "too many connections" last added (see `upstream_crowded`).
     crowded_seen: std::sync::Mutex<std::collections::HashMap<String, u64>>,
+    store_errors: Family<OnErrorLabel, Counter>,
+    /// The shared store whose count of errors was last added, and that count.
+    store_errors_seen: std::sync::Mutex<(u64, u64)>,
 }
 
 fn seconds_histogram() -> Histogram {
@@ -131,6 +140,13 @@ impl Metrics {
                 "1 while upstream is paused after a quota reply",
             ),
             crowded_seen: Default::default(),
+            store_errors: add(
+                r,
+                "throttle_store_errors",
+                "Messages the shared store (Redis) could not meter (it failed, or rests after \
+                 failing), by what on_error did with them",
+            ),
+            store_errors_seen: Default::default(),
             reputation_events: add_metric(
                 r,
                 "reputation_events",
@@ -207,6 +223,25 @@ impl Metrics {
         }
     }
 
+    /// The throttle's store errors since the last reading, added by `on_error` (a sample at
+    /// 0 once shared layers exist, so an alert's rate works before the first error).
+    fn store_errors_read(&self, throttle: &Throttle) {
+        let Some(errors) = throttle.store_errors() else {
+            return;
+        };
+        let mut seen = self
+            .store_errors_seen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let before = if seen.0 == errors.store { seen.1 } else { 0 };
+        *seen = (errors.store, errors.total);
+        let label = OnErrorLabel {
+            on_error: errors.on_error.as_str(),
+        };
+        let new = errors.total.saturating_sub(before);
+        (self.store_errors.get_or_create(&label)).inc_by(new);
+    }
+
     /// Whether an upstream is paused (read when the metrics are served).
     pub fn upstream_paused(&self, upstream: &str, paused: bool) {
         let label = UpstreamLabel {
@@ -280,6 +315,7 @@ impl Metrics {
             let limit = throttle.effective_limit(i).unwrap_or(spec.limit);
             self.layer_limit.get_or_create(&label).set(gauge(limit));
         }
+        self.store_errors_read(throttle);
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("writing to a String cannot fail");

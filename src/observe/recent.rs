@@ -222,7 +222,10 @@ impl Recent {
     /// Messages `layer` refused (451 4.7.1) in the last minute.
     pub fn refused_last_minute(&self, layer: &str) -> u64 {
         let second = self.second();
-        self.lock().per_layer.get(layer).map_or(0, |m| m.total(second))
+        self.lock()
+            .per_layer
+            .get(layer)
+            .map_or(0, |m| m.total(second))
     }
 }
 
@@ -243,7 +246,10 @@ mod tests {
         recent.message(Outcome::UpstreamPermFail, "", "x", Some(554), None);
         let kept = recent.refusals();
         assert_eq!(kept.len(), KEPT);
-        assert_eq!((kept[0].outcome, kept[0].code), (Outcome::UpstreamPermFail, 554));
+        assert_eq!(
+            (kept[0].outcome, kept[0].code),
+            (Outcome::UpstreamPermFail, 554)
+        );
         assert_eq!(kept[1].key, format!("k{}", KEPT + 9));
         assert_eq!(kept[1].reason, max_wait);
         assert_eq!(recent.refused_last_minute("tenant"), (KEPT + 10) as u64);
@@ -275,7 +281,11 @@ mod more_tests {
         assert!(recent.refusals().is_empty(), "a delivery is no refusal");
         assert_eq!(recent.upstream_view("ses"), None);
         recent.upstream("ses", Duration::from_millis(100), None);
-        recent.upstream("ses", Duration::from_millis(300), Some("SES: timeout".into()));
+        recent.upstream(
+            "ses",
+            Duration::from_millis(300),
+            Some("SES: timeout".into()),
+        );
         let view = recent.upstream_view("ses").unwrap();
         assert_eq!(view.sent_last_minute, 2);
         assert_eq!(view.mean_last_minute, Some(Duration::from_millis(200)));

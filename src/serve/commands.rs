@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
-use crate::clock::TokioClock;
 use super::startup::{prepare, StartupError};
+use crate::clock::TokioClock;
 use crate::config::{Config, ConfigError, StoreKind};
 use crate::inbound::password;
 use crate::throttle::{self, StoreUnreachable};

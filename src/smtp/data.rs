@@ -29,7 +29,15 @@ impl Session {
                     _ => Outcome::Suppressed,
                 };
                 let counts = (0, self.suppressed);
-                report::refused(&self.ctx, outcome, &refusal, counts, "", self.peer, Instant::now());
+                report::refused(
+                    &self.ctx,
+                    outcome,
+                    &refusal,
+                    counts,
+                    "",
+                    self.peer,
+                    Instant::now(),
+                );
                 self.reply(refusal);
                 return Flow::Continue;
             }

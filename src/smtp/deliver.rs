@@ -48,7 +48,14 @@ impl Session {
             verdict: &verdict,
             reply: reply.as_ref(),
         };
-        report::message(&self.ctx, &message, &answered, self.suppressed, started, dot);
+        report::message(
+            &self.ctx,
+            &message,
+            &answered,
+            self.suppressed,
+            started,
+            dot,
+        );
         if let Some(reply) = reply {
             self.verdict(reply);
         }

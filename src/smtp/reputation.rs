@@ -45,7 +45,15 @@ impl Session {
         };
         let refusal = reply::paused_reply(&paused);
         let outcome = Outcome::ReputationPaused;
-        report::refused(&self.ctx, outcome, &refusal, (0, 0), &key, self.peer, started);
+        report::refused(
+            &self.ctx,
+            outcome,
+            &refusal,
+            (0, 0),
+            &key,
+            self.peer,
+            started,
+        );
         self.reply(refusal);
         true
     }

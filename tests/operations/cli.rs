@@ -440,7 +440,10 @@ fn hash_password_takes_no_config() {
     let help = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && help.contains("argon2id"), "{help}");
     assert!(!help.contains("--config"), "{help}");
-    let out = Command::new(BIN).args(["check", "--help"]).output().unwrap();
+    let out = Command::new(BIN)
+        .args(["check", "--help"])
+        .output()
+        .unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("--config"));
 }
 

@@ -218,7 +218,10 @@ async fn a_quit_after_a_250_during_the_drain_gets_221() {
     let mut first = relay.client().await;
     let msg = |id: &str| invariant::message(id, "acme");
     let to = ["user@example.net"];
-    assert_eq!(first.send_mail("app@example.com", &to, &msg("m0")).await.0, 250);
+    assert_eq!(
+        first.send_mail("app@example.com", &to, &msg("m0")).await.0,
+        250
+    );
     let mut clients = tokio::task::JoinSet::new();
     for (i, next) in ["QUIT", "NOOP"].into_iter().enumerate() {
         let addr = relay.addr;

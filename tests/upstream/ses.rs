@@ -588,7 +588,10 @@ async fn readyz_says_a_short_cause_not_the_sdks_debug_dump() {
     let ready: serde_json::Value = serde_json::from_str(&body).unwrap();
     let error = ready["upstreams"]["default"]["error"].as_str().unwrap();
     assert!(error.starts_with("SES GetAccount: "), "{error}");
-    assert!(error.to_lowercase().contains("refused"), "the cause: {error}");
+    assert!(
+        error.to_lowercase().contains("refused"),
+        "the cause: {error}"
+    );
     assert!(
         !error.contains(" { ") && !error.contains("Some(") && error.len() <= 320,
         "no debug dump ({} bytes): {error}",

@@ -33,7 +33,7 @@ use super::charge::Charge;
 use super::error::{LimitReason, ThrottleError};
 use super::layer::{KeyWaiting, Layer, Turn};
 use super::peek::Peek;
-use super::shared_layers::{Blamed, Shared, SharedLayers, StoreUnreachable};
+use super::shared_layers::{Blamed, Shared, SharedLayers, StoreErrors, StoreUnreachable};
 use super::spec::LayerSpec;
 use crate::clock::{nanos, Clock, Nanos};
 pub use again::Again;
@@ -323,6 +323,13 @@ impl Throttle {
             return false;
         };
         !l.is_shared() && l.set_limit(limit)
+    }
+
+    /// The messages the shared store could not decide since this throttle was built (it
+    /// failed, or rested after failing), and the `on_error` that decided them; `None`
+    /// without shared layers.
+    pub fn store_errors(&self) -> Option<StoreErrors> {
+        self.inner.shared.as_ref().map(Shared::undecided)
     }
 
     /// Buckets a layer holds (≤ `max_keys`), for metrics.

@@ -252,7 +252,10 @@ impl SesForwarder {
     async fn account(&self) -> Result<GetAccountOutput, AccountError> {
         let sent = self.client().await.get_account().send().await;
         sent.map_err(|e| {
-            AccountError::Call(format!("SES GetAccount: {}", crate::observe::cause::short(&e)))
+            AccountError::Call(format!(
+                "SES GetAccount: {}",
+                crate::observe::cause::short(&e)
+            ))
         })
     }
 

@@ -64,18 +64,27 @@ async fn no_credentials_is_told_from_credentials_refused() {
     }
     let text = "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"ses://eu-west-1\"\n\
                 endpoint_url = \"http://127.0.0.1:9\"\n";
-    let cfg = crate::config::Config::parse(text).unwrap().upstreams.remove(0);
+    let cfg = crate::config::Config::parse(text)
+        .unwrap()
+        .upstreams
+        .remove(0);
     let ses = SesForwarder::with_credentials(&cfg, NoneFound).unwrap();
     let envelope = Envelope {
         from: Some("a@example.com".into()),
         rcpts: vec!["b@example.net".into()],
         ..Envelope::default()
     };
-    let err = ses.forward(&envelope, b"Subject: s\r\n\r\nx\r\n").await.unwrap_err();
+    let err = ses
+        .forward(&envelope, b"Subject: s\r\n\r\nx\r\n")
+        .await
+        .unwrap_err();
     assert!(matches!(err, UpstreamError::NoCredentials(_)), "{err:?}");
     assert_eq!(
         crate::upstream::outcome(&Err(err.clone())),
         crate::message::Outcome::UpstreamCredentials
     );
-    assert!(err.to_string().len() < 600, "a short cause, no debug dump: {err}");
+    assert!(
+        err.to_string().len() < 600,
+        "a short cause, no debug dump: {err}"
+    );
 }
