@@ -13,6 +13,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Metric, Registry};
 
 use super::activity::Activities;
+use crate::config::OnError;
 use crate::message::Outcome;
 use crate::throttle::Throttle;
 
@@ -79,6 +80,8 @@ pub struct Metrics {
     layer_limit: Family<LayerLabel, Gauge>,
     upstream_throttled: Family<ReasonLabel, Counter>,
     upstream_paused: Family<UpstreamLabel, Gauge>,
+    upstream_up: Family<UpstreamLabel, Gauge>,
+    listening: Gauge,
     /// Each forwarder's count of "too many connections" last added (see `upstream_crowded`).
     crowded_seen: std::sync::Mutex<std::collections::HashMap<String, u64>>,
     store_errors: Family<OnErrorLabel, Counter>,
@@ -106,6 +109,14 @@ impl Metrics {
         for kind in ["bounce", "complaint", "ignored", "malformed"] {
             reputation_events
                 .get_or_create(&KindLabel { kind })
+                .inc_by(0);
+        }
+        let store_errors = Family::<OnErrorLabel, Counter>::default();
+        // Every mode from 0, as the events' kinds: a rate over them works before the first.
+        for on_error in [OnError::Local, OnError::Reject, OnError::Allow] {
+            let on_error = on_error.as_str();
+            store_errors
+                .get_or_create(&OnErrorLabel { on_error })
                 .inc_by(0);
         }
         Arc::new(Metrics {
@@ -139,12 +150,25 @@ impl Metrics {
                 "upstream_paused",
                 "1 while upstream is paused after a quota reply",
             ),
+            upstream_up: add(
+                r,
+                "upstream_up",
+                "1 when the upstream's last readiness check (by /readyz or the status page) \
+                 found it reachable, 0 when not",
+            ),
+            listening: add(
+                r,
+                "listening",
+                "1 while the SMTP listeners accept connections (0 before the start and during \
+                 a shutdown's drain)",
+            ),
             crowded_seen: Default::default(),
-            store_errors: add(
+            store_errors: add_metric(
                 r,
                 "throttle_store_errors",
                 "Messages the shared store (Redis) could not meter (it failed, or rests after \
                  failing), by what on_error did with them",
+                store_errors,
             ),
             store_errors_seen: Default::default(),
             reputation_events: add_metric(
@@ -223,8 +247,7 @@ impl Metrics {
         }
     }
 
-    /// The throttle's store errors since the last reading, added by `on_error` (a sample at
-    /// 0 once shared layers exist, so an alert's rate works before the first error).
+    /// The throttle's store errors since the last reading, added by `on_error`.
     fn store_errors_read(&self, throttle: &Throttle) {
         let Some(errors) = throttle.store_errors() else {
             return;
@@ -250,6 +273,19 @@ impl Metrics {
         self.upstream_paused
             .get_or_create(&label)
             .set(i64::from(paused));
+    }
+
+    /// Whether an upstream's last readiness check found it reachable.
+    pub fn upstream_up(&self, upstream: &str, up: bool) {
+        let label = UpstreamLabel {
+            upstream: upstream.to_string(),
+        };
+        self.upstream_up.get_or_create(&label).set(i64::from(up));
+    }
+
+    /// Whether the SMTP listeners accept connections now.
+    pub fn listening(&self, on: bool) {
+        self.listening.set(i64::from(on));
     }
 
     pub fn upstream(&self, upstream: &str, took: Duration) {

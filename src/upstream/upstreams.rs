@@ -36,6 +36,13 @@ impl Upstream {
         matches!(self.config.kind, UpstreamKind::Mx(_))
     }
 
+    /// Whether its last check (by `/readyz` or the status page) found it reachable; `None`
+    /// before the first, or while one runs. Runs none.
+    pub fn last_check_ok(&self) -> Option<bool> {
+        let last = self.last_check.try_lock().ok()?;
+        last.as_ref().map(|(_, checked)| checked.is_ok())
+    }
+
     /// The forwarder's check (`Forwarder::check`), at most one at a time and at most once per
     /// [`CHECK_MAX_AGE`]: in between, the last result.
     pub async fn check(&self) -> Checked {
