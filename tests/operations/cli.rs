@@ -63,6 +63,21 @@ fn check_accepts_the_shipped_configs() {
     }
 }
 
+/// The SES examples take what SES takes: 40 MB a message (its quota, over SMTP as over its
+/// API), not a smaller cap of their own.
+#[test]
+fn the_ses_examples_take_messages_as_large_as_ses_does() {
+    for path in ["config/examples/ses.toml", "config/examples/ses-multi.toml"] {
+        let text = std::fs::read_to_string(path).unwrap();
+        let config = mailsluice::config::Config::parse(&text).unwrap();
+        assert_eq!(
+            config.smtp.max_message_bytes.get(),
+            mailsluice::upstream::ses::MAX_MESSAGE_BYTES,
+            "{path}"
+        );
+    }
+}
+
 /// What `check` passes starts: a config with what the start reads besides the config (an
 /// upstream's password variable, a certificate and key, an admin password hash) passes
 /// `check`, and the binary then starts on it, listens and stops.
