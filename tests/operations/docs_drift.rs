@@ -180,7 +180,9 @@ async fn every_metric_has_a_row_and_every_row_a_metric() {
 /// The first cells of the rows of `page`'s section `heading` (up to the next `## `).
 fn section_rows(page: &str, heading: &str) -> Vec<String> {
     let text = std::fs::read_to_string(page).expect("the page exists");
-    let start = text.find(heading).unwrap_or_else(|| panic!("{heading} in {page}"));
+    let start = text
+        .find(heading)
+        .unwrap_or_else(|| panic!("{heading} in {page}"));
     (text[start + heading.len()..].lines())
         .take_while(|l| !l.starts_with("## "))
         .filter_map(|l| l.strip_prefix("| `"))
@@ -207,7 +209,9 @@ fn every_outcome_has_a_row_and_every_row_an_outcome() {
 #[test]
 fn the_sample_ses_event_in_the_docs_is_counted() {
     let page = std::fs::read_to_string("docs/reputation.md").unwrap();
-    let after = &page[page.find("A hard bounce as SES publishes it").expect("the sample")..];
+    let after = &page[page
+        .find("A hard bounce as SES publishes it")
+        .expect("the sample")..];
     let start = after.find("```json").expect("its JSON block") + "```json".len();
     let sample = &after[start..start + after[start..].find("```").unwrap()];
     match mailsluice::reputation::events::parse(sample) {

@@ -3,23 +3,26 @@
 //! Every value is escaped: keys and layer names may come from clients.
 
 use std::fmt::{Display, Write as _};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
-use crate::message::Outcome;
 use crate::observe::recent::Recent;
 use crate::redis::RedisUnavailable;
 use crate::reputation::Standing;
 use crate::state::context::{Context, Health};
-use crate::throttle::{KeyWaiting, LimitReason, StoreUnreachable};
+use crate::throttle::{KeyWaiting, StoreUnreachable};
 use crate::upstream::Checked;
+use refusals::refusals;
+use text::{duration_text, escape, millis_text};
 
 /// Keys listed in "most waiting".
 const TOP_KEYS: usize = 20;
+/// Words break only where they must; keys, names and error texts (which may be long, with no
+/// space in them) anywhere, so a table still fits a phone.
 const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:1rem;max-width:60rem}\
     table{border-collapse:collapse;width:100%;margin-bottom:1.5rem}\
     th,td{text-align:left;padding:.25rem .5rem;border-bottom:1px solid #ddd;\
-    overflow-wrap:anywhere}th{background:#f4f4f4}.ok{color:#070}.bad{color:#b00}\
-    .num{text-align:right}";
+    overflow-wrap:break-word}th{background:#f4f4f4}.ok{color:#070}.bad{color:#b00}\
+    .any{overflow-wrap:anywhere}.num{text-align:right;white-space:nowrap}";
 
 /// What the page says about readiness, gathered by the caller (the checks are async).
 pub struct Checks {
@@ -96,7 +99,7 @@ fn delivered(html: &mut String, recent: &Recent) {
     let (total, minute) = recent.delivered();
     let _ = write!(
         html,
-        "<h2>Messages</h2><table><tr><th>delivered</th><th class=\"num\">since start</th>\
+        "<h2>Messages</h2><table><tr><th>messages</th><th class=\"num\">since start</th>\
          <th class=\"num\">last minute</th><th class=\"num\">per second</th></tr>\
          <tr><td>delivered</td><td class=\"num\">{total}</td><td class=\"num\">{minute}</td>\
          <td class=\"num\">{:.2}</td></tr></table>",
@@ -116,7 +119,7 @@ fn upstreams(html: &mut String, ctx: &Context, recent: &Recent) {
         let Some(view) = recent.upstream_view(upstream.name()) else {
             let _ = write!(
                 html,
-                "<tr><td>{name}</td><td class=\"num\">0</td><td class=\"num\">-</td>\
+                "<tr><td class=\"any\">{name}</td><td class=\"num\">0</td><td class=\"num\">-</td>\
                  <td class=\"num\">-</td><td>none</td></tr>"
             );
             continue;
@@ -132,8 +135,8 @@ fn upstreams(html: &mut String, ctx: &Context, recent: &Recent) {
         };
         let _ = write!(
             html,
-            "<tr><td>{name}</td><td class=\"num\">{}</td><td class=\"num\">{mean}</td>\
-             <td class=\"num\">{}</td><td>{error}</td></tr>",
+            "<tr><td class=\"any\">{name}</td><td class=\"num\">{}</td>\
+             <td class=\"num\">{mean}</td><td class=\"num\">{}</td><td class=\"any\">{error}</td></tr>",
             view.sent_last_minute,
             millis_text(view.last),
         );
@@ -161,7 +164,7 @@ fn row_state(html: &mut String, part: &str, state: &Result<(), impl Display>) {
     };
     let _ = write!(
         html,
-        "<tr><td>{}</td><td class=\"{class}\">{}</td></tr>",
+        "<tr><td class=\"any\">{}</td><td class=\"{class} any\">{}</td></tr>",
         escape(part),
         escape(&text)
     );
@@ -221,7 +224,7 @@ fn reputation(html: &mut String, view: Option<&Result<(usize, Vec<Standing>), Re
     for s in &paused {
         let _ = write!(
             html,
-            "<tr><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{:.2} %</td>\
+            "<tr><td class=\"any\">{}</td><td class=\"num\">{}</td><td class=\"num\">{:.2} %</td>\
              <td class=\"num\">{:.3} %</td></tr>",
             escape(&s.key),
             s.sent,
@@ -249,7 +252,8 @@ fn most_waiting(html: &mut String, ctx: &Context) {
     for (layer, key) in &keys {
         let _ = write!(
             html,
-            "<tr><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+            "<tr><td class=\"any\">{}</td><td class=\"any\">{}</td><td class=\"num\">{}</td>\
+             <td class=\"num\">{}</td></tr>",
             escape(&throttle.specs()[*layer].name),
             escape(&key.key),
             key.waiting,
@@ -262,166 +266,5 @@ fn most_waiting(html: &mut String, ctx: &Context) {
     html.push_str("</table>");
 }
 
-fn refusals(html: &mut String, recent: &Recent) {
-    html.push_str(
-        "<h2>Last refusals</h2><table><tr><th>time (UTC)</th><th>outcome</th><th>why</th>\
-         <th>layer</th><th>key</th><th class=\"num\">reply</th></tr>",
-    );
-    let refusals = recent.refusals();
-    for r in &refusals {
-        let _ = write!(
-            html,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
-             <td class=\"num\">{}</td></tr>",
-            escape(&httpdate::fmt_http_date(r.at)),
-            r.outcome.as_str(),
-            why(r.outcome, r.reason),
-            escape(&r.layer),
-            escape(&r.key),
-            r.code,
-        );
-    }
-    if refusals.is_empty() {
-        html.push_str("<tr><td colspan=\"6\">none since start</td></tr>");
-    }
-    html.push_str("</table>");
-}
-
-/// Why a message was refused, in a few words an operator acts on.
-fn why(outcome: Outcome, reason: Option<LimitReason>) -> &'static str {
-    match (outcome, reason) {
-        (Outcome::Throttled, Some(LimitReason::MaxWait)) => "its wait would pass max_wait_ms",
-        (Outcome::Throttled, Some(LimitReason::MaxQueue)) => "the key's queue is full (max_queue)",
-        (Outcome::Throttled, Some(LimitReason::Reject)) => "no tokens now (mode = reject)",
-        (Outcome::Throttled, Some(LimitReason::MaxKeys)) => "every bucket has waiters (max_keys)",
-        (Outcome::Throttled, Some(LimitReason::TenantThrottled) | None) => {
-            "upstream throttled this key past its wait"
-        }
-        (Outcome::CostOverBurst, _) => "its cost is above the layer's burst",
-        (Outcome::TooBig, _) => "message too big (max_message_bytes)",
-        (Outcome::ContentRejected, _) => "its content: a bare CR or LF, a NUL, a long line",
-        (Outcome::InsufficientStorage, _) => "the relay's DATA buffers are full",
-        (Outcome::Suppressed, _) => "every recipient refused, some suppressed",
-        (Outcome::NoRecipients, _) => "no recipient accepted",
-        (Outcome::Loop, _) => "a mail loop",
-        (Outcome::ReputationPaused, _) => "tenant paused by the reputation guard",
-        (Outcome::UpstreamTenantPaused, _) => "upstream paused the tenant (SES)",
-        (Outcome::UpstreamPaused, _) => "upstream paused: quota exhausted",
-        (Outcome::UpstreamThrottled, _) => "upstream kept throttling it",
-        (Outcome::UpstreamTempFail, _) => "upstream refused it for now",
-        (Outcome::UpstreamPermFail, _) => "upstream refused it",
-        (Outcome::UpstreamUnavailable, _) => "upstream unreachable",
-        (Outcome::UpstreamUncertain, _) => "no answer from upstream after sending",
-        (Outcome::UpstreamCredentials, _) => "upstream credentials missing or refused",
-        (Outcome::Shutdown, _) => "the relay is shutting down",
-        (Outcome::StoreUnavailable, _) => "Redis unavailable (on_error = reject)",
-        (Outcome::NoRoute, _) => "no route matches",
-        (Outcome::Delivered | Outcome::Partial | Outcome::Abandoned, _) => "",
-    }
-}
-
-/// `12 s`, `3 min 20 s`, `5 h 2 min`, `2 d 3 h`: the two largest units.
-fn duration_text(d: Duration) -> String {
-    let s = d.as_secs();
-    match s {
-        0..60 => format!("{s} s"),
-        60..3600 => format!("{} min {} s", s / 60, s % 60),
-        3600..86400 => format!("{} h {} min", s / 3600, s % 3600 / 60),
-        _ => format!("{} d {} h", s / 86400, s % 86400 / 3600),
-    }
-}
-
-/// `250 ms`, `1.5 s`.
-fn millis_text(d: Duration) -> String {
-    match d.as_millis() {
-        ms @ 0..1000 => format!("{ms} ms"),
-        _ => format!("{:.1} s", d.as_secs_f64()),
-    }
-}
-
-/// Text as HTML text or attribute value.
-fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c if c.is_control() || invisible_format(c) => out.push('\u{fffd}'),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// Characters that change how the text around them is shown without being seen themselves:
-/// bidirectional embeddings, overrides and isolates (U+202A-202E, U+2066-2069), marks
-/// (U+200E/200F, U+061C), zero-width characters and line or paragraph separators. A key
-/// holding U+202E would otherwise show another key's name on the page.
-fn invisible_format(c: char) -> bool {
-    matches!(
-        c,
-        '\u{061C}'
-            | '\u{200B}'..='\u{200F}'
-            | '\u{2028}'..='\u{202E}'
-            | '\u{2060}'..='\u{206F}'
-            | '\u{FEFF}'
-            | '\u{FFF9}'..='\u{FFFB}'
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn bidirectional_controls_are_never_shown_raw() {
-        for c in [
-            '\u{202A}', '\u{202E}', '\u{2066}', '\u{2069}', '\u{200E}', '\u{200F}', '\u{85}',
-        ] {
-            assert_eq!(escape(&format!("a{c}b")), "a\u{fffd}b", "{:?}", c);
-        }
-        assert_eq!(escape("tenant-é"), "tenant-é");
-    }
-
-    #[test]
-    fn markup_and_controls_are_text() {
-        assert_eq!(
-            escape("<script>alert('x')</script>&\"\x1b"),
-            "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;&amp;&quot;\u{fffd}"
-        );
-    }
-}
-
-#[cfg(test)]
-mod text_tests {
-    use super::*;
-
-    #[test]
-    fn durations_read_in_their_two_largest_units() {
-        let text = |s| duration_text(Duration::from_secs(s));
-        assert_eq!(text(12), "12 s");
-        assert_eq!(text(200), "3 min 20 s");
-        assert_eq!(text(5 * 3600 + 120), "5 h 2 min");
-        assert_eq!(text(2 * 86400 + 3 * 3600 + 5), "2 d 3 h");
-        assert_eq!(millis_text(Duration::from_millis(250)), "250 ms");
-        assert_eq!(millis_text(Duration::from_millis(1500)), "1.5 s");
-    }
-
-    #[test]
-    fn every_refusal_says_why() {
-        for outcome in Outcome::ALL {
-            let said = why(outcome, None);
-            assert_eq!(
-                said.is_empty(),
-                outcome.delivered() || outcome == Outcome::Abandoned
-            );
-        }
-        assert_ne!(
-            why(Outcome::Throttled, Some(LimitReason::MaxWait)),
-            why(Outcome::Throttled, Some(LimitReason::MaxQueue))
-        );
-    }
-}
+mod refusals;
+mod text;
