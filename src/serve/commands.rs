@@ -25,8 +25,9 @@ const PATH_SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
 pub enum CommandError {
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// Boxed: the largest of these errors, and a rare one.
     #[error(transparent)]
-    Startup(#[from] StartupError),
+    Startup(Box<StartupError>),
     #[error("{path}: no layer named {layer:?}")]
     NoLayer { path: String, layer: String },
     #[error("starting the async runtime: {0}")]
@@ -54,7 +55,7 @@ pub enum CommandError {
 /// its environment variables, the upstreams' setup, the certificate and key); prints the
 /// warnings and `ok`.
 pub fn check(path: &Path) -> Result<(), CommandError> {
-    let prepared = prepare(path)?;
+    let prepared = prepare(path).map_err(|e| CommandError::Startup(Box::new(e)))?;
     for warning in prepared.warnings {
         eprintln!("{}: warning: {warning}", path.display());
     }
