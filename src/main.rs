@@ -138,6 +138,7 @@ fn serve(path: &std::path::Path, workers: Option<NonZeroUsize>) -> anyhow::Resul
 async fn serve_async(prepared: Prepared, path: &std::path::Path) -> anyhow::Result<()> {
     let workers = tokio::runtime::Handle::current().metrics().num_workers();
     tracing::info!(workers, "runtime started");
+    let stop = stop_signals().context("installing the SIGTERM and SIGINT handlers")?;
     for warning in &prepared.warnings {
         tracing::warn!("config: {warning}");
     }
@@ -158,7 +159,7 @@ async fn serve_async(prepared: Prepared, path: &std::path::Path) -> anyhow::Resu
     ));
     let (trigger, shutdown) = mailsluice::state::shutdown::channel();
     tokio::spawn(async move {
-        wait_for_signal().await;
+        stop.await;
         tracing::info!("shutting down: no new connections, finishing transactions in flight");
         trigger.trigger();
     });
@@ -188,11 +189,17 @@ async fn bind_admin(addr: std::net::SocketAddr) -> anyhow::Result<TcpListener> {
     Ok(listener)
 }
 
-async fn wait_for_signal() {
+/// SIGTERM or SIGINT, whichever comes first. The handlers are in place when this returns,
+/// before the relay listens: a signal that comes while the start goes on then drains it,
+/// rather than killing it (the default action of a signal with no handler yet).
+fn stop_signals() -> std::io::Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    })
 }

@@ -374,7 +374,7 @@ async fn a_key_header_cannot_forge_log_fields_nor_reach_the_terminal_raw() {
     assert!(line.contains(key), "{line}");
     let fields = line.replace(key, " ");
     assert!(
-        fields.contains(" outcome=delivered layer=tenant "),
+        fields.contains(" outcome=delivered layer=\"\" "),
         "{line}"
     );
     assert!(
