@@ -43,8 +43,9 @@ enum Command {
         #[command(flatten)]
         config: ConfigArg,
     },
-    /// Print a bucket's allowance as JSON, taking nothing: `{"limit","remaining","reset",...}`.
-    /// Asks the running relay's admin endpoint (`[admin] listen`).
+    /// Print a bucket's allowance as JSON, taking nothing: `{"limit","remaining","reset",...}`:
+    /// `limit` is the bucket's size (its burst), `reset` the Unix time a fixed window is full
+    /// again (0 otherwise). Asks the running relay's admin endpoint (`[admin] listen`).
     Peek {
         /// The layer's `name`.
         layer: String,
