@@ -120,7 +120,12 @@ impl Metrics {
                 .inc_by(0);
         }
         Arc::new(Metrics {
-            messages: add(r, "messages", "Messages by outcome at their final dot"),
+            messages: add(
+                r,
+                "messages",
+                "Messages answered, by outcome (at their final dot, after their data, at DATA \
+                 or at MAIL)",
+            ),
             wait_seconds: add_metric(
                 r,
                 "throttle_wait_seconds",
