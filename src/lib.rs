@@ -40,8 +40,9 @@
 //!
 //! A new check before the wait (a per-tenant daily cap, say) touches `pipeline/admission.rs`
 //! (its `Step`, its arm, its `Scope`), `smtp/reply/mod.rs` (its words), and where its state is
-//! kept when it has some (`state/context.rs`, a `Services` field), plus its config rows
-//! (`config/`, docs/configuration.md) and docs/replies.md.
+//! kept when it has some (`state/context.rs`, a `Services` field), its outcome
+//! (`message/outcome.rs`, docs/operating.md), plus its config rows (`config/`,
+//! docs/configuration.md) and docs/replies.md.
 //!
 //! A new kind of upstream touches these files and no others:
 //! - `config/upstream/<kind>.rs` (new): its URL, its keys and their checks;
