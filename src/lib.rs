@@ -7,7 +7,7 @@
 //!
 //! | module | what it holds |
 //! |---|---|
-//! | `serve/` | wiring: the accept loop and graceful shutdown (`server`: [`run`]), SIGHUP (`reload`), layers at an SES account's own rate (`account`), SES's events from SQS (`events`), the subcommands `check`, `peek`, `hash-password` (`commands`) |
+//! | `serve/` | wiring: the accept loop and graceful shutdown (`server`: [`run`]), SIGHUP (`reload`), layers at an SES account's own rate (`account`), SES's events from SQS (`events`), what starting reads and checks before the network, shared with `check` (`startup`), the subcommands `check`, `peek`, `hash-password` (`commands`) |
 //! | `admin/` | the admin HTTP endpoint (`endpoint`): `/` (the status page, `status_page`), `/healthz`, `/readyz`, `/metrics`, `/buckets/{layer}/{key}`, the reputation guard's endpoints and SNS's posts |
 //! | `fuzzing` | (feature `fuzzing`) a session over an in-memory stream, for `fuzz/` and tests |
 //! | `smtp/` | one client's session: the state machine, one file per verb; at the final dot (`deliver`) it reads the message's identity, runs its journey through `pipeline`, answers the verdict (`reply`: every reply text) and logs it once (`report`) |
@@ -16,7 +16,7 @@
 //! | `reputation/` | the tenant reputation guard: SES's bounce and complaint events parsed (`events`), counted per tenant over a sliding window (`ledger`), attributed by SES's message id (`attribution`), suppressed addresses (`suppression`); where all of it lives, behind one trait (`store`): in process (`store::local`) or, with `[redis]`, in Redis shared by every replica (`store::redis`, failing open) |
 //! | `upstream/` | the `Forwarder` trait (send one message), one module per kind: `smtp` (our SMTP client and pool, pipelining), `mx` (direct delivery, hickory-resolver), `ses` (SES's v2 API through the AWS SDK, SES tenants), `file`; what a kind may offer beyond sending (`offers`); what a refusal says about our sending, typed (`feedback`); the pause after a quota reply (`pause`); the named upstreams (`upstreams`) |
 //! | `policy/` | a message's identity, read in one pass over its header section (`identity`): which upstream it takes (`route`), which buckets it is charged to and how much (`charges`), which key headers it loses, whose reputation it counts for, its hops, its `traceparent` |
-//! | `observe/` | what the relay records about itself: Prometheus metrics (`metrics`), the last refusals (`recent`), the human log format's fields (`log_format`), OTLP traces of the messages (`traces`), what the sessions are doing (`activity`) |
+//! | `observe/` | what the relay records about itself: Prometheus metrics (`metrics`), the last refusals, deliveries and upstreams' times (`recent`), an error's short cause (`cause`), the human log format's fields (`log_format`), OTLP traces of the messages (`traces`), what the sessions are doing (`activity`) |
 //! | `inbound/` | inbound security: TLS (`tls`), password hashes (`password`), the AUTH lockout (`auth_lockout`), connections per client address (`connection_limit`) |
 //! | `throttle/` | token buckets (pure math in `bucket`), key tables, stores (local; Redis: its scripts and keys, over `redis/`'s connection), layers with FIFO queues (fair by tenant with `fair_by`), stacked layers taken all or nothing (`stack`) |
 //! | `message/` | plain data about one message: its `Envelope`, its `Outcome`, its header fields by byte range (`header`), its `Received:` hops and our mark in them (`received`) |
@@ -40,8 +40,9 @@
 //!
 //! A new check before the wait (a per-tenant daily cap, say) touches `pipeline/admission.rs`
 //! (its `Step`, its arm, its `Scope`), `smtp/reply/mod.rs` (its words), and where its state is
-//! kept when it has some (`state/context.rs`, a `Services` field), plus its config rows
-//! (`config/`, docs/configuration.md) and docs/replies.md.
+//! kept when it has some (`state/context.rs`, a `Services` field), its outcome
+//! (`message/outcome.rs`, docs/operating.md), plus its config rows (`config/`,
+//! docs/configuration.md) and docs/replies.md.
 //!
 //! A new kind of upstream touches these files and no others:
 //! - `config/upstream/<kind>.rs` (new): its URL, its keys and their checks;

@@ -3,14 +3,14 @@
 //! library, the other subcommands (`check`, `peek`, `hash-password`) in `serve::commands`.
 
 use std::num::NonZeroUsize;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
-use mailsluice::config::Config;
 use mailsluice::serve::commands;
+use mailsluice::serve::startup::{self, Prepared};
 use tokio::net::TcpListener;
 
 #[derive(Parser)]
@@ -19,7 +19,6 @@ struct Cli {
     /// The configuration file.
     #[arg(
         long,
-        global = true,
         env = "MAILSLUICE_CONFIG",
         default_value = "config/mailsluice.toml"
     )]
@@ -37,19 +36,44 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Validate the configuration and exit: 0 when valid, 1 with the key and line otherwise.
-    Check,
-    /// Print a bucket's allowance as JSON, taking nothing: `{"limit","remaining","reset",...}`.
-    /// Asks the running relay's admin endpoint (`[admin] listen`).
+    /// Validate the configuration and everything starting would read (environment variables,
+    /// certificates, files), without the network, and exit: 0 when it would start, 1 with
+    /// the key and line otherwise.
+    Check {
+        #[command(flatten)]
+        config: ConfigArg,
+    },
+    /// Print a bucket's allowance as JSON, taking nothing: `{"limit","remaining","reset",...}`:
+    /// `limit` is the bucket's size (its burst), `reset` the Unix time a fixed window is full
+    /// again (0 otherwise). Asks the running relay's admin endpoint (`[admin] listen`).
     Peek {
         /// The layer's `name`.
         layer: String,
         /// The bucket's key (a tenant, a sender, ...; "" for `key = "none"`).
         key: String,
+        #[command(flatten)]
+        config: ConfigArg,
     },
     /// Read a password from standard input (up to its first newline) and print its argon2id
     /// hash, for `password_hash` in `[smtp.auth] users`.
     HashPassword,
+}
+
+/// `--config` after a subcommand that reads the config (`check --config PATH`); given before
+/// it, or in `MAILSLUICE_CONFIG`, it is the top level's. Only those subcommands take it:
+/// `hash-password` reads none.
+#[derive(clap::Args)]
+struct ConfigArg {
+    /// The configuration file (default: the one before the subcommand, or
+    /// `MAILSLUICE_CONFIG`, or config/mailsluice.toml).
+    #[arg(long = "config")]
+    path: Option<PathBuf>,
+}
+
+impl ConfigArg {
+    fn or<'a>(&'a self, top: &'a Path) -> &'a Path {
+        self.path.as_deref().unwrap_or(top)
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -62,10 +86,14 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logs(cli.log_format);
     let result = match cli.command {
-        Some(Command::Check) => commands::check(&cli.config).map_err(Into::into),
-        Some(Command::Peek { ref layer, ref key }) => {
-            commands::peek(&cli.config, layer, key).map_err(Into::into)
+        Some(Command::Check { ref config }) => {
+            commands::check(config.or(&cli.config)).map_err(Into::into)
         }
+        Some(Command::Peek {
+            ref layer,
+            ref key,
+            ref config,
+        }) => commands::peek(config.or(&cli.config), layer, key).map_err(Into::into),
         Some(Command::HashPassword) => commands::hash_password().map_err(Into::into),
         None => serve(&cli.config, cli.workers),
     };
@@ -95,7 +123,8 @@ fn init_logs(format: LogFormat) {
 }
 
 fn serve(path: &std::path::Path, workers: Option<NonZeroUsize>) -> anyhow::Result<()> {
-    let config = Arc::new(Config::load(path)?);
+    // Every check that needs no network, before the runtime: the same as `check`.
+    let prepared = startup::prepare(path)?;
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     runtime.enable_all();
     if let Some(workers) = workers {
@@ -104,21 +133,19 @@ fn serve(path: &std::path::Path, workers: Option<NonZeroUsize>) -> anyhow::Resul
     runtime
         .build()
         .context("starting the async runtime")?
-        .block_on(serve_async(config, path))
+        .block_on(serve_async(prepared, path))
 }
 
-async fn serve_async(config: Arc<Config>, path: &std::path::Path) -> anyhow::Result<()> {
+async fn serve_async(prepared: Prepared, path: &std::path::Path) -> anyhow::Result<()> {
     let workers = tokio::runtime::Handle::current().metrics().num_workers();
     tracing::info!(workers, "runtime started");
-    for warning in config.warnings() {
+    let stop = stop_signals().context("installing the SIGTERM and SIGINT handlers")?;
+    for warning in &prepared.warnings {
         tracing::warn!("config: {warning}");
     }
-    let upstreams = mailsluice::upstream::Upstreams::from_config(&config)
-        .map_err(anyhow::Error::msg)
-        .context("setting up the upstreams")?;
-    let deps = mailsluice::Deps::new(config.clone(), upstreams)
-        .with_tls()
-        .context("loading [smtp.tls]")?;
+    let config = prepared.config.clone();
+    let mut deps = mailsluice::Deps::new(prepared.config, prepared.upstreams);
+    deps.setup.tls = prepared.tls.map(Arc::new);
     let mut listeners = mailsluice::Listeners {
         smtp: bind(&config.smtp.listen, "SMTP").await?,
         implicit_tls: bind(&config.smtp.tls_listen, "SMTP over implicit TLS").await?,
@@ -133,7 +160,7 @@ async fn serve_async(config: Arc<Config>, path: &std::path::Path) -> anyhow::Res
     ));
     let (trigger, shutdown) = mailsluice::state::shutdown::channel();
     tokio::spawn(async move {
-        wait_for_signal().await;
+        stop.await;
         tracing::info!("shutting down: no new connections, finishing transactions in flight");
         trigger.trigger();
     });
@@ -163,11 +190,17 @@ async fn bind_admin(addr: std::net::SocketAddr) -> anyhow::Result<TcpListener> {
     Ok(listener)
 }
 
-async fn wait_for_signal() {
+/// SIGTERM or SIGINT, whichever comes first. The handlers are in place when this returns,
+/// before the relay listens: a signal that comes while the start goes on then drains it,
+/// rather than killing it (the default action of a signal with no handler yet).
+fn stop_signals() -> std::io::Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    })
 }

@@ -39,6 +39,7 @@ impl Admin {
     pub fn metrics_text(&self, ctx: &Context) -> String {
         let metrics = &self.services.metrics;
         read_upstream(metrics, ctx);
+        metrics.listening(self.services.health.listening());
         if let Some(reputation) = &self.services.reputation {
             metrics.reputation_paused(reputation.paused());
         }
@@ -46,10 +47,14 @@ impl Admin {
     }
 }
 
-/// Each upstream's state as metrics: paused or not, and its "too many connections" count.
+/// Each upstream's state as metrics: paused or not, reachable at its last check, and its "too
+/// many connections" count.
 fn read_upstream(metrics: &Metrics, ctx: &Context) {
     for upstream in ctx.setup.upstreams.iter() {
         metrics.upstream_paused(upstream.name(), upstream.pause.is_paused());
+        if let Some(up) = upstream.last_check_ok() {
+            metrics.upstream_up(upstream.name(), up);
+        }
         let crowded = upstream.forwarder.offers().crowded;
         let crowded = crowded.map_or(0, |c| c.load(std::sync::atomic::Ordering::Relaxed));
         metrics.upstream_crowded(upstream.name(), crowded);

@@ -57,10 +57,12 @@ pub use upstream::{
 /// A configuration that could not be used; the text says which key and where.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read {path}: {source}")]
+    /// The io error is said in this text and is no `source`: a chain printed whole (`main`
+    /// prints `{:#}`) would say it twice.
+    #[error("cannot read {path}: {error}")]
     Read {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("{path}: {error}")]
     Invalid { path: PathBuf, error: InvalidConfig },
@@ -173,9 +175,9 @@ fn default_admin_listen() -> SocketAddr {
 impl Config {
     /// Reads, parses and validates the file at `path`.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
             path: path.to_owned(),
-            source,
+            error,
         })?;
         Config::parse(&text).map_err(|error| ConfigError::Invalid {
             path: path.to_owned(),

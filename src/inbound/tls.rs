@@ -35,6 +35,8 @@ pub enum TlsError {
     NoKey { path: PathBuf },
     #[error("{}: bad PEM: {message}", path.display())]
     BadPem { path: PathBuf, message: String },
+    #[error("{}: an RSA key of {bits} bits; TLS takes {MIN_RSA_BITS} at least", path.display())]
+    WeakKey { path: PathBuf, bits: usize },
     #[error("the private key {} does not match the certificate {}", key.display(), cert.display())]
     Mismatch { cert: PathBuf, key: PathBuf },
     #[error("cannot use the certificate {}: {source}", cert.display())]
@@ -118,6 +120,12 @@ pub fn server_config(cert_path: &Path, key_path: &Path) -> Result<ServerConfig, 
             path: cert_path.to_owned(),
         });
     }
+    if let Some(bits) = rsa_bits(&certs[0]).filter(|&bits| bits < MIN_RSA_BITS) {
+        return Err(TlsError::WeakKey {
+            path: cert_path.to_owned(),
+            bits,
+        });
+    }
     let key_pem = read(key_path)?;
     let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| match e {
         pem::Error::NoItemsFound => TlsError::NoKey {
@@ -149,6 +157,19 @@ pub fn server_config(cert_path: &Path, key_path: &Path) -> Result<ServerConfig, 
         .with_no_client_auth()
         .with_single_cert(certs, key)
         .map_err(rustls_err)
+}
+
+/// The shortest RSA key the crypto provider (aws-lc-rs) signs with: a shorter one fails at
+/// load with a text that does not say why.
+pub const MIN_RSA_BITS: usize = 2048;
+
+/// The length of the certificate's RSA key, when it is one.
+fn rsa_bits(cert: &CertificateDer<'_>) -> Option<usize> {
+    let (_, cert) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;
+    match cert.public_key().parsed().ok()? {
+        x509_parser::public_key::PublicKey::RSA(rsa) => Some(rsa.key_size()),
+        _ => None,
+    }
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, TlsError> {

@@ -13,6 +13,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Metric, Registry};
 
 use super::activity::Activities;
+use crate::config::OnError;
 use crate::message::Outcome;
 use crate::throttle::Throttle;
 
@@ -41,6 +42,12 @@ fn add_metric<M: Metric + Clone>(r: &mut Registry, name: &str, help: &str, metri
 pub struct ReasonLabel {
     pub reason: &'static str,
     pub upstream: String,
+}
+
+/// What decided a message the shared store could not: `local`, `reject` or `allow`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OnErrorLabel {
+    pub on_error: &'static str,
 }
 
 /// Which upstream (names come from the config, so the label set is bounded).
@@ -73,8 +80,13 @@ pub struct Metrics {
     layer_limit: Family<LayerLabel, Gauge>,
     upstream_throttled: Family<ReasonLabel, Counter>,
     upstream_paused: Family<UpstreamLabel, Gauge>,
+    upstream_up: Family<UpstreamLabel, Gauge>,
+    listening: Gauge,
     /// Each forwarder's count of "too many connections" last added (see `upstream_crowded`).
     crowded_seen: std::sync::Mutex<std::collections::HashMap<String, u64>>,
+    store_errors: Family<OnErrorLabel, Counter>,
+    /// The shared store whose count of errors was last added, and that count.
+    store_errors_seen: std::sync::Mutex<(u64, u64)>,
 }
 
 fn seconds_histogram() -> Histogram {
@@ -99,8 +111,21 @@ impl Metrics {
                 .get_or_create(&KindLabel { kind })
                 .inc_by(0);
         }
+        let store_errors = Family::<OnErrorLabel, Counter>::default();
+        // Every mode from 0, as the events' kinds: a rate over them works before the first.
+        for on_error in [OnError::Local, OnError::Reject, OnError::Allow] {
+            let on_error = on_error.as_str();
+            store_errors
+                .get_or_create(&OnErrorLabel { on_error })
+                .inc_by(0);
+        }
         Arc::new(Metrics {
-            messages: add(r, "messages", "Messages by outcome at their final dot"),
+            messages: add(
+                r,
+                "messages",
+                "Messages answered, by outcome (at their final dot, after their data, at DATA \
+                 or at MAIL)",
+            ),
             wait_seconds: add_metric(
                 r,
                 "throttle_wait_seconds",
@@ -130,7 +155,27 @@ impl Metrics {
                 "upstream_paused",
                 "1 while upstream is paused after a quota reply",
             ),
+            upstream_up: add(
+                r,
+                "upstream_up",
+                "1 when the upstream's last readiness check (by /readyz or the status page) \
+                 found it reachable, 0 when not",
+            ),
+            listening: add(
+                r,
+                "listening",
+                "1 while the SMTP listeners accept connections (0 before the start and during \
+                 a shutdown's drain)",
+            ),
             crowded_seen: Default::default(),
+            store_errors: add_metric(
+                r,
+                "throttle_store_errors",
+                "Messages the shared store (Redis) could not meter (it failed, or rests after \
+                 failing), by what on_error did with them",
+                store_errors,
+            ),
+            store_errors_seen: Default::default(),
             reputation_events: add_metric(
                 r,
                 "reputation_events",
@@ -207,6 +252,24 @@ impl Metrics {
         }
     }
 
+    /// The throttle's store errors since the last reading, added by `on_error`.
+    fn store_errors_read(&self, throttle: &Throttle) {
+        let Some(errors) = throttle.store_errors() else {
+            return;
+        };
+        let mut seen = self
+            .store_errors_seen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let before = if seen.0 == errors.store { seen.1 } else { 0 };
+        *seen = (errors.store, errors.total);
+        let label = OnErrorLabel {
+            on_error: errors.on_error.as_str(),
+        };
+        let new = errors.total.saturating_sub(before);
+        (self.store_errors.get_or_create(&label)).inc_by(new);
+    }
+
     /// Whether an upstream is paused (read when the metrics are served).
     pub fn upstream_paused(&self, upstream: &str, paused: bool) {
         let label = UpstreamLabel {
@@ -215,6 +278,19 @@ impl Metrics {
         self.upstream_paused
             .get_or_create(&label)
             .set(i64::from(paused));
+    }
+
+    /// Whether an upstream's last readiness check found it reachable.
+    pub fn upstream_up(&self, upstream: &str, up: bool) {
+        let label = UpstreamLabel {
+            upstream: upstream.to_string(),
+        };
+        self.upstream_up.get_or_create(&label).set(i64::from(up));
+    }
+
+    /// Whether the SMTP listeners accept connections now.
+    pub fn listening(&self, on: bool) {
+        self.listening.set(i64::from(on));
     }
 
     pub fn upstream(&self, upstream: &str, took: Duration) {
@@ -280,6 +356,7 @@ impl Metrics {
             let limit = throttle.effective_limit(i).unwrap_or(spec.limit);
             self.layer_limit.get_or_create(&label).set(gauge(limit));
         }
+        self.store_errors_read(throttle);
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("writing to a String cannot fail");

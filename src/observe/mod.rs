@@ -2,12 +2,14 @@
 //! endpoint and the logs show it.
 //!
 //! - `activity`: what the sessions are doing now, counted per activity.
+//! - `cause`: an error's cause in a few words (never an SDK's debug dump).
 //! - `metrics`: the Prometheus registry and what is counted.
 //! - `recent`: the last refusals, and refusals per layer in the last minute (status page).
 //! - `log_format`: the human log format's fields, client-supplied values quoted and escaped.
 //! - `traces`: OpenTelemetry spans of the messages, exported over OTLP (`[telemetry]`).
 
 pub mod activity;
+pub mod cause;
 pub mod log_format;
 pub mod metrics;
 pub mod recent;

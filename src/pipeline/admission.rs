@@ -26,7 +26,7 @@ use crate::message::received::Loop;
 use crate::message::Outcome;
 use crate::reputation::{Breach, Reputation};
 use crate::state::context::Context;
-use crate::upstream::{self, Admission, Probe, Upstream, UpstreamError};
+use crate::upstream::{Admission, Probe, Upstream, UpstreamError};
 
 /// One check before the wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,12 +78,11 @@ impl NotAdmitted {
     /// What the refusal counts as in the metrics and the log line.
     pub fn outcome(&self) -> Outcome {
         match self {
-            NotAdmitted::Loop(_) => Outcome::Rejected,
+            NotAdmitted::Loop(_) => Outcome::Loop,
             NotAdmitted::Paused(Paused { scope, .. }) => match scope {
-                Scope::Upstream => Outcome::Throttled,
-                Scope::UpstreamTenant(error) => upstream::outcome(&Err(error.clone())),
-                Scope::Tenant { reject: true, .. } => Outcome::Rejected,
-                Scope::Tenant { reject: false, .. } => Outcome::Throttled,
+                Scope::Upstream => Outcome::UpstreamPaused,
+                Scope::UpstreamTenant(_) => Outcome::UpstreamTenantPaused,
+                Scope::Tenant { .. } => Outcome::ReputationPaused,
             },
         }
     }

@@ -12,6 +12,7 @@ use super::client::Client;
 use super::verdict::{Record, Unanswered};
 use super::wait::{Tokens, Wait};
 use crate::message::Envelope;
+use crate::observe::cause;
 use crate::policy::Identity;
 use crate::state::context::Context;
 use crate::throttle::{Permit, Teaches, ThrottleError};
@@ -165,7 +166,7 @@ async fn absorbing<C: Client>(
     mut permit: Option<Permit>,
     record: &mut Record,
 ) -> Result<LegEnd, Unanswered> {
-    let metrics = &wait.ctx.services.metrics;
+    let (metrics, recent) = (&wait.ctx.services.metrics, &wait.ctx.services.recent);
     loop {
         // Granted in the instant a quota reply paused upstream: it does not go either.
         if let Some(left) = upstream.pause.left() {
@@ -173,7 +174,13 @@ async fn absorbing<C: Client>(
         }
         let upstream_started = Instant::now();
         let result = upstream.forwarder.send(out).await;
-        metrics.upstream(upstream.name(), upstream_started.elapsed());
+        let took = upstream_started.elapsed();
+        metrics.upstream(upstream.name(), took);
+        // Upstream's refusal of this one message is its word, not an error of upstream.
+        let error = (result.as_ref().err())
+            .filter(|e| !matches!(e, UpstreamError::Rejected { .. }))
+            .map(|e| cause::cut(e.to_string()));
+        recent.upstream(upstream.name(), took, error);
         let Some(feedback) = result.as_ref().err().and_then(UpstreamError::feedback) else {
             return Ok(LegEnd::Answered(result, permit));
         };

@@ -196,7 +196,7 @@ async fn a_looping_message_is_refused_before_its_tokens() {
         verdict.end,
         End::Refused(NotAdmitted::Loop(Loop::CameBack))
     ));
-    assert_eq!(verdict.record.outcome, Outcome::Rejected);
+    assert_eq!(verdict.record.outcome, Outcome::Loop);
     assert!(keeping.got.lock().unwrap().is_empty());
     let peek = ctx.setup.throttle.peek("tenant", "acme").expect("a layer");
     assert_eq!(peek.remaining, 1, "no token taken");

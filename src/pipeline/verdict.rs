@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
-use super::admission::NotAdmitted;
+use super::admission::{NotAdmitted, Paused, Scope};
 use crate::message::Outcome;
 use crate::state::context::Context;
-use crate::throttle::{Charge, ThrottleError};
+use crate::throttle::{Charge, LimitReason, ThrottleError};
 use crate::upstream::{self, Accepted, UpstreamError};
 
 /// What one message came to, for its log line and the metrics.
@@ -20,8 +20,8 @@ pub struct Record {
     pub waited: Duration,
     /// The upstream that carried it (or would have): its route's, or the fallback's.
     pub via: String,
-    /// A layer's bucket refused it (counted per layer).
-    pub limited: bool,
+    /// A layer's bucket refused it (counted per layer), and which of its bounds did.
+    pub limited: Option<LimitReason>,
     /// Upstream's id of the message it took (`250 Ok <id>`), for the reputation guard.
     pub upstream_id: Option<String>,
     /// Upstream refused it for good for a bad mailbox (`5.1.x`): a bounce the relay saw.
@@ -31,6 +31,32 @@ pub struct Record {
 }
 
 impl Record {
+    /// The record of a message refused with `outcome` before it had an identity (at MAIL,
+    /// at DATA, for its size or content): no layer, no key, no cost.
+    pub fn refused(outcome: Outcome) -> Record {
+        Record {
+            outcome,
+            layer: String::new(),
+            key: String::new(),
+            cost: 0,
+            waited: Duration::ZERO,
+            via: String::new(),
+            limited: None,
+            upstream_id: None,
+            hard_bounce: false,
+            bounced: Vec::new(),
+        }
+    }
+
+    /// The layer to name for it: the one that refused it, else none (a pause, a loop or
+    /// upstream's word is no layer's doing).
+    pub fn refusing_layer(&self) -> &str {
+        match self.outcome.by_layer() {
+            true => &self.layer,
+            false => "",
+        }
+    }
+
     /// The record of a message charged `charges`, before anything happened to it.
     pub fn new(ctx: &Context, charges: &[Charge]) -> Record {
         let first = charges.first();
@@ -41,7 +67,7 @@ impl Record {
             cost: first.map_or(0, |c| c.cost),
             waited: Duration::ZERO,
             via: String::new(),
-            limited: false,
+            limited: None,
             upstream_id: None,
             hard_bounce: false,
             bounced: Vec::new(),
@@ -108,6 +134,14 @@ impl Verdict {
     /// Refused before the wait: a loop (refused for good), or a pause.
     pub fn refused(refusal: NotAdmitted, mut record: Record) -> Verdict {
         record.outcome = refusal.outcome();
+        if let NotAdmitted::Paused(Paused {
+            scope: Scope::Tenant { key, .. },
+            ..
+        }) = &refusal
+        {
+            // The reputation guard's tenant, which may not be a layer's key.
+            record.key = key.clone();
+        }
         Verdict {
             end: End::Refused(refusal),
             record,
@@ -118,7 +152,8 @@ impl Verdict {
     pub fn unanswered(unanswered: Unanswered, mut record: Record) -> Verdict {
         record.outcome = match &unanswered {
             Unanswered::Abandoned => Outcome::Abandoned,
-            Unanswered::Paused(_) | Unanswered::UpstreamRate(_) => Outcome::Throttled,
+            Unanswered::Paused(_) => Outcome::UpstreamPaused,
+            Unanswered::UpstreamRate(_) => Outcome::UpstreamThrottled,
             Unanswered::Refused(error) => refused(error, &mut record),
             Unanswered::GraceOver => Outcome::Shutdown,
         };
@@ -143,9 +178,20 @@ impl Verdict {
             | Outcome::UpstreamPermFail
             | Outcome::UpstreamUnavailable
             | Outcome::UpstreamUncertain
+            | Outcome::UpstreamCredentials
+            | Outcome::UpstreamTenantPaused
             | Outcome::NoRoute => true,
             Outcome::Throttled
-            | Outcome::Rejected
+            | Outcome::CostOverBurst
+            | Outcome::TooBig
+            | Outcome::ContentRejected
+            | Outcome::InsufficientStorage
+            | Outcome::Suppressed
+            | Outcome::NoRecipients
+            | Outcome::Loop
+            | Outcome::ReputationPaused
+            | Outcome::UpstreamPaused
+            | Outcome::UpstreamThrottled
             | Outcome::Abandoned
             | Outcome::Shutdown
             | Outcome::StoreUnavailable => false,
@@ -156,14 +202,16 @@ impl Verdict {
 /// The outcome of a refusal by the throttle; the layer and key that decided it recorded.
 fn refused(error: &ThrottleError, record: &mut Record) -> Outcome {
     match error {
-        ThrottleError::Limited { layer, key, .. } => {
+        ThrottleError::Limited {
+            layer, key, reason, ..
+        } => {
             (record.layer, record.key) = (layer.clone(), key.clone());
-            record.limited = true;
+            record.limited = Some(*reason);
             Outcome::Throttled
         }
         ThrottleError::CostOverBurst { layer, .. } => {
             record.layer = layer.clone();
-            Outcome::Rejected
+            Outcome::CostOverBurst
         }
         ThrottleError::Shutdown => Outcome::Shutdown,
         ThrottleError::StoreUnavailable => Outcome::StoreUnavailable,

@@ -6,10 +6,10 @@ use std::sync::Arc;
 
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
+use super::startup::{prepare, StartupError};
 use crate::clock::TokioClock;
 use crate::config::{Config, ConfigError, StoreKind};
 use crate::inbound::password;
-use crate::inbound::tls::{Tls, TlsError};
 use crate::throttle::{self, StoreUnreachable};
 
 /// Path segment encoding for keys, which may hold anything a header may: all but RFC 3986's
@@ -25,8 +25,9 @@ const PATH_SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
 pub enum CommandError {
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// Boxed: the largest of these errors, and a rare one.
     #[error(transparent)]
-    Tls(#[from] TlsError),
+    Startup(Box<StartupError>),
     #[error("{path}: no layer named {layer:?}")]
     NoLayer { path: String, layer: String },
     #[error("starting the async runtime: {0}")]
@@ -50,13 +51,12 @@ pub enum CommandError {
     Hash(argon2::password_hash::Error),
 }
 
-/// `check`: validates the config (and loads its certificate), prints its warnings and `ok`.
+/// `check`: every check starting makes before the network (`startup::prepare`: the config,
+/// its environment variables, the upstreams' setup, the certificate and key); prints the
+/// warnings and `ok`.
 pub fn check(path: &Path) -> Result<(), CommandError> {
-    let config = Config::load(path)?;
-    if let Some(tls) = &config.smtp.tls {
-        Tls::load(tls)?;
-    }
-    for warning in config.warnings() {
+    let prepared = prepare(path).map_err(|e| CommandError::Startup(Box::new(e)))?;
+    for warning in prepared.warnings {
         eprintln!("{}: warning: {warning}", path.display());
     }
     println!("{}: ok", path.display());

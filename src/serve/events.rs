@@ -10,13 +10,14 @@ use std::time::Duration;
 
 use aws_config::BehaviorVersion;
 use aws_sdk_sqs::config::{Region, SharedCredentialsProvider};
-use aws_sdk_sqs::error::{BuildError, DisplayErrorContext, SdkError};
+use aws_sdk_sqs::error::{BuildError, SdkError};
 use aws_sdk_sqs::operation::delete_message_batch::DeleteMessageBatchError;
 use aws_sdk_sqs::operation::receive_message::ReceiveMessageError;
 use aws_sdk_sqs::types::DeleteMessageBatchRequestEntry;
 use aws_sdk_sqs::Client;
 
 use crate::config::SqsConfig;
+use crate::observe::cause;
 use crate::observe::metrics::Metrics;
 use crate::reputation::{intake, Reputation};
 use crate::state::context::Deps;
@@ -47,6 +48,12 @@ pub fn start(deps: &Deps, shutdown: Shutdown) -> Option<tokio::task::JoinHandle<
     let reputation = deps.services.reputation.clone()?;
     let sqs = deps.setup.config.reputation.as_ref()?.sqs.clone()?;
     let metrics = deps.services.metrics.clone();
+    tracing::info!(
+        target: "mailsluice::reputation",
+        queue = sqs.queue_url.get_ref().as_str(),
+        region = sqs.region.as_str(),
+        "reputation.sqs started: reading SES's events"
+    );
     Some(tokio::spawn(async move {
         let client = client(&sqs, None).await;
         let consumer = Consumer {
@@ -61,15 +68,15 @@ pub fn start(deps: &Deps, shutdown: Shutdown) -> Option<tokio::task::JoinHandle<
 }
 
 /// Why a poll did not apply and delete its whole batch; the consumer logs it and polls again
-/// after a pause. The SDK's errors are shown with their sources: their own text is only
-/// "service error", SQS's words are in the sources.
+/// after a pause. The SDK's errors are shown with their sources' texts (their own is only
+/// "service error", SQS's words are in the sources), never their debug dump.
 #[derive(Debug, thiserror::Error)]
 pub enum PollError {
-    #[error("{}", DisplayErrorContext(.0))]
+    #[error("{}", cause::short(.0.as_ref()))]
     Receive(Box<SdkError<ReceiveMessageError>>),
     #[error("{0}")]
     Entry(BuildError),
-    #[error("{}", DisplayErrorContext(.0))]
+    #[error("{}", cause::short(.0.as_ref()))]
     Delete(Box<SdkError<DeleteMessageBatchError>>),
     /// Applied but not deleted: they come again and count once (their feedback id).
     #[error("{0} messages not deleted")]

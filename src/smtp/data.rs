@@ -1,6 +1,7 @@
 //! DATA: read the message to its final dot, check its bounds, then hand it to `deliver`.
 //! Nothing is forwarded unless the final `<CRLF>.<CRLF>` arrived: a client that drops the
-//! connection mid-DATA has sent no message.
+//! connection mid-DATA has sent no message. A message refused here (no recipient, its size,
+//! its content) is answered and logged here, once, as `deliver` does at the final dot.
 
 use std::time::Duration;
 
@@ -9,7 +10,9 @@ use tokio::time::Instant;
 use super::conn::Stop;
 use super::data_reader::{DataProblem, DataReader};
 use super::reply::{self, Reply};
+use super::report;
 use super::session::{Flow, Session};
+use crate::message::Outcome;
 use crate::observe::activity::Activity;
 
 impl Session {
@@ -20,7 +23,22 @@ impl Session {
                 return Flow::Continue;
             }
             Some(envelope) if envelope.rcpts.is_empty() => {
-                self.reply(Reply::new(554, "5.5.1", "No valid recipients"));
+                let refusal = Reply::new(554, "5.5.1", "No valid recipients");
+                let outcome = match self.suppressed {
+                    0 => Outcome::NoRecipients,
+                    _ => Outcome::Suppressed,
+                };
+                let counts = (0, self.suppressed);
+                report::refused(
+                    &self.ctx,
+                    outcome,
+                    &refusal,
+                    counts,
+                    "",
+                    self.peer,
+                    Instant::now(),
+                );
+                self.reply(refusal);
                 return Flow::Continue;
             }
             Some(_) => {}
@@ -54,21 +72,24 @@ impl Session {
         // Held until the message is done with: its wait for tokens and its forwarding.
         let _budget = reader.take_budget();
         let body = reader.finish();
-        if body.is_err() {
-            self.ctx
-                .services
-                .metrics
-                .message(crate::message::Outcome::Rejected);
-        }
-        match body {
+        let problem = match body {
             Ok(body) => return self.deliver(envelope, body).await,
-            Err(DataProblem::TooBig) => self.verdict(reply::message_too_big(max_bytes)),
-            Err(DataProblem::LineTooLong) => self.verdict(reply::line_too_long(max_line)),
-            Err(DataProblem::BareNewline) => self.verdict(reply::bare_newline()),
-            Err(DataProblem::Nul) => self.verdict(reply::nul_in_data()),
-            Err(DataProblem::NoRoom) => self.verdict(reply::insufficient_storage()),
-            Err(DataProblem::LeadingContinuation) => self.verdict(reply::leading_continuation()),
-        }
+            Err(problem) => problem,
+        };
+        let (outcome, refusal) = match problem {
+            DataProblem::TooBig => (Outcome::TooBig, reply::message_too_big(max_bytes)),
+            DataProblem::LineTooLong => (Outcome::ContentRejected, reply::line_too_long(max_line)),
+            DataProblem::BareNewline => (Outcome::ContentRejected, reply::bare_newline()),
+            DataProblem::Nul => (Outcome::ContentRejected, reply::nul_in_data()),
+            DataProblem::NoRoom => (Outcome::InsufficientStorage, reply::insufficient_storage()),
+            DataProblem::LeadingContinuation => {
+                (Outcome::ContentRejected, reply::leading_continuation())
+            }
+        };
+        let counts = (envelope.rcpts.len(), self.suppressed);
+        let (ctx, peer) = (&self.ctx, self.peer);
+        report::refused(ctx, outcome, &refusal, counts, "", peer, Instant::now());
+        self.verdict(refusal);
         Flow::Continue
     }
 }

@@ -48,10 +48,18 @@ impl Session {
             verdict: &verdict,
             reply: reply.as_ref(),
         };
-        report::message(&self.ctx, &message, &answered, started, dot);
+        report::message(
+            &self.ctx,
+            &message,
+            &answered,
+            self.suppressed,
+            started,
+            dot,
+        );
         if let Some(reply) = reply {
             self.verdict(reply);
         }
+        self.after_message = Some(Instant::now());
         match verdict.closes() {
             true => Flow::Close,
             false => Flow::Continue,

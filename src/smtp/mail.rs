@@ -70,9 +70,10 @@ impl Session {
         }
         // `<>` is the null sender of bounces: it must stay null upstream.
         let from = (!line.mailbox.is_empty()).then(|| line.mailbox.to_string());
-        if let Some(refusal) = self.reputation_at_mail(from.as_deref()).await {
-            return self.reply(refusal);
+        if self.reputation_at_mail(from.as_deref()).await {
+            return;
         }
+        self.suppressed = 0;
         self.envelope = Some(Envelope {
             from,
             rcpts: Vec::new(),

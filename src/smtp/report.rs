@@ -1,14 +1,19 @@
 //! What the relay records of one message once the session has answered it: its one log line,
-//! its outcome counted, its row among the last refusals, and its spans.
+//! its outcome counted, its row among the last refusals, and its spans. Every message the
+//! session answers has exactly one line: at its final dot (`message`), or when the session
+//! refused it itself before (`refused`: at MAIL, at DATA, for its size or content).
 
+use std::net::SocketAddr;
 use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
 use super::reply::Reply;
+use crate::message::Outcome;
 use crate::observe::traces::MessageSpans;
-use crate::pipeline::{Message, Verdict};
+use crate::pipeline::{Message, Record, Verdict};
 use crate::state::context::Context;
+use crate::throttle::LimitReason;
 
 /// One message's verdict and the reply it was answered with (none when the client left).
 pub(super) struct Answered<'a> {
@@ -30,27 +35,82 @@ pub(super) fn message(
     ctx: &Context,
     message: &Message<'_>,
     answered: &Answered<'_>,
+    suppressed: usize,
     started: Instant,
     dot: SystemTime,
 ) {
-    line(ctx, message, answered, started);
+    let facts = Facts {
+        record: &answered.verdict.record,
+        reply: answered.reply,
+        upstream_reply: answered.upstream_reply(),
+        rcpts: message.envelope.rcpts.len(),
+        suppressed,
+        peer: message.peer,
+        took: started.elapsed(),
+    };
+    line(ctx, &facts);
     spans(ctx, message, answered, dot, started.elapsed());
 }
 
-fn line(ctx: &Context, message: &Message<'_>, answered: &Answered<'_>, started: Instant) {
-    let record = &answered.verdict.record;
+/// The line, the count and the status page's row of a message the relay refused on its own
+/// before its final dot could be answered by the pipeline: at MAIL (its tenant paused), at
+/// DATA (no recipient left), or after its data (its size or content). `started` is when the
+/// refusal began (the command, or the data's end).
+pub(super) fn refused(
+    ctx: &Context,
+    outcome: Outcome,
+    reply: &Reply,
+    (rcpts, suppressed): (usize, usize),
+    key: &str,
+    peer: SocketAddr,
+    started: Instant,
+) {
+    let mut record = Record::refused(outcome);
+    record.key = key.to_string();
+    let facts = Facts {
+        record: &record,
+        reply: Some(reply),
+        upstream_reply: None,
+        rcpts,
+        suppressed,
+        peer,
+        took: started.elapsed(),
+    };
+    line(ctx, &facts);
+}
+
+/// What one `message` line says.
+struct Facts<'a> {
+    record: &'a Record,
+    /// The reply the client got (none when it left).
+    reply: Option<&'a Reply>,
+    /// The reply when it is upstream's (or the routes') word on the message.
+    upstream_reply: Option<&'a Reply>,
+    rcpts: usize,
+    /// Its RCPTs refused as suppressed (the others went on).
+    suppressed: usize,
+    peer: SocketAddr,
+    took: Duration,
+}
+
+fn line(ctx: &Context, facts: &Facts<'_>) {
+    let record = facts.record;
     let metrics = &ctx.services.metrics;
     metrics.message(record.outcome);
-    if record.limited {
+    if record.limited.is_some() {
         metrics.throttled(&record.layer);
     }
-    let upstream_reply = answered.upstream_reply();
-    let code = upstream_reply.map(|r| r.code);
-    (ctx.services.recent).message(record.outcome, &record.layer, &record.key, code);
+    let layer = record.refusing_layer();
+    let code = facts.reply.map(|r| r.code);
+    let recent = &ctx.services.recent;
+    recent.message(record.outcome, layer, &record.key, code, record.limited);
     // Built only for a log that is on: the one line per message is often filtered out.
-    let upstream = match upstream_reply {
+    let upstream = match facts.upstream_reply {
         Some(r) if tracing::enabled!(target: "mailsluice::message", tracing::Level::INFO) => {
-            format!("{} {}", r.code, r.lines.join(" "))
+            match r.esc {
+                "" => format!("{} {}", r.code, r.lines.join(" ")),
+                esc => format!("{} {esc} {}", r.code, r.lines.join(" ")),
+            }
         }
         _ => String::new(),
     };
@@ -59,15 +119,18 @@ fn line(ctx: &Context, message: &Message<'_>, answered: &Answered<'_>, started: 
         outcome = record.outcome.as_str(),
         // As `str`, not `%`: the key comes from a client's header, and even tracing's
         // default text format quotes a `str` value, so it cannot forge fields.
-        layer = record.layer.as_str(),
+        layer,
         key = record.key.as_str(),
+        reason = record.limited.map_or("", LimitReason::as_str),
+        code = code.unwrap_or(0),
         cost = record.cost,
         waited_ms = record.waited.as_millis() as u64,
-        duration_ms = started.elapsed().as_millis() as u64,
-        rcpts = message.envelope.rcpts.len(),
+        duration_ms = facts.took.as_millis() as u64,
+        rcpts = facts.rcpts,
+        suppressed = facts.suppressed,
         upstream = upstream.as_str(),
         via = record.via.as_str(),
-        peer = %message.peer,
+        peer = %facts.peer,
         "message"
     );
 }

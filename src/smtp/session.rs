@@ -4,8 +4,10 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use smtp_proto::{Error as ParseError, Request};
+use tokio::time::Instant;
 
 use super::conn::{Conn, Line, Stop};
 use super::received::Repeats;
@@ -38,6 +40,8 @@ pub struct Session {
     pub greeting: Option<Greeting>,
     /// The open transaction: MAIL given, RCPTs collected.
     pub envelope: Option<Envelope>,
+    /// RCPTs of the open transaction refused as suppressed, for its log line.
+    pub suppressed: usize,
     /// The client may relay without AUTH (its address is in `trusted_networks`).
     pub trusted: bool,
     /// The connection is encrypted (implicit TLS, or after STARTTLS).
@@ -55,7 +59,17 @@ pub struct Session {
     pub repeats: Repeats,
     /// Rings when the shutdown's grace is over (none outside a running relay).
     pub grace_over: Option<Arc<Bell>>,
+    /// When the last command, a message's, was answered: a shutdown soon after waits a
+    /// moment for the client's `QUIT` (see [`AFTER_MESSAGE`]).
+    pub after_message: Option<Instant>,
 }
+
+/// How long after a message's answer, when the relay is shutting down, a session waits for
+/// the client's next command: a client that got its `250` sends `QUIT` at once, and a `421`
+/// to it would read as a failure (swaks reports an error), though its message went. Anything
+/// else, or nothing by then, gets the `421`. Short: a pooled client that stays idle after its
+/// message holds the drain that long at most.
+pub const AFTER_MESSAGE: Duration = Duration::from_secs(2);
 
 /// Who the client proved to be with AUTH, and what that lets it do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,6 +106,7 @@ impl Session {
             shutdown,
             greeting: None,
             envelope: None,
+            suppressed: 0,
             trusted,
             tls,
             auth: None,
@@ -99,6 +114,7 @@ impl Session {
             junk: 0,
             repeats: Repeats::default(),
             grace_over,
+            after_message: None,
         }
     }
 
@@ -118,6 +134,7 @@ impl Session {
                     Flow::Continue
                 }
                 Line::Command(bytes) => {
+                    self.after_message = None;
                     let flow = self.command(&bytes).await;
                     self.conn.recycle(bytes);
                     flow
@@ -143,11 +160,29 @@ impl Session {
         let last = match stop {
             Stop::Closed => return,
             Stop::Idle => reply::idle_timeout(),
+            Stop::Shutdown if self.quits().await => reply::bye(),
             Stop::Shutdown => reply::shutting_down(),
             Stop::DataTimeout => reply::data_timeout(),
         };
         self.conn.reply(&last);
         self.conn.shutdown_write().await;
+    }
+
+    /// Whether the client's next command, within [`AFTER_MESSAGE`] of its message's answer
+    /// (and the grace), is QUIT.
+    async fn quits(&mut self) -> bool {
+        let Some(answered) = self.after_message else {
+            return false;
+        };
+        let deadline = answered + AFTER_MESSAGE;
+        let line = match self.grace_over.clone() {
+            Some(bell) => tokio::select! {
+                line = self.conn.line_by(deadline) => line,
+                _ = bell.wait() => None,
+            },
+            None => self.conn.line_by(deadline).await,
+        };
+        matches!(line, Some(Line::Command(l)) if l.eq_ignore_ascii_case(b"QUIT\r\n"))
     }
 
     async fn command(&mut self, line: &[u8]) -> Flow {

@@ -12,6 +12,7 @@ pub enum ThrottleError {
         layer: String,
         key: String,
         retry_after: Duration,
+        reason: LimitReason,
     },
     /// Permanent: no bucket of the layer could ever hold the cost (`554 5.5.3`).
     #[error("cost {cost} exceeds the burst {burst} of layer {layer}")]
@@ -26,4 +27,31 @@ pub enum ThrottleError {
     /// A shared layer's store cannot answer and its `on_error` is `reject` (`451 4.4.3`).
     #[error("the shared rate-limit store is unavailable")]
     StoreUnavailable,
+}
+
+/// Which bound of a layer refused a message, for the log and the status page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitReason {
+    /// `mode = "reject"` and no tokens now.
+    Reject,
+    /// Its wait would pass `max_wait_ms`.
+    MaxWait,
+    /// The key's queue is full (`max_queue`).
+    MaxQueue,
+    /// The layer holds `max_keys` buckets, none of which can go.
+    MaxKeys,
+    /// Upstream throttled this key and its learned wait is past the message's budget.
+    TenantThrottled,
+}
+
+impl LimitReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LimitReason::Reject => "reject",
+            LimitReason::MaxWait => "max_wait",
+            LimitReason::MaxQueue => "max_queue",
+            LimitReason::MaxKeys => "max_keys",
+            LimitReason::TenantThrottled => "tenant_throttled",
+        }
+    }
 }

@@ -52,9 +52,10 @@ pub mod store;
 
 pub use crate::config::{Mode, OnError, Refill};
 pub use charge::Charge;
-pub use error::ThrottleError;
+pub use error::{LimitReason, ThrottleError};
+pub use layer::KeyWaiting;
 pub use peek::Peek;
 pub use setup::{from_config, spec};
-pub use shared_layers::{SharedLayers, StoreUnreachable};
+pub use shared_layers::{SharedLayers, StoreErrors, StoreUnreachable};
 pub use spec::LayerSpec;
 pub use stack::{Again, Permit, Teaches, Throttle};

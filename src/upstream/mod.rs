@@ -151,6 +151,14 @@ pub enum UpstreamError {
     /// operator must act, not the client, so the client keeps the message (`451 4.7.0`).
     #[error("upstream refused the relay's credentials: {0}")]
     Credentials(String),
+    /// The relay found no credentials to give upstream (SES: the AWS SDK's default chain
+    /// found none). Nothing was sent; the operator must act (`451 4.7.0`).
+    #[error("no credentials for upstream: {0}")]
+    NoCredentials(String),
+    /// Upstream paused sending for the tenant the message is sent as (SES's tenant), with its
+    /// words: `451 4.7.1`, that tenant's messages only.
+    #[error("upstream paused the tenant: {0}")]
+    TenantPaused(String),
 }
 
 impl UpstreamError {
@@ -185,9 +193,11 @@ impl UpstreamError {
                 text,
                 ..
             } => Some((*code, enhanced.as_deref(), text)),
+            UpstreamError::TenantPaused(text) => Some((451, Some("4.7.1"), text)),
             UpstreamError::Unavailable(_)
             | UpstreamError::Uncertain(_)
-            | UpstreamError::Credentials(_) => None,
+            | UpstreamError::Credentials(_)
+            | UpstreamError::NoCredentials(_) => None,
         }
     }
 }
@@ -198,8 +208,13 @@ pub fn outcome(result: &Result<Accepted, UpstreamError>) -> Outcome {
     match result {
         Ok(accepted) if accepted.partial => Outcome::Partial,
         Ok(_) => Outcome::Delivered,
-        Err(UpstreamError::Unavailable(_) | UpstreamError::Credentials(_)) => {
-            Outcome::UpstreamUnavailable
+        Err(UpstreamError::Unavailable(_)) => Outcome::UpstreamUnavailable,
+        Err(UpstreamError::Credentials(_) | UpstreamError::NoCredentials(_)) => {
+            Outcome::UpstreamCredentials
+        }
+        Err(UpstreamError::TenantPaused(_)) => Outcome::UpstreamTenantPaused,
+        Err(UpstreamError::Pushback { feedback, .. }) if feedback.pauses() => {
+            Outcome::UpstreamPaused
         }
         Err(UpstreamError::Uncertain(_)) => Outcome::UpstreamUncertain,
         Err(refused) => match refused.reply() {

@@ -36,6 +36,13 @@ impl Upstream {
         matches!(self.config.kind, UpstreamKind::Mx(_))
     }
 
+    /// Whether its last check (by `/readyz` or the status page) found it reachable; `None`
+    /// before the first, or while one runs. Runs none.
+    pub fn last_check_ok(&self) -> Option<bool> {
+        let last = self.last_check.try_lock().ok()?;
+        last.as_ref().map(|(_, checked)| checked.is_ok())
+    }
+
     /// The forwarder's check (`Forwarder::check`), at most one at a time and at most once per
     /// [`CHECK_MAX_AGE`]: in between, the last result.
     pub async fn check(&self) -> Checked {
@@ -71,12 +78,13 @@ impl OwnAddresses {
     }
 }
 
-/// An upstream whose forwarder could not be built, named, with why (the key at fault).
+/// An upstream whose forwarder could not be built, named, with why (the key at fault). The
+/// why is in the text and is no `source`, so a printed chain says it once.
 #[derive(Debug, thiserror::Error)]
-#[error("upstream {name:?}: {source}")]
+#[error("upstream {name:?}: {error}")]
 pub struct UpstreamsError {
     pub name: String,
-    pub source: SetupError,
+    pub error: SetupError,
 }
 
 /// Every upstream of a config, in config order (the first carries messages when there are no
@@ -126,9 +134,9 @@ impl Upstreams {
             }
             let forwarder = match first.take() {
                 Some(forwarder) => forwarder,
-                None => build_forwarder(cfg, &own).map_err(|source| UpstreamsError {
+                None => build_forwarder(cfg, &own).map_err(|error| UpstreamsError {
                     name: cfg.name().to_string(),
-                    source,
+                    error,
                 })?,
             };
             list.push(Arc::new(Upstream {

@@ -188,6 +188,29 @@ async fn readyz_follows_the_upstream() {
     relay.stop().await;
 }
 
+/// `/metrics` says what readiness saw, for a dashboard's readiness panel: each upstream
+/// reachable or not at its last check (none before the first), and whether the listeners
+/// accept.
+#[tokio::test]
+async fn metrics_say_whether_upstream_was_reachable_and_the_listeners_accept() {
+    let up = TestUpstream::start().await;
+    let relay = smtp_relay(&up.url(), "", "").await;
+    let admin = relay.start_admin().await;
+    let metrics = async || parse_metrics(&get(admin, "/metrics").await.1);
+    let upstream_up = "mailsluice_upstream_up{upstream=\"default\"}";
+    let m = metrics().await;
+    assert_eq!(m["mailsluice_listening"], 1.0);
+    assert!(!m.contains_key(upstream_up), "no check yet, no sample");
+    assert_eq!(get(admin, "/readyz").await.0, 200);
+    assert_eq!(metrics().await[upstream_up], 1.0);
+    tokio::time::pause();
+    up.stop_listening().await;
+    tokio::time::advance(CHECK_MAX_AGE).await;
+    assert_eq!(get(admin, "/readyz").await.0, 503);
+    assert_eq!(metrics().await[upstream_up], 0.0);
+    relay.stop().await;
+}
+
 /// A reload puts the new layers in force for the peek too: the new limit is read, a renamed
 /// layer is found under its new name, and the old name is gone.
 #[tokio::test]

@@ -29,6 +29,15 @@ fn tempdir() -> std::path::PathBuf {
     dir
 }
 
+/// The variables the shipped configs name (`password_env`): `check` reads them as the start
+/// does, so it is run where they are set.
+const SHIPPED_ENV: [&str; 4] = [
+    "SES_SMTP_PASSWORD",
+    "SES_EU_PASSWORD",
+    "SES_US_PASSWORD",
+    "BACKUP_PASSWORD",
+];
+
 #[test]
 fn check_accepts_the_shipped_configs() {
     for path in [
@@ -43,6 +52,7 @@ fn check_accepts_the_shipped_configs() {
     ] {
         let out = Command::new(BIN)
             .args(["check", "--config", path])
+            .envs(SHIPPED_ENV.map(|var| (var, "x")))
             .output()
             .unwrap();
         assert!(
@@ -50,6 +60,153 @@ fn check_accepts_the_shipped_configs() {
             "{path}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+    }
+}
+
+/// The SES examples take what SES takes: 40 MB a message (its quota, over SMTP as over its
+/// API), not a smaller cap of their own.
+#[test]
+fn the_ses_examples_take_messages_as_large_as_ses_does() {
+    for path in ["config/examples/ses.toml", "config/examples/ses-multi.toml"] {
+        let text = std::fs::read_to_string(path).unwrap();
+        let config = mailsluice::config::Config::parse(&text).unwrap();
+        assert_eq!(
+            config.smtp.max_message_bytes.get(),
+            mailsluice::upstream::ses::MAX_MESSAGE_BYTES,
+            "{path}"
+        );
+    }
+}
+
+/// What `check` passes starts: a config with what the start reads besides the config (an
+/// upstream's password variable, a certificate and key, an admin password hash) passes
+/// `check`, and the binary then starts on it, listens and stops.
+#[tokio::test]
+async fn a_config_that_check_passes_starts() {
+    let dir = tempdir();
+    let tls = crate::support::tls::TestCert::new();
+    let hash = password::hash("admin secret").unwrap();
+    let config = format!(
+        "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[smtp.tls]\ncert = \"{}\"\nkey = \"{}\"\n\
+         [upstream]\nurl = \"smtp://127.0.0.1:9\"\nusername = \"relay\"\n\
+         password_env = \"MAILSLUICE_TEST_SET_PASSWORD\"\n\
+         [admin]\nlisten = \"127.0.0.1:0\"\npassword_hash = \"{hash}\"\n",
+        tls.cert_path.display(),
+        tls.key_path.display()
+    );
+    let path = dir.join("relay.toml");
+    std::fs::write(&path, &config).unwrap();
+    let env = ("MAILSLUICE_TEST_SET_PASSWORD", "s3cret");
+    let checked = Command::new(BIN)
+        .args(["check", "--config"])
+        .arg(&path)
+        .env(env.0, env.1)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&checked.stderr);
+    assert!(checked.status.success(), "{said}");
+    let child = Command::new(BIN)
+        .arg("--config")
+        .arg(&path)
+        .env(env.0, env.1)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut child = Running(child);
+    let lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut lines = lines.map_while(Result::ok);
+    assert!(
+        lines.any(|l| l.contains("listening for SMTP")),
+        "the relay started"
+    );
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+}
+
+/// Every check the start makes without the network is `check`'s too: each config below fails
+/// `check` and the start alike, with the same words (the key or file at fault), said once.
+#[test]
+fn every_check_that_fails_the_start_fails_check() {
+    let dir = tempdir();
+    let (a, b) = (
+        crate::support::tls::TestCert::new(),
+        crate::support::tls::TestCert::new(),
+    );
+    let smtp = "[smtp]\nlisten = [\"127.0.0.1:0\"]\n";
+    let file = "[upstream]\nurl = \"file://outbox\"\n";
+    let tls = |cert: &std::path::Path, key: &std::path::Path| {
+        format!(
+            "{smtp}[smtp.tls]\ncert = \"{}\"\nkey = \"{}\"\n{file}",
+            cert.display(),
+            key.display()
+        )
+    };
+    let weak = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tls");
+    let cases: Vec<(&str, Option<String>, String)> = vec![
+        ("a missing config file", None, "(os error 2)".into()),
+        (
+            "an upstream's password variable not set",
+            Some(format!(
+                "{smtp}[upstream]\nurl = \"smtp://127.0.0.1:9\"\nusername = \"u\"\n\
+                 password_env = \"MAILSLUICE_TEST_UNSET_PASSWORD\"\n"
+            )),
+            "MAILSLUICE_TEST_UNSET_PASSWORD` is not set".into(),
+        ),
+        (
+            "Redis's password variable not set",
+            Some(format!(
+                "{smtp}{file}[redis]\nurl = \"redis://127.0.0.1:9\"\n\
+                 password_env = \"MAILSLUICE_TEST_UNSET_REDIS\"\n"
+            )),
+            "MAILSLUICE_TEST_UNSET_REDIS".into(),
+        ),
+        (
+            "a certificate file missing",
+            Some(tls(&dir.join("missing.pem"), &a.key_path)),
+            "missing.pem".into(),
+        ),
+        (
+            "a key that is not the certificate's",
+            Some(tls(&a.cert_path, &b.key_path)),
+            "does not match".into(),
+        ),
+        (
+            "an RSA key under 2048 bits",
+            Some(tls(
+                &weak.join("weak-rsa1024.pem"),
+                &weak.join("weak-rsa1024.key"),
+            )),
+            "an RSA key of 1024 bits".into(),
+        ),
+        (
+            "an admin password hash that is no argon2 hash",
+            Some(format!("{smtp}{file}[admin]\npassword_hash = \"secret\"\n")),
+            "admin.password_hash".into(),
+        ),
+    ];
+    for (i, (case, config, says)) in cases.into_iter().enumerate() {
+        let path = dir.join(format!("case{i}.toml"));
+        if let Some(config) = config {
+            std::fs::write(&path, config).unwrap();
+        }
+        for args in [&["check", "--config"][..], &["--config"][..]] {
+            let out = Command::new(BIN)
+                .args(args)
+                .arg(&path)
+                .current_dir(&dir)
+                .env_remove("MAILSLUICE_TEST_UNSET_PASSWORD")
+                .env_remove("MAILSLUICE_TEST_UNSET_REDIS")
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{case}, {args:?}: {err}");
+            assert_eq!(err.matches(&says).count(), 1, "{case}, {args:?}: {err}");
+        }
     }
 }
 
@@ -272,7 +429,7 @@ async fn json_logs_have_one_object_per_line_with_the_message_fields() {
     };
     let f = &message_line["fields"];
     assert_eq!(f["outcome"], "delivered", "{message_line}");
-    assert_eq!(f["layer"], "tenant");
+    assert_eq!(f["layer"], "", "no layer refused it: {message_line}");
     assert_eq!(f["key"], "acme");
     assert_eq!(f["cost"], 1);
     assert!(f["waited_ms"].is_u64() && f["duration_ms"].is_u64());
@@ -286,6 +443,23 @@ async fn json_logs_have_one_object_per_line_with_the_message_fields() {
         .status()
         .unwrap();
     assert_eq!(child.wait().unwrap().code(), Some(0));
+}
+
+/// `hash-password` reads no config: its help does not offer `--config`.
+#[test]
+fn hash_password_takes_no_config() {
+    let out = Command::new(BIN)
+        .args(["hash-password", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && help.contains("argon2id"), "{help}");
+    assert!(!help.contains("--config"), "{help}");
+    let out = Command::new(BIN)
+        .args(["check", "--help"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("--config"));
 }
 
 #[test]

@@ -176,3 +176,50 @@ async fn every_metric_has_a_row_and_every_row_a_metric() {
         "rows of {METRICS_PAGE} naming no metric /metrics exposes: {unknown:?}"
     );
 }
+
+/// The first cells of the rows of `page`'s section `heading` (up to the next `## `).
+fn section_rows(page: &str, heading: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(page).expect("the page exists");
+    let start = text
+        .find(heading)
+        .unwrap_or_else(|| panic!("{heading} in {page}"));
+    (text[start + heading.len()..].lines())
+        .take_while(|l| !l.starts_with("## "))
+        .filter_map(|l| l.strip_prefix("| `"))
+        .map(|l| l.split('`').next().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// docs/operating.md's outcomes are the code's, each once, in the code's order: the values
+/// of `mailsluice_messages_total{outcome}` and of the log line's `outcome`.
+#[test]
+fn every_outcome_has_a_row_and_every_row_an_outcome() {
+    let documented = section_rows(METRICS_PAGE, "## Outcomes");
+    let code: Vec<String> = (mailsluice::message::Outcome::ALL.iter())
+        .map(|o| o.as_str().to_string())
+        .collect();
+    assert_eq!(
+        documented, code,
+        "{METRICS_PAGE}'s outcomes (left) and the code's (right)"
+    );
+}
+
+/// The sample SES event docs/reputation.md shows is one the guard counts: a hard bounce of
+/// the recipient and message it names.
+#[test]
+fn the_sample_ses_event_in_the_docs_is_counted() {
+    let page = std::fs::read_to_string("docs/reputation.md").unwrap();
+    let after = &page[page
+        .find("A hard bounce as SES publishes it")
+        .expect("the sample")..];
+    let start = after.find("```json").expect("its JSON block") + "```json".len();
+    let sample = &after[start..start + after[start..].find("```").unwrap()];
+    match mailsluice::reputation::events::parse(sample) {
+        Ok(mailsluice::reputation::events::Parsed::Counts(event)) => {
+            assert_eq!(event.recipients, ["gone@example.com"], "{event:?}");
+            assert_eq!(event.tenant.as_deref(), Some("acme"), "{event:?}");
+            assert!(event.feedback_id.is_some(), "{event:?}");
+        }
+        other => panic!("the docs' sample is not counted: {other:?}\n{sample}"),
+    }
+}

@@ -205,6 +205,47 @@ async fn shutdown_drains_waiters_within_the_grace_and_returns_when_the_last_is_a
     assert!(stopped.is_ok(), "run waited for the end of the grace");
 }
 
+/// A message that waited through the signal goes, and its client, told `250`, says QUIT: it
+/// gets `221`, not the drain's `421` (which swaks reports as an error, though the message
+/// went). A client that says anything else then is told `421`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quit_after_a_250_during_the_drain_gets_221() {
+    let layer = "[[throttle]]\nname = \"tenant\"\nkey = \"header:X-Tenant\"\n\
+                 cost = \"message\"\nlimit = 4\ninterval_ms = 1000\nburst = 1\n";
+    let text = config_text("file://unused", "shutdown_grace_ms = 3600000", layer);
+    let fwd = MemoryForwarder::new();
+    let relay = Relay::start(&text, fwd.clone()).await;
+    let mut first = relay.client().await;
+    let msg = |id: &str| invariant::message(id, "acme");
+    let to = ["user@example.net"];
+    assert_eq!(
+        first.send_mail("app@example.com", &to, &msg("m0")).await.0,
+        250
+    );
+    let mut clients = tokio::task::JoinSet::new();
+    for (i, next) in ["QUIT", "NOOP"].into_iter().enumerate() {
+        let addr = relay.addr;
+        let message = msg(&format!("m{}", i + 1));
+        clients.spawn(async move {
+            let mut c = Client::connect(addr).await;
+            let sent = c.send_mail("app@example.com", &to, &message).await;
+            (next, sent, c.cmd(next).await)
+        });
+    }
+    let waiting = || relay.throttle.peek("tenant", "acme").unwrap().waiting;
+    until("both wait", async || waiting() == 2).await;
+    relay.trigger_shutdown();
+    while let Some(answer) = clients.join_next().await {
+        let (next, (code, text), (after, said)) = answer.unwrap();
+        assert_eq!(code, 250, "{text}");
+        match next {
+            "QUIT" => assert_eq!(after, 221, "QUIT after the 250: {said}"),
+            _ => assert_eq!((after, &said[..5]), (421, "4.3.2"), "{next}: {said}"),
+        }
+    }
+    relay.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_under_load_loses_no_acknowledged_message() {
     let up = TestUpstream::start().await;

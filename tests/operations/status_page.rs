@@ -1,10 +1,11 @@
-//! The status page (`GET /` on the admin endpoint) after real traffic: a waiter, a refusal, a
-//! key that is HTML. Read as HTTP text, and as a browser shows it (headless Chromium).
+//! The status page (`GET /` on the admin endpoint) after real traffic: a delivery, waiters, a
+//! layer's refusal and upstream's, a key that is HTML. Read as HTTP text, and as a browser
+//! shows it (headless Chromium), which also retakes docs/status-page.png on demand.
 
 use crate::support::host::{have_program, scratch_path};
 use crate::support::http::get;
 use crate::support::relay::{smtp_relay, Client};
-use crate::support::upstream::TestUpstream;
+use crate::support::upstream::{Fault, TestUpstream};
 use crate::support::wait::until;
 
 /// One token per 100 s, waits of up to 200 s.
@@ -47,6 +48,15 @@ async fn the_page_shows_waiters_and_refusals_and_escapes_keys() {
         .send_mail("a@example.com", &["b@example.net"], &message())
         .await;
     assert_eq!(refused.0, 451, "{refused:?}");
+    // Another tenant's message while upstream drops the connection mid-DATA: upstream's last
+    // error, and a refusal that is no layer's.
+    up.set_fault(Fault::DropMidData);
+    let other = b"X-Tenant: beta\r\nSubject: s\r\n\r\nx\r\n";
+    let dropped = first
+        .send_mail("a@example.com", &["b@example.net"], other)
+        .await;
+    assert_eq!(dropped.0, 451, "{dropped:?}");
+    up.set_fault(Fault::None);
 
     let (status, page) = get(admin, "/").await;
     assert_eq!(status, 200, "{page}");
@@ -61,8 +71,25 @@ async fn the_page_shows_waiters_and_refusals_and_escapes_keys() {
         page.contains("<td class=\"num\">451</td>"),
         "the refusal is listed: {page}"
     );
-    let waiting_row = format!("<td>{escaped}</td><td class=\"num\">2</td>");
+    let waiting_row =
+        format!("<td class=\"any\">{escaped}</td><td class=\"num\">2</td><td class=\"num\">");
     assert!(page.contains(&waiting_row), "the waiting key: {page}");
+    // What is wrong, at a glance: the version, how long it has run and when the page was
+    // drawn; what was delivered, and at what rate; upstream's time and last error; how long
+    // each key's oldest waiter has waited; why each refusal happened.
+    for (what, shown) in [
+        ("version", format!("version {}, up ", env!("CARGO_PKG_VERSION"))),
+        ("the time drawn", "; drawn ".to_string()),
+        ("delivered", "<tr><td>delivered</td><td class=\"num\">1</td><td class=\"num\">1</td>".into()),
+        ("the rate", "<th class=\"num\">per second</th>".into()),
+        ("upstream's time", "<td class=\"any\">default</td><td class=\"num\">2</td><td class=\"num\">".into()),
+        ("upstream's last error", "<span class=\"bad\">".into()),
+        ("the oldest waiter's wait", "<th class=\"num\">oldest has waited</th>".into()),
+        ("why: max wait", "<td>throttled</td><td>its wait would pass max_wait_ms</td><td>tenant</td>".into()),
+        ("why: upstream", "<td>upstream_uncertain</td><td>no answer from upstream after sending</td><td></td><td class=\"any\">beta</td>".into()),
+    ] {
+        assert!(page.contains(&shown), "{what} ({shown}): {page}");
+    }
     // The sessions: the first client between commands, the other two waiting for tokens.
     for (doing, n) in [("command", 1), ("data", 0), ("waiting", 2), ("upstream", 0)] {
         let row = format!("<tr><td>{doing}</td><td class=\"num\">{n}</td></tr>");
@@ -84,6 +111,23 @@ async fn the_page_shows_waiters_and_refusals_and_escapes_keys() {
             0,
             "no script element: {dom}"
         );
+        for shown in [
+            "version",
+            "drawn",
+            "Messages",
+            "per second",
+            "Upstreams",
+            "last error",
+            "oldest has waited",
+            "its wait would pass max_wait_ms",
+            "no answer from upstream after sending",
+        ] {
+            assert!(dom.contains(shown), "a browser shows {shown:?}: {dom}");
+        }
+        // `MAILSLUICE_SCREENSHOT=$PWD/docs/status-page.png` retakes the docs' screenshot.
+        if let Ok(path) = std::env::var("MAILSLUICE_SCREENSHOT") {
+            screenshot(&format!("http://{admin}/"), &path).await;
+        }
     }
     relay.stop().await;
     for waiter in waiters {
@@ -94,6 +138,19 @@ async fn the_page_shows_waiters_and_refusals_and_escapes_keys() {
 /// The page as headless Chromium renders it (its DOM after load), with no network beyond
 /// the page itself (the flags turn off Chromium's own background traffic).
 async fn browser_dom(url: &str) -> String {
+    String::from_utf8(chromium(url, &["--dump-dom"]).await).expect("the DOM is UTF-8")
+}
+
+/// The page as a PNG at `path`, as a laptop's window shows it.
+async fn screenshot(url: &str, path: &str) {
+    let shot = format!("--screenshot={path}");
+    chromium(url, &[&shot, "--window-size=900,1250", "--hide-scrollbars"]).await;
+    assert!(std::fs::metadata(path).is_ok_and(|m| m.len() > 0), "{path}");
+}
+
+/// Headless Chromium on `url` with `what` to do (dump the DOM, take a screenshot): its
+/// standard output.
+async fn chromium(url: &str, what: &[&str]) -> Vec<u8> {
     let profile = scratch_path("chromium");
     // Async: the relay answering the browser runs on this test's runtime.
     let out = tokio::process::Command::new("chromium")
@@ -106,10 +163,10 @@ async fn browser_dom(url: &str) -> String {
             "--disable-sync",
             "--disable-quic",
             "--no-first-run",
-            // Dump once the page has loaded: its refresh would otherwise load it again and again.
+            // Act once the page has loaded: its refresh would otherwise load it again and again.
             "--virtual-time-budget=1000",
-            "--dump-dom",
         ])
+        .args(what)
         .arg(format!("--user-data-dir={}", profile.display()))
         .arg(url)
         .output()
@@ -121,5 +178,5 @@ async fn browser_dom(url: &str) -> String {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    String::from_utf8(out.stdout).expect("the DOM is UTF-8")
+    out.stdout
 }

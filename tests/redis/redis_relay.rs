@@ -202,12 +202,22 @@ async fn outage(on_error: &str, while_down: [u16; 2]) {
         .unwrap();
     assert_eq!((peek.limit, peek.remaining), (1, 0));
     assert_eq!(r.throttle.peek("tenant", "acme").unwrap().remaining, 1);
+    // Messages Redis could not meter, by what `on_error` did with them: none while it answers.
+    let errors = format!("mailsluice_throttle_store_errors_total{{on_error=\"{on_error}\"}}");
+    let store_errors =
+        async || crate::support::relay::sum_metric(&get(admin, "/metrics").await.1, &errors);
+    assert_eq!(store_errors().await, 0.0, "{errors}");
 
     redis.stop();
     let (status, body) = get(admin, "/readyz").await;
     assert_eq!(status, 503, "Redis down: {body}");
     assert!(body.contains("\"redis\":{\"error\""), "{body}");
     let replies = [send(&r, "down-1").await, send(&r, "down-2").await];
+    assert_eq!(
+        store_errors().await,
+        2.0,
+        "each message Redis could not meter: {errors}"
+    );
     let peek = r.throttle.peek_async("tenant", "acme").await.unwrap();
     match on_error {
         "reject" => assert_eq!(peek, Err(ThrottleError::StoreUnavailable)),

@@ -11,6 +11,7 @@ mod command_bounds;
 mod envelope;
 mod external_client;
 mod hostile;
+mod outcomes;
 mod reputation;
 mod session;
 mod session_props;

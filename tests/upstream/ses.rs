@@ -574,3 +574,27 @@ async fn an_account_layer_follows_max_send_rate_and_a_spent_day_pauses_the_upstr
     assert!(reply.starts_with("4.7.1"), "{reply}");
     assert_eq!(fake.requests(), requests, "SES was not asked");
 }
+
+/// SES out of reach: `/readyz` says why in a few words (the SDK's error and its sources'
+/// texts), never the SDK's debug dump of the error (kilobytes of struct fields).
+#[tokio::test]
+async fn readyz_says_a_short_cause_not_the_sdks_debug_dump() {
+    let refusing = refusing_addr();
+    let text = upstream(&format!("http://{}", refusing.addr()), "");
+    let relay = Relay::start(&text, forwarder(&text, GOOD_KEY)).await;
+    let admin = relay.start_admin().await;
+    let (code, body) = crate::support::http::get(admin, "/readyz").await;
+    assert_eq!(code, 503, "{body}");
+    let ready: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let error = ready["upstreams"]["default"]["error"].as_str().unwrap();
+    assert!(error.starts_with("SES GetAccount: "), "{error}");
+    assert!(
+        error.to_lowercase().contains("refused"),
+        "the cause: {error}"
+    );
+    assert!(
+        !error.contains(" { ") && !error.contains("Some(") && error.len() <= 320,
+        "no debug dump ({} bytes): {error}",
+        error.len()
+    );
+}

@@ -126,3 +126,28 @@ async fn sqs_events_in_both_shapes_are_applied_and_every_message_deleted() {
         "{text}"
     );
 }
+
+/// The consumer says when it starts, and which queue it reads: without it, nothing tells an
+/// operator that events are read at all until the first fails.
+#[tokio::test]
+async fn the_consumer_logs_when_it_starts() {
+    let (events, _guard) = crate::support::throttle::Events::capture();
+    let refusing = crate::support::upstream::refusing_addr();
+    let url = format!("http://{}", refusing.addr());
+    let text = format!(
+        "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"file://o\"\n\
+         [reputation]\nkey = \"auth\"\n[reputation.sqs]\n\
+         queue_url = \"{url}/123456789012/ses-events\"\nregion = \"eu-west-1\"\n\
+         endpoint_url = \"{url}\"\n"
+    );
+    let config = Arc::new(Config::parse(&text).unwrap());
+    let upstreams = mailsluice::upstream::Upstreams::from_config(&config).unwrap();
+    let deps = mailsluice::Deps::new(config, upstreams);
+    let (trigger, shutdown) = mailsluice::state::shutdown::channel();
+    let consumer = mailsluice::serve::events::start(&deps, shutdown).expect("a consumer");
+    let started = events.named("reputation.sqs started: reading SES's events");
+    assert_eq!(started.len(), 1, "{started:?}");
+    assert!(started[0].1.contains("ses-events"), "{started:?}");
+    trigger.trigger();
+    consumer.await.unwrap();
+}

@@ -75,6 +75,17 @@ pub enum OnError {
     Allow,
 }
 
+impl OnError {
+    /// As written in the config (and the `on_error` label of the metrics).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnError::Local => "local",
+            OnError::Reject => "reject",
+            OnError::Allow => "allow",
+        }
+    }
+}
+
 fn default_timeout_ms() -> NonZeroU64 {
     NonZeroU64::new(1000).unwrap()
 }

@@ -158,6 +158,21 @@ impl Conn {
         }
     }
 
+    /// The next command line if it comes by `deadline`, whatever the shutdown: for the one
+    /// command a client sends right after its message's reply during the drain.
+    pub async fn line_by(&mut self, deadline: Instant) -> Option<Line> {
+        loop {
+            if let Some(line) = self.take_line() {
+                return Some(line);
+            }
+            self.flush().await;
+            match self.read_until(deadline, COMMAND_READ).await {
+                Some(Ok(())) => {}
+                Some(Err(_)) | None => return None,
+            }
+        }
+    }
+
     /// Takes back a command line's buffer once the command is done with, so the next line
     /// needs no allocation; a buffer grown by a long line is let go, so an idle session
     /// holds little.

@@ -248,6 +248,11 @@ pub fn upstream_unavailable() -> Reply {
 pub fn upstream_credentials() -> Reply {
     Reply::new(451, "4.7.0", "Upstream refused the relay's credentials")
 }
+/// The relay found no credentials to give upstream (none in the environment, profile or
+/// role the AWS SDK looks at): nothing went, and upstream refused nothing.
+pub fn upstream_no_credentials() -> Reply {
+    Reply::new(451, "4.7.0", "The relay has no credentials for upstream")
+}
 /// The message went upstream whole, and its answer never came: it may have been delivered.
 pub fn upstream_uncertain() -> Reply {
     Reply::new(

@@ -96,6 +96,7 @@ fn throttle_refusals_have_their_codes() {
         layer: "tenant".into(),
         key: "acme".into(),
         retry_after: Duration::from_millis(1250),
+        reason: crate::throttle::LimitReason::MaxWait,
     };
     assert_eq!(
         wire(&throttle_refusal(&limited)),

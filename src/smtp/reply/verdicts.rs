@@ -3,7 +3,7 @@
 
 use super::{
     cost_over_burst, grace_over, loop_detected, no_route, rate_limited, shutting_down,
-    store_unavailable, tenant_paused, too_many_hops, upstream_credentials,
+    store_unavailable, tenant_paused, too_many_hops, upstream_credentials, upstream_no_credentials,
     upstream_quota_exhausted, upstream_rate_limited, upstream_unavailable, upstream_uncertain,
     Reply,
 };
@@ -38,6 +38,7 @@ pub fn upstream_verdict(result: &Result<Accepted, UpstreamError>) -> Reply {
         Err(UpstreamError::Unavailable(_)) => upstream_unavailable(),
         Err(UpstreamError::Uncertain(_)) => upstream_uncertain(),
         Err(UpstreamError::Credentials(_)) => upstream_credentials(),
+        Err(UpstreamError::NoCredentials(_)) => upstream_no_credentials(),
         Err(refused) => {
             let (code, enhanced, text) = refused.reply().expect("a refusal has a reply");
             let code = match code {

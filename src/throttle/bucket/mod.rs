@@ -8,8 +8,9 @@
 //! A [`State`] is two `u64` words whose meaning depends on the refill mode; `State::default()`
 //! is a fresh (full) bucket, so a bucket that is not stored at all reads as full.
 //!
-//! - **Drip** is GCRA on a scaled time line: one token is worth `interval` "scaled
-//!   nanoseconds", and real nanoseconds count `limit` each. `S` is the scaled instant at which
+//! - **Drip** is GCRA (the generic cell rate algorithm: a bucket kept as the instant it would
+//!   be full again, rather than as a count) on a scaled time line: one token is worth
+//!   `interval` "scaled nanoseconds", and real nanoseconds count `limit` each. `S` is the scaled instant at which
 //!   the bucket is full again; tokens now = `burst - (S - now*limit) / interval`. `S` is kept as
 //!   `a` = ⌈S / limit⌉ (the nanosecond it is full, `full_at`) and `b` = `a*limit - S`.
 //! - **FixedWindow**: `a` = end of the current window (0: none), `b` = tokens used in it.

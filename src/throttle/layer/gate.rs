@@ -20,7 +20,7 @@ use super::{CancelOnDrop, Layer, Turn};
 use crate::clock::Nanos;
 use crate::throttle::bucket::State;
 use crate::throttle::charge::Charge;
-use crate::throttle::error::ThrottleError;
+use crate::throttle::error::{LimitReason, ThrottleError};
 use crate::throttle::key_table::TableFull;
 
 /// The right to ask the store for one key of one layer; dropping it lets the next one ask.
@@ -73,7 +73,7 @@ impl Layer {
             return Err(ThrottleError::Shutdown);
         }
         let slot = (st.table.find_or_insert(key, now))
-            .map_err(|TableFull| self.limited(key, cost, self.hint(), "max_keys"))?;
+            .map_err(|TableFull| self.limited(key, cost, self.hint(), LimitReason::MaxKeys))?;
         self.gate_admits(st, slot, key, cost)?;
         // A fair layer's turn to ask: by tag, as in a local queue, but never ahead of the
         // head, which may be asking the store right now.

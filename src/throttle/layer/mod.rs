@@ -27,7 +27,7 @@ use tokio::sync::Notify;
 
 use super::blame::Blame;
 use super::bucket::{Bucket, State};
-use super::error::ThrottleError;
+use super::error::{LimitReason, ThrottleError};
 use super::key_table::KeyTable;
 use super::peek::{peek_of, Peek};
 use super::spec::LayerSpec;
@@ -93,6 +93,16 @@ impl LayerState {
         self.waiting += 1;
         (id, notify)
     }
+}
+
+/// A key with waiters, for the status page.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyWaiting {
+    pub key: String,
+    /// Messages waiting for its bucket.
+    pub waiting: usize,
+    /// How long the one that has waited longest has waited so far.
+    pub oldest_waited: Duration,
 }
 
 /// One layer: its spec, its bucket parameters, and its keyed queues.
@@ -188,7 +198,7 @@ impl Layer {
         key: &str,
         cost: u64,
         retry_after: Nanos,
-        reason: &str,
+        reason: LimitReason,
     ) -> ThrottleError {
         tracing::info!(
             target: "ratelimit",
@@ -196,13 +206,14 @@ impl Layer {
             key,
             cost,
             retry_after_ms = ceil_ms(retry_after),
-            reason,
+            reason = reason.as_str(),
             "ratelimit.limited"
         );
         ThrottleError::Limited {
             layer: self.spec.name.clone(),
             key: key.to_string(),
             retry_after: Duration::from_nanos(retry_after),
+            reason,
         }
     }
 
@@ -217,9 +228,9 @@ impl Layer {
         deadline: Nanos,
     ) -> Result<(), ThrottleError> {
         let reason = match self.spec.mode {
-            Mode::Reject => "reject",
-            Mode::Wait if queued >= self.spec.max_queue => "max_queue",
-            Mode::Wait if now.saturating_add(wait) > deadline => "max_wait",
+            Mode::Reject => LimitReason::Reject,
+            Mode::Wait if queued >= self.spec.max_queue => LimitReason::MaxQueue,
+            Mode::Wait if now.saturating_add(wait) > deadline => LimitReason::MaxWait,
             Mode::Wait => return Ok(()),
         };
         Err(self.limited(key, cost, wait, reason))
@@ -236,7 +247,7 @@ impl Layer {
     ) -> Result<(), ThrottleError> {
         let queued = st.table.extra(slot).len();
         if queued > 0 && queued >= self.spec.max_queue {
-            return Err(self.limited(key, cost, self.hint(), "max_queue"));
+            return Err(self.limited(key, cost, self.hint(), LimitReason::MaxQueue));
         }
         Ok(())
     }
@@ -343,12 +354,19 @@ impl Layer {
     }
 
     /// The `n` keys with the most waiters, most first (ties by key).
-    pub(crate) fn most_waiting(&self, n: usize) -> Vec<(String, usize)> {
+    pub(crate) fn most_waiting(&self, n: usize) -> Vec<KeyWaiting> {
+        let now = self.clock.now();
         let st = self.lock();
-        let mut keys: Vec<(String, usize)> = (st.table.pinned())
-            .map(|(key, queue)| (key.to_string(), queue.len()))
+        let mut keys: Vec<KeyWaiting> = (st.table.pinned())
+            .map(|(key, queue)| KeyWaiting {
+                key: key.to_string(),
+                waiting: queue.len(),
+                oldest_waited: Duration::from_nanos(
+                    queue.oldest().map_or(0, |at| now.saturating_sub(at)),
+                ),
+            })
             .collect();
-        keys.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        keys.sort_by(|a, b| b.waiting.cmp(&a.waiting).then_with(|| a.key.cmp(&b.key)));
         keys.truncate(n);
         keys
     }

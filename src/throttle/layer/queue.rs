@@ -25,7 +25,7 @@ use super::waiters::project_place;
 use super::{ceil_ms, CancelOnDrop, Layer, Turn};
 use crate::clock::Nanos;
 use crate::throttle::bucket::Take;
-use crate::throttle::error::ThrottleError;
+use crate::throttle::error::{LimitReason, ThrottleError};
 use crate::throttle::key_table::TableFull;
 
 enum Step {
@@ -101,7 +101,7 @@ impl Layer {
         let mut guard = self.lock();
         let st = &mut *guard;
         let slot = (st.table.find_or_insert(key, now))
-            .map_err(|TableFull| self.limited(key, cost, self.hint(), "max_keys"))?;
+            .map_err(|TableFull| self.limited(key, cost, self.hint(), LimitReason::MaxKeys))?;
         self.refresh(st, slot, now);
         let b = *st.table.bucket_of(slot);
         let queued = match turn.again {

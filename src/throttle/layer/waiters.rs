@@ -74,6 +74,11 @@ impl Queue {
         self.0.as_ref().map_or(0, |q| q.list.len())
     }
 
+    /// When its longest waiter arrived (with `fair_by`, not always the head).
+    pub(super) fn oldest(&self) -> Option<Nanos> {
+        self.0.as_ref()?.list.iter().map(|w| w.arrived).min()
+    }
+
     pub(super) fn head(&self) -> Option<&Waiter> {
         self.0.as_ref()?.list.front()
     }

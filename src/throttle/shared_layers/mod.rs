@@ -33,12 +33,13 @@
 //! already asking the store then still goes if the store grants it at once (a transaction in
 //! flight); a new one is refused at its gate.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::watch;
 
 use super::charge::Charge;
-use super::error::ThrottleError;
+use super::error::{LimitReason, ThrottleError};
 use super::layer::gate::{fair_gates, Gate};
 use super::layer::{Layer, Turn};
 use super::spec::LayerSpec;
@@ -76,6 +77,15 @@ pub(crate) struct SharedTaken {
     pub(crate) charges: Vec<Charge>,
 }
 
+/// The messages a shared store could not decide (see [`Shared::undecided`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreErrors {
+    /// Which store: each counts from 0.
+    pub store: u64,
+    pub on_error: OnError,
+    pub total: u64,
+}
+
 pub(crate) struct Shared {
     store: Arc<dyn Store>,
     fallback: Arc<LocalStore>,
@@ -83,9 +93,16 @@ pub(crate) struct Shared {
     clock: Arc<dyn Clock>,
     /// The store left alone for a while after a call failed.
     outage: Outage,
+    /// Takes the store did not decide (it failed, or rests after failing): `on_error` did.
+    undecided: AtomicU64,
+    /// Which of the process's shared stores this is: a reload may bring a new one, whose
+    /// count starts from 0 again.
+    id: u64,
     /// Set by [`Shared::drain`] and [`Shared::dispose`]; the sleepers watch it.
     ending: watch::Sender<Ending>,
 }
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
 /// A shared layer found upstream's throttle reply its message's tenant's alone: the message
 /// is to wait before it asks again (see `blame`); `layer` and `key` are the blaming bucket's.
@@ -153,6 +170,8 @@ impl Shared {
             fallback: Arc::new(LocalStore::for_layers(specs, clock.clone())),
             on_error,
             outage: Outage::new(clock.clone()),
+            undecided: AtomicU64::new(0),
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             clock,
             ending: watch::Sender::new(Ending::default()),
         }
@@ -214,7 +233,11 @@ impl Shared {
                         return Err(ThrottleError::Shutdown);
                     }
                     let c = &charges[charge.min(charges.len() - 1)];
-                    let reason = if reject { "reject" } else { "max_wait" };
+                    let reason = if reject {
+                        LimitReason::Reject
+                    } else {
+                        LimitReason::MaxWait
+                    };
                     let layer = &layers[c.layer];
                     return Err(layer.limited(&c.key, c.cost, retry_after, reason));
                 }
@@ -271,6 +294,7 @@ impl Shared {
         if let Some(result) = self.try_store(self.store.take(&sc, max_wait)).await {
             return Ok((Source::Store, result));
         }
+        self.undecided.fetch_add(1, Ordering::Relaxed);
         match self.on_error {
             OnError::Local => {
                 let d = self.fallback.take(&sc, max_wait).await;
@@ -281,6 +305,16 @@ impl Shared {
             }
             OnError::Allow => Ok((Source::Allowed, Decision::Granted)),
             OnError::Reject => Err(ThrottleError::StoreUnavailable),
+        }
+    }
+
+    /// The takes the store could not decide so far, and who decided them instead: for
+    /// `mailsluice_throttle_store_errors_total{on_error}`.
+    pub(crate) fn undecided(&self) -> StoreErrors {
+        StoreErrors {
+            store: self.id,
+            on_error: self.on_error,
+            total: self.undecided.load(Ordering::Relaxed),
         }
     }
 

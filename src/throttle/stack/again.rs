@@ -5,6 +5,7 @@
 use super::{Blamed, Inner, Permit, Throttle, ThrottleError, Turn};
 use crate::clock::{nanos, Nanos};
 use crate::throttle::charge::Charge;
+use crate::throttle::LimitReason;
 
 /// A message upstream throttled, to be sent again: what it is charged, when it arrived.
 #[derive(Debug)]
@@ -68,7 +69,12 @@ impl Throttle {
             .map_or(0, |c| c.cost);
         if until > self.deadline(&again.charges, again.arrival) {
             let l = &self.inner.layers[layer];
-            return Err(l.limited(key, cost, until.saturating_sub(now), "tenant_throttled"));
+            return Err(l.limited(
+                key,
+                cost,
+                until.saturating_sub(now),
+                LimitReason::TenantThrottled,
+            ));
         }
         tokio::time::sleep_until(self.inner.clock.deadline(until)).await;
         Ok(())

@@ -30,10 +30,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::charge::Charge;
-use super::error::ThrottleError;
-use super::layer::{Layer, Turn};
+use super::error::{LimitReason, ThrottleError};
+use super::layer::{KeyWaiting, Layer, Turn};
 use super::peek::Peek;
-use super::shared_layers::{Blamed, Shared, SharedLayers, StoreUnreachable};
+use super::shared_layers::{Blamed, Shared, SharedLayers, StoreErrors, StoreUnreachable};
 use super::spec::LayerSpec;
 use crate::clock::{nanos, Clock, Nanos};
 pub use again::Again;
@@ -161,7 +161,7 @@ impl Throttle {
             // says so otherwise is refused as the blame would be.
             Err(Blamed { layer, key }) => {
                 let l = &self.inner.layers[layer];
-                Err(l.limited(&key, 0, 0, "tenant_throttled"))
+                Err(l.limited(&key, 0, 0, LimitReason::TenantThrottled))
             }
         }
     }
@@ -303,7 +303,7 @@ impl Throttle {
     }
 
     /// The `n` keys of a layer with the most messages waiting, most first (status page).
-    pub fn most_waiting(&self, layer: usize, n: usize) -> Vec<(String, usize)> {
+    pub fn most_waiting(&self, layer: usize, n: usize) -> Vec<KeyWaiting> {
         (self.inner.layers.get(layer)).map_or_else(Vec::new, |l| l.most_waiting(n))
     }
 
@@ -323,6 +323,13 @@ impl Throttle {
             return false;
         };
         !l.is_shared() && l.set_limit(limit)
+    }
+
+    /// The messages the shared store could not decide since this throttle was built (it
+    /// failed, or rested after failing), and the `on_error` that decided them; `None`
+    /// without shared layers.
+    pub fn store_errors(&self) -> Option<StoreErrors> {
+        self.inner.shared.as_ref().map(Shared::undecided)
     }
 
     /// Buckets a layer holds (≤ `max_keys`), for metrics.

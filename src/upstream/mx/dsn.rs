@@ -122,7 +122,7 @@ fn headers(message: &[u8]) -> &[u8] {
 fn status(error: &UpstreamError) -> String {
     match error {
         UpstreamError::Unavailable(_) => "4.4.1".into(),
-        UpstreamError::Credentials(_) => "4.7.0".into(),
+        UpstreamError::Credentials(_) | UpstreamError::NoCredentials(_) => "4.7.0".into(),
         UpstreamError::Uncertain(_) => "4.4.2".into(),
         refused => match refused.reply().expect("a refusal has a reply") {
             (_, Some(enhanced), _) => enhanced.to_string(),
@@ -135,7 +135,9 @@ fn status(error: &UpstreamError) -> String {
 fn diagnostic(error: &UpstreamError) -> String {
     let text = match error {
         UpstreamError::Unavailable(reason) => format!("451 4.4.1 {reason}"),
-        UpstreamError::Credentials(reason) => format!("451 4.7.0 {reason}"),
+        UpstreamError::Credentials(reason) | UpstreamError::NoCredentials(reason) => {
+            format!("451 4.7.0 {reason}")
+        }
         UpstreamError::Uncertain(reason) => {
             format!("451 4.4.2 no answer after the message was sent, it may have arrived: {reason}")
         }

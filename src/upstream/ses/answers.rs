@@ -8,8 +8,9 @@
 //! it is `Unavailable`; once it had, SES may have taken the message (`Uncertain`).
 
 use aws_sdk_sesv2::config::http::HttpResponse;
-use aws_sdk_sesv2::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_sesv2::error::{ProvideErrorMetadata, SdkError};
 
+use crate::observe::cause;
 use crate::upstream::{Feedback, UpstreamError};
 
 /// What an SES answer means for the message.
@@ -101,8 +102,9 @@ where
             let why = describe(&error);
             Answer::Error(if body_sent {
                 UpstreamError::Uncertain(why)
-            } else if why.contains("credentials") {
-                UpstreamError::Credentials(why)
+            } else if no_credentials(&error) {
+                // The request was never signed: nothing reached SES, which refused nothing.
+                UpstreamError::NoCredentials(why)
             } else {
                 UpstreamError::Unavailable(why)
             })
@@ -110,8 +112,22 @@ where
     }
 }
 
-fn describe<E: std::error::Error + 'static>(error: &SdkError<E, HttpResponse>) -> String {
-    format!("SES: {}", DisplayErrorContext(error))
+/// The error's cause in a few words (`SES: dispatch failure: ...`), never the SDK's dump.
+pub fn describe<E: std::error::Error + 'static>(error: &SdkError<E, HttpResponse>) -> String {
+    format!("SES: {}", cause::short(error))
+}
+
+/// Whether the request failed before it was signed for want of credentials (the default
+/// chain found none, or the provider given could not load them).
+fn no_credentials<E: std::error::Error + 'static>(error: &SdkError<E, HttpResponse>) -> bool {
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = next {
+        if e.is::<aws_credential_types::provider::error::CredentialsError>() {
+            return true;
+        }
+        next = e.source();
+    }
+    cause::short(error).contains("credentials")
 }
 
 #[cfg(test)]

@@ -179,13 +179,21 @@ impl SesForwarder {
                 Err(self.tenants.pause(tenant, &text))
             }
             Err(Answer::Error(e)) => {
-                if let UpstreamError::Credentials(why) = &e {
-                    tracing::error!(
+                let region = self.ses.region.as_str();
+                match &e {
+                    UpstreamError::Credentials(why) => tracing::error!(
                         target: "mailsluice::upstream",
-                        region = self.ses.region.as_str(),
+                        region,
                         error = why.as_str(),
                         "SES refused the relay's AWS credentials"
-                    );
+                    ),
+                    UpstreamError::NoCredentials(why) => tracing::error!(
+                        target: "mailsluice::upstream",
+                        region,
+                        error = why.as_str(),
+                        "no AWS credentials found for SES (environment, profile, role)"
+                    ),
+                    _ => {}
                 }
                 Err(e)
             }
@@ -246,7 +254,7 @@ impl SesForwarder {
         sent.map_err(|e| {
             AccountError::Call(format!(
                 "SES GetAccount: {}",
-                aws_sdk_sesv2::error::DisplayErrorContext(e)
+                crate::observe::cause::short(&e)
             ))
         })
     }

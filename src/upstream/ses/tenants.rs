@@ -87,12 +87,8 @@ impl TenantPauses for Tenants {
 
 /// `451 4.7.1` naming the tenant, with the time left of its pause.
 pub fn refusal(tenant: &str, why: &str, left: Duration) -> UpstreamError {
-    UpstreamError::Rejected {
-        code: 451,
-        enhanced: Some("4.7.1".into()),
-        text: format!(
-            "SES tenant {tenant} paused ({why}), retry after {:.3} s",
-            left.as_secs_f64()
-        ),
-    }
+    UpstreamError::TenantPaused(format!(
+        "SES tenant {tenant} paused ({why}), retry after {:.3} s",
+        left.as_secs_f64()
+    ))
 }

@@ -40,3 +40,51 @@ async fn a_message_over_forty_megabytes_is_refused_552_before_any_request() {
         "no client was even built"
     );
 }
+
+/// Credentials that cannot be loaded (as the default chain when it finds none): the message
+/// is refused as "no credentials" (`451 4.7.0`), never as SES refusing them, and nothing is
+/// sent (the endpoint answers nothing).
+#[tokio::test]
+async fn no_credentials_is_told_from_credentials_refused() {
+    #[derive(Debug)]
+    struct NoneFound;
+    impl ProvideCredentials for NoneFound {
+        fn provide_credentials<'a>(
+            &'a self,
+        ) -> aws_credential_types::provider::future::ProvideCredentials<'a>
+        where
+            Self: 'a,
+        {
+            aws_credential_types::provider::future::ProvideCredentials::ready(Err(
+                aws_credential_types::provider::error::CredentialsError::not_loaded(
+                    "no providers in chain provided credentials",
+                ),
+            ))
+        }
+    }
+    let text = "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"ses://eu-west-1\"\n\
+                endpoint_url = \"http://127.0.0.1:9\"\n";
+    let cfg = crate::config::Config::parse(text)
+        .unwrap()
+        .upstreams
+        .remove(0);
+    let ses = SesForwarder::with_credentials(&cfg, NoneFound).unwrap();
+    let envelope = Envelope {
+        from: Some("a@example.com".into()),
+        rcpts: vec!["b@example.net".into()],
+        ..Envelope::default()
+    };
+    let err = ses
+        .forward(&envelope, b"Subject: s\r\n\r\nx\r\n")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, UpstreamError::NoCredentials(_)), "{err:?}");
+    assert_eq!(
+        crate::upstream::outcome(&Err(err.clone())),
+        crate::message::Outcome::UpstreamCredentials
+    );
+    assert!(
+        err.to_string().len() < 600,
+        "a short cause, no debug dump: {err}"
+    );
+}

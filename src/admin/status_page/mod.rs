@@ -3,21 +3,26 @@
 //! Every value is escaped: keys and layer names may come from clients.
 
 use std::fmt::{Display, Write as _};
+use std::time::SystemTime;
 
 use crate::observe::recent::Recent;
 use crate::redis::RedisUnavailable;
 use crate::reputation::Standing;
 use crate::state::context::{Context, Health};
-use crate::throttle::StoreUnreachable;
+use crate::throttle::{KeyWaiting, StoreUnreachable};
 use crate::upstream::Checked;
+use refusals::refusals;
+use text::{duration_text, escape, millis_text};
 
 /// Keys listed in "most waiting".
 const TOP_KEYS: usize = 20;
+/// Words break only where they must; keys, names and error texts (which may be long, with no
+/// space in them) anywhere, so a table still fits a phone.
 const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:1rem;max-width:60rem}\
     table{border-collapse:collapse;width:100%;margin-bottom:1.5rem}\
     th,td{text-align:left;padding:.25rem .5rem;border-bottom:1px solid #ddd;\
-    overflow-wrap:anywhere}th{background:#f4f4f4}.ok{color:#070}.bad{color:#b00}\
-    .num{text-align:right}";
+    overflow-wrap:break-word}th{background:#f4f4f4}.ok{color:#070}.bad{color:#b00}\
+    .any{overflow-wrap:anywhere}.num{text-align:right;white-space:nowrap}";
 
 /// What the page says about readiness, gathered by the caller (the checks are async).
 pub struct Checks {
@@ -46,10 +51,16 @@ pub fn render(ctx: &Context, health: &Health, recent: &Recent, checks: &Checks) 
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
          <meta http-equiv=\"refresh\" content=\"5\"><title>mailsluice {host}</title>\
-         <style>{STYLE}</style></head><body><h1>mailsluice {host}</h1>",
+         <style>{STYLE}</style></head><body><h1>mailsluice {host}</h1>\
+         <p>version {version}, up {uptime}; drawn {drawn}</p>",
         host = escape(&ctx.setup.config.smtp.hostname),
+        version = env!("CARGO_PKG_VERSION"),
+        uptime = duration_text(recent.uptime()),
+        drawn = httpdate::fmt_http_date(SystemTime::now()),
     );
     readiness(&mut html, ctx, health, checks);
+    delivered(&mut html, recent);
+    upstreams(&mut html, ctx, recent);
     sessions(&mut html, ctx);
     layers(&mut html, ctx, recent);
     reputation(&mut html, checks.reputation.as_ref());
@@ -83,6 +94,56 @@ fn readiness(html: &mut String, ctx: &Context, health: &Health, checks: &Checks)
     html.push_str("</table>");
 }
 
+/// Messages delivered (`250`) since start and in the last minute, with their rate.
+fn delivered(html: &mut String, recent: &Recent) {
+    let (total, minute) = recent.delivered();
+    let _ = write!(
+        html,
+        "<h2>Messages</h2><table><tr><th>messages</th><th class=\"num\">since start</th>\
+         <th class=\"num\">last minute</th><th class=\"num\">per second</th></tr>\
+         <tr><td>delivered</td><td class=\"num\">{total}</td><td class=\"num\">{minute}</td>\
+         <td class=\"num\">{:.2}</td></tr></table>",
+        minute as f64 / 60.0
+    );
+}
+
+/// Each upstream: its messages of the last minute and their mean time there, the last
+/// one's time, and its last error.
+fn upstreams(html: &mut String, ctx: &Context, recent: &Recent) {
+    html.push_str(
+        "<h2>Upstreams</h2><table><tr><th>upstream</th><th class=\"num\">sent (last minute)</th>\
+         <th class=\"num\">mean time</th><th class=\"num\">last time</th><th>last error</th></tr>",
+    );
+    for upstream in ctx.setup.upstreams.iter() {
+        let name = escape(upstream.name());
+        let Some(view) = recent.upstream_view(upstream.name()) else {
+            let _ = write!(
+                html,
+                "<tr><td class=\"any\">{name}</td><td class=\"num\">0</td><td class=\"num\">-</td>\
+                 <td class=\"num\">-</td><td>none</td></tr>"
+            );
+            continue;
+        };
+        let mean = view.mean_last_minute.map_or("-".to_string(), millis_text);
+        let error = match &view.last_error {
+            Some((at, text)) => format!(
+                "<span class=\"bad\">{}: {}</span>",
+                escape(&httpdate::fmt_http_date(*at)),
+                escape(text)
+            ),
+            None => "none".to_string(),
+        };
+        let _ = write!(
+            html,
+            "<tr><td class=\"any\">{name}</td><td class=\"num\">{}</td>\
+             <td class=\"num\">{mean}</td><td class=\"num\">{}</td><td class=\"any\">{error}</td></tr>",
+            view.sent_last_minute,
+            millis_text(view.last),
+        );
+    }
+    html.push_str("</table>");
+}
+
 /// The client sessions by what each is doing now (`mailsluice_sessions{activity}`).
 fn sessions(html: &mut String, ctx: &Context) {
     html.push_str("<h2>Sessions</h2><table><tr><th>doing</th><th class=\"num\">sessions</th></tr>");
@@ -103,7 +164,7 @@ fn row_state(html: &mut String, part: &str, state: &Result<(), impl Display>) {
     };
     let _ = write!(
         html,
-        "<tr><td>{}</td><td class=\"{class}\">{}</td></tr>",
+        "<tr><td class=\"any\">{}</td><td class=\"{class} any\">{}</td></tr>",
         escape(part),
         escape(&text)
     );
@@ -163,7 +224,7 @@ fn reputation(html: &mut String, view: Option<&Result<(usize, Vec<Standing>), Re
     for s in &paused {
         let _ = write!(
             html,
-            "<tr><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{:.2} %</td>\
+            "<tr><td class=\"any\">{}</td><td class=\"num\">{}</td><td class=\"num\">{:.2} %</td>\
              <td class=\"num\">{:.3} %</td></tr>",
             escape(&s.key),
             s.sent,
@@ -178,105 +239,32 @@ fn reputation(html: &mut String, view: Option<&Result<(usize, Vec<Standing>), Re
 }
 
 fn most_waiting(html: &mut String, ctx: &Context) {
-    let mut keys: Vec<(usize, String, usize)> = (0..ctx.setup.throttle.specs().len())
-        .flat_map(|i| {
-            (ctx.setup.throttle.most_waiting(i, TOP_KEYS).into_iter()).map(move |(k, n)| (i, k, n))
-        })
+    let throttle = &ctx.setup.throttle;
+    let mut keys: Vec<(usize, KeyWaiting)> = (0..throttle.specs().len())
+        .flat_map(|i| (throttle.most_waiting(i, TOP_KEYS).into_iter()).map(move |k| (i, k)))
         .collect();
-    keys.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| a.1.cmp(&b.1)));
+    keys.sort_by(|a, b| (b.1.waiting.cmp(&a.1.waiting)).then_with(|| a.1.key.cmp(&b.1.key)));
     keys.truncate(TOP_KEYS);
     html.push_str(
         "<h2>Most waiting</h2><table><tr><th>layer</th><th>key</th>\
-         <th class=\"num\">waiting</th></tr>",
+         <th class=\"num\">waiting</th><th class=\"num\">oldest has waited</th></tr>",
     );
-    for (layer, key, waiting) in &keys {
+    for (layer, key) in &keys {
         let _ = write!(
             html,
-            "<tr><td>{}</td><td>{}</td><td class=\"num\">{waiting}</td></tr>",
-            escape(&ctx.setup.throttle.specs()[*layer].name),
-            escape(key),
+            "<tr><td class=\"any\">{}</td><td class=\"any\">{}</td><td class=\"num\">{}</td>\
+             <td class=\"num\">{}</td></tr>",
+            escape(&throttle.specs()[*layer].name),
+            escape(&key.key),
+            key.waiting,
+            duration_text(key.oldest_waited),
         );
     }
     if keys.is_empty() {
-        html.push_str("<tr><td colspan=\"3\">nobody waits</td></tr>");
+        html.push_str("<tr><td colspan=\"4\">nobody waits</td></tr>");
     }
     html.push_str("</table>");
 }
 
-fn refusals(html: &mut String, recent: &Recent) {
-    html.push_str(
-        "<h2>Last refusals</h2><table><tr><th>time (UTC)</th><th>layer</th><th>key</th>\
-         <th class=\"num\">reply</th></tr>",
-    );
-    let refusals = recent.refusals();
-    for r in &refusals {
-        let _ = write!(
-            html,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td></tr>",
-            escape(&httpdate::fmt_http_date(r.at)),
-            escape(&r.layer),
-            escape(&r.key),
-            r.code,
-        );
-    }
-    if refusals.is_empty() {
-        html.push_str("<tr><td colspan=\"4\">none since start</td></tr>");
-    }
-    html.push_str("</table>");
-}
-
-/// Text as HTML text or attribute value.
-fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c if c.is_control() || invisible_format(c) => out.push('\u{fffd}'),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// Characters that change how the text around them is shown without being seen themselves:
-/// bidirectional embeddings, overrides and isolates (U+202A-202E, U+2066-2069), marks
-/// (U+200E/200F, U+061C), zero-width characters and line or paragraph separators. A key
-/// holding U+202E would otherwise show another key's name on the page.
-fn invisible_format(c: char) -> bool {
-    matches!(
-        c,
-        '\u{061C}'
-            | '\u{200B}'..='\u{200F}'
-            | '\u{2028}'..='\u{202E}'
-            | '\u{2060}'..='\u{206F}'
-            | '\u{FEFF}'
-            | '\u{FFF9}'..='\u{FFFB}'
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::escape;
-
-    #[test]
-    fn bidirectional_controls_are_never_shown_raw() {
-        for c in [
-            '\u{202A}', '\u{202E}', '\u{2066}', '\u{2069}', '\u{200E}', '\u{200F}', '\u{85}',
-        ] {
-            assert_eq!(escape(&format!("a{c}b")), "a\u{fffd}b", "{:?}", c);
-        }
-        assert_eq!(escape("tenant-é"), "tenant-é");
-    }
-
-    #[test]
-    fn markup_and_controls_are_text() {
-        assert_eq!(
-            escape("<script>alert('x')</script>&\"\x1b"),
-            "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;&amp;&quot;\u{fffd}"
-        );
-    }
-}
+mod refusals;
+mod text;
