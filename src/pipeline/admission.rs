@@ -4,10 +4,11 @@
 //!
 //! The steps, in order ([`Step`]):
 //! 1. `Loop`: the message came back to this relay, or made more hops than `max_received`.
-//! 2. `Reputation`: its tenant is past a limit of the reputation guard.
-//! 3. `UpstreamPause`: its route's upstream is paused (a quota reply; the SES account's day
+//! 2. `From`: an address of its `From:` field is outside its AUTH user's `senders`.
+//! 3. `Reputation`: its tenant is past a limit of the reputation guard.
+//! 4. `UpstreamPause`: its route's upstream is paused (a quota reply; the SES account's day
 //!    quota, read by `serve::account`). With a fallback, the message goes there instead.
-//! 4. `UpstreamTenantPause`: the upstream paused the tenant the message is sent as (SES).
+//! 5. `UpstreamTenantPause`: the upstream paused the tenant the message is sent as (SES).
 //!
 //! The last two need the route (a message with none is refused between them, `451 4.3.5`).
 //! A pause that is over lets one message through as its probe; its verdict ends the pause or
@@ -32,6 +33,7 @@ use crate::upstream::{self, Admission, Probe, Upstream, UpstreamError};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
     Loop,
+    From,
     Reputation,
     UpstreamPause,
     UpstreamTenantPause,
@@ -39,7 +41,7 @@ pub enum Step {
 
 impl Step {
     /// The steps that need no route, in order.
-    pub const OF_MESSAGE: [Step; 2] = [Step::Loop, Step::Reputation];
+    pub const OF_MESSAGE: [Step; 3] = [Step::Loop, Step::From, Step::Reputation];
     /// The steps at the route's upstream, in order.
     pub const AT_UPSTREAM: [Step; 2] = [Step::UpstreamPause, Step::UpstreamTenantPause];
 }
@@ -48,6 +50,8 @@ impl Step {
 pub enum NotAdmitted {
     /// It came back to this relay, or made too many hops: refused for good.
     Loop(Loop),
+    /// A `From:` address outside its AUTH user's `senders`: refused for good.
+    From { address: String, user: String },
     /// A pause holds it back.
     Paused(Paused),
 }
@@ -78,7 +82,7 @@ impl NotAdmitted {
     /// What the refusal counts as in the metrics and the log line.
     pub fn outcome(&self) -> Outcome {
         match self {
-            NotAdmitted::Loop(_) => Outcome::Rejected,
+            NotAdmitted::Loop(_) | NotAdmitted::From { .. } => Outcome::Rejected,
             NotAdmitted::Paused(Paused { scope, .. }) => match scope {
                 Scope::Upstream => Outcome::Throttled,
                 Scope::UpstreamTenant(error) => upstream::outcome(&Err(error.clone())),
@@ -150,6 +154,18 @@ async fn check(
             match message.identity.hops.looping(max) {
                 Some(looped) => Err(NotAdmitted::Loop(looped)),
                 None => Ok(None),
+            }
+        }
+        Step::From => {
+            let Some(binding) = &message.identity.binding else {
+                return Ok(None);
+            };
+            match binding.first_outside(&message.identity.from) {
+                None => Ok(None),
+                Some(address) => Err(NotAdmitted::From {
+                    address: address.to_string(),
+                    user: binding.user.clone(),
+                }),
             }
         }
         Step::Reputation => {

@@ -70,6 +70,9 @@ impl Session {
         }
         // `<>` is the null sender of bounces: it must stay null upstream.
         let from = (!line.mailbox.is_empty()).then(|| line.mailbox.to_string());
+        if let Some(refusal) = self.sender_outside(from.as_deref()) {
+            return self.reply(refusal);
+        }
         if let Some(refusal) = self.reputation_at_mail(from.as_deref()).await {
             return self.reply(refusal);
         }
@@ -80,6 +83,20 @@ impl Session {
             body_8bit: params.body_8bit,
         });
         self.reply(Reply::new(250, "2.1.0", "Sender ok"));
+    }
+
+    /// The refusal of a sender outside the user's `senders`. The null sender of a bounce
+    /// claims no one (its `From:` is checked at the final dot).
+    fn sender_outside(&self, from: Option<&str>) -> Option<Reply> {
+        let binding = self.auth.as_ref()?.binding.as_ref()?;
+        let from = from.filter(|from| !binding.senders.allow(from))?;
+        tracing::info!(
+            target: "mailsluice::senders",
+            peer = %self.peer,
+            user = binding.user.as_str(),
+            "sender.refused at MAIL"
+        );
+        Some(reply::sender_not_allowed(from, &binding.user))
     }
 
     /// Only an authenticated client, or one from `trusted_networks`, may send: anything

@@ -12,6 +12,7 @@ mod envelope;
 mod external_client;
 mod hostile;
 mod reputation;
+mod senders;
 mod session;
 mod session_props;
 mod tls;
