@@ -53,6 +53,16 @@ fn read_upstream(metrics: &Metrics, ctx: &Context) {
         let crowded = upstream.forwarder.offers().crowded;
         let crowded = crowded.map_or(0, |c| c.load(std::sync::atomic::Ordering::Relaxed));
         metrics.upstream_crowded(upstream.name(), crowded);
+        for failed in upstream
+            .forwarder
+            .offers()
+            .failed_calls
+            .into_iter()
+            .flatten()
+        {
+            let total = failed.count.load(std::sync::atomic::Ordering::Relaxed);
+            metrics.calls_failed(upstream.name(), failed.operation, total);
+        }
     }
 }
 
@@ -176,6 +186,18 @@ async fn readyz(State(admin): State<Arc<Admin>>) -> Response {
                 let mut state = verdict(&check.clone().map(|_| ()));
                 if let Ok(Some(detail)) = check {
                     state["detail"] = json!(detail);
+                }
+                // Named, not judged: a tenant SES does not know stops only its own messages.
+                if let Some(identities) = u.forwarder.offers().identities {
+                    let unknown = identities.unknown_tenants();
+                    if !unknown.is_empty() {
+                        let named = format!("SES tenants unknown to SES: {}", unknown.join(", "));
+                        state["detail"] = match state["detail"].as_str() {
+                            Some(detail) => json!(format!("{detail}; {named}")),
+                            None => json!(named),
+                        };
+                    }
+                    state["unknown_tenants"] = json!(unknown);
                 }
                 // A quota pause is not unreadiness: the relay still answers (with 451s), and
                 // every replica would be paused alike.

@@ -76,6 +76,11 @@ fn readiness(html: &mut String, ctx: &Context, health: &Health, checks: &Checks)
             ));
             row_state(html, &format!("upstream {name} sending"), &paused);
         }
+        let unknown = (upstream.forwarder.offers().identities).map(|i| i.unknown_tenants());
+        if let Some(unknown) = unknown.filter(|u| !u.is_empty()) {
+            let named = Err(format!("unknown to SES: {}", unknown.join(", ")));
+            row_state(html, &format!("upstream {name} SES tenants"), &named);
+        }
     }
     if let Some(store) = &checks.store {
         row_state(html, "Redis (shared buckets)", store);

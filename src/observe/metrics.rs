@@ -75,7 +75,26 @@ pub struct Metrics {
     upstream_paused: Family<UpstreamLabel, Gauge>,
     /// Each forwarder's count of "too many connections" last added (see `upstream_crowded`).
     crowded_seen: std::sync::Mutex<std::collections::HashMap<String, u64>>,
+    identity_unchecked: Counter,
+    calls_failed: Family<CallLabel, Counter>,
+    /// Each forwarder's count of failed calls last added, by upstream and operation.
+    calls_seen: std::sync::Mutex<std::collections::HashMap<(String, &'static str), u64>>,
 }
+
+/// An operation of an upstream's API (SES's, beyond sending).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CallLabel {
+    pub operation: &'static str,
+}
+
+/// SES's operations about tenants, each counted from 0.
+const SES_CALLS: [&str; 5] = [
+    "ListTenantResources",
+    "GetTenant",
+    "GetReputationEntity",
+    "UpdateReputationEntityCustomerManagedStatus",
+    "PutSuppressedDestination",
+];
 
 fn seconds_histogram() -> Histogram {
     // 1 ms .. ~65 s: waits and upstream round trips both live in that range.
@@ -93,6 +112,12 @@ impl Metrics {
         let evicted = "Buckets dropped before they were full (max_keys reached), since start";
         let by_reason = "Upstream throttle replies by reason (rate, quota, connections)";
         let reputation_events = Family::<KindLabel, Counter>::default();
+        let calls_failed = Family::<CallLabel, Counter>::default();
+        for operation in SES_CALLS {
+            calls_failed
+                .get_or_create(&CallLabel { operation })
+                .inc_by(0);
+        }
         // Every kind from 0, so that a rate over them works before the first event.
         for kind in ["bounce", "complaint", "ignored", "malformed"] {
             reputation_events
@@ -131,6 +156,19 @@ impl Metrics {
                 "1 while upstream is paused after a quota reply",
             ),
             crowded_seen: Default::default(),
+            identity_unchecked: add(
+                r,
+                "ses_identity_unchecked",
+                "Senders of an SES tenant let through unchecked: the tenant's identities not known \
+                 (not read yet, or SES's API failing)",
+            ),
+            calls_failed: add_metric(
+                r,
+                "ses_calls_failed",
+                "Calls to SES's API about tenants (identities, status, suppression) that failed",
+                calls_failed,
+            ),
+            calls_seen: Default::default(),
             reputation_events: add_metric(
                 r,
                 "reputation_events",
@@ -205,6 +243,27 @@ impl Metrics {
             };
             self.upstream_throttled.get_or_create(&label).inc_by(new);
         }
+    }
+
+    /// A sender of an SES tenant let through unchecked.
+    pub fn identity_unchecked(&self) {
+        self.identity_unchecked.inc();
+    }
+
+    /// A forwarder's own count of failed API calls of `operation`: what is new since the last
+    /// reading is added (a reload's new forwarder counts from 0 again).
+    pub fn calls_failed(&self, upstream: &str, operation: &'static str, total: u64) {
+        let label = CallLabel { operation };
+        let mut seen = self.calls_seen.lock().unwrap_or_else(|e| e.into_inner());
+        let before = seen
+            .insert((upstream.to_string(), operation), total)
+            .unwrap_or(0);
+        let new = if total >= before {
+            total - before
+        } else {
+            total
+        };
+        self.calls_failed.get_or_create(&label).inc_by(new);
     }
 
     /// Whether an upstream is paused (read when the metrics are served).

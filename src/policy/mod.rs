@@ -26,6 +26,11 @@ pub use crate::throttle::Charge;
 pub use identity::{identify, Identity};
 pub use keys::tenant_key_early;
 pub use route::Route;
+
+/// The route of a message as far as it is known at MAIL (see `route::choose_early`).
+pub fn route_early(rules: Rules<'_>, facts: &MessageFacts<'_>) -> Option<Route> {
+    route::choose_early(rules.routes, rules.first_upstream, facts)
+}
 pub use senders::Binding;
 
 /// One `[[throttle]]` layer's rules for choosing a key and a cost (the bucket math is in
