@@ -158,7 +158,8 @@ impl FakeSes {
         self.rate_refusals.load(Ordering::SeqCst)
     }
 
-    /// Requests that reached the fake (whole or not).
+    /// Requests that reached the fake (whole or not), but the tenant calls (`tenants` counts
+    /// those).
     pub fn requests(&self) -> u64 {
         self.requests.load(Ordering::SeqCst)
     }
@@ -173,8 +174,10 @@ impl FakeSes {
             let Some(head_end) = read_head(&mut stream, &mut buf).await else {
                 return;
             };
-            self.requests.fetch_add(1, Ordering::SeqCst);
             let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
+            if operation(&head).is_none() {
+                self.requests.fetch_add(1, Ordering::SeqCst);
+            }
             if self.faults.lock().unwrap().mode == Mode::ResetBeforeBody {
                 // Closing with the body unread resets the connection.
                 return;
