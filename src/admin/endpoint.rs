@@ -46,8 +46,17 @@ impl Admin {
     }
 }
 
-/// Each upstream's state as metrics: paused or not, and its "too many connections" count.
+/// Each upstream's state as metrics: paused or not, its "too many connections" count, its
+/// failed API calls, and SES's word on the SES tenants read.
 fn read_upstream(metrics: &Metrics, ctx: &Context) {
+    let known: Vec<_> = (ctx.setup.upstreams.iter())
+        .filter_map(|u| u.forwarder.offers().standing.map(|s| s.known()))
+        .flatten()
+        .collect();
+    metrics.ses_tenants(known.iter().map(|(_, s)| {
+        let aggregate = s.aggregate.as_deref().unwrap_or("UNKNOWN");
+        (aggregate, s.impact.as_deref().unwrap_or("NONE"))
+    }));
     for upstream in ctx.setup.upstreams.iter() {
         metrics.upstream_paused(upstream.name(), upstream.pause.is_paused());
         let crowded = upstream.forwarder.offers().crowded;
@@ -232,6 +241,8 @@ async fn status_page(State(admin): State<Arc<Admin>>) -> Response {
         upstreams: check_upstreams(&ctx).await,
         store: ctx.setup.throttle.check_store().await,
         reputation: status_page::reputation_view(&ctx).await,
+        ses_tenants: (ctx.services.reputation.as_ref())
+            .map_or_else(Vec::new, |guard| reputation::ses_tenants(&ctx, guard)),
     };
     let page = status_page::render(
         &ctx,

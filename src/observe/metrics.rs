@@ -77,6 +77,7 @@ pub struct Metrics {
     crowded_seen: std::sync::Mutex<std::collections::HashMap<String, u64>>,
     identity_unchecked: Counter,
     calls_failed: Family<CallLabel, Counter>,
+    ses_tenants: Family<SesTenantLabel, Gauge>,
     /// Each forwarder's count of failed calls last added, by upstream and operation.
     calls_seen: std::sync::Mutex<std::collections::HashMap<(String, &'static str), u64>>,
 }
@@ -85,6 +86,14 @@ pub struct Metrics {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CallLabel {
     pub operation: &'static str,
+}
+
+/// SES's word on a tenant: its aggregate sending status and reputation impact (`NONE` when
+/// it has no finding).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SesTenantLabel {
+    pub aggregate: String,
+    pub impact: String,
 }
 
 /// SES's operations about tenants, each counted from 0.
@@ -169,6 +178,12 @@ impl Metrics {
                 calls_failed,
             ),
             calls_seen: Default::default(),
+            ses_tenants: add(
+                r,
+                "ses_tenants",
+                "SES tenants read by the reputation guard's SES sync, by SES's aggregate sending \
+                 status and reputation impact",
+            ),
             reputation_events: add_metric(
                 r,
                 "reputation_events",
@@ -242,6 +257,28 @@ impl Metrics {
                 upstream: upstream.to_string(),
             };
             self.upstream_throttled.get_or_create(&label).inc_by(new);
+        }
+    }
+
+    /// The SES tenants read, each as `(aggregate, impact)`: the gauge set to these counts (the
+    /// usual values shown at 0 when no tenant has them).
+    pub fn ses_tenants<'a>(&self, tenants: impl Iterator<Item = (&'a str, &'a str)>) {
+        self.ses_tenants.clear();
+        for aggregate in ["ENABLED", "DISABLED", "REINSTATED"] {
+            for impact in ["NONE", "LOW", "HIGH"] {
+                let label = SesTenantLabel {
+                    aggregate: aggregate.to_string(),
+                    impact: impact.to_string(),
+                };
+                self.ses_tenants.get_or_create(&label).set(0);
+            }
+        }
+        for (aggregate, impact) in tenants {
+            let label = SesTenantLabel {
+                aggregate: aggregate.to_string(),
+                impact: impact.to_string(),
+            };
+            self.ses_tenants.get_or_create(&label).inc();
         }
     }
 

@@ -57,6 +57,7 @@ pub async fn deliver<C: Client>(ctx: &Context, message: &Message<'_>, client: &m
     };
     if let Some(tenant) = &message.identity.tenant {
         settle::reputation(ctx, tenant, message.envelope, &verdict.record).await;
+        settle::sent_as(ctx, tenant, message.identity, &verdict.record);
     }
     verdict
 }

@@ -32,6 +32,8 @@ pub struct Call {
     pub operation: &'static str,
     pub target: String,
     pub body: Value,
+    /// The HTTP status the fake answered.
+    pub status: u16,
 }
 
 pub struct SesTenants {
@@ -175,11 +177,23 @@ impl SesTenants {
             }
             _ => json["TenantName"].as_str().unwrap_or("").to_string(),
         };
+        let answer = self.answer_to(op, &target, &json);
         self.calls.lock().unwrap().push(Call {
             operation: op,
-            target: target.clone(),
-            body: json.clone(),
+            target,
+            body: json,
+            status: answer.0,
         });
+        answer
+    }
+
+    fn answer_to(
+        &self,
+        op: &'static str,
+        target: &str,
+        json: &Value,
+    ) -> (u16, Option<String>, String) {
+        let target = target.to_string();
         let error = |status, kind: &str, text: &str| {
             (
                 status,

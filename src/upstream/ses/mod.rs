@@ -9,6 +9,8 @@
 //! - `api`: the SDK's client, and SES's calls about tenants beyond sending, bounded and counted.
 //! - `identities`: each SES tenant's email identities, learned in the background, checked
 //!   before DATA.
+//! - `standing`: each SES tenant's standing as SES last said it (read and set by the
+//!   reputation guard's SES sync); a tenant SES disabled is paused here.
 //!
 //! The SDK's own retries are off: the throttle decides when a message goes again, and a retry
 //! after a timeout could send a message twice.
@@ -18,6 +20,7 @@ mod api;
 mod body;
 mod identities;
 mod raw;
+mod standing;
 mod tenants;
 
 use std::time::Duration;
@@ -33,14 +36,17 @@ use tokio::sync::Semaphore;
 
 use super::reply::rejected;
 use super::{
-    Accepted, Account, AccountError, CheckFuture, ForwardFuture, Forwarder, IdentityCheck, Offers,
-    Outgoing, QuotaFuture, SendQuota, TenantIdentities, Unready, UpstreamError,
+    Accepted, Account, AccountError, AdmitFuture, CallFailed, CheckFuture, ForwardFuture,
+    Forwarder, IdentityCheck, Offers, Outgoing, QuotaFuture, SendQuota, StandingFuture,
+    SuppressReason, TenantIdentities, TenantPauses, TenantStanding, TenantStatus, Unready,
+    UpstreamError,
 };
 use crate::config::{SesUpstream, UpstreamConfig, UpstreamKind};
 use crate::message::Envelope;
 use answers::Answer;
 use api::Api;
 use identities::Identities;
+use standing::Standing;
 use tenants::Tenants;
 
 pub use answers::classify;
@@ -68,6 +74,8 @@ pub struct SesForwarder {
     tenants: Tenants,
     /// The email identities of each SES tenant, learned in the background.
     identities: Arc<Identities>,
+    /// Each SES tenant's standing as SES last said it.
+    standing: Standing,
 }
 
 impl SesForwarder {
@@ -83,6 +91,7 @@ impl SesForwarder {
             in_flight: Semaphore::new(cfg.pool_size.get()),
             tenants: Tenants::new(Duration::from_millis(cfg.quota_pause_ms.get())),
             identities: Arc::new(Identities::new(ses.keys.tenant_refresh(), MAX_TENANTS)),
+            standing: Standing::new(MAX_TENANTS),
         })
     }
 
@@ -217,12 +226,74 @@ impl Forwarder for SesForwarder {
 
     fn offers(&self) -> Offers<'_> {
         Offers {
-            tenants: Some(&self.tenants),
+            tenants: Some(self),
             account: Some(self),
+            standing: Some(self),
             identities: (self.ses.keys.check_identities).then_some(self as &dyn TenantIdentities),
             failed_calls: Some(self.api.failed()),
             ..Offers::default()
         }
+    }
+}
+
+/// A tenant SES disabled is refused before SES is asked; then the pauses SES's own answers
+/// put on it.
+impl TenantPauses for SesForwarder {
+    fn admit<'a>(&'a self, tenant: &'a str) -> AdmitFuture<'a> {
+        match self.standing.refusal(tenant) {
+            Some(refusal) => Box::pin(async move { Err(refusal) }),
+            None => self.tenants.admit(tenant),
+        }
+    }
+}
+
+impl TenantStanding for SesForwarder {
+    fn read<'a>(&'a self, tenant: &'a str) -> StandingFuture<'a, TenantStatus> {
+        Box::pin(async move {
+            let arn = self.arn(tenant).await?;
+            let read = self.api.reputation(&arn).await;
+            match &read {
+                Ok(status) => self.standing.stored(tenant, status.clone()),
+                // The tenant may have been made anew, with another ARN.
+                Err(_) => self.standing.set_arn(tenant, None),
+            }
+            read
+        })
+    }
+
+    fn set_sending<'a>(&'a self, tenant: &'a str, enabled: bool) -> StandingFuture<'a, ()> {
+        Box::pin(async move {
+            let arn = self.arn(tenant).await?;
+            self.api.set_sending(&arn, enabled).await?;
+            self.standing.wrote(tenant, enabled);
+            Ok(())
+        })
+    }
+
+    fn suppress<'a>(
+        &'a self,
+        tenant: &'a str,
+        address: &'a str,
+        reason: SuppressReason,
+    ) -> StandingFuture<'a, ()> {
+        Box::pin(self.api.suppress(tenant, address, reason))
+    }
+
+    fn known(&self) -> Vec<(String, TenantStatus)> {
+        self.standing.known()
+    }
+}
+
+impl SesForwarder {
+    /// The ARN of `tenant`'s reputation entity: kept, or read (`GetTenant`).
+    async fn arn(&self, tenant: &str) -> Result<String, CallFailed> {
+        if let Some(arn) = self.standing.arn(tenant) {
+            return Ok(arn);
+        }
+        let arn = (self.api.tenant_arn(tenant).await?)
+            .ok_or_else(|| CallFailed(format!("SES tenant {tenant} unknown to SES")))?;
+        self.standing.set_arn(tenant, Some(arn.clone()));
+        Ok(arn)
     }
 }
 
