@@ -72,7 +72,7 @@ pub type StandingFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, CallFaile
 pub struct CallFailed(pub String);
 
 /// A tenant's standing as upstream sees it (SES's `GetReputationEntity`), with its words.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct TenantStatus {
     /// The status the relay (or the operator) sets: `ENABLED`, `DISABLED`, `REINSTATED`.
     pub customer_managed: Option<String>,

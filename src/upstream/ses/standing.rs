@@ -69,12 +69,7 @@ impl Standing {
     /// The relay set `tenant`'s customer-managed status.
     pub fn wrote(&self, tenant: &str, enabled: bool) {
         self.with(tenant, |e| {
-            let status = e.status.get_or_insert_with(|| TenantStatus {
-                customer_managed: None,
-                upstream_managed: None,
-                aggregate: None,
-                impact: None,
-            });
+            let status = e.status.get_or_insert_default();
             let set = if enabled { "ENABLED" } else { "DISABLED" };
             status.customer_managed = Some(set.to_string());
             let by_ses = status.upstream_managed.as_deref() == Some("DISABLED");
