@@ -113,6 +113,31 @@ async fn a_guard_pause_is_disabled_at_ses_and_a_resume_enables_it() {
     relay.stop().await;
 }
 
+/// On tokio's paused clock: once acme's bounces slide out of the guard's window, the guard no
+/// longer pauses it, and the next refresh sets it `ENABLED` at SES, with no message needed.
+#[tokio::test(start_paused = true)]
+async fn a_resume_by_the_window_enables_the_tenant_at_the_next_refresh() {
+    let fake = FakeSes::start().await;
+    let extra = "window_ms = 3600000\nses_refresh_ms = 600000";
+    let relay = start_relay(&fake, "timeout_ms = 3600000", extra).await;
+    pause_acme(&relay).await;
+    until("DISABLED at SES", async || {
+        fake.tenants.tenant("acme").customer == "DISABLED"
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    until("ENABLED at SES", async || {
+        fake.tenants.tenant("acme").customer == "ENABLED"
+    })
+    .await;
+    let update = fake
+        .tenants
+        .calls("UpdateReputationEntityCustomerManagedStatus");
+    let set: Vec<&serde_json::Value> = update.iter().map(|c| &c.body["SendingStatus"]).collect();
+    assert_eq!(set, ["DISABLED", "ENABLED"]);
+    relay.stop().await;
+}
+
 /// On tokio's paused clock: SES disables acme on its own; the relay reads it when acme's
 /// first message has gone and pauses acme's messages (`451 4.7.1 ... disabled at SES`) before
 /// SES refuses any, while globex goes on; SES enables it again, and acme's messages go after
