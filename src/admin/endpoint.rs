@@ -47,9 +47,17 @@ impl Admin {
     }
 }
 
-/// Each upstream's state as metrics: paused or not, reachable at its last check, and its "too
-/// many connections" count.
+/// Each upstream's state as metrics: paused or not, reachable at its last check, its "too
+/// many connections" count, its failed API calls, and SES's word on the SES tenants read.
 fn read_upstream(metrics: &Metrics, ctx: &Context) {
+    let known: Vec<_> = (ctx.setup.upstreams.iter())
+        .filter_map(|u| u.forwarder.offers().standing.map(|s| s.known()))
+        .flatten()
+        .collect();
+    metrics.ses_tenants(known.iter().map(|(_, s)| {
+        let aggregate = s.aggregate.as_deref().unwrap_or("UNKNOWN");
+        (aggregate, s.impact.as_deref().unwrap_or("NONE"))
+    }));
     for upstream in ctx.setup.upstreams.iter() {
         metrics.upstream_paused(upstream.name(), upstream.pause.is_paused());
         if let Some(up) = upstream.last_check_ok() {
@@ -58,6 +66,16 @@ fn read_upstream(metrics: &Metrics, ctx: &Context) {
         let crowded = upstream.forwarder.offers().crowded;
         let crowded = crowded.map_or(0, |c| c.load(std::sync::atomic::Ordering::Relaxed));
         metrics.upstream_crowded(upstream.name(), crowded);
+        for failed in upstream
+            .forwarder
+            .offers()
+            .failed_calls
+            .into_iter()
+            .flatten()
+        {
+            let total = failed.count.load(std::sync::atomic::Ordering::Relaxed);
+            metrics.calls_failed(upstream.name(), failed.operation, total);
+        }
     }
 }
 
@@ -182,6 +200,18 @@ async fn readyz(State(admin): State<Arc<Admin>>) -> Response {
                 if let Ok(Some(detail)) = check {
                     state["detail"] = json!(detail);
                 }
+                // Named, not judged: a tenant SES does not know stops only its own messages.
+                if let Some(identities) = u.forwarder.offers().identities {
+                    let unknown = identities.unknown_tenants();
+                    if !unknown.is_empty() {
+                        let named = format!("SES tenants unknown to SES: {}", unknown.join(", "));
+                        state["detail"] = match state["detail"].as_str() {
+                            Some(detail) => json!(format!("{detail}; {named}")),
+                            None => json!(named),
+                        };
+                    }
+                    state["unknown_tenants"] = json!(unknown);
+                }
                 // A quota pause is not unreadiness: the relay still answers (with 451s), and
                 // every replica would be paused alike.
                 state["paused"] = json!(u.pause.is_paused());
@@ -215,6 +245,8 @@ async fn status_page(State(admin): State<Arc<Admin>>) -> Response {
         upstreams: check_upstreams(&ctx).await,
         store: ctx.setup.throttle.check_store().await,
         reputation: status_page::reputation_view(&ctx).await,
+        ses_tenants: (ctx.services.reputation.as_ref())
+            .map_or_else(Vec::new, |guard| reputation::ses_tenants(&ctx, guard)),
     };
     let page = status_page::render(
         &ctx,

@@ -1,5 +1,5 @@
-//! The reputation guard's endpoints: each tenant's standing, an operator's resume, and the
-//! suppression of one address (read, lifted). 404 when `[reputation]` is not set; 503 when
+//! The reputation guard's endpoints: each tenant's standing (with `ses_sync`, SES's word on
+//! its SES tenant), an operator's resume, and the suppression of one address (read, lifted). 404 when `[reputation]` is not set; 503 when
 //! its state is in Redis and Redis does not answer.
 
 use std::sync::Arc;
@@ -11,9 +11,13 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::json;
 
+use serde::Serialize;
+
 use crate::redis::RedisUnavailable;
+use crate::reputation::ses_sync::SesTenant;
 use crate::reputation::Reputation;
-use crate::state::context::Live;
+use crate::state::context::{Context, Live};
+use crate::upstream::TenantStatus;
 
 /// These routes, on the live context (the endpoint merges them).
 pub fn routes<S>(live: Arc<Live>) -> Router<S> {
@@ -45,7 +49,7 @@ async fn standings(State(live): State<Arc<Live>>) -> Response {
         (Ok(tenants), Ok(suppressed)) => (tenants, suppressed),
         (Err(e), _) | (_, Err(e)) => return unavailable(&e),
     };
-    let body = json!({
+    let mut body = json!({
         "paused": tenants.iter().filter(|s| s.paused).count(),
         "tenants": tenants,
         "suppressed": suppressed,
@@ -53,7 +57,52 @@ async fn standings(State(live): State<Arc<Live>>) -> Response {
         "tracked_messages": guard.tracked(),
         "shared": guard.is_shared(),
     });
+    if let (Some(ctx), true) = (live.current(), guard.ses_sync().is_some()) {
+        body["ses_tenants"] = json!(ses_tenants(&ctx, &guard));
+    }
     Json(body).into_response()
+}
+
+/// One key's SES tenant and SES's word on it (`null` until first read), with `ses_sync`.
+#[derive(Debug, Clone, Serialize)]
+pub struct SesTenantView {
+    pub key: String,
+    pub upstream: String,
+    pub ses_tenant: String,
+    pub customer_managed_status: Option<String>,
+    pub aws_ses_managed_status: Option<String>,
+    pub sending_status_aggregate: Option<String>,
+    pub reputation_impact: Option<String>,
+}
+
+/// Each key whose messages went to an SES tenant, with what SES last said of that tenant.
+pub fn ses_tenants(ctx: &Context, guard: &Reputation) -> Vec<SesTenantView> {
+    let Some(sync) = guard.ses_sync() else {
+        return Vec::new();
+    };
+    let known = |to: &SesTenant| {
+        let upstream = ctx.setup.upstreams.get(&to.upstream)?;
+        let standing = upstream.forwarder.offers().standing?;
+        let mut known = standing.known().into_iter();
+        known.find(|(t, _)| *t == to.tenant).map(|(_, s)| s)
+    };
+    (sync.mapped().into_iter())
+        .map(|(key, to)| {
+            let status = known(&to);
+            let field = |f: fn(&TenantStatus) -> &Option<String>| {
+                status.as_ref().and_then(|s| f(s).clone())
+            };
+            SesTenantView {
+                customer_managed_status: field(|s| &s.customer_managed),
+                aws_ses_managed_status: field(|s| &s.upstream_managed),
+                sending_status_aggregate: field(|s| &s.aggregate),
+                reputation_impact: field(|s| &s.impact),
+                key,
+                upstream: to.upstream,
+                ses_tenant: to.tenant,
+            }
+        })
+        .collect()
 }
 
 /// `POST /reputation/{key}/resume`: the tenant's window starts afresh.

@@ -5,6 +5,7 @@
 //! |---|---|
 //! | `smtp.rs` | `[smtp]`, the listening side |
 //! | `security.rs` | `[smtp.tls]` and `[smtp.auth]`: who may send |
+//! | `senders.rs` | an AUTH user's `senders`: the addresses it may send as |
 //! | `upstream/` | `[upstream]` / `[[upstream]]`: the keys every kind shares, and each kind's own |
 //! | `route.rs` | `[[route]]`: which upstream carries a message |
 //! | `replies.rs` | `throttle_replies` / `quota_replies`: regexes over upstream's replies |
@@ -30,6 +31,7 @@ mod replies;
 mod reputation;
 mod route;
 mod security;
+mod senders;
 mod smtp;
 mod telemetry;
 mod throttle;
@@ -43,6 +45,7 @@ pub use reputation::{
 };
 pub use route::{RouteConfig, RouteKey, RouteRule};
 pub use security::{AuthConfig, PasswordHashError, SecurityRule, TlsConfig, UserConfig};
+pub use senders::{BadSenderPattern, SenderPattern, Senders};
 pub use smtp::{SmtpConfig, SmtpRule};
 pub use telemetry::TelemetryConfig;
 pub use throttle::{

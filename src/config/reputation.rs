@@ -51,6 +51,15 @@ pub struct ReputationConfig {
     pub max_suppressed: NonZeroUsize,
     pub sqs: Option<SqsConfig>,
     pub sns: Option<SnsConfig>,
+    /// Keeps the guard and SES's own view of each SES tenant in step: a tenant the guard
+    /// pauses is disabled at SES (and enabled on resume), SES's status is read back (a tenant
+    /// SES disabled is paused in the relay), and suppressions go on the tenant's list at SES.
+    #[serde(default)]
+    pub ses_sync: bool,
+    /// How often each such SES tenant's standing is read (`GetReputationEntity`), and failed
+    /// writes tried again.
+    #[serde(default = "default_ses_refresh_ms")]
+    pub ses_refresh_ms: NonZeroU64,
 }
 
 impl ReputationConfig {
@@ -128,6 +137,9 @@ fn default_max_tenants() -> NonZeroUsize {
 }
 fn default_max_suppressed() -> NonZeroUsize {
     NonZeroUsize::new(1_000_000).unwrap()
+}
+fn default_ses_refresh_ms() -> NonZeroU64 {
+    NonZeroU64::new(300_000).unwrap()
 }
 fn yes() -> bool {
     true
@@ -223,6 +235,8 @@ mod tests {
         assert_eq!(r.default_key, "default");
         assert_eq!(r.sqs.unwrap().region, "eu-west-1");
         assert!(r.sns.is_none());
+        assert!(!r.ses_sync);
+        assert_eq!(r.ses_refresh_ms.get(), 300_000);
         let r = parse("[reputation]\nkey = \"auth\"\naction = \"reject\"\n")
             .unwrap()
             .reputation

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::{BrokenRule, SmtpConfig};
+use super::{BrokenRule, SenderPattern, Senders, SmtpConfig};
 
 /// `[smtp.tls]`: the certificate chain and its private key, both PEM files. Read at startup
 /// (a missing or mismatched key stops the start) and again on SIGHUP.
@@ -71,12 +71,22 @@ pub struct UserConfig {
     /// of its tenant's bucket.
     #[serde(default)]
     pub trust_key_header: bool,
+    /// The addresses this user may send as (MAIL FROM and every `From:` address); absent,
+    /// any. Kept as written, with their places, so a malformed one is named at its line.
+    pub senders: Option<Vec<Spanned<String>>>,
 }
 
 impl UserConfig {
     /// The key this user's messages are charged to in `auth` layers.
     pub fn tenant(&self) -> &str {
         self.tenant.as_deref().unwrap_or(self.user.get_ref())
+    }
+
+    /// Its `senders`, parsed (a config that loaded holds none malformed).
+    pub fn senders(&self) -> Option<Senders> {
+        let patterns = self.senders.as_ref()?.iter();
+        let parsed = patterns.filter_map(|p| SenderPattern::try_from(p.get_ref().clone()).ok());
+        Some(Senders::from(parsed.collect::<Vec<_>>()))
     }
 }
 
@@ -111,6 +121,8 @@ pub enum SecurityRule {
     TenantTooLong { user: String },
     #[error("duplicate user `{0}`")]
     DuplicateUser(String),
+    #[error(transparent)]
+    BadSender(#[from] super::BadSenderPattern),
 }
 
 /// Why a `password_hash` is not one argon2 can check.
@@ -156,6 +168,16 @@ pub(super) fn validate(smtp: &SmtpConfig, text: &str) -> Result<(), BrokenRule> 
                 "smtp.auth.users.user",
                 SecurityRule::DuplicateUser(name.clone()),
             ));
+        }
+        for pattern in user.senders.iter().flatten() {
+            SenderPattern::try_from(pattern.get_ref().clone()).map_err(|e| {
+                BrokenRule::at(
+                    text,
+                    pattern.span(),
+                    "smtp.auth.users.senders",
+                    SecurityRule::from(e),
+                )
+            })?;
         }
         check_hash(user.password_hash.get_ref()).map_err(|e| {
             BrokenRule::at(
@@ -235,6 +257,30 @@ mod tests {
             .to_string();
         assert!(
             err.contains("password_hash") && err.contains("line 5"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn senders_parse_and_a_malformed_pattern_is_named_with_its_line() {
+        let c = parse(&format!(
+            "[smtp.auth]\nusers = [{{ user = \"a\", password_hash = \"{HASH}\", \
+             senders = [\"billing@acme.example\", \"@Acme.Example\"] }}]\n"
+        ))
+        .unwrap();
+        let senders = c.smtp.auth.unwrap().users[0].senders().unwrap();
+        assert_eq!(senders.patterns().len(), 2);
+        assert!(senders.allow("x@ACME.example"));
+        let err = parse(&format!(
+            "[[smtp.auth.users]]\nuser = \"a\"\npassword_hash = \"{HASH}\"\n\
+             senders = [\n  \"@acme.example\",\n  \"acme.example\",\n]\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("smtp.auth.users.senders")
+                && err.contains("`acme.example`")
+                && err.contains("line 8"),
             "{err}"
         );
     }

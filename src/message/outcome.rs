@@ -27,6 +27,14 @@ pub enum Outcome {
     NoRecipients,
     /// `554 5.4.6`: a mail loop, or more hops than `max_received`.
     Loop,
+    /// `550 5.7.1 From: ... not allowed for user`: an address of its `From:` is outside the
+    /// AUTH user's `senders`.
+    SenderRefused,
+    /// `550 5.7.1 ... is not a sending identity of SES tenant`: its sender is none of the
+    /// identities SES associates with the route's tenant.
+    IdentityRefused,
+    /// `451 4.3.5 SES tenant ... unknown to SES`: the route's SES tenant does not exist there.
+    UpstreamTenantUnknown,
     /// Its tenant is past a limit of the reputation guard (`451 4.7.1`, `550 5.7.1` with
     /// `action = "reject"`).
     ReputationPaused,
@@ -59,7 +67,7 @@ pub enum Outcome {
 
 impl Outcome {
     /// Every outcome, in the order docs/operating.md lists them.
-    pub const ALL: [Outcome; 23] = [
+    pub const ALL: [Outcome; 26] = [
         Outcome::Delivered,
         Outcome::Partial,
         Outcome::Throttled,
@@ -70,6 +78,9 @@ impl Outcome {
         Outcome::Suppressed,
         Outcome::NoRecipients,
         Outcome::Loop,
+        Outcome::SenderRefused,
+        Outcome::IdentityRefused,
+        Outcome::UpstreamTenantUnknown,
         Outcome::ReputationPaused,
         Outcome::UpstreamTenantPaused,
         Outcome::UpstreamPaused,
@@ -97,6 +108,9 @@ impl Outcome {
             Outcome::Suppressed => "suppressed",
             Outcome::NoRecipients => "no_recipients",
             Outcome::Loop => "loop",
+            Outcome::SenderRefused => "sender_refused",
+            Outcome::IdentityRefused => "identity_refused",
+            Outcome::UpstreamTenantUnknown => "upstream_tenant_unknown",
             Outcome::ReputationPaused => "reputation_paused",
             Outcome::UpstreamTenantPaused => "upstream_tenant_paused",
             Outcome::UpstreamPaused => "upstream_paused",

@@ -4,12 +4,16 @@
 //!
 //! The steps, in order ([`Step`]):
 //! 1. `Loop`: the message came back to this relay, or made more hops than `max_received`.
-//! 2. `Reputation`: its tenant is past a limit of the reputation guard.
-//! 3. `UpstreamPause`: its route's upstream is paused (a quota reply; the SES account's day
+//! 2. `From`: an address of its `From:` field is outside its AUTH user's `senders`.
+//! 3. `Reputation`: its tenant is past a limit of the reputation guard.
+//! 4. `UpstreamIdentity`: its sender (the `From:` addresses of a null sender) is not a sending
+//!    identity of the upstream's tenant it is sent as, or upstream does not know that tenant
+//!    (SES; asked at MAIL too, when the route is known by then).
+//! 5. `UpstreamPause`: its route's upstream is paused (a quota reply; the SES account's day
 //!    quota, read by `serve::account`). With a fallback, the message goes there instead.
-//! 4. `UpstreamTenantPause`: the upstream paused the tenant the message is sent as (SES).
+//! 6. `UpstreamTenantPause`: the upstream paused the tenant the message is sent as (SES).
 //!
-//! The last two need the route (a message with none is refused between them, `451 4.3.5`).
+//! The last three need the route (a message with none is refused between them, `451 4.3.5`).
 //! A pause that is over lets one message through as its probe; its verdict ends the pause or
 //! renews it (`upstream::Pause`).
 //!
@@ -26,28 +30,39 @@ use crate::message::received::Loop;
 use crate::message::Outcome;
 use crate::reputation::{Breach, Reputation};
 use crate::state::context::Context;
-use crate::upstream::{Admission, Probe, Upstream, UpstreamError};
+use crate::upstream::{Admission, IdentityCheck, IdentityRefusal, Probe, Upstream, UpstreamError};
 
 /// One check before the wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
     Loop,
+    From,
     Reputation,
+    UpstreamIdentity,
     UpstreamPause,
     UpstreamTenantPause,
 }
 
 impl Step {
     /// The steps that need no route, in order.
-    pub const OF_MESSAGE: [Step; 2] = [Step::Loop, Step::Reputation];
+    pub const OF_MESSAGE: [Step; 3] = [Step::Loop, Step::From, Step::Reputation];
     /// The steps at the route's upstream, in order.
-    pub const AT_UPSTREAM: [Step; 2] = [Step::UpstreamPause, Step::UpstreamTenantPause];
+    pub const AT_UPSTREAM: [Step; 3] = [
+        Step::UpstreamIdentity,
+        Step::UpstreamPause,
+        Step::UpstreamTenantPause,
+    ];
 }
 
 /// Why a message may not go now.
 pub enum NotAdmitted {
     /// It came back to this relay, or made too many hops: refused for good.
     Loop(Loop),
+    /// A `From:` address outside its AUTH user's `senders`: refused for good.
+    From { address: String, user: String },
+    /// Its sender is no sending identity of the upstream's tenant, or upstream does not know
+    /// the tenant.
+    Identity(IdentityRefusal),
     /// A pause holds it back.
     Paused(Paused),
 }
@@ -79,6 +94,12 @@ impl NotAdmitted {
     pub fn outcome(&self) -> Outcome {
         match self {
             NotAdmitted::Loop(_) => Outcome::Loop,
+            NotAdmitted::From { .. } => Outcome::SenderRefused,
+            NotAdmitted::Identity(IdentityRefusal::NotIdentity { .. }) => Outcome::IdentityRefused,
+            // The tenant must be created at upstream first: the client keeps the message.
+            NotAdmitted::Identity(IdentityRefusal::UnknownTenant { .. }) => {
+                Outcome::UpstreamTenantUnknown
+            }
             NotAdmitted::Paused(Paused { scope, .. }) => match scope {
                 Scope::Upstream => Outcome::UpstreamPaused,
                 Scope::UpstreamTenant(_) => Outcome::UpstreamTenantPaused,
@@ -130,7 +151,8 @@ pub async fn at_upstream(
         let probe = check(step, ctx, message, Some(upstream)).await?;
         match step {
             Step::UpstreamPause => probes.upstream = probe,
-            _ => probes.tenant = probe,
+            Step::UpstreamTenantPause => probes.tenant = probe,
+            _ => {}
         }
     }
     Ok(probes)
@@ -151,6 +173,18 @@ async fn check(
                 None => Ok(None),
             }
         }
+        Step::From => {
+            let Some(binding) = &message.identity.binding else {
+                return Ok(None);
+            };
+            match binding.first_outside(&message.identity.from) {
+                None => Ok(None),
+                Some(address) => Err(NotAdmitted::From {
+                    address: address.to_string(),
+                    user: binding.user.clone(),
+                }),
+            }
+        }
         Step::Reputation => {
             let (Some(guard), Some(key)) = (&ctx.services.reputation, &message.identity.tenant)
             else {
@@ -158,6 +192,23 @@ async fn check(
             };
             let standing = reputation(guard, key, "DATA", message.peer).await;
             standing.map(|()| None).map_err(NotAdmitted::Paused)
+        }
+        Step::UpstreamIdentity => {
+            let upstream = upstream.expect("a step at the upstream");
+            let identity = message.identity;
+            let tenant = (identity.route.as_ref()).and_then(|r| r.upstream_tenant.as_deref());
+            let Some(tenant) = tenant else {
+                return Ok(None);
+            };
+            // SES takes the From: field's address when the envelope sender is null.
+            let senders = match &message.envelope.from {
+                Some(from) => std::slice::from_ref(from),
+                None => identity.from.as_slice(),
+            };
+            for sender in senders {
+                sender_identity(ctx, upstream, tenant, sender).map_err(NotAdmitted::Identity)?;
+            }
+            Ok(None)
         }
         Step::UpstreamPause => {
             let upstream = upstream.expect("a step at the upstream");
@@ -185,6 +236,28 @@ async fn check(
                 })
             })
         }
+    }
+}
+
+/// Whether `sender` may send as `upstream`'s tenant `tenant`, from what the upstream learned
+/// before (asked at MAIL too, when the route is known by then; never a call upstream). One
+/// whose identities are not known goes, for upstream to judge, and is counted.
+pub fn sender_identity(
+    ctx: &Context,
+    upstream: &Upstream,
+    tenant: &str,
+    sender: &str,
+) -> Result<(), IdentityRefusal> {
+    let Some(identities) = upstream.forwarder.offers().identities else {
+        return Ok(());
+    };
+    match identities.check(tenant, sender) {
+        IdentityCheck::Allowed => Ok(()),
+        IdentityCheck::Unchecked => {
+            ctx.services.metrics.identity_unchecked();
+            Ok(())
+        }
+        IdentityCheck::Refused(refusal) => Err(refusal),
     }
 }
 

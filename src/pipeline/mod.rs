@@ -3,8 +3,9 @@
 //! and a [`Client`], then answers the [`Verdict`] and logs it once.
 //!
 //! The journey, file by file:
-//! 1. `admission`: the checks before the wait, one ordered list (a loop, the tenant's
-//!    reputation; at the route's upstream, its pause and its tenant's pause).
+//! 1. `admission`: the checks before the wait, one ordered list (a loop, the `From:` against
+//!    the user's `senders`, the tenant's reputation; at the route's upstream, the sender
+//!    against its tenant's identities, its pause and its tenant's pause).
 //! 2. `wait`: the wait for tokens in the FIFO queues of the message's layers.
 //! 3. `forward`: the upstream leg: a throttle reply absorbed (wait again, go again), a quota
 //!    reply pausing the upstream, the route's fallback when the upstream cannot be reached
@@ -30,7 +31,7 @@ mod wait;
 use std::future::Future;
 use std::pin::Pin;
 
-pub use admission::{reputation, NotAdmitted, Paused, Probes, Scope, Step};
+pub use admission::{reputation, sender_identity, NotAdmitted, Paused, Probes, Scope, Step};
 pub use client::Client;
 pub use message::Message;
 pub use verdict::{End, Record, Unanswered, Verdict};
@@ -56,6 +57,7 @@ pub async fn deliver<C: Client>(ctx: &Context, message: &Message<'_>, client: &m
     };
     if let Some(tenant) = &message.identity.tenant {
         settle::reputation(ctx, tenant, message.envelope, &verdict.record).await;
+        settle::sent_as(ctx, tenant, message.identity, &verdict.record);
     }
     verdict
 }

@@ -3,6 +3,8 @@
 
 use super::verdict::Record;
 use crate::message::{Envelope, Outcome};
+use crate::policy::Identity;
+use crate::reputation::ses_sync::SesTenant;
 use crate::state::context::Context;
 use crate::throttle::Permit;
 use crate::upstream::{Accepted, UpstreamError};
@@ -40,5 +42,28 @@ pub(super) async fn reputation(ctx: &Context, tenant: &str, envelope: &Envelope,
             guard.refused_by_upstream(tenant, &envelope.rcpts).await;
         }
         _ => {}
+    }
+}
+
+/// With `[reputation] ses_sync`: the SES tenant that took `tenant`'s message, for the sync to
+/// keep in step with the guard. Only the route's own upstream's tenant (not a fallback's).
+pub(super) fn sent_as(ctx: &Context, tenant: &str, identity: &Identity, record: &Record) {
+    let Some(guard) = &ctx.services.reputation else {
+        return;
+    };
+    let taken = matches!(record.outcome, Outcome::Delivered | Outcome::Partial);
+    let Some(route) = identity.route.as_ref().filter(|_| taken) else {
+        return;
+    };
+    let (Some(ses_tenant), true) = (&route.upstream_tenant, record.via == route.upstream) else {
+        return;
+    };
+    let upstream = ctx.setup.upstreams.get(&route.upstream);
+    if upstream.is_some_and(|u| u.forwarder.offers().standing.is_some()) {
+        let to = SesTenant {
+            upstream: route.upstream.clone(),
+            tenant: ses_tenant.clone(),
+        };
+        guard.sent_as(tenant, to);
     }
 }

@@ -105,6 +105,7 @@ async fn journey<C: Client>(
         rcpts: &envelope.rcpts,
         client_ip: "127.0.0.1".parse().unwrap(),
         message: body,
+        binding: None,
     };
     let identity = identify(ctx.rules(), &facts);
     let peer: SocketAddr = "127.0.0.1:40000".parse().unwrap();

@@ -189,6 +189,9 @@ impl Verdict {
             | Outcome::Suppressed
             | Outcome::NoRecipients
             | Outcome::Loop
+            | Outcome::SenderRefused
+            | Outcome::IdentityRefused
+            | Outcome::UpstreamTenantUnknown
             | Outcome::ReputationPaused
             | Outcome::UpstreamPaused
             | Outcome::UpstreamThrottled

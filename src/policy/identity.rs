@@ -10,6 +10,7 @@ use crate::throttle::Charge;
 use super::charges::{charges, tenant_of, LayerSet};
 use super::keys::key_of;
 use super::route::{self, Route};
+use super::senders::{from_addresses, Binding};
 use super::{MessageFacts, Rules};
 
 /// Who a message is and where it goes, as the relay reads it.
@@ -31,6 +32,11 @@ pub struct Identity {
     pub hops: Hops,
     /// Its `traceparent` field's value, trimmed: the trace its spans join.
     pub traceparent: Option<String>,
+    /// The addresses of its `From:` fields, read only when something checks them (a user's
+    /// `senders`; an upstream tenant's identities for a null envelope sender); else empty.
+    pub from: Vec<String>,
+    /// The AUTH user's `senders` every `From:` address must be inside; `None` without them.
+    pub binding: Option<Binding>,
 }
 
 impl Identity {
@@ -58,7 +64,15 @@ pub fn identify(rules: Rules<'_>, facts: &MessageFacts<'_>) -> Identity {
         key_headers.sort_by_key(|r| r.start);
         key_headers.dedup();
     }
+    let tenant_sender =
+        facts.sender.is_none() && (route.as_ref()).is_some_and(|r| r.upstream_tenant.is_some());
+    let from = match facts.binding.is_some() || tenant_sender {
+        true => from_addresses(message, &fields),
+        false => Vec::new(),
+    };
     Identity {
+        from,
+        binding: facts.binding.cloned(),
         charges: charged(LayerSet {
             upstream,
             unscoped: true,

@@ -37,7 +37,15 @@ pub(super) fn key_of(
 /// The reputation guard's tenant as far as it is known before the message (at MAIL): `None`
 /// when it depends on what comes later (a header a client may set, the recipients).
 pub fn tenant_key_early(rule: TenantKey<'_>, facts: &MessageFacts<'_>) -> Option<String> {
-    let later = match rule.source {
+    let no_fields = Fields::new(&[]);
+    (!known_later(rule.source, facts))
+        .then(|| key_of(rule.source, rule.default_key, facts, &no_fields))
+}
+
+/// Whether a key from `source` depends on what comes after MAIL: a header a client may set,
+/// the recipients.
+pub(super) fn known_later(source: &KeySource, facts: &MessageFacts<'_>) -> bool {
+    match source {
         KeySource::Header(_) => facts.header_trusted,
         KeySource::RcptDomain => true,
         KeySource::Auth
@@ -45,9 +53,7 @@ pub fn tenant_key_early(rule: TenantKey<'_>, facts: &MessageFacts<'_>) -> Option
         | KeySource::SenderDomain
         | KeySource::ClientIp
         | KeySource::None => false,
-    };
-    let no_fields = Fields::new(&[]);
-    (!later).then(|| key_of(rule.source, rule.default_key, facts, &no_fields))
+    }
 }
 
 /// Whether a layer applies to the message (its `match`, if any, on a header).

@@ -9,6 +9,8 @@
 //! - `keys`: a key from its source (`auth`, `header:`, `sender`, ...) under the trust rules.
 //! - `charges`: what each layer charges a message.
 //! - `route`: the route a message takes.
+//! - `senders`: the addresses of its `From:` fields, and the AUTH user's `senders` they are
+//!   held to.
 
 use std::net::IpAddr;
 
@@ -18,11 +20,18 @@ mod charges;
 mod identity;
 mod keys;
 mod route;
+mod senders;
 
 pub use crate::throttle::Charge;
 pub use identity::{identify, Identity};
 pub use keys::tenant_key_early;
 pub use route::Route;
+
+/// The route of a message as far as it is known at MAIL (see `route::choose_early`).
+pub fn route_early(rules: Rules<'_>, facts: &MessageFacts<'_>) -> Option<Route> {
+    route::choose_early(rules.routes, rules.first_upstream, facts)
+}
+pub use senders::Binding;
 
 /// One `[[throttle]]` layer's rules for choosing a key and a cost (the bucket math is in
 /// `throttle`; this is only what a message is charged).
@@ -69,6 +78,8 @@ pub struct MessageFacts<'a> {
     pub rcpts: &'a [String],
     pub client_ip: IpAddr,
     pub message: &'a [u8],
+    /// The AUTH user's `senders`, when it has them: every `From:` address must be inside.
+    pub binding: Option<&'a Binding>,
 }
 
 /// How the reputation guard names a message's tenant (`[reputation] key` and `default_key`).

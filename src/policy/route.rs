@@ -4,7 +4,7 @@
 
 use crate::config::{KeySource, RouteConfig, MAX_KEY_BYTES};
 
-use super::keys::key_of;
+use super::keys::{key_of, known_later};
 use super::MessageFacts;
 use crate::message::header::Fields;
 
@@ -40,20 +40,49 @@ pub(super) fn choose(
     }
     routes.iter().find_map(|route| {
         let key = key_of(&route.key.0, "", facts, fields);
-        route.matches(&key).then(|| Route {
-            upstream: route.upstream.get_ref().clone(),
-            fallback: route.fallback.as_ref().map(|f| f.get_ref().clone()),
-            headers: rendered(route, &key),
-            upstream_tenant: (route.ses_tenant.as_ref())
-                .map(|t| t.get_ref())
-                .filter(|t| !key.is_empty() || !t.contains("{key}"))
-                .map(|t| t.replace("{key}", &safe_key("x-ses-tenant", &key)))
-                .map(|mut t| {
-                    t.truncate(64);
-                    t
-                }),
-        })
+        route.matches(&key).then(|| built(route, &key))
     })
+}
+
+/// The route of a message as far as it is known at MAIL, before its header section: `None`
+/// when a route up to the one that matches reads its key from what comes later (a header a
+/// client may set, the recipients), or when none matches.
+pub(super) fn choose_early(
+    routes: &[RouteConfig],
+    first_upstream: &str,
+    facts: &MessageFacts<'_>,
+) -> Option<Route> {
+    let no_fields = Fields::new(&[]);
+    if routes.is_empty() {
+        return choose(routes, first_upstream, facts, &no_fields);
+    }
+    for route in routes {
+        if known_later(&route.key.0, facts) {
+            return None;
+        }
+        let key = key_of(&route.key.0, "", facts, &no_fields);
+        if route.matches(&key) {
+            return Some(built(route, &key));
+        }
+    }
+    None
+}
+
+/// The way `route` sends a message whose route key is `key`.
+fn built(route: &RouteConfig, key: &str) -> Route {
+    Route {
+        upstream: route.upstream.get_ref().clone(),
+        fallback: route.fallback.as_ref().map(|f| f.get_ref().clone()),
+        headers: rendered(route, key),
+        upstream_tenant: (route.ses_tenant.as_ref())
+            .map(|t| t.get_ref())
+            .filter(|t| !key.is_empty() || !t.contains("{key}"))
+            .map(|t| t.replace("{key}", &safe_key("x-ses-tenant", key)))
+            .map(|mut t| {
+                t.truncate(64);
+                t
+            }),
+    }
 }
 
 /// The route's `add_headers` with `{key}` replaced. A field whose value needs the key is left

@@ -78,6 +78,7 @@ fn facts<'a>(message: &'a [u8], rcpts: &'a [String], tenant: Option<&'a str>) ->
         rcpts,
         client_ip: "127.0.0.1".parse().unwrap(),
         message,
+        binding: None,
     }
 }
 

@@ -15,6 +15,8 @@
 //!   suppressions, behind one lock), or in Redis when `[redis]` is set, shared by every replica
 //!   (`store::redis`).
 //! - `operator`: what the admin endpoint and the status page read and change.
+//! - `ses_sync`: what the guard notes for the task that keeps SES's view of each SES tenant
+//!   in step (`[reputation] ses_sync`): each key's SES tenant, changes, suppressions.
 //! - `intake`: one event record from SQS or SNS, applied and counted.
 //!
 //! [`Reputation`] holds one store, on an injected clock; the session asks it at MAIL, RCPT and
@@ -37,6 +39,7 @@ pub mod intake;
 pub mod ledger;
 mod operator;
 mod report;
+pub mod ses_sync;
 pub mod sns_signature;
 pub mod sns_verifier;
 pub mod store;
@@ -50,6 +53,7 @@ use events::{Event, Parsed};
 use ledger::Limits;
 pub use report::date_of;
 use report::log_change;
+use ses_sync::{SesSync, SesTenant};
 use store::local::LocalReputation;
 use store::redis::RedisReputation;
 use store::ReputationStore;
@@ -92,6 +96,8 @@ pub struct Reputation {
     clock: Arc<dyn Clock>,
     /// In this process, or in Redis when `[redis]` is set.
     store: Box<dyn ReputationStore>,
+    /// With `ses_sync`: what the SES sync task reads.
+    ses: Option<SesSync>,
 }
 
 fn limits(config: &ReputationConfig) -> Limits {
@@ -134,6 +140,27 @@ impl Reputation {
             suppress: config.suppress,
             clock,
             store,
+            ses: (config.ses_sync).then(|| SesSync::new(config.max_tenants.get())),
+        }
+    }
+
+    /// With `[reputation] ses_sync`: what the SES sync task reads.
+    pub fn ses_sync(&self) -> Option<&SesSync> {
+        self.ses.as_ref()
+    }
+
+    /// `key`'s message was taken by SES as tenant `to`.
+    pub fn sent_as(&self, key: &str, to: SesTenant) {
+        if let Some(ses) = &self.ses {
+            ses.sent_as(key, to);
+        }
+    }
+
+    /// A change of `key`'s standing: logged at warn once, and noted for the SES sync.
+    fn changed(&self, key: &str, change: Change, breach: Option<&Breach>) {
+        log_change(key, change, breach, self.action);
+        if let (Some(ses), false) = (&self.ses, change == Change::None) {
+            ses.changed(key);
         }
     }
 
@@ -141,7 +168,7 @@ impl Reputation {
     /// once, whichever message or event saw it first.
     pub async fn standing(&self, key: &str) -> Option<Breach> {
         let (breach, change) = self.store.standing(key).await;
-        log_change(key, change, breach.as_ref(), self.action);
+        self.changed(key, change, breach.as_ref());
         breach
     }
 
@@ -153,7 +180,7 @@ impl Reputation {
             ..Counts::default()
         };
         let (breach, change) = self.store.add(key, sent, message_id).await;
-        log_change(key, change, breach.as_ref(), self.action);
+        self.changed(key, change, breach.as_ref());
     }
 
     /// Upstream itself refused `rcpts` of `key`'s message for good (a `5.1.x` from a
@@ -167,12 +194,15 @@ impl Reputation {
             complaints: 0,
         };
         let (breach, change) = self.store.add(key, counts, None).await;
-        log_change(key, change, breach.as_ref(), self.action);
+        self.changed(key, change, breach.as_ref());
         if let ([_], true) = (rcpts, self.suppress) {
             let reason = Kind::Bounce;
             (self.store)
                 .suppress(rcpts, Suppression { reason, date })
                 .await;
+            if let Some(ses) = &self.ses {
+                ses.suppressed(key, rcpts, reason);
+            }
         }
     }
 
@@ -195,10 +225,13 @@ impl Reputation {
             tenant: Some(tenant),
             change,
             breach,
-            ..
+            kind,
         } = &applied
         {
-            log_change(tenant, *change, breach.as_ref(), self.action);
+            self.changed(tenant, *change, breach.as_ref());
+            if let (Some(ses), true) = (&self.ses, self.suppress) {
+                ses.suppressed(tenant, &event.recipients, *kind);
+            }
         }
         Ok(applied)
     }

@@ -21,6 +21,9 @@ impl Reputation {
         let resumed = self.store.resume(key).await?;
         if resumed {
             tracing::warn!(target: "mailsluice::reputation", tenant = key, "reputation.resumed by an operator");
+            if let Some(ses) = &self.ses {
+                ses.changed(key);
+            }
         }
         Ok(resumed)
     }

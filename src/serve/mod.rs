@@ -3,8 +3,8 @@
 //! - `server`: the accept loop, the connection bounds, graceful shutdown: `run`.
 //! - `account`: layers at an SES account's own rate (`limit = "account"`), its day's quota.
 //! - `events`: SES's events from an SQS queue, for the reputation guard.
+//! - `ses_sync`: the reputation guard and SES's own view of each SES tenant kept in step.
 //! - `reload`: SIGHUP: a new context from a new config, unchanged layers kept.
-//! - `startup`: what starting reads and checks before the network (`serve` and `check`).
 //! - `commands`: the subcommands `check`, `peek` and `hash-password`.
 
 pub mod account;
@@ -12,4 +12,5 @@ pub mod commands;
 pub mod events;
 pub mod reload;
 pub mod server;
+pub mod ses_sync;
 pub mod startup;

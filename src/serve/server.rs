@@ -77,6 +77,7 @@ pub async fn run(listeners: impl Into<Listeners>, deps: Deps, shutdown: Shutdown
     let ctx = Arc::new(Context::new(deps));
     live.install(ctx.clone());
     let accounts = tokio::spawn(super::account::keep(live.clone()));
+    let ses_sync = super::ses_sync::start(&live, &ctx);
     let limit = Arc::new(Semaphore::new(ctx.setup.config.smtp.max_connections.get()));
     let sessions = TaskTracker::new();
     let accepts = TaskTracker::new();
@@ -118,8 +119,8 @@ pub async fn run(listeners: impl Into<Listeners>, deps: Deps, shutdown: Shutdown
         let _ = tokio::time::timeout(LAST_WORDS, sessions.wait()).await;
     }
     accounts.abort();
-    if let Some(events) = events {
-        events.abort();
+    for task in events.into_iter().chain(ses_sync) {
+        task.abort();
     }
     admin_stop.trigger();
 }

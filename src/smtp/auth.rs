@@ -16,6 +16,7 @@ use super::conn::{Line, Stop};
 use super::reply::{self, Reply};
 use super::session::{AuthUser, Flow, Session};
 use crate::inbound::auth_lockout::Attempt;
+use crate::policy::Binding;
 
 /// How an exchange ended without complete credentials.
 enum Exchange {
@@ -181,10 +182,15 @@ impl Session {
             .matches(hash, password)
             .await;
         let user = found.filter(|_| ok)?;
+        let binding = user.senders().map(|senders| Binding {
+            user: name.clone(),
+            senders,
+        });
         Some(AuthUser {
             name,
             tenant: user.tenant().to_string(),
             trust_key_header: user.trust_key_header,
+            binding,
         })
     }
 

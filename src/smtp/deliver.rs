@@ -79,6 +79,7 @@ impl Session {
             rcpts: &envelope.rcpts,
             client_ip: self.peer.ip(),
             message: body,
+            binding: self.auth.as_ref().and_then(|u| u.binding.as_ref()),
         }
     }
 

@@ -6,6 +6,7 @@ use super::path::{self, Param, PathError};
 use super::reply::{self, Reply};
 use super::session::Session;
 use crate::message::Envelope;
+use crate::{pipeline, policy};
 
 /// What MAIL's parameters ask for.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -70,8 +71,14 @@ impl Session {
         }
         // `<>` is the null sender of bounces: it must stay null upstream.
         let from = (!line.mailbox.is_empty()).then(|| line.mailbox.to_string());
-        if self.reputation_at_mail(from.as_deref()).await {
-            return;
+        if let Some(refusal) = self.sender_outside(from.as_deref()) {
+            return self.reply(refusal);
+        }
+        if let Some(refusal) = self.identity_at_mail(from.as_deref()) {
+            return self.reply(refusal);
+        }
+        if let Some(refusal) = self.reputation_at_mail(from.as_deref()).await {
+            return self.reply(refusal);
         }
         self.suppressed = 0;
         self.envelope = Some(Envelope {
@@ -81,6 +88,42 @@ impl Session {
             body_8bit: params.body_8bit,
         });
         self.reply(Reply::new(250, "2.1.0", "Sender ok"));
+    }
+
+    /// The refusal of a sender outside the user's `senders`. The null sender of a bounce
+    /// claims no one (its `From:` is checked at the final dot).
+    fn sender_outside(&self, from: Option<&str>) -> Option<Reply> {
+        let binding = self.auth.as_ref()?.binding.as_ref()?;
+        let from = from.filter(|from| !binding.senders.allow(from))?;
+        tracing::info!(
+            target: "mailsluice::senders",
+            peer = %self.peer,
+            user = binding.user.as_str(),
+            "sender.refused at MAIL"
+        );
+        Some(reply::sender_not_allowed(from, &binding.user))
+    }
+
+    /// The refusal of a sender that is no sending identity of its route's upstream tenant (or
+    /// of a tenant upstream does not know), when the route is known at MAIL; else the final
+    /// dot asks. Read from what the upstream learned before: never a call upstream.
+    fn identity_at_mail(&self, from: Option<&str>) -> Option<Reply> {
+        let from = from?;
+        let envelope = Envelope {
+            from: Some(from.to_string()),
+            ..Envelope::default()
+        };
+        let route = policy::route_early(self.ctx.rules(), &self.facts(&envelope, &[]))?;
+        let tenant = route.upstream_tenant.as_deref()?;
+        let upstream = self.ctx.setup.upstreams.get(&route.upstream)?;
+        let refusal = pipeline::sender_identity(&self.ctx, upstream, tenant, from).err()?;
+        tracing::info!(
+            target: "mailsluice::upstream",
+            peer = %self.peer,
+            tenant,
+            "ses.sender_refused at MAIL"
+        );
+        Some(reply::identity_refused(&refusal))
     }
 
     /// Only an authenticated client, or one from `trusted_networks`, may send: anything

@@ -1,9 +1,8 @@
 //! The tenant reputation guard in the dialogue, before the message: a tenant past a limit is
 //! refused at MAIL when its key is known by then (AUTH, the client's address, the sender),
 //! else at the final dot (a step of the pipeline's admission); a suppressed recipient is
-//! refused at RCPT, the others of the message go on. A refusal at MAIL is answered and logged
-//! here (the transaction's one `message` line); one at RCPT is returned for the verb to
-//! answer, and counted in the transaction's line.
+//! refused at RCPT, the others of the message go on. A refusal at MAIL is logged here (the
+//! transaction's one `message` line); each check returns its reply for the verb to answer.
 
 use tokio::time::Instant;
 
@@ -15,14 +14,11 @@ use crate::pipeline;
 use crate::policy::{self, TenantKey};
 
 impl Session {
-    /// At MAIL: a tenant past a limit, when its key is known now, is refused, and the
-    /// transaction it would have opened logged as one message (`reputation_paused`): true
-    /// when it was.
-    pub(super) async fn reputation_at_mail(&mut self, sender: Option<&str>) -> bool {
+    /// At MAIL: the refusal of a tenant past a limit, when its key is known now, with the
+    /// transaction it would have opened logged as one message (`reputation_paused`).
+    pub(super) async fn reputation_at_mail(&mut self, sender: Option<&str>) -> Option<Reply> {
         let started = Instant::now();
-        let Some(guard) = self.ctx.services.reputation.clone() else {
-            return false;
-        };
+        let guard = self.ctx.services.reputation.clone()?;
         let envelope = Envelope {
             from: sender.map(str::to_string),
             rcpts: Vec::new(),
@@ -37,12 +33,10 @@ impl Session {
             };
             policy::tenant_key_early(rule, &facts)
         };
-        let Some(key) = key else {
-            return false;
-        };
-        let Err(paused) = pipeline::reputation(&guard, &key, "MAIL", self.peer).await else {
-            return false;
-        };
+        let key = key?;
+        let paused = pipeline::reputation(&guard, &key, "MAIL", self.peer)
+            .await
+            .err()?;
         let refusal = reply::paused_reply(&paused);
         let outcome = Outcome::ReputationPaused;
         report::refused(
@@ -54,8 +48,7 @@ impl Session {
             self.peer,
             started,
         );
-        self.reply(refusal);
-        true
+        Some(refusal)
     }
 
     /// At RCPT: the refusal of an address that hard-bounced or complained.

@@ -14,6 +14,7 @@ use super::received::Repeats;
 use super::reply::{self, Reply};
 use crate::message::Envelope;
 use crate::observe::activity::Doing;
+use crate::policy::Binding;
 use crate::state::context::Context;
 use crate::state::grace_over::Bell;
 use crate::state::shutdown::Shutdown;
@@ -79,6 +80,8 @@ pub struct AuthUser {
     pub tenant: String,
     /// Its `header:<Name>` keys are honoured (`trust_key_header`).
     pub trust_key_header: bool,
+    /// Its `senders`: the addresses it may send as (MAIL FROM, every `From:` address).
+    pub binding: Option<Binding>,
 }
 
 impl Session {

@@ -18,6 +18,106 @@ pub struct Offers<'a> {
     /// How many times upstream said it had too many connections from us and the forwarder
     /// closed one and shrank its pool (and retried the message), for the metrics.
     pub crowded: Option<&'a AtomicU64>,
+    /// Upstream knows which senders each of its tenants may use (SES: the email identities
+    /// associated with a tenant).
+    pub identities: Option<&'a dyn TenantIdentities>,
+    /// Upstream's own tenants' standing, read and set through its API (SES's reputation
+    /// entities and tenant suppression list).
+    pub standing: Option<&'a dyn TenantStanding>,
+    /// The calls to upstream's API beyond sending that failed, by operation, for the metrics.
+    pub failed_calls: Option<&'a [FailedCalls]>,
+}
+
+/// Failed calls of one operation of upstream's API, since the forwarder was built.
+#[derive(Debug)]
+pub struct FailedCalls {
+    pub operation: &'static str,
+    pub count: AtomicU64,
+}
+
+/// What upstream knows of a sender for one of its tenants.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IdentityCheck {
+    Allowed,
+    /// The tenant's identities are not known (not read yet, or upstream's API failing): the
+    /// message goes, and upstream judges it.
+    Unchecked,
+    Refused(IdentityRefusal),
+}
+
+/// Why upstream would refuse a sender for one of its tenants.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IdentityRefusal {
+    /// Neither the sender's address nor its domain is an identity of the tenant.
+    NotIdentity { domain: String, tenant: String },
+    /// Upstream does not know the tenant.
+    UnknownTenant { tenant: String },
+}
+
+/// The senders each of upstream's tenants may use, learned ahead of the messages.
+pub trait TenantIdentities: Send + Sync {
+    /// Whether `sender` may send as `tenant`, from what was learned before: never a call
+    /// upstream on a client's path (a tenant not known yet is learned in the background).
+    fn check(&self, tenant: &str, sender: &str) -> IdentityCheck;
+
+    /// The tenants upstream said it does not know, sorted.
+    fn unknown_tenants(&self) -> Vec<String>;
+}
+
+pub type StandingFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, CallFailed>> + Send + 'a>>;
+
+/// A call to upstream's API that failed (timed out, refused, upstream's error), in its words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct CallFailed(pub String);
+
+/// A tenant's standing as upstream sees it (SES's `GetReputationEntity`), with its words.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct TenantStatus {
+    /// The status the relay (or the operator) sets: `ENABLED`, `DISABLED`, `REINSTATED`.
+    pub customer_managed: Option<String>,
+    /// The status upstream sets itself.
+    pub upstream_managed: Option<String>,
+    /// Whether the tenant may send: `DISABLED` when either of the two is.
+    pub aggregate: Option<String>,
+    /// The highest impact of upstream's reputation findings: `LOW`, `HIGH`, or none.
+    pub impact: Option<String>,
+}
+
+impl TenantStatus {
+    /// Upstream will not send for the tenant now.
+    pub fn disabled(&self) -> bool {
+        self.aggregate.as_deref() == Some("DISABLED")
+    }
+}
+
+/// Why an address is put on a tenant's suppression list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SuppressReason {
+    Bounce,
+    Complaint,
+}
+
+/// Upstream's own tenants' standing, through its API; every call bounded in time and in
+/// calls at once, never made on a client's path.
+pub trait TenantStanding: Send + Sync {
+    /// Reads the tenant's standing from upstream, and keeps it for [`TenantStanding::known`]
+    /// and the admission of its messages.
+    fn read<'a>(&'a self, tenant: &'a str) -> StandingFuture<'a, TenantStatus>;
+
+    /// Sets the tenant's customer-managed status: sending enabled or disabled.
+    fn set_sending<'a>(&'a self, tenant: &'a str, enabled: bool) -> StandingFuture<'a, ()>;
+
+    /// Puts `address` on the tenant's suppression list.
+    fn suppress<'a>(
+        &'a self,
+        tenant: &'a str,
+        address: &'a str,
+        reason: SuppressReason,
+    ) -> StandingFuture<'a, ()>;
+
+    /// The standing last read of each tenant read, sorted by tenant.
+    fn known(&self) -> Vec<(String, TenantStatus)>;
 }
 
 pub type AdmitFuture<'a> =

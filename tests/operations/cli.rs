@@ -249,6 +249,31 @@ fn check_names_the_key_and_line_of_an_error() {
     assert!(err.contains("line 5") && err.contains("pool"), "{err}");
 }
 
+/// `check` refuses a malformed `senders` pattern, naming the key and the pattern's own line.
+#[test]
+fn check_names_the_line_of_a_malformed_sender_pattern() {
+    let user = "[[smtp.auth.users]]\nuser = \"acme\"\n\
+                password_hash = \"$argon2id$v=19$m=19456,t=2,p=1$c29tZXNhbHRzb21lc2FsdA$hRh5UbO5V5zAcTz1r34tZgRfrqBvAdiE/lw+J3iU+Ls\"\n";
+    let config = |senders: &str| {
+        format!(
+            "[smtp]\nlisten = [\"127.0.0.1:0\"]\n{user}senders = [\n  \"@acme.example\",\n  \
+             {senders},\n]\n[upstream]\nurl = \"file://x\"\n"
+        )
+    };
+    assert!(check(&config("\"billing@shared.example\""))
+        .status
+        .success());
+    let out = check(&config("\"billing at acme.example\""));
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("smtp.auth.users.senders")
+            && err.contains("billing at acme.example")
+            && err.contains("line 8"),
+        "{err}"
+    );
+}
+
 /// The relay process, killed when the test ends however it ends (a failed assertion must not
 /// leave it running, holding the test's output pipe open).
 struct Running(Child);

@@ -13,6 +13,7 @@ mod external_client;
 mod hostile;
 mod outcomes;
 mod reputation;
+mod senders;
 mod session;
 mod session_props;
 mod tls;

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use mailsluice::upstream::{Accepted, Feedback, ForwardFuture, Forwarder, Outgoing, UpstreamError};
 
+use crate::support::auth::{auth_config, plain};
 use crate::support::relay::{config_text, Client, Relay};
 use crate::support::throttle::Events;
 use crate::support::upstream::refusing_addr;
@@ -93,6 +94,9 @@ enum How {
     ToSuppressed,
     /// A transaction whose only RCPT was refused (`RCPT TO:<>`).
     NoRecipient,
+    /// AUTH as user `acme`, whose `senders` are `@acme.example`; a message whose `From:` is
+    /// outside them.
+    FromOutsideSenders,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -134,7 +138,7 @@ const fn case(
 }
 
 /// The table: reply, how it is made, outcome, layer named in the log line, in the metric.
-const CASES: [Case; 30] = [
+const CASES: [Case; 32] = [
     case("250 ...", How::Send, "delivered", false, false),
     case("250 ... (refused for {n} of {m} recipients; the sender is sent a report)", How::Send, "partial", false, false),
     case("550 5.6.0 Message contains a bare CR or LF (RFC 5321 2.3.8); not relayed", How::Data(Body::BareLf), "content_rejected", false, false),
@@ -165,6 +169,8 @@ const CASES: [Case; 30] = [
     case("451 4.7.1 upstream: SES tenant {name} paused ({why}), retry after {s.mmm} s", How::Send, "upstream_tenant_paused", false, false),
     case("552 5.3.4 upstream: Message too big for SES ({n} bytes, at most 41943040)", How::Send, "upstream_perm_fail", false, false),
     case("{code} {esc} upstream: {upstream's text}", How::Send, "upstream_temp_fail", false, false),
+    case("550 5.7.1 From: <{address}> not allowed for user {user}", How::FromOutsideSenders, "sender_refused", false, false),
+    case("451 4.7.1 upstream: SES tenant {name} disabled at SES", How::Send, "upstream_tenant_paused", false, false),
 ];
 
 /// Rows of those sections no message of a session can get here, and why.
@@ -302,6 +308,19 @@ fn setup(i: usize) -> (String, String, Vec<Up>, Up) {
         )),
         28 => fail(mailsluice::upstream::ses::too_big(50_000_000)),
         29 => fail(refused(450, "4.2.0", "mailbox busy")),
+        30 => {
+            let users = [("acme", "s3cret", "senders = [\"@acme.example\"]")];
+            let smtp = format!(
+                "allow_plaintext_auth = true\n{}",
+                auth_config(&users, "failure_delay_ms = 0")
+            );
+            (smtp, String::new(), vec![], Up::Take)
+        }
+        // What the SES forwarder answers while SES's aggregate status for the tenant is
+        // DISABLED (tests/upstream/ses_sync.rs reads it from a stand-in for SES).
+        31 => fail(UpstreamError::TenantPaused(
+            "SES tenant acme disabled at SES".into(),
+        )),
         _ => unreachable!("a case of the table"),
     }
 }
@@ -395,6 +414,15 @@ async fn run(i: usize, case: &Case) -> Seen {
             c.cmd(&format!("MAIL FROM:<{FROM}>")).await
         }
         How::Data(body) => c.send_mail(FROM, &[TO], &body_of(body)).await,
+        How::FromOutsideSenders => {
+            c.cmd("EHLO client.test").await;
+            let (code, text) = c
+                .cmd(&format!("AUTH PLAIN {}", plain("acme", "s3cret")))
+                .await;
+            assert_eq!(code, 235, "{text}");
+            let message = b"From: ceo@globex.example\r\nSubject: s\r\n\r\nx\r\n";
+            c.send_mail(FROM, &[TO], message).await
+        }
         How::ComesBack => {
             let forwarded = fwd.got.lock().unwrap()[0].clone();
             c.send_mail(FROM, &[TO], &forwarded).await

@@ -6,7 +6,8 @@
 //! - `dns`: a DNS server on 127.0.0.1 answering from a zone the test writes (`TestDns`).
 //! - `memory`: a forwarder that records what it is given (`MemoryForwarder`).
 //! - `hidden_rate`: an SES-like upstream in memory with its own hidden bucket (`HiddenRate`).
-//! - `ses`: a fake SESv2 HTTP endpoint with injected answers (`FakeSes`); `moto`: moto's
+//! - `ses`: a fake SESv2 HTTP endpoint with injected answers (`FakeSes`), and its SES tenants
+//!   (`ses_tenants`: identities, reputation entities, suppressions); `moto`: moto's
 //!   server as SES's API stand-in (`MotoServer::spawn`, a failure under `CI=true` without it).
 //! - `upstream`: the test upstream SMTP server, with injected faults, SES's hidden sending rate
 //!   (`set_hidden_rate`) and connection bound (`set_max_connections`).
@@ -41,6 +42,7 @@ pub mod process;
 pub mod redis;
 pub mod relay;
 pub mod ses;
+pub mod ses_tenants;
 pub mod throttle;
 pub mod tls;
 pub mod traffic;

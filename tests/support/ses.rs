@@ -3,7 +3,8 @@
 //! server cannot do: SES's hidden sending rate (429), its quota text, account and tenant
 //! pauses, refused credentials (403), 5xx, a stall after the request was read, and a
 //! connection reset before the request was read whole. A small HTTP/1.1 server of its own, so
-//! a test decides what happens to each connection at the byte level.
+//! a test decides what happens to each connection at the byte level. SES tenants' own calls
+//! are answered by `ses_tenants`.
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -17,6 +18,8 @@ use mailsluice::throttle::bucket::{Bucket, State, Take};
 use mailsluice::upstream::SesForwarder;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+
+use super::ses_tenants::{operation, SesTenants};
 
 /// The access key id the fake takes; any other is refused with 403.
 pub const GOOD_KEY: &str = "AKIDMAILSLUICETEST";
@@ -57,6 +60,8 @@ struct Faults {
 
 pub struct FakeSes {
     pub addr: SocketAddr,
+    /// SES tenants: their identities, reputation entities and suppression lists.
+    pub tenants: SesTenants,
     faults: Mutex<Faults>,
     rate: Mutex<Option<(Bucket, State)>>,
     clock: TokioClock,
@@ -72,6 +77,7 @@ impl FakeSes {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let fake = Arc::new(FakeSes {
             addr: listener.local_addr().unwrap(),
+            tenants: SesTenants::default(),
             faults: Mutex::new(Faults {
                 max_send_rate: 14.0,
                 max_24_hour_send: 50000.0,
@@ -152,7 +158,8 @@ impl FakeSes {
         self.rate_refusals.load(Ordering::SeqCst)
     }
 
-    /// Requests that reached the fake (whole or not).
+    /// Requests that reached the fake (whole or not), but the tenant calls (`tenants` counts
+    /// those).
     pub fn requests(&self) -> u64 {
         self.requests.load(Ordering::SeqCst)
     }
@@ -167,8 +174,10 @@ impl FakeSes {
             let Some(head_end) = read_head(&mut stream, &mut buf).await else {
                 return;
             };
-            self.requests.fetch_add(1, Ordering::SeqCst);
             let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
+            if operation(&head).is_none() {
+                self.requests.fetch_add(1, Ordering::SeqCst);
+            }
             if self.faults.lock().unwrap().mode == Mode::ResetBeforeBody {
                 // Closing with the body unread resets the connection.
                 return;
@@ -189,7 +198,14 @@ impl FakeSes {
             if self.faults.lock().unwrap().mode == Mode::StallAfterRead {
                 std::future::pending::<()>().await;
             }
+            let tenant_call = operation(&head);
+            if tenant_call.is_some() {
+                self.tenants.enter().await;
+            }
             let (status, kind, json) = self.answer(&head, &body);
+            if tenant_call.is_some() {
+                self.tenants.leave();
+            }
             let mut response = format!(
                 "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
                 json.len()
@@ -217,6 +233,9 @@ impl FakeSes {
         if key != GOOD_KEY {
             let text = "The security token included in the request is invalid.";
             return error(403, "UnrecognizedClientException", text);
+        }
+        if let Some(op) = operation(head) {
+            return self.tenants.answer(op, head, body);
         }
         let faults = self.faults.lock().unwrap();
         if head.starts_with("GET /v2/email/account") {

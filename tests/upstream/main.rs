@@ -15,6 +15,8 @@ mod poison;
 mod relay_faults;
 mod routes;
 mod ses;
+mod ses_sync;
+mod ses_tenants;
 mod smtp;
 mod sqs_events;
 

@@ -15,8 +15,11 @@ use crate::support::wait::until;
 use mailsluice::upstream::{Account, Forwarder, UpstreamError};
 
 /// A relay whose only upstream is `ses://` at the fake, routed by `X-Tenant` with the route
-/// keys of an SES SMTP setup, plus `rest`.
+/// keys of an SES SMTP setup, plus `rest`. SES knows the tenants the tests send as.
 async fn relay(fake: &FakeSes, upstream_extra: &str, rest: &str) -> Relay {
+    for tenant in ["acme", "globex"] {
+        fake.tenants.add(tenant, &["example.com"]);
+    }
     let text = format!(
         "[smtp]\nlisten = [\"127.0.0.1:0\"]\nhostname = \"relay.test\"\n\
          [upstream]\n{}\n\

@@ -5,6 +5,7 @@
 use std::fmt::{Display, Write as _};
 use std::time::SystemTime;
 
+use crate::admin::reputation::SesTenantView;
 use crate::observe::recent::Recent;
 use crate::redis::RedisUnavailable;
 use crate::reputation::Standing;
@@ -33,6 +34,8 @@ pub struct Checks {
     /// The reputation guard's addresses suppressed and tenants, `None` when it is off (read
     /// from Redis with `[redis]`: an error when it does not answer).
     pub reputation: Option<Result<(usize, Vec<Standing>), RedisUnavailable>>,
+    /// With `[reputation] ses_sync`: each key's SES tenant and SES's word on it.
+    pub ses_tenants: Vec<SesTenantView>,
 }
 
 /// What the status page shows of the reputation guard, read by the caller.
@@ -64,6 +67,7 @@ pub fn render(ctx: &Context, health: &Health, recent: &Recent, checks: &Checks) 
     sessions(&mut html, ctx);
     layers(&mut html, ctx, recent);
     reputation(&mut html, checks.reputation.as_ref());
+    ses_tenants(&mut html, &checks.ses_tenants);
     most_waiting(&mut html, ctx);
     refusals(&mut html, recent);
     html.push_str("</body></html>");
@@ -86,6 +90,11 @@ fn readiness(html: &mut String, ctx: &Context, health: &Health, checks: &Checks)
                 left.as_secs()
             ));
             row_state(html, &format!("upstream {name} sending"), &paused);
+        }
+        let unknown = (upstream.forwarder.offers().identities).map(|i| i.unknown_tenants());
+        if let Some(unknown) = unknown.filter(|u| !u.is_empty()) {
+            let named = Err(format!("unknown to SES: {}", unknown.join(", ")));
+            row_state(html, &format!("upstream {name} SES tenants"), &named);
         }
     }
     if let Some(store) = &checks.store {
@@ -234,6 +243,37 @@ fn reputation(html: &mut String, view: Option<&Result<(usize, Vec<Standing>), Re
     }
     if paused.is_empty() {
         html.push_str("<tr><td colspan=\"4\">no tenant is paused</td></tr>");
+    }
+    html.push_str("</table>");
+}
+
+/// With `ses_sync`: SES's own word on each key's SES tenant.
+fn ses_tenants(html: &mut String, tenants: &[SesTenantView]) {
+    if tenants.is_empty() {
+        return;
+    }
+    html.push_str(
+        "<h2>SES tenants</h2><table><tr><th>key</th><th>SES tenant</th><th>sending</th>\
+         <th>set by the relay</th><th>set by SES</th><th>reputation impact</th></tr>",
+    );
+    for t in tenants {
+        let text = |v: &Option<String>| escape(v.as_deref().unwrap_or("not read yet"));
+        let class = match t.sending_status_aggregate.as_deref() {
+            Some("DISABLED") => "bad",
+            _ => "ok",
+        };
+        let _ = write!(
+            html,
+            "<tr><td>{}</td><td>{} ({})</td><td class=\"{class}\">{}</td><td>{}</td><td>{}</td>\
+             <td>{}</td></tr>",
+            escape(&t.key),
+            escape(&t.ses_tenant),
+            escape(&t.upstream),
+            text(&t.sending_status_aggregate),
+            text(&t.customer_managed_status),
+            text(&t.aws_ses_managed_status),
+            escape(t.reputation_impact.as_deref().unwrap_or("none")),
+        );
     }
     html.push_str("</table>");
 }

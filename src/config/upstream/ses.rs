@@ -1,6 +1,10 @@
 //! `ses://REGION`: Amazon SES over its v2 API (`SendEmail` with raw content). Its keys: another
-//! endpoint (a VPC endpoint, FIPS, a test server) and the default configuration set. No
-//! credentials: they come from the AWS SDK's default chain, never from this file.
+//! endpoint (a VPC endpoint, FIPS, a test server), the default configuration set, and how its
+//! SES tenants' sending identities are checked before DATA. No credentials: they come from the
+//! AWS SDK's default chain, never from this file.
+
+use std::num::NonZeroU64;
+use std::time::Duration;
 
 use serde::Deserialize;
 
@@ -14,7 +18,7 @@ pub struct SesUpstream {
     pub keys: SesKeys,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SesKeys {
     /// `https://...` (or `http://` for a test server): sent there instead of the region's
@@ -22,10 +26,42 @@ pub struct SesKeys {
     pub endpoint_url: Option<String>,
     /// The `ConfigurationSetName` of a message whose route sets no `X-SES-CONFIGURATION-SET`.
     pub configuration_set: Option<String>,
+    /// A sender of a route's `ses_tenant` is checked against the email identities SES
+    /// associates with that tenant, before DATA: a message SES would refuse after its whole
+    /// body went up is refused at MAIL instead.
+    #[serde(default = "yes")]
+    pub check_identities: bool,
+    /// How often each tenant's identities are read again (`ListTenantResources`).
+    pub tenant_refresh_ms: Option<NonZeroU64>,
+}
+
+impl Default for SesKeys {
+    fn default() -> SesKeys {
+        SesKeys {
+            endpoint_url: None,
+            configuration_set: None,
+            check_identities: true,
+            tenant_refresh_ms: None,
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl SesKeys {
-    const KEYS: &'static [&'static str] = &["endpoint_url", "configuration_set"];
+    const KEYS: &'static [&'static str] = &[
+        "endpoint_url",
+        "configuration_set",
+        "check_identities",
+        "tenant_refresh_ms",
+    ];
+
+    /// `tenant_refresh_ms`, 5 minutes when left out.
+    pub fn tenant_refresh(&self) -> Duration {
+        Duration::from_millis(self.tenant_refresh_ms.map_or(300_000, NonZeroU64::get))
+    }
 }
 
 impl SesUpstream {

@@ -190,3 +190,29 @@ fn ses_takes_a_region_its_own_keys_and_the_shared_ones() {
         "{err}"
     );
 }
+
+#[test]
+fn ses_checks_tenant_identities_by_default_and_refreshes_every_five_minutes() {
+    let parse = |text: &str| toml::from_str::<UpstreamConfig>(text);
+    let keys = |cfg: UpstreamConfig| match cfg.kind {
+        UpstreamKind::Ses(ses) => ses.keys,
+        other => panic!("{other:?}"),
+    };
+    let default = keys(parse("url = \"ses://eu-west-1\"").unwrap());
+    assert!(default.check_identities);
+    assert_eq!(
+        default.tenant_refresh(),
+        std::time::Duration::from_secs(300)
+    );
+    let set = keys(
+        parse("url = \"ses://eu-west-1\"\ncheck_identities = false\ntenant_refresh_ms = 60000")
+            .unwrap(),
+    );
+    assert!(!set.check_identities);
+    assert_eq!(set.tenant_refresh(), std::time::Duration::from_secs(60));
+    assert!(parse("url = \"ses://eu-west-1\"\ntenant_refresh_ms = 0").is_err());
+    let err = parse("url = \"smtp://h:25\"\ncheck_identities = false")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("upstream.check_identities"), "{err}");
+}

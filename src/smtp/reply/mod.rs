@@ -8,6 +8,7 @@ use std::time::Duration;
 use smallvec::{smallvec, SmallVec};
 
 pub use reputation::{suppressed, tenant_paused};
+pub use senders::{from_not_allowed, identity_refused, sender_not_allowed};
 pub use verdicts::{paused_reply, throttle_refusal, upstream_verdict, verdict};
 
 /// The lines of a reply. Most replies are one line of fixed text, which this holds with no
@@ -343,6 +344,7 @@ pub fn insufficient_storage() -> Reply {
 }
 
 mod reputation;
+mod senders;
 #[cfg(test)]
 mod tests;
 mod verdicts;

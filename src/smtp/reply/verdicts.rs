@@ -2,10 +2,10 @@
 //! answer (its class kept, its text passed on), a pause, a loop.
 
 use super::{
-    cost_over_burst, grace_over, loop_detected, no_route, rate_limited, shutting_down,
-    store_unavailable, tenant_paused, too_many_hops, upstream_credentials, upstream_no_credentials,
-    upstream_quota_exhausted, upstream_rate_limited, upstream_unavailable, upstream_uncertain,
-    Reply,
+    cost_over_burst, from_not_allowed, grace_over, identity_refused, loop_detected, no_route,
+    rate_limited, shutting_down, store_unavailable, tenant_paused, too_many_hops,
+    upstream_credentials, upstream_no_credentials, upstream_quota_exhausted, upstream_rate_limited,
+    upstream_unavailable, upstream_uncertain, Reply,
 };
 use crate::message::received::Loop;
 use crate::pipeline::{End, NotAdmitted, Paused, Scope, Unanswered};
@@ -66,6 +66,8 @@ pub fn verdict(end: &End) -> Option<Reply> {
         End::NoRoute => no_route(),
         End::Refused(NotAdmitted::Loop(Loop::CameBack)) => loop_detected(),
         End::Refused(NotAdmitted::Loop(Loop::TooManyHops)) => too_many_hops(),
+        End::Refused(NotAdmitted::From { address, user }) => from_not_allowed(address, user),
+        End::Refused(NotAdmitted::Identity(refusal)) => identity_refused(refusal),
         End::Refused(NotAdmitted::Paused(paused)) => paused_reply(paused),
         End::Unanswered(Unanswered::Abandoned) => return None,
         End::Unanswered(Unanswered::Paused(left)) => upstream_quota_exhausted(*left),

@@ -6,39 +6,55 @@
 //! - `answers`: SES's answers as typed refusals.
 //! - `body`: the request body that tells "not sent" from "sent, no answer".
 //! - `tenants`: SES tenants paused one by one.
+//! - `api`: the SDK's client, and SES's calls about tenants beyond sending, bounded and counted.
+//! - `identities`: each SES tenant's email identities, learned in the background, checked
+//!   before DATA.
+//! - `standing`: each SES tenant's standing as SES last said it (read and set by the
+//!   reputation guard's SES sync); a tenant SES disabled is paused here.
+//! - `offered`: what the forwarder offers about SES tenants (their pauses, identities and
+//!   standing).
 //!
 //! The SDK's own retries are off: the throttle decides when a message goes again, and a retry
 //! after a timeout could send a message twice.
 
 mod answers;
+mod api;
 mod body;
+mod identities;
+mod offered;
 mod raw;
+mod standing;
 mod tenants;
 
 use std::time::Duration;
 
-use aws_config::BehaviorVersion;
-use aws_sdk_sesv2::config::retry::RetryConfig;
-use aws_sdk_sesv2::config::timeout::TimeoutConfig;
-use aws_sdk_sesv2::config::StalledStreamProtectionConfig;
-use aws_sdk_sesv2::config::{ProvideCredentials, Region, SharedCredentialsProvider};
+use std::sync::Arc;
+
+use aws_sdk_sesv2::config::{ProvideCredentials, SharedCredentialsProvider};
 use aws_sdk_sesv2::operation::get_account::GetAccountOutput;
 use aws_sdk_sesv2::primitives::Blob;
 use aws_sdk_sesv2::types::{Destination, EmailContent, MessageTag, RawMessage};
 use aws_sdk_sesv2::Client;
-use tokio::sync::{OnceCell, Semaphore};
+use tokio::sync::Semaphore;
 
 use super::reply::rejected;
 use super::{
     Accepted, Account, AccountError, CheckFuture, ForwardFuture, Forwarder, Offers, Outgoing,
-    QuotaFuture, SendQuota, Unready, UpstreamError,
+    QuotaFuture, SendQuota, TenantIdentities, Unready, UpstreamError,
 };
 use crate::config::{SesUpstream, UpstreamConfig, UpstreamKind};
 use crate::message::Envelope;
 use answers::Answer;
+use api::Api;
+use identities::Identities;
+use standing::Standing;
 use tenants::Tenants;
 
 pub use answers::classify;
+
+/// SES tenants whose identities are held at once; past it the one asked for longest ago is
+/// forgotten (a route's `{key}` may come from a trusted client's header).
+pub const MAX_TENANTS: usize = 10_000;
 
 /// The most SES's API takes in one request (its limit for a raw message).
 pub const MAX_MESSAGE_BYTES: usize = SesUpstream::MAX_MESSAGE_BYTES;
@@ -52,13 +68,15 @@ pub enum SesSetupError {
 
 pub struct SesForwarder {
     ses: SesUpstream,
-    timeout: Duration,
-    credentials: Option<SharedCredentialsProvider>,
-    /// Built at the first request: the SDK's configuration is loaded asynchronously.
-    client: OnceCell<Client>,
+    /// The SDK's client, and the calls about tenants.
+    api: Arc<Api>,
     /// Requests in flight at once (`pool_size`).
     in_flight: Semaphore,
     tenants: Tenants,
+    /// The email identities of each SES tenant, learned in the background.
+    identities: Arc<Identities>,
+    /// Each SES tenant's standing as SES last said it.
+    standing: Standing,
 }
 
 impl SesForwarder {
@@ -67,13 +85,14 @@ impl SesForwarder {
         let UpstreamKind::Ses(ses) = &cfg.kind else {
             return Err(SesSetupError::NotSes(cfg.url()));
         };
+        let timeout = Duration::from_millis(cfg.timeout_ms.get());
         Ok(SesForwarder {
             ses: ses.clone(),
-            timeout: Duration::from_millis(cfg.timeout_ms.get()),
-            credentials: None,
-            client: OnceCell::new(),
+            api: Arc::new(Api::new(ses.clone(), timeout)),
             in_flight: Semaphore::new(cfg.pool_size.get()),
             tenants: Tenants::new(Duration::from_millis(cfg.quota_pause_ms.get())),
+            identities: Arc::new(Identities::new(ses.keys.tenant_refresh(), MAX_TENANTS)),
+            standing: Standing::new(MAX_TENANTS),
         })
     }
 
@@ -83,31 +102,13 @@ impl SesForwarder {
         credentials: impl ProvideCredentials + 'static,
     ) -> Result<SesForwarder, SesSetupError> {
         let mut forwarder = SesForwarder::new(cfg)?;
-        forwarder.credentials = Some(SharedCredentialsProvider::new(credentials));
+        let api = Arc::get_mut(&mut forwarder.api).expect("not shared yet");
+        api.credentials = Some(SharedCredentialsProvider::new(credentials));
         Ok(forwarder)
     }
 
     async fn client(&self) -> &Client {
-        self.client
-            .get_or_init(|| async {
-                let timeouts = TimeoutConfig::builder()
-                    .connect_timeout(self.timeout)
-                    .operation_timeout(self.timeout)
-                    .build();
-                let mut loader = aws_config::defaults(BehaviorVersion::latest())
-                    .region(Region::new(self.ses.region.clone()))
-                    .retry_config(RetryConfig::disabled())
-                    .timeout_config(timeouts)
-                    .stalled_stream_protection(StalledStreamProtectionConfig::disabled());
-                if let Some(url) = &self.ses.keys.endpoint_url {
-                    loader = loader.endpoint_url(url);
-                }
-                if let Some(credentials) = &self.credentials {
-                    loader = loader.credentials_provider(credentials.clone());
-                }
-                Client::new(&loader.load().await)
-            })
-            .await
+        self.api.client().await
     }
 
     /// One `SendEmail`; its answer typed.
@@ -234,8 +235,11 @@ impl Forwarder for SesForwarder {
 
     fn offers(&self) -> Offers<'_> {
         Offers {
-            tenants: Some(&self.tenants),
+            tenants: Some(self),
             account: Some(self),
+            standing: Some(self),
+            identities: (self.ses.keys.check_identities).then_some(self as &dyn TenantIdentities),
+            failed_calls: Some(self.api.failed()),
             ..Offers::default()
         }
     }

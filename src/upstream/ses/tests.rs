@@ -36,7 +36,7 @@ async fn a_message_over_forty_megabytes_is_refused_552_before_any_request() {
         "{err}"
     );
     assert!(
-        forwarder("").client.get().is_none(),
+        forwarder("").api.client.get().is_none(),
         "no client was even built"
     );
 }

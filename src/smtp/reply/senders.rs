@@ -1,0 +1,37 @@
+//! Who may send as whom: an AUTH user's `senders`, an upstream tenant's sending identities.
+
+use super::Reply;
+use crate::upstream::IdentityRefusal;
+
+/// MAIL FROM outside the user's `senders`.
+pub fn sender_not_allowed(address: &str, user: &str) -> Reply {
+    Reply::new(
+        553,
+        "5.7.1",
+        format!("<{address}>: sender not allowed for user {user}"),
+    )
+}
+
+/// A `From:` address outside the user's `senders`, at the final dot: nothing was forwarded.
+pub fn from_not_allowed(address: &str, user: &str) -> Reply {
+    Reply::new(
+        550,
+        "5.7.1",
+        format!("From: <{address}> not allowed for user {user}"),
+    )
+}
+
+/// The sender is no sending identity of the upstream's tenant (SES would refuse the message
+/// after its whole body), or upstream does not know the tenant (it must be created first).
+pub fn identity_refused(refusal: &IdentityRefusal) -> Reply {
+    match refusal {
+        IdentityRefusal::NotIdentity { domain, tenant } => Reply::new(
+            550,
+            "5.7.1",
+            format!("{domain} is not a sending identity of SES tenant {tenant}"),
+        ),
+        IdentityRefusal::UnknownTenant { tenant } => {
+            Reply::new(451, "4.3.5", format!("SES tenant {tenant} unknown to SES"))
+        }
+    }
+}

@@ -1,0 +1,113 @@
+use super::*;
+
+/// Identities whose reading task is never started: the test plays its part.
+fn identities(max: usize) -> (Arc<Identities>, Arc<Api>) {
+    let ses = crate::config::SesUpstream {
+        region: "eu-west-1".into(),
+        keys: Default::default(),
+    };
+    let identities = Identities::new(Duration::from_secs(300), max);
+    identities.started.store(true, Ordering::SeqCst);
+    (
+        Arc::new(identities),
+        Arc::new(Api::new(ses, Duration::from_secs(1))),
+    )
+}
+
+fn names(list: &[&str]) -> Result<Option<Vec<String>>, CallFailed> {
+    Ok(Some(list.iter().map(|n| n.to_string()).collect()))
+}
+
+fn refused_domain(check: IdentityCheck) -> Option<String> {
+    match check {
+        IdentityCheck::Refused(IdentityRefusal::NotIdentity { domain, .. }) => Some(domain),
+        _ => None,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tenant_is_unchecked_until_read_then_its_identities_decide() {
+    let (ids, api) = identities(10);
+    let check = |sender| ids.check("acme", sender, &api);
+    assert_eq!(check("a@acme.example"), IdentityCheck::Unchecked);
+    assert_eq!(ids.take_due(Instant::now()), ["acme"]);
+    assert_eq!(
+        check("a@acme.example"),
+        IdentityCheck::Unchecked,
+        "being read"
+    );
+    ids.learned("acme", names(&["acme.example", "billing@shared.example"]));
+    assert_eq!(check("A@ACME.example"), IdentityCheck::Allowed);
+    assert_eq!(
+        check("x@mail.acme.example"),
+        IdentityCheck::Allowed,
+        "a subdomain"
+    );
+    assert_eq!(check("billing@Shared.example"), IdentityCheck::Allowed);
+    assert_eq!(
+        refused_domain(check("other@shared.example")).as_deref(),
+        Some("shared.example")
+    );
+    assert_eq!(
+        refused_domain(check("ceo@Globex.example")).as_deref(),
+        Some("globex.example")
+    );
+    ids.learned("acme", Ok(None));
+    assert_eq!(
+        check("a@acme.example"),
+        IdentityCheck::Refused(IdentityRefusal::UnknownTenant {
+            tenant: "acme".into()
+        })
+    );
+    assert_eq!(ids.unknown(), ["acme"]);
+    ids.learned("acme", Err(CallFailed("down".into())));
+    assert_eq!(
+        ids.unknown(),
+        ["acme"],
+        "a failed read keeps what was known"
+    );
+}
+
+/// A miss asks for one early read of its tenant, at most one a minute; a refresh comes
+/// `tenant_refresh_ms` after each read whatever it found.
+#[tokio::test(start_paused = true)]
+async fn a_miss_asks_for_at_most_one_early_read_a_minute() {
+    let (ids, api) = identities(10);
+    ids.check("acme", "a@acme.example", &api);
+    ids.take_due(Instant::now());
+    ids.learned("acme", names(&["acme.example"]));
+    assert_eq!(
+        ids.next_due(),
+        Some(Instant::now() + Duration::from_secs(300))
+    );
+    assert!(refused_domain(ids.check("acme", "x@new.example", &api)).is_some());
+    assert_eq!(ids.take_due(Instant::now()), ["acme"], "read early");
+    ids.learned("acme", names(&["acme.example"]));
+    tokio::time::advance(EARLY_EVERY - Duration::from_millis(1)).await;
+    assert!(refused_domain(ids.check("acme", "x@new.example", &api)).is_some());
+    assert!(
+        ids.take_due(Instant::now()).is_empty(),
+        "not twice a minute"
+    );
+    tokio::time::advance(Duration::from_millis(1)).await;
+    assert!(refused_domain(ids.check("acme", "x@new.example", &api)).is_some());
+    assert_eq!(ids.take_due(Instant::now()), ["acme"]);
+}
+
+/// At `max` tenants, a new one makes the tenant asked about longest ago forgotten.
+#[tokio::test(start_paused = true)]
+async fn past_its_bound_the_tenant_asked_about_longest_ago_is_forgotten() {
+    let (ids, api) = identities(2);
+    for tenant in ["a", "b"] {
+        ids.check(tenant, "x@x.example", &api);
+        tokio::time::advance(Duration::from_secs(1)).await;
+    }
+    ids.take_due(Instant::now());
+    ids.learned("a", Ok(None));
+    ids.learned("b", Ok(None));
+    ids.check("a", "x@x.example", &api);
+    tokio::time::advance(Duration::from_secs(1)).await;
+    ids.check("c", "x@x.example", &api);
+    assert_eq!(ids.unknown(), ["a"], "b went, a was asked about since");
+    assert_eq!(ids.tenants.lock().unwrap().len(), 2);
+}
