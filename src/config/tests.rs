@@ -10,6 +10,23 @@ fn minimal_config_gets_defaults() {
     assert_eq!(c.smtp.max_recipients.get(), 100);
     assert_eq!(c.smtp.trusted_networks.len(), 2);
     assert!(c.throttle.is_empty());
+    assert!(c.smtp.proxy_from.is_empty());
+    assert_eq!(c.smtp.proxy_timeout_ms.get(), 5000);
+}
+
+#[test]
+fn proxy_from_reads_networks_as_trusted_networks_does() {
+    let text = MINIMAL.replace(
+        "listen",
+        "proxy_from = [\"10.0.0.0/8\", \"fd00::/8\"]\nproxy_timeout_ms = 2000\nlisten",
+    );
+    let c = Config::parse(&text).unwrap();
+    assert_eq!(c.smtp.proxy_from.len(), 2);
+    assert!(c.smtp.proxy_from[0].contains(&"10.1.2.3".parse::<std::net::IpAddr>().unwrap()));
+    assert_eq!(c.smtp.proxy_timeout_ms.get(), 2000);
+    let bad = MINIMAL.replace("listen", "proxy_from = [\"10.0.0.0/33\"]\nlisten");
+    let err = Config::parse(&bad).unwrap_err().to_string();
+    assert!(err.contains("line 2"), "{err}");
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! The SMTP session: the dialogue, the envelope as relayed, hostile input and its bounds
 //! (AUTH checks, junk commands, buffered DATA), random byte streams, AUTH, TLS, and real
-//! clients (swaks, Python's smtplib) in front of the relay.
+//! clients (swaks, Python's smtplib) in front of the relay; the PROXY protocol behind a balancer.
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -11,6 +11,7 @@ mod command_bounds;
 mod envelope;
 mod external_client;
 mod hostile;
+mod proxy;
 mod reputation;
 mod session;
 mod session_props;
