@@ -164,6 +164,12 @@ pub struct AdminConfig {
     /// endpoint asks for HTTP Basic authentication; without it, the paths that change state
     /// answer 403.
     pub password_hash: Option<toml::Spanned<String>>,
+    /// `/readyz` answers 503 while no upstream can take a route's mail (or Redis, with a
+    /// layer on it, cannot be reached). Off: readiness means "this replica can take mail";
+    /// upstream is shared by every replica, so coupling them pulls all of them out at once,
+    /// and clients then get refused connections instead of a `451` they may retry.
+    #[serde(default)]
+    pub ready_requires_upstream: bool,
 }
 
 fn default_admin_listen() -> SocketAddr {
