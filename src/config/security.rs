@@ -111,6 +111,10 @@ pub enum SecurityRule {
     TenantTooLong { user: String },
     #[error("duplicate user `{0}`")]
     DuplicateUser(String),
+    #[error("set `password_hash` or `password_hash_env`, not both")]
+    AdminHashTwice,
+    #[error("environment variable `{0}` is not set")]
+    EnvNotSet(String),
 }
 
 /// Why a `password_hash` is not one argon2 can check.

@@ -322,3 +322,30 @@ fn telemetry_takes_an_http_endpoint_and_refuses_others_with_the_key_and_line() {
         );
     }
 }
+
+#[test]
+fn admin_password_hash_comes_from_its_environment_variable() {
+    let hash = "$argon2id$v=19$m=19456,t=2,p=1$c29tZXNhbHRzb21lc2FsdA$hRh5UbO5V5zAcTz1r34tZgRfrqBvAdiE/lw+J3iU+Ls";
+    let var = "MAILSLUICE_TEST_ADMIN_HASH_FROM_ENV";
+    let text = format!("{MINIMAL}[admin]\npassword_hash_env = \"{var}\"\n");
+    let err = Config::parse(&text).unwrap_err().to_string();
+    assert!(
+        err.contains("admin.password_hash_env") && err.contains(var) && err.contains("line 6"),
+        "{err}"
+    );
+    std::env::set_var(var, format!("{hash}\n"));
+    let c = Config::parse(&text).unwrap();
+    let got = c.admin.unwrap().password_hash.unwrap().into_inner();
+    assert_eq!(got, hash, "read, its line end trimmed");
+    let both =
+        format!("{MINIMAL}[admin]\npassword_hash_env = \"{var}\"\npassword_hash = \"{hash}\"\n");
+    let err = Config::parse(&both).unwrap_err().to_string();
+    assert!(err.contains("not both"), "{err}");
+    std::env::set_var(var, "secret");
+    let err = Config::parse(&text).unwrap_err().to_string();
+    assert!(
+        err.contains("admin.password_hash") && err.contains("line 6"),
+        "{err}"
+    );
+    std::env::remove_var(var);
+}
