@@ -1,22 +1,34 @@
 #!/usr/bin/env python3
 """Checks the deployment files without a cluster: they parse, their relay configs pass
-`mailsluice check`, and the Kubernetes manifests hold what they promise.
+`mailsluice check`, and the Kubernetes manifests, rendered by kustomize as `kubectl apply -k`
+would, hold what they promise.
 
-    python3 tools/check_deploy.py --mailsluice PATH [--deploy DIR]
+    python3 tools/check_deploy.py --mailsluice PATH [--deploy DIR] [--kubectl PATH]
 
-DIR (default: deploy/) holds compose.yaml and kubernetes/*.yaml. Prints one line per check and
-exits 1 at the first that fails, naming it. Needs PyYAML (Debian: python3-yaml).
+DIR (default: deploy/) holds compose.yaml, kubernetes/ (the base, with its components nlb/ and
+monitoring/) and eks/ (the base with both components). Prints one line per check and exits 1
+at the first that fails, naming it. Needs PyYAML (Debian: python3-yaml) and kubectl (its
+built-in kustomize renders the manifests).
 """
 
 import argparse
 import glob
+import ipaddress
 import os
 import re
 import subprocess
 import sys
 import tempfile
+import tomllib
 
 import yaml
+
+# What the admin endpoint answers a GET on without asking for a password (src/admin/endpoint.rs).
+PROBE_PATHS = {"/healthz", "/readyz"}
+# A value a Secret must never be shipped with.
+PLACEHOLDER = re.compile(r"replace|change|example|placeholder|todo|xxx|secret|password|^\.*$|^<.*>$", re.I)
+# Broader than this, a network is no apps' CIDR.
+WIDEST = {4: 16, 6: 48}
 
 
 class Failed(Exception):
@@ -30,19 +42,26 @@ def need(ok, what):
 
 
 def mailsluice_check(binary, config, where):
+    """`mailsluice check` on `config`, its `*_env` variables set as the pod's Secrets would."""
+    env = dict(os.environ)
+    for key, var in re.findall(r"^\s*(\w+_env)\s*=\s*\"([^\"]+)\"", config, re.M):
+        if key == "password_hash_env":
+            hashed = subprocess.run([binary, "hash-password"], input="check-deploy\n", capture_output=True, text=True)
+            env[var] = hashed.stdout.strip()
+        else:
+            env[var] = "check-deploy"
     with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
         f.write(config)
         path = f.name
     try:
-        run = subprocess.run([binary, "check", "--config", path], capture_output=True, text=True)
+        run = subprocess.run([binary, "check", "--config", path], capture_output=True, text=True, env=env)
     finally:
         os.unlink(path)
     need(run.returncode == 0, f"{where}: `mailsluice check` passes ({run.stdout}{run.stderr}".strip() + ")")
 
 
 def grace_ms(config):
-    m = re.search(r"^\s*shutdown_grace_ms\s*=\s*(\d+)", config, re.M)
-    return int(m.group(1)) if m else 30000
+    return tomllib.loads(config)["smtp"].get("shutdown_grace_ms", 30000)
 
 
 def check_compose(path, binary):
@@ -50,72 +69,217 @@ def check_compose(path, binary):
         compose = yaml.safe_load(f)
     relay = compose["services"]["mailsluice"]
     need(relay["deploy"]["replicas"] == 3, "compose: 3 relay replicas")
+    need(not relay["image"].startswith("localhost/"), "compose: an image name Docker and podman both resolve")
     need("redis" in compose["services"], "compose: a Redis service")
     config = compose["configs"]["mailsluice"]["content"]
     need('store = "redis"' in config, "compose: a layer on Redis")
     mailsluice_check(binary, config, "compose")
 
 
-def kube_objects(folder):
-    objects = []
-    for path in sorted(glob.glob(os.path.join(folder, "*.yaml"))):
-        if os.path.basename(path) == "kustomization.yaml":
-            continue
-        with open(path, encoding="utf-8") as f:
-            objects += [o for o in yaml.safe_load_all(f) if o]
-    return objects
-
-
-def check_kubernetes(folder, binary):
-    objects = kube_objects(folder)
-    by_kind = {}
-    for o in objects:
-        by_kind.setdefault(o["kind"], []).append(o)
+def check_listed(folder, where):
+    """Every file of a kustomization's folder is used by it: no manifest left out by mistake."""
     with open(os.path.join(folder, "kustomization.yaml"), encoding="utf-8") as f:
-        listed = set(yaml.safe_load(f)["resources"])
-    files = {os.path.basename(p) for p in glob.glob(os.path.join(folder, "*.yaml"))}
-    need(listed == files - {"kustomization.yaml"}, "kubernetes: kustomization lists every file")
+        k = yaml.safe_load(f)
+    used = set(k.get("resources", []))
+    for generator in k.get("configMapGenerator", []) + k.get("secretGenerator", []):
+        used |= set(generator.get("files", []))
+    files = {os.path.basename(p) for p in glob.glob(os.path.join(folder, "*.yaml")) + glob.glob(os.path.join(folder, "*.toml"))}
+    need(files - {"kustomization.yaml"} <= used, f"{where}: the kustomization uses every file")
 
-    (deployment,) = by_kind["Deployment"]
-    spec = deployment["spec"]["template"]["spec"]
-    (relay,) = spec["containers"]
-    need(deployment["spec"]["replicas"] == 2, "kubernetes: the relay has 2 replicas")
-    need(relay["livenessProbe"]["httpGet"]["path"] == "/healthz", "kubernetes: liveness on /healthz")
-    need(relay["readinessProbe"]["httpGet"]["path"] == "/readyz", "kubernetes: readiness on /readyz")
-    need({"requests", "limits"} <= set(relay["resources"]), "kubernetes: resources set")
-    need(spec["securityContext"]["runAsNonRoot"] is True, "kubernetes: non-root")
-    need(relay["securityContext"]["readOnlyRootFilesystem"] is True, "kubernetes: read-only root filesystem")
 
-    (configmap,) = [c for c in by_kind["ConfigMap"] if c["metadata"]["name"] == "mailsluice"]
-    config = configmap["data"]["mailsluice.toml"]
-    grace_s = spec["terminationGracePeriodSeconds"]
-    need(
-        grace_s * 1000 > grace_ms(config),
-        f"kubernetes: terminationGracePeriodSeconds ({grace_s} s) above shutdown_grace_ms ({grace_ms(config)} ms)",
-    )
-    volumes = {v["name"]: v for v in spec["volumes"]}
-    mounts = [m for m in relay["volumeMounts"] if volumes[m["name"]].get("configMap", {}).get("name") == "mailsluice"]
-    need(
-        any(m["mountPath"] + "/mailsluice.toml" in relay["args"] for m in mounts),
-        "kubernetes: the relay reads the ConfigMap's config",
-    )
-    mailsluice_check(binary, config, "kubernetes ConfigMap")
+def render(kubectl, folder):
+    run = subprocess.run([kubectl, "kustomize", folder], capture_output=True, text=True)
+    need(run.returncode == 0, f"kustomize renders {os.path.normpath(folder)}" + (f" ({run.stderr.strip()[-300:]})" if run.returncode else ""))
+    return [o for o in yaml.safe_load_all(run.stdout) if o]
 
-    (pdb,) = by_kind["PodDisruptionBudget"]
+
+def by_kind(objects, kind):
+    return [o for o in objects if o["kind"] == kind]
+
+
+def named(objects, kind, name):
+    found = [o for o in by_kind(objects, kind) if o["metadata"]["name"] == name]
+    return found[0] if found else None
+
+
+def selects(selector, labels):
+    return bool(selector) and selector.items() <= labels.items()
+
+
+def prestop_seconds(container):
+    pre = container.get("lifecycle", {}).get("preStop", {})
+    if "sleep" in pre:
+        return int(pre["sleep"]["seconds"])
+    command = pre.get("exec", {}).get("command", [])
+    if command and command[0].endswith("sleep"):
+        return int(command[1])
+    return 0
+
+
+def port_number(container, port):
+    """A probe's or Service's port (a name or a number) as the container's port number, or None."""
+    for p in container.get("ports", []):
+        if port in (p.get("name"), p["containerPort"]):
+            return p["containerPort"]
+    return None
+
+
+def secret_env(container, var):
+    """The (Secret, key) that sets `var` in `container`, or None."""
+    for e in container.get("env", []):
+        ref = e.get("valueFrom", {}).get("secretKeyRef")
+        if e["name"] == var and ref:
+            return ref["name"], ref["key"]
+    return None
+
+
+def networks(values):
+    return [ipaddress.ip_network(v, strict=False) for v in values]
+
+
+def check_render(objects, binary, where):
+    # No Secret is shipped with a value someone must remember to change.
+    for secret in by_kind(objects, "Secret"):
+        values = list(secret.get("stringData", {}).values()) + list(secret.get("data", {}).values())
+        need(not any(PLACEHOLDER.search(str(v)) for v in values), f"{where}: Secret {secret['metadata']['name']} holds no placeholder")
+    (namespace,) = by_kind(objects, "Namespace")
+    ns = namespace["metadata"]["name"]
+    need(namespace["metadata"]["labels"].get("pod-security.kubernetes.io/enforce") == "restricted", f"{where}: the namespace enforces the restricted Pod Security level")
+    need(all(o["metadata"].get("namespace") == ns for o in objects if o["kind"] != "Namespace"), f"{where}: every object is in namespace {ns}")
+
+    deployment = named(objects, "Deployment", "mailsluice")
+    pod = deployment["spec"]["template"]["spec"]
     labels = deployment["spec"]["template"]["metadata"]["labels"]
-    need(pdb["spec"]["selector"]["matchLabels"].items() <= labels.items(), "kubernetes: the PDB selects the relay")
-    services = {s["metadata"]["name"]: s for s in by_kind["Service"]}
-    need(services["mailsluice"]["spec"]["selector"].items() <= labels.items(), "kubernetes: the Service selects the relay")
-    (account,) = by_kind["ServiceAccount"]
-    need(
-        "eks.amazonaws.com/role-arn" in account["metadata"].get("annotations", {})
-        and spec["serviceAccountName"] == account["metadata"]["name"],
-        "kubernetes: the relay runs as a service account with an IRSA role",
-    )
-    (redis,) = by_kind["StatefulSet"]
-    redis_labels = redis["spec"]["template"]["metadata"]["labels"]
-    need(services["redis"]["spec"]["selector"].items() <= redis_labels.items(), "kubernetes: the redis Service selects Redis")
-    need("redis://redis:6379" in config, "kubernetes: the relay's config names the redis Service")
+    (relay,) = pod["containers"]
+    need("replicas" not in deployment["spec"], f"{where}: the HPA, not the Deployment, sets the replicas")
+    need(not relay["image"].startswith("localhost/"), f"{where}: an image name Docker and podman both resolve ({relay['image']})")
+    strategy = deployment["spec"]["strategy"]["rollingUpdate"]
+    need(strategy["maxUnavailable"] == 0, f"{where}: a rollout starts a new pod before it stops an old one")
+
+    # The config: the ConfigMap the relay mounts, with the key it reads.
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    config_path = relay["args"][relay["args"].index("--config") + 1]
+    mount = next(m for m in relay["volumeMounts"] if config_path.startswith(m["mountPath"] + "/"))
+    cm_name = volumes[mount["name"]]["configMap"]["name"]
+    configmap = named(objects, "ConfigMap", cm_name)
+    need(configmap is not None, f"{where}: the relay's ConfigMap {cm_name} exists")
+    key = config_path[len(mount["mountPath"]) + 1 :]
+    need(key in configmap["data"], f"{where}: ConfigMap {cm_name} has the key {key} the relay reads")
+    for c in pod["containers"]:
+        for e in c.get("env", []):
+            ref = e.get("valueFrom", {}).get("configMapKeyRef")
+            if ref:
+                cm = named(objects, "ConfigMap", ref["name"])
+                need(cm is not None and ref["key"] in cm["data"], f"{where}: ConfigMap key {ref['name']}/{ref['key']} exists")
+    config_text = configmap["data"][key]
+    config = tomllib.loads(config_text)
+    mailsluice_check(binary, config_text, f"{where} ConfigMap")
+
+    # Ports and probes: what the config listens on, the container declares, and the probes,
+    # Services, NetworkPolicies and ServiceMonitors name.
+    smtp_port = int(config["smtp"]["listen"][0].rsplit(":", 1)[1])
+    admin_port = int(config["admin"]["listen"].rsplit(":", 1)[1])
+    need(port_number(relay, "smtp") == smtp_port and port_number(relay, "admin") == admin_port, f"{where}: container ports smtp {smtp_port} and admin {admin_port} as the config listens")
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+        get = relay[probe]["httpGet"]
+        need(get["path"] == path and get["path"] in PROBE_PATHS and port_number(relay, get["port"]) == admin_port, f"{where}: {probe} on {path} at the admin port")
+    for service in by_kind(objects, "Service"):
+        if selects(service["spec"]["selector"], labels):
+            for p in service["spec"]["ports"]:
+                need(port_number(relay, p["targetPort"]) is not None, f"{where}: Service {service['metadata']['name']} port {p['targetPort']} exists")
+    services = {s["metadata"]["name"]: s for s in by_kind(objects, "Service")}
+    for monitor in by_kind(objects, "ServiceMonitor"):
+        chosen = [s for s in services.values() if selects(monitor["spec"]["selector"]["matchLabels"], s["metadata"].get("labels", {}))]
+        for endpoint in monitor["spec"]["endpoints"]:
+            ok = chosen and all(any(p["name"] == endpoint["port"] for p in s["spec"]["ports"]) for s in chosen)
+            need(ok and endpoint["path"] == "/metrics", f"{where}: ServiceMonitor scrapes /metrics on port {endpoint['port']}")
+
+    # Stopping: the preStop pause, then the drain, within the grace period.
+    grace_s = pod["terminationGracePeriodSeconds"]
+    pause = prestop_seconds(relay)
+    need(pause > 0, f"{where}: a preStop pause ({pause} s) before SIGTERM")
+    drain = grace_ms(config_text)
+    need(grace_s * 1000 > drain + pause * 1000, f"{where}: terminationGracePeriodSeconds ({grace_s} s) above shutdown_grace_ms ({drain} ms) plus preStop ({pause} s)")
+
+    # Every pod: restricted, seccomp RuntimeDefault.
+    for workload in by_kind(objects, "Deployment") + by_kind(objects, "StatefulSet"):
+        spec = workload["spec"]["template"]["spec"]
+        name = workload["metadata"]["name"]
+        need(spec["securityContext"].get("runAsNonRoot") is True, f"{where}: {name} runs as non-root")
+        need(spec["securityContext"].get("seccompProfile", {}).get("type") == "RuntimeDefault", f"{where}: {name} has seccompProfile RuntimeDefault")
+        for c in spec["containers"]:
+            sc = c["securityContext"]
+            need(sc.get("readOnlyRootFilesystem") is True and sc.get("allowPrivilegeEscalation") is False and sc.get("capabilities", {}).get("drop") == ["ALL"], f"{where}: {name}/{c['name']}: read-only root filesystem, no privilege escalation, no capabilities")
+            need({"requests", "limits"} <= set(c["resources"]), f"{where}: {name}/{c['name']}: resources set")
+    spread = {t["topologyKey"] for t in pod.get("topologySpreadConstraints", [])}
+    need({"topology.kubernetes.io/zone", "kubernetes.io/hostname"} <= spread, f"{where}: the relay spreads over zones and nodes")
+
+    # Secrets: the admin password's hash and Redis's password come from them.
+    var = config["admin"].get("password_hash_env")
+    need(config["admin"].get("password_hash") or (var and secret_env(relay, var)), f"{where}: the admin password's hash comes from a Secret")
+    redis_cfg = config["redis"]
+    relay_redis = secret_env(relay, redis_cfg.get("password_env", ""))
+    need(relay_redis is not None, f"{where}: the relay's Redis password comes from a Secret")
+    redis = named(objects, "StatefulSet", "redis")
+    (server,) = redis["spec"]["template"]["spec"]["containers"]
+    command = " ".join(server.get("command", []) + server.get("args", []))
+    need("requirepass $REDIS_PASSWORD" in command and secret_env(server, "REDIS_PASSWORD") == relay_redis, f"{where}: Redis asks for the relay's password (requirepass)")
+    need("protected-mode no" not in command, f"{where}: Redis keeps protected mode")
+    need(selects(services["redis"]["spec"]["selector"], redis["spec"]["template"]["metadata"]["labels"]), f"{where}: the redis Service selects Redis")
+    need(redis_cfg["url"].startswith("redis://redis:6379"), f"{where}: the relay's config names the redis Service")
+
+    # NetworkPolicies: a default deny; SMTP, admin and Redis each from whom they serve.
+    policies = by_kind(objects, "NetworkPolicy")
+    need(any(p["spec"]["podSelector"] == {} and not p["spec"].get("ingress") for p in policies), f"{where}: ingress denied by default")
+    def admitting(pod_labels, port_names):
+        for p in policies:
+            if selects(p["spec"]["podSelector"].get("matchLabels", {}), pod_labels):
+                for rule in p["spec"].get("ingress", []):
+                    if any(port.get("port") in port_names for port in rule.get("ports", [])):
+                        yield rule
+    smtp_rules = list(admitting(labels, {"smtp", smtp_port}))
+    admin_rules = list(admitting(labels, {"admin", admin_port}))
+    redis_rules = list(admitting(redis["spec"]["template"]["metadata"]["labels"], {6379, "redis"}))
+    need(smtp_rules and all(r.get("from") for r in smtp_rules), f"{where}: SMTP only from the apps")
+    need(admin_rules and all(f.get("namespaceSelector") for r in admin_rules for f in r.get("from", [None])), f"{where}: admin only from the monitoring namespace")
+    need(redis_rules and all(selects(f.get("podSelector", {}).get("matchLabels", {}), labels) for r in redis_rules for f in r.get("from", [{}])), f"{where}: Redis only from the relay")
+    for p in policies:
+        if selects(p["spec"]["podSelector"].get("matchLabels", {}), labels):
+            for pp in (pp for rule in p["spec"].get("ingress", []) for pp in rule.get("ports", [])):
+                need(port_number(relay, pp["port"]) is not None, f"{where}: NetworkPolicy {p['metadata']['name']} port {pp['port']} exists")
+
+    # trusted_networks (and proxy_from) no wider than the apps' CIDR: inside an ipBlock that
+    # may reach SMTP, itself no wider than /16 (/48).
+    blocks = networks(f["ipBlock"]["cidr"] for r in smtp_rules for f in r["from"] if "ipBlock" in f)
+    for net in blocks:
+        need(net.prefixlen >= WIDEST[net.version], f"{where}: the CIDR {net} let reach SMTP is no wider than /{WIDEST[net.version]}")
+    for key in ("trusted_networks", "proxy_from"):
+        for net in networks(config["smtp"].get(key, [])):
+            inside = any(net.version == b.version and net.subnet_of(b) for b in blocks)
+            need(inside, f"{where}: {key} {net} lies within a CIDR the NetworkPolicies let reach SMTP ({', '.join(map(str, blocks))})")
+
+    # A balancer that sends PROXY, and a relay that reads it: both or neither.
+    proxied = [s for s in services.values() if "proxy-protocol" in " ".join(s["metadata"].get("annotations", {}))]
+    need(bool(proxied) == bool(config["smtp"].get("proxy_from")), f"{where}: a Service sending PROXY protocol if and only if proxy_from is set")
+
+    # Scaling: an HPA for the Deployment whose scale-down lets each pod drain before the next.
+    (hpa,) = by_kind(objects, "HorizontalPodAutoscaler")
+    need(hpa["spec"]["scaleTargetRef"]["name"] == "mailsluice" and hpa["spec"]["minReplicas"] >= 2, f"{where}: an HPA of at least 2 replicas")
+    down = hpa["spec"]["behavior"]["scaleDown"]
+    need(all(p["type"] == "Pods" and p["value"] == 1 and p["periodSeconds"] >= grace_s for p in down["policies"]) and down.get("selectPolicy") == "Min", f"{where}: the HPA scales down one pod per {grace_s} s or more (a drain's length)")
+    (pdb,) = by_kind(objects, "PodDisruptionBudget")
+    need(selects(pdb["spec"]["selector"]["matchLabels"], labels), f"{where}: the PDB selects the relay")
+    (account,) = by_kind(objects, "ServiceAccount")
+    need("eks.amazonaws.com/role-arn" in account["metadata"].get("annotations", {}) and pod["serviceAccountName"] == account["metadata"]["name"], f"{where}: the relay runs as a service account with an IRSA role")
+
+
+def check_kubernetes(deploy, binary, kubectl):
+    base = os.path.join(deploy, "kubernetes")
+    check_listed(base, "kubernetes")
+    for component in ("nlb", "monitoring"):
+        check_listed(os.path.join(base, component), f"kubernetes/{component}")
+    check_render(render(kubectl, base), binary, "kubernetes")
+    check_render(render(kubectl, os.path.join(deploy, "eks")), binary, "eks")
 
 
 def main():
@@ -123,11 +287,12 @@ def main():
     args = argparse.ArgumentParser()
     args.add_argument("--mailsluice", required=True)
     args.add_argument("--deploy", default=os.path.join(here, "..", "deploy"))
+    args.add_argument("--kubectl", default="kubectl")
     a = args.parse_args()
     try:
         check_compose(os.path.join(a.deploy, "compose.yaml"), a.mailsluice)
-        check_kubernetes(os.path.join(a.deploy, "kubernetes"), a.mailsluice)
-    except (Failed, KeyError, ValueError, TypeError, yaml.YAMLError) as e:
+        check_kubernetes(a.deploy, a.mailsluice, a.kubectl)
+    except (Failed, KeyError, ValueError, TypeError, StopIteration, yaml.YAMLError, tomllib.TOMLDecodeError) as e:
         print(f"check_deploy: FAILED: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
     print("check_deploy: all ok")

@@ -182,8 +182,11 @@ pub async fn serve(
         .await
 }
 
-/// 200 when the relay can take mail: listening and upstream reachable now (Redis too, once
-/// a layer uses it); 503 with a JSON body saying what is not.
+/// 200 when this replica can take mail: its config loaded and its listeners accepting. Upstream
+/// and Redis are checked and shown (each upstream, the routes' verdict, a pause), and make it
+/// 503 only with `[admin] ready_requires_upstream`: they are shared by every replica, so one
+/// hiccup would pull them all out of the load balancer at once, and clients would find refused
+/// connections, which many do not retry, instead of a `451` they may.
 async fn readyz(State(admin): State<Arc<Admin>>) -> Response {
     let Some(ctx) = admin.live.current() else {
         return starting();
@@ -192,7 +195,9 @@ async fn readyz(State(admin): State<Arc<Admin>>) -> Response {
     let checks = check_upstreams(&ctx).await;
     let upstream = upstreams_ready(&ctx, &checks);
     let store = ctx.setup.throttle.check_store().await;
-    let ready = listening && upstream.is_ok() && store.as_ref().is_none_or(|s| s.is_ok());
+    let strict = (ctx.setup.config.admin.as_ref()).is_some_and(|a| a.ready_requires_upstream);
+    let reachable = upstream.is_ok() && store.as_ref().is_none_or(|s| s.is_ok());
+    let ready = listening && (reachable || !strict);
     let each: serde_json::Map<String, serde_json::Value> =
         (ctx.setup.upstreams.iter().zip(&checks))
             .map(|(u, (name, check))| {
@@ -224,6 +229,7 @@ async fn readyz(State(admin): State<Arc<Admin>>) -> Response {
         "upstream": verdict(&upstream),
         "upstreams": each,
         "paused": ctx.setup.upstreams.iter().any(|u| u.pause.is_paused()),
+        "requires_upstream": strict,
     });
     if let Some(store) = &store {
         body["redis"] = verdict(store);

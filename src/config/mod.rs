@@ -169,6 +169,15 @@ pub struct AdminConfig {
     /// endpoint asks for HTTP Basic authentication; without it, the paths that change state
     /// answer 403.
     pub password_hash: Option<toml::Spanned<String>>,
+    /// Name of the environment variable holding `password_hash` instead (filled from a
+    /// Kubernetes Secret, say), so the file can sit in a ConfigMap.
+    pub password_hash_env: Option<toml::Spanned<String>>,
+    /// `/readyz` answers 503 while no upstream can take a route's mail (or Redis, with a
+    /// layer on it, cannot be reached). Off: readiness means "this replica can take mail";
+    /// upstream is shared by every replica, so coupling them pulls all of them out at once,
+    /// and clients then get refused connections instead of a `451` they may retry.
+    #[serde(default)]
+    pub ready_requires_upstream: bool,
 }
 
 fn default_admin_listen() -> SocketAddr {
@@ -188,9 +197,29 @@ impl Config {
         })
     }
 
+    /// `[admin] password_hash_env`: the hash read from the environment, then checked as if
+    /// written in the file (an error points at the variable's line).
+    fn admin_hash_from_env(&mut self, text: &str) -> Result<(), BrokenRule> {
+        let Some(admin) = &mut self.admin else {
+            return Ok(());
+        };
+        let Some(var) = &admin.password_hash_env else {
+            return Ok(());
+        };
+        let at = |problem| BrokenRule::at(text, var.span(), "admin.password_hash_env", problem);
+        if admin.password_hash.is_some() {
+            return Err(at(SecurityRule::AdminHashTwice));
+        }
+        let name = var.get_ref();
+        let hash = std::env::var(name).map_err(|_| at(SecurityRule::EnvNotSet(name.clone())))?;
+        admin.password_hash = Some(toml::Spanned::new(var.span(), hash.trim().to_string()));
+        Ok(())
+    }
+
     /// Parses and validates a TOML document; the error text names the key and the line.
     pub fn parse(text: &str) -> Result<Config, InvalidConfig> {
         let mut config: Config = toml::from_str(text).map_err(InvalidConfig::Toml)?;
+        config.admin_hash_from_env(text)?;
         config.validate(text)?;
         for upstream in &mut config.upstreams {
             upstream.default_helo_name(&config.smtp.hostname);

@@ -123,6 +123,10 @@ pub enum SecurityRule {
     DuplicateUser(String),
     #[error(transparent)]
     BadSender(#[from] super::BadSenderPattern),
+    #[error("set `password_hash` or `password_hash_env`, not both")]
+    AdminHashTwice,
+    #[error("environment variable `{0}` is not set")]
+    EnvNotSet(String),
 }
 
 /// Why a `password_hash` is not one argon2 can check.

@@ -35,6 +35,14 @@ pub struct SmtpConfig {
     /// Clients allowed to relay without AUTH. Absent means loopback only.
     #[serde(default = "default_trusted_networks")]
     pub trusted_networks: Vec<IpNet>,
+    /// Balancers whose connections open with a PROXY header (v1 or v2) naming the client,
+    /// whose address is then the client's for everything. Empty: no one may send one.
+    #[serde(default)]
+    pub proxy_from: Vec<IpNet>,
+    /// Time a connection from `proxy_from` has to send its whole PROXY header; past it the
+    /// connection is closed (Postfix's `smtpd_upstream_proxy_timeout`).
+    #[serde(default = "default_proxy_timeout_ms")]
+    pub proxy_timeout_ms: NonZeroU64,
     /// Addresses for implicit TLS (SMTPS, RFC 8314; port 465). Needs `[smtp.tls]`.
     #[serde(default)]
     pub tls_listen: Vec<SocketAddr>,
@@ -104,6 +112,9 @@ fn default_shutdown_grace_ms() -> u64 {
 }
 fn default_trusted_networks() -> Vec<IpNet> {
     vec!["127.0.0.0/8".parse().unwrap(), "::1/128".parse().unwrap()]
+}
+fn default_proxy_timeout_ms() -> NonZeroU64 {
+    NonZeroU64::new(5_000).unwrap()
 }
 fn default_max_errors() -> NonZeroUsize {
     NonZeroUsize::new(20).unwrap()

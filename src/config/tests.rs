@@ -10,6 +10,23 @@ fn minimal_config_gets_defaults() {
     assert_eq!(c.smtp.max_recipients.get(), 100);
     assert_eq!(c.smtp.trusted_networks.len(), 2);
     assert!(c.throttle.is_empty());
+    assert!(c.smtp.proxy_from.is_empty());
+    assert_eq!(c.smtp.proxy_timeout_ms.get(), 5000);
+}
+
+#[test]
+fn proxy_from_reads_networks_as_trusted_networks_does() {
+    let text = MINIMAL.replace(
+        "listen",
+        "proxy_from = [\"10.0.0.0/8\", \"fd00::/8\"]\nproxy_timeout_ms = 2000\nlisten",
+    );
+    let c = Config::parse(&text).unwrap();
+    assert_eq!(c.smtp.proxy_from.len(), 2);
+    assert!(c.smtp.proxy_from[0].contains(&"10.1.2.3".parse::<std::net::IpAddr>().unwrap()));
+    assert_eq!(c.smtp.proxy_timeout_ms.get(), 2000);
+    let bad = MINIMAL.replace("listen", "proxy_from = [\"10.0.0.0/33\"]\nlisten");
+    let err = Config::parse(&bad).unwrap_err().to_string();
+    assert!(err.contains("line 2"), "{err}");
 }
 
 #[test]
@@ -304,4 +321,31 @@ fn telemetry_takes_an_http_endpoint_and_refuses_others_with_the_key_and_line() {
             "{err}"
         );
     }
+}
+
+#[test]
+fn admin_password_hash_comes_from_its_environment_variable() {
+    let hash = "$argon2id$v=19$m=19456,t=2,p=1$c29tZXNhbHRzb21lc2FsdA$hRh5UbO5V5zAcTz1r34tZgRfrqBvAdiE/lw+J3iU+Ls";
+    let var = "MAILSLUICE_TEST_ADMIN_HASH_FROM_ENV";
+    let text = format!("{MINIMAL}[admin]\npassword_hash_env = \"{var}\"\n");
+    let err = Config::parse(&text).unwrap_err().to_string();
+    assert!(
+        err.contains("admin.password_hash_env") && err.contains(var) && err.contains("line 6"),
+        "{err}"
+    );
+    std::env::set_var(var, format!("{hash}\n"));
+    let c = Config::parse(&text).unwrap();
+    let got = c.admin.unwrap().password_hash.unwrap().into_inner();
+    assert_eq!(got, hash, "read, its line end trimmed");
+    let both =
+        format!("{MINIMAL}[admin]\npassword_hash_env = \"{var}\"\npassword_hash = \"{hash}\"\n");
+    let err = Config::parse(&both).unwrap_err().to_string();
+    assert!(err.contains("not both"), "{err}");
+    std::env::set_var(var, "secret");
+    let err = Config::parse(&text).unwrap_err().to_string();
+    assert!(
+        err.contains("admin.password_hash") && err.contains("line 6"),
+        "{err}"
+    );
+    std::env::remove_var(var);
 }

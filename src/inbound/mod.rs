@@ -5,8 +5,10 @@
 //!   in flight (memory).
 //! - `auth_lockout`: failed AUTH attempts per client address, and the lockout.
 //! - `connection_limit`: connections held per client address.
+//! - `proxy`: the PROXY protocol header a balancer in `proxy_from` opens its connections with.
 
 pub mod auth_lockout;
 pub mod connection_limit;
 pub mod password;
+pub mod proxy;
 pub mod tls;

@@ -62,8 +62,19 @@ pub struct KindLabel {
     pub kind: &'static str,
 }
 
+/// Why a connection was closed for its PROXY header: `missing`, `malformed`, `truncated`,
+/// `slow`, or `not_allowed` (from outside `proxy_from`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProxyLabel {
+    pub reason: &'static str,
+}
+
+/// Every `reason` of [`ProxyLabel`], each shown from 0.
+pub const PROXY_REFUSALS: [&str; 5] = ["missing", "malformed", "truncated", "slow", "not_allowed"];
+
 pub struct Metrics {
     registry: Registry,
+    proxy_refused: Family<ProxyLabel, Counter>,
     reputation_events: Family<KindLabel, Counter>,
     reputation_paused: Gauge,
     reputation_store_errors: Counter,
@@ -153,7 +164,19 @@ impl Metrics {
                 .get_or_create(&OnErrorLabel { on_error })
                 .inc_by(0);
         }
+        let proxy_refused = Family::<ProxyLabel, Counter>::default();
+        for reason in PROXY_REFUSALS {
+            proxy_refused
+                .get_or_create(&ProxyLabel { reason })
+                .inc_by(0);
+        }
         Arc::new(Metrics {
+            proxy_refused: add_metric(
+                r,
+                "proxy_refused",
+                "Connections closed for their PROXY header, by reason",
+                proxy_refused,
+            ),
             messages: add(
                 r,
                 "messages",
@@ -418,6 +441,13 @@ impl Metrics {
     /// A recipient refused as suppressed.
     pub fn suppressed(&self) {
         self.suppressed.inc();
+    }
+
+    /// A connection closed for its PROXY header (a reason of [`PROXY_REFUSALS`]).
+    pub fn proxy_refused(&self, reason: &'static str) {
+        self.proxy_refused
+            .get_or_create(&ProxyLabel { reason })
+            .inc();
     }
 
     pub fn connection_opened(&self) {

@@ -1,4 +1,5 @@
-//! Accepting connections: the connection bounds, one task per session, graceful shutdown.
+//! Accepting connections: the connection bounds, a balancer's PROXY header (read by
+//! `inbound::proxy`), one task per session, graceful shutdown.
 //! Everything a session needs is in its `Context` (see `state::context`); this file only
 //! accepts, counts and spawns.
 
@@ -11,6 +12,7 @@ use tokio::sync::Semaphore;
 use tokio_util::task::TaskTracker;
 
 use crate::admin::endpoint::Admin;
+use crate::inbound::proxy::{self, Attempt, Claim, PeerStream};
 use crate::smtp::{self, reply};
 use crate::state::context::{Context, Deps};
 use crate::state::shutdown::Shutdown;
@@ -153,43 +155,83 @@ async fn accept_loop(listener: TcpListener, accepting: Accepting, mut shutdown: 
 fn start_session(accepting: &Accepting, stream: TcpStream, peer: SocketAddr, shutdown: &Shutdown) {
     let _ = stream.set_nodelay(true);
     let ctx = accepting.ctx.latest();
-    let shutdown = shutdown.clone();
     let implicit_tls = accepting.implicit_tls;
-    let refusal = match accepting.limit.clone().try_acquire_owned() {
-        Err(_) => {
-            tracing::warn!(%peer, "connection refused: max_connections reached");
-            reply::too_many_connections()
-        }
-        Ok(permit) => match ctx.services.connections_per_ip.try_acquire(peer.ip()) {
-            None => {
-                tracing::warn!(%peer, "connection refused: max_connections_per_ip reached");
-                reply::too_many_connections_from_address()
-            }
-            Some(slot) => {
-                accepting.sessions.spawn(async move {
-                    let metrics = ctx.services.metrics.clone();
-                    metrics.connection_opened();
-                    serve(ctx, stream, peer, shutdown, implicit_tls).await;
-                    metrics.connection_closed();
-                    drop((slot, permit));
-                });
-                return;
-            }
-        },
+    let Ok(permit) = accepting.limit.clone().try_acquire_owned() else {
+        tracing::warn!(%peer, "connection refused: max_connections reached");
+        let refusal = reply::too_many_connections();
+        accepting
+            .sessions
+            .spawn(refuse(stream, refusal, implicit_tls));
+        return;
     };
-    // On an implicit-TLS port a plaintext reply would be noise: the client just sees a close.
+    let shutdown = shutdown.clone();
+    accepting.sessions.spawn(async move {
+        // A balancer's client is known only once its header is read.
+        let Some((stream, client, attempt)) = open(&ctx, stream, peer).await else {
+            return;
+        };
+        let Some(slot) = ctx.services.connections_per_ip.try_acquire(client.ip()) else {
+            tracing::warn!(peer = %client, "connection refused: max_connections_per_ip reached");
+            let refusal = reply::too_many_connections_from_address();
+            return refuse(stream, refusal, implicit_tls).await;
+        };
+        let metrics = ctx.services.metrics.clone();
+        metrics.connection_opened();
+        serve(ctx.clone(), stream, client, shutdown, implicit_tls).await;
+        metrics.connection_closed();
+        drop((slot, permit));
+        if attempt.is_some_and(|a| a.seen()) {
+            tracing::warn!(%peer, "connection closed: a PROXY header from outside proxy_from");
+            metrics.proxy_refused("not_allowed");
+        }
+    });
+}
+
+/// Tells a client why it is turned away, then closes. On an implicit-TLS port a plaintext
+/// reply would be noise: the client just sees a close.
+async fn refuse(mut stream: impl smtp::AsyncStream, refusal: reply::Reply, implicit_tls: bool) {
     if !implicit_tls {
-        accepting.sessions.spawn(async move {
-            let mut stream = stream;
-            smtp::refuse(&mut stream, &refusal).await;
-        });
+        smtp::refuse(&mut stream, &refusal).await;
+    }
+}
+
+/// The client's stream and address. From `proxy_from`: the address its PROXY header names
+/// (the balancer's own for `LOCAL`), or `None` when the header is refused (logged, counted,
+/// closed). From anywhere else: the socket's, watched for a header it may not send.
+async fn open(
+    ctx: &Context,
+    mut stream: TcpStream,
+    peer: SocketAddr,
+) -> Option<(PeerStream<TcpStream>, SocketAddr, Option<Attempt>)> {
+    let smtp = &ctx.setup.config.smtp;
+    let balancer = peer.ip().to_canonical();
+    if !smtp.proxy_from.iter().any(|net| net.contains(&balancer)) {
+        let (stream, attempt) = PeerStream::watched(stream);
+        return Some((stream, peer, Some(attempt)));
+    }
+    let timeout = Duration::from_millis(smtp.proxy_timeout_ms.get());
+    match proxy::read_header(&mut stream, timeout).await {
+        Ok(header) => {
+            let client = match header.claim {
+                Claim::Client(client) => client,
+                Claim::Local => peer,
+            };
+            tracing::debug!(%client, balancer = %peer, "PROXY header");
+            Some((PeerStream::after_header(stream, header.rest), client, None))
+        }
+        Err(e) => {
+            let reason = e.reason();
+            tracing::warn!(%peer, reason, error = %e, "connection closed: PROXY header refused");
+            ctx.services.metrics.proxy_refused(reason);
+            None
+        }
     }
 }
 
 /// One session; on an implicit-TLS port the handshake comes first, within its timeout.
 async fn serve(
     ctx: Arc<Context>,
-    stream: TcpStream,
+    stream: PeerStream<TcpStream>,
     peer: SocketAddr,
     shutdown: Shutdown,
     implicit_tls: bool,

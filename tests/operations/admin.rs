@@ -111,6 +111,8 @@ async fn metrics_count_what_was_sent_and_peek_takes_nothing() {
     relay.stop().await;
 }
 
+/// With `ready_requires_upstream`, readiness needs every route to reach its upstream or its
+/// fallback.
 #[tokio::test]
 async fn readyz_lists_each_upstream_and_needs_each_route_to_reach_one() {
     let (main, backup) = (TestUpstream::start().await, TestUpstream::start().await);
@@ -120,7 +122,8 @@ async fn readyz_lists_each_upstream_and_needs_each_route_to_reach_one() {
          [[upstream]]\nname = \"main\"\nurl = \"{}\"\ntls = \"none\"\ntimeout_ms = 2000\n\
          [[upstream]]\nname = \"backup\"\nurl = \"{}\"\ntls = \"none\"\ntimeout_ms = 2000\n\
          [[upstream]]\nname = \"spare\"\nurl = \"{}\"\ntls = \"none\"\ntimeout_ms = 2000\n\
-         [[route]]\nupstream = \"main\"\nfallback = \"backup\"\n",
+         [[route]]\nupstream = \"main\"\nfallback = \"backup\"\n\
+         [admin]\nready_requires_upstream = true\n",
         main.url(),
         backup.url(),
         spare.url()
@@ -164,28 +167,47 @@ async fn readyz_lists_each_upstream_and_needs_each_route_to_reach_one() {
     relay.stop().await;
 }
 
+/// Upstream gone: `/readyz` stays 200 and says so (the replica still takes mail, answering
+/// `451`); with `ready_requires_upstream` it is 503 until upstream is back.
 #[tokio::test]
-async fn readyz_follows_the_upstream() {
+async fn readyz_shows_the_upstream_and_follows_it_only_when_asked() {
     let up = TestUpstream::start().await;
-    let relay = smtp_relay(&up.url(), "", "").await;
-    let admin = relay.start_admin().await;
-    let (status, body) = get(admin, "/readyz").await;
-    assert_eq!(status, 200, "{body}");
+    let lenient = smtp_relay(&up.url(), "", "").await;
+    let strict = smtp_relay(&up.url(), "", "[admin]\nready_requires_upstream = true\n").await;
+    let (lenient_admin, strict_admin) = (lenient.start_admin().await, strict.start_admin().await);
+    let ready = async |admin| {
+        let (status, body) = get(admin, "/readyz").await;
+        let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+        (status, json)
+    };
+    for admin in [lenient_admin, strict_admin] {
+        let (status, json) = ready(admin).await;
+        assert_eq!(
+            (status, &json["upstream"]["ok"]),
+            (200, &true.into()),
+            "{json}"
+        );
+    }
     tokio::time::pause();
     up.stop_listening().await;
     // The last check's result is answered until it is CHECK_MAX_AGE old (its exact age is
     // shown in `upstreams.rs`'s tests: here the paused clock may also jump while idle).
     tokio::time::advance(CHECK_MAX_AGE).await;
-    let (status, body) = get(admin, "/readyz").await;
-    assert_eq!(status, 503, "{body}");
-    let json: serde_json::Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(json["upstream"]["ok"], false, "{body}");
-    assert_eq!(json["listening"], true);
+    for (admin, want) in [(lenient_admin, 200), (strict_admin, 503)] {
+        let (status, json) = ready(admin).await;
+        assert_eq!(status, want, "{json}");
+        assert_eq!(json["ready"], want == 200, "{json}");
+        assert_eq!(json["upstream"]["ok"], false, "{json}");
+        assert!(json["upstream"]["error"].as_str().is_some(), "{json}");
+        assert_eq!(json["listening"], true);
+        assert_eq!(json["requires_upstream"], want == 503, "{json}");
+    }
     up.resume_listening().await;
     tokio::time::advance(CHECK_MAX_AGE).await;
-    let (status, body) = get(admin, "/readyz").await;
-    assert_eq!(status, 200, "back when upstream is: {body}");
-    relay.stop().await;
+    let (status, json) = ready(strict_admin).await;
+    assert_eq!(status, 200, "back when upstream is: {json}");
+    lenient.stop().await;
+    strict.stop().await;
 }
 
 /// `/metrics` says what readiness saw, for a dashboard's readiness panel: each upstream

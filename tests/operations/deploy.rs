@@ -1,8 +1,10 @@
-//! The deployment files (`deploy/compose.yaml`, `deploy/kubernetes/`) parse, their relay
-//! configs pass `mailsluice check`, and the manifests hold what they promise (two replicas,
-//! probes, a grace period above `shutdown_grace_ms`, ...): `tools/check_deploy.py` checks
-//! them; here it runs on the shipped files, and on copies broken in one place each, which it
-//! must refuse. `.ci/kube-play` runs the manifests themselves under `podman kube play`.
+//! The deployment files (`deploy/compose.yaml`, `deploy/kubernetes/` and its components,
+//! `deploy/eks/`) parse, their relay configs pass `mailsluice check`, and the manifests, as
+//! kustomize renders them, hold what they promise (probes on real endpoints, a grace period
+//! above `shutdown_grace_ms` plus the preStop pause, no Secret with a placeholder, seccomp,
+//! no `trusted_networks` wider than the apps' CIDR, ...): `tools/check_deploy.py` checks them;
+//! here it runs on the shipped files, and on copies broken in one place each, which it must
+//! refuse. `.ci/kube-play` runs the manifests themselves under `podman kube play`.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -20,9 +22,10 @@ fn check_deploy(dir: &Path) -> Output {
         .expect("python3 runs")
 }
 
-/// python3 with PyYAML; without it the test says so loudly, and fails under CI.
+/// python3 with PyYAML, and kubectl (its kustomize renders the manifests); without them the
+/// test says so loudly, and fails under CI.
 fn have_python_yaml() -> bool {
-    if !have_programs(&["python3"], "python3 python3-yaml") {
+    if !have_programs(&["python3", "kubectl"], "python3 python3-yaml kubectl") {
         return false;
     }
     let found = (Command::new("python3").args(["-c", "import yaml"]).output())
@@ -38,24 +41,33 @@ fn have_python_yaml() -> bool {
     found
 }
 
+/// Copies the folder `from` into `to`, `edit` given each file's path (relative to `deploy/`)
+/// and text.
+fn copy_tree(from: &Path, to: &Path, rel: &Path, edit: &dyn Fn(&Path, String) -> String) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let (path, name) = (entry.path(), entry.file_name());
+        if path.is_dir() {
+            copy_tree(&path, &to.join(&name), &rel.join(&name), edit);
+        } else {
+            let text = std::fs::read_to_string(&path).unwrap();
+            std::fs::write(to.join(&name), edit(&rel.join(&name), text)).unwrap();
+        }
+    }
+}
+
 /// A copy of `deploy/` with `from` replaced by `to` in `file` (which must hold it).
 fn broken_copy(file: &str, from: &str, to: &str) -> std::path::PathBuf {
     let dir = scratch_path("deploy");
-    std::fs::create_dir_all(dir.join("kubernetes")).unwrap();
-    for entry in ["compose.yaml"].into_iter().map(String::from).chain(
-        (std::fs::read_dir("deploy/kubernetes").unwrap())
-            .map(|e| format!("kubernetes/{}", e.unwrap().file_name().to_string_lossy())),
-    ) {
-        let text = std::fs::read_to_string(Path::new("deploy").join(&entry)).unwrap();
-        let text = match entry == file {
-            true => {
-                assert!(text.contains(from), "{file} holds {from:?}");
-                text.replace(from, to)
-            }
-            false => text,
-        };
-        std::fs::write(dir.join(&entry), text).unwrap();
-    }
+    let edit = |path: &Path, text: String| match path == Path::new(file) {
+        true => {
+            assert!(text.contains(from), "{file} holds {from:?}");
+            text.replace(from, to)
+        }
+        false => text,
+    };
+    copy_tree(Path::new("deploy"), &dir, Path::new(""), &edit);
     dir
 }
 
@@ -74,7 +86,10 @@ fn shipped_deployment_files_pass_their_checks() {
     for line in [
         "ok: compose: `mailsluice check` passes",
         "ok: kubernetes ConfigMap: `mailsluice check` passes",
-        "ok: kubernetes: terminationGracePeriodSeconds (30 s) above shutdown_grace_ms (20000 ms)",
+        "ok: eks ConfigMap: `mailsluice check` passes",
+        "ok: kubernetes: terminationGracePeriodSeconds (30 s) above shutdown_grace_ms (20000 ms) plus preStop (5 s)",
+        "ok: eks: terminationGracePeriodSeconds (45 s) above shutdown_grace_ms (20000 ms) plus preStop (20 s)",
+        "ok: eks: a Service sending PROXY protocol if and only if proxy_from is set",
         "check_deploy: all ok",
     ] {
         assert!(text.contains(line), "{line:?} in {text}");
@@ -86,17 +101,25 @@ fn a_broken_deployment_file_is_refused() {
     if !have_python_yaml() {
         return;
     }
+    let secret = "role/mailsluice-ses\n---\napiVersion: v1\nkind: Secret\nmetadata:\n  \
+                  name: mailsluice-ses\nstringData:\n  AWS_SECRET_ACCESS_KEY: replace-me\n";
     let cases = [
         (
             "kubernetes/mailsluice.yaml",
             "terminationGracePeriodSeconds: 30",
-            "terminationGracePeriodSeconds: 15",
-            "terminationGracePeriodSeconds (15 s) above shutdown_grace_ms",
+            "terminationGracePeriodSeconds: 25",
+            "terminationGracePeriodSeconds (25 s) above shutdown_grace_ms (20000 ms) plus preStop (5 s)",
         ),
         (
-            "kubernetes/configmap.yaml",
-            "interval_ms = 1000\n    store",
-            "interval_ms = 0\n    store",
+            "kubernetes/nlb/kustomization.yaml",
+            "value: 45",
+            "value: 40",
+            "eks: terminationGracePeriodSeconds (40 s) above",
+        ),
+        (
+            "kubernetes/mailsluice.toml",
+            "interval_ms = 1000\nstore",
+            "interval_ms = 0\nstore",
             "kubernetes ConfigMap: `mailsluice check` passes",
         ),
         (
@@ -110,6 +133,60 @@ fn a_broken_deployment_file_is_refused() {
             "readOnlyRootFilesystem: true",
             "readOnlyRootFilesystem: false",
             "read-only root filesystem",
+        ),
+        (
+            "kubernetes/mailsluice.toml",
+            "trusted_networks = [\"10.244.128.0/24\"]",
+            "trusted_networks = [\"10.0.0.0/8\"]",
+            "trusted_networks 10.0.0.0/8 lies within",
+        ),
+        (
+            "kubernetes/serviceaccount.yaml",
+            "role/mailsluice-ses\n",
+            secret,
+            "Secret mailsluice-ses holds no placeholder",
+        ),
+        (
+            "kubernetes/mailsluice.yaml",
+            "runAsGroup: 10001\n        seccompProfile: { type: RuntimeDefault }",
+            "runAsGroup: 10001",
+            "mailsluice has seccompProfile RuntimeDefault",
+        ),
+        (
+            "kubernetes/mailsluice.yaml",
+            "path: /readyz",
+            "path: /ready",
+            "readinessProbe on /readyz",
+        ),
+        (
+            "kubernetes/mailsluice.yaml",
+            "/etc/mailsluice/mailsluice.toml",
+            "/etc/mailsluice/relay.toml",
+            "has the key relay.toml the relay reads",
+        ),
+        (
+            "kubernetes/mailsluice.yaml",
+            "targetPort: admin",
+            "targetPort: metrics",
+            "Service mailsluice port metrics exists",
+        ),
+        (
+            "kubernetes/redis.yaml",
+            "requirepass $REDIS_PASSWORD",
+            "maxmemory 64mb",
+            "Redis asks for the relay's password",
+        ),
+        (
+            "kubernetes/nlb/mailsluice.toml",
+            "proxy_from = [",
+            "# proxy_from = [",
+            "eks: a Service sending PROXY protocol if and only if proxy_from is set",
+        ),
+        (
+            "kubernetes/hpa.yaml",
+            "periodSeconds: 60",
+            "periodSeconds: 10",
+            "the HPA scales down one pod per 30 s or more",
         ),
     ];
     for (file, from, to, named) in cases {

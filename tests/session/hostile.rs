@@ -605,9 +605,10 @@ async fn two_relays_chained_with_the_same_hostname_deliver() {
 }
 
 /// Upstream refuses the relay's login, or offers none while credentials are set: `451 4.7.0`
-/// (the client keeps the message), an error log naming the upstream and why, `/readyz` 503.
+/// (the client keeps the message), an error log naming the upstream and why, `/readyz` still
+/// 200 (the replica takes mail) saying why, and 503 with `ready_requires_upstream`.
 #[tokio::test]
-async fn upstream_refusing_the_relays_credentials_is_451_4_7_0_logged_and_unready() {
+async fn upstream_refusing_the_relays_credentials_is_451_4_7_0_logged_and_shown() {
     let (events, _capture) = crate::support::throttle::Events::capture();
     let refusing = TestUpstream::start().await;
     refusing.require_auth("relay", "s3cret");
@@ -634,6 +635,16 @@ async fn upstream_refusing_the_relays_credentials_is_451_4_7_0_logged_and_unread
             !up.commands().iter().any(|c| c.starts_with("MAIL")),
             "{why}"
         );
+        let (status, body) = crate::support::http::get(admin, "/readyz").await;
+        assert_eq!(status, 200, "{body}");
+        assert!(
+            body.contains(why) && body.contains("\"ready\":true"),
+            "{body}"
+        );
+        relay.stop().await;
+        let strict = format!("{creds}\n[admin]\nready_requires_upstream = true\n");
+        let relay = smtp_relay(&up.url(), "", &strict).await;
+        let admin = relay.start_admin().await;
         let (status, body) = crate::support::http::get(admin, "/readyz").await;
         assert_eq!(status, 503, "{body}");
         assert!(body.contains(why), "{body}");

@@ -1,6 +1,6 @@
 //! The SMTP session: the dialogue, the envelope as relayed, hostile input and its bounds
 //! (AUTH checks, junk commands, buffered DATA), random byte streams, AUTH, TLS, and real
-//! clients (swaks, Python's smtplib) in front of the relay.
+//! clients (swaks, Python's smtplib) in front of the relay; the PROXY protocol behind a balancer.
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -12,6 +12,7 @@ mod envelope;
 mod external_client;
 mod hostile;
 mod outcomes;
+mod proxy;
 mod reputation;
 mod senders;
 mod session;

@@ -23,6 +23,8 @@
 //!   client, a GET on the admin endpoint.
 //! - `host`: free ports, scratch directories, and whether a program (swaks, postfix) is
 //!   installed (else a loud skip, a failure under `CI=true`).
+//! - `proxy`: PROXY protocol headers (v1, v2) written by hand, and connecting from a chosen
+//!   loopback address (`127.0.0.2`, ...).
 //! - `wait`: `until`, polling a condition in real time (at most 30 s).
 #![allow(dead_code)]
 
@@ -39,6 +41,7 @@ pub mod load;
 pub mod memory;
 pub mod moto;
 pub mod process;
+pub mod proxy;
 pub mod redis;
 pub mod relay;
 pub mod ses;

@@ -54,6 +54,17 @@ impl Relay {
         Relay::launch(config, upstreams).await
     }
 
+    /// As [`Relay::start`], listening on `listener` (bound first: on `[::1]`, say).
+    pub async fn start_on(
+        listener: TcpListener,
+        config: &str,
+        forwarder: Arc<dyn Forwarder>,
+    ) -> Relay {
+        let config = Arc::new(Config::parse(config).expect("test config is valid"));
+        let upstreams = Upstreams::with_first(&config, forwarder).expect("upstreams");
+        Relay::launch_on(listener, config, upstreams).await
+    }
+
     /// A relay forwarding with what its upstream sections build (as the binary does).
     pub async fn start_configured(config: &str) -> Relay {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
