@@ -13,17 +13,18 @@
 //! | `redis.rs` | `[redis]`, the store shared by replicas |
 //! | `telemetry.rs` | `[telemetry]`, OTLP traces |
 //! | `reputation.rs` | `[reputation]`: bounce and complaint rates per tenant, SES's events |
+//! | `admin.rs` | `[admin]`, the admin HTTP endpoint and its bounds |
 //!
 //! Constraints live in the types (non-zero numbers, closed enums, URLs and key sources parsed
 //! by `TryFrom`) so that a bad value is refused by the parser itself, whose error names the
 //! line. The few rules that span several keys are checked in `validate`, which reports the line
 //! of the offending key through `toml::Spanned`.
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+mod admin;
 mod key_source;
 mod redis;
 mod replies;
@@ -35,6 +36,7 @@ mod telemetry;
 mod throttle;
 mod upstream;
 
+pub use admin::AdminConfig;
 pub use key_source::{BadKeySource, KeySource, UnknownKeySource, MAX_KEY_BYTES};
 pub use redis::{OnError, RedisConfig, RedisRule};
 pub use replies::{BadReplyPattern, ReplyPatterns};
@@ -153,21 +155,6 @@ pub struct Config {
     pub telemetry: Option<TelemetryConfig>,
     /// The tenant reputation guard; off when the section is absent.
     pub reputation: Option<ReputationConfig>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AdminConfig {
-    #[serde(default = "default_admin_listen")]
-    pub listen: SocketAddr,
-    /// An argon2 PHC string: when set, every path but `/healthz`, `/readyz` and the SNS
-    /// endpoint asks for HTTP Basic authentication; without it, the paths that change state
-    /// answer 403.
-    pub password_hash: Option<toml::Spanned<String>>,
-}
-
-fn default_admin_listen() -> SocketAddr {
-    "127.0.0.1:9325".parse().unwrap()
 }
 
 impl Config {

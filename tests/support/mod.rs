@@ -23,11 +23,13 @@
 //! - `host`: free ports, scratch directories, and whether a program (swaks, postfix) is
 //!   installed (else a loud skip, a failure under `CI=true`).
 //! - `wait`: `until`, polling a condition in real time (at most 30 s).
+//! - `clock`: tokio's paused clock held still while the test waits on real sockets.
 #![allow(dead_code)]
 
 pub mod auth;
 pub mod campaign;
 pub mod campaign_check;
+pub mod clock;
 pub mod delay;
 pub mod dns;
 pub mod hidden_rate;
