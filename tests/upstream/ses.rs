@@ -574,3 +574,62 @@ async fn an_account_layer_follows_max_send_rate_and_a_spent_day_pauses_the_upstr
     assert!(reply.starts_with("4.7.1"), "{reply}");
     assert_eq!(fake.requests(), requests, "SES was not asked");
 }
+
+/// The configuration set decides where SES sends a message's bounces and complaints: a
+/// client's `X-SES-CONFIGURATION-SET` never replaces the upstream's (or a route's), over the
+/// API or over SMTP (SES's SMTP endpoint reads the field), and never reaches upstream.
+#[tokio::test]
+async fn a_clients_configuration_set_is_removed_and_the_upstreams_or_routes_wins() {
+    let msg = |tenant: &str| {
+        format!(
+            "X-Tenant: {tenant}\r\nX-SES-CONFIGURATION-SET: no-events\r\n\
+             x-ses-configuration-set: no-events-2\r\nSubject: s\r\n\r\nbody\r\n"
+        )
+    };
+    let fake = FakeSes::start().await;
+    let text = format!(
+        "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\n{}\n\
+         [[route]]\nkey = \"header:X-Tenant\"\nvalues = [\"routed\"]\nupstream = \"default\"\n\
+         add_headers = {{ \"X-SES-CONFIGURATION-SET\" = \"route-set\" }}\n\
+         [[route]]\nupstream = \"default\"\n",
+        fake.upstream_toml("configuration_set = \"events\"")
+    );
+    let relay = Relay::start(&text, forwarder(&text, GOOD_KEY)).await;
+    for tenant in ["plain", "routed"] {
+        let mut c = Client::connect(relay.addr).await;
+        let (code, reply) = c
+            .send_mail(
+                "app@example.com",
+                &["to@example.net"],
+                msg(tenant).as_bytes(),
+            )
+            .await;
+        assert_eq!(code, 250, "{reply}");
+    }
+    let sent = fake.sent();
+    assert_eq!(sent[0].configuration_set.as_deref(), Some("events"));
+    assert_eq!(sent[1].configuration_set.as_deref(), Some("route-set"));
+    for email in &sent {
+        let raw = String::from_utf8_lossy(&email.raw).to_ascii_lowercase();
+        assert!(!raw.contains("no-events"), "{raw}");
+    }
+
+    let up = crate::support::upstream::TestUpstream::start().await;
+    let relay = crate::support::relay::smtp_relay(&up.url(), "", "").await;
+    let mut c = Client::connect(relay.addr).await;
+    let (code, _) = c
+        .send_mail(
+            "app@example.com",
+            &["to@example.net"],
+            msg("plain").as_bytes(),
+        )
+        .await;
+    assert_eq!(code, 250);
+    let got = up.wait_for(1).await;
+    let data = String::from_utf8_lossy(&got[0].data).to_ascii_lowercase();
+    assert!(!data.contains("x-ses-configuration-set"), "{data}");
+    assert!(
+        data.contains("x-tenant: plain"),
+        "other fields stay: {data}"
+    );
+}
