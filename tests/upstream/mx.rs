@@ -277,7 +277,7 @@ async fn a_refusal_at_the_final_dot_after_another_accepted_is_250_and_one_report
 async fn recipients_an_mx_host_refuses_after_the_dot_count_as_the_tenants_bounces() {
     let (dns, port, ups) = two_domains(43).await;
     ups[1].set_fault(Fault::reply(Step::EndOfData, 550, "5.1.1 no such user"));
-    let reputation = "[reputation]\nkey = \"sender-domain\"\nmin_messages = 1\n";
+    let reputation = "[reputation]\nkey = \"sender-domain\"\nmin_messages = 1\nmin_bounces = 1\n";
     let relay = mx_relay(&dns, port, reputation).await;
     let (code, text) = send(&relay, "s@sender.test", &["x@a.test", "y@b.test"]).await;
     assert_eq!(code, 250, "{text}");
