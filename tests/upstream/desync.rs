@@ -266,3 +266,35 @@ async fn a_wrong_code_or_an_early_reply_before_the_body_sends_nothing() {
         }
     }
 }
+
+/// Upstream's text reaches the client as printable ASCII: an escape sequence, a NUL, a DEL or
+/// a non-ASCII character becomes `?`, in a `250` as in a refusal.
+#[tokio::test]
+async fn upstream_control_characters_never_reach_the_client() {
+    let script: Script = Arc::new(|n| match n {
+        0 => Answers {
+            dot: "250 2.0.0 ok \x1b[31mred\x00 \x7f caf\u{e9}\tid\r\n".into(),
+            ..Answers::default()
+        },
+        _ => Answers {
+            rcpt: "550 5.1.1 no \x1b]0;pwned\x07 such\x1b[2J user\r\n".into(),
+            ..Answers::default()
+        },
+    });
+    let up = Scripted::serve(false, script).await;
+    let (relay, mut c) = relay(&up).await;
+    let (code, text) = send(&mut c, "one").await;
+    assert_eq!((code, text.as_str()), (250, "2.0.0 ok ?[31mred? ? caf? id"));
+    assert_eq!(c.cmd("MAIL FROM:<a@example.com>").await.0, 250);
+    let (code, text) = c.cmd("RCPT TO:<b@example.net>").await;
+    // Refused at RCPT upstream: the relay answers the final dot with it.
+    assert_eq!(code, 250, "{text}");
+    assert_eq!(c.cmd("DATA").await.0, 354);
+    c.send(b"Subject: two\r\n\r\nbody\r\n.\r\n").await;
+    let (code, text) = c.reply().await;
+    assert_eq!(
+        (code, text.as_str()),
+        (550, "5.1.1 upstream: no ?]0;pwned? such?[2J user")
+    );
+    relay.stop().await;
+}

@@ -633,3 +633,20 @@ async fn a_clients_configuration_set_is_removed_and_the_upstreams_or_routes_wins
         "other fields stay: {data}"
     );
 }
+
+/// SES's error text and its MessageId reach the client as printable ASCII.
+#[tokio::test]
+async fn ses_text_and_message_id_reach_the_client_printable() {
+    let fake = FakeSes::start().await;
+    let relay = relay(&fake, "", "").await;
+    fake.answer_raw(Some((200, "{\"MessageId\":\"id\\u001b[2J\\u0000x\"}")));
+    let (code, text) = send(&relay, "acme", "escape").await;
+    assert_eq!((code, text.as_str()), (250, "2.0.0 Ok id?[2J?x"));
+    fake.answer_raw(None);
+    fake.fail_with(Some((400, "MessageRejected", "bad \u{1b}]0;x\u{7} text")));
+    let (code, text) = send(&relay, "acme", "refused").await;
+    assert_eq!(
+        (code, text.as_str()),
+        (554, "5.6.0 upstream: bad ?]0;x? text")
+    );
+}
