@@ -634,6 +634,33 @@ async fn a_clients_configuration_set_is_removed_and_the_upstreams_or_routes_wins
     );
 }
 
+/// SES's answers read right: a `2xx` whose body does not parse is "may have been delivered"
+/// (SES took it: a retry would send it twice), and a `404` is permanent (an operator's error
+/// the client's retries cannot mend).
+#[tokio::test]
+async fn an_unreadable_2xx_is_uncertain_and_a_404_is_permanent() {
+    let fake = FakeSes::start().await;
+    let relay = relay(&fake, "", "").await;
+    for body in ["not json", "{\"MessageId\": 12", "<html>ok</html>"] {
+        fake.answer_raw(Some((200, body)));
+        let (code, text) = send(&relay, "acme", "unreadable").await;
+        assert_eq!(code, 451, "{body}: {text}");
+        assert!(text.contains("may have been delivered"), "{body}: {text}");
+    }
+    fake.answer_raw(None);
+    fake.fail_with(Some((
+        404,
+        "NotFoundException",
+        "Configuration set <x> does not exist.",
+    )));
+    let (code, text) = send(&relay, "acme", "missing").await;
+    assert_eq!(code, 554, "{text}");
+    assert!(
+        text.starts_with("5.3.5 upstream: SES NotFoundException: Configuration set"),
+        "{text}"
+    );
+}
+
 /// SES's error text and its MessageId reach the client as printable ASCII.
 #[tokio::test]
 async fn ses_text_and_message_id_reach_the_client_printable() {
