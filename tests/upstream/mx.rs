@@ -588,6 +588,49 @@ async fn internal_mx_hosts_and_address_literals_are_refused_without_a_connection
     allowed.stop().await;
 }
 
+/// The internal ranges beyond the private ones, each as an address literal and as an MX host's
+/// resolved address: benchmarking (`198.18.0.0/15`), IETF protocol assignments
+/// (`192.0.0.0/24`), NAT64 to an internal IPv4 address (`64:ff9b::/96`), local-use NAT64
+/// (`64:ff9b:1::/48`), 6to4 (`2002::/16`) and site-local (`fec0::/10`). Refused before any
+/// connection (the test runs nothing there: a connection would be the failure).
+#[tokio::test]
+async fn every_internal_range_is_refused_as_a_literal_and_as_a_resolved_host() {
+    let dns = TestDns::start().await;
+    let (port, _ups) = mx_hosts(41, &[2]).await;
+    let relay = mx_relay(&dns, port, "").await;
+    let ranges: [(&str, &str); 7] = [
+        ("198.18.0.0/15", "198.19.1.1"),
+        ("192.0.0.0/24", "192.0.0.8"),
+        ("64:ff9b::/96 to loopback", "64:ff9b::7f00:1"),
+        ("64:ff9b::/96 to 10/8", "64:ff9b::a00:1"),
+        ("64:ff9b:1::/48", "64:ff9b:1::808:808"),
+        ("2002::/16", "2002:808:808::1"),
+        ("fec0::/10", "fec0::1"),
+    ];
+    for (i, (range, address)) in ranges.iter().enumerate() {
+        let ip: std::net::IpAddr = address.parse().unwrap();
+        let literal = match ip {
+            std::net::IpAddr::V4(_) => format!("u@[{address}]"),
+            std::net::IpAddr::V6(_) => format!("u@[IPv6:{address}]"),
+        };
+        let domain = format!("range{i}.test");
+        dns.mx(&domain, 10, &format!("mx.{domain}"));
+        match ip {
+            std::net::IpAddr::V4(v4) => dns.a(&format!("mx.{domain}"), v4),
+            std::net::IpAddr::V6(v6) => dns.aaaa(&format!("mx.{domain}"), v6),
+        }
+        for rcpt in [literal, format!("u@{domain}")] {
+            let (code, text) = send(&relay, "s@sender.test", &[&rcpt]).await;
+            assert_eq!(code, 550, "{range}, {rcpt}: {text}");
+            assert!(
+                text.contains(": MX host is an internal address"),
+                "{range}, {rcpt}: {text}"
+            );
+        }
+    }
+    relay.stop().await;
+}
+
 /// A domain whose MX is the relay itself: refused before connecting, not a loop of hops.
 #[tokio::test]
 async fn an_mx_host_that_is_the_relay_itself_is_554_5_4_6_without_connecting() {
