@@ -677,3 +677,46 @@ async fn ses_text_and_message_id_reach_the_client_printable() {
         (554, "5.6.0 upstream: bad ?]0;x? text")
     );
 }
+
+/// A request to SES holds the message twice more (joined, then in base64 in its JSON): that
+/// room is taken from `max_buffered_bytes` beside the message's own, or the message does not
+/// go (451 4.4.1, nothing sent); once a request ends its room is free again.
+#[tokio::test]
+async fn the_requests_copies_count_in_max_buffered_bytes() {
+    let fake = FakeSes::start().await;
+    let body = "x".repeat(100) + "\r\n";
+    let message = format!(
+        "X-Tenant: acme\r\nSubject: big\r\n\r\n{}",
+        body.repeat(1000)
+    );
+    let request = mailsluice::upstream::ses::request_bytes(message.len() + 200);
+    let send_one = async |budget: usize| {
+        let rest = format!("max_buffered_bytes = {budget}\n");
+        let text = format!(
+            "[smtp]\nlisten = [\"127.0.0.1:0\"]\n{rest}[upstream]\n{}\n",
+            fake.upstream_toml("")
+        );
+        let relay = Relay::start(&text, forwarder(&text, GOOD_KEY)).await;
+        let mut c = Client::connect(relay.addr).await;
+        let mut codes = Vec::new();
+        for _ in 0..2 {
+            let (code, text) = c
+                .send_mail("a@example.com", &["b@example.net"], message.as_bytes())
+                .await;
+            codes.push((code, text));
+        }
+        relay.stop().await;
+        codes
+    };
+    // Room for the message (read in 16 KiB steps) but not for its request too.
+    let codes = send_one(message.len() + 64 * 1024).await;
+    for (code, text) in &codes {
+        assert_eq!(*code, 451, "{text}");
+        assert!(text.contains("Upstream unavailable"), "{text}");
+    }
+    assert!(fake.sent().is_empty(), "nothing sent");
+    // Room for both, one message at a time: each goes, the first's room given back.
+    let codes = send_one(message.len() + 32 * 1024 + request).await;
+    assert!(codes.iter().all(|(code, _)| *code == 250), "{codes:?}");
+    assert_eq!(fake.sent().len(), 2);
+}
