@@ -13,6 +13,7 @@ use axum::{Json, Router};
 use serde_json::json;
 use tokio::net::TcpListener;
 
+use crate::admin::listener::Bounds;
 use crate::admin::sns::{self, SnsRoute};
 use crate::admin::status_page::{self, Checks};
 use crate::admin::{guard, reputation};
@@ -21,17 +22,21 @@ use crate::state::context::{Context, Deps, Live, Services};
 use crate::state::shutdown::Shutdown;
 use crate::upstream::{Checked, Unready};
 
-/// Everything the endpoints read: the services, and the context in force.
+/// Everything the endpoints read: the services, and the context in force; and the bounds of
+/// its connections, from the config it started with (they need a restart to change).
 pub struct Admin {
     pub services: Arc<Services>,
     pub live: Arc<Live>,
+    pub bounds: Bounds,
 }
 
 impl Admin {
     pub fn new(deps: &Deps) -> Arc<Admin> {
+        let config = deps.setup.config.admin.clone().unwrap_or_default();
         Arc::new(Admin {
             services: deps.services.clone(),
             live: deps.live.clone(),
+            bounds: Bounds::of(&config),
         })
     }
 
@@ -171,15 +176,14 @@ pub fn router(admin: Arc<Admin>) -> Router {
         .with_state(admin)
 }
 
-/// Serves until `shutdown` fires.
+/// Serves until `shutdown` fires, within `[admin]`'s bounds (see `listener`).
 pub async fn serve(
     listener: TcpListener,
     admin: Arc<Admin>,
-    mut shutdown: Shutdown,
+    shutdown: Shutdown,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(admin))
-        .with_graceful_shutdown(async move { shutdown.wait().await })
-        .await
+    let bounds = admin.bounds;
+    super::listener::serve(listener, router(admin), bounds, shutdown).await
 }
 
 /// 200 when this replica can take mail: its config loaded and its listeners accepting. Upstream

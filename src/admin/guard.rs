@@ -1,18 +1,25 @@
 //! Who may use the admin endpoint. With `[admin] password_hash` set, every path but
 //! `/healthz`, `/readyz` (load balancers) and `/ses/events` (SNS, which signs its posts) asks
-//! for HTTP Basic authentication, checked against the argon2 hash by the process's bounded
-//! password checker (the one AUTH uses; any user name). Without a hash, reading stays open and
-//! anything that changes state answers 403: an endpoint that can resume tenants or lift
-//! suppressions must not be open by default.
+//! for HTTP Basic authentication (any user name), checked against the argon2 hash as SMTP AUTH
+//! checks its passwords (`inbound::login`) but in the endpoint's own check slots and lockout:
+//! a wrong password is answered 401 after `failure_delay_ms`, and an address with
+//! `max_failures` of them within `failure_window_ms` gets 429 with no check for `lockout_ms`.
+//! A request without credentials (a browser's first) is answered 401 at once and counts
+//! nothing. Without a hash, reading stays open and anything that changes state answers 403: an
+//! endpoint that can resume tenants or lift suppressions must not be open by default.
 
 use std::sync::Arc;
 
-use axum::extract::{Request, State};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{header, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 
+use crate::inbound::login::Login;
 use crate::state::context::Live;
 
 /// Paths open to all: probes, and SNS's signed posts.
@@ -35,20 +42,44 @@ pub async fn authenticate(State(live): State<Arc<Live>>, request: Request, next:
         let why = "this endpoint changes state: set [admin] password_hash to use it";
         return (StatusCode::FORBIDDEN, why).into_response();
     };
-    let password = basic_password(&request);
-    let ok = match password {
-        Some(password) => ctx.services.password_checks.matches(hash, password).await,
-        None => false,
+    let Some(password) = basic_password(&request) else {
+        return unauthorized();
     };
-    if ok {
-        return next.run(request).await;
+    let delay = (ctx.setup.config.admin.as_ref()).map_or(0, |a| a.failure_delay_ms);
+    let logins = &ctx.services.admin_logins;
+    let ip = peer(&request);
+    let check = async { logins.checks.matches(hash, password).await.then_some(()) };
+    match logins
+        .attempt(ip, Duration::from_millis(delay), check)
+        .await
+    {
+        Login::Accepted(()) => next.run(request).await,
+        Login::Refused => {
+            tracing::info!(%ip, "admin: wrong password");
+            unauthorized()
+        }
+        Login::LockedOut => {
+            tracing::warn!(%ip, "admin: locked out after wrong passwords");
+            let why = "too many wrong passwords from your address, try again later";
+            (StatusCode::TOO_MANY_REQUESTS, why).into_response()
+        }
     }
+}
+
+fn unauthorized() -> Response {
     (
         StatusCode::UNAUTHORIZED,
         [(header::WWW_AUTHENTICATE, "Basic realm=\"mailsluice\"")],
         "authentication required",
     )
         .into_response()
+}
+
+/// The client's address, as the endpoint's accept loop records it (unspecified when the
+/// router is served some other way: every such client then shares one lockout).
+fn peer(request: &Request) -> IpAddr {
+    (request.extensions().get::<ConnectInfo<SocketAddr>>())
+        .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |c| c.0.ip())
 }
 
 /// The password of an `Authorization: Basic` header.

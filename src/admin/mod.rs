@@ -3,13 +3,16 @@
 //! guard's state (a tenant resumed, a suppression lifted), and only behind `guard`.
 //!
 //! - `endpoint`: the routes: `/`, `/healthz`, `/readyz`, `/metrics`, `/buckets/{layer}/{key}`.
-//! - `guard`: HTTP Basic authentication with `[admin] password_hash`; 403 for changes without it.
+//! - `listener`: the accept loop, bounded: connections, the time a request may take to arrive.
+//! - `guard`: HTTP Basic authentication with `[admin] password_hash` (its own check slots and
+//!   lockout); 403 for changes without it.
 //! - `reputation`: `/reputation`, `/reputation/{key}/resume`, `/suppressions/{address}`.
 //! - `sns`: `POST /ses/events`, SES's events from SNS, each message's signature checked.
 //! - `status_page`: the HTML of `/`.
 
 pub mod endpoint;
 pub mod guard;
+pub mod listener;
 pub mod reputation;
 pub mod sns;
 pub mod status_page;

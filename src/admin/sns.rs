@@ -10,7 +10,9 @@
 //! | 403 | a topic not listed, or a message not signed by SNS (nothing applied, nothing fetched for an unlisted topic) |
 //! | 404 | no `[reputation.sns]` |
 //! | 413 | a body over [`MAX_POST_BYTES`] |
+//! | 403 | also a notification whose `Timestamp` is over an hour old (a replay), or a certificate URL that is not one of SNS's (`/SimpleNotificationService-<hex>.pem`) |
 //! | 502 | SNS could not be asked (its certificate or the confirmation): SNS tries again later |
+//! | 503 | as many fetches from SNS in flight as allowed (`sns_verifier::MAX_FETCHES`), or the guard's store (Redis) does not answer: SNS tries again later |
 
 use std::sync::Arc;
 
@@ -53,6 +55,8 @@ enum Verdict {
     Malformed(String),
     Refused(String),
     Unavailable(String),
+    /// Fetches from SNS at their bound.
+    Busy(String),
     /// The guard's shared store (Redis) did not answer: SNS sends it again later.
     StoreDown(String),
     Applied(&'static str),
@@ -109,6 +113,7 @@ fn refusal(e: VerifyError) -> Verdict {
     match e {
         VerifyError::Refused(e) => Verdict::Refused(e.to_string()),
         e @ VerifyError::Fetch { .. } => Verdict::Unavailable(e.to_string()),
+        e @ VerifyError::Busy => Verdict::Busy(e.to_string()),
     }
 }
 
@@ -129,6 +134,10 @@ fn answer(verdict: Verdict, topic: &str) -> Response {
         Verdict::Unavailable(e) => {
             tracing::warn!(target: "mailsluice::reputation", topic, error = e.as_str(), "reputation.sns: SNS unreachable");
             (StatusCode::BAD_GATEWAY, json!({"error": e}))
+        }
+        Verdict::Busy(e) => {
+            tracing::warn!(target: "mailsluice::reputation", topic, error = e.as_str(), "reputation.sns: certificate fetches at their bound");
+            (StatusCode::SERVICE_UNAVAILABLE, json!({"error": e}))
         }
         Verdict::StoreDown(e) => {
             tracing::warn!(target: "mailsluice::reputation", topic, error = e.as_str(), "reputation.sns: event not applied, the shared store does not answer");

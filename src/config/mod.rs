@@ -14,17 +14,18 @@
 //! | `redis.rs` | `[redis]`, the store shared by replicas |
 //! | `telemetry.rs` | `[telemetry]`, OTLP traces |
 //! | `reputation.rs` | `[reputation]`: bounce and complaint rates per tenant, SES's events |
+//! | `admin.rs` | `[admin]`, the admin HTTP endpoint and its bounds |
 //!
 //! Constraints live in the types (non-zero numbers, closed enums, URLs and key sources parsed
 //! by `TryFrom`) so that a bad value is refused by the parser itself, whose error names the
 //! line. The few rules that span several keys are checked in `validate`, which reports the line
 //! of the offending key through `toml::Spanned`.
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+mod admin;
 mod key_source;
 mod redis;
 mod replies;
@@ -37,6 +38,7 @@ mod telemetry;
 mod throttle;
 mod upstream;
 
+pub use admin::AdminConfig;
 pub use key_source::{BadKeySource, KeySource, UnknownKeySource, MAX_KEY_BYTES};
 pub use redis::{OnError, RedisConfig, RedisRule};
 pub use replies::{BadReplyPattern, ReplyPatterns};
@@ -158,30 +160,6 @@ pub struct Config {
     pub telemetry: Option<TelemetryConfig>,
     /// The tenant reputation guard; off when the section is absent.
     pub reputation: Option<ReputationConfig>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AdminConfig {
-    #[serde(default = "default_admin_listen")]
-    pub listen: SocketAddr,
-    /// An argon2 PHC string: when set, every path but `/healthz`, `/readyz` and the SNS
-    /// endpoint asks for HTTP Basic authentication; without it, the paths that change state
-    /// answer 403.
-    pub password_hash: Option<toml::Spanned<String>>,
-    /// Name of the environment variable holding `password_hash` instead (filled from a
-    /// Kubernetes Secret, say), so the file can sit in a ConfigMap.
-    pub password_hash_env: Option<toml::Spanned<String>>,
-    /// `/readyz` answers 503 while no upstream can take a route's mail (or Redis, with a
-    /// layer on it, cannot be reached). Off: readiness means "this replica can take mail";
-    /// upstream is shared by every replica, so coupling them pulls all of them out at once,
-    /// and clients then get refused connections instead of a `451` they may retry.
-    #[serde(default)]
-    pub ready_requires_upstream: bool,
-}
-
-fn default_admin_listen() -> SocketAddr {
-    "127.0.0.1:9325".parse().unwrap()
 }
 
 impl Config {

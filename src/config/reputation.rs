@@ -29,6 +29,14 @@ pub struct ReputationConfig {
     /// a small sender say little.
     #[serde(default = "default_min_messages")]
     pub min_messages: NonZeroU64,
+    /// No bounce verdict under this many hard bounces in the window, whatever the rate: one
+    /// mistyped address must not stop a tenant.
+    #[serde(default = "default_min_bounces")]
+    pub min_bounces: NonZeroU64,
+    /// No complaint verdict under this many complaints in the window, whatever the rate:
+    /// anyone who receives one of a tenant's messages can press "spam" once.
+    #[serde(default = "default_min_complaints")]
+    pub min_complaints: NonZeroU64,
     #[serde(default = "default_window_ms")]
     pub window_ms: NonZeroU64,
     #[serde(default)]
@@ -122,6 +130,12 @@ fn default_complaint_rate() -> Spanned<f64> {
 }
 fn default_min_messages() -> NonZeroU64 {
     NonZeroU64::new(100).unwrap()
+}
+fn default_min_bounces() -> NonZeroU64 {
+    NonZeroU64::new(5).unwrap()
+}
+fn default_min_complaints() -> NonZeroU64 {
+    NonZeroU64::new(3).unwrap()
 }
 fn default_window_ms() -> NonZeroU64 {
     NonZeroU64::new(86_400_000).unwrap()

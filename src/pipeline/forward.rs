@@ -220,9 +220,10 @@ async fn absorbing<C: Client>(
     }
 }
 
-/// The message as it goes upstream: the envelope as the client gave it, the pieces, and the
-/// upstream's own tenant the route sends it as.
+/// The message as it goes upstream: the envelope as the client gave it, the pieces, the
+/// upstream's own tenant the route sends it as, and the byte budget its copies count in.
 pub(super) fn outgoing<'a>(
+    ctx: &'a Context,
     envelope: &'a Envelope,
     pieces: &'a [&'a [u8]],
     identity: &'a Identity,
@@ -231,5 +232,6 @@ pub(super) fn outgoing<'a>(
         envelope,
         pieces,
         tenant: (identity.route.as_ref()).and_then(|r| r.upstream_tenant.as_deref()),
+        room: Some(&ctx.services.buffered),
     }
 }

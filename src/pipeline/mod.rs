@@ -80,7 +80,7 @@ async fn to_upstream<C: Client>(ctx: &Context, message: &Message<'_>, client: &m
     let upstream = upstream.expect("route names are validated with the config");
     record.via = upstream.name().to_string();
     let pieces = message.pieces();
-    let out = forward::outgoing(message.envelope, &pieces, identity);
+    let out = forward::outgoing(ctx, message.envelope, &pieces, identity);
     let mut wait = Wait { ctx, client };
     let (sent, probes) = match admission::at_upstream(ctx, message, &upstream).await {
         Ok(probes) => {

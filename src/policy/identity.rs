@@ -24,7 +24,7 @@ pub struct Identity {
     /// What the layers scoped to the route's fallback add if it goes there.
     pub fallback_charges: Vec<Charge>,
     /// The byte ranges of the fields to remove (whole fields, in message order): key headers,
-    /// and the client's own fields of the names the route adds.
+    /// the client's own fields of the names the route adds, and its `X-SES-CONFIGURATION-SET`.
     pub key_headers: Vec<Range<usize>>,
     /// Whose reputation it counts for (`[reputation] key`); `None` without the guard.
     pub tenant: Option<String>,
@@ -48,6 +48,12 @@ impl Identity {
     }
 }
 
+/// SES's configuration set, read by its SMTP endpoint and by our `ses://`: it decides where
+/// SES sends the message's bounces and complaints, so it is the route's or the upstream's to
+/// choose, never a client's (a tenant naming a set without event destinations would hide its
+/// bounces from the reputation guard).
+const CONFIGURATION_SET: &str = "X-SES-CONFIGURATION-SET";
+
 /// The identity of a message, from one pass over its header section.
 pub fn identify(rules: Rules<'_>, facts: &MessageFacts<'_>) -> Identity {
     let message = facts.message;
@@ -58,12 +64,11 @@ pub fn identify(rules: Rules<'_>, facts: &MessageFacts<'_>) -> Identity {
     let tenant = tenant_of(rules.layers, facts, &fields);
     let charged = |set| charges(rules.layers, set, &tenant, facts, &fields);
     let mut key_headers = key_headers(rules, message, &fields);
-    if let Some(route) = &route {
-        let added = route.headers.iter().map(|(name, _)| name.as_str());
-        key_headers.extend(named_fields(message, &fields, added));
-        key_headers.sort_by_key(|r| r.start);
-        key_headers.dedup();
-    }
+    let added = (route.iter()).flat_map(|r| r.headers.iter().map(|(name, _)| name.as_str()));
+    let removed = added.chain([CONFIGURATION_SET]);
+    key_headers.extend(named_fields(message, &fields, removed));
+    key_headers.sort_by_key(|r| r.start);
+    key_headers.dedup();
     let tenant_sender =
         facts.sender.is_none() && (route.as_ref()).is_some_and(|r| r.upstream_tenant.is_some());
     let from = match facts.binding.is_some() || tenant_sender {

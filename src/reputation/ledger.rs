@@ -35,6 +35,9 @@ pub struct Limits {
     pub max_bounce_rate: f64,
     pub max_complaint_rate: f64,
     pub min_messages: u64,
+    /// Fewer bounces (or complaints) than this are no verdict, whatever their rate.
+    pub min_bounces: u64,
+    pub min_complaints: u64,
     pub window: Duration,
 }
 
@@ -214,14 +217,20 @@ pub fn change(was_over: bool, breach: Option<&Breach>) -> Change {
     }
 }
 
-/// The first limit `counts` is past, bounces first; none under `min_messages` sent.
+/// The first limit `counts` is past, bounces first; none under `min_messages` sent, and none
+/// of a kind under its minimum count (`min_bounces`, `min_complaints`): no single event
+/// pauses a tenant.
 pub fn breach(limits: Limits, counts: Counts) -> Option<Breach> {
     if counts.sent < limits.min_messages || counts.sent == 0 {
         return None;
     }
     let rate = |n: u64| n as f64 / counts.sent as f64;
+    let least = |kind| match kind {
+        Kind::Bounce => limits.min_bounces,
+        Kind::Complaint => limits.min_complaints,
+    };
     let over = |kind, n, limit| {
-        (rate(n) > limit).then_some(Breach {
+        (n >= least(kind) && rate(n) > limit).then_some(Breach {
             kind,
             rate: rate(n),
             sent: counts.sent,
@@ -249,6 +258,8 @@ mod tests {
             max_bounce_rate: 0.05,
             max_complaint_rate: 0.001,
             min_messages: 20,
+            min_bounces: 1,
+            min_complaints: 1,
             window: Duration::from_secs(24 * 3600),
         };
         Ledger::new(limits, 3)
@@ -298,6 +309,25 @@ mod tests {
         assert_eq!(l.verdict("small", 0).0, None);
         l.add("small", sent(1), 0);
         assert_eq!(l.verdict("small", 0).0.unwrap().kind, Kind::Bounce);
+    }
+
+    /// Past the rate, still no verdict under the minimum count of its kind.
+    #[test]
+    fn no_verdict_under_min_bounces_or_min_complaints() {
+        let limits = Limits {
+            min_bounces: 3,
+            min_complaints: 2,
+            ..ledger().limits
+        };
+        let counts = |bounces, complaints| Counts {
+            sent: 20,
+            bounces,
+            complaints,
+        };
+        assert_eq!(breach(limits, counts(2, 1)), None, "10 % and 5 %, too few");
+        assert_eq!(breach(limits, counts(3, 0)).unwrap().kind, Kind::Bounce);
+        assert_eq!(breach(limits, counts(0, 2)).unwrap().kind, Kind::Complaint);
+        assert_eq!(breach(limits, counts(2, 2)).unwrap().kind, Kind::Complaint);
     }
 
     #[test]

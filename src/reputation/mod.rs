@@ -105,6 +105,8 @@ fn limits(config: &ReputationConfig) -> Limits {
         max_bounce_rate: *config.max_bounce_rate.get_ref(),
         max_complaint_rate: *config.max_complaint_rate.get_ref(),
         min_messages: config.min_messages.get(),
+        min_bounces: config.min_bounces.get(),
+        min_complaints: config.min_complaints.get(),
         window: config.window(),
     }
 }

@@ -5,11 +5,16 @@
 //!
 //! A certificate is fetched with a timeout and a size bound, without following redirects
 //! (a redirect could leave SNS's host), over rustls on aws-lc-rs trusting the system's roots,
-//! and the public keys of the last few are kept.
+//! and the public keys of the last few are kept. Whoever can post can name certificates, so
+//! the fetches are bounded: one at a time per certificate (posts naming it meanwhile wait for
+//! that one's result), at most [`MAX_FETCHES`] at once in all (a post that would start one
+//! more is answered 503, and SNS tries again later).
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::{OnceCell, OwnedSemaphorePermit, Semaphore};
 
 use super::sns_signature::{self, SignatureError, SnsMessage};
 
@@ -21,17 +26,22 @@ pub const MAX_CERTIFICATE_BYTES: u64 = 64 * 1024;
 const MAX_CONFIRMATION_BYTES: u64 = 64 * 1024;
 /// How long one fetch may take, connection included.
 pub const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+/// Fetches (certificates and confirmations) in flight at once, each on a blocking thread.
+pub const MAX_FETCHES: usize = 4;
 
 /// Why a message was not verified (or a subscription not confirmed).
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum VerifyError {
-    /// Not SNS's, or not for SNS's host: answered 403.
+    /// Not SNS's, or not for SNS's host, or too old: answered 403.
     #[error(transparent)]
     Refused(#[from] SignatureError),
     /// SNS could not be asked (a certificate or confirmation fetch failed): answered 502,
     /// so SNS tries again later.
     #[error("fetching {url}: {error}")]
-    Fetch { url: String, error: FetchError },
+    Fetch { url: String, error: Arc<FetchError> },
+    /// [`MAX_FETCHES`] fetches are in flight: answered 503, so SNS tries again later.
+    #[error("{MAX_FETCHES} fetches from SNS in flight already")]
+    Busy,
 }
 
 /// Why a GET of SNS's URL brought no body.
@@ -57,11 +67,20 @@ enum Origin {
     Local(String),
 }
 
+/// One certificate's fetch, its result shared by every post that waited for it.
+type Flight = Arc<OnceCell<Result<Arc<[u8]>, VerifyError>>>;
+
 pub struct SnsVerifier {
     origin: Origin,
     agent: OnceLock<ureq::Agent>,
     /// Checked certificate URL -> its public key, newest last.
     keys: Mutex<VecDeque<(String, Arc<[u8]>)>>,
+    /// Certificate URL -> its fetch in flight.
+    flights: Mutex<HashMap<String, Flight>>,
+    /// One permit per fetch in flight.
+    fetches: Arc<Semaphore>,
+    /// The time notifications are aged against: the system's, or a test's fixed one.
+    now: Option<SystemTime>,
 }
 
 impl SnsVerifier {
@@ -77,29 +96,56 @@ impl SnsVerifier {
         SnsVerifier::with_origin(Origin::Local(base.trim_end_matches('/').to_string()))
     }
 
+    /// For tests only: notifications are aged against `now` instead of the system's time
+    /// (the signed fixtures keep the time they were signed at).
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn at(mut self, now: SystemTime) -> SnsVerifier {
+        self.now = Some(now);
+        self
+    }
+
     fn with_origin(origin: Origin) -> SnsVerifier {
         SnsVerifier {
             origin,
             agent: OnceLock::new(),
             keys: Mutex::new(VecDeque::new()),
+            flights: Mutex::new(HashMap::new()),
+            fetches: Arc::new(Semaphore::new(MAX_FETCHES)),
+            now: None,
         }
     }
 
-    /// Whether `message` was signed by SNS: its certificate URL checked first, the
-    /// certificate fetched (or kept from before), then the signature.
+    /// Whether `message` was signed by SNS, lately: its certificate URL and its age checked
+    /// first, the certificate fetched (or kept from before), then the signature.
     pub async fn verify(&self, message: &SnsMessage) -> Result<(), VerifyError> {
         let signed = sns_signature::signed(message)?;
-        let url = signed.cert_url.to_string();
-        let key = match self.cached(&url) {
-            Some(key) => key,
-            None => {
-                let pem = self.get(&signed.cert_url, MAX_CERTIFICATE_BYTES).await?;
-                let key: Arc<[u8]> = sns_signature::public_key(&pem)?.into();
-                self.keep(url, key.clone());
-                key
-            }
-        };
+        sns_signature::fresh(message, self.now.unwrap_or_else(SystemTime::now))?;
+        let key = self.key(&signed.cert_url).await?;
         Ok(signed.verify(message, &key)?)
+    }
+
+    /// The public key of the certificate at `url` (checked): kept from before, or fetched
+    /// by one post while the others naming it wait for that fetch's result.
+    async fn key(&self, url: &http::Uri) -> Result<Arc<[u8]>, VerifyError> {
+        let text = url.to_string();
+        if let Some(key) = self.cached(&text) {
+            return Ok(key);
+        }
+        let flight = self.lock_flights().entry(text.clone()).or_default().clone();
+        let result = flight.get_or_init(|| self.fetch_key(url)).await.clone();
+        // Landed: later posts read the kept key, or (after a failure) fetch again.
+        let mut flights = self.lock_flights();
+        if flights.get(&text).is_some_and(|f| Arc::ptr_eq(f, &flight)) {
+            flights.remove(&text);
+        }
+        result
+    }
+
+    async fn fetch_key(&self, url: &http::Uri) -> Result<Arc<[u8]>, VerifyError> {
+        let pem = self.get(url, MAX_CERTIFICATE_BYTES).await?;
+        let key: Arc<[u8]> = sns_signature::public_key(&pem)?.into();
+        self.keep(url.to_string(), key.clone());
+        Ok(key)
     }
 
     /// Confirms a subscription: a GET of its `SubscribeURL`, which must be on SNS's host too.
@@ -119,6 +165,20 @@ impl SnsVerifier {
         self.keys.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn lock_flights(&self) -> std::sync::MutexGuard<'_, HashMap<String, Flight>> {
+        self.flights.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Fetches in flight now.
+    pub fn fetching(&self) -> usize {
+        MAX_FETCHES - self.fetches.available_permits()
+    }
+
+    /// Posts waiting now for the fetch of the certificate at `url` (its one in flight).
+    pub fn waiting_for(&self, url: &str) -> usize {
+        (self.lock_flights().get(url)).map_or(0, |flight| Arc::strong_count(flight) - 1)
+    }
+
     fn cached(&self, url: &str) -> Option<Arc<[u8]>> {
         (self.lock().iter())
             .find(|(u, _)| u == url)
@@ -136,8 +196,12 @@ impl SnsVerifier {
         keys.push_back((url, key));
     }
 
-    /// The body of a 200 answer to a GET of `url` (already checked), at most `limit` bytes.
+    /// The body of a 200 answer to a GET of `url` (already checked), at most `limit` bytes;
+    /// [`VerifyError::Busy`] when [`MAX_FETCHES`] are in flight. The permit goes with the
+    /// blocking thread, so a fetch whose post was given up still counts until it ends.
     async fn get(&self, url: &http::Uri, limit: u64) -> Result<Vec<u8>, VerifyError> {
+        let permit: OwnedSemaphorePermit =
+            (self.fetches.clone().try_acquire_owned()).map_err(|_| VerifyError::Busy)?;
         let target = match &self.origin {
             Origin::Sns => url.to_string(),
             #[cfg(any(test, feature = "test-support"))]
@@ -149,6 +213,7 @@ impl SnsVerifier {
         let agent = self.agent().clone();
         let shown = url.to_string();
         let fetch = move || -> Result<Vec<u8>, FetchError> {
+            let _permit = permit;
             let mut response = agent.get(&target).call().map_err(FetchError::Http)?;
             if response.status() != 200 {
                 return Err(FetchError::Status(response.status()));
@@ -160,7 +225,10 @@ impl SnsVerifier {
             Ok(fetched) => fetched,
             Err(e) => Err(FetchError::Task(e)),
         };
-        fetched.map_err(|error| VerifyError::Fetch { url: shown, error })
+        fetched.map_err(|error| VerifyError::Fetch {
+            url: shown,
+            error: Arc::new(error),
+        })
     }
 
     /// The HTTP client, made at first use (it reads the system's roots).

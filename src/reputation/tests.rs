@@ -14,7 +14,7 @@ const DEC_1: u64 = 1_796_083_200;
 fn guard(extra: &str) -> (Reputation, Arc<FakeClock>) {
     let text = format!(
         "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"file://o\"\n\
-         [reputation]\nkey = \"auth\"\nmin_messages = 20\n{extra}"
+         [reputation]\nkey = \"auth\"\nmin_messages = 20\nmin_bounces = 1\nmin_complaints = 1\n{extra}"
     );
     let config = Config::parse(&text).unwrap();
     let clock = Arc::new(FakeClock::new(DEC_1));

@@ -1,22 +1,23 @@
 //! AUTH PLAIN (RFC 4616) and LOGIN against `[smtp.auth] users` (RFC 4954). Offered only
 //! under TLS unless `allow_plaintext_auth`, so a password never crosses in clear by default.
-//! Passwords are checked by the context's `Verifier`, a bounded number at once (argon2 is
+//! Passwords are checked as `inbound::login` takes logins, a bounded number at once (argon2 is
 //! slow and memory-hard on purpose). Every failure is answered after `failure_delay_ms`, and
 //! `max_failures` failures from one address within `failure_window_ms` lock it out
 //! (`421 4.7.0` and close) for `lockout_ms`. An attempt counts from the start of its check,
 //! so parallel guesses past `max_failures` are refused without a check.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine;
 use smtp_proto::{AUTH_LOGIN, AUTH_PLAIN};
-use tokio::time::Instant;
 
 use super::conn::{Line, Stop};
 use super::reply::{self, Reply};
 use super::session::{AuthUser, Flow, Session};
-use crate::inbound::auth_lockout::Attempt;
+use crate::inbound::login::Login;
 use crate::policy::Binding;
+use crate::state::context::Context;
 
 /// How an exchange ended without complete credentials.
 enum Exchange {
@@ -55,32 +56,29 @@ impl Session {
             Ok(c) => c,
             Err(e) => return self.exchange_failed(e),
         };
-        let Some(attempt) = self
-            .ctx
-            .services
-            .auth_failures
-            .begin(self.peer.ip(), Instant::now())
-        else {
-            tracing::warn!(peer = %self.peer, "AUTH refused: locked out or too many in flight");
-            self.reply(reply::auth_locked_out());
-            return Flow::Close;
-        };
-        let verified = self.verify(name, password).await;
-        // Attempts started in parallel before a lockout are answered 421 when they end, right
-        // password or not, so parallel guessing learns nothing past the threshold.
-        if self.locked_out() {
-            self.reply(reply::auth_locked_out());
-            return Flow::Close;
-        }
-        match verified {
-            Some(user) => {
-                attempt.succeeded();
+        let delay = (self.ctx.setup.config.smtp.auth.as_ref()).map_or(0, |a| a.failure_delay_ms);
+        let logins = self.ctx.services.auth.clone();
+        let verify = verify(self.ctx.clone(), name, password);
+        match logins
+            .attempt(self.peer.ip(), Duration::from_millis(delay), verify)
+            .await
+        {
+            Login::Accepted(user) => {
                 tracing::info!(peer = %self.peer, user = %user.name, "authenticated");
                 self.auth = Some(user);
                 self.reply(reply::auth_succeeded());
                 Flow::Continue
             }
-            None => self.failed(attempt).await,
+            Login::Refused => {
+                tracing::info!(peer = %self.peer, "AUTH failed");
+                self.reply(reply::auth_failed());
+                Flow::Continue
+            }
+            Login::LockedOut => {
+                tracing::warn!(peer = %self.peer, "AUTH refused: locked out, or too many failures in flight");
+                self.reply(reply::auth_locked_out());
+                Flow::Close
+            }
         }
     }
 
@@ -169,60 +167,9 @@ impl Session {
         }
     }
 
-    /// The user `name` if `password` is its password. An unknown name costs one hash check
-    /// too, so response times do not tell which names exist.
-    async fn verify(&mut self, name: String, password: String) -> Option<AuthUser> {
-        let users = &self.ctx.setup.config.smtp.auth.as_ref()?.users;
-        let found = users.iter().find(|u| *u.user.get_ref() == name);
-        let hash = found.or(users.first())?.password_hash.get_ref().clone();
-        let ok = self
-            .ctx
-            .services
-            .password_checks
-            .matches(hash, password)
-            .await;
-        let user = found.filter(|_| ok)?;
-        let binding = user.senders().map(|senders| Binding {
-            user: name.clone(),
-            senders,
-        });
-        Some(AuthUser {
-            name,
-            tenant: user.tenant().to_string(),
-            trust_key_header: user.trust_key_header,
-            binding,
-        })
-    }
-
     /// Whether the client's address is locked out now.
     fn locked_out(&self) -> bool {
-        self.ctx
-            .services
-            .auth_failures
-            .is_locked(self.peer.ip(), Instant::now())
-    }
-
-    /// Counts the failure, waits the failure delay, then answers `535`, or `421` and closes
-    /// when the address is now locked out.
-    async fn failed(&mut self, attempt: Attempt) -> Flow {
-        let locked = attempt.failed(Instant::now());
-        let delay = self
-            .ctx
-            .setup
-            .config
-            .smtp
-            .auth
-            .as_ref()
-            .map_or(0, |a| a.failure_delay_ms);
-        tokio::time::sleep(Duration::from_millis(delay)).await;
-        if locked {
-            tracing::warn!(peer = %self.peer, "AUTH failures past the threshold: locked out");
-            self.reply(reply::auth_locked_out());
-            return Flow::Close;
-        }
-        tracing::info!(peer = %self.peer, "AUTH failed");
-        self.reply(reply::auth_failed());
-        Flow::Continue
+        self.ctx.services.auth.locked_out(self.peer.ip())
     }
 
     /// Ends the session when the client left, idled or the relay is stopping mid-exchange.
@@ -249,4 +196,24 @@ fn decode(text: &[u8]) -> Result<Vec<u8>, Exchange> {
 
 fn utf8(bytes: &[u8]) -> Result<String, Exchange> {
     String::from_utf8(bytes.to_vec()).map_err(|_| Exchange::Malformed)
+}
+
+/// The user `name` if `password` is its password. An unknown name costs one hash check
+/// too, so response times do not tell which names exist.
+async fn verify(ctx: Arc<Context>, name: String, password: String) -> Option<AuthUser> {
+    let users = &ctx.setup.config.smtp.auth.as_ref()?.users;
+    let found = users.iter().find(|u| *u.user.get_ref() == name);
+    let hash = found.or(users.first())?.password_hash.get_ref().clone();
+    let ok = ctx.services.auth.checks.matches(hash, password).await;
+    let user = found.filter(|_| ok)?;
+    let binding = user.senders().map(|senders| Binding {
+        user: name.clone(),
+        senders,
+    });
+    Some(AuthUser {
+        name,
+        tenant: user.tenant().to_string(),
+        trust_key_header: user.trust_key_header,
+        binding,
+    })
 }

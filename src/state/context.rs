@@ -22,9 +22,9 @@ use tokio::sync::Semaphore;
 
 use crate::clock::{Clock, TokioClock};
 use crate::config::{Config, Cost};
-use crate::inbound::auth_lockout::{AuthFailures, LockoutRule};
+use crate::inbound::auth_lockout::LockoutRule;
 use crate::inbound::connection_limit::Connections;
-use crate::inbound::password::Verifier;
+use crate::inbound::login::Logins;
 use crate::inbound::tls::{Tls, TlsError};
 use crate::observe::metrics::Metrics;
 use crate::observe::recent::Recent;
@@ -127,10 +127,11 @@ pub struct Services {
     pub traces: Option<Arc<Traces>>,
     /// `max_connections_per_ip`.
     pub connections_per_ip: Arc<Connections>,
-    /// Failed AUTH attempts per client address, for the lockout.
-    pub auth_failures: Arc<AuthFailures>,
-    /// Checks AUTH passwords, a bounded number at once for the whole process.
-    pub password_checks: Arc<Verifier>,
+    /// SMTP AUTH's password checks (a bounded number at once for the whole process) and
+    /// failed attempts per client address.
+    pub auth: Logins,
+    /// The admin endpoint's own: guessing there never takes SMTP AUTH's check slots.
+    pub admin_logins: Logins,
     /// Bytes of DATA the sessions of the process may still hold (`max_buffered_bytes`),
     /// one permit a byte.
     pub buffered: Arc<Semaphore>,
@@ -159,8 +160,11 @@ impl Services {
             metrics,
             recent: Recent::new(),
             connections_per_ip: Connections::new(smtp.max_connections_per_ip.get()),
-            auth_failures: Arc::new(AuthFailures::new(lockout_rule(config))),
-            password_checks: Verifier::new(smtp.auth.as_ref().map_or(1, |a| a.parallel_checks())),
+            auth: Logins::new(
+                smtp.auth.as_ref().map_or(1, |a| a.parallel_checks()),
+                lockout_rule(config),
+            ),
+            admin_logins: admin_logins(config),
             buffered: Arc::new(Semaphore::new(
                 smtp.max_buffered_bytes.get().min(Semaphore::MAX_PERMITS),
             )),
@@ -281,6 +285,17 @@ fn lockout_rule(config: &Config) -> LockoutRule {
             lockout: Duration::ZERO,
         },
     }
+}
+
+/// The admin endpoint's logins, by `[admin]`'s keys (its defaults without the section).
+fn admin_logins(config: &Config) -> Logins {
+    let admin = config.admin.clone().unwrap_or_default();
+    let rule = LockoutRule {
+        max_failures: admin.max_failures.get(),
+        window: Duration::from_millis(admin.failure_window_ms.get()),
+        lockout: Duration::from_millis(admin.lockout_ms.get()),
+    };
+    Logins::new(admin.max_parallel_checks.get(), rule)
 }
 
 /// The smallest of `max_recipients` and the bursts of recipient-cost layers that apply to

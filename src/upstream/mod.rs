@@ -241,6 +241,10 @@ pub struct Outgoing<'a> {
     /// The upstream's own tenant the message is sent as (SES's `TenantName`, from the route's
     /// `ses_tenant`); kinds without tenants ignore it.
     pub tenant: Option<&'a str>,
+    /// The process's byte budget (`max_buffered_bytes`, a permit a byte) that the message's
+    /// own bytes are held in: a kind that makes copies of the message to send it (`ses://`:
+    /// the request) takes room for them there too, or does not send. `None`: unbounded.
+    pub room: Option<&'a std::sync::Arc<tokio::sync::Semaphore>>,
 }
 
 /// Hands one complete message to the next hop.
@@ -256,6 +260,7 @@ pub trait Forwarder: Send + Sync {
                 envelope,
                 pieces: &pieces,
                 tenant: None,
+                room: None,
             };
             self.send(&outgoing).await
         })

@@ -5,6 +5,7 @@
 mod support;
 
 mod admin;
+mod admin_flood;
 mod cli;
 mod dashboards;
 mod deploy;

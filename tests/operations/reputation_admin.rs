@@ -5,7 +5,8 @@ use crate::support::auth::cheap_hash;
 use crate::support::http::request;
 use crate::support::relay::{memory_relay, sum_metric};
 
-const REPUTATION: &str = "[reputation]\nkey = \"header:X-Tenant\"\nmin_messages = 1\n";
+const REPUTATION: &str =
+    "[reputation]\nkey = \"header:X-Tenant\"\nmin_messages = 1\nmin_bounces = 1\n";
 
 fn bounce(message_id: &str, rcpt: &str) -> String {
     format!(

@@ -5,17 +5,20 @@
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::http::Uri;
 use mailsluice::admin::sns::MAX_POST_BYTES;
-use mailsluice::reputation::sns_verifier::{SnsVerifier, MAX_CERTIFICATE_BYTES};
+use mailsluice::reputation::sns_verifier::{SnsVerifier, MAX_CERTIFICATE_BYTES, MAX_FETCHES};
 use serde_json::Value;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 
 use crate::support::auth::cheap_hash;
 use crate::support::http::{post, request};
 use crate::support::memory::MemoryForwarder;
 use crate::support::relay::{config_text, memory_relay, sum_metric, Relay};
+use crate::support::wait::until;
 
 const CERT: &str = include_str!("../fixtures/sns/cert.pem");
 const V1: &str = include_str!("../fixtures/sns/notification-v1.json");
@@ -24,30 +27,49 @@ const CONFIRMATION: &str = include_str!("../fixtures/sns/confirmation.json");
 const OTHER_CONFIRMATION: &str = include_str!("../fixtures/sns/confirmation-other-topic.json");
 const UNSUBSCRIBED: &str = include_str!("../fixtures/sns/unsubscribed.json");
 const TOPIC: &str = "arn:aws:sns:eu-west-1:123456789012:ses-events";
-const CERT_PATH: &str = "/SimpleNotificationService-test.pem";
+const CERT_PATH: &str = "/SimpleNotificationService-0123456789abcdef0123456789abcdef.pem";
 
 /// The local stand-in for SNS's host: the certificate at `CERT_PATH`, one over its bound at
-/// `/huge.pem`, an answer to anything else; every path and query it is asked for, kept.
+/// `HUGE_PATH`, an answer to anything else; every path and query it is asked for, kept. A
+/// host started `held` answers nothing until `release`.
 struct SnsHost {
     addr: SocketAddr,
     seen: Arc<Mutex<Vec<String>>>,
+    gate: Arc<Semaphore>,
+}
+
+const HUGE_PATH: &str = "/SimpleNotificationService-0000ffff.pem";
+
+/// When the fixtures are taken to arrive: half an hour after the notifications were signed.
+fn fixtures_arrive() -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs(1_796_121_000) // 2026-12-01T10:30:00Z
 }
 
 impl SnsHost {
     async fn start() -> SnsHost {
+        SnsHost::with_gate(Semaphore::MAX_PERMITS).await
+    }
+
+    async fn held() -> SnsHost {
+        SnsHost::with_gate(0).await
+    }
+
+    async fn with_gate(permits: usize) -> SnsHost {
         let seen = Arc::new(Mutex::new(Vec::new()));
-        let log = seen.clone();
+        let gate = Arc::new(Semaphore::new(permits));
+        let (log, open) = (seen.clone(), gate.clone());
         let app = axum::Router::new().fallback(move |uri: Uri| {
-            let log = log.clone();
+            let (log, open) = (log.clone(), open.clone());
             async move {
                 let path = uri
                     .path_and_query()
                     .map(|p| p.to_string())
                     .unwrap_or_default();
                 log.lock().unwrap().push(path.clone());
+                let _open = open.acquire().await.unwrap();
                 match uri.path() {
                     CERT_PATH => CERT.to_string(),
-                    "/huge.pem" => "A".repeat(MAX_CERTIFICATE_BYTES as usize + 1),
+                    HUGE_PATH => "A".repeat(MAX_CERTIFICATE_BYTES as usize + 1),
                     _ => "<ConfirmSubscriptionResponse/>".to_string(),
                 }
             }
@@ -55,11 +77,21 @@ impl SnsHost {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        SnsHost { addr, seen }
+        SnsHost { addr, seen, gate }
     }
 
+    /// A held host answers from now on.
+    fn release(&self) {
+        self.gate.add_permits(1000);
+    }
+
+    /// The production verifier's checks, fetching from this host, at [`fixtures_arrive`].
     fn verifier(&self) -> SnsVerifier {
-        SnsVerifier::local(&format!("http://{}", self.addr))
+        self.verifier_at(fixtures_arrive())
+    }
+
+    fn verifier_at(&self, now: SystemTime) -> SnsVerifier {
+        SnsVerifier::local(&format!("http://{}", self.addr)).at(now)
     }
 
     fn seen(&self) -> Vec<String> {
@@ -253,7 +285,7 @@ async fn bodies_over_the_bound_get_413_and_what_is_not_an_sns_message_400() {
 
     // A certificate over its bound is not read: SNS is told to come again (502).
     let mut message = json(V1);
-    message["SigningCertURL"] = "https://sns.eu-west-1.amazonaws.com/huge.pem".into();
+    message["SigningCertURL"] = format!("https://sns.eu-west-1.amazonaws.com{HUGE_PATH}").into();
     let (status, body) = post_json(admin, &message).await;
     assert_eq!(status, 502, "{body}");
     assert!(relay
@@ -270,4 +302,109 @@ async fn bodies_over_the_bound_get_413_and_what_is_not_an_sns_message_400() {
         (relay, admin)
     };
     assert_eq!(post(admin, "/ses/events", V1.into()).await.0, 404);
+}
+
+const SNS: &str = "https://sns.eu-west-1.amazonaws.com";
+
+/// On SNS's own host, only the paths of its certificates are fetched: a post naming any
+/// other (an API action, a confirmation link, a page) is refused, and nothing is fetched.
+#[tokio::test]
+async fn a_certificate_url_not_of_sns_certificates_form_is_refused_before_any_fetch() {
+    let host = SnsHost::start().await;
+    let (relay, admin) = start(&host, &format!("\"{TOPIC}\"")).await;
+    for path in [
+        "/?Action=Publish&TopicArn=x",
+        "/huge.pem",
+        "/SimpleNotificationService-test.pem",
+        "/SimpleNotificationService-abc.pem?x=1",
+        "/x/SimpleNotificationService-abc.pem",
+    ] {
+        let mut message = json(V2);
+        message["SigningCertURL"] = format!("{SNS}{path}").into();
+        let (status, body) = post_json(admin, &message).await;
+        assert_eq!(status, 403, "{path}: {body}");
+        assert!(
+            body.contains("SimpleNotificationService-<hex>.pem"),
+            "{body}"
+        );
+    }
+    assert_eq!(host.seen(), Vec::<String>::new());
+    assert!(no_standing(&relay).await);
+}
+
+/// Posts naming one certificate while it is being fetched wait for that one fetch; posts
+/// that would start more than `MAX_FETCHES` fetches at once get 503 (SNS tries again).
+#[tokio::test]
+async fn one_fetch_per_certificate_and_a_bound_on_fetches_in_flight() {
+    let host = SnsHost::held().await;
+    let (relay, admin) = start(&host, &format!("\"{TOPIC}\"")).await;
+    let verifier = relay.services().sns.clone();
+    let cert_url = format!("{SNS}{CERT_PATH}");
+    let same: Vec<_> = (0..10)
+        .map(|_| tokio::spawn(post(admin, "/ses/events", V2.into())))
+        .collect();
+    until("ten posts wait for one fetch", async || {
+        verifier.waiting_for(&cert_url) == 10
+    })
+    .await;
+    assert_eq!(host.seen(), vec![CERT_PATH.to_string()], "one fetch");
+    // Other certificates (forged posts may name any) fill the bound...
+    let named = |i: usize| {
+        let mut message = json(V1);
+        message["SigningCertURL"] = format!("{SNS}/SimpleNotificationService-{i:04x}.pem").into();
+        message.to_string().into_bytes()
+    };
+    let others: Vec<_> = (1..MAX_FETCHES)
+        .map(|i| tokio::spawn(post(admin, "/ses/events", named(i))))
+        .collect();
+    until("the bound is reached", async || {
+        verifier.fetching() == MAX_FETCHES
+    })
+    .await;
+    // ... and past it a post is answered 503 at once, fetching nothing.
+    for i in 100..103 {
+        let (status, body) = post(admin, "/ses/events", named(i)).await;
+        assert_eq!(status, 503, "{body}");
+    }
+    assert_eq!(host.seen().len(), MAX_FETCHES);
+    host.release();
+    let mut applied = Vec::new();
+    for answer in same {
+        let (status, body) = answer.await.unwrap();
+        assert_eq!(status, 200, "{body}");
+        applied.push(body);
+    }
+    // One notification ten times: it counts once, the repeats are ignored.
+    let counted = applied.iter().filter(|b| b.contains("bounce")).count();
+    assert_eq!(counted, 1, "{applied:?}");
+    for answer in others {
+        // Not a certificate: refused.
+        assert_eq!(answer.await.unwrap().0, 403);
+    }
+    assert_eq!(host.seen().len(), MAX_FETCHES, "nothing fetched twice");
+    assert_eq!(verifier.fetching(), 0);
+}
+
+/// A notification signed over an hour before it arrives is a replay: refused before its
+/// certificate is fetched, and nothing counts.
+#[tokio::test]
+async fn a_notification_over_an_hour_old_is_refused() {
+    let host = SnsHost::start().await;
+    let late = fixtures_arrive() + Duration::from_secs(31 * 60);
+    let relay = Relay::start_with_sns(
+        &config(&format!("\"{TOPIC}\""), ""),
+        MemoryForwarder::new(),
+        host.verifier_at(late),
+    )
+    .await;
+    let admin = relay.start_admin().await;
+    for text in [V1, V2] {
+        let (status, body) = post(admin, "/ses/events", text.into()).await;
+        assert_eq!(status, 403, "{body}");
+        assert!(body.contains("old"), "{body}");
+    }
+    assert_eq!(host.seen(), Vec::<String>::new());
+    assert!(no_standing(&relay).await);
+    // A subscription's confirmation is not aged: SNS sends it again as it was.
+    assert_eq!(post(admin, "/ses/events", CONFIRMATION.into()).await.0, 200);
 }

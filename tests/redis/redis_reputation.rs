@@ -36,7 +36,7 @@ impl Forwarder for SesLike {
 
 fn guard_config(redis: &RedisServer, extra: &str) -> String {
     format!(
-        "[reputation]\nkey = \"header:X-Tenant\"\nmin_messages = 20\n{extra}\n\
+        "[reputation]\nkey = \"header:X-Tenant\"\nmin_messages = 20\nmin_bounces = 1\nmin_complaints = 1\n{extra}\n\
          [redis]\nurl = \"{}\"\ntimeout_ms = 500\n",
         redis.url()
     )

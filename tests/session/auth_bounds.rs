@@ -40,7 +40,8 @@ fn checks(relay: &Relay) -> Arc<Verifier> {
         .current()
         .expect("running")
         .services
-        .password_checks
+        .auth
+        .checks
         .clone()
 }
 

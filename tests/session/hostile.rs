@@ -538,6 +538,25 @@ async fn more_received_fields_than_max_received_is_554_5_4_6_and_nothing_forward
     relay.stop().await;
 }
 
+/// A `Received` field is a hop however its name is written: any case, and with white space
+/// before its colon (RFC 5322's obsolete syntax, which MTAs still take).
+#[tokio::test]
+async fn received_fields_with_space_before_the_colon_count_as_hops() {
+    let (relay, fwd) = memory_relay("max_received = 2", "").await;
+    let mut c = relay.client().await;
+    for name in ["Received :", "received\t:", "RECEIVED  :"] {
+        let message =
+            format!("{name} from a\r\n{name} from b\r\n{name} from c\r\nSubject: s\r\n\r\nhi\r\n");
+        let (code, text) = c
+            .send_mail("a@example.com", &["b@example.com"], message.as_bytes())
+            .await;
+        assert_eq!(code, 554, "{name:?}: {text}");
+        assert!(text.starts_with("5.4.6 Too many hops"), "{text}");
+    }
+    assert!(fwd.messages().is_empty());
+    relay.stop().await;
+}
+
 /// Pipes every connection made to `proxy` to `to`, counting them: a relay whose upstream is
 /// the proxy has itself as its upstream.
 async fn pipe(proxy: tokio::net::TcpListener, to: std::net::SocketAddr, count: Arc<AtomicUsize>) {

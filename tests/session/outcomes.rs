@@ -138,7 +138,7 @@ const fn case(
 }
 
 /// The table: reply, how it is made, outcome, layer named in the log line, in the metric.
-const CASES: [Case; 32] = [
+const CASES: [Case; 33] = [
     case("250 ...", How::Send, "delivered", false, false),
     case("250 ... (refused for {n} of {m} recipients; the sender is sent a report)", How::Send, "partial", false, false),
     case("550 5.6.0 Message contains a bare CR or LF (RFC 5321 2.3.8); not relayed", How::Data(Body::BareLf), "content_rejected", false, false),
@@ -171,6 +171,7 @@ const CASES: [Case; 32] = [
     case("{code} {esc} upstream: {upstream's text}", How::Send, "upstream_temp_fail", false, false),
     case("550 5.7.1 From: <{address}> not allowed for user {user}", How::FromOutsideSenders, "sender_refused", false, false),
     case("451 4.7.1 upstream: SES tenant {name} disabled at SES", How::Send, "upstream_tenant_paused", false, false),
+    case("554 5.3.5 upstream: SES NotFoundException: {SES's text}", How::Send, "upstream_perm_fail", false, false),
 ];
 
 /// Rows of those sections no message of a session can get here, and why.
@@ -201,8 +202,11 @@ fn setup(i: usize) -> (String, String, Vec<Up>, Up) {
         enhanced: Some("4.7.0".into()),
         text: text.into(),
     };
-    let reputation =
-        |extra: &str| format!("[reputation]\nkey = \"header:X-Tenant\"\nmin_messages = 1\n{extra}");
+    let reputation = |extra: &str| {
+        format!(
+            "[reputation]\nkey = \"header:X-Tenant\"\nmin_messages = 1\nmin_bounces = 1\n{extra}"
+        )
+    };
     match i {
         0 | 2..=4 => take,
         1 => (String::new(), String::new(), vec![Up::Partial], Up::Take),
@@ -265,7 +269,8 @@ fn setup(i: usize) -> (String, String, Vec<Up>, Up) {
         ),
         16 => (String::new(), reputation(""), vec![], Up::Take),
         17 => {
-            let by_sender = "[reputation]\nkey = \"sender-domain\"\nmin_messages = 1\n";
+            let by_sender =
+                "[reputation]\nkey = \"sender-domain\"\nmin_messages = 1\nmin_bounces = 1\n";
             (String::new(), by_sender.into(), vec![], Up::Take)
         }
         18 => (
@@ -320,6 +325,12 @@ fn setup(i: usize) -> (String, String, Vec<Up>, Up) {
         // DISABLED (tests/upstream/ses_sync.rs reads it from a stand-in for SES).
         31 => fail(UpstreamError::TenantPaused(
             "SES tenant acme disabled at SES".into(),
+        )),
+        // What the SES forwarder answers to SES's 404 (tests/upstream/ses.rs asks a fake SES).
+        32 => fail(refused(
+            554,
+            "5.3.5",
+            "SES NotFoundException: Configuration set <x> does not exist.",
         )),
         _ => unreachable!("a case of the table"),
     }

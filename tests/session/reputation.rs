@@ -32,7 +32,8 @@ impl Forwarder for SesLike {
     }
 }
 
-const REPUTATION: &str = "[reputation]\nkey = \"header:X-Tenant\"\nmin_messages = 20\n";
+const REPUTATION: &str =
+    "[reputation]\nkey = \"header:X-Tenant\"\nmin_messages = 20\nmin_bounces = 1\n";
 
 async fn start(rest: &str) -> (Relay, Arc<SesLike>) {
     let users = [("app", "s3cret", "tenant = \"acme\"")];
@@ -210,4 +211,53 @@ async fn upstreams_own_hard_bounce_counts_and_suppresses() {
     let standing = guard.standings().await.unwrap();
     assert_eq!((standing[0].key.as_str(), standing[0].bounces), ("beta", 1));
     assert!(guard.suppressed("nobody@example.com").await.is_some());
+}
+
+fn complaint(message_id: &str, feedback: &str) -> String {
+    format!(
+        r#"{{"eventType":"Complaint","mail":{{"messageId":"{message_id}"}},"complaint":{{"complainedRecipients":[{{"emailAddress":"r@example.com"}}],"timestamp":"2026-12-01T10:00:00Z","feedbackId":"{feedback}"}}}}"#
+    )
+}
+
+/// Under the default limits no single event pauses a tenant: one complaint after 100
+/// messages (0.1 % is the limit, 1 % is past it) and one bounce of a small sender (with
+/// `min_messages = 1`) leave it sending; `min_complaints` complaints pause it.
+#[tokio::test]
+async fn one_complaint_or_one_bounce_never_pauses_a_tenant_by_default() {
+    let (relay, _) = start("[reputation]\nkey = \"header:X-Tenant\"\nsuppress = false\n").await;
+    let mut c = relay.client().await;
+    let send = async |c: &mut Client| {
+        c.send_mail("a@b.example", &["r@example.com"], MESSAGE)
+            .await
+            .0
+    };
+    for _ in 0..100 {
+        assert_eq!(send(&mut c).await, 250);
+    }
+    let guard = relay.reputation().unwrap();
+    guard.apply_text(&complaint("ses-0", "c0")).await.unwrap();
+    assert_eq!(send(&mut c).await, 250, "one complaint: no verdict");
+    for i in 1..3 {
+        let id = format!("ses-{i}");
+        guard
+            .apply_text(&complaint(&id, &format!("c{i}")))
+            .await
+            .unwrap();
+    }
+    assert_eq!(send(&mut c).await, 451, "three complaints of 101: paused");
+
+    let small = "[reputation]\nkey = \"header:X-Tenant\"\nmin_messages = 1\nsuppress = false\n";
+    let (relay, _) = start(small).await;
+    let mut c = relay.client().await;
+    assert_eq!(send(&mut c).await, 250);
+    let guard = relay.reputation().unwrap();
+    guard
+        .apply_text(&bounce("ses-0", "f0", "r@example.com"))
+        .await
+        .unwrap();
+    assert_eq!(
+        send(&mut c).await,
+        250,
+        "one bounce of one message: no verdict"
+    );
 }

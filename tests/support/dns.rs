@@ -16,7 +16,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 
 use hickory_resolver::proto::op::{Edns, Message, MessageType, ResponseCode};
-use hickory_resolver::proto::rr::rdata::{A, MX, TXT};
+use hickory_resolver::proto::rr::rdata::{A, AAAA, MX, TXT};
 use hickory_resolver::proto::rr::{Name, RData, Record, RecordType};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
@@ -73,6 +73,10 @@ impl TestDns {
 
     pub fn a(&self, name: &str, ip: Ipv4Addr) {
         self.add(name, RecordType::A, RData::A(A(ip)));
+    }
+
+    pub fn aaaa(&self, name: &str, ip: std::net::Ipv6Addr) {
+        self.add(name, RecordType::AAAA, RData::AAAA(AAAA(ip)));
     }
 
     /// The name exists, with only a TXT record: its MX and A queries get empty answers, not

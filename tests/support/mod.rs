@@ -26,11 +26,13 @@
 //! - `proxy`: PROXY protocol headers (v1, v2) written by hand, and connecting from a chosen
 //!   loopback address (`127.0.0.2`, ...).
 //! - `wait`: `until`, polling a condition in real time (at most 30 s).
+//! - `clock`: tokio's paused clock held still while the test waits on real sockets.
 #![allow(dead_code)]
 
 pub mod auth;
 pub mod campaign;
 pub mod campaign_check;
+pub mod clock;
 pub mod delay;
 pub mod dns;
 pub mod hidden_rate;

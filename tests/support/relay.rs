@@ -179,6 +179,11 @@ impl Relay {
         sum_metric(&text, name)
     }
 
+    /// What outlives a reload: the password checks, the SNS verifier, the metrics.
+    pub fn services(&self) -> Arc<mailsluice::state::context::Services> {
+        self.ctx.services.clone()
+    }
+
     /// The relay's reputation guard, when `[reputation]` is set.
     pub fn reputation(&self) -> Option<Arc<mailsluice::reputation::Reputation>> {
         self.ctx.services.reputation.clone()

@@ -51,6 +51,8 @@ struct Faults {
     mode: Mode,
     /// An error answer for every `SendEmail`: status, type, text.
     error: Option<(u16, String, String)>,
+    /// An answer for every `SendEmail` as it is: status and body, no error type.
+    raw: Option<(u16, String)>,
     quota_left: Option<u64>,
     paused_tenants: HashSet<String>,
     max_send_rate: f64,
@@ -125,6 +127,12 @@ impl FakeSes {
     pub fn set_hidden_rate(&self, rate: Option<u64>) {
         *self.rate.lock().unwrap() =
             rate.map(|r| (Bucket::drip(r, r, 1_000_000_000), State::default()));
+    }
+
+    /// Every `SendEmail` answered `status` with `body` as it is (a success SES's SDK cannot
+    /// read, a MessageId of the test's): the request still counts as sent.
+    pub fn answer_raw(&self, answer: Option<(u16, &str)>) {
+        self.faults.lock().unwrap().raw = answer.map(|(s, b)| (s, b.into()));
     }
 
     pub fn set_quota(&self, left: Option<u64>) {
@@ -258,6 +266,11 @@ impl FakeSes {
         let email = parse_send_email(body);
         if let Some((status, kind, text)) = &faults.error {
             return error(*status, kind, text);
+        }
+        if let Some((status, body)) = faults.raw.clone() {
+            drop(faults);
+            self.sent.lock().unwrap().push(email);
+            return (status, None, body);
         }
         if faults.quota_left == Some(0) {
             return error(

@@ -5,6 +5,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod desync;
 mod envelope;
 mod faults;
 mod feedback;

@@ -277,7 +277,7 @@ async fn a_refusal_at_the_final_dot_after_another_accepted_is_250_and_one_report
 async fn recipients_an_mx_host_refuses_after_the_dot_count_as_the_tenants_bounces() {
     let (dns, port, ups) = two_domains(43).await;
     ups[1].set_fault(Fault::reply(Step::EndOfData, 550, "5.1.1 no such user"));
-    let reputation = "[reputation]\nkey = \"sender-domain\"\nmin_messages = 1\n";
+    let reputation = "[reputation]\nkey = \"sender-domain\"\nmin_messages = 1\nmin_bounces = 1\n";
     let relay = mx_relay(&dns, port, reputation).await;
     let (code, text) = send(&relay, "s@sender.test", &["x@a.test", "y@b.test"]).await;
     assert_eq!(code, 250, "{text}");
@@ -528,6 +528,7 @@ async fn pieces_reach_each_domain_as_one_message_and_a_report_takes_their_header
         envelope: &envelope,
         pieces: &pieces,
         tenant: None,
+        room: None,
     };
     let accepted = forwarder.send(&outgoing).await.unwrap();
     assert!(!accepted.partial, "{}", accepted.text);
@@ -586,6 +587,49 @@ async fn internal_mx_hosts_and_address_literals_are_refused_without_a_connection
     assert_eq!(code, 250, "{text}");
     assert_eq!(ups[0].wait_for(1).await[0].rcpts, ["u@internal.test"]);
     allowed.stop().await;
+}
+
+/// The internal ranges beyond the private ones, each as an address literal and as an MX host's
+/// resolved address: benchmarking (`198.18.0.0/15`), IETF protocol assignments
+/// (`192.0.0.0/24`), NAT64 to an internal IPv4 address (`64:ff9b::/96`), local-use NAT64
+/// (`64:ff9b:1::/48`), 6to4 (`2002::/16`) and site-local (`fec0::/10`). Refused before any
+/// connection (the test runs nothing there: a connection would be the failure).
+#[tokio::test]
+async fn every_internal_range_is_refused_as_a_literal_and_as_a_resolved_host() {
+    let dns = TestDns::start().await;
+    let (port, _ups) = mx_hosts(41, &[2]).await;
+    let relay = mx_relay(&dns, port, "").await;
+    let ranges: [(&str, &str); 7] = [
+        ("198.18.0.0/15", "198.19.1.1"),
+        ("192.0.0.0/24", "192.0.0.8"),
+        ("64:ff9b::/96 to loopback", "64:ff9b::7f00:1"),
+        ("64:ff9b::/96 to 10/8", "64:ff9b::a00:1"),
+        ("64:ff9b:1::/48", "64:ff9b:1::808:808"),
+        ("2002::/16", "2002:808:808::1"),
+        ("fec0::/10", "fec0::1"),
+    ];
+    for (i, (range, address)) in ranges.iter().enumerate() {
+        let ip: std::net::IpAddr = address.parse().unwrap();
+        let literal = match ip {
+            std::net::IpAddr::V4(_) => format!("u@[{address}]"),
+            std::net::IpAddr::V6(_) => format!("u@[IPv6:{address}]"),
+        };
+        let domain = format!("range{i}.test");
+        dns.mx(&domain, 10, &format!("mx.{domain}"));
+        match ip {
+            std::net::IpAddr::V4(v4) => dns.a(&format!("mx.{domain}"), v4),
+            std::net::IpAddr::V6(v6) => dns.aaaa(&format!("mx.{domain}"), v6),
+        }
+        for rcpt in [literal, format!("u@{domain}")] {
+            let (code, text) = send(&relay, "s@sender.test", &[&rcpt]).await;
+            assert_eq!(code, 550, "{range}, {rcpt}: {text}");
+            assert!(
+                text.contains(": MX host is an internal address"),
+                "{range}, {rcpt}: {text}"
+            );
+        }
+    }
+    relay.stop().await;
 }
 
 /// A domain whose MX is the relay itself: refused before connecting, not a loop of hops.

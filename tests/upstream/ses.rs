@@ -599,7 +599,8 @@ async fn readyz_says_a_short_cause_not_the_sdks_debug_dump() {
     let relay = Relay::start(&text, forwarder(&text, GOOD_KEY)).await;
     let admin = relay.start_admin().await;
     let (code, body) = crate::support::http::get(admin, "/readyz").await;
-    assert_eq!(code, 503, "{body}");
+    // Ready all the same (this replica takes mail); upstream's state is in the body.
+    assert_eq!(code, 200, "{body}");
     let ready: serde_json::Value = serde_json::from_str(&body).unwrap();
     let error = ready["upstreams"]["default"]["error"].as_str().unwrap();
     assert!(error.starts_with("SES GetAccount: "), "{error}");
@@ -612,4 +613,150 @@ async fn readyz_says_a_short_cause_not_the_sdks_debug_dump() {
         "no debug dump ({} bytes): {error}",
         error.len()
     );
+}
+
+/// The configuration set decides where SES sends a message's bounces and complaints: a
+/// client's `X-SES-CONFIGURATION-SET` never replaces the upstream's (or a route's), over the
+/// API or over SMTP (SES's SMTP endpoint reads the field), and never reaches upstream.
+#[tokio::test]
+async fn a_clients_configuration_set_is_removed_and_the_upstreams_or_routes_wins() {
+    let msg = |tenant: &str| {
+        format!(
+            "X-Tenant: {tenant}\r\nX-SES-CONFIGURATION-SET: no-events\r\n\
+             x-ses-configuration-set: no-events-2\r\nSubject: s\r\n\r\nbody\r\n"
+        )
+    };
+    let fake = FakeSes::start().await;
+    let text = format!(
+        "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\n{}\n\
+         [[route]]\nkey = \"header:X-Tenant\"\nvalues = [\"routed\"]\nupstream = \"default\"\n\
+         add_headers = {{ \"X-SES-CONFIGURATION-SET\" = \"route-set\" }}\n\
+         [[route]]\nupstream = \"default\"\n",
+        fake.upstream_toml("configuration_set = \"events\"")
+    );
+    let relay = Relay::start(&text, forwarder(&text, GOOD_KEY)).await;
+    for tenant in ["plain", "routed"] {
+        let mut c = Client::connect(relay.addr).await;
+        let (code, reply) = c
+            .send_mail(
+                "app@example.com",
+                &["to@example.net"],
+                msg(tenant).as_bytes(),
+            )
+            .await;
+        assert_eq!(code, 250, "{reply}");
+    }
+    let sent = fake.sent();
+    assert_eq!(sent[0].configuration_set.as_deref(), Some("events"));
+    assert_eq!(sent[1].configuration_set.as_deref(), Some("route-set"));
+    for email in &sent {
+        let raw = String::from_utf8_lossy(&email.raw).to_ascii_lowercase();
+        assert!(!raw.contains("no-events"), "{raw}");
+    }
+
+    let up = crate::support::upstream::TestUpstream::start().await;
+    let relay = crate::support::relay::smtp_relay(&up.url(), "", "").await;
+    let mut c = Client::connect(relay.addr).await;
+    let (code, _) = c
+        .send_mail(
+            "app@example.com",
+            &["to@example.net"],
+            msg("plain").as_bytes(),
+        )
+        .await;
+    assert_eq!(code, 250);
+    let got = up.wait_for(1).await;
+    let data = String::from_utf8_lossy(&got[0].data).to_ascii_lowercase();
+    assert!(!data.contains("x-ses-configuration-set"), "{data}");
+    assert!(
+        data.contains("x-tenant: plain"),
+        "other fields stay: {data}"
+    );
+}
+
+/// SES's answers read right: a `2xx` whose body does not parse is "may have been delivered"
+/// (SES took it: a retry would send it twice), and a `404` is permanent (an operator's error
+/// the client's retries cannot mend).
+#[tokio::test]
+async fn an_unreadable_2xx_is_uncertain_and_a_404_is_permanent() {
+    let fake = FakeSes::start().await;
+    let relay = relay(&fake, "", "").await;
+    for body in ["not json", "{\"MessageId\": 12", "<html>ok</html>"] {
+        fake.answer_raw(Some((200, body)));
+        let (code, text) = send(&relay, "acme", "unreadable").await;
+        assert_eq!(code, 451, "{body}: {text}");
+        assert!(text.contains("may have been delivered"), "{body}: {text}");
+    }
+    fake.answer_raw(None);
+    fake.fail_with(Some((
+        404,
+        "NotFoundException",
+        "Configuration set <x> does not exist.",
+    )));
+    let (code, text) = send(&relay, "acme", "missing").await;
+    assert_eq!(code, 554, "{text}");
+    assert!(
+        text.starts_with("5.3.5 upstream: SES NotFoundException: Configuration set"),
+        "{text}"
+    );
+}
+
+/// SES's error text and its MessageId reach the client as printable ASCII.
+#[tokio::test]
+async fn ses_text_and_message_id_reach_the_client_printable() {
+    let fake = FakeSes::start().await;
+    let relay = relay(&fake, "", "").await;
+    fake.answer_raw(Some((200, "{\"MessageId\":\"id\\u001b[2J\\u0000x\"}")));
+    let (code, text) = send(&relay, "acme", "escape").await;
+    assert_eq!((code, text.as_str()), (250, "2.0.0 Ok id?[2J?x"));
+    fake.answer_raw(None);
+    fake.fail_with(Some((400, "MessageRejected", "bad \u{1b}]0;x\u{7} text")));
+    let (code, text) = send(&relay, "acme", "refused").await;
+    assert_eq!(
+        (code, text.as_str()),
+        (554, "5.6.0 upstream: bad ?]0;x? text")
+    );
+}
+
+/// A request to SES holds the message twice more (joined, then in base64 in its JSON): that
+/// room is taken from `max_buffered_bytes` beside the message's own, or the message does not
+/// go (451 4.4.1, nothing sent); once a request ends its room is free again.
+#[tokio::test]
+async fn the_requests_copies_count_in_max_buffered_bytes() {
+    let fake = FakeSes::start().await;
+    let body = "x".repeat(100) + "\r\n";
+    let message = format!(
+        "X-Tenant: acme\r\nSubject: big\r\n\r\n{}",
+        body.repeat(1000)
+    );
+    let request = mailsluice::upstream::ses::request_bytes(message.len() + 200);
+    let send_one = async |budget: usize| {
+        let rest = format!("max_buffered_bytes = {budget}\n");
+        let text = format!(
+            "[smtp]\nlisten = [\"127.0.0.1:0\"]\n{rest}[upstream]\n{}\n",
+            fake.upstream_toml("")
+        );
+        let relay = Relay::start(&text, forwarder(&text, GOOD_KEY)).await;
+        let mut c = Client::connect(relay.addr).await;
+        let mut codes = Vec::new();
+        for _ in 0..2 {
+            let (code, text) = c
+                .send_mail("a@example.com", &["b@example.net"], message.as_bytes())
+                .await;
+            codes.push((code, text));
+        }
+        relay.stop().await;
+        codes
+    };
+    // Room for the message (read in 16 KiB steps) but not for its request too.
+    let codes = send_one(message.len() + 64 * 1024).await;
+    for (code, text) in &codes {
+        assert_eq!(*code, 451, "{text}");
+        assert!(text.contains("Upstream unavailable"), "{text}");
+    }
+    assert!(fake.sent().is_empty(), "nothing sent");
+    // Room for both, one message at a time: each goes, the first's room given back.
+    let codes = send_one(message.len() + 32 * 1024 + request).await;
+    assert!(codes.iter().all(|(code, _)| *code == 250), "{codes:?}");
+    assert_eq!(fake.sent().len(), 2);
 }

@@ -22,7 +22,7 @@ async fn start_relay(fake: &FakeSes, upstream_extra: &str, reputation_extra: &st
         "[smtp]\nlisten = [\"127.0.0.1:0\"]\nhostname = \"relay.test\"\n\
          [upstream]\n{}\n\
          [[route]]\nkey = \"header:X-Tenant\"\nupstream = \"default\"\nses_tenant = \"{{key}}\"\n\
-         [reputation]\nkey = \"header:X-Tenant\"\nmin_messages = 1\nmax_bounce_rate = 0.5\n\
+         [reputation]\nkey = \"header:X-Tenant\"\nmin_messages = 1\nmin_bounces = 1\nmax_bounce_rate = 0.5\n\
          ses_sync = true\n{reputation_extra}\n",
         fake.upstream_toml(upstream_extra)
     );

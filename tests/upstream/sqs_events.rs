@@ -43,7 +43,7 @@ async fn sqs_events_in_both_shapes_are_applied_and_every_message_deleted() {
     );
     let text = format!(
         "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"file://o\"\n\
-         [reputation]\nkey = \"auth\"\nmin_messages = 2\n{sqs_toml}"
+         [reputation]\nkey = \"auth\"\nmin_messages = 2\nmin_bounces = 1\nmin_complaints = 1\n{sqs_toml}"
     );
     let config = Config::parse(&text).unwrap();
     let reputation = config.reputation.as_ref().unwrap();

@@ -1,13 +1,19 @@
 //! SNS's message signatures, checked before anything posted to `POST /ses/events` is read.
 //! SNS signs a canonical string of the message's fields with the private key of a certificate
 //! it publishes at `SigningCertURL`; whoever can post to the endpoint can write any field, so
-//! that URL must be SNS's own host for the topic's region (`https://sns.<region>.amazonaws.com`),
-//! checked before anything is fetched. Pure: parsing and checking only; fetching the
+//! that URL must be SNS's own host for the topic's region (`https://sns.<region>.amazonaws.com`)
+//! and a path of the form SNS's certificates have (`/SimpleNotificationService-<hex>.pem`),
+//! checked before anything is fetched: no other path of SNS's host is fetched for a post. Pure: parsing and checking only; fetching the
 //! certificate is `sns_verifier`'s.
 
 use aws_lc_rs::signature::{self, RsaParameters, UnparsedPublicKey};
 use base64::Engine;
 use serde::Deserialize;
+
+/// The oldest notification taken: SNS delivers within seconds (and its retries within
+/// minutes), so an older one is someone's replay of a notification seen before, which would
+/// count again (and suppress again an address the operator lifted).
+pub const MAX_AGE: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// A message SNS posts to an HTTP(S) subscription (the fields read; others are ignored).
 #[derive(Debug, Clone, Deserialize)]
@@ -44,10 +50,16 @@ pub enum SignatureError {
     Topic(String),
     #[error("{0} is not https://sns.{1}.amazonaws.com/...")]
     Host(String, String),
+    #[error("{0} is not an SNS certificate's path (/SimpleNotificationService-<hex>.pem)")]
+    CertificatePath(String),
     #[error("the signing certificate: {0}")]
     Certificate(String),
     #[error("Signature is not base64")]
     Encoding,
+    #[error("Timestamp {0:?} is not an ISO 8601 time")]
+    Timestamp(String),
+    #[error("Timestamp {0} is more than an hour old: a replay, not SNS's delivery")]
+    Stale(String),
     #[error("the signature does not match the message")]
     Mismatch,
 }
@@ -77,7 +89,7 @@ pub fn signed(message: &SnsMessage) -> Result<Signed, SignatureError> {
         .map_err(|_| SignatureError::Encoding)?;
     let url =
         (message.signing_cert_url.as_deref()).ok_or(SignatureError::Unsigned("SigningCertURL"))?;
-    let cert_url = sns_url(url, &message.topic_arn)?;
+    let cert_url = certificate_url(url, &message.topic_arn)?;
     Ok(Signed {
         algorithm,
         signature,
@@ -93,6 +105,25 @@ impl Signed {
         UnparsedPublicKey::new(self.algorithm, public_key)
             .verify(text.as_bytes(), &self.signature)
             .map_err(|_| SignatureError::Mismatch)
+    }
+}
+
+/// Whether a notification was published within [`MAX_AGE`] of `now` (its `Timestamp` is
+/// signed, so a replay cannot make it younger). Confirmations are not aged: SNS resends them
+/// as they are until one is confirmed.
+pub fn fresh(message: &SnsMessage, now: std::time::SystemTime) -> Result<(), SignatureError> {
+    use aws_smithy_types::date_time::{DateTime, Format};
+    if message.kind != "Notification" {
+        return Ok(());
+    }
+    let stamp = &message.timestamp;
+    let at = DateTime::from_str(stamp, Format::DateTime)
+        .ok()
+        .and_then(|t| std::time::SystemTime::try_from(t).ok())
+        .ok_or_else(|| SignatureError::Timestamp(stamp.clone()))?;
+    match now.duration_since(at) {
+        Ok(age) if age > MAX_AGE => Err(SignatureError::Stale(stamp.clone())),
+        _ => Ok(()),
     }
 }
 
@@ -118,6 +149,20 @@ pub fn sns_url(url: &str, topic_arn: &str) -> Result<http::Uri, SignatureError> 
     let on_host = uri.scheme_str() == Some("https")
         && uri.authority().map(|a| a.as_str()) == Some(host.as_str());
     on_host.then_some(uri).ok_or_else(refused)
+}
+
+/// `url` when it is on SNS's host (as [`sns_url`] checks) at the path of one of SNS's signing
+/// certificates, `/SimpleNotificationService-<hex>.pem`, with no query.
+pub fn certificate_url(url: &str, topic_arn: &str) -> Result<http::Uri, SignatureError> {
+    let uri = sns_url(url, topic_arn)?;
+    let name = (uri.path().strip_prefix("/SimpleNotificationService-"))
+        .and_then(|rest| rest.strip_suffix(".pem"));
+    let hex = name
+        .is_some_and(|n| (1..=64).contains(&n.len()) && n.bytes().all(|b| b.is_ascii_hexdigit()));
+    match hex && uri.query().is_none() {
+        true => Ok(uri),
+        false => Err(SignatureError::CertificatePath(url.to_string())),
+    }
 }
 
 /// The string SNS signs: `Name\nvalue\n` for each field in AWS's order, which differs between

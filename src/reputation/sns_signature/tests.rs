@@ -28,7 +28,9 @@ fn notification(subject: Option<&str>) -> SnsMessage {
         timestamp: "2026-12-01T10:00:00.000Z".into(),
         signature_version: Some("2".into()),
         signature: Some("AAAA".into()),
-        signing_cert_url: Some("https://sns.eu-west-1.amazonaws.com/c.pem".into()),
+        signing_cert_url: Some(
+            "https://sns.eu-west-1.amazonaws.com/SimpleNotificationService-c0ffee.pem".into(),
+        ),
         subscribe_url: Some("https://sns.eu-west-1.amazonaws.com/?Action=x".into()),
         token: Some("tok".into()),
     }
@@ -134,6 +136,48 @@ fn the_certificate_comes_only_from_sns_in_the_topic_region() {
     let mut m = message(V2);
     m.signing_cert_url = Some("https://attacker.example/cert.pem".into());
     assert!(matches!(signed(&m), Err(SignatureError::Host(..))));
+}
+
+/// On SNS's host, only the paths of its certificates: any other path (a confirmation URL, an
+/// API action, a page) is never fetched as a certificate.
+#[test]
+fn the_certificate_is_only_at_a_path_of_sns_certificates() {
+    let at = |path: &str| format!("https://sns.eu-west-1.amazonaws.com{path}");
+    for good in [
+        "/SimpleNotificationService-9c6465fa7f48f5cacd23014631ec1136.pem",
+        "/SimpleNotificationService-0A1b.pem",
+    ] {
+        assert_eq!(certificate_url(&at(good), TOPIC).unwrap().path(), good);
+    }
+    for bad in [
+        "/SimpleNotificationService-x.pem",
+        "/SimpleNotificationService-.pem",
+        "/SimpleNotificationService-abc.pem?Action=Publish",
+        "/SimpleNotificationService-abc.pem/",
+        "/SimpleNotificationService-abc.PEM",
+        "/simplenotificationservice-abc.pem",
+        "/x/SimpleNotificationService-abc.pem",
+        "/SimpleNotificationService-ab/../cd.pem",
+        "/?Action=ConfirmSubscription&Token=t",
+        "/huge.pem",
+        "/",
+    ] {
+        assert!(
+            matches!(
+                certificate_url(&at(bad), TOPIC),
+                Err(SignatureError::CertificatePath(_))
+            ),
+            "{bad}"
+        );
+    }
+    let long = format!("/SimpleNotificationService-{}.pem", "a".repeat(65));
+    assert!(certificate_url(&at(&long), TOPIC).is_err());
+    let mut m = message(V2);
+    m.signing_cert_url = Some(at("/?Action=ListTopics"));
+    assert!(matches!(
+        signed(&m),
+        Err(SignatureError::CertificatePath(_))
+    ));
 }
 
 #[test]

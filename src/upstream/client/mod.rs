@@ -53,6 +53,11 @@ pub(in crate::upstream) enum ClientError {
     /// A write, or the wait for a reply, took longer than the connection's timeout.
     #[error("no answer in time")]
     TimedOut,
+    /// Upstream sent what answers no command of ours: a reply of the wrong kind (a `354` to
+    /// the final dot, a `250` to DATA), or bytes before we asked (an extra line, an early
+    /// one). The replies that follow cannot be matched to our commands any more.
+    #[error("out of step: {0}")]
+    OutOfStep(String),
 }
 
 impl ClientError {
@@ -72,7 +77,8 @@ pub(in crate::upstream) struct Client {
     buf: Vec<u8>,
     pos: usize,
     extensions: Extensions,
-    /// An exchange failed without a reply: the connection is out of step.
+    /// An exchange failed without a reply, or upstream sent what answers nothing: the
+    /// connection is out of step.
     broken: bool,
     /// Bounds each exchange: a write, or the wait for one reply.
     timeout: Duration,
@@ -165,6 +171,7 @@ impl Client {
 
     /// Whether the connection fell out of step (a failed write or read, a malformed reply):
     /// never to be used again.
+    #[cfg(test)]
     pub fn is_broken(&self) -> bool {
         self.broken
     }
@@ -175,10 +182,11 @@ impl Client {
         self.read_reply().await
     }
 
-    /// [`Client::command`] whose positive reply's text is not wanted.
-    pub async fn command_ok(&mut self, text: &[u8]) -> Result<(), ClientError> {
+    /// [`Client::command`] whose positive reply's text is not wanted, and must be of `class`
+    /// (2: done; 3: go on, as DATA's 354).
+    pub async fn command_ok(&mut self, text: &[u8], class: u16) -> Result<(), ClientError> {
         self.send(text).await?;
-        self.read_ok().await
+        self.read_ok(class).await
     }
 
     /// Writes `bytes` as they are, and flushes (through the cork, see `corked`).
@@ -186,8 +194,14 @@ impl Client {
         self.send_all(&[bytes]).await
     }
 
-    /// Writes every slice in turn, then flushes.
+    /// Writes every slice in turn, then flushes. Every reply to what we sent before must have
+    /// been read: upstream's bytes not yet read (an extra line, one sent early) would be taken
+    /// as the reply to this, so the connection is given up instead.
     pub async fn send_all(&mut self, slices: &[&[u8]]) -> Result<(), ClientError> {
+        if self.pos < self.buf.len() {
+            let unasked = ClientError::OutOfStep(format!("{}", Unasked(&self.buf[self.pos..])));
+            return Err(self.fail(unasked));
+        }
         self.timer.as_mut().reset(Instant::now() + self.timeout);
         let Client { stream, timer, .. } = self;
         let written = async {
@@ -223,14 +237,19 @@ impl Client {
     }
 
     /// [`Client::read_reply`] for a reply whose text is not wanted when it is positive (a
-    /// pipelined command's): a refusal still comes whole.
-    pub async fn read_ok(&mut self) -> Result<(), ClientError> {
+    /// pipelined command's), which must be of `class`: one of another class answers some
+    /// other command, and ends the connection. A refusal still comes whole.
+    pub async fn read_ok(&mut self, class: u16) -> Result<(), ClientError> {
         self.timer.as_mut().reset(Instant::now() + self.timeout);
         loop {
             match reply::code_of(&self.buf[self.pos..]) {
-                Ok(Some((code, used))) if code < 400 => {
+                Ok(Some((code, used))) if code < 400 && code / 100 == class => {
                     self.consume(used);
                     return Ok(());
+                }
+                Ok(Some((code, _))) if code < 400 => {
+                    let wrong = format!("{code} where a {class}xx reply was due");
+                    return Err(self.fail(ClientError::OutOfStep(wrong)));
                 }
                 Ok(Some(_)) => return self.read_reply().await.map(drop),
                 Ok(None) => self.fill().await?,
@@ -268,6 +287,39 @@ impl Client {
         }
     }
 
+    /// [`Client::read_reply`] for the reply that ends an exchange, which must be a `2xx` when
+    /// positive (the final dot's: a `354` there answers some other command).
+    pub async fn read_final(&mut self) -> Result<Reply, ClientError> {
+        let reply = self.read_reply().await?;
+        if reply.code / 100 != 2 {
+            let wrong = format!("{} where a 2xx reply was due", reply.code);
+            return Err(self.fail(ClientError::OutOfStep(wrong)));
+        }
+        Ok(reply)
+    }
+
+    /// Whether the connection is between exchanges with nothing of upstream's unread: none
+    /// in the buffer, none waiting in the socket, and not closed by upstream. Asked before a
+    /// connection is parked or reused, so an extra line never becomes the next message's
+    /// reply; one that is not gets broken. Costs at most one read that finds nothing.
+    pub fn is_idle_in_step(&mut self) -> bool {
+        use futures_util::FutureExt;
+        if self.broken {
+            return false;
+        }
+        if self.pos < self.buf.len() {
+            self.broken = true;
+            return false;
+        }
+        self.buf.reserve_exact(READ);
+        let quiet = self.stream.read_buf(&mut self.buf).now_or_never().is_none();
+        if !quiet {
+            // Bytes, a close or an error: nothing a parked connection should hear.
+            self.broken = true;
+        }
+        quiet
+    }
+
     /// QUIT, and its reply (whatever it is: the connection is done either way).
     pub async fn quit(&mut self) {
         let _ = self.command(b"QUIT\r\n").await;
@@ -277,6 +329,20 @@ impl Client {
     fn fail(&mut self, e: ClientError) -> ClientError {
         self.broken = true;
         e
+    }
+}
+
+/// A few of upstream's unasked-for bytes, for the log.
+struct Unasked<'a>(&'a [u8]);
+
+impl std::fmt::Display for Unasked<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shown = &self.0[..self.0.len().min(64)];
+        write!(
+            f,
+            "upstream sent {:?} unasked",
+            String::from_utf8_lossy(shown)
+        )
     }
 }
 

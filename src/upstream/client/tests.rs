@@ -110,7 +110,7 @@ async fn a_refusal_keeps_the_connection_and_a_close_breaks_it() {
     let mut client = Client::plain(tcp, TIMEOUT).await.unwrap();
     // Read by its code first, as a pipelined reply is: a refusal still comes whole.
     let refused = client
-        .command_ok(b"RCPT TO:<x@y.test>\r\n")
+        .command_ok(b"RCPT TO:<x@y.test>\r\n", 2)
         .await
         .unwrap_err();
     assert_eq!(refused.code(), Some(550));

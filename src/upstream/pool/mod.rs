@@ -2,7 +2,8 @@
 //!
 //! Every connection that fails or times out is dropped, never parked: one cancelled by a
 //! timeout is out of step, and the next message would read the late replies of the previous
-//! one and could take a stale `250` for its own. A semaphore bounds the connections open at
+//! one and could take a stale `250` for its own. So is one where upstream sent more than it
+//! was asked (found when it is parked, and again when it is taken for a message). A semaphore bounds the connections open at
 //! once, parked or busy.
 //!
 //! - `connector`: opening one ready connection, its refusals classified.
@@ -219,9 +220,11 @@ impl Pool {
     }
 
     /// Parks a connection whose last transaction ended cleanly, for the next message; one
-    /// past its reconnect bounds says QUIT instead (between messages, never within one).
-    pub fn checkin(&self, lease: Lease) {
-        if lease.conn.is_broken() {
+    /// past its reconnect bounds says QUIT instead (between messages, never within one). One
+    /// with upstream's bytes unread (an extra line after its reply) is closed: they would be
+    /// read as the next message's replies.
+    pub fn checkin(&self, mut lease: Lease) {
+        if !lease.conn.is_idle_in_step() {
             return;
         }
         let age = Age {
@@ -263,7 +266,11 @@ impl Pool {
 
     fn pop_idle(&self) -> Option<Parked> {
         let mut idle = self.idle.lock().expect("pool lock");
-        while let Some(parked) = idle.pop() {
+        while let Some(mut parked) = idle.pop() {
+            // Upstream spoke while it was parked (an extra line, a 421, a close): dropped.
+            if !parked.conn.is_idle_in_step() {
+                continue;
+            }
             if parked.since.elapsed() < IDLE_LIMIT && !self.reconnect.due(&parked.age) {
                 return Some(parked);
             }

@@ -5,7 +5,11 @@
 //! An error with no answer from SES is told apart by how far the request got: while the
 //! request body had not been handed whole to the HTTP client (no connection, the connection
 //! dropped while it was written, the timeout passed first), nothing complete reached SES, so
-//! it is `Unavailable`; once it had, SES may have taken the message (`Uncertain`).
+//! it is `Unavailable`; once it had, SES may have taken the message (`Uncertain`). A `2xx`
+//! whose body does not parse is `Uncertain` too: SES said yes, and a retry would send the
+//! message twice. A `404` names something the configuration asks for that SES does not have
+//! (a configuration set, an identity): permanent, since the client's retries would fail the
+//! same until the operator fixes it.
 
 use aws_sdk_sesv2::config::http::HttpResponse;
 use aws_sdk_sesv2::error::{ProvideErrorMetadata, SdkError};
@@ -54,6 +58,8 @@ pub fn classify(status: u16, code: Option<&str>, text: &str, tenant: Option<&str
         "SendingPausedException" | "AccountSuspendedException" => pushback(Feedback::Paused),
         "MessageRejected" | "BadRequestException" => reply(554, "5.6.0"),
         "MailFromDomainNotVerifiedException" => reply(550, "5.7.1"),
+        "NotFoundException" => not_found(code, text),
+        _ if status == 404 => not_found(code, text),
         "UnrecognizedClientException"
         | "SignatureDoesNotMatch"
         | "AccessDeniedException"
@@ -69,6 +75,16 @@ pub fn classify(status: u16, code: Option<&str>, text: &str, tenant: Option<&str
             text: format!("SES answered {status} {code}: {text}"),
         }),
     }
+}
+
+/// SES does not have what the relay's configuration names: `554 5.3.5` (RFC 3463: the
+/// system is not configured for it), with SES's words.
+fn not_found(code: &str, text: &str) -> Answer {
+    Answer::Error(UpstreamError::Rejected {
+        code: 554,
+        enhanced: Some("5.3.5".into()),
+        text: format!("SES {code}: {text}"),
+    })
 }
 
 fn credentials(code: &str, text: &str) -> Answer {
@@ -87,6 +103,10 @@ where
 {
     let status_of = |raw: &HttpResponse| raw.status().as_u16();
     match &error {
+        // SES said yes, in a body the SDK could not read (it takes that for an error).
+        SdkError::ServiceError(ctx) if (200..300).contains(&status_of(ctx.raw())) => {
+            Answer::Error(UpstreamError::Uncertain(describe(&error)))
+        }
         SdkError::ServiceError(ctx) => {
             let err = ctx.err();
             let status = status_of(ctx.raw());
@@ -207,6 +227,17 @@ mod tests {
                 matches!(e, UpstreamError::Credentials(ref t) if t.contains(code)),
                 "{e:?}"
             );
+        }
+        for (status, code) in [(404, Some("NotFoundException")), (404, None)] {
+            let e = error(classify(
+                status,
+                code,
+                "Configuration set x does not exist.",
+                None,
+            ));
+            let (code, enhanced, text) = e.reply().unwrap();
+            assert_eq!((code, enhanced), (554, Some("5.3.5")));
+            assert!(text.contains("does not exist"), "{text}");
         }
         let server = error(classify(503, Some("InternalFailure"), "SES is down", None));
         let (code, enhanced, text) = server.reply().unwrap();

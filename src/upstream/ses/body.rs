@@ -2,7 +2,8 @@
 //! slice is taken: what tells a request that never went whole ("unavailable": the message may
 //! go elsewhere) from one that did ("uncertain": SES may have it). Slices, not one buffer, so
 //! that the HTTP client takes the last bytes only once the earlier ones have been written
-//! (its write buffer is far smaller than a large message).
+//! (its write buffer is far smaller than a large message). The slices share the serialized
+//! body's one buffer: nothing is copied.
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -45,7 +46,15 @@ impl Intercept for Track {
         _: &mut ConfigBag,
     ) -> Result<(), BoxError> {
         let body = context.request_mut().body_mut();
-        let bytes = Bytes::copy_from_slice(body.bytes().ok_or("the request body is a stream")?);
+        // The serialized body is one buffer: read out as it is (its only frame), not copied.
+        let mut serialized = std::mem::replace(body, SdkBody::taken());
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let bytes = match Pin::new(&mut serialized).poll_frame(&mut cx) {
+            Poll::Ready(Some(Ok(frame))) => frame.into_data().unwrap_or_default(),
+            Poll::Ready(None) => Bytes::new(),
+            _ => return Err("the request body is a stream".into()),
+        };
+        drop(serialized);
         *body = SdkBody::from_body_1_x(Tracked {
             bytes,
             at: 0,

@@ -16,6 +16,11 @@
 //!
 //! The SDK's own retries are off: the throttle decides when a message goes again, and a retry
 //! after a timeout could send a message twice.
+//!
+//! Memory: the request holds the message joined (`raw`) and then as base64 inside its JSON
+//! (which `body` hands to the HTTP client as it is, with no copy). Both are taken from the
+//! process's byte budget (`max_buffered_bytes`) before they are made, beside the message's own
+//! bytes, so a few large messages in flight stay within it.
 
 mod answers;
 mod api;
@@ -153,12 +158,8 @@ impl SesForwarder {
 
     /// Sends one message as `tenant`, unless SES paused that tenant (a pause that began while
     /// the message waited for its tokens); the tenant's pause renewed when SES says so again.
-    async fn forward_as(
-        &self,
-        envelope: &Envelope,
-        pieces: &[&[u8]],
-        tenant: Option<&str>,
-    ) -> Result<Accepted, UpstreamError> {
+    async fn forward_as(&self, message: &Outgoing<'_>) -> Result<Accepted, UpstreamError> {
+        let (envelope, pieces, tenant) = (message.envelope, message.pieces, message.tenant);
         let size: usize = pieces.iter().map(|p| p.len()).sum();
         if size > MAX_MESSAGE_BYTES {
             return Err(too_big(size));
@@ -166,8 +167,12 @@ impl SesForwarder {
         if let Some((tenant, left)) = tenant.and_then(|t| self.tenants.left(t).map(|l| (t, l))) {
             return Err(tenants::refusal(tenant, "paused by SES", left));
         }
-        let raw = raw::from_pieces(pieces);
         let _slot = self.in_flight.acquire().await.expect("never closed");
+        let _room = match message.room {
+            Some(budget) => Some(room_for_request(budget, size)?),
+            None => None,
+        };
+        let raw = raw::from_pieces(pieces);
         match self.send_email(envelope, raw, tenant).await {
             Ok(id) => {
                 if let Some(tenant) = tenant {
@@ -202,6 +207,28 @@ impl SesForwarder {
     }
 }
 
+/// The bytes a request of a message of `size` bytes holds at most: the message joined, and
+/// its JSON (the message in base64, 4 bytes for 3, and the envelope's fields).
+pub fn request_bytes(size: usize) -> usize {
+    size + size.div_ceil(3) * 4 + 64 * 1024
+}
+
+/// Room in the byte budget for a request's copies, taken at once or not at all: a message
+/// never waits for room while holding its own (see `smtp::data_reader`). None left: the
+/// message is not sent (unavailable: the route's fallback may take it).
+fn room_for_request(
+    budget: &std::sync::Arc<Semaphore>,
+    size: usize,
+) -> Result<tokio::sync::OwnedSemaphorePermit, UpstreamError> {
+    let bytes = request_bytes(size);
+    let permits = u32::try_from(bytes).unwrap_or(u32::MAX);
+    budget.clone().try_acquire_many_owned(permits).map_err(|_| {
+        UpstreamError::Unavailable(format!(
+            "no room in max_buffered_bytes for the SES request's {bytes} bytes"
+        ))
+    })
+}
+
 /// Larger than SES's API takes: permanent, as over SMTP's `SIZE`.
 pub fn too_big(size: usize) -> UpstreamError {
     rejected(
@@ -213,7 +240,7 @@ pub fn too_big(size: usize) -> UpstreamError {
 
 impl Forwarder for SesForwarder {
     fn send<'a>(&'a self, message: &'a Outgoing<'a>) -> ForwardFuture<'a> {
-        Box::pin(self.forward_as(message.envelope, message.pieces, message.tenant))
+        Box::pin(self.forward_as(message))
     }
 
     /// `GetAccount`: signed, sends nothing; proves the credentials and the endpoint, and that

@@ -194,7 +194,7 @@ pub(super) fn settle_failed<H: Send + 'static>(
     }
     tokio::spawn(async move {
         // Bounded like every exchange on the connection (its timeout).
-        if lease.conn.command_ok(b"RSET\r\n").await.is_ok() {
+        if lease.conn.command_ok(b"RSET\r\n", 2).await.is_ok() {
             pool.checkin(lease);
         }
         drop(hold);

@@ -53,6 +53,14 @@ impl Replies {
     }
 }
 
+/// The class of a step's positive reply: DATA's is `354`, MAIL's and RCPT's `2xx`.
+fn class(step: Step) -> u16 {
+    match step {
+        Step::Data => 3,
+        _ => 2,
+    }
+}
+
 impl Transaction<'_> {
     /// Writes the commands in groups (one, unless there are more than [`GROUP`]), reading
     /// every reply of a group before the next; stops after a group with a refusal. A refusal
@@ -83,11 +91,14 @@ impl Transaction<'_> {
             }
             // Positive replies are read by their code alone: their text is not used.
             let first = self
-                .step(step(start), conn.command_ok(text.as_bytes()))
+                .step(
+                    step(start),
+                    conn.command_ok(text.as_bytes(), class(step(start))),
+                )
                 .await;
             replies.take(step(start), first)?;
             for i in group.skip(1) {
-                let read = self.step(step(i), conn.read_ok()).await;
+                let read = self.step(step(i), conn.read_ok(class(step(i)))).await;
                 replies.take(step(i), read)?;
             }
             if replies.refusal.is_some() {
@@ -119,7 +130,7 @@ impl Transaction<'_> {
                 ..refusal
             };
         }
-        let clean = match conn.command_ok(b".\r\n").await {
+        let clean = match conn.command_ok(b".\r\n", 2).await {
             Ok(_) => true,
             Err(e) => e.code().is_some_and(|code| code != 421),
         };

@@ -98,18 +98,20 @@ impl Transaction<'_> {
         if conn.extensions().pipelining {
             return self.prepare_pipelined(conn, mail).await;
         }
-        self.step(Step::Mail, conn.command_ok(mail.as_bytes()))
+        self.step(Step::Mail, conn.command_ok(mail.as_bytes(), 2))
             .await?;
         for rcpt in &self.rcpts {
             let line = rcpt_line(rcpt);
-            self.step(Step::Rcpt, conn.command_ok(line.as_bytes()))
+            self.step(Step::Rcpt, conn.command_ok(line.as_bytes(), 2))
                 .await?;
         }
-        self.step(Step::Data, conn.command_ok(b"DATA\r\n")).await?;
+        self.step(Step::Data, conn.command_ok(b"DATA\r\n", 3))
+            .await?;
         Ok(())
     }
 
-    /// The body and the final dot, and upstream's reply to it, written as the slices of the
+    /// The body and the final dot, and upstream's reply to it (a `2xx`, `4xx` or `5xx`:
+    /// anything else is out of step, and uncertain), written as the slices of the
     /// message itself (with no copy; the cork joins small ones), or under TLS, for a message
     /// of less than [`HOLD`] bytes, as one text (one record).
     /// A failure is uncertain only once the whole body was written and the write of the final
@@ -127,7 +129,7 @@ impl Transaction<'_> {
                 None => conn.send_all(&stuffed_slices(self.message)).await?,
             }
             whole = true;
-            let reply = conn.read_reply().await;
+            let reply = conn.read_final().await;
             unsent = reply.as_ref().is_err_and(|e| Unsent::within(e));
             reply
         };

@@ -1,0 +1,95 @@
+//! `[admin]`: the admin HTTP endpoint. It answers anyone who can reach it, so it has bounds of
+//! its own, apart from SMTP's: its connections, how long a request may take to arrive, and its
+//! password logins (their own check slots and lockout, so a flood of guesses at the admin
+//! password never delays SMTP AUTH).
+
+use std::net::SocketAddr;
+use std::num::{NonZeroU32, NonZeroU64, NonZeroUsize};
+
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminConfig {
+    #[serde(default = "default_admin_listen")]
+    pub listen: SocketAddr,
+    /// An argon2 PHC string: when set, every path but `/healthz`, `/readyz` and the SNS
+    /// endpoint asks for HTTP Basic authentication; without it, the paths that change state
+    /// answer 403.
+    pub password_hash: Option<toml::Spanned<String>>,
+    /// Name of the environment variable holding `password_hash` instead (filled from a
+    /// Kubernetes Secret, say), so the file can sit in a ConfigMap.
+    pub password_hash_env: Option<toml::Spanned<String>>,
+    /// `/readyz` answers 503 while no upstream can take a route's mail (or Redis, with a
+    /// layer on it, cannot be reached). Off: readiness means "this replica can take mail";
+    /// upstream is shared by every replica, so coupling them pulls all of them out at once,
+    /// and clients then get refused connections instead of a `451` they may retry.
+    #[serde(default)]
+    pub ready_requires_upstream: bool,
+    /// Connections open at once; one more is answered 503 and closed, so a flood of them
+    /// never takes the file descriptors SMTP needs.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: NonZeroUsize,
+    /// A request's header (or an idle connection's next one) and its body must arrive
+    /// within this, or the connection is closed.
+    #[serde(default = "default_request_timeout_ms")]
+    pub request_timeout_ms: NonZeroU64,
+    /// Admin password checks hashing at once, apart from SMTP AUTH's.
+    #[serde(default = "default_max_parallel_checks")]
+    pub max_parallel_checks: NonZeroUsize,
+    /// Every wrong admin password is answered only after this delay.
+    #[serde(default = "default_failure_delay_ms")]
+    pub failure_delay_ms: u64,
+    /// Wrong passwords from one address (an IPv6 /64) within `failure_window_ms` after which
+    /// it gets 429 for `lockout_ms`, with no check.
+    #[serde(default = "default_max_failures")]
+    pub max_failures: NonZeroU32,
+    #[serde(default = "default_failure_window_ms")]
+    pub failure_window_ms: NonZeroU64,
+    #[serde(default = "default_lockout_ms")]
+    pub lockout_ms: NonZeroU64,
+}
+
+impl Default for AdminConfig {
+    /// The section's defaults, as an empty `[admin]` has them.
+    fn default() -> AdminConfig {
+        AdminConfig {
+            listen: default_admin_listen(),
+            password_hash: None,
+            password_hash_env: None,
+            ready_requires_upstream: false,
+            max_connections: default_max_connections(),
+            request_timeout_ms: default_request_timeout_ms(),
+            max_parallel_checks: default_max_parallel_checks(),
+            failure_delay_ms: default_failure_delay_ms(),
+            max_failures: default_max_failures(),
+            failure_window_ms: default_failure_window_ms(),
+            lockout_ms: default_lockout_ms(),
+        }
+    }
+}
+
+fn default_admin_listen() -> SocketAddr {
+    "127.0.0.1:9325".parse().unwrap()
+}
+fn default_max_connections() -> NonZeroUsize {
+    NonZeroUsize::new(64).unwrap()
+}
+fn default_request_timeout_ms() -> NonZeroU64 {
+    NonZeroU64::new(10_000).unwrap()
+}
+fn default_max_parallel_checks() -> NonZeroUsize {
+    NonZeroUsize::new(1).unwrap()
+}
+fn default_failure_delay_ms() -> u64 {
+    1000
+}
+fn default_max_failures() -> NonZeroU32 {
+    NonZeroU32::new(5).unwrap()
+}
+fn default_failure_window_ms() -> NonZeroU64 {
+    NonZeroU64::new(300_000).unwrap()
+}
+fn default_lockout_ms() -> NonZeroU64 {
+    NonZeroU64::new(300_000).unwrap()
+}
