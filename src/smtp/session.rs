@@ -72,6 +72,10 @@ pub struct Session {
 /// message holds the drain that long at most.
 pub const AFTER_MESSAGE: Duration = Duration::from_secs(2);
 
+/// How long, at shutdown, a session waits after its last reply for the client to close (see
+/// [`Conn::linger`]); the server waits for its sessions about as long after the grace.
+const LINGER: Duration = Duration::from_secs(1);
+
 /// Who the client proved to be with AUTH, and what that lets it do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuthUser {
@@ -169,6 +173,9 @@ impl Session {
         };
         self.conn.reply(&last);
         self.conn.shutdown_write().await;
+        if stop == Stop::Shutdown {
+            self.conn.linger(LINGER).await;
+        }
     }
 
     /// Whether the client's next command, within [`AFTER_MESSAGE`] of its message's answer

@@ -189,3 +189,34 @@ async fn until_io(what: &str, cond: impl Fn() -> bool) {
     }
     panic!("never happened: {what}");
 }
+
+/// At shutdown a session's last reply is given time to arrive: the session waits (up to a
+/// second) for its client to close before it ends, so the exiting process cannot take the reply
+/// with it. A client that closes lets the relay stop at once; one that stays holds it a second.
+#[tokio::test(start_paused = true)]
+async fn at_shutdown_the_relay_waits_a_moment_for_its_last_reply_to_be_read() {
+    for client_closes in [true, false] {
+        let (relay, _fwd) = memory_relay("shutdown_grace_ms = 4000", &tenant_layer()).await;
+        let mut c = Client::connect(relay.addr).await;
+        assert_eq!(c.cmd("EHLO app.example").await.0, 250);
+        let start = Instant::now();
+        relay.trigger_shutdown();
+        let (code, text) = c.reply().await;
+        assert_eq!(code, 421, "{text}");
+        assert!(c.is_closed().await, "our side is closed after the 421");
+        assert!(relay.is_running(), "the session waits for its client");
+        if client_closes {
+            drop(c);
+            until_io("the relay stops", || !relay.is_running()).await;
+            assert!(
+                Instant::now() - start < ms(50),
+                "{:?}",
+                Instant::now() - start
+            );
+        } else {
+            until_io("the relay stops", || !relay.is_running()).await;
+            let took = Instant::now() - start;
+            assert!(took >= SEC && took < SEC + ms(50), "{took:?}");
+        }
+    }
+}

@@ -338,6 +338,21 @@ impl Conn {
             let _ = tokio::time::timeout(self.idle, self.stream.shutdown()).await;
         }
     }
+
+    /// After our last reply and [`Conn::shutdown_write`]: waits up to `within` for the client
+    /// to close, dropping what it still sends. A process that exits right after writing can
+    /// lose the reply: a socket closed with unread input resets, and a pod's network may go
+    /// before the kernel has sent it. The client's close says the reply arrived.
+    pub async fn linger(&mut self, within: Duration) {
+        if self.broken {
+            return;
+        }
+        let mut scratch = [0u8; 256];
+        let _ = tokio::time::timeout(within, async {
+            while let Ok(1..) = self.stream.read(&mut scratch).await {}
+        })
+        .await;
+    }
 }
 
 /// Where the first CRLF of `haystack` starts.
