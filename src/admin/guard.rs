@@ -3,7 +3,8 @@
 //! for HTTP Basic authentication (any user name), checked against the argon2 hash as SMTP AUTH
 //! checks its passwords (`inbound::login`) but in the endpoint's own check slots and lockout:
 //! a wrong password is answered 401 after `failure_delay_ms`, and an address with
-//! `max_failures` of them within `failure_window_ms` gets 429 with no check for `lockout_ms`.
+//! `max_failures` of them within `failure_window_ms` gets 429 with no check for `lockout_ms`
+//! (after the same delay).
 //! A request without credentials (a browser's first) is answered 401 at once and counts
 //! nothing. Without a hash, reading stays open and anything that changes state answers 403: an
 //! endpoint that can resume tenants or lift suppressions must not be open by default.
@@ -58,8 +59,14 @@ pub async fn authenticate(State(live): State<Arc<Live>>, request: Request, next:
             tracing::info!(%ip, "admin: wrong password");
             unauthorized()
         }
-        Login::LockedOut => {
-            tracing::warn!(%ip, "admin: locked out after wrong passwords");
+        Login::LockedOut { now } => {
+            match now {
+                true => tracing::warn!(%ip, "admin: wrong passwords past max_failures, locked out"),
+                false => tracing::debug!(%ip, "admin: refused, locked out"),
+            }
+            // Answered after the failure delay too: a client guessing in a loop is held to
+            // one request a delay per connection, not as many as the endpoint can answer.
+            tokio::time::sleep(Duration::from_millis(delay)).await;
             let why = "too many wrong passwords from your address, try again later";
             (StatusCode::TOO_MANY_REQUESTS, why).into_response()
         }

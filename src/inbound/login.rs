@@ -30,9 +30,9 @@ pub enum Login<T> {
     Accepted(T),
     /// The check said no; answered after the failure delay.
     Refused,
-    /// The address is locked out: refused before any check, or by this very failure, or by
-    /// failures of attempts made in parallel (whose answer then tells nothing).
-    LockedOut,
+    /// The address is locked out: refused before any check, or by failures of attempts made
+    /// in parallel (whose answer then tells nothing), or (`now`) by this very failure.
+    LockedOut { now: bool },
 }
 
 impl Logins {
@@ -58,13 +58,13 @@ impl Logins {
         check: impl Future<Output = Option<T>>,
     ) -> Login<T> {
         let Some(attempt) = self.failures.begin(ip, Instant::now()) else {
-            return Login::LockedOut;
+            return Login::LockedOut { now: false };
         };
         let verified = check.await;
         // Attempts started in parallel before a lockout are answered as locked out when they
         // end, right password or not, so parallel guessing learns nothing past the threshold.
         if self.locked_out(ip) {
-            return Login::LockedOut;
+            return Login::LockedOut { now: false };
         }
         match verified {
             Some(found) => {
@@ -75,7 +75,7 @@ impl Logins {
                 let locked = attempt.failed(Instant::now());
                 tokio::time::sleep(delay).await;
                 match locked {
-                    true => Login::LockedOut,
+                    true => Login::LockedOut { now: true },
                     false => Login::Refused,
                 }
             }

@@ -70,6 +70,27 @@ enum Origin {
 /// One certificate's fetch, its result shared by every post that waited for it.
 type Flight = Arc<OnceCell<Result<Arc<[u8]>, VerifyError>>>;
 
+/// A post on a flight. When the first one leaves (answered, or given up by its client), the
+/// flight leaves the table: the posts still on it get its result, later posts read the kept
+/// key or (after a failure) fetch again; no flight stays behind for a post that is gone.
+struct Aboard<'a> {
+    verifier: &'a SnsVerifier,
+    url: &'a str,
+    flight: Flight,
+}
+
+impl Drop for Aboard<'_> {
+    fn drop(&mut self) {
+        let mut flights = self.verifier.lock_flights();
+        if flights
+            .get(self.url)
+            .is_some_and(|f| Arc::ptr_eq(f, &self.flight))
+        {
+            flights.remove(self.url);
+        }
+    }
+}
+
 pub struct SnsVerifier {
     origin: Origin,
     agent: OnceLock<ureq::Agent>,
@@ -132,13 +153,16 @@ impl SnsVerifier {
             return Ok(key);
         }
         let flight = self.lock_flights().entry(text.clone()).or_default().clone();
-        let result = flight.get_or_init(|| self.fetch_key(url)).await.clone();
-        // Landed: later posts read the kept key, or (after a failure) fetch again.
-        let mut flights = self.lock_flights();
-        if flights.get(&text).is_some_and(|f| Arc::ptr_eq(f, &flight)) {
-            flights.remove(&text);
-        }
-        result
+        let aboard = Aboard {
+            verifier: self,
+            url: &text,
+            flight,
+        };
+        aboard
+            .flight
+            .get_or_init(|| self.fetch_key(url))
+            .await
+            .clone()
     }
 
     async fn fetch_key(&self, url: &http::Uri) -> Result<Arc<[u8]>, VerifyError> {
@@ -289,6 +313,29 @@ mod tests {
             CACHED_CERTIFICATES + 1
         );
         assert!(verifier.cached(&newest).is_some());
+    }
+
+    /// A post given up while its certificate is fetched leaves no flight behind (the fetch
+    /// itself ends by its timeout, its permit with it).
+    #[tokio::test]
+    async fn a_post_given_up_mid_fetch_leaves_no_flight() {
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let base = format!("http://{}", silent.local_addr().unwrap());
+        let signed_at = std::time::UNIX_EPOCH + Duration::from_secs(1_796_119_201);
+        let verifier = Arc::new(SnsVerifier::local(&base).at(signed_at));
+        let message: SnsMessage = serde_json::from_str(V2).unwrap();
+        let url = message.signing_cert_url.clone().unwrap();
+        let post = {
+            let verifier = verifier.clone();
+            tokio::spawn(async move { verifier.verify(&message).await })
+        };
+        while verifier.waiting_for(&url) == 0 {
+            tokio::task::yield_now().await;
+        }
+        post.abort();
+        assert!(post.await.unwrap_err().is_cancelled());
+        assert_eq!(verifier.waiting_for(&url), 0);
+        assert!(verifier.lock_flights().is_empty());
     }
 
     /// Off SNS's host, both verifiers refuse before any fetch: the local one points at a

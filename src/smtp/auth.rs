@@ -74,8 +74,15 @@ impl Session {
                 self.reply(reply::auth_failed());
                 Flow::Continue
             }
-            Login::LockedOut => {
-                tracing::warn!(peer = %self.peer, "AUTH refused: locked out, or too many failures in flight");
+            Login::LockedOut { now } => {
+                match now {
+                    true => {
+                        tracing::warn!(peer = %self.peer, "AUTH failures past the threshold: locked out")
+                    }
+                    false => {
+                        tracing::warn!(peer = %self.peer, "AUTH refused: locked out, or too many failures in flight")
+                    }
+                }
                 self.reply(reply::auth_locked_out());
                 Flow::Close
             }

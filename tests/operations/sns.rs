@@ -343,14 +343,10 @@ async fn one_fetch_per_certificate_and_a_bound_on_fetches_in_flight() {
     let same: Vec<_> = (0..10)
         .map(|_| tokio::spawn(post(admin, "/ses/events", V2.into())))
         .collect();
-    until("ten posts wait for one fetch", async || {
-        verifier.waiting_for(&cert_url) == 10
-    })
-    .await;
-    // The fetch may still be on its way to the host when the tenth post waits for it.
-    until("the fetch reaches the host", async || {
-        !host.seen().is_empty()
-    })
+    until(
+        "ten posts wait for one fetch, which reached the host",
+        async || verifier.waiting_for(&cert_url) == 10 && !host.seen().is_empty(),
+    )
     .await;
     assert_eq!(host.seen(), vec![CERT_PATH.to_string()], "one fetch");
     // Other certificates (forged posts may name any) fill the bound...
@@ -362,9 +358,10 @@ async fn one_fetch_per_certificate_and_a_bound_on_fetches_in_flight() {
     let others: Vec<_> = (1..MAX_FETCHES)
         .map(|i| tokio::spawn(post(admin, "/ses/events", named(i))))
         .collect();
-    until("the bound is reached", async || {
-        verifier.fetching() == MAX_FETCHES && host.seen().len() == MAX_FETCHES
-    })
+    until(
+        "the bound is reached, every fetch at the host",
+        async || verifier.fetching() == MAX_FETCHES && host.seen().len() == MAX_FETCHES,
+    )
     .await;
     // ... and past it a post is answered 503 at once, fetching nothing.
     for i in 100..103 {

@@ -20,15 +20,16 @@ pub fn hold() -> ClockHeld {
     ClockHeld { _release: release }
 }
 
-/// Waits (real time, at most 30 s, looking every 10 ms) until `cond` holds, the paused clock
-/// held or not: the waits are a blocking thread's, not timers of the clock.
+/// Waits (real time, at most 30 s, looking every 10 ms, the first time after 10 ms) until
+/// `cond` holds, the paused clock held or not: the waits are a blocking thread's, not timers
+/// of the clock.
 pub async fn until_held(what: &str, mut cond: impl FnMut() -> bool) {
     for _ in 0..3000 {
+        let nap = || std::thread::sleep(std::time::Duration::from_millis(10));
+        tokio::task::spawn_blocking(nap).await.unwrap();
         if cond() {
             return;
         }
-        let nap = || std::thread::sleep(std::time::Duration::from_millis(10));
-        tokio::task::spawn_blocking(nap).await.unwrap();
     }
     panic!("never happened: {what}");
 }

@@ -718,9 +718,9 @@ async fn ses_text_and_message_id_reach_the_client_printable() {
     );
 }
 
-/// A request to SES holds the message twice more (joined, then in base64 in its JSON): that
-/// room is taken from `max_buffered_bytes` beside the message's own, or the message does not
-/// go (451 4.4.1, nothing sent); once a request ends its room is free again.
+/// A request to SES holds the message once more (in base64 in its JSON): that room is taken
+/// from `max_buffered_bytes` beside the message's own, or the message does not go (451 4.4.1,
+/// nothing sent); once a request ends its room is free again.
 #[tokio::test]
 async fn the_requests_copies_count_in_max_buffered_bytes() {
     let fake = FakeSes::start().await;
@@ -729,7 +729,8 @@ async fn the_requests_copies_count_in_max_buffered_bytes() {
         "X-Tenant: acme\r\nSubject: big\r\n\r\n{}",
         body.repeat(1000)
     );
-    let request = mailsluice::upstream::ses::request_bytes(message.len() + 200);
+    let header = message.find("\r\n\r\n").unwrap() + 4 + 300;
+    let request = mailsluice::upstream::ses::request_bytes(message.len() + 300, header, 8192);
     let send_one = async |budget: usize| {
         let rest = format!("max_buffered_bytes = {budget}\n");
         let text = format!(

@@ -17,10 +17,11 @@
 //! The SDK's own retries are off: the throttle decides when a message goes again, and a retry
 //! after a timeout could send a message twice.
 //!
-//! Memory: the request holds the message joined (`raw`) and then as base64 inside its JSON
-//! (which `body` hands to the HTTP client as it is, with no copy). Both are taken from the
-//! process's byte budget (`max_buffered_bytes`) before they are made, beside the message's own
-//! bytes, so a few large messages in flight stay within it.
+//! Memory: the request holds the message once, as base64 inside its JSON, written straight
+//! from the message's pieces (`raw`) and spliced into the SDK's request in place of a
+//! placeholder (`body`): the SDK's input never holds it. That room is taken from the process's
+//! byte budget (`max_buffered_bytes`) before it is made, beside the message's own bytes, so a
+//! few large messages in flight stay within it.
 
 mod answers;
 mod api;
@@ -125,7 +126,7 @@ impl SesForwarder {
     ) -> Result<String, Answer> {
         let client = self.client().await;
         let content = RawMessage::builder()
-            .data(Blob::new(raw.bytes))
+            .data(Blob::new(body::PLACEHOLDER))
             .build()
             .map_err(|e| Answer::Error(UpstreamError::Unavailable(e.to_string())))?;
         let tags: Vec<MessageTag> = (raw.tags.into_iter())
@@ -149,7 +150,12 @@ impl SesForwarder {
             .set_email_tags((!tags.is_empty()).then_some(tags))
             .set_tenant_name(tenant.map(str::to_string));
         let track = body::Track::default();
-        let sent = request.customize().interceptor(track.clone()).send().await;
+        let splice = body::Splice::new(raw.data, raw::FRONT);
+        let sent = (request.customize())
+            .interceptor(splice)
+            .interceptor(track.clone())
+            .send()
+            .await;
         match sent {
             Ok(output) => Ok(output.message_id().unwrap_or_default().to_string()),
             Err(e) => Err(answers::from_sdk(e, track.body_sent(), tenant)),
@@ -168,11 +174,12 @@ impl SesForwarder {
             return Err(tenants::refusal(tenant, "paused by SES", left));
         }
         let _slot = self.in_flight.acquire().await.expect("never closed");
+        let after = json_after_data(envelope, tenant);
         let _room = match message.room {
-            Some(budget) => Some(room_for_request(budget, size)?),
+            Some(budget) => Some(room_for_request(budget, pieces, after)?),
             None => None,
         };
-        let raw = raw::from_pieces(pieces);
+        let raw = raw::from_pieces(pieces, after);
         match self.send_email(envelope, raw, tenant).await {
             Ok(id) => {
                 if let Some(tenant) = tenant {
@@ -207,20 +214,31 @@ impl SesForwarder {
     }
 }
 
-/// The bytes a request of a message of `size` bytes holds at most: the message joined, and
-/// its JSON (the message in base64, 4 bytes for 3, and the envelope's fields).
-pub fn request_bytes(size: usize) -> usize {
-    size + size.div_ceil(3) * 4 + 64 * 1024
+/// A bound on the JSON the request holds after the message's data: its other fields (the
+/// envelope's addresses, the tags, the tenant and configuration set), escaped at worst.
+fn json_after_data(envelope: &Envelope, tenant: Option<&str>) -> usize {
+    let rcpts: usize = envelope.rcpts.iter().map(|r| r.len() + 3).sum();
+    let from = envelope.from.as_deref().map_or(0, str::len);
+    4096 + 6 * (rcpts + from + tenant.map_or(0, str::len))
 }
 
-/// Room in the byte budget for a request's copies, taken at once or not at all: a message
-/// never waits for room while holding its own (see `smtp::data_reader`). None left: the
-/// message is not sent (unavailable: the route's fallback may take it).
+/// The bytes a request for a message of `size` bytes (with a header section of `header`
+/// bytes and `after` bytes of JSON after its data) holds at most: the message in base64 (4
+/// bytes for 3) with the JSON around it, and the header section read apart.
+pub fn request_bytes(size: usize, header: usize, after: usize) -> usize {
+    raw::FRONT + size.div_ceil(3) * 4 + after + header
+}
+
+/// Room in the byte budget for a request, taken at once or not at all: a message never
+/// waits for room while holding its own (see `smtp::data_reader`). None left: the message is
+/// not sent (unavailable: the route's fallback may take it).
 fn room_for_request(
     budget: &std::sync::Arc<Semaphore>,
-    size: usize,
+    pieces: &[&[u8]],
+    after: usize,
 ) -> Result<tokio::sync::OwnedSemaphorePermit, UpstreamError> {
-    let bytes = request_bytes(size);
+    let size = pieces.iter().map(|p| p.len()).sum();
+    let bytes = request_bytes(size, raw::header_len(pieces), after);
     let permits = u32::try_from(bytes).unwrap_or(u32::MAX);
     budget.clone().try_acquire_many_owned(permits).map_err(|_| {
         UpstreamError::Unavailable(format!(
