@@ -218,9 +218,9 @@ impl Layer {
     ) -> Result<(), ThrottleError> {
         let reason = match self.spec.mode {
             Mode::Reject => "reject",
-            Mode::Wait if queued >= self.spec.max_queue => "max_queue",
-            Mode::Wait if now.saturating_add(wait) > deadline => "max_wait",
-            Mode::Wait => return Ok(()),
+            Mode::Wait | Mode::Hold if queued >= self.spec.max_queue => "max_queue",
+            Mode::Wait | Mode::Hold if now.saturating_add(wait) > deadline => "max_wait",
+            Mode::Wait | Mode::Hold => return Ok(()),
         };
         Err(self.limited(key, cost, wait, reason))
     }
