@@ -19,6 +19,7 @@
 //! | `observe/` | what the relay records about itself: Prometheus metrics (`metrics`), the last refusals (`recent`), the human log format's fields (`log_format`), OTLP traces of the messages (`traces`), what the sessions are doing (`activity`) |
 //! | `inbound/` | inbound security: TLS (`tls`), password hashes (`password`), the AUTH lockout (`auth_lockout`), connections per client address (`connection_limit`) |
 //! | `throttle/` | token buckets (pure math in `bucket`), key tables, stores (local; Redis: its scripts and keys, over `redis/`'s connection), layers with FIFO queues (fair by tenant with `fair_by`), stacked layers taken all or nothing (`stack`) |
+//! | `spool/` | where hold-mode layers keep messages (`[spool]`): one file per message, synced before the `250` (`layout`, `record`, `commit`), a lock per directory (`lock`), the queues per key in memory (`index`), read back at start (`recover`), its bounds (`room`) |
 //! | `message/` | plain data about one message: its `Envelope`, its `Outcome`, its header fields by byte range (`header`), its `Received:` hops and our mark in them (`received`) |
 //! | `redis/` | Redis as the throttle's shared layers and the reputation guard reach it, each with its own scripts and keys: its options from `[redis]` (`options`), a connection to one server, a Cluster or the primary that Sentinel names, followed through a failover (`connection`), a call that did not answer (`error`) |
 //! | `clock` | monotonic integer time, injected (`Clock`; `TokioClock`, `FakeClock` for tests) |
@@ -75,6 +76,7 @@ pub mod redis;
 pub mod reputation;
 pub mod serve;
 pub mod smtp;
+pub mod spool;
 pub mod state;
 pub mod throttle;
 pub mod upstream;
