@@ -118,7 +118,9 @@ async fn serve_async(config: Arc<Config>, path: &std::path::Path) -> anyhow::Res
         .context("setting up the upstreams")?;
     let deps = mailsluice::Deps::new(config.clone(), upstreams)
         .with_tls()
-        .context("loading [smtp.tls]")?;
+        .context("loading [smtp.tls]")?
+        .with_spool()
+        .context("opening [spool]")?;
     let mut listeners = mailsluice::Listeners {
         smtp: bind(&config.smtp.listen, "SMTP").await?,
         implicit_tls: bind(&config.smtp.tls_listen, "SMTP over implicit TLS").await?,

@@ -17,6 +17,7 @@ use crate::admin::sns::{self, SnsRoute};
 use crate::admin::status_page::{self, Checks};
 use crate::admin::{guard, reputation};
 use crate::observe::metrics::Metrics;
+use crate::spool::Spool;
 use crate::state::context::{Context, Deps, Live, Services};
 use crate::state::shutdown::Shutdown;
 use crate::upstream::{Checked, Unready};
@@ -41,6 +42,12 @@ impl Admin {
         read_upstream(metrics, ctx);
         if let Some(reputation) = &self.services.reputation {
             metrics.reputation_paused(reputation.paused());
+        }
+        if let Some(spool) = &self.services.spool {
+            let s = spool.summary();
+            metrics
+                .spool()
+                .read(s.messages, s.failed, s.bytes, s.oldest_ms);
         }
         metrics.encode(&ctx.setup.throttle)
     }
@@ -160,7 +167,8 @@ pub async fn serve(
 }
 
 /// 200 when the relay can take mail: listening and upstream reachable now (Redis too, once
-/// a layer uses it); 503 with a JSON body saying what is not.
+/// a layer uses it; the spool writable, when there is one); 503 with a JSON body saying what
+/// is not.
 async fn readyz(State(admin): State<Arc<Admin>>) -> Response {
     let Some(ctx) = admin.live.current() else {
         return starting();
@@ -169,7 +177,14 @@ async fn readyz(State(admin): State<Arc<Admin>>) -> Response {
     let checks = check_upstreams(&ctx).await;
     let upstream = upstreams_ready(&ctx, &checks);
     let store = ctx.setup.throttle.check_store().await;
-    let ready = listening && upstream.is_ok() && store.as_ref().is_none_or(|s| s.is_ok());
+    let spool = match &admin.services.spool {
+        Some(spool) => Some(spool_writable(spool).await),
+        None => None,
+    };
+    let ready = listening
+        && upstream.is_ok()
+        && store.as_ref().is_none_or(|s| s.is_ok())
+        && spool.as_ref().is_none_or(|s| s.is_ok());
     let each: serde_json::Map<String, serde_json::Value> =
         (ctx.setup.upstreams.iter().zip(&checks))
             .map(|(u, (name, check))| {
@@ -193,12 +208,24 @@ async fn readyz(State(admin): State<Arc<Admin>>) -> Response {
     if let Some(store) = &store {
         body["redis"] = verdict(store);
     }
+    if let Some(spool) = &spool {
+        body["spool"] = verdict(spool);
+    }
     let status = if ready {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
     (status, Json(body)).into_response()
+}
+
+/// Whether the spool can be written: a relay whose hold-mode layers cannot hold answers
+/// `452` to what they would hold, and should take no mail.
+async fn spool_writable(spool: &Spool) -> Result<(), &'static str> {
+    match spool.writable().await {
+        true => Ok(()),
+        false => Err("the spool cannot be written"),
+    }
 }
 
 /// The status page: what the relay does now, in HTML (see `status_page`).

@@ -116,7 +116,16 @@ mod tests {
     #[test]
     fn a_report_address_is_plain() {
         assert!(plain_address("postmaster@relay.example"));
-        for bad in ["", "x", "@d", "l@", "a b@d", "<a@d>", "a@d@e", "a@d\r\nBcc: x"] {
+        for bad in [
+            "",
+            "x",
+            "@d",
+            "l@",
+            "a b@d",
+            "<a@d>",
+            "a@d@e",
+            "a@d\r\nBcc: x",
+        ] {
             assert!(!plain_address(bad), "{bad:?}");
         }
     }

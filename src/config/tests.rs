@@ -326,13 +326,21 @@ fn the_spool_gets_its_defaults_and_its_rules() {
     let c = Config::parse(&format!("{MINIMAL}[spool]\ndir = \"/var/spool/ms\"\n")).unwrap();
     let spool = c.spool.unwrap();
     assert_eq!(
-        (spool.max_bytes, spool.min_free_bytes, spool.max_hold_ms.get()),
+        (
+            spool.max_bytes,
+            spool.min_free_bytes,
+            spool.max_hold_ms.get()
+        ),
         (10 << 30, 1 << 30, 432_000_000)
     );
     assert!(spool.retry_min_ms.get_ref().get() <= spool.retry_max_ms.get());
     assert!(spool.report_from.is_none());
     for (body, key, line) in [
-        ("retry_min_ms = 5000\nretry_max_ms = 1000", "spool.retry_min_ms", 7),
+        (
+            "retry_min_ms = 5000\nretry_max_ms = 1000",
+            "spool.retry_min_ms",
+            7,
+        ),
         ("report_from = \"not an address\"", "spool.report_from", 7),
         ("max_hold_ms = 0", "max_hold_ms", 7),
     ] {

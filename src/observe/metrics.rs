@@ -13,6 +13,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Metric, Registry};
 
 use super::activity::Activities;
+use super::spool_metrics::SpoolMetrics;
 use crate::message::Outcome;
 use crate::throttle::Throttle;
 
@@ -73,6 +74,7 @@ pub struct Metrics {
     layer_limit: Family<LayerLabel, Gauge>,
     upstream_throttled: Family<ReasonLabel, Counter>,
     upstream_paused: Family<UpstreamLabel, Gauge>,
+    spool: SpoolMetrics,
     /// Each forwarder's count of "too many connections" last added (see `upstream_crowded`).
     crowded_seen: std::sync::Mutex<std::collections::HashMap<String, u64>>,
 }
@@ -131,6 +133,7 @@ impl Metrics {
                 "1 while upstream is paused after a quota reply",
             ),
             crowded_seen: Default::default(),
+            spool: SpoolMetrics::register(r),
             reputation_events: add_metric(
                 r,
                 "reputation_events",
@@ -254,6 +257,11 @@ impl Metrics {
 
     pub fn connection_closed(&self) {
         self.connections.dec();
+    }
+
+    /// The spool's metrics.
+    pub fn spool(&self) -> &SpoolMetrics {
+        &self.spool
     }
 
     /// What the sessions are doing (each session holds its place, see `activity`).

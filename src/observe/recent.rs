@@ -87,7 +87,8 @@ impl Recent {
     /// Notes how a message ended; `code` is upstream's reply code when it answered.
     pub fn message(&self, outcome: Outcome, layer: &str, key: &str, code: Option<u16>) {
         let (code, layer) = match (outcome, code) {
-            (Outcome::Delivered | Outcome::Abandoned, _) => return,
+            (Outcome::Delivered | Outcome::Abandoned | Outcome::Held, _) => return,
+            (Outcome::SpoolFull, _) => (452, layer),
             (Outcome::Throttled | Outcome::StoreUnavailable, _) => (451, layer),
             (Outcome::Rejected, _) => (554, layer),
             (Outcome::Shutdown, _) => (421, layer),

@@ -79,6 +79,10 @@ pub async fn run(listeners: impl Into<Listeners>, deps: Deps, shutdown: Shutdown
     let accounts = tokio::spawn(super::account::keep(live.clone()));
     let limit = Arc::new(Semaphore::new(ctx.setup.config.smtp.max_connections.get()));
     let sessions = TaskTracker::new();
+    let releaser = (ctx.services.spool.clone()).map(|spool| {
+        let release = crate::release::run(live.clone(), spool, shutdown.clone(), sessions.clone());
+        tokio::spawn(release)
+    });
     let accepts = TaskTracker::new();
     let plain = listeners.smtp.into_iter().map(|l| (l, false));
     for (listener, implicit_tls) in
@@ -118,6 +122,9 @@ pub async fn run(listeners: impl Into<Listeners>, deps: Deps, shutdown: Shutdown
         let _ = tokio::time::timeout(LAST_WORDS, sessions.wait()).await;
     }
     accounts.abort();
+    if let Some(releaser) = releaser {
+        releaser.abort();
+    }
     if let Some(events) = events {
         events.abort();
     }

@@ -52,7 +52,9 @@ impl DirSync {
     /// Returns once a sync of the directory that began after this call has ended.
     pub async fn sync(&self) -> Result<(), String> {
         let (tx, rx) = oneshot::channel();
-        self.asks.send(tx).map_err(|_| "the spool is closed".to_string())?;
+        self.asks
+            .send(tx)
+            .map_err(|_| "the spool is closed".to_string())?;
         rx.await.map_err(|_| "the spool is closed".to_string())?
     }
 }

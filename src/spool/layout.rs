@@ -36,7 +36,13 @@ impl Layout {
 
     /// Makes the directories that are missing.
     pub fn create(&self) -> std::io::Result<()> {
-        for dir in [&self.root, &self.tmp, &self.held, &self.failed, &self.damaged] {
+        for dir in [
+            &self.root,
+            &self.tmp,
+            &self.held,
+            &self.failed,
+            &self.damaged,
+        ] {
             std::fs::create_dir_all(dir)?;
         }
         Ok(())

@@ -254,6 +254,11 @@ impl Spool {
         self.changed.notified().await
     }
 
+    /// Wakes the releaser (room for another attempt).
+    pub fn nudge(&self) {
+        self.changed.notify_one();
+    }
+
     /// When the first message waiting for its turn may go.
     pub fn next_due(&self) -> Option<Nanos> {
         self.index().next_due()

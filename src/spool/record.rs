@@ -134,7 +134,11 @@ pub fn meta_of(head: &[u8]) -> Result<Meta, Damaged> {
 /// A whole file, its digest checked.
 pub fn decode(bytes: Vec<u8>) -> Result<Held, Damaged> {
     let (digest, meta, start) = split(&bytes)?;
-    let first = bytes.iter().position(|&b| b == b'\n').expect("split found it") + 1;
+    let first = bytes
+        .iter()
+        .position(|&b| b == b'\n')
+        .expect("split found it")
+        + 1;
     let actual = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &bytes[first..]);
     if hex(actual.as_ref()) != digest {
         return Err(Damaged("its digest does not match its bytes".into()));
@@ -152,7 +156,10 @@ pub fn decode(bytes: Vec<u8>) -> Result<Held, Damaged> {
 /// The digest of the first line, the meta of the second, and where the runs start.
 fn split(bytes: &[u8]) -> Result<(String, Meta, usize), Damaged> {
     let line = |from: usize| {
-        let end = bytes[from..].iter().take(MAX_META).position(|&b| b == b'\n');
+        let end = bytes[from..]
+            .iter()
+            .take(MAX_META)
+            .position(|&b| b == b'\n');
         end.map(|n| (&bytes[from..from + n], from + n + 1))
             .ok_or_else(|| Damaged("truncated before its meta ends".into()))
     };
@@ -162,8 +169,7 @@ fn split(bytes: &[u8]) -> Result<(String, Meta, usize), Damaged> {
         .and_then(|rest| rest.strip_prefix(' '))
         .ok_or_else(|| Damaged("not a spool file of this version".into()))?;
     let (json, start) = line(next)?;
-    let meta: Meta =
-        serde_json::from_slice(json).map_err(|e| Damaged(format!("its meta: {e}")))?;
+    let meta: Meta = serde_json::from_slice(json).map_err(|e| Damaged(format!("its meta: {e}")))?;
     Ok((digest.to_string(), meta, start))
 }
 
@@ -201,7 +207,10 @@ mod tests {
     #[test]
     fn a_file_reads_back_as_written() {
         let mut m = meta();
-        let file = encode(&mut m, [b"Received: x\r\n", b"", b"Subject: s\r\n\r\nhi\r\n"]);
+        let file = encode(
+            &mut m,
+            [b"Received: x\r\n", b"", b"Subject: s\r\n\r\nhi\r\n"],
+        );
         assert_eq!(meta_of(&file).unwrap(), m);
         let held = decode(file).unwrap();
         assert_eq!(held.meta, m);

@@ -53,11 +53,7 @@ pub fn recover(layout: &Layout, index: &mut Index) -> std::io::Result<Recovered>
 }
 
 /// The entry of one file, from its name and its meta.
-fn read_entry(
-    path: &Path,
-    name: &str,
-    state: State,
-) -> Result<(super::HeldKey, Entry), String> {
+fn read_entry(path: &Path, name: &str, state: State) -> Result<(super::HeldKey, Entry), String> {
     let (seq, id) = parse_name(name).ok_or("a name the spool does not write")?;
     let head = read_head(path).map_err(|e| e.to_string())?;
     let meta = meta_of(&head).map_err(|e| e.0)?;

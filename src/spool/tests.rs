@@ -14,14 +14,20 @@ fn scratch(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!(
         "ms-spool-{name}-{}-{:x}",
         std::process::id(),
-        SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos()
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
     ));
     let _ = std::fs::remove_dir_all(&dir);
     dir
 }
 
 fn config(dir: &std::path::Path) -> SpoolConfig {
-    let text = format!("dir = {:?}\nmin_free_bytes = 0\n", dir.display().to_string());
+    let text = format!(
+        "dir = {:?}\nmin_free_bytes = 0\n",
+        dir.display().to_string()
+    );
     toml::from_str(&text).unwrap()
 }
 
@@ -77,14 +83,26 @@ async fn held_messages_come_back_after_a_restart_in_order_with_their_age() {
     // One clock for both runs: paused time moves it, not the system's wall clock.
     let clock = clock();
     let spool = Spool::open(&config(&dir), clock.clone()).unwrap();
-    hold(&spool, "aaaa000000000001", "acme", b"Subject: 1\r\n\r\none\r\n")
-        .await
-        .unwrap();
+    hold(
+        &spool,
+        "aaaa000000000001",
+        "acme",
+        b"Subject: 1\r\n\r\none\r\n",
+    )
+    .await
+    .unwrap();
     tokio::time::advance(Duration::from_secs(60)).await;
-    hold(&spool, "aaaa000000000002", "acme", b"Subject: 2\r\n\r\ntwo\r\n")
+    hold(
+        &spool,
+        "aaaa000000000002",
+        "acme",
+        b"Subject: 2\r\n\r\ntwo\r\n",
+    )
+    .await
+    .unwrap();
+    hold(&spool, "bbbb000000000001", "other", b"x\r\n")
         .await
         .unwrap();
-    hold(&spool, "bbbb000000000001", "other", b"x\r\n").await.unwrap();
     assert_eq!(std::fs::read_dir(dir.join("held")).unwrap().count(), 3);
     let first_age = spool.summary().oldest_ms;
     assert_eq!(first_age, 60_000);
@@ -93,7 +111,11 @@ async fn held_messages_come_back_after_a_restart_in_order_with_their_age() {
     tokio::time::advance(Duration::from_secs(5)).await;
     let spool = Spool::open(&config(&dir), clock).unwrap();
     assert_eq!(spool.summary().messages, 3);
-    assert_eq!(spool.summary().oldest_ms, 65_000, "age kept across the restart");
+    assert_eq!(
+        spool.summary().oldest_ms,
+        65_000,
+        "age kept across the restart"
+    );
     assert!(spool.holds(&key("acme")) && spool.holds(&key("other")));
     let taken = spool.take_due(10);
     let ids: Vec<&str> = taken.iter().map(|t| &*t.id).collect();
@@ -122,9 +144,17 @@ async fn damaged_files_are_set_aside_and_the_rest_kept() {
         .unwrap()
         .map(|e| e.unwrap().path())
         .collect();
-    let by_id = |id: &str| held.iter().find(|p| p.to_string_lossy().ends_with(id)).unwrap();
+    let by_id = |id: &str| {
+        held.iter()
+            .find(|p| p.to_string_lossy().ends_with(id))
+            .unwrap()
+    };
     // One unreadable meta, one flipped body byte, and a half-written file in tmp/.
-    std::fs::write(by_id("c000000000000001"), b"mailsluice-spool 1 00\n{not json\n").unwrap();
+    std::fs::write(
+        by_id("c000000000000001"),
+        b"mailsluice-spool 1 00\n{not json\n",
+    )
+    .unwrap();
     let second = by_id("c000000000000002");
     let mut bytes = std::fs::read(second).unwrap();
     *bytes.last_mut().unwrap() ^= 0x20;
@@ -132,7 +162,11 @@ async fn damaged_files_are_set_aside_and_the_rest_kept() {
     std::fs::write(dir.join("tmp/0000000000000009-c000000000000009"), b"half").unwrap();
 
     let spool = Spool::open(&config(&dir), clock()).unwrap();
-    assert_eq!(spool.summary().messages, 2, "the unreadable one is set aside at start");
+    assert_eq!(
+        spool.summary().messages,
+        2,
+        "the unreadable one is set aside at start"
+    );
     assert_eq!(std::fs::read_dir(dir.join("damaged")).unwrap().count(), 1);
     assert_eq!(std::fs::read_dir(dir.join("tmp")).unwrap().count(), 0);
     let ticket = spool.take_due(1).remove(0);
@@ -153,7 +187,9 @@ async fn storage_bounds_refuse_and_leave_nothing_behind() {
     let mut cfg = config(&dir);
     cfg.max_bytes = 100;
     let spool = Spool::open(&cfg, clock()).unwrap();
-    hold(&spool, "d000000000000001", "acme", &[b'x'; 50]).await.unwrap();
+    hold(&spool, "d000000000000001", "acme", &[b'x'; 50])
+        .await
+        .unwrap();
     assert_eq!(
         hold(&spool, "d000000000000002", "acme", &[b'x'; 50]).await,
         Err(Refusal::Storage(Storage::MaxBytes { max: 100 }))
@@ -179,7 +215,9 @@ async fn storage_bounds_refuse_and_leave_nothing_behind() {
 async fn an_unwritable_spool_refuses_and_comes_back() {
     let dir = scratch("unwritable");
     let spool = Spool::open(&config(&dir), clock()).unwrap();
-    hold(&spool, "e000000000000001", "acme", b"kept\r\n").await.unwrap();
+    hold(&spool, "e000000000000001", "acme", b"kept\r\n")
+        .await
+        .unwrap();
     // `tmp/` replaced by a file: nothing can be created in it (root ignores permissions).
     std::fs::remove_dir(dir.join("tmp")).unwrap();
     std::fs::write(dir.join("tmp"), b"").unwrap();
@@ -201,7 +239,10 @@ async fn an_unwritable_spool_refuses_and_comes_back() {
 async fn one_process_per_directory() {
     let dir = scratch("lock");
     let spool = Spool::open(&config(&dir), clock()).unwrap();
-    let err = Spool::open(&config(&dir), clock()).err().unwrap().to_string();
+    let err = Spool::open(&config(&dir), clock())
+        .err()
+        .unwrap()
+        .to_string();
     assert!(err.contains(&dir.display().to_string()), "{err}");
     drop(spool);
     let _ = std::fs::remove_dir_all(&dir);
@@ -224,13 +265,24 @@ async fn max_held_bounds_one_key() {
         max_held,
         report,
     };
-    spool.hold(to_hold("f000000000000001", "a", Some(1), false)).await.unwrap();
+    spool
+        .hold(to_hold("f000000000000001", "a", Some(1), false))
+        .await
+        .unwrap();
     assert_eq!(
-        spool.hold(to_hold("f000000000000002", "a", Some(1), false)).await,
+        spool
+            .hold(to_hold("f000000000000002", "a", Some(1), false))
+            .await,
         Err(Refusal::KeyFull { held: 1 })
     );
-    spool.hold(to_hold("f000000000000003", "b", Some(1), false)).await.unwrap();
-    spool.hold(to_hold("f000000000000004", "a", None, true)).await.unwrap();
+    spool
+        .hold(to_hold("f000000000000003", "b", Some(1), false))
+        .await
+        .unwrap();
+    spool
+        .hold(to_hold("f000000000000004", "a", None, true))
+        .await
+        .unwrap();
     assert_eq!(spool.summary().messages, 3);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -37,7 +37,10 @@ impl Throttle {
                 self.slowed(&again, (*layer, key), *until).await?;
             }
             let charges = again.charges.clone();
-            match self.take(charges, again.arrival, turn, &again.cut, again.patient).await? {
+            match self
+                .take(charges, again.arrival, turn, &again.cut, again.patient)
+                .await?
+            {
                 Ok(mut permit) => {
                     permit.strikes = again.strikes;
                     return Ok(permit);
