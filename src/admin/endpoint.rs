@@ -15,7 +15,7 @@ use tokio::net::TcpListener;
 
 use crate::admin::sns::{self, SnsRoute};
 use crate::admin::status_page::{self, Checks};
-use crate::admin::{guard, reputation};
+use crate::admin::{guard, reputation, spool};
 use crate::observe::metrics::Metrics;
 use crate::spool::Spool;
 use crate::state::context::{Context, Deps, Live, Services};
@@ -143,6 +143,7 @@ pub fn router(admin: Arc<Admin>) -> Router {
         .route("/metrics", get(metrics))
         .route("/buckets/{layer}/{key}", get(bucket))
         .merge(reputation::routes(admin.live.clone()))
+        .merge(spool::routes(admin.live.clone()))
         .merge(sns::routes(SnsRoute {
             live: admin.live.clone(),
             verifier: admin.services.sns.clone(),
@@ -237,6 +238,10 @@ async fn status_page(State(admin): State<Arc<Admin>>) -> Response {
         upstreams: check_upstreams(&ctx).await,
         store: ctx.setup.throttle.check_store().await,
         reputation: status_page::reputation_view(&ctx).await,
+        spool: match &admin.services.spool {
+            Some(spool) => Some(spool_writable(spool).await),
+            None => None,
+        },
     };
     let page = status_page::render(
         &ctx,

@@ -1,10 +1,12 @@
 //! The admin HTTP endpoint (`[admin] listen`): what an operator reads from the running relay.
 //! It reads the live context and what `observe` recorded; it changes only the reputation
-//! guard's state (a tenant resumed, a suppression lifted), and only behind `guard`.
+//! guard's state (a tenant resumed, a suppression lifted) and the spool's (a message tried now
+//! or removed, a key stopped), and only behind `guard`.
 //!
 //! - `endpoint`: the routes: `/`, `/healthz`, `/readyz`, `/metrics`, `/buckets/{layer}/{key}`.
 //! - `guard`: HTTP Basic authentication with `[admin] password_hash`; 403 for changes without it.
 //! - `reputation`: `/reputation`, `/reputation/{key}/resume`, `/suppressions/{address}`.
+//! - `spool`: `/spool`, `/spool/{id}` (read, `release`, delete), `/spool/keys/{layer}/{key}`.
 //! - `sns`: `POST /ses/events`, SES's events from SNS, each message's signature checked.
 //! - `status_page`: the HTML of `/`.
 
@@ -12,4 +14,5 @@ pub mod endpoint;
 pub mod guard;
 pub mod reputation;
 pub mod sns;
+pub mod spool;
 pub mod status_page;

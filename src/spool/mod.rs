@@ -348,6 +348,18 @@ impl Spool {
         self.index().get(id)
     }
 
+    /// The meta of message `id` (its envelope and origin), read from its file.
+    pub async fn meta(&self, id: &str) -> Option<Meta> {
+        let (_, entry) = self.get(id)?;
+        let dir = match entry.state {
+            State::Failed => &self.layout.failed,
+            _ => &self.layout.held,
+        };
+        let path = dir.join(file_name(entry.seq, id));
+        let head = tokio::task::spawn_blocking(move || recover::read_head(&path)).await;
+        record::meta_of(&head.ok()?.ok()?).ok()
+    }
+
     /// Lets message `id` go now (an operator's release); whether it was waiting at its key's
     /// head.
     pub fn release_now(&self, id: &str) -> bool {

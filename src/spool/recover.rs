@@ -75,7 +75,7 @@ fn read_entry(path: &Path, name: &str, state: State) -> Result<(super::HeldKey, 
 }
 
 /// The first bytes of a file, enough for its first two lines (at most `MAX_META`).
-fn read_head(path: &Path) -> std::io::Result<Vec<u8>> {
+pub fn read_head(path: &Path) -> std::io::Result<Vec<u8>> {
     let mut head = Vec::with_capacity(8192);
     let file = std::fs::File::open(path)?;
     let mut taken = file.take(MAX_META as u64);
