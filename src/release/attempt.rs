@@ -54,6 +54,9 @@ pub async fn attempt(ctx: &Context, spool: &Spool, ticket: Ticket, bell: Arc<Bel
             Next::Delivered
         }
         Decision::Again(wait, answer) => {
+            // Not past its time: given up then, not at the attempt after.
+            let left = spool.config().max_hold_ms.get().saturating_sub(held_ms);
+            let wait = wait.min(Duration::from_millis(left));
             spool.retry(&ticket, spool.clock().now() + nanos(wait), answer);
             Next::Retry(wait)
         }

@@ -71,10 +71,11 @@ pub async fn run_until(what: &str, step: Duration, limit: Duration, cond: impl F
 }
 
 /// Upstream that refuses for good (`550 5.1.1`) every message to a recipient of `refused`,
-/// and keeps the others.
+/// for now (`451 4.2.0`) every message to one of `deferred`, and keeps the others.
 #[derive(Default)]
 pub struct Refusing {
     pub refused: Mutex<Vec<String>>,
+    pub deferred: Mutex<Vec<String>>,
     pub got: Mutex<Vec<(Envelope, Vec<u8>)>>,
     pub tried: Mutex<usize>,
 }
@@ -95,6 +96,14 @@ impl Forwarder for Refusing {
     fn send<'a>(&'a self, outgoing: &'a Outgoing<'a>) -> ForwardFuture<'a> {
         Box::pin(async move {
             *self.tried.lock().unwrap() += 1;
+            let deferred = self.deferred.lock().unwrap().clone();
+            if outgoing.envelope.rcpts.iter().any(|r| deferred.contains(r)) {
+                return Err(UpstreamError::Rejected {
+                    code: 451,
+                    enhanced: Some("4.2.0".into()),
+                    text: "try again later".into(),
+                });
+            }
             let refused = self.refused.lock().unwrap().clone();
             if outgoing.envelope.rcpts.iter().any(|r| refused.contains(r)) {
                 return Err(UpstreamError::Rejected {

@@ -74,6 +74,57 @@ async fn a_permanent_refusal_at_release_sends_a_report_to_the_sender() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A message upstream keeps refusing for now is tried again after a doubling backoff, and
+/// once held past `max_hold_ms` it is given up: its sender gets a report saying so (4.4.7,
+/// with the last answer).
+#[tokio::test(start_paused = true)]
+async fn a_message_held_past_max_hold_ms_is_given_up_with_a_report() {
+    let dir = scratch_path("spool-expired");
+    let spool = "report_from = \"postmaster@relay.test\"\nmax_hold_ms = 20000";
+    let rest = hold_layer(1, 1, 0, "") + &spool_section(&dir, spool);
+    let fwd = Refusing::new(&[]);
+    fwd.deferred
+        .lock()
+        .unwrap()
+        .push("later@example.net".into());
+    let relay = Relay::start(&config_text("file://unused", "", &rest), fwd.clone()).await;
+    let mut c = relay.memory_client().await;
+    for (rcpt, subject) in [("ok@example.net", "m0"), ("later@example.net", "m1")] {
+        let (code, text) = c
+            .send_mail("app@acme.example", &[rcpt], &message("acme", subject))
+            .await;
+        assert_eq!(code, 250, "{text}");
+    }
+    run_until("the report upstream", SEC / 10, 60 * SEC, || {
+        fwd.messages().len() >= 2
+    })
+    .await;
+    // Tried at 1 s, then after 1, 2, 4, 5, 5 s: six attempts before 20 s, then given up.
+    let tried = *fwd.tried.lock().unwrap();
+    assert_eq!(tried, 1 + 6 + 1, "m0, m1's attempts, the report");
+    let (envelope, report) = &fwd.messages()[1];
+    assert_eq!(
+        (envelope.from.as_deref(), envelope.rcpts.as_slice()),
+        (None, &["app@acme.example".to_string()][..])
+    );
+    let report = String::from_utf8_lossy(report);
+    assert!(
+        report.contains(
+            "Final-Recipient: rfc822; later@example.net\r\nAction: failed\r\nStatus: 4.4.7\r\n"
+        ),
+        "{report}"
+    );
+    assert!(
+        report.contains("Diagnostic-Code: smtp; 451 4.2.0 upstream: try again later\r\n"),
+        "{report}"
+    );
+    assert_eq!(
+        relay.metric("mailsluice_spool_given_up_total{reason=\"expired\"}"),
+        1.0
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Without `report_from` no report is sent: the refused message is kept in `failed/`, counted,
 /// and no longer holds its key's new messages back.
 #[tokio::test(start_paused = true)]
