@@ -290,6 +290,10 @@ impl Config {
         }
         if let Some(reputation) = &self.reputation {
             reputation::validate(reputation, text)?;
+            if reputation.action == Action::Hold && self.spool.is_none() {
+                let rule = SpoolRule::ReputationHoldWithoutSpool;
+                return Err(BrokenRule::unlocated("reputation.action", rule));
+            }
         }
         if let Some(spool) = &self.spool {
             spool::validate(spool, text)?;

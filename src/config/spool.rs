@@ -46,6 +46,8 @@ pub enum SpoolRule {
     NotAnAddress(String),
     #[error("a `mode = \"hold\"` layer keeps messages in the spool: add a `[spool]` section")]
     HoldWithoutSpool,
+    #[error("`action = \"hold\"` keeps a paused tenant's messages in the spool: add a `[spool]` section")]
+    ReputationHoldWithoutSpool,
 }
 
 impl SpoolConfig {

@@ -316,6 +316,14 @@ fn a_hold_layer_without_a_spool_is_refused_at_its_line() {
         err.contains("throttle.mode") && err.contains("[spool]") && err.contains("line 6"),
         "{err}"
     );
+    let reputation = "[reputation]\nkey = \"auth\"\naction = \"hold\"\n";
+    let err = Config::parse(&format!("{MINIMAL}{reputation}"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("reputation.action") && err.contains("[spool]"),
+        "{err}"
+    );
     let c = Config::parse(&format!("{MINIMAL}{layer}[spool]\ndir = \"spool\"\n")).unwrap();
     assert_eq!(c.throttle[0].mode, Mode::Hold);
     assert_eq!(c.throttle[0].max_held.get(), 100_000);

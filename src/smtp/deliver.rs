@@ -39,22 +39,26 @@ impl Session {
         let holding = Holding::of(&self.ctx, &identity);
         let verdict = match holding {
             // Its key has messages held: it goes behind them, in order.
-            Some(holding) if holding.at_once() => {
+            Some(holding) if holding.at_once() => 'held: {
                 let record = Record::new(&self.ctx, &identity.charges);
-                match pipeline::admit(&self.ctx, &message).await {
-                    Ok(()) => {
-                        let it = self.spooled(&id, received);
-                        holding
-                            .hold(&self.ctx.services.metrics, &message, it, record)
-                            .await
+                let record = match pipeline::admit(&self.ctx, &message).await {
+                    Ok(()) => record,
+                    Err(refusal) => {
+                        let refused = Verdict::refused(refusal, record);
+                        if !hold::holdable(&self.ctx, &refused.end) {
+                            break 'held refused;
+                        }
+                        refused.record
                     }
-                    Err(refusal) => Verdict::refused(refusal, record),
-                }
+                };
+                let it = self.spooled(&id, received);
+                let metrics = &self.ctx.services.metrics;
+                holding.hold(metrics, &message, it, record).await
             }
             holding => {
                 let verdict = self.journey(&message).await;
                 match holding {
-                    Some(holding) if hold::holdable(&verdict.end) => {
+                    Some(holding) if hold::holdable(&self.ctx, &verdict.end) => {
                         let it = self.spooled(&id, received);
                         holding
                             .hold(&self.ctx.services.metrics, &message, it, verdict.record)

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::session::Session;
-use crate::config::Mode;
+use crate::config::{Action, Mode};
 use crate::observe::metrics::Metrics;
 use crate::pipeline::{End, Message, NotAdmitted, Paused, Record, Scope, Unanswered, Verdict};
 use crate::policy::Identity;
@@ -51,18 +51,23 @@ impl Holding {
 }
 
 /// Whether a journey's end lets its message be held: its tokens did not come in time (or
-/// before the shutdown's grace ends), upstream or its tenant there is paused, or upstream kept
-/// throttling it. Not what upstream answered, nor a refusal for good.
-pub(super) fn holdable(end: &End) -> bool {
+/// before the shutdown's grace ends), upstream or its tenant there is paused, upstream kept
+/// throttling it, or (`[reputation] action = "hold"`) the reputation guard paused its tenant.
+/// Not what upstream answered, nor a refusal for good.
+pub(super) fn holdable(ctx: &Context, end: &End) -> bool {
     match end {
         End::Unanswered(Unanswered::Refused(error)) => matches!(
             error,
             ThrottleError::Limited { .. } | ThrottleError::Shutdown
         ),
         End::Unanswered(Unanswered::Paused(_) | Unanswered::UpstreamRate(_)) => true,
-        End::Refused(NotAdmitted::Paused(Paused { scope, .. })) => {
-            matches!(scope, Scope::Upstream | Scope::UpstreamTenant(_))
-        }
+        End::Refused(NotAdmitted::Paused(Paused { scope, .. })) => match scope {
+            Scope::Upstream | Scope::UpstreamTenant(_) => true,
+            Scope::Tenant { reject, .. } => {
+                let action = ctx.services.reputation.as_ref().map(|g| g.action);
+                !reject && action == Some(Action::Hold)
+            }
+        },
         _ => false,
     }
 }

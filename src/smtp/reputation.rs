@@ -6,14 +6,19 @@
 
 use super::reply::{self, Reply};
 use super::session::Session;
+use crate::config::Action;
 use crate::message::Envelope;
 use crate::pipeline;
 use crate::policy::{self, TenantKey};
 
 impl Session {
-    /// At MAIL: the refusal of a tenant past a limit, when its key is known now.
+    /// At MAIL: the refusal of a tenant past a limit, when its key is known now. With
+    /// `action = "hold"` none: the message may be held at its final dot.
     pub(super) async fn reputation_at_mail(&mut self, sender: Option<&str>) -> Option<Reply> {
         let guard = self.ctx.services.reputation.clone()?;
+        if guard.action == Action::Hold {
+            return None;
+        }
         let envelope = Envelope {
             from: sender.map(str::to_string),
             rcpts: Vec::new(),

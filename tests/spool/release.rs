@@ -202,6 +202,57 @@ async fn a_paused_tenants_held_messages_wait_for_its_resume() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `[reputation] action = "hold"`: a paused tenant's new messages are held (`250`), not
+/// refused, and none is released until the tenant is resumed.
+#[tokio::test(start_paused = true)]
+async fn reputation_action_hold_holds_a_paused_tenants_messages_until_its_resume() {
+    let dir = scratch_path("spool-reputation-hold");
+    let reputation =
+        "[reputation]\nkey = \"header:X-Tenant\"\nmin_messages = 1\naction = \"hold\"\n";
+    let rest = hold_layer(100, 100, 0, "") + &spool_section(&dir, "") + reputation;
+    let fwd = Refusing::new(&[]);
+    let relay = Relay::start(&config_text("file://unused", "", &rest), fwd.clone()).await;
+    let mut c = relay.memory_client().await;
+    let m0 = message("acme", "m0");
+    assert_eq!(
+        c.send_mail("app@acme.example", &["u@example.net"], &m0)
+            .await
+            .0,
+        250
+    );
+    let guard = relay.reputation().unwrap();
+    guard.apply_text(&bounce("up-1")).await.unwrap();
+    for subject in ["m1", "m2"] {
+        let msg = message("acme", subject);
+        let (code, text) = c
+            .send_mail("app@acme.example", &["v@example.net"], &msg)
+            .await;
+        assert!(
+            code == 250 && text.ends_with("(held for later delivery)"),
+            "{subject}: {text}"
+        );
+    }
+    // Another tenant goes on.
+    let (code, text) = c
+        .send_mail(
+            "app@beta.example",
+            &["v@example.net"],
+            &message("beta", "b0"),
+        )
+        .await;
+    assert!(code == 250 && !text.contains("held"), "{text}");
+    tokio::time::sleep(30 * SEC).await;
+    let subjects = || -> Vec<String> { fwd.messages().iter().map(|(_, m)| subject(m)).collect() };
+    assert_eq!(subjects(), ["m0", "b0"]);
+    assert!(guard.resume("acme").await.unwrap());
+    run_until("m1 and m2 upstream", SEC / 10, 10 * SEC, || {
+        subjects().len() == 4
+    })
+    .await;
+    assert_eq!(subjects(), ["m0", "b0", "m1", "m2"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A held message whose file was damaged on disk is set aside in `damaged/` (counted, with an
 /// error log) when it is read for release; the key's other messages are released.
 #[tokio::test(start_paused = true)]
