@@ -77,6 +77,7 @@ rate() { # port messages -> messages/s
 # A private Postfix holding every message it takes.
 start_postfix() {
   local pf=$work/postfix
+  chmod 755 "$work"   # its daemons run as the postfix user
   mkdir -p "$pf/conf" "$pf/queue" "$pf/data"
   chown postfix:postfix "$pf/data"
   cat > "$pf/conf/main.cf" <<CF
@@ -96,6 +97,7 @@ relayhost = [127.0.0.1]:$SINK_PORT
 mynetworks = 127.0.0.0/8
 smtpd_relay_restrictions = permit_mynetworks, reject
 smtpd_recipient_restrictions = check_client_access static:HOLD
+maillog_file_prefixes = $pf
 maillog_file = $pf/maillog
 smtp_tls_security_level = none
 smtpd_tls_security_level = none
@@ -122,7 +124,7 @@ anvil     unix  -       -       n       -       1       anvil
 scache    unix  -       -       n       -       1       scache
 postlog   unix-dgram n  -       n       -       1       postlogd
 CF
-  postfix -c "$pf/conf" start >/dev/null
+  postfix -c "$pf/conf" start >/dev/null || { cat "$pf/maillog" >&2; exit 1; }
   trap 'postfix -c "$work/postfix/conf" stop >/dev/null 2>&1 || true; kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
   wait_port $POSTFIX_PORT
 }

@@ -288,12 +288,15 @@ impl Spool {
         self.changed.notify_one();
     }
 
-    /// Removes message `id` (delivered, reported, given up, or by an operator), its file
-    /// first; whether it was there.
+    /// Removes message `id` (delivered, reported, given up, or by an operator); whether it
+    /// was there. Its key's next message may go at once, while the file is removed and the
+    /// directory synced (with other removals): until that sync a restart would send it again
+    /// (the duplicate window, which the sync closes).
     pub async fn remove(&self, id: &str) -> bool {
-        let Some((_, entry)) = self.index().get(id) else {
+        let Some((_, entry)) = self.index().remove(id) else {
             return false;
         };
+        self.changed.notify_one();
         let (dir, sync) = match entry.state {
             State::Failed => (&self.layout.failed, &self.failed_sync),
             _ => (&self.layout.held, &self.held_sync),
@@ -303,10 +306,7 @@ impl Spool {
         if let Ok(Err(e)) = &removed {
             tracing::error!(target: "mailsluice::spool", id, error = %e, "spool.remove_failed");
         }
-        // Synced so that a restart does not send it again (the duplicate window's end).
         let _ = sync.sync().await;
-        self.index().remove(id);
-        self.changed.notify_one();
         true
     }
 
