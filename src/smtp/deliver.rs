@@ -15,7 +15,7 @@ use super::report::{self, Answered};
 use super::session::{Flow, Session};
 use crate::message::Envelope;
 use crate::observe::activity::{Activity, Doing};
-use crate::pipeline::{self, Client, Message, Record, Verdict};
+use crate::pipeline::{self, Client, Message, Verdict};
 use crate::policy::{self, MessageFacts};
 use crate::state::grace_over::Bell;
 
@@ -39,30 +39,16 @@ impl Session {
         let holding = Holding::of(&self.ctx, &identity);
         let verdict = match holding {
             // Its key has messages held: it goes behind them, in order.
-            Some(holding) if holding.at_once() => 'held: {
-                let record = Record::new(&self.ctx, &identity.charges);
-                let record = match pipeline::admit(&self.ctx, &message).await {
-                    Ok(()) => record,
-                    Err(refusal) => {
-                        let refused = Verdict::refused(refusal, record);
-                        if !hold::holdable(&self.ctx, &refused.end) {
-                            break 'held refused;
-                        }
-                        refused.record
-                    }
-                };
+            Some(holding) if holding.at_once() => {
                 let it = self.spooled(&id, received);
-                let metrics = &self.ctx.services.metrics;
-                holding.hold(metrics, &message, it, record).await
+                hold::at_once(&self.ctx, holding, &message, it).await
             }
             holding => {
                 let verdict = self.journey(&message).await;
                 match holding {
                     Some(holding) if hold::holdable(&self.ctx, &verdict.end) => {
                         let it = self.spooled(&id, received);
-                        holding
-                            .hold(&self.ctx.services.metrics, &message, it, verdict.record)
-                            .await
+                        holding.hold(&self.ctx, &message, it, verdict.record).await
                     }
                     _ => verdict,
                 }

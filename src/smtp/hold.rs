@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use super::session::Session;
 use crate::config::{Action, Mode};
-use crate::observe::metrics::Metrics;
-use crate::pipeline::{End, Message, NotAdmitted, Paused, Record, Scope, Unanswered, Verdict};
+use crate::pipeline::{
+    self, End, Message, NotAdmitted, Paused, Record, Scope, Unanswered, Verdict,
+};
 use crate::policy::Identity;
 use crate::spool::{HeldKey, Origin, Spool, ToHold};
 use crate::state::context::Context;
@@ -48,6 +49,28 @@ impl Holding {
     pub fn at_once(&self) -> bool {
         self.spool.holds(&self.key)
     }
+}
+
+/// A message whose key has messages held: held behind them, once the checks that need no
+/// route let it go (a loop stays refused; a tenant's pause too, unless it holds).
+pub(super) async fn at_once(
+    ctx: &Context,
+    holding: Holding,
+    message: &Message<'_>,
+    it: ToSpool<'_>,
+) -> Verdict {
+    let record = Record::new(ctx, &message.identity.charges);
+    let record = match pipeline::admit(ctx, message).await {
+        Ok(()) => record,
+        Err(refusal) => {
+            let refused = Verdict::refused(refusal, record);
+            if !holdable(ctx, &refused.end) {
+                return refused;
+            }
+            refused.record
+        }
+    };
+    holding.hold(ctx, message, it, record).await
 }
 
 /// Whether a journey's end lets its message be held: its tokens did not come in time (or
@@ -100,7 +123,7 @@ impl Holding {
     /// Holds `message` (`record`: its journey's, or a new one when held at once): its verdict.
     pub async fn hold(
         self,
-        metrics: &Metrics,
+        ctx: &Context,
         message: &Message<'_>,
         it: ToSpool<'_>,
         mut record: Record,
@@ -121,7 +144,7 @@ impl Holding {
         });
         match held.await {
             Ok(()) => {
-                metrics.spool().held(false);
+                ctx.services.metrics.spool().held(false);
                 Verdict::held(id.to_string(), record)
             }
             Err(refusal) => Verdict::not_held(refusal, holding.retry_after, record),

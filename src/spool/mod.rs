@@ -11,6 +11,7 @@
 //! - `room`: the filesystem's free space.
 //! - `index`: the spool in memory: a FIFO per [`HeldKey`], the heads due, the counts.
 //! - `recover`: the spool read back at start; damaged files set aside.
+//! - `operator`: what the operators read and do (counts, one message, a key stopped).
 //! - `error`: why it would not open, hold, or read back.
 //!
 //! **What a `250` promises.** [`Spool::hold`] returns only once the message's file is synced
@@ -27,6 +28,7 @@ mod error;
 mod index;
 mod layout;
 mod lock;
+mod operator;
 mod record;
 mod recover;
 mod room;
@@ -39,6 +41,7 @@ use tokio::sync::Notify;
 
 pub use error::{Damaged, Refusal, SpoolError, Storage};
 pub use index::{Entry, KeyCount, State, Ticket};
+pub use operator::Summary;
 pub use record::{Held, HeldKey, Meta, Origin};
 pub use recover::Recovered;
 
@@ -80,16 +83,6 @@ pub struct Spool {
     /// A message became due, or the releaser should look again.
     changed: Notify,
     _lock: DirLock,
-}
-
-/// The spool's counts, for `/spool` and the metrics.
-#[derive(Debug, Clone, Default)]
-pub struct Summary {
-    pub messages: usize,
-    pub failed: usize,
-    pub bytes: u64,
-    /// The oldest held message's age, in milliseconds (0 when none).
-    pub oldest_ms: u64,
 }
 
 impl Spool {
@@ -334,73 +327,6 @@ impl Spool {
         .await;
         self.index().remove(&ticket.id);
         self.changed.notify_one();
-    }
-
-    /// The failed messages held past `max_hold_ms`.
-    pub fn failed_expired(&self) -> Vec<Box<str>> {
-        let before = self.wall_ms().saturating_sub(self.config.max_hold_ms.get());
-        let failed = self.index().failed_before(before);
-        failed.into_iter().map(|(_, e)| e.id).collect()
-    }
-
-    /// One message's key and entry.
-    pub fn get(&self, id: &str) -> Option<(HeldKey, Entry)> {
-        self.index().get(id)
-    }
-
-    /// The meta of message `id` (its envelope and origin), read from its file.
-    pub async fn meta(&self, id: &str) -> Option<Meta> {
-        let (_, entry) = self.get(id)?;
-        let dir = match entry.state {
-            State::Failed => &self.layout.failed,
-            _ => &self.layout.held,
-        };
-        let path = dir.join(file_name(entry.seq, id));
-        let head = tokio::task::spawn_blocking(move || recover::read_head(&path)).await;
-        record::meta_of(&head.ok()?.ok()?).ok()
-    }
-
-    /// Lets message `id` go now (an operator's release); whether it was waiting at its key's
-    /// head.
-    pub fn release_now(&self, id: &str) -> bool {
-        let now = self.clock.now();
-        let moved = self.index().now(id, now);
-        self.changed.notify_one();
-        moved
-    }
-
-    /// Stops releasing `key`'s messages, or lets them go again (an operator's hold).
-    pub fn stop_key(&self, key: &HeldKey, stopped: bool) {
-        let now = self.clock.now();
-        self.index().stop(key, stopped, now);
-        self.changed.notify_one();
-    }
-
-    /// Whether an operator stopped `key`.
-    pub fn is_stopped(&self, key: &HeldKey) -> bool {
-        self.index().is_stopped(key)
-    }
-
-    /// Syncs of `held/` so far: fewer than the messages held when they arrive together.
-    pub fn syncs(&self) -> u64 {
-        self.held_sync.syncs()
-    }
-
-    pub fn summary(&self) -> Summary {
-        let index = self.index();
-        let (messages, failed, bytes) = index.totals();
-        let oldest = index.oldest_ms();
-        Summary {
-            messages,
-            failed,
-            bytes,
-            oldest_ms: oldest.map_or(0, |ms| self.wall_ms().saturating_sub(ms)),
-        }
-    }
-
-    /// Each key's messages (`oldest_ms`: Unix milliseconds of its first).
-    pub fn keys(&self) -> Vec<KeyCount> {
-        self.index().keys()
     }
 }
 
