@@ -76,6 +76,8 @@ pub async fn run_until(what: &str, step: Duration, limit: Duration, cond: impl F
 pub struct Refusing {
     pub refused: Mutex<Vec<String>>,
     pub deferred: Mutex<Vec<String>>,
+    /// The next this many messages get SES's quota reply (the upstream pauses).
+    pub quota: Mutex<usize>,
     pub got: Mutex<Vec<(Envelope, Vec<u8>)>>,
     pub tried: Mutex<usize>,
 }
@@ -96,6 +98,16 @@ impl Forwarder for Refusing {
     fn send<'a>(&'a self, outgoing: &'a Outgoing<'a>) -> ForwardFuture<'a> {
         Box::pin(async move {
             *self.tried.lock().unwrap() += 1;
+            let quota = *self.quota.lock().unwrap();
+            if let Some(left) = quota.checked_sub(1) {
+                *self.quota.lock().unwrap() = left;
+                return Err(UpstreamError::Pushback {
+                    feedback: mailsluice::upstream::Feedback::Quota,
+                    code: 454,
+                    enhanced: Some("4.7.0".into()),
+                    text: "Throttling failure: Daily message quota exceeded.".into(),
+                });
+            }
             let deferred = self.deferred.lock().unwrap().clone();
             if outgoing.envelope.rcpts.iter().any(|r| deferred.contains(r)) {
                 return Err(UpstreamError::Rejected {

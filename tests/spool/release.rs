@@ -125,6 +125,50 @@ async fn a_message_held_past_max_hold_ms_is_given_up_with_a_report() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// While upstream is paused after a quota reply, a hold-mode message is held, not refused
+/// (`451 4.7.1 Upstream sending quota exhausted`), the message that met the reply too; both
+/// are released once the pause is over.
+#[tokio::test(start_paused = true)]
+async fn messages_are_held_while_upstream_is_paused_and_released_after() {
+    let dir = scratch_path("spool-quota");
+    let rest = format!(
+        "quota_pause_ms = 5000\n{}{}",
+        hold_layer(100, 100, 0, ""),
+        spool_section(&dir, "")
+    );
+    let fwd = Refusing::new(&[]);
+    *fwd.quota.lock().unwrap() = 1;
+    let relay = Relay::start(&config_text("file://unused", "", &rest), fwd.clone()).await;
+    let mut c = relay.memory_client().await;
+    let start = tokio::time::Instant::now();
+    for (tenant, subject) in [("acme", "m0"), ("beta", "b0")] {
+        let (code, text) = c
+            .send_mail(
+                "app@acme.example",
+                &["u@example.net"],
+                &message(tenant, subject),
+            )
+            .await;
+        assert!(
+            code == 250 && text.ends_with("(held for later delivery)"),
+            "{subject}: {text}"
+        );
+    }
+    run_until("both upstream", SEC / 10, 30 * SEC, || {
+        fwd.messages().len() == 2
+    })
+    .await;
+    assert!(
+        start.elapsed() >= 5 * SEC,
+        "not before the pause ends: {:?}",
+        start.elapsed()
+    );
+    let mut subjects: Vec<String> = fwd.messages().iter().map(|(_, m)| subject(m)).collect();
+    subjects.sort();
+    assert_eq!(subjects, ["b0", "m0"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Without `report_from` no report is sent: the refused message is kept in `failed/`, counted,
 /// and no longer holds its key's new messages back.
 #[tokio::test(start_paused = true)]
