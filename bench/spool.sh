@@ -8,9 +8,11 @@
 # 2. release rate: RELEASE messages (default 3000) held by a layer of LIMIT a second (default
 #    200, burst 1), released to smtp-sink; the most releases in any 1 s window (from the
 #    release log lines' timestamps) against the limit, and the mean rate.
-# 3. memory: resident memory of mailsluice with HELD messages held (default 100000, 1 KiB).
+# 3. memory: resident memory of mailsluice with HELD messages held (default 100000, 1 KiB),
+#    and the disk they take.
 # 4. start time: mailsluice restarted on that spool, from exec to its SMTP port answering
-#    (the spool is read back before it listens), and its resident memory then.
+#    (the spool is read back before it listens), and its resident memory then; once after
+#    dropping the page cache (cold), once again (warm).
 # Needs Debian's postfix package (smtp-source, smtp-sink, postfix) and root (a Postfix master).
 # Usage: bench/spool.sh   (ACCEPT, RELEASE, LIMIT, HELD as above; RELAY_BIN=path for another
 #   relay build)
@@ -184,9 +186,10 @@ start_relay
 a=$(rate $RELAY_PORT "$HELD")
 rss=$(awk '/VmRSS/{print $2}' /proc/$RELAY_PID/status)
 held_files=$(find "$work/spool-held/held" -type f | wc -l)
+disk=$(du -sk "$work/spool-held/held" | cut -f1)
 stop_relay
-printf '3. memory   %s held (taken at %.0f msg/s): resident %.1f MiB\n' \
-  "$held_files" "$a" "$(echo "$rss / 1024" | bc -l)"
+printf '3. memory   %s held (taken at %.0f msg/s): resident %.1f MiB; on disk %.0f MiB\n' \
+  "$held_files" "$a" "$(echo "$rss / 1024" | bc -l)" "$(echo "$disk / 1024" | bc -l)"
 sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null && cold="cold cache" || cold="warm cache"
 start=$(date +%s.%N)
 RUST_LOG=warn "$RELAY_BIN" --config "$work/relay.toml" 2>>"$work/relay.log" &
@@ -197,3 +200,10 @@ rss=$(awk '/VmRSS/{print $2}' /proc/$RELAY_PID/status)
 stop_relay
 printf '4. start    %.2f s from exec to listening with %s held (%s); resident then %.1f MiB\n' \
   "$(echo "$end - $start" | bc -l)" "$held_files" "$cold" "$(echo "$rss / 1024" | bc -l)"
+start=$(date +%s.%N)
+RUST_LOG=warn "$RELAY_BIN" --config "$work/relay.toml" 2>>"$work/relay.log" &
+RELAY_PID=$!
+until (exec 3<>/dev/tcp/127.0.0.1/$RELAY_PORT) 2>/dev/null; do sleep 0.01; done
+end=$(date +%s.%N)
+stop_relay
+printf '           %.2f s again (warm cache)\n' "$(echo "$end - $start" | bc -l)"

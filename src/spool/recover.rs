@@ -62,7 +62,7 @@ pub fn recover(layout: &Layout, index: &mut Index) -> std::io::Result<Recovered>
 
 /// Files read at once at start: a cold disk answers many reads in flight far faster than one
 /// after the other.
-const READERS: usize = 16;
+const READERS: usize = 64;
 
 /// The entries of `files`, in their order, read by [`READERS`] threads.
 fn read_all(files: &[(PathBuf, String, State)]) -> Vec<Result<(HeldKey, Entry), String>> {
