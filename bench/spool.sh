@@ -4,7 +4,8 @@
 #    everything (a hold layer of one message a day) against a private Postfix holding
 #    everything in its own queue (`check_client_access static:HOLD`: cleanup writes and syncs
 #    each queue file, then it stays in hold/). smtp-source, 20 sessions reused (-d), 1 KiB
-#    messages, one recipient, ACCEPT messages (default 5000) to each.
+#    messages, one recipient, ACCEPT messages (default 5000) to each, in turn, ROUNDS times
+#    (default 3; the median ratio is the figure).
 # 2. release rate: RELEASE messages (default 3000) held by a layer of LIMIT a second (default
 #    200, burst 1), released to smtp-sink; the most releases in any 1 s window (from the
 #    release log lines' timestamps) against the limit, and the mean rate.
@@ -14,13 +15,14 @@
 #    (the spool is read back before it listens), and its resident memory then; once after
 #    dropping the page cache (cold), once again (warm).
 # Needs Debian's postfix package (smtp-source, smtp-sink, postfix) and root (a Postfix master).
-# Usage: bench/spool.sh   (ACCEPT, RELEASE, LIMIT, HELD as above; RELAY_BIN=path for another
-#   relay build)
+# Usage: bench/spool.sh   (ACCEPT, ROUNDS, RELEASE, LIMIT, HELD as above; RELAY_BIN=path for
+#   another relay build)
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 need_tools "install postfix" smtp-source smtp-sink postfix python3
 [ "$(id -u)" = 0 ] || { echo "a Postfix master needs root" >&2; exit 1; }
 ACCEPT=${ACCEPT:-5000}
+ROUNDS=${ROUNDS:-3}
 RELEASE=${RELEASE:-3000}
 LIMIT=${LIMIT:-200}
 HELD=${HELD:-100000}
@@ -133,17 +135,24 @@ CF
 
 echo "commit $(git rev-parse --short HEAD), $(nproc) cores, scratch on $(df --output=source "$work" | tail -1)"
 
-# 1. Accept rate.
+# 1. Accept rate, mailsluice and Postfix in turn, ROUNDS times (the machine's load moves).
 start_postfix
 relay_config 1 86400000 "$work/spool-accept"
 start_relay
-r=$(rate $RELAY_PORT "$ACCEPT")
-p=$(rate $POSTFIX_PORT "$ACCEPT")
+ratios=()
+for round in $(seq "$ROUNDS"); do
+  r=$(rate $RELAY_PORT "$ACCEPT")
+  p=$(rate $POSTFIX_PORT "$ACCEPT")
+  ratios+=("$(echo "$r / $p" | bc -l)")
+  printf '1. accept   round %s: mailsluice %6.0f msg/s   postfix %6.0f msg/s   ratio %.2f\n' \
+    "$round" "$r" "$p" "${ratios[-1]}"
+done
 held_files=$(find "$work/spool-accept/held" -type f | wc -l)
 pf_files=$(find "$work/postfix/queue/hold" -type f | wc -l)
 stop_relay
-printf '1. accept   mailsluice %8.0f msg/s (%s in held/)   postfix %8.0f msg/s (%s in hold/)   ratio %.2f\n' \
-  "$r" "$held_files" "$p" "$pf_files" "$(echo "$r / $p" | bc -l)"
+median=$(printf '%s\n' "${ratios[@]}" | sort -g | sed -n "$(( (ROUNDS + 1) / 2 ))p")
+printf '           median ratio %.2f (%s in held/, %s in Postfix'"'"'s hold/)\n' \
+  "$median" "$held_files" "$pf_files"
 
 # 2. Release rate: everything but the first held (max_wait_ms = 0), then released at LIMIT/s.
 relay_config "$LIMIT" 1000 "$work/spool-release"
