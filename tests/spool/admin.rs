@@ -119,3 +119,61 @@ async fn operators_read_release_remove_and_stop_held_messages() {
     assert_eq!(json(&body)["messages"], 0, "{body}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `POST /spool/{id}/release` lets a message waiting out its backoff go now.
+#[tokio::test(start_paused = true)]
+async fn an_operator_releases_a_message_before_its_backoff_ends() {
+    let dir = scratch_path("spool-admin-release");
+    let admin_section = format!("[admin]\npassword_hash = \"{}\"\n", cheap_hash("s3cret"));
+    // A minute between attempts.
+    let spool = spool_section(&dir, "").replace("retry_min_ms = 1000", "retry_min_ms = 60000");
+    let spool = spool.replace("retry_max_ms = 5000", "retry_max_ms = 60000");
+    let rest = hold_layer(1, 1, 0, "") + &spool + &admin_section;
+    let fwd = Refusing::new(&[]);
+    fwd.deferred
+        .lock()
+        .unwrap()
+        .push("later@example.net".into());
+    let config = crate::support::relay::config_text("file://unused", "", &rest);
+    let relay = crate::support::relay::Relay::start(&config, fwd.clone()).await;
+    let admin = relay.start_admin().await;
+    let mut c = relay.memory_client().await;
+    let m0 = message("acme", "m0");
+    assert_eq!(
+        c.send_mail("a@acme.example", &["ok@example.net"], &m0)
+            .await
+            .0,
+        250
+    );
+    let m1 = message("acme", "m1");
+    let (code, text) = c
+        .send_mail("a@acme.example", &["later@example.net"], &m1)
+        .await;
+    assert_eq!(code, 250, "{text}");
+    let id = queued_id(&text);
+    run_until("m1 tried once", SEC / 10, 10 * SEC, || {
+        *fwd.tried.lock().unwrap() == 2
+    })
+    .await;
+    fwd.deferred.lock().unwrap().clear();
+    tokio::time::sleep(5 * SEC).await;
+    let pw = Some("s3cret");
+    let (status, body) = request(admin, "GET", &format!("/spool/{id}"), pw).await;
+    let one = json(&body);
+    assert_eq!((status, &one["attempts"]), (200, &Value::from(1)), "{body}");
+    assert!(
+        one["last_answer"]
+            .as_str()
+            .unwrap()
+            .starts_with("451 4.2.0"),
+        "{body}"
+    );
+    assert_eq!(fwd.messages().len(), 1, "m1 waits out its minute");
+    let (status, body) = request(admin, "POST", &format!("/spool/{id}/release"), pw).await;
+    assert_eq!(status, 200, "{body}");
+    run_until("m1 upstream", Duration::from_millis(10), SEC, || {
+        fwd.messages().len() == 2
+    })
+    .await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

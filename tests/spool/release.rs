@@ -170,11 +170,11 @@ async fn messages_are_held_while_upstream_is_paused_and_released_after() {
 }
 
 /// Without `report_from` no report is sent: the refused message is kept in `failed/`, counted,
-/// and no longer holds its key's new messages back.
+/// and no longer holds its key's new messages back; past `max_hold_ms` it is removed.
 #[tokio::test(start_paused = true)]
 async fn without_report_from_a_refused_message_is_kept_as_failed() {
     let dir = scratch_path("spool-failed");
-    let rest = hold_layer(1, 1, 0, "") + &spool_section(&dir, "");
+    let rest = hold_layer(1, 1, 0, "") + &spool_section(&dir, "max_hold_ms = 20000");
     let fwd = Refusing::new(&["gone@example.net"]);
     let relay = Relay::start(&config_text("file://unused", "", &rest), fwd.clone()).await;
     let mut c = relay.memory_client().await;
@@ -202,6 +202,10 @@ async fn without_report_from_a_refused_message_is_kept_as_failed() {
         .await;
     assert_eq!((code, text.contains("held")), (250, false), "{text}");
     assert_eq!(fwd.messages().len(), 2);
+    // Kept until max_hold_ms (20 s here), then removed (looked for once a minute).
+    tokio::time::sleep(70 * SEC).await;
+    assert_eq!(files(&dir, "failed"), 0);
+    assert_eq!(relay.metric("mailsluice_spool_failed"), 0.0);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
