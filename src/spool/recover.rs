@@ -2,9 +2,11 @@
 //! message of `held/` and `failed/` takes its place again with its key, its order and its age
 //! (from its meta alone: the bytes are read, and their digest checked, at release); a file
 //! that cannot be read back is set aside in `damaged/` with an error log. The files are read
-//! by several threads at once (a cold disk serves reads in flight together).
+//! in inode order by several threads at once (a cold disk serves reads in flight together,
+//! and each thread's in one direction).
 
 use std::io::Read;
+use std::os::unix::fs::DirEntryExt;
 use std::path::{Path, PathBuf};
 
 use super::index::{Entry, Index, State};
@@ -32,13 +34,14 @@ pub fn recover(layout: &Layout, index: &mut Index) -> std::io::Result<Recovered>
     for (dir, state) in [(&layout.held, State::Held), (&layout.failed, State::Failed)] {
         for file in std::fs::read_dir(dir)? {
             let file = file?;
-            files.push((
-                file.path(),
-                file.file_name().to_string_lossy().into_owned(),
-                state,
-            ));
+            let name = file.file_name().to_string_lossy().into_owned();
+            files.push((file.ino(), (file.path(), name, state)));
         }
     }
+    // In the order of their inodes (a directory lists its names in hash order): each reader
+    // then goes through its part of the disk in one direction.
+    files.sort_unstable_by_key(|(ino, _)| *ino);
+    let files: Vec<_> = files.into_iter().map(|(_, file)| file).collect();
     let mut entries = Vec::with_capacity(files.len());
     for ((path, name, _), read) in files.iter().zip(read_all(&files)) {
         match read {
