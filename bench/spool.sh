@@ -12,8 +12,8 @@
 # 3. memory: resident memory of mailsluice with HELD messages held (default 100000, 1 KiB),
 #    and the disk they take.
 # 4. start time: mailsluice restarted on that spool, from exec to its SMTP port answering
-#    (the spool is read back before it listens), and its resident memory then; once after
-#    dropping the page cache (cold), once again (warm).
+#    (the spool is read back before it listens), and its resident memory then; three times
+#    after dropping the page cache (cold: the median is the figure), then once more (warm).
 # Needs Debian's postfix package (smtp-source, smtp-sink, postfix) and root (a Postfix master).
 # Usage: bench/spool.sh   (ACCEPT, ROUNDS, RELEASE, LIMIT, HELD as above; RELAY_BIN=path for
 #   another relay build)
@@ -199,20 +199,24 @@ disk=$(du -sk "$work/spool-held/held" | cut -f1)
 stop_relay
 printf '3. memory   %s held (taken at %.0f msg/s): resident %.1f MiB; on disk %.0f MiB\n' \
   "$held_files" "$a" "$(echo "$rss / 1024" | bc -l)" "$(echo "$disk / 1024" | bc -l)"
-sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null && cold="cold cache" || cold="warm cache"
-start=$(date +%s.%N)
-RUST_LOG=warn "$RELAY_BIN" --config "$work/relay.toml" 2>>"$work/relay.log" &
-RELAY_PID=$!
-until (exec 3<>/dev/tcp/127.0.0.1/$RELAY_PORT) 2>/dev/null; do sleep 0.01; done
-end=$(date +%s.%N)
-rss=$(awk '/VmRSS/{print $2}' /proc/$RELAY_PID/status)
-stop_relay
-printf '4. start    %.2f s from exec to listening with %s held (%s); resident then %.1f MiB\n' \
-  "$(echo "$end - $start" | bc -l)" "$held_files" "$cold" "$(echo "$rss / 1024" | bc -l)"
-start=$(date +%s.%N)
-RUST_LOG=warn "$RELAY_BIN" --config "$work/relay.toml" 2>>"$work/relay.log" &
-RELAY_PID=$!
-until (exec 3<>/dev/tcp/127.0.0.1/$RELAY_PORT) 2>/dev/null; do sleep 0.01; done
-end=$(date +%s.%N)
-stop_relay
-printf '           %.2f s again (warm cache)\n' "$(echo "$end - $start" | bc -l)"
+start_time() { # -> "seconds from exec to the SMTP port answering" "resident KiB then"
+  local start end
+  start=$(date +%s.%N)
+  RUST_LOG=warn "$RELAY_BIN" --config "$work/relay.toml" 2>>"$work/relay.log" &
+  RELAY_PID=$!
+  until (exec 3<>/dev/tcp/127.0.0.1/$RELAY_PORT) 2>/dev/null; do sleep 0.01; done
+  end=$(date +%s.%N)
+  rss=$(awk '/VmRSS/{print $2}' /proc/$RELAY_PID/status)
+  stop_relay
+  echo "$(echo "$end - $start" | bc -l) $rss"
+}
+colds=()
+for _ in 1 2 3; do
+  sync; echo 3 > /proc/sys/vm/drop_caches
+  read -r secs rss <<<"$(start_time)"
+  colds+=("$secs")
+done
+read -r warm _ <<<"$(start_time)"
+cold=$(printf '%s\n' "${colds[@]}" | sort -g | sed -n 2p)
+printf '4. start    %.2f s from exec to listening with %s held, cold cache (median of %s); %.2f s warm; resident then %.1f MiB\n' \
+  "$cold" "$held_files" "$(printf '%.2f ' "${colds[@]}")" "$warm" "$(echo "$rss / 1024" | bc -l)"
