@@ -12,7 +12,8 @@ RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates
     && useradd --system --uid 10001 --home-dir /var/lib/mailsluice --create-home mailsluice
 COPY --from=build /src/target/release/mailsluice /usr/local/bin/mailsluice
 COPY config/container.toml /etc/mailsluice/mailsluice.toml
-RUN mkdir -p /var/lib/mailsluice/outbox && chown -R mailsluice /var/lib/mailsluice
+# spool/: where a [spool] may live (a volume mounted there starts owned by mailsluice).
+RUN mkdir -p /var/lib/mailsluice/outbox /var/lib/mailsluice/spool && chown -R mailsluice /var/lib/mailsluice
 USER mailsluice
 WORKDIR /var/lib/mailsluice
 # Mount your own config over /etc/mailsluice; the default writes to the outbox volume.

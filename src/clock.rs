@@ -29,6 +29,12 @@ pub trait Clock: Send + Sync {
     /// never earlier than the real one. Used only for display (`Peek::reset`).
     fn unix_secs_at(&self, at: Nanos) -> u64;
 
+    /// Unix milliseconds at the monotonic instant `at`, rounded down: a held message's age,
+    /// which must survive a restart, is kept in wall-clock time.
+    fn unix_ms_at(&self, at: Nanos) -> u64 {
+        self.unix_secs_at(at).saturating_mul(1000)
+    }
+
     /// Unix seconds now, rounded up.
     fn unix_now_secs(&self) -> u64 {
         self.unix_secs_at(self.now())
@@ -81,6 +87,11 @@ impl Clock for TokioClock {
 
     fn unix_secs_at(&self, at: Nanos) -> u64 {
         ceil_secs(self.unix_origin + u128::from(at))
+    }
+
+    fn unix_ms_at(&self, at: Nanos) -> u64 {
+        let ms = (self.unix_origin + u128::from(at)) / 1_000_000;
+        u64::try_from(ms).unwrap_or(u64::MAX)
     }
 
     fn deadline(&self, at: Nanos) -> tokio::time::Instant {
@@ -149,5 +160,11 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(1500)).await;
         assert_eq!(c.now(), 1_500_000_000);
         assert_eq!(c.deadline(2_000_000_000), c.origin + Duration::from_secs(2));
+        let ms = c.unix_ms_at(c.now());
+        assert_eq!(
+            c.unix_ms_at(c.now() + 2_000_000),
+            ms + 2,
+            "follows the clock"
+        );
     }
 }

@@ -1,15 +1,16 @@
 //! mailsluice: an SMTP relay proxy with per-tenant throttling.
 //!
-//! Data flows one way: listener -> session -> pipeline -> (policy, throttle, upstream). Each
-//! module imports only from the ones below it in this table, and `clock` and `config` (plain
-//! data) from nothing (`python3 tools/import_graph.py src` checks that no imports go round in a
-//! circle):
+//! Data flows one way: listener -> session (or the spool's releaser) -> pipeline -> (policy,
+//! throttle, upstream). Each module imports only from the ones below it in this table, and
+//! `clock` and `config` (plain data) from nothing (`python3 tools/import_graph.py src` checks
+//! that no imports go round in a circle):
 //!
 //! | module | what it holds |
 //! |---|---|
-//! | `serve/` | wiring: the accept loop and graceful shutdown (`server`: [`run`]), SIGHUP (`reload`), layers at an SES account's own rate (`account`), SES's events from SQS (`events`), the guard and SES's view of each SES tenant in step (`ses_sync`), what starting reads and checks before the network, shared with `check` (`startup`), the subcommands `check`, `peek`, `hash-password` (`commands`) |
+//! | `serve/` | wiring: the accept loop and graceful shutdown (`server`: [`run`], which starts the spool's releaser), SIGHUP (`reload`), layers at an SES account's own rate (`account`), SES's events from SQS (`events`), the guard and SES's view of each SES tenant in step (`ses_sync`), what starting reads and checks before the network, shared with `check` (`startup`), the subcommands `check`, `peek`, `hash-password` (`commands`) |
 //! | `admin/` | the admin HTTP endpoint (`endpoint`): `/` (the status page, `status_page`), `/healthz`, `/readyz`, `/metrics`, `/buckets/{layer}/{key}`, the reputation guard's endpoints and SNS's posts; its bounded accept loop (`listener`) and its password guard (`guard`) |
 //! | `fuzzing` | (feature `fuzzing`) a session over an in-memory stream, for `fuzz/` and tests |
+//! | `release/` | the spool's driver: held messages taken as they become due, one per key at a time, through `pipeline` with nobody waiting (`client`), what comes of each attempt (`attempt`: removed, again after a backoff, given up), the report to the sender (`dsn`, RFC 3464), the attempt's log line (`report`) |
 //! | `smtp/` | one client's session: the state machine, one file per verb; at the final dot (`deliver`) it reads the message's identity, runs its journey through `pipeline`, answers the verdict (`reply`: every reply text) and logs it once (`report`) |
 //! | `pipeline/` | a message's journey with no session in it: the checks before the wait (`admission`), the wait for tokens (`wait`), the upstream leg with its retries and fallback (`forward`), the tokens settled and the reputation guard told (`settle`), one typed `verdict`; what it needs of whoever waits for it (`client`) |
 //! | `state/` | what the running relay's tasks share: `Setup` (what a reload replaces), `Services` (what outlives it), `Context`, `Deps`, `Live` (`context`); the one shutdown signal (`shutdown`) and the grace's end (`grace_over`) |
@@ -19,6 +20,7 @@
 //! | `observe/` | what the relay records about itself: Prometheus metrics (`metrics`), the last refusals, deliveries and upstreams' times (`recent`), an error's short cause (`cause`), the human log format's fields (`log_format`), OTLP traces of the messages (`traces`), what the sessions are doing (`activity`) |
 //! | `inbound/` | inbound security: TLS (`tls`), password hashes (`password`), the AUTH lockout (`auth_lockout`), connections per client address (`connection_limit`), the PROXY protocol header a balancer opens its connections with (`proxy`) |
 //! | `throttle/` | token buckets (pure math in `bucket`), key tables, stores (local; Redis: its scripts and keys, over `redis/`'s connection), layers with FIFO queues (fair by tenant with `fair_by`), stacked layers taken all or nothing (`stack`) |
+//! | `spool/` | where hold-mode layers keep messages (`[spool]`): one file per message, synced before the `250` (`layout`, `record`, `commit`), a lock per directory (`lock`), the queues per key in memory (`index`), read back at start (`recover`), its bounds (`room`) |
 //! | `message/` | plain data about one message: its `Envelope`, its `Outcome`, its header fields by byte range (`header`), its `Received:` hops and our mark in them (`received`) |
 //! | `redis/` | Redis as the throttle's shared layers and the reputation guard reach it, each with its own scripts and keys: its options from `[redis]` (`options`), a connection to one server, a Cluster or the primary that Sentinel names, followed through a failover (`connection`), a call that did not answer (`error`) |
 //! | `clock` | monotonic integer time, injected (`Clock`; `TokioClock`, `FakeClock` for tests) |
@@ -74,9 +76,11 @@ pub mod observe;
 pub mod pipeline;
 pub mod policy;
 pub mod redis;
+pub mod release;
 pub mod reputation;
 pub mod serve;
 pub mod smtp;
+pub mod spool;
 pub mod state;
 pub mod throttle;
 pub mod upstream;

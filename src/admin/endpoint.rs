@@ -16,8 +16,9 @@ use tokio::net::TcpListener;
 use crate::admin::listener::Bounds;
 use crate::admin::sns::{self, SnsRoute};
 use crate::admin::status_page::{self, Checks};
-use crate::admin::{guard, reputation};
+use crate::admin::{guard, reputation, spool};
 use crate::observe::metrics::Metrics;
+use crate::spool::Spool;
 use crate::state::context::{Context, Deps, Live, Services};
 use crate::state::shutdown::Shutdown;
 use crate::upstream::{Checked, Unready};
@@ -47,6 +48,12 @@ impl Admin {
         metrics.listening(self.services.health.listening());
         if let Some(reputation) = &self.services.reputation {
             metrics.reputation_paused(reputation.paused());
+        }
+        if let Some(spool) = &self.services.spool {
+            let s = spool.summary();
+            metrics
+                .spool()
+                .read(s.messages, s.failed, s.bytes, s.oldest_ms);
         }
         metrics.encode(&ctx.setup.throttle)
     }
@@ -164,6 +171,7 @@ pub fn router(admin: Arc<Admin>) -> Router {
         .route("/metrics", get(metrics))
         .route("/buckets/{layer}/{key}", get(bucket))
         .merge(reputation::routes(admin.live.clone()))
+        .merge(spool::routes(admin.live.clone()))
         .merge(sns::routes(SnsRoute {
             live: admin.live.clone(),
             verifier: admin.services.sns.clone(),
@@ -186,7 +194,8 @@ pub async fn serve(
     super::listener::serve(listener, router(admin), bounds, shutdown).await
 }
 
-/// 200 when this replica can take mail: its config loaded and its listeners accepting. Upstream
+/// 200 when this replica can take mail: its config loaded, its listeners accepting, and its
+/// spool (when it has one) writable: that one is this replica's own. Upstream
 /// and Redis are checked and shown (each upstream, the routes' verdict, a pause), and make it
 /// 503 only with `[admin] ready_requires_upstream`: they are shared by every replica, so one
 /// hiccup would pull them all out of the load balancer at once, and clients would find refused
@@ -201,7 +210,11 @@ async fn readyz(State(admin): State<Arc<Admin>>) -> Response {
     let store = ctx.setup.throttle.check_store().await;
     let strict = (ctx.setup.config.admin.as_ref()).is_some_and(|a| a.ready_requires_upstream);
     let reachable = upstream.is_ok() && store.as_ref().is_none_or(|s| s.is_ok());
-    let ready = listening && (reachable || !strict);
+    let spool = match &admin.services.spool {
+        Some(spool) => Some(spool_writable(spool).await),
+        None => None,
+    };
+    let ready = listening && spool.as_ref().is_none_or(|s| s.is_ok()) && (reachable || !strict);
     let each: serde_json::Map<String, serde_json::Value> =
         (ctx.setup.upstreams.iter().zip(&checks))
             .map(|(u, (name, check))| {
@@ -238,12 +251,24 @@ async fn readyz(State(admin): State<Arc<Admin>>) -> Response {
     if let Some(store) = &store {
         body["redis"] = verdict(store);
     }
+    if let Some(spool) = &spool {
+        body["spool"] = verdict(spool);
+    }
     let status = if ready {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
     (status, Json(body)).into_response()
+}
+
+/// Whether the spool can be written: a relay whose hold-mode layers cannot hold answers
+/// `452` to what they would hold, and should take no mail.
+async fn spool_writable(spool: &Spool) -> Result<(), &'static str> {
+    match spool.writable().await {
+        true => Ok(()),
+        false => Err("the spool cannot be written"),
+    }
 }
 
 /// The status page: what the relay does now, in HTML (see `status_page`).
@@ -257,6 +282,10 @@ async fn status_page(State(admin): State<Arc<Admin>>) -> Response {
         reputation: status_page::reputation_view(&ctx).await,
         ses_tenants: (ctx.services.reputation.as_ref())
             .map_or_else(Vec::new, |guard| reputation::ses_tenants(&ctx, guard)),
+        spool: match &admin.services.spool {
+            Some(spool) => Some(spool_writable(spool).await),
+            None => None,
+        },
     };
     let page = status_page::render(
         &ctx,

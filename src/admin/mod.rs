@@ -1,12 +1,14 @@
 //! The admin HTTP endpoint (`[admin] listen`): what an operator reads from the running relay.
 //! It reads the live context and what `observe` recorded; it changes only the reputation
-//! guard's state (a tenant resumed, a suppression lifted), and only behind `guard`.
+//! guard's state (a tenant resumed, a suppression lifted) and the spool's (a message tried now
+//! or removed, a key stopped), and only behind `guard`.
 //!
 //! - `endpoint`: the routes: `/`, `/healthz`, `/readyz`, `/metrics`, `/buckets/{layer}/{key}`.
 //! - `listener`: the accept loop, bounded: connections, the time a request may take to arrive.
 //! - `guard`: HTTP Basic authentication with `[admin] password_hash` (its own check slots and
 //!   lockout); 403 for changes without it.
 //! - `reputation`: `/reputation`, `/reputation/{key}/resume`, `/suppressions/{address}`.
+//! - `spool`: `/spool`, `/spool/{id}` (read, `release`, delete), `/spool/keys/{layer}/{key}`.
 //! - `sns`: `POST /ses/events`, SES's events from SNS, each message's signature checked.
 //! - `status_page`: the HTML of `/`.
 
@@ -15,4 +17,5 @@ pub mod guard;
 pub mod listener;
 pub mod reputation;
 pub mod sns;
+pub mod spool;
 pub mod status_page;

@@ -15,6 +15,7 @@
 //! | `telemetry.rs` | `[telemetry]`, OTLP traces |
 //! | `reputation.rs` | `[reputation]`: bounce and complaint rates per tenant, SES's events |
 //! | `admin.rs` | `[admin]`, the admin HTTP endpoint and its bounds |
+//! | `spool.rs` | `[spool]`: where hold-mode layers keep the messages they hold |
 //!
 //! Constraints live in the types (non-zero numbers, closed enums, URLs and key sources parsed
 //! by `TryFrom`) so that a bad value is refused by the parser itself, whose error names the
@@ -34,6 +35,7 @@ mod route;
 mod security;
 mod senders;
 mod smtp;
+mod spool;
 mod telemetry;
 mod throttle;
 mod upstream;
@@ -49,6 +51,7 @@ pub use route::{RouteConfig, RouteKey, RouteRule};
 pub use security::{AuthConfig, PasswordHashError, SecurityRule, TlsConfig, UserConfig};
 pub use senders::{BadSenderPattern, SenderPattern, Senders};
 pub use smtp::{SmtpConfig, SmtpRule};
+pub use spool::{SpoolConfig, SpoolRule};
 pub use telemetry::TelemetryConfig;
 pub use throttle::{
     Adapt, Cost, FairBy, LayerRule, Limit, MatchSpec, Mode, Refill, StoreKind, ThrottleConfig,
@@ -112,6 +115,8 @@ pub enum RuleProblem {
     Redis(#[from] RedisRule),
     #[error(transparent)]
     Reputation(#[from] ReputationRule),
+    #[error(transparent)]
+    Spool(#[from] SpoolRule),
 }
 
 impl BrokenRule {
@@ -160,6 +165,8 @@ pub struct Config {
     pub telemetry: Option<TelemetryConfig>,
     /// The tenant reputation guard; off when the section is absent.
     pub reputation: Option<ReputationConfig>,
+    /// Where hold-mode layers keep messages; without it the relay stores none.
+    pub spool: Option<SpoolConfig>,
 }
 
 impl Config {
@@ -283,6 +290,10 @@ impl Config {
             }
             validate_layer(layer, text)?;
             self.validate_account_limit(layer, text)?;
+            if layer.mode == Mode::Hold && self.spool.is_none() {
+                let (key, rule) = ("throttle.mode", SpoolRule::HoldWithoutSpool);
+                return Err(BrokenRule::at(text, layer.name.span(), key, rule));
+            }
         }
         route::validate(self, text)?;
         if let Some(hash) = self.admin.as_ref().and_then(|a| a.password_hash.as_ref()) {
@@ -291,6 +302,13 @@ impl Config {
         }
         if let Some(reputation) = &self.reputation {
             reputation::validate(reputation, text)?;
+            if reputation.action == Action::Hold && self.spool.is_none() {
+                let rule = SpoolRule::ReputationHoldWithoutSpool;
+                return Err(BrokenRule::unlocated("reputation.action", rule));
+            }
+        }
+        if let Some(spool) = &self.spool {
+            spool::validate(spool, text)?;
         }
         redis::validate(self, text)
     }

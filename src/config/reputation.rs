@@ -100,6 +100,10 @@ pub enum Action {
     Reject,
     /// Logged and counted only.
     Warn,
+    /// Like `pause`, but a message a hold-mode layer charges is held in the spool (`250`)
+    /// instead of refused, and the tenant's held messages are released only once it is
+    /// resumed. Needs `[spool]`.
+    Hold,
 }
 
 /// `[reputation.sqs]`: SES events from an SQS queue.

@@ -26,6 +26,9 @@ pub enum Mode {
     Wait,
     /// Refuse at once with the time until the tokens would be there.
     Reject,
+    /// Wait as `Wait`; a message whose tokens have not come by then is held in the spool
+    /// (`[spool]`), answered `250`, and released at the layer's rate.
+    Hold,
 }
 
 /// How an adaptive layer's limit answers a throttle reply of upstream.
@@ -158,6 +161,9 @@ pub struct ThrottleConfig {
     pub max_wait_ms: u64,
     #[serde(default = "default_max_queue")]
     pub max_queue: NonZeroUsize,
+    /// A hold-mode layer's most messages held in the spool per key; past it `451 4.7.1`.
+    #[serde(default = "default_max_held")]
+    pub max_held: NonZeroUsize,
     #[serde(default = "default_max_keys")]
     pub max_keys: NonZeroUsize,
     #[serde(default)]
@@ -226,6 +232,9 @@ fn default_max_wait_ms() -> u64 {
 }
 fn default_max_queue() -> NonZeroUsize {
     NonZeroUsize::new(10_000).unwrap()
+}
+fn default_max_held() -> NonZeroUsize {
+    NonZeroUsize::new(100_000).unwrap()
 }
 fn default_max_keys() -> NonZeroUsize {
     NonZeroUsize::new(10_000).unwrap()

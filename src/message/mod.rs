@@ -2,16 +2,19 @@
 //! `policy`, `throttle`, `upstream`, `observe`); it imports nothing of the crate.
 //!
 //! - `envelope`: the envelope as the client gave it.
+//! - `id`: a message's id.
 //! - `outcome`: what became of the message.
 //! - `header`: the header section's fields, by byte range.
 //! - `received`: its `Received:` fields: the hops it made, and our mark in them (a loop).
 
 mod envelope;
 pub mod header;
+mod id;
 mod outcome;
 pub mod received;
 
 pub use envelope::Envelope;
+pub use id::new_id;
 pub use outcome::Outcome;
 
 /// The longest id of a message at its upstream the relay keeps (SES's are about 60 bytes):

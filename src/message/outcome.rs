@@ -63,6 +63,10 @@ pub enum Outcome {
     StoreUnavailable,
     /// `451 4.3.5`: routes are configured and none matched.
     NoRoute,
+    /// `250`: written to the spool (hold mode), to be released at its layer's rate.
+    Held,
+    /// `452 4.3.1`: to be held, but the spool had no room or could not be written.
+    SpoolFull,
 }
 
 impl Outcome {
@@ -124,6 +128,8 @@ impl Outcome {
             Outcome::Shutdown => "shutdown",
             Outcome::StoreUnavailable => "store_unavailable",
             Outcome::NoRoute => "no_route",
+            Outcome::Held => "held",
+            Outcome::SpoolFull => "spool_full",
         }
     }
 

@@ -13,6 +13,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Metric, Registry};
 
 use super::activity::Activities;
+use super::spool_metrics::SpoolMetrics;
 use crate::config::OnError;
 use crate::message::Outcome;
 use crate::throttle::Throttle;
@@ -93,6 +94,7 @@ pub struct Metrics {
     upstream_paused: Family<UpstreamLabel, Gauge>,
     upstream_up: Family<UpstreamLabel, Gauge>,
     listening: Gauge,
+    spool: SpoolMetrics,
     /// Each forwarder's count of "too many connections" last added (see `upstream_crowded`).
     crowded_seen: std::sync::Mutex<std::collections::HashMap<String, u64>>,
     store_errors: Family<OnErrorLabel, Counter>,
@@ -252,6 +254,7 @@ impl Metrics {
                 "SES tenants read by the reputation guard's SES sync, by SES's aggregate sending \
                  status and reputation impact",
             ),
+            spool: SpoolMetrics::register(r),
             reputation_events: add_metric(
                 r,
                 "reputation_events",
@@ -456,6 +459,11 @@ impl Metrics {
 
     pub fn connection_closed(&self) {
         self.connections.dec();
+    }
+
+    /// The spool's metrics.
+    pub fn spool(&self) -> &SpoolMetrics {
+        &self.spool
     }
 
     /// What the sessions are doing (each session holds its place, see `activity`).

@@ -183,7 +183,8 @@ impl Recent {
             inner.delivered_minute.add(second, 1);
             return;
         }
-        let Some(code) = code else {
+        // A held message is not refused: its client got a `250`.
+        let (Some(code), false) = (code, outcome == Outcome::Held) else {
             return;
         };
         let refusal = Refusal {

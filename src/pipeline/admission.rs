@@ -274,7 +274,8 @@ pub async fn reputation(
     };
     let reject = match guard.action {
         Action::Warn => return Ok(()),
-        Action::Pause => false,
+        // A hold-mode message is held instead by its driver (it knows of the spool).
+        Action::Pause | Action::Hold => false,
         Action::Reject => true,
     };
     tracing::info!(

@@ -20,4 +20,10 @@ pub trait Client: Send {
 
     /// Rings when the shutdown's grace is over: the message is then given up (`421`).
     fn grace_over(&self) -> Option<Arc<Bell>>;
+
+    /// Nobody waits on the message (released from a spool): its hold-mode layers let it wait
+    /// for its tokens past their `max_wait_ms`, in their queues with the live clients.
+    fn patient(&self) -> bool {
+        false
+    }
 }

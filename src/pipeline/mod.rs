@@ -42,6 +42,12 @@ use crate::throttle::ThrottleError;
 use forward::Sent;
 use wait::{Tokens, Wait};
 
+/// The checks of `message` that need no route (a loop, its tenant's reputation), alone: for a
+/// driver that holds the message at once instead of running its journey.
+pub async fn admit(ctx: &Context, message: &Message<'_>) -> Result<(), NotAdmitted> {
+    admission::of_message(ctx, message).await
+}
+
 /// The journey of `message`: admission, the wait, upstream, the tokens settled and the
 /// reputation guard told; its verdict. Whoever drives it answers and logs the verdict.
 pub async fn deliver<C: Client>(ctx: &Context, message: &Message<'_>, client: &mut C) -> Verdict {

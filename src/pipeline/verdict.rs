@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::admission::{NotAdmitted, Paused, Scope};
 use crate::message::Outcome;
+use crate::spool::Refusal;
 use crate::state::context::Context;
 use crate::throttle::{Charge, LimitReason, ThrottleError};
 use crate::upstream::{self, Accepted, UpstreamError};
@@ -99,6 +100,15 @@ pub enum End {
     Refused(NotAdmitted),
     /// It never reached an upstream's answer.
     Unanswered(Unanswered),
+    /// Its driver held it in the spool instead (hold mode): on stable storage, with this id.
+    Held(String),
+    /// Its driver could not hold it: the key's `max_held` (the layer's `451`, with the time
+    /// until the key's next message is released as the hint), or the spool's storage.
+    NotHeld {
+        layer: String,
+        refusal: Refusal,
+        retry_after: Duration,
+    },
 }
 
 /// The end of one message's journey.
@@ -163,6 +173,36 @@ impl Verdict {
         }
     }
 
+    /// Held in the spool as `id` (its record's layer and key: where it waits).
+    pub fn held(id: String, mut record: Record) -> Verdict {
+        record.outcome = Outcome::Held;
+        Verdict {
+            end: End::Held(id),
+            record,
+        }
+    }
+
+    /// To be held, but refused by the spool.
+    pub fn not_held(refusal: Refusal, retry_after: Duration, mut record: Record) -> Verdict {
+        record.outcome = match refusal {
+            Refusal::KeyFull { .. } => Outcome::Throttled,
+            Refusal::Storage(_) => Outcome::SpoolFull,
+        };
+        record.limited = match refusal {
+            Refusal::KeyFull { .. } => Some(LimitReason::MaxHeld),
+            Refusal::Storage(_) => None,
+        };
+        let layer = record.layer.clone();
+        Verdict {
+            end: End::NotHeld {
+                layer,
+                refusal,
+                retry_after,
+            },
+            record,
+        }
+    }
+
     /// The session ends after the answer: the client left, or the relay is shutting down.
     pub fn closes(&self) -> bool {
         matches!(self.record.outcome, Outcome::Abandoned | Outcome::Shutdown)
@@ -197,7 +237,9 @@ impl Verdict {
             | Outcome::UpstreamThrottled
             | Outcome::Abandoned
             | Outcome::Shutdown
-            | Outcome::StoreUnavailable => false,
+            | Outcome::StoreUnavailable
+            | Outcome::Held
+            | Outcome::SpoolFull => false,
         }
     }
 }

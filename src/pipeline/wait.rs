@@ -39,11 +39,13 @@ impl<C: Client> Wait<'_, C> {
         }
         self.client.doing(Activity::Waiting);
         let throttle = &self.ctx.setup.throttle;
+        let patient = self.client.patient();
         let arrived = Instant::now();
         // Boxed: only a message with charges waits here, and the session's task would
         // otherwise keep room for the throttle's future (over a kilobyte) in every state.
         let acquire = Box::pin(async {
             match tokens {
+                Tokens::First(charges) if patient => throttle.acquire_patient(charges).await,
                 Tokens::First(charges) => throttle.acquire(charges).await,
                 Tokens::Again(again) => throttle.acquire_again(again).await,
             }

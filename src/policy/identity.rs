@@ -40,6 +40,15 @@ pub struct Identity {
 }
 
 impl Identity {
+    /// The fields its route adds, written after our `Received:` field.
+    pub fn route_fields(&self) -> Vec<u8> {
+        let mut fields = Vec::new();
+        for (name, value) in self.route.iter().flat_map(|r| &r.headers) {
+            fields.extend_from_slice(format!("{name}: {value}\r\n").as_bytes());
+        }
+        fields
+    }
+
     /// The pieces of `message` that go upstream: all of it but the key headers.
     pub fn forwarded<'a>(&'a self, message: &'a [u8]) -> impl Iterator<Item = &'a [u8]> + 'a {
         let starts = std::iter::once(0).chain(self.key_headers.iter().map(|r| r.end));

@@ -39,6 +39,7 @@ pub(super) fn log_change(key: &str, change: Change, breach: Option<&Breach>, act
         Action::Pause => "pause",
         Action::Reject => "reject",
         Action::Warn => "warn",
+        Action::Hold => "hold",
     };
     match (change, breach) {
         (Change::Paused, Some(b)) => tracing::warn!(

@@ -82,6 +82,10 @@ pub async fn run(listeners: impl Into<Listeners>, deps: Deps, shutdown: Shutdown
     let ses_sync = super::ses_sync::start(&live, &ctx);
     let limit = Arc::new(Semaphore::new(ctx.setup.config.smtp.max_connections.get()));
     let sessions = TaskTracker::new();
+    let releaser = (ctx.services.spool.clone()).map(|spool| {
+        let release = crate::release::run(live.clone(), spool, shutdown.clone(), sessions.clone());
+        tokio::spawn(release)
+    });
     let accepts = TaskTracker::new();
     let plain = listeners.smtp.into_iter().map(|l| (l, false));
     for (listener, implicit_tls) in
@@ -123,6 +127,9 @@ pub async fn run(listeners: impl Into<Listeners>, deps: Deps, shutdown: Shutdown
     accounts.abort();
     for task in events.into_iter().chain(ses_sync) {
         task.abort();
+    }
+    if let Some(releaser) = releaser {
+        releaser.abort();
     }
     admin_stop.trigger();
 }

@@ -1,6 +1,6 @@
 //! The final dot: the message's identity read (`policy`), our fields written in front of it
-//! (`received`), its journey run (`pipeline`), and the pipeline's verdict answered (`reply`)
-//! and logged (`report`) once.
+//! (`received`), its journey run (`pipeline`) or, for a hold-mode layer, the message held in
+//! the spool (`hold`), and the verdict answered (`reply`) and logged (`report`) once.
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -8,14 +8,15 @@ use std::time::SystemTime;
 use tokio::time::Instant;
 
 use super::conn::Conn;
+use super::hold::{self, Holding};
 use super::received::{self, Trace};
 use super::reply;
 use super::report::{self, Answered};
 use super::session::{Flow, Session};
 use crate::message::Envelope;
 use crate::observe::activity::{Activity, Doing};
-use crate::pipeline::{self, Client, Message};
-use crate::policy::{self, Identity, MessageFacts};
+use crate::pipeline::{self, Client, Message, Verdict};
+use crate::policy::{self, MessageFacts};
 use crate::state::grace_over::Bell;
 
 impl Session {
@@ -23,8 +24,11 @@ impl Session {
         let started = Instant::now();
         let dot = SystemTime::now();
         let identity = policy::identify(self.ctx.rules(), &self.facts(&envelope, &body));
-        let id = message_id();
-        let added = self.added_fields(&id, &envelope, &identity);
+        let id = crate::message::new_id();
+        let mut added = self.received_field(&id, &envelope);
+        let received_len = added.len();
+        added.extend_from_slice(&identity.route_fields());
+        let received = &added[..received_len];
         let message = Message {
             envelope: &envelope,
             body: &body,
@@ -32,15 +36,23 @@ impl Session {
             added: &added,
             peer: self.peer,
         };
-        let verdict = {
-            let mut client = SessionClient {
-                conn: &mut self.conn,
-                doing: &mut self.doing,
-                grace_over: &self.grace_over,
-            };
-            // Pinned where it is made: the journey's future is large, and is not moved again.
-            let journey = std::pin::pin!(pipeline::deliver(&self.ctx, &message, &mut client));
-            journey.await
+        let holding = Holding::of(&self.ctx, &identity);
+        let verdict = match holding {
+            // Its key has messages held: it goes behind them, in order.
+            Some(holding) if holding.at_once() => {
+                let it = self.spooled(&id, received);
+                hold::at_once(&self.ctx, holding, &message, it).await
+            }
+            holding => {
+                let verdict = self.journey(&message).await;
+                match holding {
+                    Some(holding) if hold::holdable(&self.ctx, &verdict.end) => {
+                        let it = self.spooled(&id, received);
+                        holding.hold(&self.ctx, &message, it, verdict.record).await
+                    }
+                    _ => verdict,
+                }
+            }
         };
         self.doing.set(Activity::Command);
         let reply = reply::verdict(&verdict.end);
@@ -66,15 +78,23 @@ impl Session {
         }
     }
 
+    /// The message's journey through the pipeline, with this session as its client.
+    async fn journey(&mut self, message: &Message<'_>) -> Verdict {
+        let mut client = SessionClient {
+            conn: &mut self.conn,
+            doing: &mut self.doing,
+            grace_over: &self.grace_over,
+        };
+        // Pinned where it is made: the journey's future is large, and is not moved again.
+        let journey = std::pin::pin!(pipeline::deliver(&self.ctx, message, &mut client));
+        journey.await
+    }
+
     /// What the policy may look at.
     pub(super) fn facts<'a>(&'a self, envelope: &'a Envelope, body: &'a [u8]) -> MessageFacts<'a> {
         MessageFacts {
             auth_tenant: self.auth.as_ref().map(|u| u.tenant.as_str()),
-            // An authenticated client has its user's rights, whatever its address.
-            header_trusted: match &self.auth {
-                Some(user) => user.trust_key_header,
-                None => self.trusted,
-            },
+            header_trusted: self.header_trusted(),
             sender: envelope.from.as_deref(),
             rcpts: &envelope.rcpts,
             client_ip: self.peer.ip(),
@@ -83,10 +103,19 @@ impl Session {
         }
     }
 
-    /// What goes upstream in front of the client's bytes: our `Received:` header, then the
-    /// fields the route adds (the key headers and the client's fields of those names are left
-    /// out of the client's bytes by `Identity::forwarded`).
-    fn added_fields(&self, id: &str, envelope: &Envelope, identity: &Identity) -> Vec<u8> {
+    /// Whether the client may choose its key with a header. An authenticated client has its
+    /// user's rights, whatever its address.
+    pub(super) fn header_trusted(&self) -> bool {
+        match &self.auth {
+            Some(user) => user.trust_key_header,
+            None => self.trusted,
+        }
+    }
+
+    /// Our `Received:` field, written in front of the client's bytes (then the fields the
+    /// route adds: the key headers and the client's fields of those names are left out of the
+    /// client's bytes by `Identity::forwarded`).
+    fn received_field(&self, id: &str, envelope: &Envelope) -> Vec<u8> {
         let greeting = self.greeting.as_ref();
         let trace = Trace {
             helo: greeting.map_or("", |g| g.name.as_str()),
@@ -105,11 +134,7 @@ impl Session {
             },
             repeats: &self.repeats,
         };
-        let mut fields = received::header(&trace, SystemTime::now());
-        for (name, value) in identity.route.iter().flat_map(|r| &r.headers) {
-            fields.extend_from_slice(format!("{name}: {value}\r\n").as_bytes());
-        }
-        fields
+        received::header(&trace, SystemTime::now())
     }
 }
 
@@ -132,40 +157,5 @@ impl Client for SessionClient<'_> {
 
     fn grace_over(&self) -> Option<Arc<Bell>> {
         self.grace_over.clone()
-    }
-}
-
-/// The id our `Received:` field gives the message: 64 bits, new for each message. std's
-/// `RandomState` is keyed from the OS once per thread and stepped on each use, so this costs
-/// no system call (a `uuid` v4 cost one `getrandom` per message).
-fn message_id() -> String {
-    use std::hash::BuildHasher;
-    let state = std::collections::hash_map::RandomState::new();
-    let n = state.hash_one(());
-    let mut id = String::with_capacity(16);
-    for i in (0..16).rev() {
-        id.push(char::from(
-            b"0123456789abcdef"[(n >> (4 * i)) as usize & 0xf],
-        ));
-    }
-    id
-}
-
-#[cfg(test)]
-mod tests {
-    use std::collections::HashSet;
-
-    use super::message_id;
-
-    /// Every message gets an id of its own (16 hex digits), on one thread and across threads.
-    #[test]
-    fn message_ids_differ_per_message() {
-        let mut ids: HashSet<String> = (0..1000).map(|_| message_id()).collect();
-        let others = std::thread::spawn(|| (0..1000).map(|_| message_id()).collect::<Vec<_>>());
-        ids.extend(others.join().unwrap());
-        assert_eq!(ids.len(), 2000);
-        assert!(ids
-            .iter()
-            .all(|id| id.len() == 16 && id.bytes().all(|b| b.is_ascii_hexdigit())));
     }
 }

@@ -6,6 +6,8 @@
 //! - `deliver`: the final dot: the message's identity (`policy`), our fields in front of it,
 //!   its journey (`pipeline`: admission, the wait, upstream), and the pipeline's verdict
 //!   answered and logged once (`report`: the log line, the metrics, the spans).
+//! - `hold`: hold mode at the final dot: the message written to the spool when its tokens did
+//!   not come in time, or at once when its key has messages held already.
 //! - `reputation`: the tenant reputation guard's refusals before the message (MAIL, RCPT).
 //! - `path`: the address and parameters of MAIL and RCPT, kept as the client wrote them.
 //! - `received`: the `Received:` trace header.
@@ -19,6 +21,7 @@ mod data_reader;
 mod deliver;
 mod ehlo;
 mod help;
+mod hold;
 mod mail;
 mod path;
 mod rcpt;

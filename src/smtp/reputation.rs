@@ -9,6 +9,7 @@ use tokio::time::Instant;
 use super::reply::{self, Reply};
 use super::report;
 use super::session::Session;
+use crate::config::Action;
 use crate::message::{Envelope, Outcome};
 use crate::pipeline;
 use crate::policy::{self, TenantKey};
@@ -16,9 +17,13 @@ use crate::policy::{self, TenantKey};
 impl Session {
     /// At MAIL: the refusal of a tenant past a limit, when its key is known now, with the
     /// transaction it would have opened logged as one message (`reputation_paused`).
+    /// With `action = "hold"` none: the message may be held at its final dot.
     pub(super) async fn reputation_at_mail(&mut self, sender: Option<&str>) -> Option<Reply> {
         let started = Instant::now();
         let guard = self.ctx.services.reputation.clone()?;
+        if guard.action == Action::Hold {
+            return None;
+        }
         let envelope = Envelope {
             from: sender.map(str::to_string),
             rcpts: Vec::new(),

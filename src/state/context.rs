@@ -4,7 +4,8 @@
 //! - [`Setup`]: the config and what is built from it (upstreams, throttle, TLS, the layers'
 //!   key rules). A reload makes a new one; parts that did not change are carried into it.
 //! - [`Services`]: what outlives a reload (metrics, traces, per-address tables, the password
-//!   checks, the DATA byte budget, the clock, the reputation guard, this process's id).
+//!   checks, the DATA byte budget, the clock, the reputation guard, the spool, this process's
+//!   id).
 //! - [`Context`]: one of each, what a session reads; built at start from [`Deps`] and at each
 //!   reload from a new [`Setup`] and the same [`Services`].
 //! - [`Deps`]: what `run` needs from outside, made by `main` or a test; nothing is global, so
@@ -32,6 +33,7 @@ use crate::observe::traces::Traces;
 use crate::policy::{LayerPolicy, Rules, TenantKey};
 use crate::reputation::sns_verifier::SnsVerifier;
 use crate::reputation::Reputation;
+use crate::spool::{Spool, SpoolError};
 use crate::throttle::Throttle;
 use crate::upstream::Upstreams;
 
@@ -69,6 +71,18 @@ impl Deps {
         if let Some(tls) = &self.setup.config.smtp.tls {
             self.setup.tls = Some(Arc::new(Tls::load(tls)?));
         }
+        Ok(self)
+    }
+
+    /// Opens `[spool]`'s directory (locked for this process, read back); a spool that cannot
+    /// be opened is a startup error. Must run within the tokio runtime.
+    pub fn with_spool(mut self) -> Result<Deps, SpoolError> {
+        let Some(config) = &self.setup.config.spool else {
+            return Ok(self);
+        };
+        let spool = Spool::open(config, self.services.clock.clone())?;
+        let services = Arc::get_mut(&mut self.services).expect("services not shared yet");
+        services.spool = Some(spool);
         Ok(self)
     }
 
@@ -147,6 +161,9 @@ pub struct Services {
     /// Checks SNS's posts to `/ses/events` (SNS's own host; tests swap in a local one).
     pub sns: Arc<SnsVerifier>,
     pub health: Arc<Health>,
+    /// Where hold-mode layers keep messages (`[spool]`, opened at start: see
+    /// [`Deps::with_spool`]); `None` without one.
+    pub spool: Option<Arc<Spool>>,
 }
 
 impl Services {
@@ -173,6 +190,7 @@ impl Services {
             instance: uuid::Uuid::new_v4().simple().to_string()[..16].into(),
             sns: Arc::new(SnsVerifier::sns()),
             health: Arc::new(Health::default()),
+            spool: None,
         }
     }
 }

@@ -42,6 +42,8 @@ pub enum LimitReason {
     MaxKeys,
     /// Upstream throttled this key and its learned wait is past the message's budget.
     TenantThrottled,
+    /// Hold mode: the key already holds `max_held` messages in the spool.
+    MaxHeld,
 }
 
 impl LimitReason {
@@ -52,6 +54,7 @@ impl LimitReason {
             LimitReason::MaxQueue => "max_queue",
             LimitReason::MaxKeys => "max_keys",
             LimitReason::TenantThrottled => "tenant_throttled",
+            LimitReason::MaxHeld => "max_held",
         }
     }
 }

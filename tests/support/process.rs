@@ -48,11 +48,25 @@ impl RelayProcess {
     /// directory) with `RUST_LOG` as given, and waits until it listens: the filter must let
     /// the `mailsluice` target's info lines through (they carry the addresses).
     pub fn start(config: &str, rust_log: &str) -> RelayProcess {
+        RelayProcess::start_with(config, rust_log, &[])
+    }
+
+    /// As [`RelayProcess::start`], the binary run by `wrapper` (a program and its arguments,
+    /// to which the binary and its own arguments are appended: `unshare`, say).
+    pub fn start_with(config: &str, rust_log: &str, wrapper: &[&str]) -> RelayProcess {
         let dir = scratch_path("proc");
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("relay.toml");
         std::fs::write(&path, config).unwrap();
-        let mut child = Command::new(bin())
+        let mut command = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(bin());
+                c
+            }
+            None => Command::new(bin()),
+        };
+        let mut child = command
             .arg("--config")
             .arg(&path)
             .current_dir(&dir)

@@ -117,7 +117,9 @@ impl Relay {
         let (trigger, shutdown) = shutdown::channel();
         let mut deps = mailsluice::Deps::new(config, upstreams)
             .with_tls()
-            .expect("test certificate loads");
+            .expect("test certificate loads")
+            .with_spool()
+            .expect("the test's spool opens");
         if let Some(sns) = sns {
             deps = deps.with_sns(sns);
         }

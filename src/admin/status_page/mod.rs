@@ -36,6 +36,8 @@ pub struct Checks {
     pub reputation: Option<Result<(usize, Vec<Standing>), RedisUnavailable>>,
     /// With `[reputation] ses_sync`: each key's SES tenant and SES's word on it.
     pub ses_tenants: Vec<SesTenantView>,
+    /// Whether the spool can be written, `None` without one.
+    pub spool: Option<Result<(), &'static str>>,
 }
 
 /// What the status page shows of the reputation guard, read by the caller.
@@ -68,6 +70,7 @@ pub fn render(ctx: &Context, health: &Health, recent: &Recent, checks: &Checks) 
     layers(&mut html, ctx, recent);
     reputation(&mut html, checks.reputation.as_ref());
     ses_tenants(&mut html, &checks.ses_tenants);
+    spool(&mut html, ctx);
     most_waiting(&mut html, ctx);
     refusals(&mut html, recent);
     html.push_str("</body></html>");
@@ -96,6 +99,9 @@ fn readiness(html: &mut String, ctx: &Context, health: &Health, checks: &Checks)
             let named = Err(format!("unknown to SES: {}", unknown.join(", ")));
             row_state(html, &format!("upstream {name} SES tenants"), &named);
         }
+    }
+    if let Some(spool) = &checks.spool {
+        row_state(html, "spool", spool);
     }
     if let Some(store) = &checks.store {
         row_state(html, "Redis (shared buckets)", store);
@@ -274,6 +280,46 @@ fn ses_tenants(html: &mut String, tenants: &[SesTenantView]) {
             text(&t.aws_ses_managed_status),
             escape(t.reputation_impact.as_deref().unwrap_or("none")),
         );
+    }
+    html.push_str("</table>");
+}
+
+/// The spool: what it holds, and the keys holding the most.
+fn spool(html: &mut String, ctx: &Context) {
+    let Some(spool) = &ctx.services.spool else {
+        return;
+    };
+    let s = spool.summary();
+    let _ = write!(
+        html,
+        "<h2>Spool</h2><p>{} messages held ({} bytes), the oldest {} s; {} failed</p>\
+         <table><tr><th>layer</th><th>key</th><th class=\"num\">held</th>\
+         <th class=\"num\">oldest (s)</th><th>released</th></tr>",
+        s.messages,
+        s.bytes,
+        s.oldest_ms / 1000,
+        s.failed,
+    );
+    let mut keys = spool.keys();
+    keys.sort_by(|a, b| b.messages.cmp(&a.messages).then_with(|| a.key.cmp(&b.key)));
+    let now = spool.wall_ms();
+    for k in keys.iter().take(TOP_KEYS) {
+        let released = match spool.is_stopped(&k.key) {
+            true => "<td class=\"bad\">stopped by an operator</td>",
+            false => "<td>in turn</td>",
+        };
+        let _ = write!(
+            html,
+            "<tr><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
+             {released}</tr>",
+            escape(&k.key.layer),
+            escape(&k.key.key),
+            k.messages,
+            now.saturating_sub(k.oldest_ms) / 1000,
+        );
+    }
+    if keys.is_empty() {
+        html.push_str("<tr><td colspan=\"5\">nothing held</td></tr>");
     }
     html.push_str("</table>");
 }

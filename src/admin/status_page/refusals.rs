@@ -41,6 +41,7 @@ fn why(outcome: Outcome, reason: Option<LimitReason>) -> &'static str {
         (Outcome::Throttled, Some(LimitReason::MaxQueue)) => "the key's queue is full (max_queue)",
         (Outcome::Throttled, Some(LimitReason::Reject)) => "no tokens now (mode = reject)",
         (Outcome::Throttled, Some(LimitReason::MaxKeys)) => "every bucket has waiters (max_keys)",
+        (Outcome::Throttled, Some(LimitReason::MaxHeld)) => "the key holds max_held messages",
         (Outcome::Throttled, Some(LimitReason::TenantThrottled) | None) => {
             "upstream throttled this key past its wait"
         }
@@ -66,7 +67,8 @@ fn why(outcome: Outcome, reason: Option<LimitReason>) -> &'static str {
         (Outcome::Shutdown, _) => "the relay is shutting down",
         (Outcome::StoreUnavailable, _) => "Redis unavailable (on_error = reject)",
         (Outcome::NoRoute, _) => "no route matches",
-        (Outcome::Delivered | Outcome::Partial | Outcome::Abandoned, _) => "",
+        (Outcome::SpoolFull, _) => "the spool is full or cannot be written",
+        (Outcome::Delivered | Outcome::Partial | Outcome::Abandoned | Outcome::Held, _) => "",
     }
 }
 

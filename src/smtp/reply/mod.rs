@@ -339,6 +339,14 @@ pub fn too_many_junk_commands() -> Reply {
         "Too many commands without a message, closing connection",
     )
 }
+/// A message held in the spool (hold mode): the relay owns it now.
+pub fn held(id: &str) -> Reply {
+    Reply::new(
+        250,
+        "2.0.0",
+        format!("Ok: queued as {id} (held for later delivery)"),
+    )
+}
 pub fn insufficient_storage() -> Reply {
     Reply::new(452, "4.3.1", "Insufficient system storage, try again later")
 }

@@ -2,13 +2,14 @@
 //! answer (its class kept, its text passed on), a pause, a loop.
 
 use super::{
-    cost_over_burst, from_not_allowed, grace_over, identity_refused, loop_detected, no_route,
-    rate_limited, shutting_down, store_unavailable, tenant_paused, too_many_hops,
-    upstream_credentials, upstream_no_credentials, upstream_quota_exhausted, upstream_rate_limited,
-    upstream_unavailable, upstream_uncertain, Reply,
+    cost_over_burst, from_not_allowed, grace_over, held, identity_refused, insufficient_storage,
+    loop_detected, no_route, rate_limited, shutting_down, store_unavailable, tenant_paused,
+    too_many_hops, upstream_credentials, upstream_no_credentials, upstream_quota_exhausted,
+    upstream_rate_limited, upstream_unavailable, upstream_uncertain, Reply,
 };
 use crate::message::received::Loop;
 use crate::pipeline::{End, NotAdmitted, Paused, Scope, Unanswered};
+use crate::spool::Refusal;
 use crate::throttle::ThrottleError;
 use crate::upstream::reply::split_enhanced;
 use crate::upstream::{Accepted, UpstreamError};
@@ -94,6 +95,16 @@ pub fn verdict(end: &End) -> Option<Reply> {
         }
         End::Unanswered(Unanswered::Refused(error)) => throttle_refusal(error),
         End::Unanswered(Unanswered::GraceOver) => grace_over(),
+        End::Held(id) => held(id),
+        End::NotHeld {
+            refusal: Refusal::KeyFull { .. },
+            layer,
+            retry_after,
+        } => rate_limited(layer, *retry_after),
+        End::NotHeld {
+            refusal: Refusal::Storage(_),
+            ..
+        } => insufficient_storage(),
     })
 }
 

@@ -229,9 +229,9 @@ impl Layer {
     ) -> Result<(), ThrottleError> {
         let reason = match self.spec.mode {
             Mode::Reject => LimitReason::Reject,
-            Mode::Wait if queued >= self.spec.max_queue => LimitReason::MaxQueue,
-            Mode::Wait if now.saturating_add(wait) > deadline => LimitReason::MaxWait,
-            Mode::Wait => return Ok(()),
+            Mode::Wait | Mode::Hold if queued >= self.spec.max_queue => LimitReason::MaxQueue,
+            Mode::Wait | Mode::Hold if now.saturating_add(wait) > deadline => LimitReason::MaxWait,
+            Mode::Wait | Mode::Hold => return Ok(()),
         };
         Err(self.limited(key, cost, wait, reason))
     }

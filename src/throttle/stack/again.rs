@@ -20,6 +20,8 @@ pub struct Again {
     /// The reply was its tenant's alone: it waits until then before it asks again (the
     /// blaming layer and key, for the refusal once that is past its budget).
     pub(super) slow: Option<(usize, String, Nanos)>,
+    /// Nobody waits on it (see [`Throttle::acquire_patient`]).
+    pub(super) patient: bool,
 }
 
 impl Throttle {
@@ -36,7 +38,10 @@ impl Throttle {
                 self.slowed(&again, (*layer, key), *until).await?;
             }
             let charges = again.charges.clone();
-            match self.take(charges, again.arrival, turn, &again.cut).await? {
+            match self
+                .take(charges, again.arrival, turn, &again.cut, again.patient)
+                .await?
+            {
                 Ok(mut permit) => {
                     permit.strikes = again.strikes;
                     return Ok(permit);
@@ -67,7 +72,7 @@ impl Throttle {
             .iter()
             .find(|c| c.layer == layer)
             .map_or(0, |c| c.cost);
-        if until > self.deadline(&again.charges, again.arrival) {
+        if until > self.deadline(&again.charges, again.arrival, again.patient) {
             let l = &self.inner.layers[layer];
             return Err(l.limited(
                 key,

@@ -9,7 +9,8 @@
 //! 1. Up front, before taking anything: every layer checks the cost (over the burst is a
 //!    permanent refusal) and then its own refusal rules (reject mode without tokens, a full
 //!    queue, an estimated wait past the deadline). So a refusal at arrival takes nothing.
-//! 2. Reject-mode layers take first (they never wait), then wait-mode layers in index order,
+//! 2. Reject-mode layers take first (they never wait), then wait-mode (and hold-mode, which
+//!    wait alike) layers in index order,
 //!    each in its FIFO queue, holding what was granted. Layers listed from specific to general
 //!    (tenant, then account) mean a tenant's burst is metered by its own layer before it
 //!    reaches the shared queue, so it does not flood the account's queue ahead of others.
@@ -149,13 +150,28 @@ impl Throttle {
     /// FIFO wait or refusal; cancel-safe (dropping the future takes nothing); all layers or
     /// none (see the module doc). Panics if a charge names a layer index out of range.
     pub async fn acquire(&self, charges: Vec<Charge>) -> Result<Permit, ThrottleError> {
+        self.acquire_as(charges, false).await
+    }
+
+    /// [`Throttle::acquire`] for a message nobody waits on (released from the spool): its
+    /// hold-mode layers let it wait past their `max_wait` (no client would give up), each
+    /// in its FIFO queue with the live clients; their other bounds (`max_queue`) still hold.
+    pub async fn acquire_patient(&self, charges: Vec<Charge>) -> Result<Permit, ThrottleError> {
+        self.acquire_as(charges, true).await
+    }
+
+    async fn acquire_as(
+        &self,
+        charges: Vec<Charge>,
+        patient: bool,
+    ) -> Result<Permit, ThrottleError> {
         let arrival = self.inner.clock.now();
         let order = self.inner.next_order.fetch_add(1, Ordering::Relaxed);
         let turn = Turn {
             order,
             again: false,
         };
-        match self.take(charges, arrival, turn, &[]).await? {
+        match self.take(charges, arrival, turn, &[], patient).await? {
             Ok(permit) => Ok(permit),
             // Only a take that carries a throttle reply (`cut`) is ever blamed: a store that
             // says so otherwise is refused as the blame would be.
@@ -172,9 +188,10 @@ impl Throttle {
         arrival: Nanos,
         turn: Turn,
         cut: &[usize],
+        patient: bool,
     ) -> Result<Result<Permit, Blamed>, ThrottleError> {
         let inner = &self.inner;
-        let deadline = self.deadline(&charges, arrival);
+        let deadline = self.deadline(&charges, arrival, patient);
         let arrival_now = inner.clock.now();
         if charges.len() > 1 && !turn.again {
             self.precheck(&charges, deadline, arrival_now)?;
@@ -183,7 +200,7 @@ impl Throttle {
         let (mut shared, mut charges): (Vec<_>, Vec<_>) = charges
             .into_iter()
             .partition(|c| layers[c.layer].is_shared());
-        charges.sort_by_key(|c| (layers[c.layer].spec().mode == Mode::Wait, c.layer));
+        charges.sort_by_key(|c| (layers[c.layer].spec().mode != Mode::Reject, c.layer));
         let mut taken = Taken {
             inner,
             charges: Vec::with_capacity(charges.len()),
@@ -224,11 +241,13 @@ impl Throttle {
             arrival,
             order: turn.order,
             strikes: 0,
+            patient,
         }))
     }
 
-    /// Arrival + the smallest `max_wait` among the charged wait-mode layers.
-    fn deadline(&self, charges: &[Charge], arrival: Nanos) -> Nanos {
+    /// Arrival + the smallest `max_wait` among the charged wait-mode and hold-mode layers
+    /// (a `patient` message's hold-mode layers set none).
+    fn deadline(&self, charges: &[Charge], arrival: Nanos, patient: bool) -> Nanos {
         let layers = &self.inner.layers;
         let n = layers.len();
         let waits = charges.iter().map(|c| {
@@ -236,7 +255,8 @@ impl Throttle {
             let spec = layers[c.layer].spec();
             match spec.mode {
                 Mode::Wait => nanos(spec.max_wait),
-                Mode::Reject => u64::MAX,
+                Mode::Hold if !patient => nanos(spec.max_wait),
+                Mode::Hold | Mode::Reject => u64::MAX,
             }
         });
         arrival.saturating_add(waits.min().unwrap_or(0))

@@ -22,6 +22,8 @@ pub struct Permit {
     pub(super) order: u64,
     /// Throttle replies so far that were its tenant's alone (see `blame`).
     pub(super) strikes: u32,
+    /// Nobody waits on the message (see [`super::Throttle::acquire_patient`]).
+    pub(super) patient: bool,
 }
 
 /// Which adaptive layers a throttle reply teaches: every one the message charged, or only
@@ -157,6 +159,7 @@ impl Permit {
             cut: shared_cut,
             strikes,
             slow,
+            patient: self.patient,
         }
     }
 }

@@ -1,0 +1,134 @@
+//! `[spool]`: where a `mode = "hold"` layer keeps the messages it has answered `250` for and
+//! not yet forwarded. Without the section the relay stores no message (pass-through), and a
+//! hold-mode layer is a config error.
+
+use std::num::NonZeroU64;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::BrokenRule;
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpoolConfig {
+    /// The spool's directory (created when absent); one relay process per directory.
+    pub dir: PathBuf,
+    /// The bytes of held messages past which a message is refused `452 4.3.1`.
+    #[serde(default = "default_max_bytes")]
+    pub max_bytes: u64,
+    /// The free bytes the spool's filesystem keeps: a message that would leave less is
+    /// refused `452 4.3.1`.
+    #[serde(default = "default_min_free_bytes")]
+    pub min_free_bytes: u64,
+    /// A message held longer is given up (the sender gets a report). Postfix's
+    /// `maximal_queue_lifetime`.
+    #[serde(default = "default_max_hold_ms")]
+    pub max_hold_ms: NonZeroU64,
+    /// The first wait after a temporary refusal at release; each next one doubles.
+    #[serde(default = "default_retry_min_ms")]
+    pub retry_min_ms: Spanned<NonZeroU64>,
+    /// The longest wait between two attempts.
+    #[serde(default = "default_retry_max_ms")]
+    pub retry_max_ms: NonZeroU64,
+    /// The `From:` of the delivery status notifications sent to a failed message's sender;
+    /// without it none is sent and the failed message is kept for the operator.
+    pub report_from: Option<Spanned<String>>,
+}
+
+/// A `[spool]` rule no single key's type can say, broken.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpoolRule {
+    #[error("must be at most `spool.retry_max_ms`")]
+    RetryMinOverMax,
+    #[error("`{0}` is not a plain address (local@domain, ASCII, no spaces or angle brackets)")]
+    NotAnAddress(String),
+    #[error("a `mode = \"hold\"` layer keeps messages in the spool: add a `[spool]` section")]
+    HoldWithoutSpool,
+    #[error("`action = \"hold\"` keeps a paused tenant's messages in the spool: add a `[spool]` section")]
+    ReputationHoldWithoutSpool,
+}
+
+impl SpoolConfig {
+    pub fn max_hold(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.max_hold_ms.get())
+    }
+}
+
+pub(super) fn validate(spool: &SpoolConfig, text: &str) -> Result<(), BrokenRule> {
+    if spool.retry_min_ms.get_ref().get() > spool.retry_max_ms.get() {
+        return Err(BrokenRule::at(
+            text,
+            spool.retry_min_ms.span(),
+            "spool.retry_min_ms",
+            SpoolRule::RetryMinOverMax,
+        ));
+    }
+    if let Some(from) = &spool.report_from {
+        if !plain_address(from.get_ref()) {
+            let problem = SpoolRule::NotAnAddress(from.get_ref().clone());
+            return Err(BrokenRule::at(
+                text,
+                from.span(),
+                "spool.report_from",
+                problem,
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `local@domain` in printable ASCII, with nothing that could break the header field or the
+/// envelope it is written in.
+fn plain_address(address: &str) -> bool {
+    let ok = |c: char| c.is_ascii_graphic() && !"<>()[],;:\\\"".contains(c);
+    match address.split_once('@') {
+        Some((local, domain)) => {
+            !local.is_empty()
+                && !domain.is_empty()
+                && !domain.contains('@')
+                && address.len() <= 254
+                && address.chars().all(ok)
+        }
+        None => false,
+    }
+}
+
+fn default_max_bytes() -> u64 {
+    10 << 30
+}
+fn default_min_free_bytes() -> u64 {
+    1 << 30
+}
+fn default_max_hold_ms() -> NonZeroU64 {
+    NonZeroU64::new(5 * 86_400_000).unwrap()
+}
+fn default_retry_min_ms() -> Spanned<NonZeroU64> {
+    Spanned::new(0..0, NonZeroU64::new(60_000).unwrap())
+}
+fn default_retry_max_ms() -> NonZeroU64 {
+    NonZeroU64::new(3_600_000).unwrap()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plain_address;
+
+    #[test]
+    fn a_report_address_is_plain() {
+        assert!(plain_address("postmaster@relay.example"));
+        for bad in [
+            "",
+            "x",
+            "@d",
+            "l@",
+            "a b@d",
+            "<a@d>",
+            "a@d@e",
+            "a@d\r\nBcc: x",
+        ] {
+            assert!(!plain_address(bad), "{bad:?}");
+        }
+    }
+}

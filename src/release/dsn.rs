@@ -1,0 +1,234 @@
+//! The delivery status notification (RFC 3464) a held message's sender gets when the relay
+//! gives the message up: `multipart/report; report-type=delivery-status` with a line for
+//! people, one `message/delivery-status` part (a field group per recipient) and the original
+//! header section (`text/rfc822-headers`). Pure: the releaser holds it in the spool and sends
+//! it with the null sender, through the message's route.
+
+use std::time::SystemTime;
+
+/// Why a message was given up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// Upstream refused it for good: its reply (`550 5.1.1 ...`).
+    Refused(String),
+    /// The relay refused it for good at release (a loop, a cost no bucket can hold).
+    Rejected(String),
+    /// Held past `max_hold_ms`; the last answer, if any.
+    Expired(Option<String>),
+}
+
+impl Failure {
+    /// For metrics and logs.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Failure::Refused(_) => "refused",
+            Failure::Rejected(_) => "rejected",
+            Failure::Expired(_) => "expired",
+        }
+    }
+
+    /// The enhanced status (RFC 3463) of the recipients' field groups.
+    fn status(&self) -> String {
+        let enhanced = |reply: &str| {
+            let code = reply.split_whitespace().nth(1)?;
+            let ok = code.split('.').count() == 3
+                && code.starts_with(['4', '5'])
+                && code.chars().all(|c| c.is_ascii_digit() || c == '.');
+            ok.then(|| format!("5{}", &code[1..]))
+        };
+        match self {
+            Failure::Refused(reply) => enhanced(reply).unwrap_or_else(|| "5.0.0".into()),
+            Failure::Rejected(_) => "5.7.0".into(),
+            // RFC 3463: delivery time expired.
+            Failure::Expired(_) => "4.4.7".into(),
+        }
+    }
+
+    fn diagnostic(&self) -> Option<&str> {
+        match self {
+            Failure::Refused(reply) | Failure::Rejected(reply) => Some(reply),
+            Failure::Expired(last) => last.as_deref(),
+        }
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Refused(reply) => write!(f, "refused for good: {}", one_line(reply)),
+            Failure::Rejected(why) => write!(f, "rejected: {}", one_line(why)),
+            Failure::Expired(_) => write!(f, "held past max_hold_ms"),
+        }
+    }
+}
+
+/// What a report is about.
+pub struct Failed<'a> {
+    /// The relay's name (`smtp.hostname`).
+    pub hostname: &'a str,
+    /// The report's `From:`.
+    pub from: &'a str,
+    /// The failed message's sender (the report's only recipient).
+    pub to: &'a str,
+    pub rcpts: &'a [String],
+    /// The failed message as the client sent it: its header section goes in the report.
+    pub original: &'a [u8],
+    /// The failed message's id (its `queued as`).
+    pub id: &'a str,
+    pub arrival: SystemTime,
+    pub failure: &'a Failure,
+}
+
+/// The report's bytes (CRLF line endings, ASCII save the original's header section).
+pub fn report(failed: &Failed<'_>, now: SystemTime) -> Vec<u8> {
+    let boundary = format!("{}/{}", failed.id, failed.hostname);
+    let mut out = String::new();
+    let mut line = |text: &str| {
+        out.push_str(text);
+        out.push_str("\r\n");
+    };
+    line(&format!("From: Mail Delivery System <{}>", failed.from));
+    line(&format!("To: <{}>", failed.to));
+    line("Subject: Undelivered Mail Returned to Sender");
+    line(&format!("Date: {}", date(now)));
+    line(&format!(
+        "Message-ID: <{}.dsn@{}>",
+        failed.id, failed.hostname
+    ));
+    line("Auto-Submitted: auto-replied");
+    line("MIME-Version: 1.0");
+    line(&format!(
+        "Content-Type: multipart/report; report-type=delivery-status;\r\n\tboundary=\"{boundary}\""
+    ));
+    line("");
+    line("This is a MIME-encapsulated message.");
+    line("");
+    line(&format!("--{boundary}"));
+    line("Content-Type: text/plain; charset=us-ascii");
+    line("");
+    line(&format!(
+        "This is the mail relay at {}. Your message {} could not be delivered",
+        failed.hostname, failed.id
+    ));
+    line("to the recipients below, and has been given up:");
+    line("");
+    for rcpt in failed.rcpts {
+        line(&format!("  <{rcpt}>"));
+    }
+    line("");
+    line(&format!("Reason: {}", reason(failed.failure)));
+    line("");
+    line(&format!("--{boundary}"));
+    line("Content-Type: message/delivery-status");
+    line("");
+    line(&format!("Reporting-MTA: dns; {}", failed.hostname));
+    line(&format!("X-Mailsluice-Queue-ID: {}", failed.id));
+    line(&format!("Arrival-Date: {}", date(failed.arrival)));
+    for rcpt in failed.rcpts {
+        line("");
+        line(&format!("Final-Recipient: rfc822; {rcpt}"));
+        line("Action: failed");
+        line(&format!("Status: {}", failed.failure.status()));
+        if let Some(diagnostic) = failed.failure.diagnostic() {
+            line(&format!("Diagnostic-Code: smtp; {}", one_line(diagnostic)));
+        }
+    }
+    line("");
+    line(&format!("--{boundary}"));
+    line("Content-Type: text/rfc822-headers");
+    line("");
+    let mut bytes = out.into_bytes();
+    bytes.extend_from_slice(header_section(failed.original));
+    bytes.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    bytes
+}
+
+fn reason(failure: &Failure) -> String {
+    match failure {
+        Failure::Refused(reply) => format!("the next mail server refused it: {}", one_line(reply)),
+        Failure::Rejected(why) => format!("the relay refused it: {}", one_line(why)),
+        Failure::Expired(_) => "it could not be delivered before its time ran out".into(),
+    }
+}
+
+/// A reply's text on one line, ASCII: it is written in header fields.
+fn one_line(text: &str) -> String {
+    let ascii = |c: char| if c.is_ascii_graphic() { c } else { ' ' };
+    let text: String = text.chars().map(ascii).collect();
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The header section of `message`, up to and with the empty line that ends it (all of it
+/// when it has no body).
+pub(super) fn header_section(message: &[u8]) -> &[u8] {
+    match memchr::memmem::find(message, b"\r\n\r\n") {
+        Some(end) => &message[..end + 4],
+        None => message,
+    }
+}
+
+/// RFC 5322's date, zone numeric.
+fn date(at: SystemTime) -> String {
+    let text = httpdate::fmt_http_date(at);
+    match text.strip_suffix(" GMT") {
+        Some(date) => format!("{date} +0000"),
+        None => text,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failed<'a>(failure: &'a Failure, rcpts: &'a [String]) -> Failed<'a> {
+        Failed {
+            hostname: "relay.test",
+            from: "postmaster@relay.test",
+            to: "app@acme.example",
+            rcpts,
+            original: b"Subject: invoice\r\nX-Tenant: acme\r\n\r\nsecret body\r\n",
+            id: "00ff00ff00ff00ff",
+            arrival: SystemTime::UNIX_EPOCH,
+            failure,
+        }
+    }
+
+    /// The report's parts and fields as RFC 3464 has them; the original's header section,
+    /// not its body.
+    #[test]
+    fn a_report_is_multipart_report_with_a_group_per_recipient() {
+        let rcpts = vec!["a@x.example".to_string(), "b@y.example".to_string()];
+        let failure = Failure::Refused("550 5.1.1 <a@x.example>: no such user".into());
+        let text =
+            String::from_utf8(report(&failed(&failure, &rcpts), SystemTime::UNIX_EPOCH)).unwrap();
+        assert!(text.contains("Content-Type: multipart/report; report-type=delivery-status;"));
+        assert!(text.contains("From: Mail Delivery System <postmaster@relay.test>\r\n"));
+        assert!(text.contains("To: <app@acme.example>\r\n"));
+        assert!(text.contains("Auto-Submitted: auto-replied\r\n"));
+        assert!(text.contains("Date: Thu, 01 Jan 1970 00:00:00 +0000\r\n"));
+        assert!(text.contains(
+            "Content-Type: message/delivery-status\r\n\r\nReporting-MTA: dns; relay.test\r\n"
+        ));
+        assert_eq!(text.matches("Action: failed\r\n").count(), 2);
+        assert!(text.contains(
+            "Final-Recipient: rfc822; b@y.example\r\nAction: failed\r\nStatus: 5.1.1\r\n"
+        ));
+        assert!(text.contains("Diagnostic-Code: smtp; 550 5.1.1 <a@x.example>: no such user\r\n"));
+        assert!(text.contains("Content-Type: text/rfc822-headers\r\n\r\nSubject: invoice\r\n"));
+        assert!(!text.contains("secret body"));
+        assert!(text.ends_with("--00ff00ff00ff00ff/relay.test--\r\n"));
+        assert!(text
+            .split("\r\n")
+            .all(|l| !l.contains('\n') && !l.contains('\r')));
+    }
+
+    #[test]
+    fn an_expired_message_reports_4_4_7_and_its_last_answer() {
+        let rcpts = vec!["a@x.example".to_string()];
+        let failure = Failure::Expired(Some("451 4.4.1 upstream\r\nunreachable".into()));
+        let text =
+            String::from_utf8(report(&failed(&failure, &rcpts), SystemTime::UNIX_EPOCH)).unwrap();
+        assert!(text.contains("Status: 4.4.7\r\n"), "{text}");
+        assert!(text.contains("Diagnostic-Code: smtp; 451 4.4.1 upstream unreachable\r\n"));
+    }
+}

@@ -1,0 +1,80 @@
+//! The spool's driver, as `smtp/deliver.rs` is a session's: one task per spool that takes the
+//! held messages as they become due and runs each one's journey through `pipeline`, with
+//! nobody waiting on it.
+//!
+//! - here: the loop. A key's messages go one at a time, first in first out (the spool's index
+//!   gives only a key's head); keys go side by side, up to [`MAX_IN_FLIGHT`] at once, each
+//!   in its layers' FIFO queues with the live clients, so held messages and live clients share
+//!   the buckets (and `fair_by` shares them between tenants) and neither starves the other.
+//!   At shutdown it stops taking messages; those in flight finish within the grace, the rest
+//!   stay held for the next start.
+//! - `client`: the pipeline's client for a message nobody waits on.
+//! - `attempt`: one attempt: read back, identity, journey, and what comes of it (removed,
+//!   again after a backoff, given up with a report).
+//! - `dsn`: the delivery status notification (RFC 3464) a given-up message's sender gets.
+//! - `report`: the attempt's log line, metrics and spans.
+
+mod attempt;
+mod client;
+pub mod dsn;
+mod report;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+use tokio_util::task::TaskTracker;
+
+use crate::spool::Spool;
+use crate::state::context::Live;
+use crate::state::shutdown::Shutdown;
+
+pub use attempt::backoff;
+
+/// Held messages with upstream (or waiting for their tokens) at once: one per key.
+pub const MAX_IN_FLIGHT: usize = 64;
+
+/// How often failed messages past `max_hold_ms` are looked for.
+const SWEEP: Duration = Duration::from_secs(60);
+
+/// Releases `spool`'s messages until `shutdown`; each attempt runs on `tasks` (the sessions'
+/// tracker: the shutdown waits for it within the grace as for a session), with the context
+/// in force when it starts.
+pub async fn run(live: Arc<Live>, spool: Arc<Spool>, mut shutdown: Shutdown, tasks: TaskTracker) {
+    let room = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+    let clock = spool.clock().clone();
+    let mut sweep = tokio::time::interval(SWEEP);
+    loop {
+        let Some(ctx) = live.current() else {
+            return;
+        };
+        for ticket in spool.take_due(room.available_permits()) {
+            let permit = room.clone().try_acquire_owned().expect("room counted");
+            let (ctx, spool, bell) = (ctx.clone(), spool.clone(), live.grace_bell());
+            tasks.spawn(async move {
+                attempt::attempt(&ctx, &spool, ticket, bell).await;
+                drop(permit);
+                spool.nudge();
+            });
+        }
+        let next = spool.next_due().filter(|_| room.available_permits() > 0);
+        let due = async {
+            match next {
+                Some(at) => tokio::time::sleep_until(clock.deadline(at)).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = shutdown.wait() => return,
+            // An attempt ended, a message was held, an operator let one go.
+            _ = spool.changed() => {}
+            _ = due => {}
+            _ = sweep.tick() => {
+                for id in spool.failed_expired() {
+                    tracing::warn!(target: "mailsluice::release", id = &*id, "spool.failed_expired: a failed message held past max_hold_ms is removed");
+                    spool.remove(&id).await;
+                }
+            }
+        }
+    }
+}

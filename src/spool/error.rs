@@ -1,0 +1,47 @@
+//! Why the spool could not open, why it would not hold a message, and why a held message
+//! could not be read back.
+
+use std::path::PathBuf;
+
+/// The spool could not be opened at start: the relay does not start.
+#[derive(Debug, thiserror::Error)]
+pub enum SpoolError {
+    #[error("spool directory {dir}: {source}")]
+    Io {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "spool directory {dir} is in use by another mailsluice process{}: one process per spool directory",
+        pid.as_deref().map_or(String::new(), |p| format!(" (pid {p})"))
+    )]
+    Locked { dir: PathBuf, pid: Option<String> },
+}
+
+/// Why a message was not held.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// The key holds `max_held` messages already: the layer's `451 4.7.1`.
+    #[error("{held} messages held for this key, its max_held")]
+    KeyFull { held: usize },
+    /// The spool's bounds or its disk: `452 4.3.1 Insufficient system storage`.
+    #[error("{0}")]
+    Storage(Storage),
+}
+
+/// What of the spool's storage refused a message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Storage {
+    #[error("the spool would pass its max_bytes ({max} bytes)")]
+    MaxBytes { max: u64 },
+    #[error("the spool's filesystem would keep less than min_free_bytes ({min} bytes) free")]
+    MinFree { min: u64 },
+    /// Writing or syncing failed (a full disk, a read-only filesystem, an I/O error).
+    #[error("the spool cannot be written: {0}")]
+    Unwritable(String),
+}
+
+/// A held message's file could not be read back whole: set aside.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Damaged(pub String);

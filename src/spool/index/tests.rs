@@ -1,0 +1,88 @@
+//! The queues per key: order, bounds, operators' holds, failed messages.
+
+use super::*;
+
+fn key(k: &str) -> HeldKey {
+    HeldKey {
+        layer: "tenant".into(),
+        key: k.into(),
+    }
+}
+
+const BOUNDS: (Option<usize>, u64) = (Some(3), 1000);
+
+/// A key's messages go one at a time, in the order they came; another key's head goes
+/// beside them.
+#[test]
+fn a_key_releases_its_head_alone_in_arrival_order() {
+    let mut index = Index::default();
+    for id in ["a1", "a2"] {
+        index.reserve(&key("a"), id, 10, 0, BOUNDS).unwrap();
+    }
+    index.reserve(&key("b"), "b1", 10, 0, BOUNDS).unwrap();
+    // Written out of order: a2 is on disk before a1, and still waits behind it.
+    index.written("a2", false, 5);
+    assert!(index.take_due(100, 10).is_empty());
+    index.written("a1", false, 5);
+    index.written("b1", false, 7);
+    let taken: Vec<_> = index.take_due(100, 10).into_iter().map(|t| t.id).collect();
+    assert_eq!(taken, ["a1".into(), "b1".into()] as [Box<str>; 2]);
+    assert!(index.take_due(100, 10).is_empty(), "a2 waits for a1");
+    index.retry("a1", 200, "451 later".into());
+    assert_eq!(index.next_due(), Some(200));
+    assert!(index.take_due(199, 10).is_empty());
+    let again = index.take_due(200, 10);
+    assert_eq!((&*again[0].id, again[0].attempt), ("a1", 2));
+    index.remove("a1");
+    assert_eq!(&*index.take_due(200, 10)[0].id, "a2");
+    assert!(index.holds(&key("a")));
+    index.remove("a2");
+    assert!(!index.holds(&key("a")));
+}
+
+#[test]
+fn bounds_refuse_past_max_held_and_max_bytes() {
+    let mut index = Index::default();
+    for id in ["1", "2", "3"] {
+        index.reserve(&key("a"), id, 100, 0, BOUNDS).unwrap();
+    }
+    assert_eq!(
+        index.reserve(&key("a"), "4", 100, 0, BOUNDS),
+        Err(Refusal::KeyFull { held: 3 })
+    );
+    assert_eq!(
+        index.reserve(&key("b"), "5", 701, 0, BOUNDS),
+        Err(Refusal::Storage(Storage::MaxBytes { max: 1000 }))
+    );
+    // A report passes max_held (`None`), not max_bytes.
+    index.reserve(&key("a"), "r", 100, 0, (None, 1000)).unwrap();
+    assert_eq!(index.totals(), (4, 0, 400));
+    // A write that failed gives its room back.
+    index.remove("r");
+    assert_eq!(index.totals(), (3, 0, 300));
+}
+
+#[test]
+fn a_stopped_key_is_not_released_until_let_go() {
+    let mut index = Index::default();
+    index.reserve(&key("a"), "1", 1, 0, BOUNDS).unwrap();
+    index.written("1", false, 0);
+    index.stop(&key("a"), true, 0);
+    assert!(index.take_due(10, 10).is_empty());
+    index.stop(&key("a"), false, 10);
+    assert_eq!(index.take_due(10, 10).len(), 1);
+}
+
+#[test]
+fn a_failed_message_is_kept_apart_and_counted() {
+    let mut index = Index::default();
+    index.reserve(&key("a"), "1", 5, 1_000, BOUNDS).unwrap();
+    index.written("1", false, 0);
+    index.take_due(0, 1);
+    index.failed("1", "550 no".into());
+    assert!(!index.holds(&key("a")), "new messages of the key go live");
+    assert_eq!(index.totals(), (0, 1, 5));
+    assert_eq!(index.get("1").unwrap().1.state, State::Failed);
+    assert!(index.failed_before(1_000).is_empty());
+    assert_eq!(index.failed_before(1_001).len(), 1);
+}

@@ -1,0 +1,341 @@
+//! The spool: where a hold-mode layer keeps the messages it answered `250` for and has not
+//! forwarded yet. Without `[spool]` there is none, and the relay never owns a message.
+//!
+//! Files, one concept each:
+//! - `layout`: the directory (`tmp/`, `held/`, `failed/`, `damaged/`, `lock`) and the file
+//!   names; why one file per message.
+//! - `record`: one message's file: its meta ([`Meta`]: key, envelope, origin, age) and bytes,
+//!   with a digest.
+//! - `lock`: one process per directory.
+//! - `commit`: the directory's sync, one for the messages that arrive together.
+//! - `room`: the filesystem's free space.
+//! - `index`: the spool in memory: a FIFO per [`HeldKey`], the heads due, the counts.
+//! - `recover`: the spool read back at start; damaged files set aside.
+//! - `operator`: what the operators read and do (counts, one message, a key stopped).
+//! - `error`: why it would not open, hold, or read back.
+//!
+//! **What a `250` promises.** [`Spool::hold`] returns only once the message's file is synced
+//! and renamed into `held/` and that directory is synced: a crash at any instant after loses
+//! nothing that got `250`, and a file that is not whole is never in `held/` (and its digest
+//! would refuse it). The one duplicate: upstream took a released message and the relay died
+//! before it removed the file; the restart sends it again.
+//!
+//! This module only stores: the releaser (`release/`) decides when a message goes, and the
+//! session (`smtp/hold.rs`) when one is held.
+
+mod commit;
+mod error;
+mod index;
+mod layout;
+mod lock;
+mod operator;
+mod record;
+mod recover;
+mod room;
+
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::Notify;
+
+pub use error::{Damaged, Refusal, SpoolError, Storage};
+pub use index::{Entry, KeyCount, State, Ticket};
+pub use operator::Summary;
+pub use record::{Held, HeldKey, Meta, Origin};
+pub use recover::Recovered;
+
+use crate::clock::{Clock, Nanos};
+use crate::config::SpoolConfig;
+use crate::message::Envelope;
+use commit::DirSync;
+use index::Index;
+use layout::{file_name, Layout};
+use lock::DirLock;
+
+/// A message to hold.
+pub struct ToHold<'a> {
+    pub id: &'a str,
+    pub key: HeldKey,
+    pub envelope: &'a Envelope,
+    pub origin: Origin,
+    /// Our `Received:` field.
+    pub received: &'a [u8],
+    /// Fields read only for the identity at release (a report's: its original's header).
+    pub key_fields: &'a [u8],
+    pub body: &'a [u8],
+    /// The key's `max_held`; `None` for a report, which a full key still takes.
+    pub max_held: Option<usize>,
+    pub report: bool,
+}
+
+/// The spool, its directory locked for this process.
+pub struct Spool {
+    layout: Layout,
+    config: SpoolConfig,
+    index: Mutex<Index>,
+    held_sync: DirSync,
+    failed_sync: DirSync,
+    /// The queues' clock; a message's age is read on it too (tokio's paused time in tests).
+    clock: Arc<dyn Clock>,
+    /// The last write succeeded (`/readyz`).
+    writable: AtomicBool,
+    /// A message became due, or the releaser should look again.
+    changed: Notify,
+    _lock: DirLock,
+}
+
+impl Spool {
+    /// Opens (creating) the spool of `config`, locked for this process, read back. Must be
+    /// called within a tokio runtime (its directory syncs run on it).
+    pub fn open(config: &SpoolConfig, clock: Arc<dyn Clock>) -> Result<Arc<Spool>, SpoolError> {
+        let layout = Layout::new(&config.dir);
+        let io = |source| SpoolError::Io {
+            dir: config.dir.clone(),
+            source,
+        };
+        layout.create().map_err(io)?;
+        let lock = DirLock::take(&layout.root)?;
+        let mut index = Index::default();
+        let found = recover::recover(&layout, &mut index).map_err(io)?;
+        tracing::info!(
+            target: "mailsluice::spool",
+            dir = %layout.root.display(),
+            held = found.held,
+            failed = found.failed,
+            damaged = found.damaged,
+            unfinished = found.unfinished,
+            "spool opened"
+        );
+        Ok(Arc::new(Spool {
+            held_sync: DirSync::start(layout.held.clone()),
+            failed_sync: DirSync::start(layout.failed.clone()),
+            layout,
+            config: config.clone(),
+            index: Mutex::new(index),
+            clock,
+            writable: AtomicBool::new(true),
+            changed: Notify::new(),
+            _lock: lock,
+        }))
+    }
+
+    fn index(&self) -> MutexGuard<'_, Index> {
+        self.index.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn config(&self) -> &SpoolConfig {
+        &self.config
+    }
+
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// Unix milliseconds now, on the spool's clock.
+    pub fn wall_ms(&self) -> u64 {
+        self.clock.unix_ms_at(self.clock.now())
+    }
+
+    /// The monotonic instant of Unix milliseconds `ms` (the clock's start when earlier).
+    pub fn instant_of(&self, ms: u64) -> Nanos {
+        let now = self.clock.now();
+        let wall = self.clock.unix_ms_at(now);
+        match ms >= wall {
+            true => now.saturating_add((ms - wall).saturating_mul(1_000_000)),
+            false => now.saturating_sub((wall - ms).saturating_mul(1_000_000)),
+        }
+    }
+
+    /// Holds a message: on stable storage when this returns `Ok` (see the module doc), due for
+    /// release at once (behind its key's earlier messages).
+    pub async fn hold(&self, message: ToHold<'_>) -> Result<(), Refusal> {
+        let accepted_ms = self.wall_ms();
+        let runs = [message.received, message.key_fields, message.body];
+        let bytes: u64 = runs.iter().map(|r| r.len() as u64).sum();
+        let bounds = (message.max_held, self.config.max_bytes);
+        let seq = (self.index()).reserve(&message.key, message.id, bytes, accepted_ms, bounds)?;
+        let mut meta = Meta {
+            id: message.id.to_string(),
+            seq,
+            accepted_ms,
+            key: message.key,
+            from: message.envelope.from.clone(),
+            rcpts: message.envelope.rcpts.clone(),
+            smtputf8: message.envelope.smtputf8,
+            body_8bit: message.envelope.body_8bit,
+            origin: message.origin,
+            report: message.report,
+            lens: [0; 3],
+        };
+        let file = record::encode(&mut meta, runs);
+        let name = file_name(seq, message.id);
+        match self.write(name, file).await {
+            Ok(()) => {
+                self.writable.store(true, Ordering::Relaxed);
+                (self.index()).written(message.id, message.report, self.clock.now());
+                self.changed.notify_one();
+                Ok(())
+            }
+            Err(storage) => {
+                if matches!(storage, Storage::Unwritable(_)) {
+                    self.writable.store(false, Ordering::Relaxed);
+                    tracing::error!(
+                        target: "mailsluice::spool",
+                        dir = %self.layout.root.display(),
+                        error = %storage,
+                        "spool.unwritable"
+                    );
+                }
+                self.index().remove(message.id);
+                Err(Refusal::Storage(storage))
+            }
+        }
+    }
+
+    /// Writes `file` as `held/<name>`: its free space checked, written in `tmp/`, synced,
+    /// renamed, and `held/` synced (with whoever else wrote meanwhile).
+    async fn write(&self, name: String, file: Vec<u8>) -> Result<(), Storage> {
+        let (layout, min_free) = (self.layout.clone(), self.config.min_free_bytes);
+        let to = layout.held.join(&name);
+        let target = to.clone();
+        let written = tokio::task::spawn_blocking(move || {
+            room::leaves_free(&layout.root, file.len() as u64, min_free)?;
+            let tmp = layout.tmp.join(&name);
+            let written = write_synced(&tmp, &file).and_then(|()| std::fs::rename(&tmp, &to));
+            written.map_err(|e| {
+                let _ = std::fs::remove_file(&tmp);
+                Storage::Unwritable(e.to_string())
+            })
+        });
+        written
+            .await
+            .unwrap_or_else(|e| Err(Storage::Unwritable(e.to_string())))?;
+        if let Err(e) = self.held_sync.sync().await {
+            // Not durable, so not answered `250`: it must not be sent after a restart either.
+            let _ = std::fs::remove_file(target);
+            return Err(Storage::Unwritable(e));
+        }
+        Ok(())
+    }
+
+    /// Whether `key` has messages held: its new ones are held behind them.
+    pub fn holds(&self, key: &HeldKey) -> bool {
+        self.index().holds(key)
+    }
+
+    /// Whether the last write succeeded; when it did not, tries one now (a probe file written,
+    /// synced and removed), so that `/readyz` sees the spool come back.
+    pub async fn writable(&self) -> bool {
+        if self.writable.load(Ordering::Relaxed) {
+            return true;
+        }
+        let tmp = self.layout.tmp.join("probe");
+        let ok = tokio::task::spawn_blocking(move || {
+            let ok = write_synced(&tmp, b"probe").is_ok();
+            let _ = std::fs::remove_file(&tmp);
+            ok
+        })
+        .await
+        .unwrap_or(false);
+        self.writable.store(ok, Ordering::Relaxed);
+        ok
+    }
+
+    /// Completes when a message may have become due; the releaser looks again then.
+    pub async fn changed(&self) {
+        self.changed.notified().await
+    }
+
+    /// Wakes the releaser (room for another attempt).
+    pub fn nudge(&self) {
+        self.changed.notify_one();
+    }
+
+    /// When the first message waiting for its turn may go.
+    pub fn next_due(&self) -> Option<Nanos> {
+        self.index().next_due()
+    }
+
+    /// Takes up to `max` messages due now, for release.
+    pub fn take_due(&self, max: usize) -> Vec<Ticket> {
+        self.index().take_due(self.clock.now(), max)
+    }
+
+    /// The message of `ticket`, read back whole and its digest checked.
+    pub async fn read(&self, ticket: &Ticket) -> Result<Held, Damaged> {
+        let path = self.layout.held.join(file_name(ticket.seq, &ticket.id));
+        let read = tokio::task::spawn_blocking(move || std::fs::read(path)).await;
+        let bytes = (read.map_err(|e| Damaged(e.to_string()))?)
+            .map_err(|e| Damaged(format!("cannot be read: {e}")))?;
+        let held = record::decode(bytes)?;
+        if held.meta.id != *ticket.id || held.meta.seq != ticket.seq {
+            return Err(Damaged("its meta names another message".into()));
+        }
+        Ok(held)
+    }
+
+    /// The attempt of `ticket` did not end it: it may go again at `at`.
+    pub fn retry(&self, ticket: &Ticket, at: Nanos, answer: String) {
+        self.index().retry(&ticket.id, at, answer);
+        self.changed.notify_one();
+    }
+
+    /// Removes message `id` (delivered, reported, given up, or by an operator); whether it
+    /// was there. Its key's next message may go at once, while the file is removed and the
+    /// directory synced (with other removals): until that sync a restart would send it again
+    /// (the duplicate window, which the sync closes).
+    pub async fn remove(&self, id: &str) -> bool {
+        let Some((_, entry)) = self.index().remove(id) else {
+            return false;
+        };
+        self.changed.notify_one();
+        let (dir, sync) = match entry.state {
+            State::Failed => (&self.layout.failed, &self.failed_sync),
+            _ => (&self.layout.held, &self.held_sync),
+        };
+        let path = dir.join(file_name(entry.seq, id));
+        let removed = tokio::task::spawn_blocking(move || std::fs::remove_file(path)).await;
+        if let Ok(Err(e)) = &removed {
+            tracing::error!(target: "mailsluice::spool", id, error = %e, "spool.remove_failed");
+        }
+        let _ = sync.sync().await;
+        true
+    }
+
+    /// Moves `ticket`'s message to `failed/`, kept for the operator (no report could be sent).
+    pub async fn fail(&self, ticket: &Ticket, answer: String) {
+        let name = file_name(ticket.seq, &ticket.id);
+        let (from, to) = (self.layout.held.join(&name), self.layout.failed.join(&name));
+        let _ = tokio::task::spawn_blocking(move || std::fs::rename(from, to)).await;
+        let _ = self.failed_sync.sync().await;
+        let _ = self.held_sync.sync().await;
+        self.index().failed(&ticket.id, answer);
+        self.changed.notify_one();
+    }
+
+    /// Sets `ticket`'s file aside in `damaged/` (logged) and forgets the message.
+    pub async fn set_aside(&self, ticket: &Ticket, why: &str) {
+        let (layout, name, why2) = (
+            self.layout.clone(),
+            file_name(ticket.seq, &ticket.id),
+            why.to_string(),
+        );
+        let _ = tokio::task::spawn_blocking(move || {
+            recover::set_aside(&layout, &layout.held.join(&name), &name, &why2)
+        })
+        .await;
+        self.index().remove(&ticket.id);
+        self.changed.notify_one();
+    }
+}
+
+/// Writes `bytes` to a new file at `path` and syncs its data.
+fn write_synced(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut file = (std::fs::OpenOptions::new().write(true).create_new(true)).open(path)?;
+    file.write_all(bytes)?;
+    file.sync_data()
+}
+
+#[cfg(test)]
+mod tests;

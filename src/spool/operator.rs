@@ -1,0 +1,87 @@
+//! What the operators read of the spool and do to it: its counts and its keys, one message's
+//! entry and meta, a message tried now, a key stopped (`admin::spool`, the status page, the
+//! metrics); and the failed messages past their time.
+
+use super::index::{Entry, KeyCount, State};
+use super::layout::file_name;
+use super::record::{self, HeldKey, Meta};
+use super::{recover, Spool};
+
+/// The spool's counts, for `/spool` and the metrics.
+#[derive(Debug, Clone, Default)]
+pub struct Summary {
+    pub messages: usize,
+    pub failed: usize,
+    pub bytes: u64,
+    /// The oldest held message's age, in milliseconds (0 when none).
+    pub oldest_ms: u64,
+}
+
+impl Spool {
+    /// The failed messages held past `max_hold_ms`.
+    pub fn failed_expired(&self) -> Vec<Box<str>> {
+        let before = self.wall_ms().saturating_sub(self.config.max_hold_ms.get());
+        let failed = self.index().failed_before(before);
+        failed.into_iter().map(|(_, e)| e.id).collect()
+    }
+
+    /// One message's key and entry.
+    pub fn get(&self, id: &str) -> Option<(HeldKey, Entry)> {
+        self.index().get(id)
+    }
+
+    /// The meta of message `id` (its envelope and origin), read from its file.
+    pub async fn meta(&self, id: &str) -> Option<Meta> {
+        let (_, entry) = self.get(id)?;
+        let dir = match entry.state {
+            State::Failed => &self.layout.failed,
+            _ => &self.layout.held,
+        };
+        let path = dir.join(file_name(entry.seq, id));
+        let head = tokio::task::spawn_blocking(move || recover::read_head(&path)).await;
+        record::meta_of(&head.ok()?.ok()?).ok()
+    }
+
+    /// Lets message `id` go now (an operator's release); whether it was waiting at its key's
+    /// head.
+    pub fn release_now(&self, id: &str) -> bool {
+        let now = self.clock.now();
+        let moved = self.index().now(id, now);
+        self.changed.notify_one();
+        moved
+    }
+
+    /// Stops releasing `key`'s messages, or lets them go again (an operator's hold).
+    pub fn stop_key(&self, key: &HeldKey, stopped: bool) {
+        let now = self.clock.now();
+        self.index().stop(key, stopped, now);
+        self.changed.notify_one();
+    }
+
+    /// Whether an operator stopped `key`.
+    pub fn is_stopped(&self, key: &HeldKey) -> bool {
+        self.index().is_stopped(key)
+    }
+
+    /// Syncs of `held/` so far: fewer than the messages held when they arrive together.
+    pub fn syncs(&self) -> u64 {
+        self.held_sync.syncs()
+    }
+
+    pub fn summary(&self) -> Summary {
+        let index = self.index();
+        let (messages, failed, bytes) = index.totals();
+        let oldest = index.oldest_ms();
+        Summary {
+            messages,
+            failed,
+            bytes,
+            oldest_ms: oldest.map_or(0, |ms| self.wall_ms().saturating_sub(ms)),
+        }
+    }
+
+    /// Each key's messages (`oldest_ms`: Unix milliseconds of its first).
+    pub fn keys(&self) -> Vec<KeyCount> {
+        self.index().keys()
+    }
+}

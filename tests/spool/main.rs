@@ -1,0 +1,13 @@
+//! Hold mode and the spool through SMTP: a burst held and released at the layer's rate, in
+//! order; the bounds (`max_held`, the spool's storage); what release does with a refusal (a
+//! report to the sender), a paused tenant and a damaged file; and, with the binary as a
+//! process of its own, a crash and a full filesystem.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod admin;
+mod common;
+mod crash;
+mod hold;
+mod release;
