@@ -5,9 +5,9 @@ would, hold what they promise.
 
     python3 tools/check_deploy.py --mailsluice PATH [--deploy DIR] [--kubectl PATH]
 
-DIR (default: deploy/) holds compose.yaml, kubernetes/ (the base, with its components nlb/ and
-monitoring/) and eks/ (the base with both components). Prints one line per check and exits 1
-at the first that fails, naming it. Needs PyYAML (Debian: python3-yaml) and kubectl (its
+DIR (default: deploy/) holds compose.yaml, kubernetes/ (the base, with its components nlb/,
+monitoring/ and hold/), eks/ (the base with nlb/ and monitoring/) and hold/ (the base in hold
+mode). Prints one line per check and exits 1 at the first that fails, naming it. Needs PyYAML (Debian: python3-yaml) and kubectl (its
 built-in kustomize renders the manifests).
 """
 
@@ -147,14 +147,19 @@ def check_render(objects, binary, where):
     need(namespace["metadata"]["labels"].get("pod-security.kubernetes.io/enforce") == "restricted", f"{where}: the namespace enforces the restricted Pod Security level")
     need(all(o["metadata"].get("namespace") == ns for o in objects if o["kind"] != "Namespace"), f"{where}: every object is in namespace {ns}")
 
+    # The relay: a Deployment, or with a spool (hold mode) a StatefulSet, each pod on its own volume.
     deployment = named(objects, "Deployment", "mailsluice")
-    pod = deployment["spec"]["template"]["spec"]
-    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    stateful = named(objects, "StatefulSet", "mailsluice")
+    need((deployment is None) != (stateful is None), f"{where}: the relay runs as one Deployment or one StatefulSet")
+    workload = deployment or stateful
+    pod = workload["spec"]["template"]["spec"]
+    labels = workload["spec"]["template"]["metadata"]["labels"]
     (relay,) = pod["containers"]
-    need("replicas" not in deployment["spec"], f"{where}: the HPA, not the Deployment, sets the replicas")
     need(not relay["image"].startswith("localhost/"), f"{where}: an image name Docker and podman both resolve ({relay['image']})")
-    strategy = deployment["spec"]["strategy"]["rollingUpdate"]
-    need(strategy["maxUnavailable"] == 0, f"{where}: a rollout starts a new pod before it stops an old one")
+    if deployment:
+        need("replicas" not in deployment["spec"], f"{where}: the HPA, not the Deployment, sets the replicas")
+        strategy = deployment["spec"]["strategy"]["rollingUpdate"]
+        need(strategy["maxUnavailable"] == 0, f"{where}: a rollout starts a new pod before it stops an old one")
 
     # The config: the ConfigMap the relay mounts, with the key it reads.
     volumes = {v["name"]: v for v in pod["volumes"]}
@@ -174,6 +179,19 @@ def check_render(objects, binary, where):
     config_text = configmap["data"][key]
     config = tomllib.loads(config_text)
     mailsluice_check(binary, config_text, f"{where} ConfigMap")
+
+    # A spool outlives its pod only on a volume of that pod's own: a StatefulSet's claim, kept
+    # when the set scales down (its messages wait for the pod to come back).
+    spool = config.get("spool")
+    need((spool is not None) == (stateful is not None), f"{where}: a StatefulSet if and only if the config has a [spool]")
+    if spool:
+        claims = {c["metadata"]["name"] for c in stateful["spec"].get("volumeClaimTemplates", [])}
+        holds = [m for m in relay["volumeMounts"] if (spool["dir"] + "/").startswith(m["mountPath"].rstrip("/") + "/")]
+        need(len(holds) == 1 and holds[0]["name"] in claims and not holds[0].get("readOnly"), f"{where}: the spool {spool['dir']} is on the pod's own PersistentVolumeClaim")
+        retention = stateful["spec"].get("persistentVolumeClaimRetentionPolicy", {})
+        need(retention.get("whenScaled") == "Retain" and retention.get("whenDeleted") == "Retain", f"{where}: the spools' volumes are kept when the set scales down or goes")
+        need(stateful["spec"].get("replicas", 1) >= 2 and not by_kind(objects, "HorizontalPodAutoscaler"), f"{where}: a fixed count of at least 2, no autoscaler (a scale-down strands a spool)")
+        need(pod["securityContext"].get("fsGroup") is not None, f"{where}: the spool's volume is writable by the relay (fsGroup)")
 
     # Ports and probes: what the config listens on, the container declares, and the probes,
     # Services, NetworkPolicies and ServiceMonitors name.
@@ -263,10 +281,12 @@ def check_render(objects, binary, where):
     need(bool(proxied) == bool(config["smtp"].get("proxy_from")), f"{where}: a Service sending PROXY protocol if and only if proxy_from is set")
 
     # Scaling: an HPA for the Deployment whose scale-down lets each pod drain before the next.
-    (hpa,) = by_kind(objects, "HorizontalPodAutoscaler")
-    need(hpa["spec"]["scaleTargetRef"]["name"] == "mailsluice" and hpa["spec"]["minReplicas"] >= 2, f"{where}: an HPA of at least 2 replicas")
-    down = hpa["spec"]["behavior"]["scaleDown"]
-    need(all(p["type"] == "Pods" and p["value"] == 1 and p["periodSeconds"] >= grace_s for p in down["policies"]) and down.get("selectPolicy") == "Min", f"{where}: the HPA scales down one pod per {grace_s} s or more (a drain's length)")
+    if deployment:
+        (hpa,) = by_kind(objects, "HorizontalPodAutoscaler")
+        target = hpa["spec"]["scaleTargetRef"]
+        need(target["kind"] == "Deployment" and target["name"] == "mailsluice" and hpa["spec"]["minReplicas"] >= 2, f"{where}: an HPA of at least 2 replicas")
+        down = hpa["spec"]["behavior"]["scaleDown"]
+        need(all(p["type"] == "Pods" and p["value"] == 1 and p["periodSeconds"] >= grace_s for p in down["policies"]) and down.get("selectPolicy") == "Min", f"{where}: the HPA scales down one pod per {grace_s} s or more (a drain's length)")
     (pdb,) = by_kind(objects, "PodDisruptionBudget")
     need(selects(pdb["spec"]["selector"]["matchLabels"], labels), f"{where}: the PDB selects the relay")
     (account,) = by_kind(objects, "ServiceAccount")
@@ -276,10 +296,11 @@ def check_render(objects, binary, where):
 def check_kubernetes(deploy, binary, kubectl):
     base = os.path.join(deploy, "kubernetes")
     check_listed(base, "kubernetes")
-    for component in ("nlb", "monitoring"):
+    for component in ("nlb", "monitoring", "hold"):
         check_listed(os.path.join(base, component), f"kubernetes/{component}")
     check_render(render(kubectl, base), binary, "kubernetes")
-    check_render(render(kubectl, os.path.join(deploy, "eks")), binary, "eks")
+    for variant in ("eks", "hold"):
+        check_render(render(kubectl, os.path.join(deploy, variant)), binary, variant)
 
 
 def main():

@@ -71,7 +71,7 @@ pub enum Outcome {
 
 impl Outcome {
     /// Every outcome, in the order docs/operating.md lists them.
-    pub const ALL: [Outcome; 26] = [
+    pub const ALL: [Outcome; 28] = [
         Outcome::Delivered,
         Outcome::Partial,
         Outcome::Throttled,
@@ -98,6 +98,8 @@ impl Outcome {
         Outcome::Shutdown,
         Outcome::StoreUnavailable,
         Outcome::NoRoute,
+        Outcome::Held,
+        Outcome::SpoolFull,
     ];
 
     pub fn as_str(self) -> &'static str {

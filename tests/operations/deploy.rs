@@ -159,6 +159,24 @@ fn a_broken_deployment_file_is_refused() {
             "readinessProbe on /readyz",
         ),
         (
+            "kubernetes/hold/statefulset.yaml",
+            "whenScaled: Retain",
+            "whenScaled: Delete",
+            "hold: the spools' volumes are kept when the set scales down or goes",
+        ),
+        (
+            "kubernetes/hold/statefulset.yaml",
+            "- { name: spool, mountPath: /var/spool/mailsluice }",
+            "- { name: spool, mountPath: /var/spool/other }",
+            "hold: the spool /var/spool/mailsluice is on the pod's own PersistentVolumeClaim",
+        ),
+        (
+            "kubernetes/hold/kustomization.yaml",
+            "  - target: { kind: HorizontalPodAutoscaler, name: mailsluice }",
+            "  - target: { kind: HorizontalPodAutoscaler, name: nothing }",
+            "hold: a fixed count of at least 2, no autoscaler",
+        ),
+        (
             "kubernetes/mailsluice.yaml",
             "/etc/mailsluice/mailsluice.toml",
             "/etc/mailsluice/relay.toml",

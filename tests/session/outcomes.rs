@@ -138,7 +138,7 @@ const fn case(
 }
 
 /// The table: reply, how it is made, outcome, layer named in the log line, in the metric.
-const CASES: [Case; 33] = [
+const CASES: [Case; 35] = [
     case("250 ...", How::Send, "delivered", false, false),
     case("250 ... (refused for {n} of {m} recipients; the sender is sent a report)", How::Send, "partial", false, false),
     case("550 5.6.0 Message contains a bare CR or LF (RFC 5321 2.3.8); not relayed", How::Data(Body::BareLf), "content_rejected", false, false),
@@ -172,6 +172,8 @@ const CASES: [Case; 33] = [
     case("550 5.7.1 From: <{address}> not allowed for user {user}", How::FromOutsideSenders, "sender_refused", false, false),
     case("451 4.7.1 upstream: SES tenant {name} disabled at SES", How::Send, "upstream_tenant_paused", false, false),
     case("554 5.3.5 upstream: SES NotFoundException: {SES's text}", How::Send, "upstream_perm_fail", false, false),
+    case("250 2.0.0 Ok: queued as {id} (held for later delivery)", How::AfterOne, "held", true, false),
+    case("452 4.3.1 Insufficient system storage, try again later", How::AfterOne, "spool_full", true, false),
 ];
 
 /// Rows of those sections no message of a session can get here, and why.
@@ -332,6 +334,17 @@ fn setup(i: usize) -> (String, String, Vec<Up>, Up) {
             "5.3.5",
             "SES NotFoundException: Configuration set <x> does not exist.",
         )),
+        // A hold-mode layer: the message after the first is held, or finds the spool full.
+        33 | 34 => {
+            let dir = crate::support::host::scratch_path("outcomes-spool");
+            let bound = if i == 34 { "max_bytes = 1\n" } else { "" };
+            let hold = format!(
+                "{LAYER}mode = \"hold\"\nmax_wait_ms = 0\n[spool]\ndir = \"{}\"\n\
+                 min_free_bytes = 0\n{bound}",
+                dir.display()
+            );
+            (String::new(), hold, vec![], Up::Take)
+        }
         _ => unreachable!("a case of the table"),
     }
 }
