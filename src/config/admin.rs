@@ -37,16 +37,17 @@ pub struct AdminConfig {
     /// Admin password checks hashing at once, apart from SMTP AUTH's.
     #[serde(default = "default_max_parallel_checks")]
     pub max_parallel_checks: NonZeroUsize,
-    /// Every wrong admin password is answered only after this delay.
-    #[serde(default = "default_failure_delay_ms")]
+    /// Every wrong admin password is answered only after this delay. This and the lockout's
+    /// keys have SMTP AUTH's defaults (`[smtp.auth]`), counted apart.
+    #[serde(default = "super::security::default_failure_delay_ms")]
     pub failure_delay_ms: u64,
     /// Wrong passwords from one address (an IPv6 /64) within `failure_window_ms` after which
     /// it gets 429 for `lockout_ms`, with no check.
-    #[serde(default = "default_max_failures")]
+    #[serde(default = "super::security::default_max_failures")]
     pub max_failures: NonZeroU32,
-    #[serde(default = "default_failure_window_ms")]
+    #[serde(default = "super::security::default_failure_window_ms")]
     pub failure_window_ms: NonZeroU64,
-    #[serde(default = "default_lockout_ms")]
+    #[serde(default = "super::security::default_lockout_ms")]
     pub lockout_ms: NonZeroU64,
 }
 
@@ -61,10 +62,10 @@ impl Default for AdminConfig {
             max_connections: default_max_connections(),
             request_timeout_ms: default_request_timeout_ms(),
             max_parallel_checks: default_max_parallel_checks(),
-            failure_delay_ms: default_failure_delay_ms(),
-            max_failures: default_max_failures(),
-            failure_window_ms: default_failure_window_ms(),
-            lockout_ms: default_lockout_ms(),
+            failure_delay_ms: super::security::default_failure_delay_ms(),
+            max_failures: super::security::default_max_failures(),
+            failure_window_ms: super::security::default_failure_window_ms(),
+            lockout_ms: super::security::default_lockout_ms(),
         }
     }
 }
@@ -80,16 +81,4 @@ fn default_request_timeout_ms() -> NonZeroU64 {
 }
 fn default_max_parallel_checks() -> NonZeroUsize {
     NonZeroUsize::new(1).unwrap()
-}
-fn default_failure_delay_ms() -> u64 {
-    1000
-}
-fn default_max_failures() -> NonZeroU32 {
-    NonZeroU32::new(5).unwrap()
-}
-fn default_failure_window_ms() -> NonZeroU64 {
-    NonZeroU64::new(300_000).unwrap()
-}
-fn default_lockout_ms() -> NonZeroU64 {
-    NonZeroU64::new(300_000).unwrap()
 }

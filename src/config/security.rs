@@ -93,16 +93,16 @@ impl UserConfig {
 fn default_handshake_timeout_ms() -> NonZeroU64 {
     NonZeroU64::new(10_000).unwrap()
 }
-fn default_failure_delay_ms() -> u64 {
+pub(super) fn default_failure_delay_ms() -> u64 {
     1000
 }
-fn default_max_failures() -> NonZeroU32 {
+pub(super) fn default_max_failures() -> NonZeroU32 {
     NonZeroU32::new(5).unwrap()
 }
-fn default_failure_window_ms() -> NonZeroU64 {
+pub(super) fn default_failure_window_ms() -> NonZeroU64 {
     NonZeroU64::new(300_000).unwrap()
 }
-fn default_lockout_ms() -> NonZeroU64 {
+pub(super) fn default_lockout_ms() -> NonZeroU64 {
     NonZeroU64::new(300_000).unwrap()
 }
 

@@ -135,10 +135,14 @@ impl Outcome {
         }
     }
 
-    /// Whether a throttle layer decided it: only then do the log line and the status page
-    /// name a layer (a pause or upstream's word is no layer's doing).
+    /// Whether a throttle layer decided it (or, in hold mode, holds it or could not): only then
+    /// do the log line and the status page name a layer (a pause or upstream's word is no
+    /// layer's doing).
     pub fn by_layer(self) -> bool {
-        matches!(self, Outcome::Throttled | Outcome::CostOverBurst)
+        matches!(
+            self,
+            Outcome::Throttled | Outcome::CostOverBurst | Outcome::Held | Outcome::SpoolFull
+        )
     }
 
     /// Whether the message went (`250`).

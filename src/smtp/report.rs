@@ -97,7 +97,8 @@ fn line(ctx: &Context, facts: &Facts<'_>) {
     let record = facts.record;
     let metrics = &ctx.services.metrics;
     metrics.message(record.outcome);
-    if record.limited.is_some() {
+    // A layer's refusal; a held message was taken, whatever kept it from going now.
+    if record.limited.is_some() && record.outcome == Outcome::Throttled {
         metrics.throttled(&record.layer);
     }
     let layer = record.refusing_layer();

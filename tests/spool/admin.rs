@@ -105,7 +105,7 @@ async fn operators_read_release_remove_and_stop_held_messages() {
     );
     assert!(section.contains("stopped by an operator"), "{section}");
     assert!(
-        page.contains("<td>spool</td><td class=\"ok\">ready</td>"),
+        page.contains("<td class=\"any\">spool</td><td class=\"ok any\">ready</td>"),
         "{page}"
     );
     let (status, _) = request(admin, "POST", "/spool/keys/tenant/acme/release", pw).await;

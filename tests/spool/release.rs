@@ -220,7 +220,7 @@ fn bounce(message_id: &str) -> String {
 #[tokio::test(start_paused = true)]
 async fn a_paused_tenants_held_messages_wait_for_its_resume() {
     let dir = scratch_path("spool-paused");
-    let reputation = "[reputation]\nkey = \"header:X-Tenant\"\nmin_messages = 1\n";
+    let reputation = "[reputation]\nkey = \"header:X-Tenant\"\nmin_messages = 1\nmin_bounces = 1\n";
     let rest = hold_layer(1, 1, 0, "") + &spool_section(&dir, "") + reputation;
     let fwd = Refusing::new(&[]);
     let relay = Relay::start(&config_text("file://unused", "", &rest), fwd.clone()).await;
@@ -256,7 +256,7 @@ async fn a_paused_tenants_held_messages_wait_for_its_resume() {
 async fn reputation_action_hold_holds_a_paused_tenants_messages_until_its_resume() {
     let dir = scratch_path("spool-reputation-hold");
     let reputation =
-        "[reputation]\nkey = \"header:X-Tenant\"\nmin_messages = 1\naction = \"hold\"\n";
+        "[reputation]\nkey = \"header:X-Tenant\"\nmin_messages = 1\nmin_bounces = 1\naction = \"hold\"\n";
     let rest = hold_layer(100, 100, 0, "") + &spool_section(&dir, "") + reputation;
     let fwd = Refusing::new(&[]);
     let relay = Relay::start(&config_text("file://unused", "", &rest), fwd.clone()).await;

@@ -82,7 +82,8 @@ mod tests {
             let said = why(outcome, None);
             assert_eq!(
                 said.is_empty(),
-                outcome.delivered() || outcome == Outcome::Abandoned
+                outcome.delivered() || matches!(outcome, Outcome::Abandoned | Outcome::Held),
+                "{outcome:?}"
             );
         }
         assert_ne!(
