@@ -9,18 +9,21 @@ use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
 
 use crate::support::relay::{smtp_relay, Client, Relay};
 
 /// What the scripted upstream answers transaction `n` (its `n`th MAIL, from 0, counted over
 /// the server): its MAIL, its RCPT, its DATA and its final dot, each as the exact bytes to
-/// write.
+/// write; and `later`, bytes written after the final dot's reply once the test says so
+/// (`Scripted::send_later`), while the relay holds the connection between messages.
 #[derive(Clone)]
 struct Answers {
     mail: Vec<u8>,
     rcpt: Vec<u8>,
     data: Vec<u8>,
     dot: Vec<u8>,
+    later: Vec<u8>,
 }
 
 impl Default for Answers {
@@ -30,6 +33,7 @@ impl Default for Answers {
             rcpt: b"250 2.1.5 ok\r\n".to_vec(),
             data: b"354 go on\r\n".to_vec(),
             dot: b"250 2.0.0 taken\r\n".to_vec(),
+            later: Vec::new(),
         }
     }
 }
@@ -41,6 +45,14 @@ type Script = Arc<dyn Fn(usize) -> Answers + Send + Sync>;
 struct Scripted {
     addr: std::net::SocketAddr,
     bodies: Arc<Mutex<Vec<(usize, String)>>>,
+    later: Arc<Later>,
+}
+
+/// The test's word to write a transaction's `later` bytes, and the server's that it did.
+#[derive(Default)]
+struct Later {
+    go: Notify,
+    written: Notify,
 }
 
 /// What every session of one scripted server shares.
@@ -50,6 +62,7 @@ struct Shared {
     script: Script,
     mails: Arc<AtomicUsize>,
     bodies: Arc<Mutex<Vec<(usize, String)>>>,
+    later: Arc<Later>,
 }
 
 impl Scripted {
@@ -61,8 +74,9 @@ impl Scripted {
             script,
             mails: Arc::new(AtomicUsize::new(0)),
             bodies: Arc::new(Mutex::new(Vec::new())),
+            later: Arc::new(Later::default()),
         };
-        let bodies = shared.bodies.clone();
+        let (bodies, later) = (shared.bodies.clone(), shared.later.clone());
         tokio::spawn(async move {
             for conn in 0.. {
                 let Ok((stream, _)) = listener.accept().await else {
@@ -71,7 +85,18 @@ impl Scripted {
                 tokio::spawn(session(stream, conn, shared.clone()));
             }
         });
-        Scripted { addr, bodies }
+        Scripted {
+            addr,
+            bodies,
+            later,
+        }
+    }
+
+    /// Has the server write the `later` bytes of the transaction waiting to send them;
+    /// returns once they are written.
+    async fn send_later(&self) {
+        self.later.go.notify_one();
+        self.later.written.notified().await;
     }
 
     fn url(&self) -> String {
@@ -136,6 +161,15 @@ async fn session(stream: TcpStream, conn: usize, shared: Shared) {
         if !write(&mut stream, &answer).await {
             return;
         }
+        if verb == "DATA" && !answers.later.is_empty() {
+            shared.later.go.notified().await;
+            // Sent at once, not held back (Nagle) until the relay acknowledges the reply.
+            let _ = stream.get_ref().set_nodelay(true);
+            if !write(&mut stream, &answers.later).await {
+                return;
+            }
+            shared.later.written.notify_one();
+        }
     }
 }
 
@@ -187,6 +221,41 @@ async fn an_extra_line_after_the_final_reply_is_never_the_next_messages_reply() 
         assert_eq!((code, text.as_str()), (250, "2.0.0 taken"));
         let bodies = up.bodies();
         assert_eq!(bodies.len(), 3, "each message sent once");
+        assert_ne!(
+            bodies[0].0, bodies[1].0,
+            "not on the connection out of step"
+        );
+        relay.stop().await;
+    }
+}
+
+/// The first message is taken, and upstream sends one line more once the relay has answered
+/// it and holds the connection idle for the next; the second is refused. The line is found
+/// when the connection is taken again (it is in the socket, not yet read): that connection is
+/// dropped, and the second message goes on a new one, with its own reply.
+#[tokio::test]
+async fn an_extra_line_sent_while_the_connection_is_idle_is_never_the_next_messages_reply() {
+    for (pipelining, script) in both(|n| match n {
+        0 => Answers {
+            later: b"250 2.0.0 extra\r\n".to_vec(),
+            ..Answers::default()
+        },
+        1 => Answers {
+            dot: b"554 5.7.1 second refused\r\n".to_vec(),
+            ..Answers::default()
+        },
+        _ => Answers::default(),
+    }) {
+        let up = Scripted::serve(pipelining, script).await;
+        let (relay, mut c) = relay(&up).await;
+        let (code, text) = send(&mut c, "one").await;
+        assert_eq!((code, text.as_str()), (250, "2.0.0 taken"));
+        up.send_later().await;
+        let (code, text) = send(&mut c, "two").await;
+        assert_eq!(code, 554, "pipelining {pipelining}: {text}");
+        assert!(text.contains("second refused"), "{text}");
+        let bodies = up.bodies();
+        assert_eq!(bodies.len(), 2, "each message sent once");
         assert_ne!(
             bodies[0].0, bodies[1].0,
             "not on the connection out of step"
