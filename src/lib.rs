@@ -11,7 +11,8 @@
 //! | `admin/` | the admin HTTP endpoint (`endpoint`): `/` (the status page, `status_page`), `/healthz`, `/readyz`, `/metrics`, `/buckets/{layer}/{key}`, the reputation guard's endpoints and SNS's posts; its bounded accept loop (`listener`) and its password guard (`guard`) |
 //! | `fuzzing` | (feature `fuzzing`) a session over an in-memory stream, for `fuzz/` and tests |
 //! | `release/` | the spool's driver: held messages taken as they become due, one per key at a time, through `pipeline` with nobody waiting (`client`), what comes of each attempt (`attempt`: removed, again after a backoff, given up), the report to the sender (`dsn`, RFC 3464), the attempt's log line (`report`) |
-//! | `smtp/` | one client's session: the state machine, one file per verb; at the final dot (`deliver`) it reads the message's identity, runs its journey through `pipeline`, answers the verdict (`reply`: every reply text) and logs it once (`report`) |
+//! | `smtp/` | one client's session: the state machine, one file per verb; at the final dot (`deliver`) it reads the message's identity, runs its journey through `pipeline`, answers the verdict and logs it once (`report`) |
+//! | `reply/` | every reply text the relay sends, and how the pipeline's verdicts become replies (`verdicts`): for the session, and for the spool's release (its log line, its report) |
 //! | `pipeline/` | a message's journey with no session in it: the checks before the wait (`admission`), the wait for tokens (`wait`), the upstream leg with its retries and fallback (`forward`), the tokens settled and the reputation guard told (`settle`), one typed `verdict`; what it needs of whoever waits for it (`client`) |
 //! | `state/` | what the running relay's tasks share: `Setup` (what a reload replaces), `Services` (what outlives it), `Context`, `Deps`, `Live` (`context`); the one shutdown signal (`shutdown`) and the grace's end (`grace_over`) |
 //! | `reputation/` | the tenant reputation guard: SES's bounce and complaint events parsed (`events`), counted per tenant over a sliding window (`ledger`), attributed by SES's message id (`attribution`), suppressed addresses (`suppression`), what it notes for the SES sync (`ses_sync`); where all of it lives, behind one trait (`store`): in process (`store::local`) or, with `[redis]`, in Redis shared by every replica (`store::redis`, failing open) |
@@ -39,10 +40,10 @@
 //!    a quota reply pausing the upstream, the fallback;
 //! 6. `pipeline/settle.rs`: the tokens settled, the reputation guard told;
 //! 7. `pipeline/verdict.rs`, typed, back in `smtp/deliver.rs`, which answers it
-//!    (`smtp/reply/`) and logs it once (`smtp/report.rs`).
+//!    (`reply/`) and logs it once (`smtp/report.rs`).
 //!
 //! A new check before the wait (a per-tenant daily cap, say) touches `pipeline/admission.rs`
-//! (its `Step`, its arm, its `Scope`), `smtp/reply/mod.rs` (its words), and where its state is
+//! (its `Step`, its arm, its `Scope`), `reply/mod.rs` (its words), and where its state is
 //! kept when it has some (`state/context.rs`, a `Services` field), its outcome
 //! (`message/outcome.rs`, docs/operating.md), plus its config rows (`config/`,
 //! docs/configuration.md) and docs/replies.md.
@@ -77,6 +78,7 @@ pub mod pipeline;
 pub mod policy;
 pub mod redis;
 pub mod release;
+pub mod reply;
 pub mod reputation;
 pub mod serve;
 pub mod smtp;

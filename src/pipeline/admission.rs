@@ -19,7 +19,7 @@
 //!
 //! Every pause a message can meet is a [`Paused`], scoped: an upstream, an upstream's tenant,
 //! a reputation tenant. A new rule (a per-tenant daily cap, say) is one more [`Step`] here,
-//! and its words where the driver answers (the session: `smtp::reply`).
+//! and its words where the driver answers (`crate::reply`).
 
 use std::net::SocketAddr;
 use std::time::Duration;

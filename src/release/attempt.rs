@@ -17,7 +17,7 @@ use crate::config::SpoolConfig;
 use crate::message::{Envelope, Outcome};
 use crate::pipeline::{self, End, Message, NotAdmitted, Paused, Unanswered, Verdict};
 use crate::policy::{self, MessageFacts};
-use crate::smtp::reply::{self, Reply};
+use crate::reply::{self, Reply};
 use crate::spool::{Held, Spool, Ticket, ToHold};
 use crate::state::context::Context;
 use crate::state::grace_over::Bell;

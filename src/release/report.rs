@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use super::dsn::Failure;
 use crate::observe::traces::MessageSpans;
 use crate::pipeline::Verdict;
-use crate::smtp::reply::Reply;
+use crate::reply::Reply;
 use crate::spool::Ticket;
 use crate::state::context::Context;
 

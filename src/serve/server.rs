@@ -13,7 +13,8 @@ use tokio_util::task::TaskTracker;
 
 use crate::admin::endpoint::Admin;
 use crate::inbound::proxy::{self, Attempt, Claim, PeerStream};
-use crate::smtp::{self, reply};
+use crate::reply;
+use crate::smtp;
 use crate::state::context::{Context, Deps};
 use crate::state::shutdown::Shutdown;
 

@@ -13,10 +13,10 @@ use base64::Engine;
 use smtp_proto::{AUTH_LOGIN, AUTH_PLAIN};
 
 use super::conn::{Line, Stop};
-use super::reply::{self, Reply};
 use super::session::{AuthUser, Flow, Session};
 use crate::inbound::login::Login;
 use crate::policy::Binding;
+use crate::reply::{self, Reply};
 use crate::state::context::Context;
 
 /// How an exchange ended without complete credentials.

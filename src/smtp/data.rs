@@ -9,11 +9,11 @@ use tokio::time::Instant;
 
 use super::conn::Stop;
 use super::data_reader::{DataProblem, DataReader};
-use super::reply::{self, Reply};
 use super::report;
 use super::session::{Flow, Session};
 use crate::message::Outcome;
 use crate::observe::activity::Activity;
+use crate::reply::{self, Reply};
 
 impl Session {
     pub async fn data(&mut self) -> Flow {

@@ -10,13 +10,13 @@ use tokio::time::Instant;
 use super::conn::Conn;
 use super::hold::{self, Holding};
 use super::received::{self, Trace};
-use super::reply;
 use super::report::{self, Answered};
 use super::session::{Flow, Session};
 use crate::message::Envelope;
 use crate::observe::activity::{Activity, Doing};
 use crate::pipeline::{self, Client, Message, Verdict};
 use crate::policy::{self, MessageFacts};
+use crate::reply;
 use crate::state::grace_over::Bell;
 
 impl Session {

@@ -1,8 +1,8 @@
 //! EHLO and HELO: greet, reset any transaction (RFC 5321 4.1.4), and list what we offer.
 //! STARTTLS is listed only before TLS; AUTH only under TLS unless `allow_plaintext_auth`.
 
-use super::reply::Reply;
 use super::session::{Greeting, Session};
+use crate::reply::Reply;
 
 impl Session {
     pub fn ehlo(&mut self, name: &str, esmtp: bool) {

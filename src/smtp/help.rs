@@ -1,7 +1,7 @@
 //! HELP: the verbs this relay knows.
 
-use super::reply::Reply;
 use super::session::Session;
+use crate::reply::Reply;
 
 impl Session {
     pub fn help(&mut self) {

@@ -3,9 +3,9 @@
 //! MAIL and RCPT lines are read by `path`, not smtp-proto, so the envelope stays as written.
 
 use super::path::{self, Param, PathError};
-use super::reply::{self, Reply};
 use super::session::Session;
 use crate::message::Envelope;
+use crate::reply::{self, Reply};
 use crate::{pipeline, policy};
 
 /// What MAIL's parameters ask for.

@@ -12,7 +12,8 @@
 //! - `path`: the address and parameters of MAIL and RCPT, kept as the client wrote them.
 //! - `received`: the `Received:` trace header.
 //! - `conn` and `data_reader`: the bytes in and out, and the DATA section.
-//! - `reply`: every reply text, and how the pipeline's verdicts become replies.
+//!
+//! Every reply text is in `crate::reply`, shared with the spool's release.
 
 mod auth;
 mod conn;
@@ -26,7 +27,6 @@ mod mail;
 mod path;
 mod rcpt;
 mod received;
-pub mod reply;
 mod report;
 mod reputation;
 mod rset;
@@ -60,7 +60,7 @@ pub async fn serve(
 }
 
 /// Tells a client over the connection bound why it is turned away, then closes.
-pub async fn refuse(stream: &mut dyn conn::AsyncStream, reply: &reply::Reply) {
+pub async fn refuse(stream: &mut dyn conn::AsyncStream, reply: &crate::reply::Reply) {
     use tokio::io::AsyncWriteExt;
     let mut out = Vec::new();
     reply.write_to(&mut out);

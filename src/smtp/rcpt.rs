@@ -4,8 +4,8 @@
 //! literals are taken (RFC 5321 4.5.1, 4.1.3).
 
 use super::path::{self, PathError};
-use super::reply::{self, Reply};
 use super::session::Session;
+use crate::reply::{self, Reply};
 
 impl Session {
     pub(super) async fn rcpt(&mut self, rest: &str) {

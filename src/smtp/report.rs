@@ -8,10 +8,10 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
-use super::reply::Reply;
 use crate::message::Outcome;
 use crate::observe::traces::MessageSpans;
 use crate::pipeline::{Message, Record, Verdict};
+use crate::reply::Reply;
 use crate::state::context::Context;
 use crate::throttle::LimitReason;
 

@@ -6,13 +6,13 @@
 
 use tokio::time::Instant;
 
-use super::reply::{self, Reply};
 use super::report;
 use super::session::Session;
 use crate::config::Action;
 use crate::message::{Envelope, Outcome};
 use crate::pipeline;
 use crate::policy::{self, TenantKey};
+use crate::reply::{self, Reply};
 
 impl Session {
     /// At MAIL: the refusal of a tenant past a limit, when its key is known now, with the

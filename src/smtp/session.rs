@@ -11,10 +11,10 @@ use tokio::time::Instant;
 
 use super::conn::{Conn, Line, Stop};
 use super::received::Repeats;
-use super::reply::{self, Reply};
 use crate::message::Envelope;
 use crate::observe::activity::Doing;
 use crate::policy::Binding;
+use crate::reply::{self, Reply};
 use crate::state::context::Context;
 use crate::state::grace_over::Bell;
 use crate::state::shutdown::Shutdown;

@@ -3,8 +3,8 @@
 //! injected into the encrypted session (CVE-2011-0411), and everything learnt before TLS
 //! (EHLO, a transaction, AUTH) is forgotten: the client starts over with EHLO.
 
-use super::reply::{self, Reply};
 use super::session::{Flow, Session};
+use crate::reply::{self, Reply};
 
 impl Session {
     pub async fn starttls(&mut self) -> Flow {

@@ -1,8 +1,8 @@
 //! VRFY: a relay cannot verify mailboxes it does not own; 252 is RFC 5321 3.5.3's answer for
 //! "will accept and try".
 
-use super::reply::Reply;
 use super::session::Session;
+use crate::reply::Reply;
 
 impl Session {
     pub fn vrfy(&mut self) {

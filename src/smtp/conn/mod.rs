@@ -14,7 +14,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::{Instant, Sleep};
 
 use super::data_reader::DataReader;
-use super::reply::Reply;
+use crate::reply::Reply;
 use crate::state::shutdown::Shutdown;
 
 /// Any byte stream a session can run on: plain TCP now, TLS after STARTTLS.
