@@ -92,7 +92,8 @@ async fn message(State(live): State<Arc<Live>>, Path(id): Path<String>) -> Respo
     Json(body).into_response()
 }
 
-/// `POST /spool/{id}/release`: try it now (it still waits for its tokens).
+/// `POST /spool/{id}/release`: try it now (it still waits for its tokens); a failed message
+/// is put back in its key's queue first.
 async fn release(State(live): State<Arc<Live>>, Path(id): Path<String>) -> Response {
     let Some(spool) = spool(&live) else {
         return off();
@@ -100,14 +101,25 @@ async fn release(State(live): State<Arc<Live>>, Path(id): Path<String>) -> Respo
     let Some((_, entry)) = spool.get(&id) else {
         return answer(StatusCode::NOT_FOUND, "no such message in the spool");
     };
+    if entry.state == Held::Failed {
+        return match spool.requeue(&id).await {
+            Ok(true) => Json(json!({ "released": id, "requeued": true })).into_response(),
+            Ok(false) => answer(StatusCode::CONFLICT, "it is being put back already"),
+            Err(e) => {
+                let why = format!("moving it back to held/: {e}");
+                answer(StatusCode::INTERNAL_SERVER_ERROR, &why)
+            }
+        };
+    }
     if spool.release_now(&id) {
         return Json(json!({ "released": id })).into_response();
     }
     let why = match entry.state {
         Held::Releasing => "it is being released now",
-        Held::Failed => "it failed for good: read it in failed/, or delete it",
         Held::Writing => "it is being written",
-        Held::Held => "it waits behind earlier messages of its key (first in, first out)",
+        Held::Held | Held::Failed => {
+            "it waits behind earlier messages of its key (first in, first out)"
+        }
     };
     answer(StatusCode::CONFLICT, why)
 }

@@ -258,6 +258,36 @@ impl Index {
         }
     }
 
+    /// Takes failed message `id` out of the failed ones, to be put back in its key's queue.
+    pub fn take_failed(&mut self, id: &str) -> Option<(HeldKey, Entry)> {
+        let (key, entry) = self.failed.remove(id)?;
+        self.bytes -= entry.bytes;
+        Some((key, entry))
+    }
+
+    /// Puts a message taken by [`Index::take_failed`] back among the failed.
+    pub fn put_failed(&mut self, key: HeldKey, entry: Entry) {
+        self.bytes += entry.bytes;
+        self.failed.insert(entry.id.clone(), (key, entry));
+    }
+
+    /// A failed message back in `key`'s queue, to go from `now`: in its place by arrival, as
+    /// at a restart, but never before a head being written or released.
+    pub fn requeue(&mut self, key: &HeldKey, mut entry: Entry, now: Nanos) {
+        (entry.state, entry.next, entry.attempts) = (State::Held, now, 0);
+        self.bytes += entry.bytes;
+        self.ids.insert(entry.id.clone(), key.clone());
+        let queue = self.queues.entry(key.clone()).or_default();
+        let busy = queue.front().is_some_and(|head| head.state != State::Held);
+        let later = queue.iter().position(|e| e.seq > entry.seq);
+        let at = later.unwrap_or(queue.len()).max(usize::from(busy));
+        if let Some(head) = queue.front().filter(|_| at == 0) {
+            self.due.remove(&(head.next, head.seq));
+        }
+        queue.insert(at, entry);
+        self.schedule_head(key);
+    }
+
     /// The failed messages held since before `before_ms` (Unix milliseconds).
     pub fn failed_before(&self, before_ms: u64) -> Vec<(HeldKey, Entry)> {
         (self.failed.values())

@@ -1,6 +1,6 @@
 //! What the operators read of the spool and do to it: its counts and its keys, one message's
-//! entry and meta, a message tried now, a key stopped (`admin::spool`, the status page, the
-//! metrics); and the failed messages past their time.
+//! entry and meta, a message tried now (a failed one put back in its queue), a key stopped
+//! (`admin::spool`, the status page, the metrics); and the failed messages past their time.
 
 use super::index::{Entry, KeyCount, State};
 use super::layout::file_name;
@@ -49,6 +49,27 @@ impl Spool {
         let moved = self.index().now(id, now);
         self.changed.notify_one();
         moved
+    }
+
+    /// Puts failed message `id` back in its key's queue, to be tried now, as `postsuper -r`
+    /// does: its file moved back to `held/`. Whether it was a failed message.
+    pub async fn requeue(&self, id: &str) -> std::io::Result<bool> {
+        let Some((key, entry)) = self.index().take_failed(id) else {
+            return Ok(false);
+        };
+        let name = file_name(entry.seq, id);
+        let (from, to) = (self.layout.failed.join(&name), self.layout.held.join(&name));
+        let moved = tokio::task::spawn_blocking(move || std::fs::rename(from, to)).await;
+        if let Err(e) = moved.map_err(std::io::Error::other).and_then(|moved| moved) {
+            self.index().put_failed(key, entry);
+            return Err(e);
+        }
+        let _ = self.held_sync.sync().await;
+        let _ = self.failed_sync.sync().await;
+        let now = self.clock.now();
+        self.index().requeue(&key, entry, now);
+        self.changed.notify_one();
+        Ok(true)
     }
 
     /// Stops releasing `key`'s messages, or lets them go again (an operator's hold).

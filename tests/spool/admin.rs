@@ -177,3 +177,60 @@ async fn an_operator_releases_a_message_before_its_backoff_ends() {
     .await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A failed message (refused for good, no `report_from`) put back by an operator, as
+/// `postsuper -r` does: `POST /spool/{id}/release` moves its file back to `held/`, and it goes
+/// once upstream takes it.
+#[tokio::test(start_paused = true)]
+async fn an_operator_puts_a_failed_message_back_and_it_goes() {
+    let dir = scratch_path("spool-admin-requeue");
+    let admin_section = format!("[admin]\npassword_hash = \"{}\"\n", cheap_hash("s3cret"));
+    let rest = hold_layer(1, 1, 0, "") + &spool_section(&dir, "") + &admin_section;
+    let fwd = Refusing::new(&["gone@example.net"]);
+    let config = crate::support::relay::config_text("file://unused", "", &rest);
+    let relay = crate::support::relay::Relay::start(&config, fwd.clone()).await;
+    let admin = relay.start_admin().await;
+    let mut c = relay.memory_client().await;
+    let m0 = message("acme", "m0");
+    let (code, _) = c
+        .send_mail("a@acme.example", &["ok@example.net"], &m0)
+        .await;
+    assert_eq!(code, 250);
+    let m1 = message("acme", "m1");
+    let (code, text) = c
+        .send_mail("a@acme.example", &["gone@example.net"], &m1)
+        .await;
+    assert_eq!(code, 250, "{text}");
+    let id = queued_id(&text);
+    run_until("m1 failed", SEC / 10, 30 * SEC, || {
+        files(&dir, "failed") == 1
+    })
+    .await;
+    let pw = Some("s3cret");
+    let (status, body) = request(admin, "GET", &format!("/spool/{id}"), pw).await;
+    assert_eq!(
+        (status, &json(&body)["state"]),
+        (200, &Value::from("failed")),
+        "{body}"
+    );
+    // The mailbox is back; the operator puts the message back.
+    fwd.refused.lock().unwrap().clear();
+    let (status, body) = request(admin, "POST", &format!("/spool/{id}/release"), pw).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(json(&body)["requeued"], true, "{body}");
+    assert_eq!((files(&dir, "failed"), files(&dir, "held")), (0, 1));
+    run_until("m1 upstream", SEC / 10, 10 * SEC, || {
+        fwd.messages().len() == 2
+    })
+    .await;
+    let subjects: Vec<String> = fwd.messages().iter().map(|(_, m)| subject_of(m)).collect();
+    assert_eq!(subjects, ["m0", "m1"]);
+    run_until("the spool empty", SEC / 10, 10 * SEC, || {
+        files(&dir, "held") == 0 && relay.metric("mailsluice_spool_failed") == 0.0
+    })
+    .await;
+    // Gone: nothing to put back twice.
+    let (status, _) = request(admin, "POST", &format!("/spool/{id}/release"), pw).await;
+    assert_eq!(status, 404);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -86,3 +86,33 @@ fn a_failed_message_is_kept_apart_and_counted() {
     assert!(index.failed_before(1_000).is_empty());
     assert_eq!(index.failed_before(1_001).len(), 1);
 }
+
+/// A failed message put back goes in its place by arrival, ahead of later ones, but never
+/// ahead of a head being released; its bytes are counted once throughout.
+#[test]
+fn a_requeued_message_takes_its_place_by_arrival() {
+    let mut index = Index::default();
+    for id in ["a1", "a2", "a3"] {
+        index.reserve(&key("a"), id, 10, 0, (None, 1000)).unwrap();
+        index.written(id, false, 0);
+    }
+    let first = index.take_due(0, 10);
+    assert_eq!(&*first[0].id, "a1");
+    index.failed("a1", "550 gone".into());
+    assert_eq!(index.totals(), (2, 1, 30));
+    let (k, entry) = index.take_failed("a1").unwrap();
+    assert_eq!(index.totals(), (2, 0, 20));
+    index.requeue(&k, entry, 50);
+    assert_eq!(index.totals(), (3, 0, 30));
+    let again = index.take_due(50, 10);
+    assert_eq!((&*again[0].id, again[0].attempt), ("a1", 1), "ahead of a2");
+    // a2 with upstream now: a1, failed again and put back, waits behind it.
+    index.failed("a1", "550 gone".into());
+    let taken = index.take_due(60, 10);
+    assert_eq!(&*taken[0].id, "a2");
+    let (k, entry) = index.take_failed("a1").unwrap();
+    index.requeue(&k, entry, 60);
+    assert!(index.take_due(100, 10).is_empty(), "a2 is still with upstream");
+    index.remove("a2");
+    assert_eq!(&*index.take_due(100, 10)[0].id, "a1");
+}
