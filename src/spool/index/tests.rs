@@ -112,7 +112,10 @@ fn a_requeued_message_takes_its_place_by_arrival() {
     assert_eq!(&*taken[0].id, "a2");
     let (k, entry) = index.take_failed("a1").unwrap();
     index.requeue(&k, entry, 60);
-    assert!(index.take_due(100, 10).is_empty(), "a2 is still with upstream");
+    assert!(
+        index.take_due(100, 10).is_empty(),
+        "a2 is still with upstream"
+    );
     index.remove("a2");
     assert_eq!(&*index.take_due(100, 10)[0].id, "a1");
 }
