@@ -15,6 +15,8 @@
 //! | `telemetry.rs` | `[telemetry]`, OTLP traces |
 //! | `reputation.rs` | `[reputation]`: bounce and complaint rates per tenant, SES's events |
 //! | `admin.rs` | `[admin]`, the admin HTTP endpoint and its bounds |
+//! | `webhook.rs` | `[[webhook]]`: a tenant's events posted to its URL, signed |
+//! | `network.rs` | which addresses are internal (refused to MX hosts and webhooks unless allowed) |
 //!
 //! Constraints live in the types (non-zero numbers, closed enums, URLs and key sources parsed
 //! by `TryFrom`) so that a bad value is refused by the parser itself, whose error names the
@@ -27,6 +29,7 @@ use serde::Deserialize;
 
 mod admin;
 mod key_source;
+pub mod network;
 mod redis;
 mod replies;
 mod reputation;
@@ -37,6 +40,7 @@ mod smtp;
 mod telemetry;
 mod throttle;
 mod upstream;
+mod webhook;
 
 pub use admin::AdminConfig;
 pub use key_source::{BadKeySource, KeySource, UnknownKeySource, MAX_KEY_BYTES};
@@ -58,6 +62,7 @@ pub use upstream::{
     SmtpUpstream, UpstreamConfig, UpstreamKeyError, UpstreamKind, UpstreamTls, UpstreamUrlError,
     DEFAULT_NAME,
 };
+pub use webhook::{EventType, Secret, WebhookConfig, WebhookRule, WebhookUrl};
 
 /// A configuration that could not be used; the text says which key and where.
 #[derive(Debug, thiserror::Error)]
@@ -112,6 +117,8 @@ pub enum RuleProblem {
     Redis(#[from] RedisRule),
     #[error(transparent)]
     Reputation(#[from] ReputationRule),
+    #[error(transparent)]
+    Webhook(#[from] WebhookRule),
 }
 
 impl BrokenRule {
@@ -160,6 +167,9 @@ pub struct Config {
     pub telemetry: Option<TelemetryConfig>,
     /// The tenant reputation guard; off when the section is absent.
     pub reputation: Option<ReputationConfig>,
+    /// `[[webhook]]`: tenants' events posted to their URLs; none when absent.
+    #[serde(rename = "webhook", default)]
+    pub webhooks: Vec<WebhookConfig>,
 }
 
 impl Config {
@@ -199,6 +209,7 @@ impl Config {
         let mut config: Config = toml::from_str(text).map_err(InvalidConfig::Toml)?;
         config.admin_hash_from_env(text)?;
         config.validate(text)?;
+        webhook::prepare(&mut config, text)?;
         for upstream in &mut config.upstreams {
             upstream.default_helo_name(&config.smtp.hostname);
         }
