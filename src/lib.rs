@@ -19,6 +19,7 @@
 //! | `observe/` | what the relay records about itself: Prometheus metrics (`metrics`), the last refusals, deliveries and upstreams' times (`recent`), an error's short cause (`cause`), the human log format's fields (`log_format`), OTLP traces of the messages (`traces`), what the sessions are doing (`activity`) |
 //! | `inbound/` | inbound security: TLS (`tls`), password hashes (`password`), the AUTH lockout (`auth_lockout`), connections per client address (`connection_limit`), the PROXY protocol header a balancer opens its connections with (`proxy`) |
 //! | `throttle/` | token buckets (pure math in `bucket`), key tables, stores (local; Redis: its scripts and keys, over `redis/`'s connection), layers with FIFO queues (fair by tenant with `fair_by`), stacked layers taken all or nothing (`stack`) |
+//! | `webhook/` | tenant event webhooks: an event and a batch (`event`), each webhook's bounded queue (`queue`), its signed POSTs (`sign`, `post`) and its delivery task with retries (`deliver`); fed by the session's verdict (`smtp/report`) and the reputation guard |
 //! | `message/` | plain data about one message: its `Envelope`, its `Outcome`, its header fields by byte range (`header`), its `Received:` hops and our mark in them (`received`) |
 //! | `redis/` | Redis as the throttle's shared layers and the reputation guard reach it, each with its own scripts and keys: its options from `[redis]` (`options`), a connection to one server, a Cluster or the primary that Sentinel names, followed through a failover (`connection`), a call that did not answer (`error`) |
 //! | `clock` | monotonic integer time, injected (`Clock`; `TokioClock`, `FakeClock` for tests) |
@@ -80,6 +81,7 @@ pub mod smtp;
 pub mod state;
 pub mod throttle;
 pub mod upstream;
+pub mod webhook;
 
 pub use serve::server::{run, Listeners};
 pub use state::context::{Context, Deps};

@@ -13,6 +13,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Metric, Registry};
 
 use super::activity::Activities;
+use super::webhooks::WebhookFamilies;
 use crate::config::OnError;
 use crate::message::Outcome;
 use crate::throttle::Throttle;
@@ -88,6 +89,7 @@ pub struct Metrics {
     upstream_seconds: Family<UpstreamLabel, Histogram>,
     connections: Gauge,
     activities: Activities,
+    webhooks: WebhookFamilies,
     layer_limit: Family<LayerLabel, Gauge>,
     upstream_throttled: Family<ReasonLabel, Counter>,
     upstream_paused: Family<UpstreamLabel, Gauge>,
@@ -205,6 +207,7 @@ impl Metrics {
             ),
             connections: add(r, "connections_open", "Client connections open"),
             activities: Activities::register(r),
+            webhooks: WebhookFamilies::register(r),
             layer_limit: add(r, "layer_limit", layer),
             upstream_throttled: add(r, "upstream_throttled", by_reason),
             upstream_paused: add(
@@ -459,6 +462,11 @@ impl Metrics {
     }
 
     /// What the sessions are doing (each session holds its place, see `activity`).
+    /// The webhooks' metrics.
+    pub fn webhooks(&self) -> &WebhookFamilies {
+        &self.webhooks
+    }
+
     pub fn activities(&self) -> &Activities {
         &self.activities
     }

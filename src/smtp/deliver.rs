@@ -26,6 +26,7 @@ impl Session {
         let id = message_id();
         let added = self.added_fields(&id, &envelope, &identity);
         let message = Message {
+            id: &id,
             envelope: &envelope,
             body: &body,
             identity: &identity,

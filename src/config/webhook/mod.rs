@@ -38,7 +38,10 @@ pub struct WebhookConfig {
     #[serde(default)]
     pub allow_networks: Vec<IpNet>,
     /// A PEM file of certificates trusted besides the system's roots (a private CA).
-    pub ca_file: Option<PathBuf>,
+    pub ca_file: Option<Spanned<PathBuf>>,
+    /// The certificates of `ca_file` (DER), read at load.
+    #[serde(skip)]
+    pub ca_certs: Vec<Vec<u8>>,
     /// Events held for it at most; past it the oldest is dropped (and counted).
     #[serde(default = "default_max_queue")]
     pub max_queue: NonZeroUsize,
@@ -64,7 +67,7 @@ impl std::fmt::Debug for Secret {
 }
 
 /// What a webhook can be told of.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EventType {
     /// Upstream took the message (its `250`).
@@ -179,6 +182,8 @@ pub enum WebhookRule {
     DuplicateName(String),
     #[error("no events listed: leave `events` out for all of them")]
     NoEvents,
+    #[error("cannot read certificates from {0}: {1}")]
+    CaFile(PathBuf, String),
 }
 
 /// Splits `url`: `https://host[:port][/path]` (or `http://`).
@@ -235,6 +240,22 @@ fn check_url(hook: &WebhookConfig) -> Result<(), WebhookRule> {
     Ok(())
 }
 
+/// The certificates of a PEM file, at least one.
+fn read_certs(path: &std::path::Path) -> Result<Vec<Vec<u8>>, WebhookRule> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::CertificateDer;
+    let fail = |e: String| WebhookRule::CaFile(path.to_owned(), e);
+    let pem = std::fs::read(path).map_err(|e| fail(e.to_string()))?;
+    let certs = CertificateDer::pem_slice_iter(&pem)
+        .map(|c| c.map(|c| c.to_vec()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| fail(e.to_string()))?;
+    match certs.is_empty() {
+        true => Err(fail("no certificate in it".into())),
+        false => Ok(certs),
+    }
+}
+
 /// Names each unnamed webhook, reads each secret from its variable, and checks every rule
 /// of the tables; errors name the key and its line.
 pub(super) fn prepare(config: &mut Config, text: &str) -> Result<(), BrokenRule> {
@@ -259,6 +280,10 @@ pub(super) fn prepare(config: &mut Config, text: &str) -> Result<(), BrokenRule>
             return Err(at(hook.tenant.span(), "webhook.events", WebhookRule::NoEvents));
         }
         check_url(hook).map_err(|e| at(hook.url.span(), "webhook.url", e))?;
+        if let Some(path) = &hook.ca_file {
+            let certs = read_certs(path.get_ref());
+            hook.ca_certs = certs.map_err(|e| at(path.span(), "webhook.ca_file", e))?;
+        }
         let var = hook.secret_env.get_ref();
         match std::env::var(var) {
             Ok(secret) if !secret.trim().is_empty() => hook.secret = Secret(secret),

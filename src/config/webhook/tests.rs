@@ -96,3 +96,16 @@ fn two_webhooks_may_not_share_a_name() {
     let err = parse(&format!("{one}\n[[webhook]]\n{one}")).unwrap_err();
     assert!(err.contains("webhook.name") && err.contains("`n`"), "{err}");
 }
+
+#[test]
+fn a_ca_file_must_hold_a_certificate() {
+    let err = parse(&hook("https://h.example.com/", "ca_file = \"/nonexistent/ca.pem\""));
+    let err = err.unwrap_err();
+    assert!(err.contains("webhook.ca_file") && err.contains("/nonexistent/ca.pem"), "{err}");
+    let empty = std::env::temp_dir().join(format!("mailsluice-empty-ca-{}.pem", std::process::id()));
+    std::fs::write(&empty, "not a certificate\n").unwrap();
+    let extra = format!("ca_file = \"{}\"", empty.display());
+    let err = parse(&hook("https://h.example.com/", &extra)).unwrap_err();
+    assert!(err.contains("no certificate"), "{err}");
+    std::fs::remove_file(empty).unwrap();
+}
