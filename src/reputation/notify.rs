@@ -42,7 +42,13 @@ pub(super) fn feedback(webhooks: &Webhooks, tenant: &str, ses: &Event, suppresse
         webhooks.emit(event);
     }
     if suppressed {
-        addresses(webhooks, tenant, &ses.recipients, ses.kind, Some(&ses.message_id));
+        addresses(
+            webhooks,
+            tenant,
+            &ses.recipients,
+            ses.kind,
+            Some(&ses.message_id),
+        );
     }
 }
 

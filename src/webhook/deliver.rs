@@ -49,7 +49,11 @@ async fn deliver(hook: &Hook, clock: &dyn Clock, batch: &[Event]) {
     let attempts = hook.config.max_attempts.get();
     let mut pause = FIRST_BACKOFF;
     for attempt in 1..=attempts {
-        let signed = signature(hook.config.secret.0.as_bytes(), clock.unix_now_secs(), &body);
+        let signed = signature(
+            hook.config.secret.0.as_bytes(),
+            clock.unix_now_secs(),
+            &body,
+        );
         let error = match hook.poster.post(body.clone(), &signed).await {
             Ok(_) => {
                 hook.counters.sent.inc_by(n);

@@ -120,7 +120,11 @@ impl Webhooks {
 
     /// Hands `event` to every webhook that wants it, without waiting.
     pub fn emit(&self, event: Event) {
-        for hook in self.hooks.iter().filter(|h| h.wants(&event.tenant, event.kind)) {
+        for hook in self
+            .hooks
+            .iter()
+            .filter(|h| h.wants(&event.tenant, event.kind))
+        {
             hook.queue.push(event.clone());
         }
     }

@@ -62,7 +62,10 @@ impl Poster {
         let url = config.target().ok()?;
         let mut store = rustls::RootCertStore::empty();
         store.add_parsable_certificates(roots.iter().cloned());
-        let extra = config.ca_certs.iter().map(|c| CertificateDer::from(c.clone()));
+        let extra = config
+            .ca_certs
+            .iter()
+            .map(|c| CertificateDer::from(c.clone()));
         store.add_parsable_certificates(extra);
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
         let tls = rustls::ClientConfig::builder_with_provider(provider)
@@ -132,7 +135,11 @@ impl Poster {
         })
     }
 
-    fn request(&self, body: Bytes, signature: &str) -> Result<http::Request<Full<Bytes>>, PostError> {
+    fn request(
+        &self,
+        body: Bytes,
+        signature: &str,
+    ) -> Result<http::Request<Full<Bytes>>, PostError> {
         let url = &self.url;
         let host = match url.host.contains(':') {
             true => format!("[{}]", url.host),

@@ -48,8 +48,12 @@ mod tests {
         assert_eq!(sig, format!("t=1764777600,v1={whole}"));
         assert_ne!(signature(b"other", 1_764_777_600, body), sig);
         // The example of docs/webhooks.md.
-        let doc = "t=1764777600,v1=c0edb3e4c8fe355e56ecafaf85a84105a43acb68b1b6b294ba55b14d18a2cb4a";
-        assert_eq!(signature(b"whsec_test", 1_764_777_600, br#"{"events":[]}"#), doc);
+        let doc =
+            "t=1764777600,v1=c0edb3e4c8fe355e56ecafaf85a84105a43acb68b1b6b294ba55b14d18a2cb4a";
+        assert_eq!(
+            signature(b"whsec_test", 1_764_777_600, br#"{"events":[]}"#),
+            doc
+        );
         assert_ne!(signature(b"Jefe", 1_764_777_601, body), sig);
     }
 }

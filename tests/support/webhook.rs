@@ -107,7 +107,10 @@ impl Receiver {
 
     /// Every event of every POST, in order.
     pub fn events(&self) -> Vec<serde_json::Value> {
-        self.deliveries().iter().flat_map(Delivery::events).collect()
+        self.deliveries()
+            .iter()
+            .flat_map(Delivery::events)
+            .collect()
     }
 
     /// A `[[webhook]]` table posting to it (`/hook`), trusting its certificate, with `extra`.
@@ -169,8 +172,9 @@ fn acceptor(cert: &TestCert) -> TlsAcceptor {
 /// `secret`, and `t` within `tolerance` seconds of `now`.
 pub fn verified(secret: &[u8], header: &str, body: &[u8], tolerance: u64, now: u64) -> bool {
     use hmac::{Hmac, KeyInit, Mac};
-    let fields: std::collections::HashMap<&str, &str> =
-        (header.split(',')).filter_map(|p| p.split_once('=')).collect();
+    let fields: std::collections::HashMap<&str, &str> = (header.split(','))
+        .filter_map(|p| p.split_once('='))
+        .collect();
     let (Some(Ok(t)), Some(v1)) = (fields.get("t").map(|t| t.parse::<u64>()), fields.get("v1"))
     else {
         return false;

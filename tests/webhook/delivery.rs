@@ -22,7 +22,12 @@ async fn a_receiver_that_never_answers_costs_the_mail_nothing_and_the_bound_hold
     c.cmd("EHLO x").await;
     for i in 0..10 {
         let to = format!("r{i}@example.com");
-        assert_eq!(c.send_mail("a@acme.example", &[&to], &message("acme")).await.0, 250);
+        assert_eq!(
+            c.send_mail("a@acme.example", &[&to], &message("acme"))
+                .await
+                .0,
+            250
+        );
     }
     // Every reply came while the clock stood still: none waited for the receiver.
     assert_eq!(started.elapsed(), Duration::ZERO);
@@ -33,7 +38,10 @@ async fn a_receiver_that_never_answers_costs_the_mail_nothing_and_the_bound_hold
     assert!((6..=7).contains(&dropped), "{dropped}");
     let admin = relay.start_admin().await;
     let (_, page) = get(admin, "/").await;
-    assert!(page.contains("<h2>Webhooks</h2>") && page.contains("webhook1"), "{page}");
+    assert!(
+        page.contains("<h2>Webhooks</h2>") && page.contains("webhook1"),
+        "{page}"
+    );
     drop(held);
     // Each POST times out, is sent once more after 1 s, times out again: given up.
     for _ in 0..200 {
@@ -42,7 +50,10 @@ async fn a_receiver_that_never_answers_costs_the_mail_nothing_and_the_bound_hold
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    assert_eq!((metric("failed_total") + dropped, metric("queued")), (10, 0));
+    assert_eq!(
+        (metric("failed_total") + dropped, metric("queued")),
+        (10, 0)
+    );
     assert_eq!(metric("sent_total"), 0);
     relay.stop().await;
 }
@@ -55,7 +66,12 @@ async fn a_5xx_is_sent_again_after_a_pause_and_a_4xx_is_not() {
     let held = hold();
     let mut c = relay.client().await;
     c.cmd("EHLO x").await;
-    assert_eq!(c.send_mail("a@acme.example", &["b@example.com"], &message("acme")).await.0, 250);
+    assert_eq!(
+        c.send_mail("a@acme.example", &["b@example.com"], &message("acme"))
+            .await
+            .0,
+        250
+    );
     until_held("the first POST", || receiver.deliveries().len() == 1).await;
     // Its failure seen (the status page's last error): its pause runs from now.
     let services = relay.services();
@@ -71,12 +87,23 @@ async fn a_5xx_is_sent_again_after_a_pause_and_a_4xx_is_not() {
     until_held("the second POST", || receiver.deliveries().len() == 2).await;
     let [first, second] = <[_; 2]>::try_from(receiver.deliveries()).unwrap();
     assert_eq!(first.events(), second.events(), "the same batch");
-    until_held("counted sent", || relay.metric("mailsluice_webhook_sent_total") == 1.0).await;
+    until_held("counted sent", || {
+        relay.metric("mailsluice_webhook_sent_total") == 1.0
+    })
+    .await;
 
     receiver.answer(400);
-    assert_eq!(c.send_mail("a@acme.example", &["b@example.com"], &message("acme")).await.0, 250);
+    assert_eq!(
+        c.send_mail("a@acme.example", &["b@example.com"], &message("acme"))
+            .await
+            .0,
+        250
+    );
     until_held("a third POST", || receiver.deliveries().len() == 3).await;
-    until_held("counted failed", || relay.metric("mailsluice_webhook_failed_total") == 1.0).await;
+    until_held("counted failed", || {
+        relay.metric("mailsluice_webhook_failed_total") == 1.0
+    })
+    .await;
     drop(held);
     tokio::time::sleep(Duration::from_secs(120)).await;
     assert_eq!(receiver.deliveries().len(), 3, "a 4xx sent again");

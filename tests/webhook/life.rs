@@ -37,7 +37,11 @@ async fn wait_for(receiver: &Receiver, n: usize) {
 
 /// The events of `kind` the receiver got.
 fn of(events: &[Value], kind: &str) -> Vec<Value> {
-    events.iter().filter(|e| e["type"] == kind).cloned().collect()
+    events
+        .iter()
+        .filter(|e| e["type"] == kind)
+        .cloned()
+        .collect()
 }
 
 #[tokio::test(start_paused = true)]
@@ -52,18 +56,39 @@ async fn each_event_of_a_message_life_reaches_its_tenant_signed() {
     let (code, text) = c.send_mail("a@acme.example", &to, &message("acme")).await;
     assert_eq!((code, text.as_str()), (250, "2.0.0 Ok ses-0"));
     // Another tenant's message: its events go to no webhook of acme's.
-    assert_eq!(c.send_mail("b@beta.example", &["x@example.com"], &message("beta")).await.0, 250);
-    guard.apply_text(&bounce("ses-0", "ann@example.com")).await.unwrap();
-    guard.apply_text(&complaint("ses-0", "bob@example.com")).await.unwrap();
+    assert_eq!(
+        c.send_mail("b@beta.example", &["x@example.com"], &message("beta"))
+            .await
+            .0,
+        250
+    );
+    guard
+        .apply_text(&bounce("ses-0", "ann@example.com"))
+        .await
+        .unwrap();
+    guard
+        .apply_text(&complaint("ses-0", "bob@example.com"))
+        .await
+        .unwrap();
     // SQS delivers at least once: the same bounce again tells nothing more.
-    guard.apply_text(&bounce("ses-0", "ann@example.com")).await.unwrap();
-    let (code, text) = c.send_mail("a@acme.example", &["cy@example.com"], &message("acme")).await;
+    guard
+        .apply_text(&bounce("ses-0", "ann@example.com"))
+        .await
+        .unwrap();
+    let (code, text) = c
+        .send_mail("a@acme.example", &["cy@example.com"], &message("acme"))
+        .await;
     assert_eq!(code, 451, "{text}");
     // Delivered before the clock moves (a POST in flight would time out on a jump).
     wait_for(&receiver, 7).await;
     // The window passes: the next message finds the tenant under its limits again.
     tokio::time::advance(Duration::from_secs(61)).await;
-    assert_eq!(c.send_mail("a@acme.example", &["dee@example.com"], &message("acme")).await.0, 250);
+    assert_eq!(
+        c.send_mail("a@acme.example", &["dee@example.com"], &message("acme"))
+            .await
+            .0,
+        250
+    );
     wait_for(&receiver, 9).await;
     drop(held);
 
@@ -77,9 +102,15 @@ async fn each_event_of_a_message_life_reaches_its_tenant_signed() {
     assert_eq!(first["upstream_message_id"], "ses-0");
     assert_eq!(first["from"], "a@acme.example");
     assert_eq!(first["to"], serde_json::json!(to));
-    assert_eq!((first["code"].as_u64(), first["reply"].as_str()), (Some(250), Some("250 2.0.0 Ok ses-0")));
+    assert_eq!(
+        (first["code"].as_u64(), first["reply"].as_str()),
+        (Some(250), Some("250 2.0.0 Ok ses-0"))
+    );
     let id = first["message_id"].as_str().unwrap();
-    assert!(id.len() == 16 && id.bytes().all(|b| b.is_ascii_hexdigit()), "{id}");
+    assert!(
+        id.len() == 16 && id.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{id}"
+    );
     assert!(first["time"].as_str().unwrap().ends_with('Z'));
 
     let bounced = of(&events, "bounced");
@@ -94,11 +125,20 @@ async fn each_event_of_a_message_life_reaches_its_tenant_signed() {
     let reasons: Vec<(&str, &str)> = (suppressed.iter())
         .map(|e| (e["to"][0].as_str().unwrap(), e["reason"].as_str().unwrap()))
         .collect();
-    assert_eq!(reasons, [("ann@example.com", "bounce"), ("bob@example.com", "complaint")]);
+    assert_eq!(
+        reasons,
+        [
+            ("ann@example.com", "bounce"),
+            ("bob@example.com", "complaint")
+        ]
+    );
 
     let paused = of(&events, "paused");
     assert_eq!(paused.len(), 1, "{kinds:?}");
-    assert_eq!((paused[0]["reason"].as_str(), paused[0]["rate"].as_f64()), (Some("bounce"), Some(0.5)));
+    assert_eq!(
+        (paused[0]["reason"].as_str(), paused[0]["rate"].as_f64()),
+        (Some("bounce"), Some(0.5))
+    );
     let refused = of(&events, "refused");
     assert_eq!(refused.len(), 1, "{kinds:?}");
     assert_eq!(refused[0]["code"], 451);
@@ -111,7 +151,10 @@ async fn each_event_of_a_message_life_reaches_its_tenant_signed() {
     let now = relay.services().clock.unix_now_secs();
     for d in receiver.deliveries() {
         assert_eq!(d.path, "/hook");
-        assert!(verified(SECRET.as_bytes(), &d.signature, &d.body, 300, now), "{d:?}");
+        assert!(
+            verified(SECRET.as_bytes(), &d.signature, &d.body, 300, now),
+            "{d:?}"
+        );
     }
     assert_eq!(relay.metric("mailsluice_webhook_sent_total") as usize, 9);
     relay.stop().await;

@@ -25,10 +25,20 @@ fn a_url_to_an_internal_address_is_refused_at_load() {
     ] {
         let err = load(url, "").unwrap_err();
         assert!(err.contains("key `webhook.url`"), "{url}: {err}");
-        assert!(err.contains("internal address") && err.contains("line 13"), "{url}: {err}");
+        assert!(
+            err.contains("internal address") && err.contains("line 13"),
+            "{url}: {err}"
+        );
     }
     let err = load("http://hooks.example.com/", "").unwrap_err();
-    assert!(err.contains("webhook.url") && err.contains("plain http"), "{err}");
-    load("https://127.0.0.1:8443/hook", "allow_networks = [\"127.0.0.0/8\"]").unwrap();
+    assert!(
+        err.contains("webhook.url") && err.contains("plain http"),
+        "{err}"
+    );
+    load(
+        "https://127.0.0.1:8443/hook",
+        "allow_networks = [\"127.0.0.0/8\"]",
+    )
+    .unwrap();
     load("https://hooks.example.com/hook", "").unwrap();
 }

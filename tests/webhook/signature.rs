@@ -37,7 +37,11 @@ fn python_verdict(delivery: &Delivery, secret: &str, body: &[u8], now: u64) -> b
         .arg(now.to_string())
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     match String::from_utf8_lossy(&out.stdout).trim() {
         "True" => true,
         "False" => false,
@@ -52,28 +56,65 @@ async fn the_documented_check_takes_a_delivery_and_refuses_its_replay() {
     let held = hold();
     let mut c = relay.client().await;
     c.cmd("EHLO x").await;
-    assert_eq!(c.send_mail("a@acme.example", &["b@example.com"], &message("acme")).await.0, 250);
+    assert_eq!(
+        c.send_mail("a@acme.example", &["b@example.com"], &message("acme"))
+            .await
+            .0,
+        250
+    );
     until_held("a delivery", || !receiver.deliveries().is_empty()).await;
     drop(held);
     let delivery = receiver.deliveries().remove(0);
     let clock = relay.services().clock.clone();
     let now = clock.unix_now_secs();
-    assert!(verified(SECRET.as_bytes(), &delivery.signature, &delivery.body, 300, now));
+    assert!(verified(
+        SECRET.as_bytes(),
+        &delivery.signature,
+        &delivery.body,
+        300,
+        now
+    ));
     let mut tampered = delivery.body.clone();
     tampered[0] = b' ';
-    assert!(!verified(SECRET.as_bytes(), &delivery.signature, &tampered, 300, now));
-    assert!(!verified(b"another secret", &delivery.signature, &delivery.body, 300, now));
+    assert!(!verified(
+        SECRET.as_bytes(),
+        &delivery.signature,
+        &tampered,
+        300,
+        now
+    ));
+    assert!(!verified(
+        b"another secret",
+        &delivery.signature,
+        &delivery.body,
+        300,
+        now
+    ));
     // The same request played again ten minutes later.
     tokio::time::advance(Duration::from_secs(600)).await;
     let later = clock.unix_now_secs();
-    assert!(!verified(SECRET.as_bytes(), &delivery.signature, &delivery.body, 300, later));
+    assert!(!verified(
+        SECRET.as_bytes(),
+        &delivery.signature,
+        &delivery.body,
+        300,
+        later
+    ));
 
     if !have_program("python3") {
         return;
     }
     assert!(python_verdict(&delivery, SECRET, &delivery.body, now));
-    assert!(!python_verdict(&delivery, SECRET, &delivery.body, later), "a replay taken");
+    assert!(
+        !python_verdict(&delivery, SECRET, &delivery.body, later),
+        "a replay taken"
+    );
     assert!(!python_verdict(&delivery, SECRET, &tampered, now));
-    assert!(!python_verdict(&delivery, "another secret", &delivery.body, now));
+    assert!(!python_verdict(
+        &delivery,
+        "another secret",
+        &delivery.body,
+        now
+    ));
     relay.stop().await;
 }

@@ -199,7 +199,10 @@ fn parse_url(url: &str) -> Result<WebhookUrl, WebhookRule> {
     if authority.as_str().contains('@') {
         return Err(bad());
     }
-    let host = authority.host().trim_start_matches('[').trim_end_matches(']');
+    let host = authority
+        .host()
+        .trim_start_matches('[')
+        .trim_end_matches(']');
     if host.is_empty() {
         return Err(bad());
     }
@@ -216,7 +219,10 @@ fn parse_url(url: &str) -> Result<WebhookUrl, WebhookRule> {
 fn known_addresses(host: &str) -> Vec<IpAddr> {
     let lower = host.to_ascii_lowercase();
     if lower == "localhost" || lower.ends_with(".localhost") {
-        return vec![IpAddr::from([127, 0, 0, 1]), IpAddr::from([0u16, 0, 0, 0, 0, 0, 0, 1])];
+        return vec![
+            IpAddr::from([127, 0, 0, 1]),
+            IpAddr::from([0u16, 0, 0, 0, 0, 0, 0, 1]),
+        ];
     }
     host.parse().map(|ip| vec![ip]).unwrap_or_default()
 }
@@ -264,7 +270,11 @@ pub(super) fn prepare(config: &mut Config, text: &str) -> Result<(), BrokenRule>
     for (i, hook) in config.webhooks.iter_mut().enumerate() {
         let at = |span, key, problem: WebhookRule| BrokenRule::at(text, span, key, problem);
         if needs {
-            return Err(at(hook.tenant.span(), "webhook", WebhookRule::NeedsReputation));
+            return Err(at(
+                hook.tenant.span(),
+                "webhook",
+                WebhookRule::NeedsReputation,
+            ));
         }
         if hook.name.is_empty() {
             hook.name = format!("webhook{}", i + 1);
@@ -274,10 +284,18 @@ pub(super) fn prepare(config: &mut Config, text: &str) -> Result<(), BrokenRule>
             return Err(at(hook.tenant.span(), "webhook.name", problem));
         }
         if hook.tenant.get_ref().trim().is_empty() {
-            return Err(at(hook.tenant.span(), "webhook.tenant", WebhookRule::NoTenant));
+            return Err(at(
+                hook.tenant.span(),
+                "webhook.tenant",
+                WebhookRule::NoTenant,
+            ));
         }
         if hook.events.is_empty() {
-            return Err(at(hook.tenant.span(), "webhook.events", WebhookRule::NoEvents));
+            return Err(at(
+                hook.tenant.span(),
+                "webhook.events",
+                WebhookRule::NoEvents,
+            ));
         }
         check_url(hook).map_err(|e| at(hook.url.span(), "webhook.url", e))?;
         if let Some(path) = &hook.ca_file {

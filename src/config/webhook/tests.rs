@@ -26,7 +26,10 @@ fn a_webhook_gets_its_defaults_and_its_secret() {
     assert_eq!(w.secret.0, "s3cret");
     assert_eq!(w.max_queue.get(), 10_000);
     let url = w.target().unwrap();
-    assert_eq!((url.https, url.host.as_str(), url.port), (true, "hooks.example.com", 443));
+    assert_eq!(
+        (url.https, url.host.as_str(), url.port),
+        (true, "hooks.example.com", 443)
+    );
     assert_eq!(url.path, "/in");
     assert_eq!(format!("{:?}", w.secret), "Secret(..)");
 }
@@ -37,7 +40,10 @@ fn webhooks_need_the_reputation_guard() {
     let text = BASE.replace("[reputation]\nkey = \"header:X-Tenant\"\n", "");
     let text = format!("{text}[[webhook]]\n{}", hook("https://h.example.com/", ""));
     let err = Config::parse(&text).unwrap_err().to_string();
-    assert!(err.contains("key `webhook`") && err.contains("[reputation]"), "{err}");
+    assert!(
+        err.contains("key `webhook`") && err.contains("[reputation]"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -67,21 +73,37 @@ fn an_internal_address_is_refused_unless_allowed() {
 #[test]
 fn plain_http_only_within_allowed_networks() {
     let err = parse(&hook("http://hooks.example.com/in", "")).unwrap_err();
-    assert!(err.contains("webhook.url") && err.contains("plain http"), "{err}");
-    let err = parse(&hook("http://8.8.8.8/in", "allow_networks = [\"10.0.0.0/8\"]"));
+    assert!(
+        err.contains("webhook.url") && err.contains("plain http"),
+        "{err}"
+    );
+    let err = parse(&hook(
+        "http://8.8.8.8/in",
+        "allow_networks = [\"10.0.0.0/8\"]",
+    ));
     assert!(err.unwrap_err().contains("plain http"));
-    parse(&hook("http://10.1.2.3:8080/in", "allow_networks = [\"10.0.0.0/8\"]")).unwrap();
+    parse(&hook(
+        "http://10.1.2.3:8080/in",
+        "allow_networks = [\"10.0.0.0/8\"]",
+    ))
+    .unwrap();
 }
 
 #[test]
 fn a_bad_url_tenant_secret_or_event_is_named() {
     let err = parse(&hook("ftp://hooks.example.com/", "")).unwrap_err();
-    assert!(err.contains("webhook.url") && err.contains("no http(s) URL"), "{err}");
+    assert!(
+        err.contains("webhook.url") && err.contains("no http(s) URL"),
+        "{err}"
+    );
     let err = parse(&hook("https://user:pw@hooks.example.com/", "")).unwrap_err();
     assert!(err.contains("webhook.url"), "{err}");
     let err = parse(&hook("https://h.example.com/", "").replace(VAR, "MAILSLUICE_UNSET_VAR_X"));
     let err = err.unwrap_err();
-    assert!(err.contains("webhook.secret_env") && err.contains("MAILSLUICE_UNSET_VAR_X"), "{err}");
+    assert!(
+        err.contains("webhook.secret_env") && err.contains("MAILSLUICE_UNSET_VAR_X"),
+        "{err}"
+    );
     let err = parse(&hook("https://h.example.com/", "").replace("\"acme\"", "\"\"")).unwrap_err();
     assert!(err.contains("webhook.tenant"), "{err}");
     let err = parse(&hook("https://h.example.com/", "events = [\"sent\"]")).unwrap_err();
@@ -99,10 +121,17 @@ fn two_webhooks_may_not_share_a_name() {
 
 #[test]
 fn a_ca_file_must_hold_a_certificate() {
-    let err = parse(&hook("https://h.example.com/", "ca_file = \"/nonexistent/ca.pem\""));
+    let err = parse(&hook(
+        "https://h.example.com/",
+        "ca_file = \"/nonexistent/ca.pem\"",
+    ));
     let err = err.unwrap_err();
-    assert!(err.contains("webhook.ca_file") && err.contains("/nonexistent/ca.pem"), "{err}");
-    let empty = std::env::temp_dir().join(format!("mailsluice-empty-ca-{}.pem", std::process::id()));
+    assert!(
+        err.contains("webhook.ca_file") && err.contains("/nonexistent/ca.pem"),
+        "{err}"
+    );
+    let empty =
+        std::env::temp_dir().join(format!("mailsluice-empty-ca-{}.pem", std::process::id()));
     std::fs::write(&empty, "not a certificate\n").unwrap();
     let extra = format!("ca_file = \"{}\"", empty.display());
     let err = parse(&hook("https://h.example.com/", &extra)).unwrap_err();
