@@ -16,7 +16,7 @@ use toml::Spanned;
 use super::network::{canonical, internal};
 use super::{BrokenRule, Config};
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WebhookConfig {
     /// Its name in metrics, logs and the status page; `webhook<N>` (its place in the file,
