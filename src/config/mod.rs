@@ -16,6 +16,8 @@
 //! | `reputation.rs` | `[reputation]`: bounce and complaint rates per tenant, SES's events |
 //! | `admin.rs` | `[admin]`, the admin HTTP endpoint and its bounds |
 //! | `spool.rs` | `[spool]`: where hold-mode layers keep the messages they hold |
+//! | `webhook.rs` | `[[webhook]]`: a tenant's events posted to its URL, signed |
+//! | `network.rs` | which addresses are internal (refused to MX hosts and webhooks unless allowed) |
 //!
 //! Constraints live in the types (non-zero numbers, closed enums, URLs and key sources parsed
 //! by `TryFrom`) so that a bad value is refused by the parser itself, whose error names the
@@ -28,6 +30,7 @@ use serde::Deserialize;
 
 mod admin;
 mod key_source;
+pub mod network;
 mod redis;
 mod replies;
 mod reputation;
@@ -39,6 +42,7 @@ mod spool;
 mod telemetry;
 mod throttle;
 mod upstream;
+mod webhook;
 
 pub use admin::AdminConfig;
 pub use key_source::{BadKeySource, KeySource, UnknownKeySource, MAX_KEY_BYTES};
@@ -61,6 +65,7 @@ pub use upstream::{
     SmtpUpstream, UpstreamConfig, UpstreamKeyError, UpstreamKind, UpstreamTls, UpstreamUrlError,
     DEFAULT_NAME,
 };
+pub use webhook::{EventType, Secret, WebhookConfig, WebhookRule, WebhookUrl};
 
 /// A configuration that could not be used; the text says which key and where.
 #[derive(Debug, thiserror::Error)]
@@ -117,6 +122,8 @@ pub enum RuleProblem {
     Reputation(#[from] ReputationRule),
     #[error(transparent)]
     Spool(#[from] SpoolRule),
+    #[error(transparent)]
+    Webhook(#[from] WebhookRule),
 }
 
 impl BrokenRule {
@@ -167,6 +174,9 @@ pub struct Config {
     pub reputation: Option<ReputationConfig>,
     /// Where hold-mode layers keep messages; without it the relay stores none.
     pub spool: Option<SpoolConfig>,
+    /// `[[webhook]]`: tenants' events posted to their URLs; none when absent.
+    #[serde(rename = "webhook", default)]
+    pub webhooks: Vec<WebhookConfig>,
 }
 
 impl Config {
@@ -206,6 +216,7 @@ impl Config {
         let mut config: Config = toml::from_str(text).map_err(InvalidConfig::Toml)?;
         config.admin_hash_from_env(text)?;
         config.validate(text)?;
+        webhook::prepare(&mut config, text)?;
         for upstream in &mut config.upstreams {
             upstream.default_helo_name(&config.smtp.hostname);
         }

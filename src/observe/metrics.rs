@@ -14,6 +14,7 @@ use prometheus_client::registry::{Metric, Registry};
 
 use super::activity::Activities;
 use super::spool_metrics::SpoolMetrics;
+use super::webhooks::WebhookFamilies;
 use crate::config::OnError;
 use crate::message::Outcome;
 use crate::throttle::Throttle;
@@ -89,6 +90,7 @@ pub struct Metrics {
     upstream_seconds: Family<UpstreamLabel, Histogram>,
     connections: Gauge,
     activities: Activities,
+    webhooks: WebhookFamilies,
     layer_limit: Family<LayerLabel, Gauge>,
     upstream_throttled: Family<ReasonLabel, Counter>,
     upstream_paused: Family<UpstreamLabel, Gauge>,
@@ -207,6 +209,7 @@ impl Metrics {
             ),
             connections: add(r, "connections_open", "Client connections open"),
             activities: Activities::register(r),
+            webhooks: WebhookFamilies::register(r),
             layer_limit: add(r, "layer_limit", layer),
             upstream_throttled: add(r, "upstream_throttled", by_reason),
             upstream_paused: add(
@@ -467,6 +470,11 @@ impl Metrics {
     }
 
     /// What the sessions are doing (each session holds its place, see `activity`).
+    /// The webhooks' metrics.
+    pub fn webhooks(&self) -> &WebhookFamilies {
+        &self.webhooks
+    }
+
     pub fn activities(&self) -> &Activities {
         &self.activities
     }

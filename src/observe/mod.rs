@@ -7,6 +7,7 @@
 //! - `recent`: the last refusals, and refusals per layer in the last minute (status page).
 //! - `log_format`: the human log format's fields, client-supplied values quoted and escaped.
 //! - `traces`: OpenTelemetry spans of the messages, exported over OTLP (`[telemetry]`).
+//! - `webhooks`: the webhooks' metrics, per webhook.
 
 pub mod activity;
 pub mod cause;
@@ -15,3 +16,4 @@ pub mod metrics;
 pub mod recent;
 pub mod spool_metrics;
 pub mod traces;
+pub mod webhooks;

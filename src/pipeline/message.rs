@@ -9,6 +9,8 @@ use crate::policy::Identity;
 /// what the relay read of them, and the fields it puts in front (our `Received:`, the route's
 /// fields).
 pub struct Message<'a> {
+    /// The relay's id of the message (in our `Received:` field).
+    pub id: &'a str,
     pub envelope: &'a Envelope,
     /// The message as the client sent it (headers and body, CRLF line endings, not
     /// dot-stuffed, without the final `.`).

@@ -110,6 +110,7 @@ async fn journey<C: Client>(
     let identity = identify(ctx.rules(), &facts);
     let peer: SocketAddr = "127.0.0.1:40000".parse().unwrap();
     let message = Message {
+        id: "0123456789abcdef",
         envelope: &envelope,
         body,
         identity: &identity,

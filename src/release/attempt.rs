@@ -46,7 +46,7 @@ pub async fn attempt(ctx: &Context, spool: &Spool, ticket: Ticket, bell: Arc<Bel
         let next = Next::GaveUp(failure, reported);
         return report::attempt(ctx, &attempted, &next, started.elapsed());
     }
-    let (verdict, traceparent) = journey(ctx, &held, bell).await;
+    let (verdict, read) = journey(ctx, &held, bell).await;
     let reply = reply::verdict(&verdict.end);
     let next = match decide(&verdict, reply.as_ref(), ticket.attempt, spool.config()) {
         Decision::Done => {
@@ -67,12 +67,14 @@ pub async fn attempt(ctx: &Context, spool: &Spool, ticket: Ticket, bell: Arc<Bel
     };
     attempted.verdict = Some(&verdict);
     attempted.reply = reply.as_ref();
-    attempted.traceparent = traceparent.as_deref();
+    attempted.traceparent = read.traceparent.as_deref();
+    attempted.tenant = read.tenant.as_deref();
+    attempted.envelope = Some((held.meta.from.as_deref(), &held.meta.rcpts));
     report::attempt(ctx, &attempted, &next, started.elapsed());
 }
 
-/// The held message's journey, and its `traceparent`.
-async fn journey(ctx: &Context, held: &Held, bell: Arc<Bell>) -> (Verdict, Option<String>) {
+/// The held message's journey, and its identity's `traceparent` and tenant.
+async fn journey(ctx: &Context, held: &Held, bell: Arc<Bell>) -> (Verdict, Read) {
     let meta = &held.meta;
     let envelope = meta.envelope();
     let body = held.keyed_body();
@@ -94,6 +96,7 @@ async fn journey(ctx: &Context, held: &Held, bell: Arc<Bell>) -> (Verdict, Optio
     }
     let added = [held.received(), &identity.route_fields()].concat();
     let message = Message {
+        id: &meta.id,
         envelope: &envelope,
         body,
         identity: &identity,
@@ -102,7 +105,18 @@ async fn journey(ctx: &Context, held: &Held, bell: Arc<Bell>) -> (Verdict, Optio
     };
     let mut client = Unattended { grace_over: bell };
     let verdict = Box::pin(pipeline::deliver(ctx, &message, &mut client)).await;
-    (verdict, identity.traceparent)
+    let read = Read {
+        traceparent: identity.traceparent,
+        tenant: identity.tenant,
+    };
+    (verdict, read)
+}
+
+/// What the attempt's report needs of the message's identity.
+struct Read {
+    traceparent: Option<String>,
+    /// Its tenant as `[reputation] key` names it (its webhooks'), when the guard is on.
+    tenant: Option<String>,
 }
 
 /// What an attempt's verdict means for the held message.

@@ -10,6 +10,7 @@ use crate::pipeline::Verdict;
 use crate::reply::Reply;
 use crate::spool::Ticket;
 use crate::state::context::Context;
+use crate::webhook::event::EventType;
 
 /// One attempt: its message, and its journey's verdict and reply when it had one.
 pub struct Attempted<'a> {
@@ -19,6 +20,10 @@ pub struct Attempted<'a> {
     pub verdict: Option<&'a Verdict>,
     pub reply: Option<&'a Reply>,
     pub traceparent: Option<&'a str>,
+    /// Its tenant, for its webhooks (`released`).
+    pub tenant: Option<&'a str>,
+    /// Its envelope's sender and recipients, when its file was read.
+    pub envelope: Option<(Option<&'a str>, &'a [String])>,
 }
 
 impl<'a> Attempted<'a> {
@@ -30,6 +35,8 @@ impl<'a> Attempted<'a> {
             verdict: None,
             reply: None,
             traceparent: None,
+            tenant: None,
+            envelope: None,
         }
     }
 }
@@ -141,6 +148,30 @@ pub fn attempt(ctx: &Context, a: &Attempted<'_>, next: &Next, took: Duration) {
         "release"
     );
     spans(ctx, a, took);
+    if matches!(next, Next::Delivered) {
+        released(ctx, a);
+    }
+}
+
+/// The tenant's webhooks told that its held message went: upstream's answer and id.
+fn released(ctx: &Context, a: &Attempted<'_>) {
+    let (Some(tenant), Some((from, to))) = (a.tenant, a.envelope) else {
+        return;
+    };
+    let webhooks = &ctx.services.webhooks;
+    if !webhooks.wants(tenant, EventType::Released) {
+        return;
+    }
+    let mut event = webhooks.event(EventType::Released, tenant);
+    event.message_id = Some(a.ticket.id.to_string());
+    event.upstream_message_id = a.verdict.and_then(|v| v.record.upstream_id.clone());
+    event.from = Some(from.unwrap_or_default().to_string());
+    event.to = to.to_vec();
+    if let Some(reply) = a.reply {
+        event.code = Some(reply.code);
+        event.reply = Some(reply.text());
+    }
+    webhooks.emit(event);
 }
 
 /// The attempt's spans, as a live message's.

@@ -38,6 +38,14 @@ impl Reply {
         Reply::new(code, "", text)
     }
 
+    /// The reply on one line, as a log or a webhook shows it: `250 2.0.0 Ok ...`.
+    pub fn text(&self) -> String {
+        match self.esc {
+            "" => format!("{} {}", self.code, self.lines.join(" ")),
+            esc => format!("{} {esc} {}", self.code, self.lines.join(" ")),
+        }
+    }
+
     /// Appends the reply in wire form. CR and LF inside a text (from upstream) are replaced
     /// so a reply can never be split into two.
     pub fn write_to(&self, out: &mut Vec<u8>) {

@@ -17,6 +17,8 @@ pub const MAX_RECIPIENTS: usize = 100;
 pub const MAX_ID_BYTES: usize = crate::message::MAX_ID_BYTES;
 /// Longest address (RFC 5321's path is 256 octets with its brackets).
 pub const MAX_ADDRESS_BYTES: usize = 320;
+/// Longest diagnostic kept (a remote server's reply may be long).
+pub const MAX_DIAGNOSTIC_BYTES: usize = 1000;
 /// The message tag that names the tenant, ahead of the relay's own record.
 pub const TENANT_TAG: &str = "mailsluice-tenant";
 
@@ -50,6 +52,10 @@ pub struct Event {
     pub tenant: Option<String>,
     /// The day of the event, `YYYY-MM-DD`, from its timestamp.
     pub date: Option<String>,
+    /// SES's word on it, for the tenant's webhooks: a bounce's first `diagnosticCode` (else
+    /// its `bounceSubType`), a complaint's `complaintFeedbackType`; cut at
+    /// [`MAX_DIAGNOSTIC_BYTES`].
+    pub diagnostic: Option<String>,
 }
 
 /// What a record is.
@@ -111,6 +117,7 @@ struct Mail {
 #[serde(rename_all = "camelCase")]
 struct Bounce {
     bounce_type: String,
+    bounce_sub_type: Option<String>,
     #[serde(default)]
     bounced_recipients: Vec<Recipient>,
     feedback_id: Option<String>,
@@ -120,6 +127,7 @@ struct Bounce {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Complaint {
+    complaint_feedback_type: Option<String>,
     #[serde(default)]
     complained_recipients: Vec<Recipient>,
     feedback_id: Option<String>,
@@ -130,6 +138,7 @@ struct Complaint {
 #[serde(rename_all = "camelCase")]
 struct Recipient {
     email_address: String,
+    diagnostic_code: Option<String>,
 }
 
 /// Reads one record (SNS envelope or bare event).
@@ -163,24 +172,23 @@ fn event_of(record: RawEvent) -> Result<Parsed, EventError> {
     let kind = (record.event_type.as_deref())
         .or(record.notification_type.as_deref())
         .ok_or(EventError::Missing("eventType or notificationType"))?;
-    let (kind, recipients, feedback_id, timestamp) = match kind {
+    let (kind, recipients, feedback_id, timestamp, diagnostic) = match kind {
         "Bounce" => {
             let bounce = record.bounce.ok_or(EventError::Missing("bounce"))?;
             if bounce.bounce_type != "Permanent" {
                 return Ok(Parsed::Ignored);
             }
             let b = bounce;
-            (
-                Kind::Bounce,
-                b.bounced_recipients,
-                b.feedback_id,
-                b.timestamp,
-            )
+            let code = (b.bounced_recipients.iter()).find_map(|r| r.diagnostic_code.clone());
+            let diagnostic = code.or(b.bounce_sub_type);
+            let r = b.bounced_recipients;
+            (Kind::Bounce, r, b.feedback_id, b.timestamp, diagnostic)
         }
         "Complaint" => {
             let c = record.complaint.ok_or(EventError::Missing("complaint"))?;
             let r = c.complained_recipients;
-            (Kind::Complaint, r, c.feedback_id, c.timestamp)
+            let diagnostic = c.complaint_feedback_type;
+            (Kind::Complaint, r, c.feedback_id, c.timestamp, diagnostic)
         }
         _ => return Ok(Parsed::Ignored),
     };
@@ -214,7 +222,20 @@ fn event_of(record: RawEvent) -> Result<Parsed, EventError> {
         recipients,
         tenant,
         date: timestamp.as_deref().and_then(day_of),
+        diagnostic: diagnostic.map(cut),
     }))
+}
+
+/// `text` cut to at most [`MAX_DIAGNOSTIC_BYTES`], on a character's boundary.
+fn cut(mut text: String) -> String {
+    if text.len() > MAX_DIAGNOSTIC_BYTES {
+        let mut end = MAX_DIAGNOSTIC_BYTES;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    text
 }
 
 /// `YYYY-MM-DD` of an ISO 8601 timestamp.
@@ -259,6 +280,7 @@ pub(crate) mod tests {
             recipients: vec!["gone@example.com".into()],
             tenant: None,
             date: Some("2026-12-01".into()),
+            diagnostic: Some("General".into()),
         });
         assert_eq!(parse(&bare).unwrap(), want);
         assert_eq!(parse(&envelope(&bare)).unwrap(), want);

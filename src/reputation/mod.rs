@@ -18,6 +18,7 @@
 //! - `ses_sync`: what the guard notes for the task that keeps SES's view of each SES tenant
 //!   in step (`[reputation] ses_sync`): each key's SES tenant, changes, suppressions.
 //! - `intake`: one event record from SQS or SNS, applied and counted.
+//! - `notify`: what the tenant's webhooks are told (bounces, complaints, suppressions, pauses).
 //!
 //! [`Reputation`] holds one store, on an injected clock; the session asks it at MAIL, RCPT and
 //! the final dot, the event sources (SQS, SNS) feed it, the admin endpoint reads and resets it.
@@ -31,12 +32,14 @@ use serde::Serialize;
 use crate::clock::Clock;
 use crate::config::{Action, KeySource, ReputationConfig};
 use crate::redis::{RedisOptions, RedisUnavailable};
+use crate::webhook::Webhooks;
 
 pub mod attribution;
 pub mod events;
 mod expiring;
 pub mod intake;
 pub mod ledger;
+mod notify;
 mod operator;
 mod report;
 pub mod ses_sync;
@@ -98,6 +101,8 @@ pub struct Reputation {
     store: Box<dyn ReputationStore>,
     /// With `ses_sync`: what the SES sync task reads.
     ses: Option<SesSync>,
+    /// The tenants' webhooks, told of bounces, complaints, suppressions and pauses.
+    webhooks: Option<Arc<Webhooks>>,
 }
 
 fn limits(config: &ReputationConfig) -> Limits {
@@ -143,7 +148,14 @@ impl Reputation {
             clock,
             store,
             ses: (config.ses_sync).then(|| SesSync::new(config.max_tenants.get())),
+            webhooks: None,
         }
+    }
+
+    /// The same guard, telling `webhooks` what it learns.
+    pub fn with_webhooks(mut self, webhooks: Arc<Webhooks>) -> Reputation {
+        self.webhooks = Some(webhooks);
+        self
     }
 
     /// With `[reputation] ses_sync`: what the SES sync task reads.
@@ -161,6 +173,9 @@ impl Reputation {
     /// A change of `key`'s standing: logged at warn once, and noted for the SES sync.
     fn changed(&self, key: &str, change: Change, breach: Option<&Breach>) {
         log_change(key, change, breach, self.action);
+        if let Some(webhooks) = &self.webhooks {
+            notify::changed(webhooks, key, change, breach);
+        }
         if let (Some(ses), false) = (&self.ses, change == Change::None) {
             ses.changed(key);
         }
@@ -205,6 +220,9 @@ impl Reputation {
             if let Some(ses) = &self.ses {
                 ses.suppressed(key, rcpts, reason);
             }
+            if let Some(webhooks) = &self.webhooks {
+                notify::addresses(webhooks, key, rcpts, reason, None);
+            }
         }
     }
 
@@ -233,6 +251,9 @@ impl Reputation {
             self.changed(tenant, *change, breach.as_ref());
             if let (Some(ses), true) = (&self.ses, self.suppress) {
                 ses.suppressed(tenant, &event.recipients, *kind);
+            }
+            if let Some(webhooks) = &self.webhooks {
+                notify::feedback(webhooks, tenant, &event, self.suppress);
             }
         }
         Ok(applied)

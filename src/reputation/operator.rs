@@ -24,6 +24,9 @@ impl Reputation {
             if let Some(ses) = &self.ses {
                 ses.changed(key);
             }
+            if let Some(webhooks) = &self.webhooks {
+                super::notify::changed(webhooks, key, super::Change::Resumed, None);
+            }
         }
         Ok(resumed)
     }

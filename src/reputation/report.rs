@@ -62,16 +62,4 @@ pub(super) fn log_change(key: &str, change: Change, breach: Option<&Breach>, act
     }
 }
 
-/// `YYYY-MM-DD` (UTC) of Unix seconds (Howard Hinnant's days-to-civil).
-pub fn date_of(unix_secs: u64) -> String {
-    let z = (unix_secs / 86_400) as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}")
-}
+pub use crate::clock::date_of;

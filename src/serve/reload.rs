@@ -101,5 +101,31 @@ fn restart_notes(old: &Config, new: &Config) -> Vec<String> {
     {
         notes.push("connection bounds changed: take effect after a restart".into());
     }
+    if old.webhooks != new.webhooks {
+        notes.push("[[webhook]] changed: takes effect after a restart".into());
+    }
     notes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Webhooks are built at start: a changed `[[webhook]]` is logged as needing a restart.
+    #[test]
+    fn a_changed_webhook_needs_a_restart() {
+        std::env::set_var("MAILSLUICE_TEST_RELOAD_WEBHOOK", "s");
+        let config = |url: &str| {
+            let text = format!(
+                "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"file://out\"\n\
+                 [reputation]\nkey = \"header:X-Tenant\"\n[[webhook]]\ntenant = \"*\"\n\
+                 url = \"{url}\"\nsecret_env = \"MAILSLUICE_TEST_RELOAD_WEBHOOK\"\n"
+            );
+            Config::parse(&text).unwrap()
+        };
+        let old = config("https://a.example.com/");
+        assert!(restart_notes(&old, &config("https://a.example.com/")).is_empty());
+        let notes = restart_notes(&old, &config("https://b.example.com/"));
+        assert_eq!(notes, ["[[webhook]] changed: takes effect after a restart"]);
+    }
 }

@@ -77,6 +77,7 @@ pub async fn run(listeners: impl Into<Listeners>, deps: Deps, shutdown: Shutdown
         .collect();
     deps.setup.upstreams.listening_on(&bound);
     let events = super::events::start(&deps, shutdown.clone());
+    let webhooks = deps.services.webhooks.start();
     let ctx = Arc::new(Context::new(deps));
     live.install(ctx.clone());
     let accounts = tokio::spawn(super::account::keep(live.clone()));
@@ -126,7 +127,7 @@ pub async fn run(listeners: impl Into<Listeners>, deps: Deps, shutdown: Shutdown
         let _ = tokio::time::timeout(LAST_WORDS, sessions.wait()).await;
     }
     accounts.abort();
-    for task in events.into_iter().chain(ses_sync) {
+    for task in events.into_iter().chain(ses_sync).chain(webhooks) {
         task.abort();
     }
     if let Some(releaser) = releaser {

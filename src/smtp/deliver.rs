@@ -30,6 +30,7 @@ impl Session {
         added.extend_from_slice(&identity.route_fields());
         let received = &added[..received_len];
         let message = Message {
+            id: &id,
             envelope: &envelope,
             body: &body,
             identity: &identity,

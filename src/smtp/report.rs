@@ -14,6 +14,7 @@ use crate::pipeline::{Message, Record, Verdict};
 use crate::reply::Reply;
 use crate::state::context::Context;
 use crate::throttle::LimitReason;
+use crate::webhook::event::EventType;
 
 /// One message's verdict and the reply it was answered with (none when the client left).
 pub(super) struct Answered<'a> {
@@ -50,6 +51,7 @@ pub(super) fn message(
     };
     line(ctx, &facts);
     spans(ctx, message, answered, dot, started.elapsed());
+    notify(ctx, message, answered);
 }
 
 /// The line, the count and the status page's row of a message the relay refused on its own
@@ -134,6 +136,36 @@ fn line(ctx: &Context, facts: &Facts<'_>) {
         peer = %facts.peer,
         "message"
     );
+}
+
+/// The tenant's webhooks told what the client was told: `accepted` (upstream's `250`), `held`
+/// (hold mode's `250`: `released` follows when it goes) or `refused` (any other reply).
+/// Nothing when the client left before its answer.
+fn notify(ctx: &Context, message: &Message<'_>, answered: &Answered<'_>) {
+    let (Some(tenant), Some(reply)) = (&message.identity.tenant, answered.reply) else {
+        return;
+    };
+    let record = &answered.verdict.record;
+    let kind = match record.outcome {
+        Outcome::Delivered | Outcome::Partial => EventType::Accepted,
+        Outcome::Held => EventType::Held,
+        _ => EventType::Refused,
+    };
+    let webhooks = &ctx.services.webhooks;
+    if !webhooks.wants(tenant, kind) {
+        return;
+    }
+    let mut event = webhooks.event(kind, tenant);
+    event.message_id = Some(message.id.to_string());
+    event.upstream_message_id = record.upstream_id.clone();
+    event.from = Some(message.envelope.from.clone().unwrap_or_default());
+    event.to = message.envelope.rcpts.clone();
+    event.code = Some(reply.code);
+    event.reply = Some(reply.text());
+    if kind == EventType::Refused {
+        event.outcome = Some(record.outcome.as_str());
+    }
+    webhooks.emit(event);
 }
 
 /// The message's spans: times, outcome, reply code, cost and upstream; the key only with

@@ -36,6 +36,7 @@ use crate::reputation::Reputation;
 use crate::spool::{Spool, SpoolError};
 use crate::throttle::Throttle;
 use crate::upstream::Upstreams;
+use crate::webhook::Webhooks;
 
 use super::grace_over::{Bell, GraceOver};
 
@@ -164,6 +165,9 @@ pub struct Services {
     /// Where hold-mode layers keep messages (`[spool]`, opened at start: see
     /// [`Deps::with_spool`]); `None` without one.
     pub spool: Option<Arc<Spool>>,
+    /// `[[webhook]]`: tenants' events posted to their URLs; their tasks start with `run`.
+    /// Changes need a restart.
+    pub webhooks: Arc<Webhooks>,
 }
 
 impl Services {
@@ -171,8 +175,10 @@ impl Services {
     pub fn new(config: &Config, clock: Arc<dyn Clock>, live: &Arc<Live>) -> Services {
         let smtp = &config.smtp;
         let metrics = Metrics::new();
+        let webhooks = Arc::new(Webhooks::new(&config.webhooks, clock.clone(), &metrics));
         Services {
-            reputation: reputation(config, &clock, &metrics),
+            reputation: reputation(config, &clock, &metrics, &webhooks),
+            webhooks,
             traces: traces(config),
             metrics,
             recent: Recent::new(),
@@ -212,20 +218,21 @@ fn reputation(
     config: &Config,
     clock: &Arc<dyn Clock>,
     metrics: &Metrics,
+    webhooks: &Arc<Webhooks>,
 ) -> Option<Arc<Reputation>> {
     let r = config.reputation.as_ref()?;
-    let Some(redis) = &config.redis else {
-        return Some(Arc::new(Reputation::new(r, clock.clone())));
-    };
-    let options = crate::redis::redis_options(redis);
-    let errors = metrics.reputation_store_errors();
-    match Reputation::with_redis(r, clock.clone(), &options, errors) {
-        Ok(guard) => Some(Arc::new(guard)),
-        Err(e) => {
-            tracing::error!(error = %e, "redis unusable; the reputation guard runs in process");
-            Some(Arc::new(Reputation::new(r, clock.clone())))
+    let guard = match &config.redis {
+        None => Reputation::new(r, clock.clone()),
+        Some(redis) => {
+            let options = crate::redis::redis_options(redis);
+            let errors = metrics.reputation_store_errors();
+            Reputation::with_redis(r, clock.clone(), &options, errors).unwrap_or_else(|e| {
+                tracing::error!(error = %e, "redis unusable; the reputation guard runs in process");
+                Reputation::new(r, clock.clone())
+            })
         }
-    }
+    };
+    Some(Arc::new(guard.with_webhooks(webhooks.clone())))
 }
 
 /// What one session reads: the setup in force when it began (or at its last MAIL), and the

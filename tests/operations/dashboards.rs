@@ -42,7 +42,12 @@ pub async fn metrics_with_samples() -> String {
     let up = TestUpstream::start().await;
     let layer = "[[throttle]]\nname = \"tenant\"\nkey = \"header:X-Tenant\"\nlimit = 1\n\
                  interval_ms = 3600000\nmode = \"reject\"\n";
-    let relay = smtp_relay(&up.url(), "", layer).await;
+    // A webhook whose receiver is never there gives the webhook families their samples.
+    std::env::set_var("MAILSLUICE_TEST_DASHBOARD_WEBHOOK", "secret");
+    let webhook = "[reputation]\nkey = \"header:X-Tenant\"\n[[webhook]]\ntenant = \"*\"\n\
+                   url = \"https://127.0.0.1:9/\"\nsecret_env = \"MAILSLUICE_TEST_DASHBOARD_WEBHOOK\"\n\
+                   allow_networks = [\"127.0.0.0/8\"]\n";
+    let relay = smtp_relay(&up.url(), "", &format!("{layer}{webhook}")).await;
     let admin = relay.start_admin().await;
     let mut c = relay.client().await;
     let msg = |tenant: &str| format!("X-Tenant: {tenant}\r\nSubject: s\r\n\r\nx\r\n");

@@ -27,6 +27,8 @@
 //!   loopback address (`127.0.0.2`, ...).
 //! - `wait`: `until`, polling a condition in real time (at most 30 s).
 //! - `clock`: tokio's paused clock held still while the test waits on real sockets.
+//! - `webhook`: an HTTPS webhook receiver on 127.0.0.1 (records POSTs, answers a set status,
+//!   or hangs), and the receiver's signature check of docs/webhooks.md.
 #![allow(dead_code)]
 
 pub mod auth;
@@ -54,3 +56,4 @@ pub mod traffic;
 pub mod upstream;
 mod upstream_session;
 pub mod wait;
+pub mod webhook;

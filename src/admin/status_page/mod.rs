@@ -14,6 +14,7 @@ use crate::throttle::{KeyWaiting, StoreUnreachable};
 use crate::upstream::Checked;
 use refusals::refusals;
 use text::{duration_text, escape, millis_text};
+use webhooks::webhooks;
 
 /// Keys listed in "most waiting".
 const TOP_KEYS: usize = 20;
@@ -71,6 +72,7 @@ pub fn render(ctx: &Context, health: &Health, recent: &Recent, checks: &Checks) 
     reputation(&mut html, checks.reputation.as_ref());
     ses_tenants(&mut html, &checks.ses_tenants);
     spool(&mut html, ctx);
+    webhooks(&mut html, ctx);
     most_waiting(&mut html, ctx);
     refusals(&mut html, recent);
     html.push_str("</body></html>");
@@ -354,3 +356,4 @@ fn most_waiting(html: &mut String, ctx: &Context) {
 
 mod refusals;
 mod text;
+mod webhooks;

@@ -1,0 +1,111 @@
+//! Delivery beside the mail: a receiver that never answers holds no SMTP reply back (they
+//! come while the clock stands still, so none waited on a webhook's timer), its queue stops
+//! at `max_queue` with the oldest dropped and counted, and what was taken is given up after
+//! `max_attempts`; a 5xx is sent again after its pause, a 4xx is not.
+
+use std::time::Duration;
+
+use crate::support::clock::{hold, until_held};
+use crate::support::http::get;
+use crate::support::webhook::Receiver;
+use crate::{message, relay, SECRET_ENV};
+
+#[tokio::test(start_paused = true)]
+async fn a_receiver_that_never_answers_costs_the_mail_nothing_and_the_bound_holds() {
+    let receiver = Receiver::hanging().await;
+    let extra = "events = [\"accepted\"]\nmax_queue = 3\nmax_batch = 1\nmax_attempts = 2\n\
+                 timeout_ms = 10000";
+    let relay = relay(&receiver.config("*", SECRET_ENV, extra)).await;
+    let held = hold();
+    let started = tokio::time::Instant::now();
+    let mut c = relay.client().await;
+    c.cmd("EHLO x").await;
+    for i in 0..10 {
+        let to = format!("r{i}@example.com");
+        assert_eq!(
+            c.send_mail("a@acme.example", &[&to], &message("acme"))
+                .await
+                .0,
+            250
+        );
+    }
+    // Every reply came while the clock stood still: none waited for the receiver.
+    assert_eq!(started.elapsed(), Duration::ZERO);
+    let metric = |name: &str| relay.metric(&format!("mailsluice_webhook_{name}")) as u64;
+    // At most one batch (one event) is with the receiver; three wait; the rest went first.
+    assert_eq!(metric("queued"), 3);
+    let dropped = metric("dropped_total");
+    assert!((6..=7).contains(&dropped), "{dropped}");
+    let admin = relay.start_admin().await;
+    let (_, page) = get(admin, "/").await;
+    assert!(
+        page.contains("<h2>Webhooks</h2>") && page.contains("webhook1"),
+        "{page}"
+    );
+    drop(held);
+    // Each POST times out, is sent once more after 1 s, times out again: given up.
+    for _ in 0..200 {
+        if metric("failed_total") + dropped == 10 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    assert_eq!(
+        (metric("failed_total") + dropped, metric("queued")),
+        (10, 0)
+    );
+    assert_eq!(metric("sent_total"), 0);
+    relay.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_5xx_is_sent_again_after_a_pause_and_a_4xx_is_not() {
+    let receiver = Receiver::start().await;
+    receiver.answer(503);
+    let relay = relay(&receiver.config("acme", SECRET_ENV, "events = [\"accepted\"]")).await;
+    let held = hold();
+    let mut c = relay.client().await;
+    c.cmd("EHLO x").await;
+    assert_eq!(
+        c.send_mail("a@acme.example", &["b@example.com"], &message("acme"))
+            .await
+            .0,
+        250
+    );
+    until_held("the first POST", || receiver.deliveries().len() == 1).await;
+    // Its failure seen (the status page's last error): its pause runs from now.
+    let services = relay.services();
+    let failed = || services.webhooks.rows()[0].last_error.is_some();
+    until_held("the 503 seen", failed).await;
+    receiver.answer(200);
+    // Its pause is 1 s: not sent again before it.
+    tokio::time::advance(Duration::from_millis(900)).await;
+    let nap = || std::thread::sleep(Duration::from_millis(200));
+    tokio::task::spawn_blocking(nap).await.unwrap();
+    assert_eq!(receiver.deliveries().len(), 1);
+    tokio::time::advance(Duration::from_millis(200)).await;
+    until_held("the second POST", || receiver.deliveries().len() == 2).await;
+    let [first, second] = <[_; 2]>::try_from(receiver.deliveries()).unwrap();
+    assert_eq!(first.events(), second.events(), "the same batch");
+    until_held("counted sent", || {
+        relay.metric("mailsluice_webhook_sent_total") == 1.0
+    })
+    .await;
+
+    receiver.answer(400);
+    assert_eq!(
+        c.send_mail("a@acme.example", &["b@example.com"], &message("acme"))
+            .await
+            .0,
+        250
+    );
+    until_held("a third POST", || receiver.deliveries().len() == 3).await;
+    until_held("counted failed", || {
+        relay.metric("mailsluice_webhook_failed_total") == 1.0
+    })
+    .await;
+    drop(held);
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    assert_eq!(receiver.deliveries().len(), 3, "a 4xx sent again");
+    relay.stop().await;
+}
