@@ -31,6 +31,7 @@ cat > "$work/receiver.py" <<'PY'
 import http.server, json, ssl, sys
 events = posts = 0
 class Hook(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as a real receiver
     def do_POST(self):
         global events, posts
         body = self.rfile.read(int(self.headers["Content-Length"]))

@@ -1,15 +1,17 @@
 //! One POST to a webhook's URL: its host resolved and each address checked against the
 //! webhook's rules before any connection (a host name is checked here, where DNS answers, as
 //! an address literal was at load), then HTTP/1.1 over rustls (the process's aws-lc-rs
-//! provider, the system's roots and the webhook's `ca_file`), one connection per POST: a
-//! batch is the unit of reuse.
+//! provider, the system's roots and the webhook's `ca_file`). The connection is kept open for
+//! the next POST while the receiver keeps it (a TLS handshake per batch would cost more than
+//! the batch); one the receiver closed since is replaced at once.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use rustls_pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -49,11 +51,28 @@ impl PostError {
     }
 }
 
+/// The most of a response's body read (and dropped): past it the connection is not kept.
+const MAX_RESPONSE_BYTES: usize = 64 * 1024;
+
 /// What a webhook's POSTs go with.
 pub struct Poster {
     config: WebhookConfig,
     url: WebhookUrl,
     tls: TlsConnector,
+    /// The connection of the last POST, while the receiver keeps it open.
+    open: tokio::sync::Mutex<Option<Open>>,
+}
+
+/// An open connection: its sender, and the task that drives it (ended with it).
+struct Open {
+    sender: SendRequest<Full<Bytes>>,
+    conn: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.conn.abort();
+    }
 }
 
 impl Poster {
@@ -77,6 +96,7 @@ impl Poster {
             config: config.clone(),
             url,
             tls: TlsConnector::from(Arc::new(tls)),
+            open: tokio::sync::Mutex::new(None),
         })
     }
 
@@ -89,23 +109,52 @@ impl Poster {
     }
 
     async fn exchange(&self, body: Bytes, signature: &str) -> Result<u16, PostError> {
+        let mut open = self.open.lock().await;
+        let mut kept = open.take();
+        if let Some(k) = &mut kept {
+            if k.sender.ready().await.is_err() {
+                kept = None;
+            }
+        }
+        let (status, kept) = match kept {
+            Some(mut kept) => match ask(&mut kept, self.request(body.clone(), signature)?).await {
+                Ok((status, keep)) => (status, keep.then_some(kept)),
+                // Closed by the receiver while idle: once more on a new connection.
+                Err(_) => self.ask_anew(body, signature).await?,
+            },
+            None => self.ask_anew(body, signature).await?,
+        };
+        *open = kept;
+        match status {
+            200..=299 => Ok(status),
+            500..=599 => Err(PostError::Failing(status)),
+            _ => Err(PostError::Refused(status)),
+        }
+    }
+
+    /// The POST on a new connection: its status, and the connection when it may be kept.
+    async fn ask_anew(
+        &self,
+        body: Bytes,
+        signature: &str,
+    ) -> Result<(u16, Option<Open>), PostError> {
+        let mut open = self.open_new().await?;
+        let (status, keep) = ask(&mut open, self.request(body, signature)?).await?;
+        Ok((status, keep.then_some(open)))
+    }
+
+    async fn open_new(&self) -> Result<Open, PostError> {
         let tcp = self.connect().await?;
         let _ = tcp.set_nodelay(true);
-        let request = self.request(body, signature)?;
-        let status = match self.url.https {
+        match self.url.https {
             true => {
                 let name = ServerName::try_from(self.url.host.clone())
                     .map_err(|e| PostError::Connection(e.to_string()))?;
                 let tls = (self.tls.connect(name, tcp).await)
                     .map_err(|e| PostError::Connection(format!("TLS: {e}")))?;
-                send(tls, request).await?
+                handshake(tls).await
             }
-            false => send(tcp, request).await?,
-        };
-        match status {
-            200..=299 => Ok(status),
-            500..=599 => Err(PostError::Failing(status)),
-            _ => Err(PostError::Refused(status)),
+            false => handshake(tcp).await,
         }
     }
 
@@ -160,17 +209,32 @@ impl Poster {
     }
 }
 
-/// The request over `io`, HTTP/1.1; the response's status (its body is not read).
-async fn send<S>(io: S, request: http::Request<Full<Bytes>>) -> Result<u16, PostError>
+fn broke(e: hyper::Error) -> PostError {
+    PostError::Connection(e.to_string())
+}
+
+/// HTTP/1.1 over `io`, driven by a task of its own.
+async fn handshake<S>(io: S) -> Result<Open, PostError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let broke = |e: hyper::Error| PostError::Connection(e.to_string());
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
         .await
         .map_err(broke)?;
-    let conn = tokio::spawn(conn);
-    let response = sender.send_request(request).await;
-    conn.abort();
-    Ok(response.map_err(broke)?.status().as_u16())
+    let conn = tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(Open { sender, conn })
+}
+
+/// The request on `open`: the response's status, and whether the connection may be kept
+/// (its body read whole, within its bound).
+async fn ask(
+    open: &mut Open,
+    request: http::Request<Full<Bytes>>,
+) -> Result<(u16, bool), PostError> {
+    let response = open.sender.send_request(request).await.map_err(broke)?;
+    let status = response.status().as_u16();
+    let body = Limited::new(response.into_body(), MAX_RESPONSE_BYTES);
+    Ok((status, body.collect().await.is_ok()))
 }

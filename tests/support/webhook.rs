@@ -3,7 +3,7 @@
 //! sets; or a receiver that accepts connections and never answers (`Receiver::hanging`).
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -39,6 +39,10 @@ pub struct Receiver {
     pub cert: TestCert,
     got: Arc<Mutex<Vec<Delivery>>>,
     status: Arc<AtomicU16>,
+    /// Connections accepted so far.
+    connections: Arc<AtomicUsize>,
+    /// Answers with `Connection: close` (and closes) when set.
+    close: Arc<AtomicBool>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -60,25 +64,36 @@ impl Receiver {
         let got = Arc::new(Mutex::new(Vec::new()));
         let status = Arc::new(AtomicU16::new(200));
         let acceptor = acceptor(&cert);
-        let (g, s) = (got.clone(), status.clone());
+        let (connections, close) = (
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let (g, s, n, c) = (
+            got.clone(),
+            status.clone(),
+            connections.clone(),
+            close.clone(),
+        );
         let task = tokio::spawn(async move {
             let mut held = Vec::new();
             loop {
                 let Ok((tcp, _)) = listener.accept().await else {
                     return;
                 };
+                n.fetch_add(1, Ordering::SeqCst);
                 if !answers {
                     held.push(tcp);
                     continue;
                 }
-                let (acceptor, got, status) = (acceptor.clone(), g.clone(), s.clone());
+                let (acceptor, got, status, close) =
+                    (acceptor.clone(), g.clone(), s.clone(), c.clone());
                 tokio::spawn(async move {
                     let Ok(tls) = acceptor.accept(tcp).await else {
                         return;
                     };
                     let service = service_fn(move |request| {
-                        let (got, status) = (got.clone(), status.clone());
-                        async move { record(request, &got, &status).await }
+                        let (got, status, close) = (got.clone(), status.clone(), close.clone());
+                        async move { record(request, &got, &status, &close).await }
                     });
                     let _ = http1::Builder::new()
                         .serve_connection(TokioIo::new(tls), service)
@@ -91,6 +106,8 @@ impl Receiver {
             cert,
             got,
             status,
+            connections,
+            close,
             task,
         }
     }
@@ -98,6 +115,16 @@ impl Receiver {
     /// The status it answers with from now on.
     pub fn answer(&self, status: u16) {
         self.status.store(status, Ordering::SeqCst);
+    }
+
+    /// Connections it accepted so far.
+    pub fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
+    }
+
+    /// Whether it closes each connection after its answer (`Connection: close`).
+    pub fn close_each(&self, close: bool) {
+        self.close.store(close, Ordering::SeqCst);
     }
 
     /// The POSTs it got so far.
@@ -135,6 +162,7 @@ async fn record(
     request: hyper::Request<hyper::body::Incoming>,
     got: &Mutex<Vec<Delivery>>,
     status: &AtomicU16,
+    close: &AtomicBool,
 ) -> Result<hyper::Response<Full<Bytes>>, hyper::Error> {
     let path = request.uri().path().to_string();
     let signature = (request.headers().get("Mailsluice-Signature"))
@@ -149,6 +177,12 @@ async fn record(
     });
     let mut response = hyper::Response::new(Full::new(Bytes::new()));
     *response.status_mut() = hyper::StatusCode::from_u16(status.load(Ordering::SeqCst)).unwrap();
+    if close.load(Ordering::SeqCst) {
+        let value = hyper::header::HeaderValue::from_static("close");
+        response
+            .headers_mut()
+            .insert(hyper::header::CONNECTION, value);
+    }
     Ok(response)
 }
 

@@ -109,3 +109,41 @@ async fn a_5xx_is_sent_again_after_a_pause_and_a_4xx_is_not() {
     assert_eq!(receiver.deliveries().len(), 3, "a 4xx sent again");
     relay.stop().await;
 }
+
+/// One connection carries POST after POST while the receiver keeps it; one it closes is
+/// replaced at once (no pause, no event lost).
+#[tokio::test(start_paused = true)]
+async fn the_connection_is_kept_between_posts_and_replaced_when_closed() {
+    let receiver = Receiver::start().await;
+    let relay = relay(&receiver.config("acme", SECRET_ENV, "events = [\"accepted\"]")).await;
+    let held = hold();
+    let mut c = relay.client().await;
+    c.cmd("EHLO x").await;
+    for n in 1..=3 {
+        assert_eq!(
+            c.send_mail("a@acme.example", &["b@example.com"], &message("acme"))
+                .await
+                .0,
+            250
+        );
+        until_held("a POST", || receiver.deliveries().len() == n).await;
+    }
+    assert_eq!(receiver.connections(), 1);
+    receiver.close_each(true);
+    for n in 4..=6 {
+        assert_eq!(
+            c.send_mail("a@acme.example", &["b@example.com"], &message("acme"))
+                .await
+                .0,
+            250
+        );
+        until_held("a POST", || receiver.deliveries().len() == n).await;
+    }
+    until_held("all sent", || {
+        relay.metric("mailsluice_webhook_sent_total") == 6.0
+    })
+    .await;
+    assert_eq!(relay.metric("mailsluice_webhook_failed_total"), 0.0);
+    drop(held);
+    relay.stop().await;
+}
