@@ -66,7 +66,7 @@ fn read_upstream(metrics: &Metrics, ctx: &Context) {
         .filter_map(|u| u.forwarder.offers().standing.map(|s| s.known()))
         .flatten()
         .collect();
-    metrics.ses_tenants(known.iter().map(|(_, s)| {
+    metrics.ses().tenants(known.iter().map(|(_, s)| {
         let aggregate = s.aggregate.as_deref().unwrap_or("UNKNOWN");
         (aggregate, s.impact.as_deref().unwrap_or("NONE"))
     }));
@@ -86,7 +86,9 @@ fn read_upstream(metrics: &Metrics, ctx: &Context) {
             .flatten()
         {
             let total = failed.count.load(std::sync::atomic::Ordering::Relaxed);
-            metrics.calls_failed(upstream.name(), failed.operation, total);
+            metrics
+                .ses()
+                .calls_failed(upstream.name(), failed.operation, total);
         }
     }
 }

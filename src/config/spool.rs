@@ -114,6 +114,7 @@ fn default_retry_max_ms() -> NonZeroU64 {
 #[cfg(test)]
 mod tests {
     use super::plain_address;
+    use crate::config::{Config, Mode};
 
     #[test]
     fn a_report_address_is_plain() {
@@ -129,6 +130,62 @@ mod tests {
             "a@d\r\nBcc: x",
         ] {
             assert!(!plain_address(bad), "{bad:?}");
+        }
+    }
+
+    /// A config of `[smtp]` and `[upstream]` alone, to which a test adds its tables.
+    const MINIMAL: &str = "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"file://out\"\n";
+
+    #[test]
+    fn a_hold_layer_without_a_spool_is_refused_at_its_line() {
+        let layer = "[[throttle]]\nname = \"t\"\nkey = \"none\"\nlimit = 5\nmode = \"hold\"\n";
+        let err = Config::parse(&format!("{MINIMAL}{layer}"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("throttle.mode") && err.contains("[spool]") && err.contains("line 6"),
+            "{err}"
+        );
+        let reputation = "[reputation]\nkey = \"auth\"\naction = \"hold\"\n";
+        let err = Config::parse(&format!("{MINIMAL}{reputation}"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("reputation.action") && err.contains("[spool]"),
+            "{err}"
+        );
+        let c = Config::parse(&format!("{MINIMAL}{layer}[spool]\ndir = \"spool\"\n")).unwrap();
+        assert_eq!(c.throttle[0].mode, Mode::Hold);
+        assert_eq!(c.throttle[0].max_held.get(), 100_000);
+    }
+
+    #[test]
+    fn the_spool_gets_its_defaults_and_its_rules() {
+        let c = Config::parse(&format!("{MINIMAL}[spool]\ndir = \"/var/spool/ms\"\n")).unwrap();
+        let spool = c.spool.unwrap();
+        assert_eq!(
+            (
+                spool.max_bytes,
+                spool.min_free_bytes,
+                spool.max_hold_ms.get()
+            ),
+            (10 << 30, 1 << 30, 432_000_000)
+        );
+        assert!(spool.retry_min_ms.get_ref().get() <= spool.retry_max_ms.get());
+        assert!(spool.report_from.is_none());
+        for (body, key, line) in [
+            (
+                "retry_min_ms = 5000\nretry_max_ms = 1000",
+                "spool.retry_min_ms",
+                7,
+            ),
+            ("report_from = \"not an address\"", "spool.report_from", 7),
+            ("max_hold_ms = 0", "max_hold_ms", 7),
+        ] {
+            let text = format!("{MINIMAL}[spool]\ndir = \"s\"\n{body}\n");
+            let err = Config::parse(&text).unwrap_err().to_string();
+            assert!(err.contains(key), "{body}: {err}");
+            assert!(err.contains(&format!("line {line}")), "{body}: {err}");
         }
     }
 }

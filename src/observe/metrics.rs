@@ -13,6 +13,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Metric, Registry};
 
 use super::activity::Activities;
+use super::ses_metrics::SesMetrics;
 use super::spool_metrics::SpoolMetrics;
 use super::webhooks::WebhookFamilies;
 use crate::config::OnError;
@@ -102,35 +103,8 @@ pub struct Metrics {
     store_errors: Family<OnErrorLabel, Counter>,
     /// The shared store whose count of errors was last added, and that count.
     store_errors_seen: std::sync::Mutex<(u64, u64)>,
-    identity_unchecked: Counter,
-    calls_failed: Family<CallLabel, Counter>,
-    ses_tenants: Family<SesTenantLabel, Gauge>,
-    /// Each forwarder's count of failed calls last added, by upstream and operation.
-    calls_seen: std::sync::Mutex<std::collections::HashMap<(String, &'static str), u64>>,
+    ses: SesMetrics,
 }
-
-/// An operation of an upstream's API (SES's, beyond sending).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CallLabel {
-    pub operation: &'static str,
-}
-
-/// SES's word on a tenant: its aggregate sending status and reputation impact (`NONE` when
-/// it has no finding).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct SesTenantLabel {
-    pub aggregate: String,
-    pub impact: String,
-}
-
-/// SES's operations about tenants, each counted from 0.
-const SES_CALLS: [&str; 5] = [
-    "ListTenantResources",
-    "GetTenant",
-    "GetReputationEntity",
-    "UpdateReputationEntityCustomerManagedStatus",
-    "PutSuppressedDestination",
-];
 
 fn seconds_histogram() -> Histogram {
     // 1 ms .. ~65 s: waits and upstream round trips both live in that range.
@@ -148,12 +122,6 @@ impl Metrics {
         let evicted = "Buckets dropped before they were full (max_keys reached), since start";
         let by_reason = "Upstream throttle replies by reason (rate, quota, connections)";
         let reputation_events = Family::<KindLabel, Counter>::default();
-        let calls_failed = Family::<CallLabel, Counter>::default();
-        for operation in SES_CALLS {
-            calls_failed
-                .get_or_create(&CallLabel { operation })
-                .inc_by(0);
-        }
         // Every kind from 0, so that a rate over them works before the first event.
         for kind in ["bounce", "complaint", "ignored", "malformed"] {
             reputation_events
@@ -238,25 +206,7 @@ impl Metrics {
                 store_errors,
             ),
             store_errors_seen: Default::default(),
-            identity_unchecked: add(
-                r,
-                "ses_identity_unchecked",
-                "Senders of an SES tenant let through unchecked: the tenant's identities not known \
-                 (not read yet, or SES's API failing)",
-            ),
-            calls_failed: add_metric(
-                r,
-                "ses_calls_failed",
-                "Calls to SES's API about tenants (identities, status, suppression) that failed",
-                calls_failed,
-            ),
-            calls_seen: Default::default(),
-            ses_tenants: add(
-                r,
-                "ses_tenants",
-                "SES tenants read by the reputation guard's SES sync, by SES's aggregate sending \
-                 status and reputation impact",
-            ),
+            ses: SesMetrics::register(r),
             spool: SpoolMetrics::register(r),
             reputation_events: add_metric(
                 r,
@@ -352,49 +302,6 @@ impl Metrics {
         (self.store_errors.get_or_create(&label)).inc_by(new);
     }
 
-    /// The SES tenants read, each as `(aggregate, impact)`: the gauge set to these counts (the
-    /// usual values shown at 0 when no tenant has them).
-    pub fn ses_tenants<'a>(&self, tenants: impl Iterator<Item = (&'a str, &'a str)>) {
-        self.ses_tenants.clear();
-        for aggregate in ["ENABLED", "DISABLED", "REINSTATED"] {
-            for impact in ["NONE", "LOW", "HIGH"] {
-                let label = SesTenantLabel {
-                    aggregate: aggregate.to_string(),
-                    impact: impact.to_string(),
-                };
-                self.ses_tenants.get_or_create(&label).set(0);
-            }
-        }
-        for (aggregate, impact) in tenants {
-            let label = SesTenantLabel {
-                aggregate: aggregate.to_string(),
-                impact: impact.to_string(),
-            };
-            self.ses_tenants.get_or_create(&label).inc();
-        }
-    }
-
-    /// A sender of an SES tenant let through unchecked.
-    pub fn identity_unchecked(&self) {
-        self.identity_unchecked.inc();
-    }
-
-    /// A forwarder's own count of failed API calls of `operation`: what is new since the last
-    /// reading is added (a reload's new forwarder counts from 0 again).
-    pub fn calls_failed(&self, upstream: &str, operation: &'static str, total: u64) {
-        let label = CallLabel { operation };
-        let mut seen = self.calls_seen.lock().unwrap_or_else(|e| e.into_inner());
-        let before = seen
-            .insert((upstream.to_string(), operation), total)
-            .unwrap_or(0);
-        let new = if total >= before {
-            total - before
-        } else {
-            total
-        };
-        self.calls_failed.get_or_create(&label).inc_by(new);
-    }
-
     /// Whether an upstream is paused (read when the metrics are served).
     pub fn upstream_paused(&self, upstream: &str, paused: bool) {
         let label = UpstreamLabel {
@@ -462,6 +369,11 @@ impl Metrics {
 
     pub fn connection_closed(&self) {
         self.connections.dec();
+    }
+
+    /// SES tenants' metrics.
+    pub fn ses(&self) -> &SesMetrics {
+        &self.ses
     }
 
     /// The spool's metrics.

@@ -3,7 +3,8 @@
 //!
 //! - `activity`: what the sessions are doing now, counted per activity.
 //! - `cause`: an error's cause in a few words (never an SDK's debug dump).
-//! - `metrics`: the Prometheus registry and what is counted; `spool_metrics` the spool's.
+//! - `metrics`: the Prometheus registry and what is counted; `spool_metrics` the spool's,
+//!   `ses_metrics` SES tenants'.
 //! - `recent`: the last refusals, and refusals per layer in the last minute (status page).
 //! - `log_format`: the human log format's fields, client-supplied values quoted and escaped.
 //! - `traces`: OpenTelemetry spans of the messages, exported over OTLP (`[telemetry]`).
@@ -14,6 +15,7 @@ pub mod cause;
 pub mod log_format;
 pub mod metrics;
 pub mod recent;
+pub mod ses_metrics;
 pub mod spool_metrics;
 pub mod traces;
 pub mod webhooks;

@@ -254,7 +254,7 @@ pub fn sender_identity(
     match identities.check(tenant, sender) {
         IdentityCheck::Allowed => Ok(()),
         IdentityCheck::Unchecked => {
-            ctx.services.metrics.identity_unchecked();
+            ctx.services.metrics.ses().identity_unchecked();
             Ok(())
         }
         IdentityCheck::Refused(refusal) => Err(refusal),

@@ -13,9 +13,7 @@
 //! - [`Live`]: the current context, swapped by a reload. Sessions and waiters in flight keep the
 //!   context they started with; new connections, new messages and the admin endpoint read the
 //!   current one.
-//! - [`Health`]: whether the SMTP listeners accept, for readiness.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock, Weak};
 use std::time::Duration;
 
@@ -39,6 +37,7 @@ use crate::upstream::Upstreams;
 use crate::webhook::Webhooks;
 
 use super::grace_over::{Bell, GraceOver};
+use super::health::Health;
 
 /// What `run` needs from outside. Built by `main`, or by a test, which keeps handles on the
 /// throttle (to peek at buckets) and on `live` (to reload as SIGHUP does).
@@ -391,21 +390,5 @@ impl Live {
     fn throttles(&self) -> Vec<Arc<Throttle>> {
         let throttles = self.throttles.read().unwrap_or_else(|e| e.into_inner());
         throttles.iter().filter_map(Weak::upgrade).collect()
-    }
-}
-
-/// What readiness depends on besides upstream: whether the SMTP listeners are accepting.
-#[derive(Debug, Default)]
-pub struct Health {
-    listening: AtomicBool,
-}
-
-impl Health {
-    pub fn set_listening(&self, on: bool) {
-        self.listening.store(on, Ordering::SeqCst);
-    }
-
-    pub fn listening(&self) -> bool {
-        self.listening.load(Ordering::SeqCst)
     }
 }
