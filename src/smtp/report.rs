@@ -110,10 +110,7 @@ fn line(ctx: &Context, facts: &Facts<'_>) {
     // Built only for a log that is on: the one line per message is often filtered out.
     let upstream = match facts.upstream_reply {
         Some(r) if tracing::enabled!(target: "mailsluice::message", tracing::Level::INFO) => {
-            match r.esc {
-                "" => format!("{} {}", r.code, r.lines.join(" ")),
-                esc => format!("{} {esc} {}", r.code, r.lines.join(" ")),
-            }
+            r.text()
         }
         _ => String::new(),
     };
