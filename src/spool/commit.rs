@@ -9,8 +9,10 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 
+use super::error::SyncFailed;
+
 /// Whoever waits for a sync of the directory, answered with its result.
-type Waiter = oneshot::Sender<Result<(), String>>;
+type Waiter = oneshot::Sender<Result<(), SyncFailed>>;
 
 /// Syncs one directory for whoever asks, several askers at once.
 #[derive(Debug, Clone)]
@@ -34,7 +36,9 @@ impl DirSync {
                 }
                 let dir = dir.clone();
                 let synced = tokio::task::spawn_blocking(move || sync_dir(&dir)).await;
-                let synced = synced.unwrap_or_else(|e| Err(e.to_string()));
+                let synced = (synced.map_err(std::io::Error::other))
+                    .and_then(|synced| synced)
+                    .map_err(|e| SyncFailed::Io(Arc::new(e)));
                 counted.fetch_add(1, Ordering::Relaxed);
                 for waiter in waiting {
                     let _ = waiter.send(synced.clone());
@@ -50,20 +54,16 @@ impl DirSync {
     }
 
     /// Returns once a sync of the directory that began after this call has ended.
-    pub async fn sync(&self) -> Result<(), String> {
+    pub async fn sync(&self) -> Result<(), SyncFailed> {
         let (tx, rx) = oneshot::channel();
-        self.asks
-            .send(tx)
-            .map_err(|_| "the spool is closed".to_string())?;
-        rx.await.map_err(|_| "the spool is closed".to_string())?
+        self.asks.send(tx).map_err(|_| SyncFailed::Closed)?;
+        rx.await.map_err(|_| SyncFailed::Closed)?
     }
 }
 
 /// `fsync` of a directory: its entries (the names renamed into it, and removed) are durable.
-pub fn sync_dir(dir: &std::path::Path) -> Result<(), String> {
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| e.to_string())
+pub fn sync_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    std::fs::File::open(dir).and_then(|d| d.sync_all())
 }
 
 #[cfg(test)]

@@ -214,7 +214,7 @@ impl Spool {
         if let Err(e) = self.held_sync.sync().await {
             // Not durable, so not answered `250`: it must not be sent after a restart either.
             let _ = std::fs::remove_file(target);
-            return Err(Storage::Unwritable(e));
+            return Err(Storage::Unwritable(e.to_string()));
         }
         Ok(())
     }
