@@ -18,7 +18,8 @@ type Waiter = oneshot::Sender<Result<(), SyncFailed>>;
 #[derive(Debug, Clone)]
 pub struct DirSync {
     asks: mpsc::UnboundedSender<Waiter>,
-    /// Syncs made so far.
+    /// Syncs made so far: the tests see that askers at once share them.
+    #[cfg(test)]
     syncs: Arc<AtomicU64>,
 }
 
@@ -27,7 +28,7 @@ impl DirSync {
     pub fn start(dir: PathBuf) -> DirSync {
         let (asks, mut rx) = mpsc::unbounded_channel::<Waiter>();
         let syncs = Arc::new(AtomicU64::new(0));
-        let counted = syncs.clone();
+        let counted = Arc::clone(&syncs);
         tokio::spawn(async move {
             while let Some(first) = rx.recv().await {
                 let mut waiting = vec![first];
@@ -45,10 +46,15 @@ impl DirSync {
                 }
             }
         });
-        DirSync { asks, syncs }
+        DirSync {
+            asks,
+            #[cfg(test)]
+            syncs,
+        }
     }
 
     /// Syncs made so far.
+    #[cfg(test)]
     pub fn syncs(&self) -> u64 {
         self.syncs.load(Ordering::Relaxed)
     }
