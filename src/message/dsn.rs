@@ -22,7 +22,7 @@ pub struct Report<'a> {
     pub to: &'a str,
     /// Unique to the failed message: the report's `Message-ID` and MIME boundary are made of it.
     pub id: &'a str,
-    /// The failed message's id in the relay (its `queued as`), when it has one kept.
+    /// The failed message's id in the spool (its `queued as`), for a held message.
     pub queue_id: Option<&'a str>,
     pub arrival: SystemTime,
     /// The lines for people, in the first part.
