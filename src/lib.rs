@@ -10,7 +10,7 @@
 //! | `serve/` | wiring: the accept loop and graceful shutdown (`server`: [`run`], which starts the spool's releaser), SIGHUP (`reload`), layers at an SES account's own rate (`account`), SES's events from SQS (`events`), the guard and SES's view of each SES tenant in step (`ses_sync`), what starting reads and checks before the network, shared with `check` (`startup`), the subcommands `check`, `peek`, `hash-password` (`commands`) |
 //! | `admin/` | the admin HTTP endpoint (`endpoint`): `/` (the status page, `status_page`), `/healthz`, `/readyz`, `/metrics`, `/buckets/{layer}/{key}`, the reputation guard's endpoints and SNS's posts; its bounded accept loop (`listener`) and its password guard (`guard`) |
 //! | `fuzzing` | (feature `fuzzing`) a session over an in-memory stream, for `fuzz/` and tests |
-//! | `release/` | the spool's driver: held messages taken as they become due, one per key at a time, through `pipeline` with nobody waiting (`client`), what comes of each attempt (`attempt`: removed, again after a backoff, given up), the report to the sender (`dsn`, RFC 3464), the attempt's log line (`report`) |
+//! | `release/` | the spool's driver: held messages taken as they become due, one per key at a time, through `pipeline` with nobody waiting (`client`), what comes of each attempt (`attempt`: removed, again after a backoff, given up), what the report to the sender says (`dsn`; `message/dsn` writes it), the attempt's log line (`report`) |
 //! | `smtp/` | one client's session: the state machine, one file per verb; at the final dot (`deliver`) it reads the message's identity, runs its journey through `pipeline`, answers the verdict and logs it once (`report`) |
 //! | `reply/` | every reply text the relay sends, and how the pipeline's verdicts become replies (`verdicts`): for the session, and for the spool's release (its log line, its report) |
 //! | `pipeline/` | a message's journey with no session in it: the checks before the wait (`admission`), the wait for tokens (`wait`), the upstream leg with its retries and fallback (`forward`), the tokens settled and the reputation guard told (`settle`), one typed `verdict`; what it needs of whoever waits for it (`client`) |
@@ -23,7 +23,7 @@
 //! | `throttle/` | token buckets (pure math in `bucket`), key tables, stores (local; Redis: its scripts and keys, over `redis/`'s connection), layers with FIFO queues (fair by tenant with `fair_by`), stacked layers taken all or nothing (`stack`) |
 //! | `spool/` | where hold-mode layers keep messages (`[spool]`): one file per message, synced before the `250` (`layout`, `record`, `commit`), a lock per directory (`lock`), the queues per key in memory (`index`), read back at start (`recover`), its bounds (`room`) |
 //! | `webhook/` | tenant event webhooks: an event and a batch (`event`), each webhook's bounded queue (`queue`), its signed POSTs (`sign`, `post`) and its delivery task with retries (`deliver`); fed by the session's verdict (`smtp/report`) and the reputation guard |
-//! | `message/` | plain data about one message: its `Envelope`, its `Outcome`, its header fields by byte range (`header`), its `Received:` hops and our mark in them (`received`) |
+//! | `message/` | plain data about one message: its `Envelope`, its `Outcome`, the delivery status notification (RFC 3464) written when it is given up (`dsn`, for `upstream/mx` and `release/`), its header fields by byte range (`header`), its `Received:` hops and our mark in them (`received`) |
 //! | `redis/` | Redis as the throttle's shared layers and the reputation guard reach it, each with its own scripts and keys: its options from `[redis]` (`options`), a connection to one server, a Cluster or the primary that Sentinel names, followed through a failover (`connection`), a call that did not answer (`error`) |
 //! | `clock` | monotonic integer time, injected (`Clock`; `TokioClock`, `FakeClock` for tests) |
 //! | `config/` | the TOML schema, its defaults and validation; `config/upstream/` the keys every upstream shares and each kind's own |
@@ -75,19 +75,19 @@ pub mod fuzzing;
 pub mod inbound;
 pub mod message;
 pub mod observe;
-pub mod pipeline;
+pub(crate) mod pipeline;
 pub mod policy;
 pub mod redis;
-pub mod release;
-pub mod reply;
+pub(crate) mod release;
+pub(crate) mod reply;
 pub mod reputation;
 pub mod serve;
 pub mod smtp;
-pub mod spool;
+pub(crate) mod spool;
 pub mod state;
 pub mod throttle;
 pub mod upstream;
-pub mod webhook;
+pub(crate) mod webhook;
 
 pub use serve::server::{run, Listeners};
 pub use state::context::{Context, Deps};

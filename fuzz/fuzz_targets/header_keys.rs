@@ -19,6 +19,7 @@ fuzz_target!(|input: &[u8]| {
         rcpts: &rcpts,
         client_ip: "192.0.2.1".parse().unwrap(),
         message,
+        binding: None,
     };
     let rules = Rules {
         layers,

@@ -50,12 +50,6 @@ pub enum SpoolRule {
     ReputationHoldWithoutSpool,
 }
 
-impl SpoolConfig {
-    pub fn max_hold(&self) -> std::time::Duration {
-        std::time::Duration::from_millis(self.max_hold_ms.get())
-    }
-}
-
 pub(super) fn validate(spool: &SpoolConfig, text: &str) -> Result<(), BrokenRule> {
     if spool.retry_min_ms.get_ref().get() > spool.retry_max_ms.get() {
         return Err(BrokenRule::at(

@@ -2,11 +2,13 @@
 //! `policy`, `throttle`, `upstream`, `observe`); it imports nothing of the crate.
 //!
 //! - `envelope`: the envelope as the client gave it.
+//! - `dsn`: the delivery status notification (RFC 3464) written for a message given up.
 //! - `id`: a message's id.
 //! - `outcome`: what became of the message.
 //! - `header`: the header section's fields, by byte range.
 //! - `received`: its `Received:` fields: the hops it made, and our mark in them (a loop).
 
+pub mod dsn;
 mod envelope;
 pub mod header;
 mod id;

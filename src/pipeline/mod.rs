@@ -31,7 +31,7 @@ mod wait;
 use std::future::Future;
 use std::pin::Pin;
 
-pub use admission::{reputation, sender_identity, NotAdmitted, Paused, Probes, Scope, Step};
+pub use admission::{reputation, sender_identity, NotAdmitted, Paused, Probes, Scope};
 pub use client::Client;
 pub use message::Message;
 pub use verdict::{End, Record, Unanswered, Verdict};

@@ -224,7 +224,7 @@ async fn give_up(
         envelope: &envelope,
         origin: held.meta.origin.clone(),
         received: b"",
-        key_fields: dsn::header_section(held.body()),
+        key_fields: crate::message::dsn::header_section(held.body()),
         body: &bytes,
         max_held: None,
         report: true,

@@ -1,10 +1,11 @@
-//! The delivery status notification (RFC 3464) a held message's sender gets when the relay
-//! gives the message up: `multipart/report; report-type=delivery-status` with a line for
-//! people, one `message/delivery-status` part (a field group per recipient) and the original
-//! header section (`text/rfc822-headers`). Pure: the releaser holds it in the spool and sends
-//! it with the null sender, through the message's route.
+//! What the delivery status notification (RFC 3464) says that a held message's sender gets
+//! when the relay gives the message up: why (`Failure`), its words, each recipient's fields;
+//! `message::dsn` writes the report. Pure: the releaser holds it in the spool and sends it
+//! with the null sender, through the message's route.
 
 use std::time::SystemTime;
+
+use crate::message::dsn::{self, one_line, Recipient, Report};
 
 /// Why a message was given up.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,104 +82,51 @@ pub struct Failed<'a> {
 
 /// The report's bytes (CRLF line endings, ASCII save the original's header section).
 pub fn report(failed: &Failed<'_>, now: SystemTime) -> Vec<u8> {
-    let boundary = format!("{}/{}", failed.id, failed.hostname);
-    let mut out = String::new();
-    let mut line = |text: &str| {
-        out.push_str(text);
-        out.push_str("\r\n");
+    let mut words = vec![
+        format!(
+            "This is the mail relay at {}. Your message {} could not be delivered",
+            failed.hostname, failed.id
+        ),
+        "to the recipients below, and has been given up:".to_string(),
+        String::new(),
+    ];
+    words.extend(failed.rcpts.iter().map(|rcpt| format!("<{rcpt}>")));
+    words.push(String::new());
+    words.push(format!("Reason: {}", reason(failed.failure)));
+    let recipients: Vec<Recipient> = (failed.rcpts.iter())
+        .map(|rcpt| Recipient {
+            address: rcpt,
+            status: failed.failure.status(),
+            remote: None,
+            diagnostic: failed.failure.diagnostic().map(String::from),
+        })
+        .collect();
+    let report = Report {
+        reporting_mta: failed.hostname,
+        from: failed.from,
+        to: failed.to,
+        id: failed.id,
+        queue_id: Some(failed.id),
+        arrival: failed.arrival,
+        words: &words,
+        recipients: &recipients,
+        original: failed.original,
     };
-    line(&format!("From: Mail Delivery System <{}>", failed.from));
-    line(&format!("To: <{}>", failed.to));
-    line("Subject: Undelivered Mail Returned to Sender");
-    line(&format!("Date: {}", date(now)));
-    line(&format!(
-        "Message-ID: <{}.dsn@{}>",
-        failed.id, failed.hostname
-    ));
-    line("Auto-Submitted: auto-replied");
-    line("MIME-Version: 1.0");
-    line(&format!(
-        "Content-Type: multipart/report; report-type=delivery-status;\r\n\tboundary=\"{boundary}\""
-    ));
-    line("");
-    line("This is a MIME-encapsulated message.");
-    line("");
-    line(&format!("--{boundary}"));
-    line("Content-Type: text/plain; charset=us-ascii");
-    line("");
-    line(&format!(
-        "This is the mail relay at {}. Your message {} could not be delivered",
-        failed.hostname, failed.id
-    ));
-    line("to the recipients below, and has been given up:");
-    line("");
-    for rcpt in failed.rcpts {
-        line(&format!("  <{rcpt}>"));
-    }
-    line("");
-    line(&format!("Reason: {}", reason(failed.failure)));
-    line("");
-    line(&format!("--{boundary}"));
-    line("Content-Type: message/delivery-status");
-    line("");
-    line(&format!("Reporting-MTA: dns; {}", failed.hostname));
-    line(&format!("X-Mailsluice-Queue-ID: {}", failed.id));
-    line(&format!("Arrival-Date: {}", date(failed.arrival)));
-    for rcpt in failed.rcpts {
-        line("");
-        line(&format!("Final-Recipient: rfc822; {rcpt}"));
-        line("Action: failed");
-        line(&format!("Status: {}", failed.failure.status()));
-        if let Some(diagnostic) = failed.failure.diagnostic() {
-            line(&format!("Diagnostic-Code: smtp; {}", one_line(diagnostic)));
-        }
-    }
-    line("");
-    line(&format!("--{boundary}"));
-    line("Content-Type: text/rfc822-headers");
-    line("");
-    let mut bytes = out.into_bytes();
-    bytes.extend_from_slice(header_section(failed.original));
-    bytes.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
-    bytes
+    dsn::write(&report, now)
 }
 
 fn reason(failure: &Failure) -> String {
     match failure {
-        Failure::Refused(reply) => format!("the next mail server refused it: {}", one_line(reply)),
-        Failure::Rejected(why) => format!("the relay refused it: {}", one_line(why)),
+        Failure::Refused(reply) => format!("the next mail server refused it: {reply}"),
+        Failure::Rejected(why) => format!("the relay refused it: {why}"),
         Failure::Expired(_) => "it could not be delivered before its time ran out".into(),
-    }
-}
-
-/// A reply's text on one line, ASCII: it is written in header fields.
-fn one_line(text: &str) -> String {
-    let ascii = |c: char| if c.is_ascii_graphic() { c } else { ' ' };
-    let text: String = text.chars().map(ascii).collect();
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
-/// The header section of `message`, up to and with the empty line that ends it (all of it
-/// when it has no body).
-pub(super) fn header_section(message: &[u8]) -> &[u8] {
-    match memchr::memmem::find(message, b"\r\n\r\n") {
-        Some(end) => &message[..end + 4],
-        None => message,
-    }
-}
-
-/// RFC 5322's date, zone numeric.
-fn date(at: SystemTime) -> String {
-    let text = httpdate::fmt_http_date(at);
-    match text.strip_suffix(" GMT") {
-        Some(date) => format!("{date} +0000"),
-        None => text,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::message::dsn::MAX_HEADERS;
 
     fn failed<'a>(failure: &'a Failure, rcpts: &'a [String]) -> Failed<'a> {
         Failed {
@@ -230,5 +178,33 @@ mod tests {
             String::from_utf8(report(&failed(&failure, &rcpts), SystemTime::UNIX_EPOCH)).unwrap();
         assert!(text.contains("Status: 4.4.7\r\n"), "{text}");
         assert!(text.contains("Diagnostic-Code: smtp; 451 4.4.1 upstream unreachable\r\n"));
+    }
+
+    /// A report copies at most `MAX_HEADERS` bytes of its original's header section, however
+    /// long that is.
+    #[test]
+    fn a_report_keeps_at_most_max_headers_of_the_original() {
+        let rcpts = vec!["a@x.example".to_string()];
+        let failure = Failure::Rejected("a loop".into());
+        let mut original = b"Subject: invoice\r\n".to_vec();
+        for i in 0..20_000 {
+            original
+                .extend_from_slice(format!("X-Filler-{i}: a field of some length\r\n").as_bytes());
+        }
+        original.extend_from_slice(b"\r\nsecret body\r\n");
+        assert!(dsn::header_section(&original).len() > 10 * MAX_HEADERS);
+        let failed = Failed {
+            original: &original,
+            ..failed(&failure, &rcpts)
+        };
+        let text = String::from_utf8(report(&failed, SystemTime::UNIX_EPOCH)).unwrap();
+        let (_, copied) = text.split_once("text/rfc822-headers\r\n\r\n").unwrap();
+        assert!(copied.starts_with("Subject: invoice\r\nX-Filler-0: "));
+        assert!(
+            copied.len() < MAX_HEADERS + 100,
+            "{} bytes copied",
+            copied.len()
+        );
+        assert!(!text.contains("X-Filler-19999"));
     }
 }

@@ -29,8 +29,6 @@ use crate::spool::Spool;
 use crate::state::context::Live;
 use crate::state::shutdown::Shutdown;
 
-pub use attempt::backoff;
-
 /// Held messages with upstream (or waiting for their tokens) at once: one per key.
 pub const MAX_IN_FLIGHT: usize = 64;
 

@@ -9,7 +9,7 @@ use smallvec::{smallvec, SmallVec};
 
 pub use reputation::{suppressed, tenant_paused};
 pub use senders::{from_not_allowed, identity_refused, sender_not_allowed};
-pub use verdicts::{paused_reply, throttle_refusal, upstream_verdict, verdict};
+pub use verdicts::{paused_reply, verdict};
 
 /// The lines of a reply. Most replies are one line of fixed text, which this holds with no
 /// allocation: every command of every message gets one.

@@ -1,5 +1,6 @@
 //! Reply texts in wire form, and the mapping of throttle refusals and upstream verdicts.
 
+use super::verdicts::{throttle_refusal, upstream_verdict};
 use super::*;
 use crate::throttle::ThrottleError;
 use crate::upstream::{Accepted, UpstreamError};

@@ -9,14 +9,17 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 
+use super::error::SyncFailed;
+
 /// Whoever waits for a sync of the directory, answered with its result.
-type Waiter = oneshot::Sender<Result<(), String>>;
+type Waiter = oneshot::Sender<Result<(), SyncFailed>>;
 
 /// Syncs one directory for whoever asks, several askers at once.
 #[derive(Debug, Clone)]
 pub struct DirSync {
     asks: mpsc::UnboundedSender<Waiter>,
-    /// Syncs made so far.
+    /// Syncs made so far: the tests see that askers at once share them.
+    #[cfg(test)]
     syncs: Arc<AtomicU64>,
 }
 
@@ -25,7 +28,7 @@ impl DirSync {
     pub fn start(dir: PathBuf) -> DirSync {
         let (asks, mut rx) = mpsc::unbounded_channel::<Waiter>();
         let syncs = Arc::new(AtomicU64::new(0));
-        let counted = syncs.clone();
+        let counted = Arc::clone(&syncs);
         tokio::spawn(async move {
             while let Some(first) = rx.recv().await {
                 let mut waiting = vec![first];
@@ -34,36 +37,39 @@ impl DirSync {
                 }
                 let dir = dir.clone();
                 let synced = tokio::task::spawn_blocking(move || sync_dir(&dir)).await;
-                let synced = synced.unwrap_or_else(|e| Err(e.to_string()));
+                let synced = (synced.map_err(std::io::Error::other))
+                    .and_then(|synced| synced)
+                    .map_err(|e| SyncFailed::Io(Arc::new(e)));
                 counted.fetch_add(1, Ordering::Relaxed);
                 for waiter in waiting {
                     let _ = waiter.send(synced.clone());
                 }
             }
         });
-        DirSync { asks, syncs }
+        DirSync {
+            asks,
+            #[cfg(test)]
+            syncs,
+        }
     }
 
     /// Syncs made so far.
+    #[cfg(test)]
     pub fn syncs(&self) -> u64 {
         self.syncs.load(Ordering::Relaxed)
     }
 
     /// Returns once a sync of the directory that began after this call has ended.
-    pub async fn sync(&self) -> Result<(), String> {
+    pub async fn sync(&self) -> Result<(), SyncFailed> {
         let (tx, rx) = oneshot::channel();
-        self.asks
-            .send(tx)
-            .map_err(|_| "the spool is closed".to_string())?;
-        rx.await.map_err(|_| "the spool is closed".to_string())?
+        self.asks.send(tx).map_err(|_| SyncFailed::Closed)?;
+        rx.await.map_err(|_| SyncFailed::Closed)?
     }
 }
 
 /// `fsync` of a directory: its entries (the names renamed into it, and removed) are durable.
-pub fn sync_dir(dir: &std::path::Path) -> Result<(), String> {
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| e.to_string())
+pub fn sync_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    std::fs::File::open(dir).and_then(|d| d.sync_all())
 }
 
 #[cfg(test)]

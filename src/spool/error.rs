@@ -1,7 +1,8 @@
-//! Why the spool could not open, why it would not hold a message, and why a held message
-//! could not be read back.
+//! Why the spool could not open, why it would not hold a message, why a directory sync did
+//! not happen, and why a held message could not be read back.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// The spool could not be opened at start: the relay does not start.
 #[derive(Debug, thiserror::Error)]
@@ -39,6 +40,17 @@ pub enum Storage {
     /// Writing or syncing failed (a full disk, a read-only filesystem, an I/O error).
     #[error("the spool cannot be written: {0}")]
     Unwritable(String),
+}
+
+/// A directory sync did not happen: what was renamed into the directory may not last.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum SyncFailed {
+    /// The spool's sync task is gone (the runtime shutting down).
+    #[error("the spool is closed")]
+    Closed,
+    /// Opening or syncing the directory failed; shared by every caller the sync answers.
+    #[error("{0}")]
+    Io(Arc<std::io::Error>),
 }
 
 /// A held message's file could not be read back whole: set aside.

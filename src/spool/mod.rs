@@ -40,10 +40,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::Notify;
 
 pub use error::{Damaged, Refusal, SpoolError, Storage};
-pub use index::{Entry, KeyCount, State, Ticket};
-pub use operator::Summary;
+pub use index::{State, Ticket};
 pub use record::{Held, HeldKey, Meta, Origin};
-pub use recover::Recovered;
 
 use crate::clock::{Clock, Nanos};
 use crate::config::SpoolConfig;
@@ -137,16 +135,6 @@ impl Spool {
         self.clock.unix_ms_at(self.clock.now())
     }
 
-    /// The monotonic instant of Unix milliseconds `ms` (the clock's start when earlier).
-    pub fn instant_of(&self, ms: u64) -> Nanos {
-        let now = self.clock.now();
-        let wall = self.clock.unix_ms_at(now);
-        match ms >= wall {
-            true => now.saturating_add((ms - wall).saturating_mul(1_000_000)),
-            false => now.saturating_sub((wall - ms).saturating_mul(1_000_000)),
-        }
-    }
-
     /// Holds a message: on stable storage when this returns `Ok` (see the module doc), due for
     /// release at once (behind its key's earlier messages).
     pub async fn hold(&self, message: ToHold<'_>) -> Result<(), Refusal> {
@@ -214,7 +202,7 @@ impl Spool {
         if let Err(e) = self.held_sync.sync().await {
             // Not durable, so not answered `250`: it must not be sent after a restart either.
             let _ = std::fs::remove_file(target);
-            return Err(Storage::Unwritable(e));
+            return Err(Storage::Unwritable(e.to_string()));
         }
         Ok(())
     }

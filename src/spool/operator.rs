@@ -84,11 +84,6 @@ impl Spool {
         self.index().is_stopped(key)
     }
 
-    /// Syncs of `held/` so far: fewer than the messages held when they arrive together.
-    pub fn syncs(&self) -> u64 {
-        self.held_sync.syncs()
-    }
-
     pub fn summary(&self) -> Summary {
         let index = self.index();
         let (messages, failed, bytes) = index.totals();

@@ -9,6 +9,7 @@ use std::io::Read;
 use std::os::unix::fs::DirEntryExt;
 use std::path::{Path, PathBuf};
 
+use super::error::Damaged;
 use super::index::{Entry, Index, State};
 use super::layout::{parse_name, Layout};
 use super::record::{meta_of, HeldKey, MAX_META};
@@ -47,7 +48,7 @@ pub fn recover(layout: &Layout, index: &mut Index) -> std::io::Result<Recovered>
         match read {
             Ok(read) => entries.push(read),
             Err(why) => {
-                set_aside(layout, path, name, &why);
+                set_aside(layout, path, name, &why.0);
                 found.damaged += 1;
             }
         }
@@ -68,7 +69,7 @@ pub fn recover(layout: &Layout, index: &mut Index) -> std::io::Result<Recovered>
 const READERS: usize = 64;
 
 /// The entries of `files`, in their order, read by [`READERS`] threads.
-fn read_all(files: &[(PathBuf, String, State)]) -> Vec<Result<(HeldKey, Entry), String>> {
+fn read_all(files: &[(PathBuf, String, State)]) -> Vec<Result<(HeldKey, Entry), Damaged>> {
     let chunk = files.len().div_ceil(READERS).max(1);
     std::thread::scope(|scope| {
         let readers: Vec<_> = (files.chunks(chunk))
@@ -87,12 +88,13 @@ fn read_all(files: &[(PathBuf, String, State)]) -> Vec<Result<(HeldKey, Entry), 
 }
 
 /// The entry of one file, from its name and its meta.
-fn read_entry(path: &Path, name: &str, state: State) -> Result<(super::HeldKey, Entry), String> {
-    let (seq, id) = parse_name(name).ok_or("a name the spool does not write")?;
-    let head = read_head(path).map_err(|e| e.to_string())?;
-    let meta = meta_of(&head).map_err(|e| e.0)?;
+fn read_entry(path: &Path, name: &str, state: State) -> Result<(HeldKey, Entry), Damaged> {
+    let not_ours = || Damaged("a name the spool does not write".into());
+    let (seq, id) = parse_name(name).ok_or_else(not_ours)?;
+    let head = read_head(path).map_err(|e| Damaged(e.to_string()))?;
+    let meta = meta_of(&head)?;
     if meta.seq != seq || meta.id != id {
-        return Err(format!("its meta names {}-{}", meta.seq, meta.id));
+        return Err(Damaged(format!("its meta names {}-{}", meta.seq, meta.id)));
     }
     let entry = Entry {
         id: id.into(),

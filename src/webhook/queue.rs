@@ -66,6 +66,7 @@ impl Queue {
         self.events.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -167,7 +167,7 @@ impl MxForwarder {
                 &self.inner.reporting_mta,
                 sender,
                 &refused,
-                &dsn::head(message),
+                &crate::message::dsn::head(message),
                 SystemTime::now(),
             );
             self.send_report(sender, report);
@@ -198,7 +198,8 @@ impl MxForwarder {
             from: None,
             rcpts: vec![sender.to_string()],
             smtputf8: !sender.is_ascii(),
-            body_8bit: false,
+            // The original's header section is copied as it came.
+            body_8bit: !report.is_ascii(),
         };
         tokio::spawn(async move {
             match forwarder.forward(&envelope, &report).await {

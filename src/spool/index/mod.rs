@@ -61,7 +61,6 @@ pub struct Ticket {
     pub accepted_ms: u64,
     /// This attempt's number, from 1.
     pub attempt: u32,
-    pub report: bool,
 }
 
 /// One key's messages, for the operators.
@@ -209,7 +208,6 @@ impl Index {
                 key,
                 accepted_ms: head.accepted_ms,
                 attempt: head.attempts,
-                report: head.report,
             });
         }
         taken
