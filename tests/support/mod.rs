@@ -3,6 +3,8 @@
 //! part of it:
 //!
 //! - `relay`: the relay in-process (`Relay`, `smtp_relay`, `memory_relay`) and a raw client.
+//! - `config`: a relay's config as a test writes it (`TestConfig`): the `[smtp]` head, the
+//!   upstreams, then the test's own tables.
 //! - `dns`: a DNS server on 127.0.0.1 answering from a zone the test writes (`TestDns`).
 //! - `memory`: a forwarder that records what it is given (`MemoryForwarder`).
 //! - `hidden_rate`: an SES-like upstream in memory with its own hidden bucket (`HiddenRate`).
@@ -35,6 +37,7 @@ pub mod auth;
 pub mod campaign;
 pub mod campaign_check;
 pub mod clock;
+pub mod config;
 pub mod delay;
 pub mod dns;
 pub mod hidden_rate;

@@ -25,13 +25,12 @@ use mailsluice::config::{Config, UpstreamConfig};
 use mailsluice::message::Envelope;
 use mailsluice::upstream::SmtpForwarder;
 
+use support::config::TestConfig;
+
 /// An `[upstream]` section as a user would write it, plus `extra` TOML lines, on a relay
 /// called `relay.test`.
 pub fn upstream_config(url: &str, extra: &str) -> UpstreamConfig {
-    let text = format!(
-        "[smtp]\nlisten = [\"127.0.0.1:0\"]\nhostname = \"relay.test\"\n\
-         [upstream]\nurl = \"{url}\"\n{extra}\n"
-    );
+    let text = TestConfig::new().upstream(url).then(extra).text();
     Config::parse(&text)
         .expect("test config")
         .upstreams
