@@ -16,8 +16,7 @@
 //!                                             Redis, seven faults in turn; its table
 //! ```
 
-#[path = "../tests/support/mod.rs"]
-mod support;
+use mailsluice_test_support as support;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;

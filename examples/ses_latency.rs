@@ -9,8 +9,7 @@
 //! ses_latency <delay_ms> <pool_size> <sequential> <messages>
 //! ```
 
-#[path = "../tests/support/mod.rs"]
-mod support;
+use mailsluice_test_support as support;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -11,8 +11,6 @@
 //! process's resident memory is sampled through the run and bounded (`Plan::memory`). The
 //! failover is Sentinel's own: the primary killed, the sentinel left to notice.
 
-#![allow(dead_code)]
-
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

@@ -9,8 +9,6 @@
 //! together. The other connections are opened first and sit idle after EHLO; once the waiters
 //! are through, each sends a message of a tenant of its own (no wait).
 
-#![allow(dead_code)]
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

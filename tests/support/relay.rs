@@ -1,8 +1,6 @@
 //! Starts mailsluice in-process on 127.0.0.1:0 for a test, and a raw SMTP client to talk to it
 //! byte by byte (real clients are used elsewhere; this one lets tests send hostile bytes).
 
-#![allow(dead_code)]
-
 use std::net::SocketAddr;
 use std::sync::Arc;
 

@@ -2,8 +2,7 @@
 //! (file), over real TCP on 127.0.0.1, and the relay's answers to upstream faults. The
 //! helpers below are shared by the forwarder tests.
 
-#[path = "../support/mod.rs"]
-mod support;
+use mailsluice_test_support as support;
 
 mod desync;
 mod envelope;
