@@ -4,6 +4,8 @@ WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
 COPY benches ./benches
+# The tests' support crate: a member of the workspace, so cargo reads its manifest.
+COPY tests/support ./tests/support
 RUN cargo build --release --locked --bin mailsluice
 
 FROM debian:bookworm-slim

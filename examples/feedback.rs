@@ -10,8 +10,7 @@
 //! feedback [clients] [messages_each] [hidden_rate]
 //! ```
 
-#[path = "../tests/support/mod.rs"]
-mod support;
+use mailsluice_test_support as support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -13,8 +13,7 @@
 //! pipelined group of commands, or a message's data): one round trip each.
 //! `LATENCY_SHOW_FLIGHTS=<n>` prints the first `n` flights to stderr.
 
-#[path = "../tests/support/mod.rs"]
-mod support;
+use mailsluice_test_support as support;
 
 use std::time::Duration;
 

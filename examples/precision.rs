@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use mailsluice::config::Config;
 use mailsluice::upstream::{ForwardFuture, Forwarder, Outgoing, OwnAddresses};
+use mailsluice_test_support::config::TestConfig;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -25,11 +26,14 @@ async fn main() {
     let sink_addr = sink.local_addr().unwrap();
     tokio::spawn(run_sink(sink, times.clone()));
 
-    let text = format!(
-        "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"smtp://{sink_addr}\"\ntls = \"none\"\n\
-         pool_size = 32\n[[throttle]]\nname = \"tenant\"\nkey = \"header:X-Tenant\"\ncost = \"message\"\n\
-         limit = {LIMIT}\ninterval_ms = 1000\nburst = {BURST}\nmax_wait_ms = 60000\n"
-    );
+    let text = TestConfig::new()
+        .upstream(&format!("smtp://{sink_addr}"))
+        .then("tls = \"none\"\npool_size = 32")
+        .then(&format!(
+            "[[throttle]]\nname = \"tenant\"\nkey = \"header:X-Tenant\"\ncost = \"message\"\n\
+             limit = {LIMIT}\ninterval_ms = 1000\nburst = {BURST}\nmax_wait_ms = 60000"
+        ))
+        .text();
     let config = Arc::new(Config::parse(&text).unwrap());
     let grants = Arc::new(Mutex::new(Vec::<Instant>::new()));
     let forwarder = Arc::new(Stamped {

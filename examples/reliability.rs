@@ -16,13 +16,13 @@
 //!                                             Redis, seven faults in turn; its table
 //! ```
 
-#[path = "../tests/support/mod.rs"]
-mod support;
+use mailsluice_test_support as support;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use support::config::TestConfig;
 use support::invariant::{self, settle, ClientLog, Seen};
 use support::load::{self, LoadSpec};
 use support::process::RelayProcess;
@@ -78,13 +78,14 @@ fn fault_mix(stalls: bool) -> Vec<Fault> {
 }
 
 fn relay_config(up: &TestUpstream, layers: &str) -> String {
-    format!(
-        "[smtp]\nlisten = [\"127.0.0.1:0\"]\nhostname = \"relay.bench\"\nmax_connections = 20000\n\
-         max_connections_per_ip = 20000\n\
-         [upstream]\nurl = \"{}\"\ntls = \"none\"\ntimeout_ms = 1000\npool_size = 32\n\
-         [admin]\nlisten = \"127.0.0.1:0\"\n{layers}",
-        up.url()
-    )
+    // The minimal head: the benchmark's relay has a name of its own.
+    TestConfig::minimal()
+        .smtp("hostname = \"relay.bench\"\nmax_connections = 20000\nmax_connections_per_ip = 20000")
+        .upstream(&up.url())
+        .then("tls = \"none\"\ntimeout_ms = 1000\npool_size = 32")
+        .then("[admin]\nlisten = \"127.0.0.1:0\"")
+        .then(layers)
+        .text()
 }
 
 /// `clients` senders for `duration`, each sending message after message on new connections;

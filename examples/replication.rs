@@ -18,8 +18,7 @@
 //!                                          script alone, then pipelined with `WAIT 1 1000`
 //! ```
 
-#[path = "../tests/support/mod.rs"]
-mod support;
+use mailsluice_test_support as support;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;

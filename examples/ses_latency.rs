@@ -9,8 +9,7 @@
 //! ses_latency <delay_ms> <pool_size> <sequential> <messages>
 //! ```
 
-#[path = "../tests/support/mod.rs"]
-mod support;
+use mailsluice_test_support as support;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -22,6 +21,7 @@ use mailsluice::upstream::{Forwarder, SmtpForwarder};
 use tokio::net::TcpListener;
 use tokio::time::Instant;
 
+use support::config::TestConfig;
 use support::ses::{forwarder, FakeSes, GOOD_KEY};
 use support::upstream::TestUpstream;
 
@@ -39,10 +39,11 @@ async fn main() {
     let smtp_far = delayed(smtp_up.addr(), delay).await;
     let ses_far = delayed(ses_up.addr, delay).await;
     let text = |url: &str, extra: &str| {
-        format!(
-            "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"{url}\"\n\
-             pool_size = {pool}\ntimeout_ms = 30000\n{extra}\n"
-        )
+        TestConfig::new()
+            .upstream(url)
+            .then(&format!("pool_size = {pool}\ntimeout_ms = 30000"))
+            .then(extra)
+            .text()
     };
     let smtp_cfg = text(&format!("smtp://{smtp_far}"), "tls = \"none\"");
     let smtp_cfg = Config::parse(&smtp_cfg).unwrap().upstreams.remove(0);

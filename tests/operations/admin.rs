@@ -1,6 +1,7 @@
 //! The admin endpoint after real traffic: Prometheus metrics that match what was sent, peeks
 //! that report and do not change `remaining`, readiness that follows the upstream.
 
+use crate::support::config::TestConfig;
 use crate::support::http::get;
 use crate::support::relay::{smtp_relay, upstream_relay};
 use crate::support::upstream::{Fault, Step, TestUpstream};
@@ -117,17 +118,16 @@ async fn metrics_count_what_was_sent_and_peek_takes_nothing() {
 async fn readyz_lists_each_upstream_and_needs_each_route_to_reach_one() {
     let (main, backup) = (TestUpstream::start().await, TestUpstream::start().await);
     let spare = TestUpstream::start().await;
-    let text = format!(
-        "[smtp]\nlisten = [\"127.0.0.1:0\"]\nhostname = \"relay.test\"\n\
-         [[upstream]]\nname = \"main\"\nurl = \"{}\"\ntls = \"none\"\ntimeout_ms = 2000\n\
-         [[upstream]]\nname = \"backup\"\nurl = \"{}\"\ntls = \"none\"\ntimeout_ms = 2000\n\
-         [[upstream]]\nname = \"spare\"\nurl = \"{}\"\ntls = \"none\"\ntimeout_ms = 2000\n\
-         [[route]]\nupstream = \"main\"\nfallback = \"backup\"\n\
-         [admin]\nready_requires_upstream = true\n",
-        main.url(),
-        backup.url(),
-        spare.url()
-    );
+    let mut config = TestConfig::new();
+    for (name, up) in [("main", &main), ("backup", &backup), ("spare", &spare)] {
+        config = config
+            .named_upstream(name, &up.url())
+            .then("tls = \"none\"\ntimeout_ms = 2000");
+    }
+    let text = config
+        .then("[[route]]\nupstream = \"main\"\nfallback = \"backup\"")
+        .then("[admin]\nready_requires_upstream = true")
+        .text();
     let relay = upstream_relay(&text).await;
     let admin = relay.start_admin().await;
     let ready = async || {

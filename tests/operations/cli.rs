@@ -7,6 +7,7 @@ use std::sync::mpsc::Receiver;
 
 use mailsluice::inbound::password;
 
+use crate::support::config::TestConfig;
 use crate::support::host::{free_port, scratch_path};
 use crate::support::relay::Client;
 
@@ -86,14 +87,14 @@ async fn a_config_that_check_passes_starts() {
     let dir = tempdir();
     let tls = crate::support::tls::TestCert::new();
     let hash = password::hash("admin secret").unwrap();
-    let config = format!(
-        "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[smtp.tls]\ncert = \"{}\"\nkey = \"{}\"\n\
-         [upstream]\nurl = \"smtp://127.0.0.1:9\"\nusername = \"relay\"\n\
-         password_env = \"MAILSLUICE_TEST_SET_PASSWORD\"\n\
-         [admin]\nlisten = \"127.0.0.1:0\"\npassword_hash = \"{hash}\"\n",
-        tls.cert_path.display(),
-        tls.key_path.display()
-    );
+    let config = TestConfig::new()
+        .smtp(&tls.config(""))
+        .upstream("smtp://127.0.0.1:9")
+        .then("username = \"relay\"\npassword_env = \"MAILSLUICE_TEST_SET_PASSWORD\"")
+        .then(&format!(
+            "[admin]\nlisten = \"127.0.0.1:0\"\npassword_hash = \"{hash}\""
+        ))
+        .text();
     let path = dir.join("relay.toml");
     std::fs::write(&path, &config).unwrap();
     let env = ("MAILSLUICE_TEST_SET_PASSWORD", "s3cret");
@@ -137,32 +138,40 @@ fn every_check_that_fails_the_start_fails_check() {
         crate::support::tls::TestCert::new(),
         crate::support::tls::TestCert::new(),
     );
-    let smtp = "[smtp]\nlisten = [\"127.0.0.1:0\"]\n";
-    let file = "[upstream]\nurl = \"file://outbox\"\n";
+    let file = || TestConfig::new().upstream("file://outbox");
     let tls = |cert: &std::path::Path, key: &std::path::Path| {
-        format!(
-            "{smtp}[smtp.tls]\ncert = \"{}\"\nkey = \"{}\"\n{file}",
-            cert.display(),
-            key.display()
-        )
+        TestConfig::new()
+            .smtp(&format!(
+                "[smtp.tls]\ncert = \"{}\"\nkey = \"{}\"",
+                cert.display(),
+                key.display()
+            ))
+            .upstream("file://outbox")
+            .text()
     };
     let weak = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tls");
     let cases: Vec<(&str, Option<String>, String)> = vec![
         ("a missing config file", None, "(os error 2)".into()),
         (
             "an upstream's password variable not set",
-            Some(format!(
-                "{smtp}[upstream]\nurl = \"smtp://127.0.0.1:9\"\nusername = \"u\"\n\
-                 password_env = \"MAILSLUICE_TEST_UNSET_PASSWORD\"\n"
-            )),
+            Some(
+                TestConfig::new()
+                    .upstream("smtp://127.0.0.1:9")
+                    .then("username = \"u\"\npassword_env = \"MAILSLUICE_TEST_UNSET_PASSWORD\"")
+                    .text(),
+            ),
             "MAILSLUICE_TEST_UNSET_PASSWORD` is not set".into(),
         ),
         (
             "Redis's password variable not set",
-            Some(format!(
-                "{smtp}{file}[redis]\nurl = \"redis://127.0.0.1:9\"\n\
-                 password_env = \"MAILSLUICE_TEST_UNSET_REDIS\"\n"
-            )),
+            Some(
+                file()
+                    .then(
+                        "[redis]\nurl = \"redis://127.0.0.1:9\"\n\
+                         password_env = \"MAILSLUICE_TEST_UNSET_REDIS\"",
+                    )
+                    .text(),
+            ),
             "MAILSLUICE_TEST_UNSET_REDIS".into(),
         ),
         (
@@ -185,7 +194,7 @@ fn every_check_that_fails_the_start_fails_check() {
         ),
         (
             "an admin password hash that is no argon2 hash",
-            Some(format!("{smtp}{file}[admin]\npassword_hash = \"secret\"\n")),
+            Some(file().then("[admin]\npassword_hash = \"secret\"").text()),
             "admin.password_hash".into(),
         ),
     ];
@@ -212,17 +221,17 @@ fn every_check_that_fails_the_start_fails_check() {
 
 #[test]
 fn check_warns_when_no_route_is_a_catch_all_and_refuses_unknown_names() {
-    let upstreams = "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[[upstream]]\nname = \"eu\"\n\
-                     url = \"file://x\"\n";
+    // The minimal head: the test names the line of the route's `upstream`.
+    let upstreams = TestConfig::minimal().named_upstream("eu", "file://x");
     let routed = "[[route]]\nkey = \"header:X-Tenant\"\nvalues = [\"acme\"]\nupstream = \"eu\"\n";
-    let out = check(&format!("{upstreams}{routed}"));
+    let out = check(&upstreams.clone().then(routed).text());
     assert_eq!(out.status.code(), Some(0));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("warning") && err.contains("catch-all"),
         "{err}"
     );
-    let out = check(&format!("{upstreams}[[route]]\nupstream = \"us\"\n"));
+    let out = check(&upstreams.then("[[route]]\nupstream = \"us\"").text());
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -233,8 +242,12 @@ fn check_warns_when_no_route_is_a_catch_all_and_refuses_unknown_names() {
 
 #[test]
 fn check_names_the_key_and_line_of_an_error() {
+    // The minimal head: the test names the lines of the keys at fault.
     let out = check(
-        "[smtp]\nlisten = [\"127.0.0.1:0\"]\nmax_recipients = 0\n[upstream]\nurl = \"file://x\"\n",
+        &TestConfig::minimal()
+            .smtp("max_recipients = 0")
+            .upstream("file://x")
+            .text(),
     );
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
@@ -242,8 +255,12 @@ fn check_names_the_key_and_line_of_an_error() {
         err.contains("line 3") && err.contains("max_recipients"),
         "{err}"
     );
-    let out =
-        check("[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"file://x\"\npool = 3\n");
+    let out = check(
+        &TestConfig::minimal()
+            .upstream("file://x")
+            .then("pool = 3")
+            .text(),
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1));
     assert!(err.contains("line 5") && err.contains("pool"), "{err}");
@@ -254,11 +271,14 @@ fn check_names_the_key_and_line_of_an_error() {
 fn check_names_the_line_of_a_malformed_sender_pattern() {
     let user = "[[smtp.auth.users]]\nuser = \"acme\"\n\
                 password_hash = \"$argon2id$v=19$m=19456,t=2,p=1$c29tZXNhbHRzb21lc2FsdA$hRh5UbO5V5zAcTz1r34tZgRfrqBvAdiE/lw+J3iU+Ls\"\n";
+    // The minimal head: the test names the line of the pattern.
     let config = |senders: &str| {
-        format!(
-            "[smtp]\nlisten = [\"127.0.0.1:0\"]\n{user}senders = [\n  \"@acme.example\",\n  \
-             {senders},\n]\n[upstream]\nurl = \"file://x\"\n"
-        )
+        TestConfig::minimal()
+            .smtp(&format!(
+                "{user}senders = [\n  \"@acme.example\",\n  {senders},\n]"
+            ))
+            .upstream("file://x")
+            .text()
     };
     assert!(check(&config("\"billing@shared.example\""))
         .status
@@ -365,8 +385,8 @@ async fn send_one(c: &mut Client) -> u16 {
 #[tokio::test]
 async fn default_file_upstream_then_sigterm_finishes_the_transaction_and_exits_0() {
     let dir = tempdir();
-    let config = "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"file://outbox\"\n";
-    let (mut child, addr, logs) = start(config, &dir);
+    let config = TestConfig::new().upstream("file://outbox").text();
+    let (mut child, addr, logs) = start(&config, &dir);
     let mut c = Client::connect(addr).await;
     assert_eq!(send_one(&mut c).await, 250);
     // A second transaction is in flight (inside DATA) when SIGTERM comes.
@@ -405,8 +425,8 @@ async fn default_file_upstream_then_sigterm_finishes_the_transaction_and_exits_0
 #[tokio::test]
 async fn workers_sets_the_runtime_threads_and_zero_is_refused() {
     let dir = tempdir();
-    let config = "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"file://outbox\"\n";
-    std::fs::write(dir.join("zero.toml"), config).unwrap();
+    let config = TestConfig::new().upstream("file://outbox").text();
+    std::fs::write(dir.join("zero.toml"), &config).unwrap();
     let out = Command::new(BIN)
         .args(["--workers", "0", "--config"])
         .arg(dir.join("zero.toml"))
@@ -416,7 +436,7 @@ async fn workers_sets_the_runtime_threads_and_zero_is_refused() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("--workers"), "{err}");
     // The runtime reports its own thread count; the relay logs it before it listens.
-    let (mut child, addr, logs) = start_with(config, &dir, &["--workers", "1"]);
+    let (mut child, addr, logs) = start_with(&config, &dir, &["--workers", "1"]);
     let started = loop {
         let line = logs.recv().unwrap();
         if line.contains("runtime started") {
@@ -433,9 +453,11 @@ async fn workers_sets_the_runtime_threads_and_zero_is_refused() {
 #[tokio::test]
 async fn json_logs_have_one_object_per_line_with_the_message_fields() {
     let dir = tempdir();
-    let config = "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"file://outbox\"\n\
-                  [[throttle]]\nname = \"tenant\"\nkey = \"header:X-Tenant\"\nlimit = 5\n";
-    let (mut child, addr, logs) = start_with(config, &dir, &["--log-format", "json"]);
+    let config = TestConfig::new()
+        .upstream("file://outbox")
+        .then("[[throttle]]\nname = \"tenant\"\nkey = \"header:X-Tenant\"\nlimit = 5")
+        .text();
+    let (mut child, addr, logs) = start_with(&config, &dir, &["--log-format", "json"]);
     let mut c = Client::connect(addr).await;
     let msg = b"X-Tenant: acme\r\nSubject: secret subject\r\n\r\nsecret body\r\n";
     assert_eq!(
@@ -510,9 +532,12 @@ fn hash_password_reads_stdin_and_prints_an_argon2id_hash() {
     assert!(password::matches(hash, "correct horse"));
     assert!(!password::matches(hash, "correct horse\n"));
     // A config with that hash is valid.
-    let config = format!(
-        "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[smtp.auth]\nusers = [{{ user = \"u\", password_hash = \"{hash}\" }}]\n[upstream]\nurl = \"file://x\"\n"
-    );
+    let config = TestConfig::new()
+        .smtp(&format!(
+            "[smtp.auth]\nusers = [{{ user = \"u\", password_hash = \"{hash}\" }}]"
+        ))
+        .upstream("file://x")
+        .text();
     assert!(check(&config).status.success());
 }
 
@@ -522,11 +547,14 @@ fn check_names_a_missing_certificate_and_a_mismatched_key() {
     let a = crate::support::tls::TestCert::new();
     let b = crate::support::tls::TestCert::new();
     let tls = |cert: &std::path::Path, key: &std::path::Path| {
-        format!(
-            "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[smtp.tls]\ncert = \"{}\"\nkey = \"{}\"\n[upstream]\nurl = \"file://x\"\n",
-            cert.display(),
-            key.display()
-        )
+        TestConfig::new()
+            .smtp(&format!(
+                "[smtp.tls]\ncert = \"{}\"\nkey = \"{}\"",
+                cert.display(),
+                key.display()
+            ))
+            .upstream("file://x")
+            .text()
     };
     assert!(check(&tls(&a.cert_path, &a.key_path)).status.success());
     let out = check(&tls(&a.cert_path, &b.key_path));
@@ -542,10 +570,10 @@ fn check_names_a_missing_certificate_and_a_mismatched_key() {
 async fn sighup_reloads_the_certificate_without_dropping_connections() {
     let dir = tempdir();
     let cert = crate::support::tls::TestCert::new();
-    let config = format!(
-        "[smtp]\nlisten = [\"127.0.0.1:0\"]\n{}[upstream]\nurl = \"file://outbox\"\n",
-        cert.config("")
-    );
+    let config = TestConfig::new()
+        .smtp(&cert.config(""))
+        .upstream("file://outbox")
+        .text();
     let (mut child, addr, logs) = start(&config, &dir);
     let mut before = crate::support::tls::starttls(Client::connect(addr).await, &cert.der).await;
     assert_eq!(before.cmd("EHLO x").await.0, 250);
@@ -570,12 +598,11 @@ async fn sighup_reloads_the_certificate_without_dropping_connections() {
 #[tokio::test]
 async fn peek_reads_a_local_layer_through_the_admin_endpoint_and_takes_nothing() {
     let dir = tempdir();
-    let config = format!(
-        "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"file://outbox\"\n\
-         [admin]\nlisten = \"127.0.0.1:{}\"\n\
-         [[throttle]]\nname = \"tenant\"\nkey = \"header:X-Tenant\"\nlimit = 5\ninterval_ms = 3600000\n",
-        free_port()
-    );
+    let config = TestConfig::new()
+        .upstream("file://outbox")
+        .then(&format!("[admin]\nlisten = \"127.0.0.1:{}\"", free_port()))
+        .then("[[throttle]]\nname = \"tenant\"\nkey = \"header:X-Tenant\"\nlimit = 5\ninterval_ms = 3600000")
+        .text();
     let (mut child, addr, logs) = start(&config, &dir);
     while !logs.recv().unwrap().contains("admin endpoint listening") {}
     let mut c = Client::connect(addr).await;
@@ -630,12 +657,15 @@ fn hup(child: &Running) {
 #[tokio::test]
 async fn sighup_with_a_lower_limit_throttles_the_next_messages_and_a_bad_config_is_refused() {
     let dir = tempdir();
+    // The minimal head: the test names the line of `limit`.
     let layer = |limit: &str| {
-        format!(
-            "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"file://outbox\"\n\
-             [[throttle]]\nname = \"tenant\"\nkey = \"none\"\ncost = \"message\"\nlimit = {limit}\n\
-             interval_ms = 3600000\nmode = \"reject\"\n"
-        )
+        TestConfig::minimal()
+            .upstream("file://outbox")
+            .then(&format!(
+                "[[throttle]]\nname = \"tenant\"\nkey = \"none\"\ncost = \"message\"\nlimit = {limit}\n\
+                 interval_ms = 3600000\nmode = \"reject\""
+            ))
+            .text()
     };
     let (mut child, addr, logs) = start(&layer("100"), &dir);
     let mut c = Client::connect(addr).await;

@@ -13,6 +13,7 @@ use mailsluice::config::Config;
 use toml::{Table, Value};
 
 use super::dashboards::{families, metrics_with_samples};
+use crate::support::config::TestConfig;
 
 const BOGUS: &str = "zz_not_a_key";
 const CONFIG_PAGE: &str = "docs/configuration.md";
@@ -21,23 +22,16 @@ const METRICS_PAGE: &str = "docs/operating.md";
 /// A config whose every table exists once, so that a probe reaches the table it means. Its
 /// values are well-typed; whether they pass `validate` does not matter (the probe's error
 /// comes first, while the file is read).
-const BASE: &str = r#"
-[smtp]
-listen = ["127.0.0.1:2525"]
-[smtp.auth]
-users = [{ user = "u", password_hash = "x" }]
-[[upstream]]
-url = "file:///tmp/outbox"
-[[route]]
-upstream = "default"
-[[throttle]]
-name = "t"
-key = "none"
-limit = 1
-[redis]
-url = "redis://127.0.0.1:6379"
-[admin]
-"#;
+fn base() -> String {
+    TestConfig::new()
+        .smtp("[smtp.auth]\nusers = [{ user = \"u\", password_hash = \"x\" }]")
+        .then("[[upstream]]\nurl = \"file:///tmp/outbox\"")
+        .then("[[route]]\nupstream = \"default\"")
+        .then("[[throttle]]\nname = \"t\"\nkey = \"none\"\nlimit = 1")
+        .then("[redis]\nurl = \"redis://127.0.0.1:6379\"")
+        .then("[admin]")
+        .text()
+}
 
 /// The keys the table at `path` accepts, or `None` when `path` is not a table (a leaf).
 fn accepted_at(path: &[String]) -> Option<BTreeSet<String>> {
@@ -47,7 +41,7 @@ fn accepted_at(path: &[String]) -> Option<BTreeSet<String>> {
         Value::Array(vec![Value::Table(bogus)]),
     ];
     probes.into_iter().find_map(|probe| {
-        let mut root: Table = toml::from_str(BASE).expect("the base config is TOML");
+        let mut root: Table = toml::from_str(&base()).expect("the base config is TOML");
         set(&mut root, path, probe);
         let text = toml::to_string(&root).expect("a table is TOML");
         let error = Config::parse(&text).err()?.to_string();

@@ -1,8 +1,7 @@
 //! Running the relay: the admin endpoint and its status page, the binary's command line and signals, and
 //! shutdown under load.
 
-#[path = "../support/mod.rs"]
-mod support;
+use mailsluice_test_support as support;
 
 mod admin;
 mod admin_flood;

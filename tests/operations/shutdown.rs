@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::config::TestConfig;
 use crate::support::http::get;
 use crate::support::invariant::{self, assert_holds, settle, ClientLog, Seen};
 use crate::support::memory::MemoryForwarder;
@@ -28,14 +29,16 @@ fn config(up: &TestUpstream, limit: u64, burst: u64) -> String {
         0 => (1, 60_000),
         n => (n, 1000),
     };
-    format!(
-        "[smtp]\nlisten = [\"127.0.0.1:0\"]\nhostname = \"relay.test\"\nshutdown_grace_ms = 20000\n\
-         [upstream]\nurl = \"{}\"\ntls = \"none\"\ntimeout_ms = 10000\npool_size = 8\n\
-         [[throttle]]\nname = \"tenant\"\nkey = \"header:X-Tenant\"\ncost = \"message\"\n\
-         limit = {limit}\ninterval_ms = {interval}\nburst = {burst}\nmax_wait_ms = 3600000\n\
-         [admin]\nlisten = \"127.0.0.1:0\"\n",
-        up.url()
-    )
+    TestConfig::new()
+        .smtp("shutdown_grace_ms = 20000")
+        .upstream(&up.url())
+        .then("tls = \"none\"\ntimeout_ms = 10000\npool_size = 8")
+        .then(&format!(
+            "[[throttle]]\nname = \"tenant\"\nkey = \"header:X-Tenant\"\ncost = \"message\"\n\
+             limit = {limit}\ninterval_ms = {interval}\nburst = {burst}\nmax_wait_ms = 3600000\n\
+             [admin]\nlisten = \"127.0.0.1:0\""
+        ))
+        .text()
 }
 
 async fn metric(relay: &RelayProcess, name: &str) -> f64 {

@@ -1,8 +1,7 @@
 //! The shared store on a private `redis-server`: what only the Redis store has, several
 //! relays on one Redis, Redis failing under load, and shutdown with a Redis reservation.
 
-#[path = "../support/mod.rs"]
-mod support;
+use mailsluice_test_support as support;
 
 mod redis_campaign;
 mod redis_faults;

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::config::TestConfig;
 use crate::support::invariant::{assert_holds, settle, ClientLog, Seen};
 use crate::support::redis::RedisServer;
 use crate::support::relay::{upstream_relay, Relay};
@@ -42,15 +43,18 @@ struct Phases {
 
 async fn relay(up: &TestUpstream, redis: &RedisServer, on_error: &str) -> Relay {
     // A generous shared limit: the layer itself never refuses here, only Redis's state can.
-    let text = format!(
-        "[smtp]\nlisten = [\"127.0.0.1:0\"]\nhostname = \"relay.test\"\n\
-         [upstream]\nurl = \"{}\"\ntls = \"none\"\ntimeout_ms = 5000\n\
-         [[throttle]]\nname = \"account\"\nkey = \"none\"\ncost = \"message\"\nlimit = 100000\n\
-         interval_ms = 1000\nstore = \"redis\"\n\
-         [redis]\nurl = \"{}\"\ntimeout_ms = 300\non_error = \"{on_error}\"\n",
-        up.url(),
-        redis.url()
-    );
+    let text = TestConfig::new()
+        .upstream(&up.url())
+        .then("tls = \"none\"\ntimeout_ms = 5000")
+        .then(
+            "[[throttle]]\nname = \"account\"\nkey = \"none\"\ncost = \"message\"\nlimit = 100000\n\
+             interval_ms = 1000\nstore = \"redis\"",
+        )
+        .then(&format!(
+            "[redis]\nurl = \"{}\"\ntimeout_ms = 300\non_error = \"{on_error}\"",
+            redis.url()
+        ))
+        .text();
     upstream_relay(&text).await
 }
 

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use crate::support::config::TestConfig;
 use crate::support::host::scratch_path;
 use crate::support::http::get;
 use crate::support::memory::subject_of;
@@ -297,10 +298,11 @@ async fn peek_command_reads_a_redis_layer_from_redis() {
     let dir = scratch_path("peek");
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("peek.toml");
-    let text = format!(
-        "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"file://x\"\n{layer}\n[redis]\nurl = \"{}\"\n",
-        redis.url()
-    );
+    let text = TestConfig::new()
+        .upstream("file://x")
+        .then(layer)
+        .then(&format!("[redis]\nurl = \"{}\"", redis.url()))
+        .text();
     std::fs::write(&config, text).unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_mailsluice"))
         .arg("peek")

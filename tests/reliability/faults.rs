@@ -14,6 +14,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::config::TestConfig;
 use crate::support::invariant::{self, assert_holds, is_uncertain, settle, ClientLog, Seen};
 use crate::support::relay::{upstream_relay, Relay};
 use crate::support::traffic::{self, Leave};
@@ -163,12 +164,15 @@ enum Client {
 /// One layer: a tenant gets one message a minute, and keeps the token even when upstream
 /// fails (`charge_failures`), so a second message of the same tenant always waits.
 fn config(upstream_url: &str) -> String {
-    format!(
-        "[smtp]\nlisten = [\"127.0.0.1:0\"]\nhostname = \"relay.test\"\nshutdown_grace_ms = 10000\n\
-         [upstream]\nurl = \"{upstream_url}\"\ntls = \"none\"\ntimeout_ms = 1000\npool_size = 4\n\
-         [[throttle]]\nname = \"tenant\"\nkey = \"header:X-Tenant\"\ncost = \"message\"\n\
-         limit = 1\ninterval_ms = 60000\nburst = 1\nmax_wait_ms = 120000\ncharge_failures = true\n"
-    )
+    TestConfig::new()
+        .smtp("shutdown_grace_ms = 10000")
+        .upstream(upstream_url)
+        .then("tls = \"none\"\ntimeout_ms = 1000\npool_size = 4")
+        .then(
+            "[[throttle]]\nname = \"tenant\"\nkey = \"header:X-Tenant\"\ncost = \"message\"\n\
+             limit = 1\ninterval_ms = 60000\nburst = 1\nmax_wait_ms = 120000\ncharge_failures = true",
+        )
+        .text()
 }
 
 async fn start_relay(up: &TestUpstream) -> Relay {

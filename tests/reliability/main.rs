@@ -1,8 +1,7 @@
 //! Reliability (docs/reliability.md): the fault matrix, thousands of connections, and a
 //! real Postfix in front, each checked with the invariant of `support/invariant.rs`.
 
-#[path = "../support/mod.rs"]
-mod support;
+use mailsluice_test_support as support;
 
 mod faults;
 mod load;

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::config::TestConfig;
 use crate::support::memory::without_received;
 use crate::support::relay::{memory_relay, smtp_relay, Client};
 use crate::support::upstream::TestUpstream;
@@ -446,10 +447,10 @@ async fn keys_in_added_fields_are_printable_ascii_and_lines_stay_short() {
 fn over_long_keys_and_fields_are_refused_when_the_config_is_read() {
     let hash =
         "$argon2id$v=19$m=19456,t=2,p=1$c2FsdHNhbHQ$dGVzdGhhc2h0ZXN0aGFzaHRlc3RoYXNoYWJjZGVm";
+    // The minimal head: the test writes a `hostname` of its own.
     let with = |rest: &str| {
-        mailsluice::config::Config::parse(&format!(
-            "[smtp]\nlisten = [\"127.0.0.1:0\"]\n{rest}\n[upstream]\nurl = \"file://x\"\n"
-        ))
+        let text = TestConfig::minimal().smtp(rest).upstream("file://x").text();
+        mailsluice::config::Config::parse(&text)
     };
     let tenant = "t".repeat(5000);
     let users = format!(
@@ -467,9 +468,7 @@ fn over_long_keys_and_fields_are_refused_when_the_config_is_read() {
             "[[route]]\nupstream = \"default\"\nkey = \"sender\"\nadd_headers = {{ \"X-K\" = \"{value}\" }}\n"
         )
     };
-    let text = |route: &str| {
-        format!("[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"file://x\"\n{route}")
-    };
+    let text = |route: &str| TestConfig::new().upstream("file://x").then(route).text();
     let parse = |value: &str| mailsluice::config::Config::parse(&text(&route(value)));
     let err = parse(&"{key} ".repeat(8)).unwrap_err().to_string();
     assert!(

@@ -2,8 +2,7 @@
 //! (AUTH checks, junk commands, buffered DATA), random byte streams, AUTH, TLS, and real
 //! clients (swaks, Python's smtplib) in front of the relay; the PROXY protocol behind a balancer.
 
-#[path = "../support/mod.rs"]
-mod support;
+use mailsluice_test_support as support;
 
 mod auth;
 mod auth_bounds;

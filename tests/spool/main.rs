@@ -3,8 +3,7 @@
 //! report to the sender), a paused tenant and a damaged file; and, with the binary as a
 //! process of its own, a crash and a full filesystem.
 
-#[path = "../support/mod.rs"]
-mod support;
+use mailsluice_test_support as support;
 
 mod admin;
 mod common;

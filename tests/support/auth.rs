@@ -1,8 +1,6 @@
 //! Users for AUTH tests. Their hashes use small argon2 parameters so a test login costs
 //! microseconds; the relay reads the parameters from the hash, as it does for real ones.
 
-#![allow(dead_code)]
-
 use argon2::password_hash::{PasswordHasher, SaltString};
 use argon2::{Algorithm, Argon2, Params, Version};
 use base64::Engine;

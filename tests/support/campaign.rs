@@ -11,8 +11,6 @@
 //! process's resident memory is sampled through the run and bounded (`Plan::memory`). The
 //! failover is Sentinel's own: the primary killed, the sentinel left to notice.
 
-#![allow(dead_code)]
-
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -23,6 +21,7 @@ use tokio::time::Instant;
 use super::campaign_check::{
     self, Attempt, FailoverTimes, MemoryBound, Phase, Report, RssSample, Shared,
 };
+use super::config::TestConfig;
 use super::invariant::{id_of, ClientLog};
 use super::process::{rss_kib, RelayProcess};
 use super::redis::RedisServer;
@@ -227,20 +226,22 @@ async fn sample_memory(shared: Arc<Clients>, every: Duration) {
 
 /// The relays' config: the shared and the per-tenant layer in Redis through the sentinel.
 fn config(up: &TestUpstream, sentinel: &RedisServer, shared: Shared) -> String {
-    format!(
-        "[smtp]\nlisten = [\"127.0.0.1:0\"]\nhostname = \"relay.test\"\nshutdown_grace_ms = 5000\n\
-         [upstream]\nurl = \"{}\"\ntls = \"none\"\ntimeout_ms = {UPSTREAM_TIMEOUT_MS}\n\
-         [[throttle]]\nname = \"account\"\nkey = \"none\"\ncost = \"message\"\nlimit = {}\n\
-         interval_ms = 1000\nburst = {}\nmax_wait_ms = 4000\nstore = \"redis\"\n\
-         [[throttle]]\nname = \"tenant\"\nkey = \"header:X-Tenant\"\ncost = \"message\"\n\
-         limit = 4\ninterval_ms = 1000\nburst = 4\nmode = \"reject\"\nstore = \"redis\"\n\
-         [redis]\nsentinel = {{ master = \"mymaster\", nodes = [\"127.0.0.1:{}\"] }}\n\
-         timeout_ms = 300\non_error = \"reject\"\n",
-        up.url(),
-        shared.limit,
-        shared.burst,
-        sentinel.port
-    )
+    TestConfig::new()
+        .smtp("shutdown_grace_ms = 5000")
+        .upstream(&up.url())
+        .then(&format!(
+            "tls = \"none\"\ntimeout_ms = {UPSTREAM_TIMEOUT_MS}"
+        ))
+        .then(&format!(
+            "[[throttle]]\nname = \"account\"\nkey = \"none\"\ncost = \"message\"\nlimit = {}\n\
+             interval_ms = 1000\nburst = {}\nmax_wait_ms = 4000\nstore = \"redis\"\n\
+             [[throttle]]\nname = \"tenant\"\nkey = \"header:X-Tenant\"\ncost = \"message\"\n\
+             limit = 4\ninterval_ms = 1000\nburst = 4\nmode = \"reject\"\nstore = \"redis\"\n\
+             [redis]\nsentinel = {{ master = \"mymaster\", nodes = [\"127.0.0.1:{}\"] }}\n\
+             timeout_ms = 300\non_error = \"reject\"",
+            shared.limit, shared.burst, sentinel.port
+        ))
+        .text()
 }
 
 /// Everything the campaign runs on.

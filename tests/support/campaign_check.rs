@@ -12,8 +12,6 @@
 //! - copies without a `250` are counted by kind (uncertain reply, connection cut);
 //! - upstream holds nothing no client sent, and no message without its id.
 
-#![allow(dead_code)]
-
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Duration;

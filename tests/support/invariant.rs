@@ -20,8 +20,6 @@
 //! Call [`settle`] before checking: a stalled upstream records a message only when its stall
 //! ends, and the check must see the final state.
 
-#![allow(dead_code)]
-
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -78,18 +76,12 @@ impl ClientLog {
         self.entries.lock().unwrap().clone()
     }
 
-    /// What the attempts for `id` saw.
-    pub fn of(&self, id: &str) -> Vec<Seen> {
-        let entries = self.entries.lock().unwrap();
-        entries
-            .iter()
-            .filter(|(i, _)| i == id)
-            .map(|(_, s)| s.clone())
-            .collect()
-    }
-
     pub fn len(&self) -> usize {
         self.entries.lock().unwrap().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.lock().unwrap().is_empty()
     }
 }
 

@@ -9,13 +9,12 @@
 //! together. The other connections are opened first and sit idle after EHLO; once the waiters
 //! are through, each sends a message of a tenant of its own (no wait).
 
-#![allow(dead_code)]
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
 
+use super::config::TestConfig;
 use super::http::get;
 use super::invariant::{self, settle, ClientLog, Seen};
 use super::process::RelayProcess;
@@ -124,19 +123,23 @@ pub fn raise_nofile(want: u64) -> u64 {
 fn config(up: &TestUpstream, spec: &LoadSpec) -> String {
     let max = spec.connections + 100;
     let window = spec.window.as_millis();
-    format!(
-        "[smtp]\nlisten = [\"127.0.0.1:0\"]\nhostname = \"relay.test\"\nmax_connections = {max}\n\
-         max_connections_per_ip = {max}\nmax_recipients = {waiting}\nidle_timeout_ms = 600000\n\
-         [upstream]\nurl = \"{url}\"\ntls = \"none\"\ntimeout_ms = 60000\npool_size = 16\n\
-         [[throttle]]\nname = \"tenant\"\nkey = \"header:X-Tenant\"\ncost = \"recipients\"\n\
-         refill = \"fixed_window\"\nlimit = {waiting}\ninterval_ms = {window}\n\
-         max_wait_ms = {max_wait}\nmax_queue = {waiting}\nmax_keys = {keys}\n\
-         [admin]\nlisten = \"127.0.0.1:0\"\n",
-        waiting = spec.waiting,
-        url = up.url(),
-        max_wait = window * 3,
-        keys = spec.connections * 2,
-    )
+    let waiting = spec.waiting;
+    TestConfig::new()
+        .smtp(&format!(
+            "max_connections = {max}\nmax_connections_per_ip = {max}\n\
+             max_recipients = {waiting}\nidle_timeout_ms = 600000"
+        ))
+        .upstream(&up.url())
+        .then("tls = \"none\"\ntimeout_ms = 60000\npool_size = 16")
+        .then(&format!(
+            "[[throttle]]\nname = \"tenant\"\nkey = \"header:X-Tenant\"\ncost = \"recipients\"\n\
+             refill = \"fixed_window\"\nlimit = {waiting}\ninterval_ms = {window}\n\
+             max_wait_ms = {max_wait}\nmax_queue = {waiting}\nmax_keys = {keys}\n\
+             [admin]\nlisten = \"127.0.0.1:0\"",
+            max_wait = window * 3,
+            keys = spec.connections * 2,
+        ))
+        .text()
 }
 
 async fn waiting_now(relay: &RelayProcess) -> usize {

@@ -2,8 +2,6 @@
 //! upstream over TCP is tested with the test upstream server), and what tests read in the
 //! messages kept (here or upstream).
 
-#![allow(dead_code)]
-
 use std::sync::{Arc, Mutex};
 
 use mailsluice::message::Envelope;

@@ -2,8 +2,6 @@
 //! (SIGTERM, SIGKILL), its exit code, its resident memory. It listens on 127.0.0.1 port 0;
 //! the addresses are read from its log. Killed when dropped.
 
-#![allow(dead_code)]
-
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -13,15 +11,15 @@ use std::time::Duration;
 
 use super::host::scratch_path;
 
-/// The binary: cargo's for integration tests; `MAILSLUICE_BIN` (or the release build) for
-/// the benchmark driver in `examples/`.
+/// The binary: `MAILSLUICE_BIN`; else cargo's, which `cargo test` names in the environment of
+/// the integration tests it runs; else the release build, for the drivers in `examples/`.
 pub fn bin() -> PathBuf {
     if let Ok(path) = std::env::var("MAILSLUICE_BIN") {
         return path.into();
     }
-    match option_env!("CARGO_BIN_EXE_mailsluice") {
-        Some(path) => path.into(),
-        None => {
+    match std::env::var("CARGO_BIN_EXE_mailsluice") {
+        Ok(path) => path.into(),
+        Err(_) => {
             let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
             PathBuf::from(target).join("release/mailsluice")
         }

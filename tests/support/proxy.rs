@@ -2,8 +2,6 @@
 //! the relay's parsing crate), and connections from a chosen loopback address, so that a
 //! test can be a balancer (`127.0.0.1`) and its clients (`127.0.0.2`, ...) on one machine.
 
-#![allow(dead_code)]
-
 use std::net::{IpAddr, SocketAddr};
 
 use tokio::net::{TcpSocket, TcpStream};

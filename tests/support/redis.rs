@@ -3,7 +3,6 @@
 //!
 //! Without `redis-server` installed, `RedisServer::start` says so loudly and returns `None`
 //! (the test then returns early); under CI (`CI=true`) it panics instead.
-#![allow(dead_code)]
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};

@@ -1,8 +1,6 @@
 //! Starts mailsluice in-process on 127.0.0.1:0 for a test, and a raw SMTP client to talk to it
 //! byte by byte (real clients are used elsewhere; this one lets tests send hostile bytes).
 
-#![allow(dead_code)]
-
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -17,6 +15,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
+use super::config::TestConfig;
 use super::memory::MemoryForwarder;
 
 /// A relay running in this process.
@@ -37,12 +36,16 @@ pub struct Relay {
     task: JoinHandle<()>,
 }
 
-/// The `[smtp]` section tests start from; `extra` is appended to it.
+/// The config most tests start from ([`TestConfig::new`]): `extra_smtp` added to `[smtp]`, one
+/// upstream at `upstream_url` with a 2 s timeout, then `rest` (more of `[upstream]`'s keys, or
+/// tables of their own).
 pub fn config_text(upstream_url: &str, extra_smtp: &str, rest: &str) -> String {
-    format!(
-        "[smtp]\nlisten = [\"127.0.0.1:0\"]\nhostname = \"relay.test\"\n{extra_smtp}\n\
-         [upstream]\nurl = \"{upstream_url}\"\ntimeout_ms = 2000\n{rest}\n"
-    )
+    TestConfig::new()
+        .smtp(extra_smtp)
+        .upstream(upstream_url)
+        .then("timeout_ms = 2000")
+        .then(rest)
+        .text()
 }
 
 impl Relay {

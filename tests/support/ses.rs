@@ -53,7 +53,6 @@ struct Faults {
     error: Option<(u16, String, String)>,
     /// An answer for every `SendEmail` as it is: status and body, no error type.
     raw: Option<(u16, String)>,
-    quota_left: Option<u64>,
     paused_tenants: HashSet<String>,
     max_send_rate: f64,
     max_24_hour_send: f64,
@@ -133,10 +132,6 @@ impl FakeSes {
     /// read, a MessageId of the test's): the request still counts as sent.
     pub fn answer_raw(&self, answer: Option<(u16, &str)>) {
         self.faults.lock().unwrap().raw = answer.map(|(s, b)| (s, b.into()));
-    }
-
-    pub fn set_quota(&self, left: Option<u64>) {
-        self.faults.lock().unwrap().quota_left = left;
     }
 
     pub fn pause_tenant(&self, tenant: &str, paused: bool) {
@@ -272,13 +267,6 @@ impl FakeSes {
             self.sent.lock().unwrap().push(email);
             return (status, None, body);
         }
-        if faults.quota_left == Some(0) {
-            return error(
-                400,
-                "LimitExceededException",
-                "Daily message quota exceeded.",
-            );
-        }
         if email
             .tenant
             .as_ref()
@@ -303,9 +291,6 @@ impl FakeSes {
                     );
                 }
             }
-        }
-        if let Some(left) = self.faults.lock().unwrap().quota_left.as_mut() {
-            *left -= 1;
         }
         let mut sent = self.sent.lock().unwrap();
         sent.push(email);

@@ -1,6 +1,5 @@
 //! Helpers shared by the throttle tests: a throttle on tokio's paused clock, spawned acquires,
 //! and a tracing layer that records events.
-#![allow(dead_code)]
 
 use std::cell::RefCell;
 use std::fmt::{Debug, Write as _};
@@ -14,8 +13,6 @@ use tokio::task::JoinHandle;
 use tracing::field::{Field, Visit};
 use tracing_subscriber::layer::{Context, SubscriberExt};
 use tracing_subscriber::Layer;
-
-pub const MS: Duration = Duration::from_millis(1);
 
 pub fn ms(n: u64) -> Duration {
     Duration::from_millis(n)

@@ -1,8 +1,6 @@
 //! Certificates for TLS tests, made with rcgen (nothing secret is committed), and a TLS
 //! client that trusts exactly the certificate it is given.
 
-#![allow(dead_code)]
-
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -21,6 +19,12 @@ pub struct TestCert {
     pub cert_path: PathBuf,
     pub key_path: PathBuf,
     pub der: CertificateDer<'static>,
+}
+
+impl Default for TestCert {
+    fn default() -> TestCert {
+        TestCert::new()
+    }
 }
 
 impl TestCert {

@@ -2,8 +2,6 @@
 //! network does, it records what it saw as a [`Seen`]. Each message goes on its own
 //! connection, with its id in the [`ID_HEADER`](super::invariant::ID_HEADER) header.
 
-#![allow(dead_code)]
-
 use std::net::SocketAddr;
 use std::time::Duration;
 

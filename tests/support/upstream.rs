@@ -287,7 +287,7 @@ impl TestUpstream {
 
     /// From now on, one connection in `one_in` and one transaction in `one_in` fails, taking
     /// the faults of its kind (see [`Fault::on_connection`]) from `faults` in turn; the others
-    /// go well. Replaces `set_fault` until `clear_fault_mix`.
+    /// go well. Replaces `set_fault`.
     pub fn set_fault_mix(&self, one_in: usize, faults: Vec<Fault>) {
         assert!(one_in > 0);
         let (connection, transaction) = faults.into_iter().partition(Fault::on_connection);
@@ -297,10 +297,6 @@ impl TestUpstream {
             transaction,
             ..Mix::default()
         });
-    }
-
-    pub fn clear_fault_mix(&self) {
-        *self.shared.mix.lock().unwrap() = None;
     }
 
     /// The keywords advertised after the EHLO greeting line (default: `DEFAULT_EXTENSIONS`).

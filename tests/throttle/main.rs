@@ -1,8 +1,7 @@
 //! Throttling: the throttle alone on tokio's paused clock (one layer, several layers,
 //! properties), the store contract over both stores, and throttling in the SMTP dialogue.
 
-#[path = "../support/mod.rs"]
-mod support;
+use mailsluice_test_support as support;
 
 mod throttle_drain;
 mod throttle_fair;

@@ -2,8 +2,7 @@
 //! (file), over real TCP on 127.0.0.1, and the relay's answers to upstream faults. The
 //! helpers below are shared by the forwarder tests.
 
-#[path = "../support/mod.rs"]
-mod support;
+use mailsluice_test_support as support;
 
 mod desync;
 mod envelope;
@@ -25,13 +24,12 @@ use mailsluice::config::{Config, UpstreamConfig};
 use mailsluice::message::Envelope;
 use mailsluice::upstream::SmtpForwarder;
 
+use support::config::TestConfig;
+
 /// An `[upstream]` section as a user would write it, plus `extra` TOML lines, on a relay
 /// called `relay.test`.
 pub fn upstream_config(url: &str, extra: &str) -> UpstreamConfig {
-    let text = format!(
-        "[smtp]\nlisten = [\"127.0.0.1:0\"]\nhostname = \"relay.test\"\n\
-         [upstream]\nurl = \"{url}\"\n{extra}\n"
-    );
+    let text = TestConfig::new().upstream(url).then(extra).text();
     Config::parse(&text)
         .expect("test config")
         .upstreams

@@ -6,6 +6,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::config::TestConfig;
 use crate::support::dns::TestDns;
 use crate::support::relay::{memory_relay, Relay};
 use crate::support::tls::TestCert;
@@ -45,12 +46,13 @@ fn config(dns: &TestDns, port: u16, extra: &str) -> String {
         true => "",
         false => "tls = \"none\"\n",
     };
-    format!(
-        "[smtp]\nlisten = [\"127.0.0.1:0\"]\nhostname = \"relay.test\"\n\
-         [upstream]\nurl = \"mx://\"\nmx_port = {port}\n\
-         nameservers = [\"{}\"]\n{allow}{timeout}{tls}{extra}\n",
-        dns.addr()
-    )
+    TestConfig::new()
+        .upstream("mx://")
+        .then(&format!(
+            "mx_port = {port}\nnameservers = [\"{}\"]\n{allow}{timeout}{tls}{extra}",
+            dns.addr()
+        ))
+        .text()
 }
 
 /// A relay on an `mx://` upstream, built from the config as the binary builds it.
@@ -426,15 +428,17 @@ async fn direct_and_smarthost(
     smarthost: &TestUpstream,
     routes: &str,
 ) -> Relay {
-    let text = format!(
-        "[smtp]\nlisten = [\"127.0.0.1:0\"]\nhostname = \"relay.test\"\n\
-         [[upstream]]\nname = \"direct\"\nurl = \"mx://\"\ntls = \"none\"\ntimeout_ms = 2000\n\
-         mx_port = {port}\nnameservers = [\"{}\"]\nmx_allow_networks = [\"127.0.0.0/8\"]\n\
-         [[upstream]]\nname = \"smarthost\"\nurl = \"{}\"\ntls = \"none\"\ntimeout_ms = 2000\n\
-         {routes}",
-        dns.addr(),
-        smarthost.url(),
-    );
+    let text = TestConfig::new()
+        .named_upstream("direct", "mx://")
+        .then(&format!(
+            "tls = \"none\"\ntimeout_ms = 2000\nmx_port = {port}\nnameservers = [\"{}\"]\n\
+             mx_allow_networks = [\"127.0.0.0/8\"]",
+            dns.addr()
+        ))
+        .named_upstream("smarthost", &smarthost.url())
+        .then("tls = \"none\"\ntimeout_ms = 2000")
+        .then(routes)
+        .text();
     Relay::start_configured(&text).await
 }
 

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use crate::support::auth::{auth_config, plain};
+use crate::support::config::TestConfig;
 use crate::support::relay::{upstream_relay, Client, Relay};
 use crate::support::throttle::Events;
 use crate::support::upstream::{refusing_addr, Fault, Received, Step, TestUpstream};
@@ -28,10 +29,11 @@ fn upstreams(list: &[(&str, &str, &str)]) -> String {
 }
 
 fn config(smtp_extra: &str, upstreams: &str, rest: &str) -> String {
-    format!(
-        "[smtp]\nlisten = [\"127.0.0.1:0\"]\nhostname = \"relay.test\"\n{smtp_extra}\n\
-         {upstreams}\n{rest}\n"
-    )
+    TestConfig::new()
+        .smtp(smtp_extra)
+        .then(upstreams)
+        .then(rest)
+        .text()
 }
 
 /// acme to `a` (with its SES configuration set), globex to `b` (falling back to `c`), the

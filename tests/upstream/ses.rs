@@ -7,6 +7,7 @@
 use std::collections::HashSet;
 
 use crate::envelope;
+use crate::support::config::TestConfig;
 use crate::support::memory::subject_of;
 use crate::support::relay::{Client, Relay};
 use crate::support::ses::{forwarder, FakeSes, Mode, GOOD_KEY};
@@ -20,14 +21,17 @@ async fn relay(fake: &FakeSes, upstream_extra: &str, rest: &str) -> Relay {
     for tenant in ["acme", "globex"] {
         fake.tenants.add(tenant, &["example.com"]);
     }
-    let text = format!(
-        "[smtp]\nlisten = [\"127.0.0.1:0\"]\nhostname = \"relay.test\"\n\
-         [upstream]\n{}\n\
-         [[route]]\nkey = \"header:X-Tenant\"\nupstream = \"default\"\nses_tenant = \"{{key}}\"\n\
-         add_headers = {{ \"X-SES-CONFIGURATION-SET\" = \"tenant-{{key}}\", \"X-SES-MESSAGE-TAGS\" = \"tenant={{key}}\" }}\n\
-         {rest}\n",
-        fake.upstream_toml(&format!("timeout_ms = 5000\n{upstream_extra}"))
-    );
+    let text = TestConfig::new()
+        .then(&format!(
+            "[upstream]\n{}",
+            fake.upstream_toml(&format!("timeout_ms = 5000\n{upstream_extra}"))
+        ))
+        .then(
+            "[[route]]\nkey = \"header:X-Tenant\"\nupstream = \"default\"\nses_tenant = \"{key}\"\n\
+             add_headers = { \"X-SES-CONFIGURATION-SET\" = \"tenant-{key}\", \"X-SES-MESSAGE-TAGS\" = \"tenant={key}\" }",
+        )
+        .then(rest)
+        .text();
     Relay::start(&text, forwarder(&text, GOOD_KEY)).await
 }
 
@@ -132,10 +136,9 @@ async fn quota_and_account_pause_pause_the_upstream_and_nothing_more_goes() {
     ] {
         let fake = FakeSes::start().await;
         // No route to a tenant: the account's answer.
-        let text_cfg = format!(
-            "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\n{}",
-            fake.upstream_toml("")
-        );
+        let text_cfg = TestConfig::new()
+            .then(&format!("[upstream]\n{}", fake.upstream_toml("")))
+            .text();
         let relay = Relay::start(&text_cfg, forwarder(&text_cfg, GOOD_KEY)).await;
         fake.fail_with(Some((400, kind, text)));
         let (code, got) = send(&relay, "acme", "first").await;
@@ -218,10 +221,11 @@ async fn ses_429_is_absorbed_and_the_adaptive_layer_learns_the_hidden_rate() {
 }
 
 fn upstream(fake_url: &str, extra: &str) -> String {
-    format!(
-        "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"ses://eu-west-1\"\n\
-         endpoint_url = \"{fake_url}\"\n{extra}\n"
-    )
+    TestConfig::new()
+        .upstream("ses://eu-west-1")
+        .then(&format!("endpoint_url = \"{fake_url}\""))
+        .then(extra)
+        .text()
 }
 
 #[tokio::test]
@@ -294,13 +298,14 @@ async fn through_the_relay_to_motos_ses_with_bcc_and_the_fields_removed() {
     let Some(moto) = crate::support::moto::MotoServer::spawn().await else {
         return;
     };
-    let text = format!(
-        "[smtp]\nlisten = [\"127.0.0.1:0\"]\nhostname = \"relay.test\"\n[upstream]\n\
-         url = \"ses://us-east-1\"\nendpoint_url = \"{}\"\n\
-         [[route]]\nupstream = \"default\"\n\
-         add_headers = {{ \"X-SES-CONFIGURATION-SET\" = \"relay\" }}\n",
-        moto.url()
-    );
+    let text = TestConfig::new()
+        .upstream("ses://us-east-1")
+        .then(&format!("endpoint_url = \"{}\"", moto.url()))
+        .then(
+            "[[route]]\nupstream = \"default\"\n\
+             add_headers = { \"X-SES-CONFIGURATION-SET\" = \"relay\" }",
+        )
+        .text();
     let ses = forwarder(&text, GOOD_KEY);
     let sdk = sdk_client(&moto.url()).await;
     sdk.create_email_identity()
@@ -371,10 +376,10 @@ async fn sdk_client(url: &str) -> aws_sdk_sesv2::Client {
 async fn ses_forty_megabytes_are_refused_at_mail_when_the_route_is_known() {
     let fake = FakeSes::start().await;
     let forty = 40 * 1024 * 1024;
-    let text = format!(
-        "[smtp]\nlisten = [\"127.0.0.1:0\"]\nmax_message_bytes = 60000000\n[upstream]\n{}",
-        fake.upstream_toml("")
-    );
+    let text = TestConfig::new()
+        .smtp("max_message_bytes = 60000000")
+        .then(&format!("[upstream]\n{}", fake.upstream_toml("")))
+        .text();
     let relay = Relay::start(&text, forwarder(&text, GOOD_KEY)).await;
     let mut c = Client::connect(relay.addr).await;
     let (_, ehlo) = c.cmd("EHLO client.test").await;
@@ -391,13 +396,18 @@ async fn ses_forty_megabytes_are_refused_at_mail_when_the_route_is_known() {
         250
     );
     // One route to SES, one to a directory: the bound waits for the final dot.
-    let mixed = format!(
-        "[smtp]\nlisten = [\"127.0.0.1:0\"]\nmax_message_bytes = 60000000\n\
-         [[upstream]]\nname = \"ses\"\n{}\n[[upstream]]\nname = \"disk\"\nurl = \"file://unused\"\n\
-         [[route]]\nkey = \"header:X-Tenant\"\nvalues = [\"a\"]\nupstream = \"ses\"\n\
-         [[route]]\nupstream = \"disk\"\n",
-        fake.upstream_toml("")
-    );
+    let mixed = TestConfig::new()
+        .smtp("max_message_bytes = 60000000")
+        .then(&format!(
+            "[[upstream]]\nname = \"ses\"\n{}",
+            fake.upstream_toml("")
+        ))
+        .named_upstream("disk", "file://unused")
+        .then(
+            "[[route]]\nkey = \"header:X-Tenant\"\nvalues = [\"a\"]\nupstream = \"ses\"\n\
+             [[route]]\nupstream = \"disk\"",
+        )
+        .text();
     let relay = Relay::start(&mixed, forwarder(&mixed, GOOD_KEY)).await;
     let mut c = Client::connect(relay.addr).await;
     c.cmd("EHLO client.test").await;
@@ -478,16 +488,18 @@ async fn a_paused_ses_account_hands_its_messages_to_the_routes_fallback() {
              interval_ms = 3600000\nmode = \"reject\"\n"
         )
     };
-    let text = format!(
-        "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[[upstream]]\nname = \"ses\"\n{}\n\
-         [[upstream]]\nname = \"backup\"\nurl = \"{}\"\ntls = \"none\"\n\
-         [[route]]\nupstream = \"ses\"\nfallback = \"backup\"\n{}{}{}",
-        fake.upstream_toml(""),
-        backup.url(),
-        layer("ses-account", "upstream = \"ses\"\n"),
-        layer("backup-account", "upstream = \"backup\"\n"),
-        layer("all", ""),
-    );
+    let text = TestConfig::new()
+        .then(&format!(
+            "[[upstream]]\nname = \"ses\"\n{}",
+            fake.upstream_toml("")
+        ))
+        .named_upstream("backup", &backup.url())
+        .then("tls = \"none\"")
+        .then("[[route]]\nupstream = \"ses\"\nfallback = \"backup\"")
+        .then(&layer("ses-account", "upstream = \"ses\"\n"))
+        .then(&layer("backup-account", "upstream = \"backup\"\n"))
+        .then(&layer("all", ""))
+        .text();
     let relay = Relay::start(&text, forwarder(&text, GOOD_KEY)).await;
     let remaining = |layer: &str| relay.throttle.peek(layer, "").unwrap().remaining;
     fake.fail_with(Some((
@@ -563,12 +575,16 @@ async fn an_account_layer_follows_max_send_rate_and_a_spent_day_pauses_the_upstr
     use std::time::Duration;
     let fake = FakeSes::start().await;
     fake.set_account(14.0, true);
-    let text = format!(
-        "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[[upstream]]\nname = \"ses\"\n{}\n\
-         [[throttle]]\nname = \"account\"\nkey = \"none\"\nupstream = \"ses\"\n\
-         limit = \"account\"\ninterval_ms = 1000\n",
-        fake.upstream_toml("timeout_ms = 3600000")
-    );
+    let text = TestConfig::new()
+        .then(&format!(
+            "[[upstream]]\nname = \"ses\"\n{}",
+            fake.upstream_toml("timeout_ms = 3600000")
+        ))
+        .then(
+            "[[throttle]]\nname = \"account\"\nkey = \"none\"\nupstream = \"ses\"\n\
+             limit = \"account\"\ninterval_ms = 1000",
+        )
+        .text();
     let relay = Relay::start(&text, forwarder(&text, GOOD_KEY)).await;
     let limit = || relay.throttle.effective_limit(0).unwrap();
     until("the first read", async || limit() == 14).await;
@@ -627,13 +643,17 @@ async fn a_clients_configuration_set_is_removed_and_the_upstreams_or_routes_wins
         )
     };
     let fake = FakeSes::start().await;
-    let text = format!(
-        "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\n{}\n\
-         [[route]]\nkey = \"header:X-Tenant\"\nvalues = [\"routed\"]\nupstream = \"default\"\n\
-         add_headers = {{ \"X-SES-CONFIGURATION-SET\" = \"route-set\" }}\n\
-         [[route]]\nupstream = \"default\"\n",
-        fake.upstream_toml("configuration_set = \"events\"")
-    );
+    let text = TestConfig::new()
+        .then(&format!(
+            "[upstream]\n{}",
+            fake.upstream_toml("configuration_set = \"events\"")
+        ))
+        .then(
+            "[[route]]\nkey = \"header:X-Tenant\"\nvalues = [\"routed\"]\nupstream = \"default\"\n\
+             add_headers = { \"X-SES-CONFIGURATION-SET\" = \"route-set\" }\n\
+             [[route]]\nupstream = \"default\"",
+        )
+        .text();
     let relay = Relay::start(&text, forwarder(&text, GOOD_KEY)).await;
     for tenant in ["plain", "routed"] {
         let mut c = Client::connect(relay.addr).await;
@@ -732,11 +752,10 @@ async fn the_requests_copies_count_in_max_buffered_bytes() {
     let header = message.find("\r\n\r\n").unwrap() + 4 + 300;
     let request = mailsluice::upstream::ses::request_bytes(message.len() + 300, header, 8192);
     let send_one = async |budget: usize| {
-        let rest = format!("max_buffered_bytes = {budget}\n");
-        let text = format!(
-            "[smtp]\nlisten = [\"127.0.0.1:0\"]\n{rest}[upstream]\n{}\n",
-            fake.upstream_toml("")
-        );
+        let text = TestConfig::new()
+            .smtp(&format!("max_buffered_bytes = {budget}"))
+            .then(&format!("[upstream]\n{}", fake.upstream_toml("")))
+            .text();
         let relay = Relay::start(&text, forwarder(&text, GOOD_KEY)).await;
         let mut c = Client::connect(relay.addr).await;
         let mut codes = Vec::new();

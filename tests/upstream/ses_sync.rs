@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use crate::support::config::TestConfig;
 use crate::support::http::get;
 use crate::support::relay::{Client, Relay};
 use crate::support::ses::{forwarder, FakeSes, GOOD_KEY};
@@ -18,14 +19,20 @@ async fn start_relay(fake: &FakeSes, upstream_extra: &str, reputation_extra: &st
     for tenant in ["acme", "globex"] {
         fake.tenants.add(tenant, &["example.com"]);
     }
-    let text = format!(
-        "[smtp]\nlisten = [\"127.0.0.1:0\"]\nhostname = \"relay.test\"\n\
-         [upstream]\n{}\n\
-         [[route]]\nkey = \"header:X-Tenant\"\nupstream = \"default\"\nses_tenant = \"{{key}}\"\n\
-         [reputation]\nkey = \"header:X-Tenant\"\nmin_messages = 1\nmin_bounces = 1\nmax_bounce_rate = 0.5\n\
-         ses_sync = true\n{reputation_extra}\n",
-        fake.upstream_toml(upstream_extra)
-    );
+    let text = TestConfig::new()
+        .then(&format!(
+            "[upstream]\n{}",
+            fake.upstream_toml(upstream_extra)
+        ))
+        .then(
+            "[[route]]\nkey = \"header:X-Tenant\"\nupstream = \"default\"\nses_tenant = \"{key}\"",
+        )
+        .then(
+            "[reputation]\nkey = \"header:X-Tenant\"\nmin_messages = 1\nmin_bounces = 1\n\
+             max_bounce_rate = 0.5\nses_sync = true",
+        )
+        .then(reputation_extra)
+        .text();
     Relay::start(&text, forwarder(&text, GOOD_KEY)).await
 }
 

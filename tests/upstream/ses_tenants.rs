@@ -5,6 +5,7 @@
 //! known only then), a tenant SES does not know named in `/readyz`, and SES's API failing
 //! open.
 
+use crate::support::config::TestConfig;
 use crate::support::http::get;
 use crate::support::relay::{Client, Relay};
 use crate::support::ses::{forwarder, FakeSes, GOOD_KEY};
@@ -13,11 +14,14 @@ use crate::support::wait::until;
 /// A relay whose only upstream is `ses://` at the fake, with `route` as its one route and
 /// `upstream_extra` in its `[upstream]` table.
 async fn start_relay(fake: &FakeSes, upstream_extra: &str, route: &str) -> Relay {
-    let text = format!(
-        "[smtp]\nlisten = [\"127.0.0.1:0\"]\nhostname = \"relay.test\"\n\
-         [upstream]\n{}\n[[route]]\nupstream = \"default\"\n{route}\n",
-        fake.upstream_toml(upstream_extra)
-    );
+    let text = TestConfig::new()
+        .then(&format!(
+            "[upstream]\n{}",
+            fake.upstream_toml(upstream_extra)
+        ))
+        .then("[[route]]\nupstream = \"default\"")
+        .then(route)
+        .text();
     Relay::start(&text, forwarder(&text, GOOD_KEY)).await
 }
 

@@ -11,6 +11,7 @@ use mailsluice::reputation::Reputation;
 use mailsluice::serve::events::{client, Consumer};
 use mailsluice::throttle::Throttle;
 
+use crate::support::config::TestConfig;
 use crate::support::moto::MotoServer;
 use crate::support::relay::sum_metric;
 
@@ -41,10 +42,11 @@ async fn sqs_events_in_both_shapes_are_applied_and_every_message_deleted() {
         moto.url(),
         moto.url()
     );
-    let text = format!(
-        "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"file://o\"\n\
-         [reputation]\nkey = \"auth\"\nmin_messages = 2\nmin_bounces = 1\nmin_complaints = 1\n{sqs_toml}"
-    );
+    let text = TestConfig::new()
+        .upstream("file://o")
+        .then("[reputation]\nkey = \"auth\"\nmin_messages = 2\nmin_bounces = 1\nmin_complaints = 1")
+        .then(&sqs_toml)
+        .text();
     let config = Config::parse(&text).unwrap();
     let reputation = config.reputation.as_ref().unwrap();
     let credentials = Credentials::new("AKIDTEST", "secret", None, None, "test");
@@ -134,12 +136,14 @@ async fn the_consumer_logs_when_it_starts() {
     let (events, _guard) = crate::support::throttle::Events::capture();
     let refusing = crate::support::upstream::refusing_addr();
     let url = format!("http://{}", refusing.addr());
-    let text = format!(
-        "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"file://o\"\n\
-         [reputation]\nkey = \"auth\"\n[reputation.sqs]\n\
-         queue_url = \"{url}/123456789012/ses-events\"\nregion = \"eu-west-1\"\n\
-         endpoint_url = \"{url}\"\n"
-    );
+    let text = TestConfig::new()
+        .upstream("file://o")
+        .then(&format!(
+            "[reputation]\nkey = \"auth\"\n[reputation.sqs]\n\
+             queue_url = \"{url}/123456789012/ses-events\"\nregion = \"eu-west-1\"\n\
+             endpoint_url = \"{url}\""
+        ))
+        .text();
     let config = Arc::new(Config::parse(&text).unwrap());
     let upstreams = mailsluice::upstream::Upstreams::from_config(&config).unwrap();
     let deps = mailsluice::Deps::new(config, upstreams);

@@ -3,14 +3,19 @@
 
 use mailsluice::config::Config;
 
+use crate::support::config::TestConfig;
 use crate::{REPUTATION, SECRET, SECRET_ENV};
 
 fn load(url: &str, extra: &str) -> Result<Config, String> {
     std::env::set_var(SECRET_ENV, SECRET);
-    let text = format!(
-        "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"file://out\"\n{REPUTATION}\
-         [[webhook]]\ntenant = \"*\"\nurl = \"{url}\"\nsecret_env = \"{SECRET_ENV}\"\n{extra}\n"
-    );
+    // The minimal head: the test names the line of the webhook's `url`.
+    let text = TestConfig::minimal()
+        .upstream("file://out")
+        .then(REPUTATION)
+        .then(&format!(
+            "[[webhook]]\ntenant = \"*\"\nurl = \"{url}\"\nsecret_env = \"{SECRET_ENV}\"\n{extra}"
+        ))
+        .text();
     Config::parse(&text).map_err(|e| e.to_string())
 }
 

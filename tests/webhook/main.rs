@@ -4,8 +4,7 @@
 //! mail nothing (its queue's bound reached and counted), retries on 5xx and none on 4xx, and
 //! URLs to internal addresses refused at load.
 
-#[path = "../support/mod.rs"]
-mod support;
+use mailsluice_test_support as support;
 
 mod delivery;
 mod hold;

@@ -1,8 +1,10 @@
-//! The one support root of the integration tests (and of `examples/reliability.rs`). Each
-//! area's `main.rs` includes it with `#[path = "../support/mod.rs"] mod support;` and uses a
-//! part of it:
+//! The support of the integration tests and of the drivers in `examples/`: a crate of its own
+//! (`mailsluice-test-support`, a dev-dependency of mailsluice). Each area's `main.rs` names it
+//! `support` (`use mailsluice_test_support as support;`) and uses a part of it:
 //!
 //! - `relay`: the relay in-process (`Relay`, `smtp_relay`, `memory_relay`) and a raw client.
+//! - `config`: a relay's config as a test writes it (`TestConfig`): the `[smtp]` head, the
+//!   upstreams, then the test's own tables.
 //! - `dns`: a DNS server on 127.0.0.1 answering from a zone the test writes (`TestDns`).
 //! - `memory`: a forwarder that records what it is given (`MemoryForwarder`).
 //! - `hidden_rate`: an SES-like upstream in memory with its own hidden bucket (`HiddenRate`).
@@ -29,12 +31,12 @@
 //! - `clock`: tokio's paused clock held still while the test waits on real sockets.
 //! - `webhook`: an HTTPS webhook receiver on 127.0.0.1 (records POSTs, answers a set status,
 //!   or hangs), and the receiver's signature check of docs/webhooks.md.
-#![allow(dead_code)]
 
 pub mod auth;
 pub mod campaign;
 pub mod campaign_check;
 pub mod clock;
+pub mod config;
 pub mod delay;
 pub mod dns;
 pub mod hidden_rate;
