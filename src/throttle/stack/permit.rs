@@ -115,7 +115,7 @@ impl Permit {
         let sticky = self.strikes > 0;
         // A bucket that is the tenant's own (its key is the tenant) learns its replies.
         let blames =
-            |c: &Charge| c.key != c.tenant && (layers[c.layer].blames(&c.tenant) || sticky);
+            |c: &Charge| c.key != c.blame && (layers[c.layer].blames(&c.blame) || sticky);
         let mut blamed: Option<&Charge> = None;
         for c in self.taken.iter().filter(taught) {
             match blames(c) {
@@ -127,7 +127,7 @@ impl Permit {
         // replica's grants and replies, in the message's next take (`StoreCharge::cut`).
         let mut shared_cut = Vec::new();
         for c in self.shared_charges().iter().filter(taught) {
-            match sticky && c.key != c.tenant {
+            match sticky && c.key != c.blame {
                 true => _ = blamed.get_or_insert(c),
                 false => shared_cut.push(c.layer),
             }
