@@ -2,8 +2,6 @@
 //! address is suppressed and no tenant paused to get events), and a client not trusted to
 //! choose its key cannot send its events to another tenant's webhook with the header.
 
-use std::sync::Arc;
-
 use mailsluice::upstream::UpstreamError;
 
 use crate::support::auth::{auth_config, plain};
