@@ -79,7 +79,10 @@ fn yes() -> bool {
 /// Without `[tenant]`, `[reputation] key` (and its `default_key`) names the tenant when it is
 /// set: before `[tenant]`, webhooks matched that key, and they still do.
 pub(super) fn inherit(config: &mut super::Config) {
-    let own = config.reputation.as_ref().and_then(|r| Some((r.key.as_ref()?, r)));
+    let own = config
+        .reputation
+        .as_ref()
+        .and_then(|r| Some((r.key.as_ref()?, r)));
     if let (false, Some((key, reputation))) = (config.tenant.in_file, own) {
         config.tenant.key = TenantKey(key.0.clone());
         config.tenant.default_key = reputation.default_key.clone();
@@ -147,7 +150,12 @@ mod tests {
     fn bad_keys_name_their_key_and_line() {
         for (body, key, line, says) in [
             ("key = \"moon\"\n", "tenant.key", 6, "expected auth"),
-            ("key = \"rcpt-domain\"\n", "tenant.key", 6, "names no tenant"),
+            (
+                "key = \"rcpt-domain\"\n",
+                "tenant.key",
+                6,
+                "names no tenant",
+            ),
             ("key = \"none\"\n", "tenant.key", 6, "names no tenant"),
             ("key = \"auth\"\nbogus = 1\n", "bogus", 7, "unknown field"),
         ] {

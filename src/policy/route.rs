@@ -35,7 +35,9 @@ pub(super) fn choose(
     }
     rules.routes.iter().find_map(|route| {
         let key = key_of(&route.key.0, "", facts, fields);
-        route.matches(&key).then(|| built(route, &key, Some(tenant)))
+        route
+            .matches(&key)
+            .then(|| built(route, &key, Some(tenant)))
     })
 }
 

@@ -406,7 +406,10 @@ fn the_tenant_follows_the_trust_rules_and_is_the_guard_s_key_by_default() {
     assert_eq!(trusted.tenant, "acme", "a trusted client's header");
     assert_eq!(trusted.reputation_key.as_deref(), Some("acme"));
     let authed = identify(rules, &facts(MSG, &[], Some("t1")));
-    assert_eq!(authed.tenant, "t1", "an untrusted client's header is not read");
+    assert_eq!(
+        authed.tenant, "t1",
+        "an untrusted client's header is not read"
+    );
     let nobody = identify(rules, &facts(b"Subject: x\r\n\r\n", &[], None));
     assert_eq!(nobody.tenant, "d");
     let ip = KeySource::ClientIp;
@@ -454,6 +457,10 @@ fn ses_tenant_renders_the_message_s_tenant() {
     assert_eq!(upstream_tenant(MSG, None).as_deref(), Some("t-acme"));
     assert_eq!(upstream_tenant(MSG, Some("a.b")).as_deref(), Some("t-a_b"));
     let early = |tenant| route_early(rules, &facts(b"", &[], tenant)).unwrap();
-    assert_eq!(early(None).upstream_tenant, None, "a header: known at the dot");
+    assert_eq!(
+        early(None).upstream_tenant,
+        None,
+        "a header: known at the dot"
+    );
     assert_eq!(early(Some("t1")).upstream_tenant.as_deref(), Some("t-t1"));
 }

@@ -21,7 +21,10 @@ async fn a_webhook_without_the_reputation_guard_gets_events_and_nothing_is_suppr
     let config = config_text("file://unused", "", &format!("{TENANT}{hook}"));
     let upstream = MemoryForwarder::new();
     let relay = Relay::start(&config, upstream.clone()).await;
-    assert!(relay.reputation().is_none(), "no guard without [reputation]");
+    assert!(
+        relay.reputation().is_none(),
+        "no guard without [reputation]"
+    );
     let held = hold();
     upstream.fail_with(Some(UpstreamError::Rejected {
         code: 550,
@@ -76,7 +79,9 @@ async fn an_untrusted_client_cannot_pick_another_tenants_webhook_by_the_header()
     let held = hold();
     let mut c = relay.client().await;
     c.cmd("EHLO x").await;
-    let login = c.cmd(&format!("AUTH PLAIN {}", plain("app", "s3cret"))).await;
+    let login = c
+        .cmd(&format!("AUTH PLAIN {}", plain("app", "s3cret")))
+        .await;
     assert_eq!(login.0, 235);
     let (code, text) = c
         .send_mail("a@acme.example", &["ann@example.com"], &message("globex"))

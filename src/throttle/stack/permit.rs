@@ -114,8 +114,7 @@ impl Permit {
         // Once its tenant's alone, a message's later replies are too: it does not teach.
         let sticky = self.strikes > 0;
         // A bucket that is the tenant's own (its key is the tenant) learns its replies.
-        let blames =
-            |c: &Charge| c.key != c.blame && (layers[c.layer].blames(&c.blame) || sticky);
+        let blames = |c: &Charge| c.key != c.blame && (layers[c.layer].blames(&c.blame) || sticky);
         let mut blamed: Option<&Charge> = None;
         for c in self.taken.iter().filter(taught) {
             match blames(c) {
