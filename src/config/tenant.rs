@@ -2,8 +2,8 @@
 //! header names the tenant only for a client trusted to choose its key, else the AUTH user's
 //! tenant stands), so that webhooks, the reputation guard (unless `[reputation] key` says
 //! otherwise) and an SES tenant's `{tenant}` all name the same tenant. Without the section a
-//! message is the tenant `[reputation] key` names when it has one (so a file written before
-//! `[tenant]` keeps its webhooks' tenants), else its AUTH user's tenant's.
+//! message is the tenant `[reputation] key` names when it has one (one key then names the
+//! guard's tenants and the webhooks'), else its AUTH user's tenant's.
 
 use serde::Deserialize;
 
@@ -77,7 +77,7 @@ fn yes() -> bool {
 }
 
 /// Without `[tenant]`, `[reputation] key` (and its `default_key`) names the tenant when it is
-/// set: before `[tenant]`, webhooks matched that key, and they still do.
+/// set: a file that keys the guard alone gets webhooks matching the same tenants.
 pub(super) fn inherit(config: &mut super::Config) {
     let own = config
         .reputation
