@@ -92,7 +92,7 @@ fn decide(t: &Throttle, key: String) -> bool {
         key,
         cost: 1,
         fair: String::new(),
-        tenant: String::new(),
+        blame: String::new(),
     }]);
     let mut fut = pin!(fut);
     match fut.as_mut().poll(&mut Context::from_waker(Waker::noop())) {

@@ -21,7 +21,7 @@ fn charge(tenant: &str) -> Vec<Charge> {
         key: String::new(),
         cost: 1,
         fair: tenant.to_string(),
-        tenant: tenant.to_string(),
+        blame: tenant.to_string(),
     }]
 }
 

@@ -17,7 +17,7 @@
 //! | `state/` | what the running relay's tasks share: `Setup` (what a reload replaces), `Services` (what outlives it), `Context`, `Deps`, `Live` (`context`); whether the SMTP listeners accept (`health`); the one shutdown signal (`shutdown`) and the grace's end (`grace_over`) |
 //! | `reputation/` | the tenant reputation guard: SES's bounce and complaint events parsed (`events`), counted per tenant over a sliding window (`ledger`), attributed by SES's message id (`attribution`), suppressed addresses (`suppression`), what it notes for the SES sync (`ses_sync`); where all of it lives, behind one trait (`store`): in process (`store::local`) or, with `[redis]`, in Redis shared by every replica (`store::redis`, failing open) |
 //! | `upstream/` | the `Forwarder` trait (send one message), one module per kind: `smtp` (our SMTP client and pool, pipelining), `mx` (direct delivery, hickory-resolver), `ses` (SES's v2 API through the AWS SDK, SES tenants), `file`; what a kind may offer beyond sending (`offers`); what a refusal says about our sending, typed (`feedback`); the pause after a quota reply (`pause`); the named upstreams (`upstreams`) |
-//! | `policy/` | a message's identity, read in one pass over its header section (`identity`): which upstream it takes (`route`), which buckets it is charged to and how much (`charges`), which key headers it loses, whose reputation it counts for, its hops, its `traceparent`, its `From:` addresses and the AUTH user's `senders` they are held to (`senders`) |
+//! | `policy/` | a message's identity, read in one pass over its header section (`identity`): which upstream it takes (`route`), which buckets it is charged to and how much (`charges`), which key headers it loses, whose message it is (its `tenant`, from `[tenant]`) and whose reputation it counts for, its hops, its `traceparent`, its `From:` addresses and the AUTH user's `senders` they are held to (`senders`) |
 //! | `observe/` | what the relay records about itself: Prometheus metrics (`metrics`; the spool's, SES tenants' and the webhooks' apart: `spool_metrics`, `ses_metrics`, `webhooks`), the last refusals, deliveries and upstreams' times (`recent`), an error's short cause (`cause`), the human log format's fields (`log_format`), OTLP traces of the messages (`traces`), what the sessions are doing (`activity`) |
 //! | `inbound/` | inbound security: TLS (`tls`), password hashes (`password`), the AUTH lockout (`auth_lockout`), connections per client address (`connection_limit`), the PROXY protocol header a balancer opens its connections with (`proxy`) |
 //! | `throttle/` | token buckets (pure math in `bucket`), key tables, stores (local; Redis: its scripts and keys, over `redis/`'s connection), layers with FIFO queues (fair by tenant with `fair_by`), stacked layers taken all or nothing (`stack`) |
@@ -61,7 +61,7 @@
 //!
 //! A kind with a route key of its own (`ses_tenant`, SES's tenant) also has it in
 //! `config/route.rs` and `policy/route.rs` (`Route::upstream_tenant`), handed to its forwarder
-//! as `Outgoing::tenant`; a bound of its own on the message size shows at `MAIL` through
+//! as `Outgoing::upstream_tenant`; a bound of its own on the message size shows at `MAIL` through
 //! `Config::max_message_bytes`.
 //!
 //! `main.rs` only parses the command line and dispatches: to serve, it loads the config, binds

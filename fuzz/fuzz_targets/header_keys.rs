@@ -4,7 +4,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use mailsluice::policy::{self, LayerPolicy, MessageFacts, Rules};
+use mailsluice::config::KeySource;
+use mailsluice::policy::{self, KeyRule, LayerPolicy, MessageFacts, Rules};
 
 fuzz_target!(|input: &[u8]| {
     let Some((&flags, message)) = input.split_first() else {
@@ -21,17 +22,24 @@ fuzz_target!(|input: &[u8]| {
         message,
         binding: None,
     };
+    let tenant_source = KeySource::Header("X-Tenant".into());
+    let tenant = KeyRule {
+        source: &tenant_source,
+        default_key: "default",
+    };
     let rules = Rules {
         layers,
         routes: &[],
         first_upstream: "default",
-        tenant_key: None,
+        tenant,
+        reputation_key: Some(tenant),
         instance: "0123abcd",
     };
     let identity = policy::identify(rules, &facts);
     for charge in &identity.charges {
         assert!(charge.key.len() <= 128, "key of {} bytes", charge.key.len());
     }
+    assert!(identity.tenant.len() <= 128, "tenant of {} bytes", identity.tenant.len());
     let stripped: usize = identity.forwarded(message).map(<[u8]>::len).sum();
     assert!(stripped <= message.len());
 });

@@ -11,6 +11,7 @@
 //! | `replies.rs` | `throttle_replies` / `quota_replies`: regexes over upstream's replies |
 //! | `throttle.rs` | `[[throttle]]` layers and their vocabulary (mode, refill, cost, store) |
 //! | `key_source.rs` | where a layer's key comes from (`key = "header:X-Tenant"`) |
+//! | `tenant.rs` | `[tenant]`: whose message it is (webhooks, the reputation guard, `{tenant}`) |
 //! | `redis.rs` | `[redis]`, the store shared by replicas |
 //! | `telemetry.rs` | `[telemetry]`, OTLP traces |
 //! | `reputation.rs` | `[reputation]`: bounce and complaint rates per tenant, SES's events |
@@ -40,6 +41,7 @@ mod senders;
 mod smtp;
 mod spool;
 mod telemetry;
+mod tenant;
 mod throttle;
 mod upstream;
 mod webhook;
@@ -57,6 +59,7 @@ pub use senders::{BadSenderPattern, SenderPattern, Senders};
 pub use smtp::{SmtpConfig, SmtpRule};
 pub use spool::{SpoolConfig, SpoolRule};
 pub use telemetry::TelemetryConfig;
+pub use tenant::{BadTenantKey, TenantConfig, TenantKey, TenantRule};
 pub use throttle::{
     Adapt, Cost, FairBy, LayerRule, Limit, MatchSpec, Mode, Refill, StoreKind, ThrottleConfig,
 };
@@ -119,6 +122,8 @@ pub enum RuleProblem {
     #[error(transparent)]
     Redis(#[from] RedisRule),
     #[error(transparent)]
+    Tenant(#[from] TenantRule),
+    #[error(transparent)]
     Reputation(#[from] ReputationRule),
     #[error(transparent)]
     Spool(#[from] SpoolRule),
@@ -164,6 +169,10 @@ pub struct Config {
     pub routes: Vec<RouteConfig>,
     #[serde(default)]
     pub throttle: Vec<ThrottleConfig>,
+    /// Whose message it is; without the section `[reputation] key`'s when it has one, else
+    /// the AUTH user's tenant.
+    #[serde(default)]
+    pub tenant: TenantConfig,
     /// The HTTP endpoint for health, metrics and peeks; off when the section is absent.
     pub admin: Option<AdminConfig>,
     /// The shared store of `store = "redis"` layers.
@@ -216,6 +225,7 @@ impl Config {
         let mut config: Config = toml::from_str(text).map_err(InvalidConfig::Toml)?;
         config.admin_hash_from_env(text)?;
         config.validate(text)?;
+        tenant::inherit(&mut config);
         webhook::prepare(&mut config, text)?;
         for upstream in &mut config.upstreams {
             upstream.default_helo_name(&config.smtp.hostname);
@@ -307,6 +317,7 @@ impl Config {
             }
         }
         route::validate(self, text)?;
+        tenant::validate(&self.tenant)?;
         if let Some(hash) = self.admin.as_ref().and_then(|a| a.password_hash.as_ref()) {
             security::check_hash(hash.get_ref())
                 .map_err(|e| BrokenRule::at(text, hash.span(), "admin.password_hash", e))?;

@@ -1,8 +1,8 @@
 //! `[reputation]`: the tenant reputation guard. SES's bounce and complaint events, read from
 //! an SQS queue (`[reputation.sqs]`) or posted by SNS (`[reputation.sns]`), are counted per
-//! tenant against the messages the tenant sent; past a rate the tenant is paused. Whose
-//! reputation a message counts for is a key source with a layer's trust rules, so a client
-//! cannot move its bounces onto another tenant with a header.
+//! tenant against the messages the tenant sent; past a rate the tenant is paused. A message
+//! counts for its tenant (`[tenant]`) unless `key` names another key source, read with a
+//! layer's trust rules, so a client cannot move its bounces onto another tenant with a header.
 
 use std::num::{NonZeroU64, NonZeroUsize};
 
@@ -14,9 +14,10 @@ use super::{BadKeySource, BrokenRule, KeySource};
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReputationConfig {
-    /// Whose reputation a message counts for.
-    pub key: ReputationKey,
-    /// The key when its source is absent (as a layer's `default_key`).
+    /// Whose reputation a message counts for; absent, its tenant's (`[tenant]`).
+    pub key: Option<ReputationKey>,
+    /// The key when `key`'s source is absent (as a layer's `default_key`); only with `key`
+    /// (without it, `[tenant] default_key` names the tenant).
     #[serde(default = "default_key")]
     pub default_key: String,
     /// Hard bounces / messages sent, per tenant, over the window; above it the tenant stops.
@@ -170,6 +171,8 @@ pub enum ReputationRule {
     NotARate(f64),
     #[error("at most {} bytes", super::MAX_KEY_BYTES)]
     DefaultKeyTooLong,
+    #[error("only with `key`: without it the tenant's (`[tenant] default_key`) applies")]
+    DefaultKeyWithoutKey,
     #[error("expected an https:// queue URL")]
     NotQueueUrl,
     #[error("expected a topic ARN, arn:aws:sns:REGION:ACCOUNT:NAME")]
@@ -196,6 +199,12 @@ pub(super) fn validate(config: &ReputationConfig, text: &str) -> Result<(), Brok
         return Err(BrokenRule::unlocated(
             "reputation.default_key",
             ReputationRule::DefaultKeyTooLong,
+        ));
+    }
+    if config.key.is_none() && config.default_key != default_key() {
+        return Err(BrokenRule::unlocated(
+            "reputation.default_key",
+            ReputationRule::DefaultKeyWithoutKey,
         ));
     }
     if let Some(sqs) = &config.sqs {
@@ -246,7 +255,7 @@ mod tests {
         )
         .unwrap();
         let r = c.reputation.unwrap();
-        assert_eq!(r.key.0, KeySource::Header("X-Tenant".into()));
+        assert_eq!(r.key.unwrap().0, KeySource::Header("X-Tenant".into()));
         assert_eq!(r.action, Action::Pause);
         assert_eq!(r.suppress_ttl_ms.get(), 1_209_600_000);
         assert_eq!(r.max_tracked_messages.get(), 1_000_000);
@@ -302,6 +311,22 @@ mod tests {
                 "{body}: {err}"
             );
         }
+    }
+
+    #[test]
+    fn without_a_key_a_message_counts_for_its_tenant() {
+        let c = parse("[tenant]\nkey = \"header:X-Tenant\"\n[reputation]\n").unwrap();
+        assert_eq!(c.reputation.unwrap().key, None, "the tenant's key");
+        let own = "[tenant]\nkey = \"header:X-Tenant\"\n[reputation]\nkey = \"client-ip\"\n";
+        let r = parse(own).unwrap().reputation.unwrap();
+        assert_eq!(r.key.unwrap().0, KeySource::ClientIp, "its own key stands");
+        let err = parse("[reputation]\ndefault_key = \"other\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("reputation.default_key") && err.contains("[tenant] default_key"),
+            "{err}"
+        );
     }
 
     #[test]

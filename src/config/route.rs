@@ -47,8 +47,9 @@ pub struct RouteConfig {
     /// Remove the key header (a routing hint for this relay) before forwarding.
     #[serde(default = "yes")]
     pub strip_key_header: bool,
-    /// The message's SES `TenantName` (`{key}` is the route's key), on routes to a `ses://`
-    /// upstream only: SES keeps reputation and sending status per tenant.
+    /// The message's SES `TenantName` (`{key}` is the route's key, `{tenant}` the message's
+    /// tenant of `[tenant]`), on routes to a `ses://` upstream only: SES keeps reputation and
+    /// sending status per tenant.
     pub ses_tenant: Option<Spanned<String>>,
 }
 
@@ -89,7 +90,7 @@ pub enum RouteRule {
     SesTenantNotSes(String),
     #[error(
         "{0:?} is not an SES tenant name (letters, digits, _ and -, at most 64, `{{key}}` for \
-         the route's key)"
+         the route's key, `{{tenant}}` for the message's tenant)"
     )]
     NotSesTenantName(String),
     #[error("{0:?} is not a header field name")]
@@ -172,7 +173,7 @@ pub(super) fn validate(config: &super::Config, text: &str) -> Result<(), BrokenR
 }
 
 /// `ses_tenant` names an SES tenant, so only a route to SES's API may carry one; the name,
-/// once `{key}` is replaced, must be one SES takes.
+/// once `{key}` and `{tenant}` are replaced, must be one SES takes.
 fn check_ses_tenant(
     config: &super::Config,
     route: &RouteConfig,
@@ -184,7 +185,8 @@ fn check_ses_tenant(
     if !matches!(upstream.kind, super::UpstreamKind::Ses(_)) {
         return Err(RouteRule::SesTenantNotSes(upstream.kind.to_string()));
     }
-    if !super::upstream::ses_name(&tenant.get_ref().replace("{key}", "k")) {
+    let sample = (tenant.get_ref().replace("{key}", "k")).replace("{tenant}", "t");
+    if !super::upstream::ses_name(&sample) {
         return Err(RouteRule::NotSesTenantName(tenant.get_ref().clone()));
     }
     Ok(())

@@ -264,6 +264,29 @@ fn ses_tenant_is_only_for_routes_to_ses_and_names_its_line() {
     );
 }
 
+#[test]
+fn ses_tenant_may_name_the_message_s_tenant_under_the_same_name_rules() {
+    let ses = format!("{TWO}[[upstream]]\nname = \"ses\"\nurl = \"ses://eu-west-1\"\n");
+    let ok = Config::parse(&format!(
+        "{ses}[[route]]\nupstream = \"ses\"\nses_tenant = \"t-{{tenant}}-{{key}}\"\n"
+    ))
+    .unwrap();
+    let written = ok.routes[0].ses_tenant.as_ref().unwrap();
+    assert_eq!(written.get_ref(), "t-{tenant}-{key}");
+    let too_long = format!("{{tenant}}{}", "x".repeat(64));
+    for bad in ["{tenant}.x", "{tenants}", &too_long] {
+        let err = Config::parse(&format!(
+            "{ses}[[route]]\nupstream = \"ses\"\nses_tenant = \"{bad}\"\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("route.ses_tenant") && err.contains("line 14"),
+            "{bad}: {err}"
+        );
+    }
+}
+
 const SES_AND_SMTP: &str = "[smtp]\nlisten = [\"127.0.0.1:0\"]\n\
     [[upstream]]\nname = \"ses\"\nurl = \"ses://eu-west-1\"\n\
     [[upstream]]\nname = \"eu\"\nurl = \"smtp://eu.example:587\"\n";

@@ -186,7 +186,8 @@ async fn check(
             }
         }
         Step::Reputation => {
-            let (Some(guard), Some(key)) = (&ctx.services.reputation, &message.identity.tenant)
+            let (Some(guard), Some(key)) =
+                (&ctx.services.reputation, &message.identity.reputation_key)
             else {
                 return Ok(None);
             };

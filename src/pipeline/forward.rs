@@ -231,7 +231,7 @@ pub(super) fn outgoing<'a>(
     Outgoing {
         envelope,
         pieces,
-        tenant: (identity.route.as_ref()).and_then(|r| r.upstream_tenant.as_deref()),
+        upstream_tenant: (identity.route.as_ref()).and_then(|r| r.upstream_tenant.as_deref()),
         room: Some(&ctx.services.buffered),
     }
 }

@@ -61,9 +61,9 @@ pub async fn deliver<C: Client>(ctx: &Context, message: &Message<'_>, client: &m
             within_grace(journey, grace_over.as_deref(), || Record::new(ctx, charges)).await
         }
     };
-    if let Some(tenant) = &message.identity.tenant {
-        settle::reputation(ctx, tenant, message.envelope, &verdict.record).await;
-        settle::sent_as(ctx, tenant, message.identity, &verdict.record);
+    if let Some(key) = &message.identity.reputation_key {
+        settle::reputation(ctx, key, message.envelope, &verdict.record).await;
+        settle::sent_as(ctx, key, message.identity, &verdict.record);
     }
     verdict
 }

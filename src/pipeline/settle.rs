@@ -21,9 +21,9 @@ pub(super) fn tokens(permits: Vec<Permit>, result: &Result<Accepted, UpstreamErr
     }
 }
 
-/// What upstream did with `tenant`'s message: the message it took (and its id there), or the
-/// recipients it refused for good.
-pub(super) async fn reputation(ctx: &Context, tenant: &str, envelope: &Envelope, record: &Record) {
+/// What upstream did with the message of `key` (its reputation key): the message it took (and
+/// its id there), or the recipients it refused for good.
+pub(super) async fn reputation(ctx: &Context, key: &str, envelope: &Envelope, record: &Record) {
     let Some(guard) = &ctx.services.reputation else {
         return;
     };
@@ -31,23 +31,24 @@ pub(super) async fn reputation(ctx: &Context, tenant: &str, envelope: &Envelope,
         Outcome::Delivered | Outcome::Partial => {
             let id = record.upstream_id.as_deref();
             let taken = envelope.rcpts.len().saturating_sub(record.bounced.len());
-            guard.forwarded(tenant, id, taken).await;
+            guard.forwarded(key, id, taken).await;
             // Recipients an MX host refused after the final dot, as a smarthost's refusal at
             // RCPT is counted.
             if !record.bounced.is_empty() {
-                guard.refused_by_upstream(tenant, &record.bounced).await;
+                guard.refused_by_upstream(key, &record.bounced).await;
             }
         }
         Outcome::UpstreamPermFail if record.hard_bounce => {
-            guard.refused_by_upstream(tenant, &envelope.rcpts).await;
+            guard.refused_by_upstream(key, &envelope.rcpts).await;
         }
         _ => {}
     }
 }
 
-/// With `[reputation] ses_sync`: the SES tenant that took `tenant`'s message, for the sync to
-/// keep in step with the guard. Only the route's own upstream's tenant (not a fallback's).
-pub(super) fn sent_as(ctx: &Context, tenant: &str, identity: &Identity, record: &Record) {
+/// With `[reputation] ses_sync`: the SES tenant that took the message of `key` (its
+/// reputation key), for the sync to keep in step with the guard. Only the route's own
+/// upstream's tenant (not a fallback's).
+pub(super) fn sent_as(ctx: &Context, key: &str, identity: &Identity, record: &Record) {
     let Some(guard) = &ctx.services.reputation else {
         return;
     };
@@ -64,6 +65,6 @@ pub(super) fn sent_as(ctx: &Context, tenant: &str, identity: &Identity, record: 
             upstream: route.upstream.clone(),
             tenant: ses_tenant.clone(),
         };
-        guard.sent_as(tenant, to);
+        guard.sent_as(key, to);
     }
 }

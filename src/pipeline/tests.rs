@@ -30,7 +30,7 @@ impl Forwarder for Keeping {
     fn send<'a>(&'a self, message: &'a Outgoing<'a>) -> ForwardFuture<'a> {
         Box::pin(async move {
             let mut got = self.got.lock().unwrap();
-            let tenant = message.tenant.map(str::to_string);
+            let tenant = message.upstream_tenant.map(str::to_string);
             got.push((message.envelope.clone(), message.pieces.concat(), tenant));
             Ok(Accepted::new(format!("2.0.0 Ok kept-{}", got.len())))
         })

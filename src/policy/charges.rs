@@ -1,5 +1,5 @@
-//! What each layer charges a message: its key, its cost, its fair key, and whose message it
-//! is to an adaptive layer.
+//! What each layer charges a message: its key, its cost, its fair key, and whom an adaptive
+//! layer blames for a throttle reply to it.
 
 use crate::config::{Cost, KeySource};
 use crate::message::header::Fields;
@@ -18,12 +18,12 @@ pub(super) struct LayerSet<'a> {
 }
 
 /// The charges of the layers that apply to a message in `set`, in layer order: one per
-/// layer, or for an `rcpt-domain` layer one per recipient domain; `tenant` is whose message
-/// it is (see [`tenant_of`]).
+/// layer, or for an `rcpt-domain` layer one per recipient domain; `blame` is whom an adaptive
+/// layer blames for it (see [`blame_of`]).
 pub(super) fn charges(
     layers: &[LayerPolicy],
     set: LayerSet<'_>,
-    tenant: &str,
+    blame: &str,
     facts: &MessageFacts<'_>,
     fields: &Fields<'_>,
 ) -> Vec<Charge> {
@@ -33,14 +33,15 @@ pub(super) fn charges(
             Some(u) => set.upstream == Some(u.as_str()),
         })
         .filter(|(_, layer)| applies(layer, fields))
-        .flat_map(|(index, layer)| layer_charges((index, layer), tenant, facts, fields))
+        .flat_map(|(index, layer)| layer_charges((index, layer), blame, facts, fields))
         .collect()
 }
 
-/// Whose message it is, for an adaptive layer that must tell one tenant's throttle replies
-/// from the shared rate's (see `Charge::tenant`): its key in the first applying layer keyed
-/// by anything but `none` or `rcpt-domain` (a domain is not a tenant); empty when none.
-pub(super) fn tenant_of(
+/// Whom an adaptive layer blames for a throttle reply to the message, to tell one sender's
+/// replies from the shared rate's (see `Charge::blame`): its key in the first applying layer
+/// keyed by anything but `none` or `rcpt-domain` (a domain is not a sender); empty when none.
+/// The layers' own, not `[tenant]`: a reply is blamed on what the layers tell apart.
+pub(super) fn blame_of(
     layers: &[LayerPolicy],
     facts: &MessageFacts<'_>,
     fields: &Fields<'_>,
@@ -56,7 +57,7 @@ pub(super) fn tenant_of(
 /// per domain, each domain's recipients to its own bucket.
 fn layer_charges(
     (index, layer): (usize, &LayerPolicy),
-    tenant: &str,
+    blame: &str,
     facts: &MessageFacts<'_>,
     fields: &Fields<'_>,
 ) -> Vec<Charge> {
@@ -71,8 +72,8 @@ fn layer_charges(
             Cost::Message => 1,
         },
         fair: fair.clone(),
-        tenant: match fair.is_empty() {
-            true => tenant.to_string(),
+        blame: match fair.is_empty() {
+            true => blame.to_string(),
             false => fair.clone(),
         },
     };

@@ -7,11 +7,11 @@ use crate::message::header::Fields;
 use crate::message::received::Hops;
 use crate::throttle::Charge;
 
-use super::charges::{charges, tenant_of, LayerSet};
+use super::charges::{blame_of, charges, LayerSet};
 use super::keys::key_of;
 use super::route::{self, Route};
 use super::senders::{from_addresses, Binding};
-use super::{MessageFacts, Rules};
+use super::{KeyRule, MessageFacts, Rules};
 
 /// Who a message is and where it goes, as the relay reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,8 +26,11 @@ pub struct Identity {
     /// The byte ranges of the fields to remove (whole fields, in message order): key headers,
     /// the client's own fields of the names the route adds, and its `X-SES-CONFIGURATION-SET`.
     pub key_headers: Vec<Range<usize>>,
-    /// Whose reputation it counts for (`[reputation] key`); `None` without the guard.
-    pub tenant: Option<String>,
+    /// Whose message it is (`[tenant]`): its webhooks' tenant, `{tenant}` in a route.
+    pub tenant: String,
+    /// Whose reputation it counts for: its tenant, or `[reputation] key`'s own; `None`
+    /// without the guard.
+    pub reputation_key: Option<String>,
     /// Its `Received:` fields: how many, and whether one is ours.
     pub hops: Hops,
     /// Its `traceparent` field's value, trimmed: the trace its spans join.
@@ -67,11 +70,17 @@ const CONFIGURATION_SET: &str = "X-SES-CONFIGURATION-SET";
 pub fn identify(rules: Rules<'_>, facts: &MessageFacts<'_>) -> Identity {
     let message = facts.message;
     let fields = Fields::new(message);
-    let route = route::choose(rules.routes, rules.first_upstream, facts, &fields);
+    let key = |rule: KeyRule<'_>| key_of(rule.source, rule.default_key, facts, &fields);
+    let tenant = key(rules.tenant);
+    let reputation_key = (rules.reputation_key).map(|rule| match rule == rules.tenant {
+        true => tenant.clone(),
+        false => key(rule),
+    });
+    let route = route::choose(rules, &tenant, facts, &fields);
     let upstream = route.as_ref().map(|r| r.upstream.as_str());
     let fallback = route.as_ref().and_then(|r| r.fallback.as_deref());
-    let tenant = tenant_of(rules.layers, facts, &fields);
-    let charged = |set| charges(rules.layers, set, &tenant, facts, &fields);
+    let blame = blame_of(rules.layers, facts, &fields);
+    let charged = |set| charges(rules.layers, set, &blame, facts, &fields);
     let mut key_headers = key_headers(rules, message, &fields);
     let added = (route.iter()).flat_map(|r| r.headers.iter().map(|(name, _)| name.as_str()));
     let removed = added.chain([CONFIGURATION_SET]);
@@ -97,8 +106,8 @@ pub fn identify(rules: Rules<'_>, facts: &MessageFacts<'_>) -> Identity {
                 unscoped: false,
             })
         }),
-        tenant: (rules.tenant_key)
-            .map(|rule| key_of(rule.source, rule.default_key, facts, &fields)),
+        tenant,
+        reputation_key,
         hops: Hops::of(message, &fields, rules.instance),
         traceparent: (fields.value("traceparent"))
             .and_then(|v| std::str::from_utf8(v).ok())

@@ -1,11 +1,11 @@
 //! A key from its source, under the trust rules every reader of a key shares (layers,
-//! `fair_by`, routes, the reputation guard): a header names a key only for a client trusted
-//! to choose it, else the authenticated tenant stands; an empty key is the default.
+//! `fair_by`, routes, `[tenant]`, the reputation guard): a header names a key only for a client
+//! trusted to choose it, else the authenticated tenant stands; an empty key is the default.
 
 use crate::config::{KeySource, MAX_KEY_BYTES};
 use crate::message::header::Fields;
 
-use super::{LayerPolicy, MessageFacts, TenantKey};
+use super::{KeyRule, LayerPolicy, MessageFacts, Rules};
 
 /// The key from `source` (a layer's `key` or `fair_by`), else `default_key`.
 pub(super) fn key_of(
@@ -34,9 +34,16 @@ pub(super) fn key_of(
     }
 }
 
-/// The reputation guard's tenant as far as it is known before the message (at MAIL): `None`
-/// when it depends on what comes later (a header a client may set, the recipients).
-pub fn tenant_key_early(rule: TenantKey<'_>, facts: &MessageFacts<'_>) -> Option<String> {
+/// The reputation guard's key of a message as far as it is known before the message (at
+/// MAIL): `None` without the guard, or when it depends on what comes later (a header a client
+/// may set, the recipients).
+pub fn reputation_key_early(rules: Rules<'_>, facts: &MessageFacts<'_>) -> Option<String> {
+    key_early(rules.reputation_key?, facts)
+}
+
+/// The key of `rule` as far as it is known at MAIL: `None` when it depends on what comes
+/// later.
+pub(super) fn key_early(rule: KeyRule<'_>, facts: &MessageFacts<'_>) -> Option<String> {
     let no_fields = Fields::new(&[]);
     (!known_later(rule.source, facts))
         .then(|| key_of(rule.source, rule.default_key, facts, &no_fields))

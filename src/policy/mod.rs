@@ -1,7 +1,8 @@
 //! A message's identity: every key the relay reads from it, in one pass over its header
 //! section. Which upstream it takes (`route`), which buckets it is charged to and how much
 //! (`charges`), which of its headers are routing hints for this relay (key headers, removed
-//! before forwarding), whose reputation it counts for, its hops and its `traceparent`.
+//! before forwarding), whose message it is (its tenant, `[tenant]`), whose reputation it counts
+//! for, its hops and its `traceparent`.
 //! Kept apart from the session so that the rules a tenant could try to game (header keys) are
 //! in one place: the session gets an [`Identity`] and nothing asks again.
 //!
@@ -24,12 +25,13 @@ mod senders;
 
 pub use crate::throttle::Charge;
 pub use identity::{identify, Identity};
-pub use keys::tenant_key_early;
+pub use keys::reputation_key_early;
 pub use route::Route;
 
 /// The route of a message as far as it is known at MAIL (see `route::choose_early`).
 pub fn route_early(rules: Rules<'_>, facts: &MessageFacts<'_>) -> Option<Route> {
-    route::choose_early(rules.routes, rules.first_upstream, facts)
+    let tenant = keys::key_early(rules.tenant, facts);
+    route::choose_early(rules, tenant.as_deref(), facts)
 }
 pub use senders::Binding;
 
@@ -82,22 +84,26 @@ pub struct MessageFacts<'a> {
     pub binding: Option<&'a Binding>,
 }
 
-/// How the reputation guard names a message's tenant (`[reputation] key` and `default_key`).
-#[derive(Debug, Clone, Copy)]
-pub struct TenantKey<'a> {
+/// A key read from its source, else its default: `[tenant]`'s, or `[reputation]`'s own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyRule<'a> {
     pub source: &'a KeySource,
     pub default_key: &'a str,
 }
 
 /// What an identity is read with besides the message: the layers, the routes, the upstream
-/// of a message when there are no routes, the reputation guard's key, and this process's mark.
+/// of a message when there are no routes, whose message it is, the reputation guard's key,
+/// and this process's mark.
 #[derive(Clone, Copy)]
 pub struct Rules<'a> {
     pub layers: &'a [LayerPolicy],
     pub routes: &'a [RouteConfig],
     pub first_upstream: &'a str,
-    /// `None` without `[reputation]`.
-    pub tenant_key: Option<TenantKey<'a>>,
+    /// Whose message it is (`[tenant]`).
+    pub tenant: KeyRule<'a>,
+    /// Whose reputation it counts for: the tenant's rule unless `[reputation] key` names its
+    /// own; `None` without `[reputation]`.
+    pub reputation_key: Option<KeyRule<'a>>,
     /// This process's id, the mark of its `Received:` fields.
     pub instance: &'a str,
 }

@@ -5,7 +5,7 @@
 use crate::config::{KeySource, RouteConfig, MAX_KEY_BYTES};
 
 use super::keys::{key_of, known_later};
-use super::MessageFacts;
+use super::{MessageFacts, Rules};
 use crate::message::header::Fields;
 
 /// The way a message goes.
@@ -22,67 +22,85 @@ pub struct Route {
     pub upstream_tenant: Option<String>,
 }
 
-/// The route of a message; `None` when there are routes and none matches. Without routes,
-/// every message takes `first_upstream`.
+/// The route of a message whose tenant is `tenant`; `None` when there are routes and none
+/// matches. Without routes, every message takes `first_upstream`.
 pub(super) fn choose(
-    routes: &[RouteConfig],
-    first_upstream: &str,
+    rules: Rules<'_>,
+    tenant: &str,
     facts: &MessageFacts<'_>,
     fields: &Fields<'_>,
 ) -> Option<Route> {
-    if routes.is_empty() {
-        return Some(Route {
-            upstream: first_upstream.to_string(),
-            fallback: None,
-            headers: Vec::new(),
-            upstream_tenant: None,
-        });
+    if rules.routes.is_empty() {
+        return Some(first(rules));
     }
-    routes.iter().find_map(|route| {
+    rules.routes.iter().find_map(|route| {
         let key = key_of(&route.key.0, "", facts, fields);
-        route.matches(&key).then(|| built(route, &key))
+        route
+            .matches(&key)
+            .then(|| built(route, &key, Some(tenant)))
     })
+}
+
+/// The way every message goes when there are no routes.
+fn first(rules: Rules<'_>) -> Route {
+    Route {
+        upstream: rules.first_upstream.to_string(),
+        fallback: None,
+        headers: Vec::new(),
+        upstream_tenant: None,
+    }
 }
 
 /// The route of a message as far as it is known at MAIL, before its header section: `None`
 /// when a route up to the one that matches reads its key from what comes later (a header a
-/// client may set, the recipients), or when none matches.
+/// client may set, the recipients), or when none matches. `tenant` is the message's tenant
+/// when known by then; without it a `{tenant}` in `ses_tenant` leaves its upstream tenant
+/// unknown.
 pub(super) fn choose_early(
-    routes: &[RouteConfig],
-    first_upstream: &str,
+    rules: Rules<'_>,
+    tenant: Option<&str>,
     facts: &MessageFacts<'_>,
 ) -> Option<Route> {
     let no_fields = Fields::new(&[]);
-    if routes.is_empty() {
-        return choose(routes, first_upstream, facts, &no_fields);
+    if rules.routes.is_empty() {
+        return Some(first(rules));
     }
-    for route in routes {
+    for route in rules.routes {
         if known_later(&route.key.0, facts) {
             return None;
         }
         let key = key_of(&route.key.0, "", facts, &no_fields);
         if route.matches(&key) {
-            return Some(built(route, &key));
+            return Some(built(route, &key, tenant));
         }
     }
     None
 }
 
-/// The way `route` sends a message whose route key is `key`.
-fn built(route: &RouteConfig, key: &str) -> Route {
+/// The way `route` sends a message whose route key is `key` and whose tenant is `tenant`.
+fn built(route: &RouteConfig, key: &str, tenant: Option<&str>) -> Route {
     Route {
         upstream: route.upstream.get_ref().clone(),
         fallback: route.fallback.as_ref().map(|f| f.get_ref().clone()),
         headers: rendered(route, key),
         upstream_tenant: (route.ses_tenant.as_ref())
-            .map(|t| t.get_ref())
-            .filter(|t| !key.is_empty() || !t.contains("{key}"))
-            .map(|t| t.replace("{key}", &safe_key("x-ses-tenant", key)))
-            .map(|mut t| {
-                t.truncate(64);
-                t
-            }),
+            .and_then(|t| upstream_tenant(t.get_ref(), key, tenant)),
     }
+}
+
+/// `ses_tenant` with `{key}` and `{tenant}` replaced, made safe as an SES field; `None` when
+/// it needs one that is empty or not known.
+fn upstream_tenant(template: &str, key: &str, tenant: Option<&str>) -> Option<String> {
+    if template.contains("{key}") && key.is_empty() {
+        return None;
+    }
+    let mut name = template.replace("{key}", &safe_key("x-ses-tenant", key));
+    if name.contains("{tenant}") {
+        let tenant = tenant.filter(|t| !t.is_empty())?;
+        name = name.replace("{tenant}", &safe_key("x-ses-tenant", tenant));
+    }
+    name.truncate(64);
+    Some(name)
 }
 
 /// The route's `add_headers` with `{key}` replaced. A field whose value needs the key is left

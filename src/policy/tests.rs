@@ -19,12 +19,23 @@ fn layer(key: &str, cost: Cost, matches: Option<(&str, &str)>) -> LayerPolicy {
     }
 }
 
+/// `[tenant]` left out: the AUTH user's tenant.
+static AUTH: KeySource = KeySource::Auth;
+
+fn tenant_rule() -> KeyRule<'static> {
+    KeyRule {
+        source: &AUTH,
+        default_key: "default",
+    }
+}
+
 fn rules(layers: &[LayerPolicy]) -> Rules<'_> {
     Rules {
         layers,
         routes: &[],
         first_upstream: "default",
-        tenant_key: None,
+        tenant: tenant_rule(),
+        reputation_key: None,
         instance: "0123abcd",
     }
 }
@@ -42,16 +53,16 @@ fn strip_key_headers(layers: &[LayerPolicy], message: Vec<u8>) -> Vec<u8> {
 
 /// The reputation guard's tenant of a message, read with `source` and `default_key`.
 fn reputation_key(source: &KeySource, default_key: &str, facts: &MessageFacts<'_>) -> String {
-    let tenant_key = TenantKey {
+    let rule = KeyRule {
         source,
         default_key,
     };
     let rules = Rules {
-        tenant_key: Some(tenant_key),
+        reputation_key: Some(rule),
         ..rules(&[])
     };
     identify(rules, facts)
-        .tenant
+        .reputation_key
         .expect("the guard's key is read")
 }
 
@@ -61,11 +72,15 @@ fn reputation_key_early(
     default_key: &str,
     facts: &MessageFacts<'_>,
 ) -> Option<String> {
-    let rule = TenantKey {
+    let rule = KeyRule {
         source,
         default_key,
     };
-    tenant_key_early(rule, facts)
+    let rules = Rules {
+        reputation_key: Some(rule),
+        ..rules(&[])
+    };
+    super::reputation_key_early(rules, facts)
 }
 
 fn facts<'a>(message: &'a [u8], rcpts: &'a [String], tenant: Option<&'a str>) -> MessageFacts<'a> {
@@ -96,7 +111,7 @@ fn header_key_is_unfolded_and_case_insensitive() {
             key: "acme".into(),
             cost: 2,
             fair: String::new(),
-            tenant: "acme".into(),
+            blame: "acme".into(),
         }]
     );
 }
@@ -114,10 +129,10 @@ fn a_message_s_tenant_is_its_first_tenant_keyed_layers_key() {
     ];
     let c = charges(&layers, &facts(MSG, &rcpts, None));
     assert_eq!(c.len(), 5, "{c:?}");
-    assert!(c.iter().all(|c| c.tenant == "acme"), "{c:?}");
+    assert!(c.iter().all(|c| c.blame == "acme"), "{c:?}");
     let account_only = [layer("none", Cost::Message, None)];
     let c = charges(&account_only, &facts(MSG, &rcpts, None));
-    assert_eq!(c[0].tenant, "", "no tenant to tell apart");
+    assert_eq!(c[0].blame, "", "no tenant to tell apart");
 }
 
 #[test]
@@ -299,7 +314,8 @@ fn the_route_scopes_the_layers_and_the_header_it_adds_replaces_the_clients() {
         layers: &layers,
         routes: &routes,
         first_upstream: "a",
-        tenant_key: None,
+        tenant: tenant_rule(),
+        reputation_key: None,
         instance: "0123abcd",
     };
     let rcpts = vec!["r@example.net".to_string()];
@@ -370,4 +386,81 @@ fn the_traceparent_is_read_from_the_header_section() {
         traceparent(b"Subject: x\r\n\r\ntraceparent: no\r\n").as_deref(),
         None
     );
+}
+
+/// `[tenant]` names the message's tenant under the layers' trust rule; the guard's key is the
+/// tenant's when `[reputation]` has none of its own.
+#[test]
+fn the_tenant_follows_the_trust_rules_and_is_the_guard_s_key_by_default() {
+    let header = KeySource::parse("header:X-Tenant").unwrap();
+    let tenant = KeyRule {
+        source: &header,
+        default_key: "d",
+    };
+    let rules = Rules {
+        tenant,
+        reputation_key: Some(tenant),
+        ..rules(&[])
+    };
+    let trusted = identify(rules, &facts(MSG, &[], None));
+    assert_eq!(trusted.tenant, "acme", "a trusted client's header");
+    assert_eq!(trusted.reputation_key.as_deref(), Some("acme"));
+    let authed = identify(rules, &facts(MSG, &[], Some("t1")));
+    assert_eq!(
+        authed.tenant, "t1",
+        "an untrusted client's header is not read"
+    );
+    let nobody = identify(rules, &facts(b"Subject: x\r\n\r\n", &[], None));
+    assert_eq!(nobody.tenant, "d");
+    let ip = KeySource::ClientIp;
+    let own = KeyRule {
+        source: &ip,
+        default_key: "d",
+    };
+    let rules = Rules {
+        reputation_key: Some(own),
+        ..rules
+    };
+    let both = identify(rules, &facts(MSG, &[], None));
+    assert_eq!(
+        (both.tenant.as_str(), both.reputation_key.as_deref()),
+        ("acme", Some("127.0.0.1"))
+    );
+    let early = |facts| super::reputation_key_early(rules, facts);
+    assert_eq!(early(&facts(b"", &[], None)).as_deref(), Some("127.0.0.1"));
+}
+
+/// `{tenant}` in `ses_tenant` is the message's tenant, made safe as an SES name; at MAIL it is
+/// left unknown while the tenant is.
+#[test]
+fn ses_tenant_renders_the_message_s_tenant() {
+    let config = crate::config::Config::parse(
+        "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nname = \"ses\"\n\
+         url = \"ses://eu-west-1\"\n[[route]]\nupstream = \"ses\"\n\
+         ses_tenant = \"t-{tenant}\"\n",
+    )
+    .unwrap();
+    let header = KeySource::parse("header:X-Tenant").unwrap();
+    let rules = Rules {
+        routes: &config.routes,
+        first_upstream: "ses",
+        tenant: KeyRule {
+            source: &header,
+            default_key: "d",
+        },
+        ..rules(&[])
+    };
+    let upstream_tenant = |message: &[u8], tenant| {
+        let identity = identify(rules, &facts(message, &[], tenant));
+        identity.route.unwrap().upstream_tenant
+    };
+    assert_eq!(upstream_tenant(MSG, None).as_deref(), Some("t-acme"));
+    assert_eq!(upstream_tenant(MSG, Some("a.b")).as_deref(), Some("t-a_b"));
+    let early = |tenant| route_early(rules, &facts(b"", &[], tenant)).unwrap();
+    assert_eq!(
+        early(None).upstream_tenant,
+        None,
+        "a header: known at the dot"
+    );
+    assert_eq!(early(Some("t1")).upstream_tenant.as_deref(), Some("t-t1"));
 }

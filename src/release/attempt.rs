@@ -68,7 +68,7 @@ pub async fn attempt(ctx: &Context, spool: &Spool, ticket: Ticket, bell: Arc<Bel
     attempted.verdict = Some(&verdict);
     attempted.reply = reply.as_ref();
     attempted.traceparent = read.traceparent.as_deref();
-    attempted.tenant = read.tenant.as_deref();
+    attempted.tenant = Some(&read.tenant);
     attempted.envelope = Some((held.meta.from.as_deref(), &held.meta.rcpts));
     report::attempt(ctx, &attempted, &next, started.elapsed());
 }
@@ -115,8 +115,8 @@ async fn journey(ctx: &Context, held: &Held, bell: Arc<Bell>) -> (Verdict, Read)
 /// What the attempt's report needs of the message's identity.
 struct Read {
     traceparent: Option<String>,
-    /// Its tenant as `[reputation] key` names it (its webhooks'), when the guard is on.
-    tenant: Option<String>,
+    /// Its tenant (`[tenant]`), its webhooks'.
+    tenant: String,
 }
 
 /// What an attempt's verdict means for the held message.

@@ -59,8 +59,9 @@ pub enum Change {
     Resumed,
 }
 
+/// One reputation key's counts over the sliding window.
 #[derive(Debug)]
-struct Tenant {
+struct TenantWindow {
     slots: [Counts; SLOTS],
     /// The absolute slot number each slot holds (`now / slot_len`).
     epochs: [u64; SLOTS],
@@ -70,7 +71,7 @@ struct Tenant {
 
 #[derive(Debug)]
 pub struct Ledger {
-    tenants: HashMap<Arc<str>, Tenant>,
+    tenants: HashMap<Arc<str>, TenantWindow>,
     limits: Limits,
     slot_len: Nanos,
     max_tenants: usize,
@@ -108,7 +109,7 @@ impl Ledger {
             Some((held, _)) => (held.clone(), self.tenants.get_mut(key).unwrap()),
             None => {
                 let held: Arc<str> = key.into();
-                let fresh = Tenant {
+                let fresh = TenantWindow {
                     slots: [Counts::default(); SLOTS],
                     epochs: [u64::MAX; SLOTS],
                     last_used: now,
@@ -150,7 +151,7 @@ impl Ledger {
             .map_or_else(Counts::default, |t| self.sum(t, now))
     }
 
-    fn sum(&self, tenant: &Tenant, now: Nanos) -> Counts {
+    fn sum(&self, tenant: &TenantWindow, now: Nanos) -> Counts {
         let slots = tenant
             .epochs
             .iter()

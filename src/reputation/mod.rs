@@ -92,7 +92,9 @@ pub struct Standing {
 }
 
 pub struct Reputation {
-    pub key: KeySource,
+    /// Its own key source (`[reputation] key`); `None`: a message counts for its tenant.
+    pub key: Option<KeySource>,
+    /// The key when `key`'s source is absent.
     pub default_key: String,
     pub action: Action,
     pub suppress: bool,
@@ -141,7 +143,7 @@ impl Reputation {
         store: Box<dyn ReputationStore>,
     ) -> Reputation {
         Reputation {
-            key: config.key.0.clone(),
+            key: config.key.as_ref().map(|k| k.0.clone()),
             default_key: config.default_key.clone(),
             action: config.action,
             suppress: config.suppress,

@@ -139,7 +139,7 @@ fn line(ctx: &Context, facts: &Facts<'_>) {
 /// (hold mode's `250`: `released` follows when it goes) or `refused` (any other reply).
 /// Nothing when the client left before its answer.
 fn notify(ctx: &Context, message: &Message<'_>, answered: &Answered<'_>) {
-    let (Some(tenant), Some(reply)) = (&message.identity.tenant, answered.reply) else {
+    let (tenant, Some(reply)) = (&message.identity.tenant, answered.reply) else {
         return;
     };
     let record = &answered.verdict.record;

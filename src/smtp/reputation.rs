@@ -11,7 +11,7 @@ use super::session::Session;
 use crate::config::Action;
 use crate::message::{Envelope, Outcome};
 use crate::pipeline;
-use crate::policy::{self, TenantKey};
+use crate::policy;
 use crate::reply::{self, Reply};
 
 impl Session {
@@ -30,15 +30,7 @@ impl Session {
             smtputf8: false,
             body_8bit: false,
         };
-        let key = {
-            let facts = self.facts(&envelope, &[]);
-            let rule = TenantKey {
-                source: &guard.key,
-                default_key: &guard.default_key,
-            };
-            policy::tenant_key_early(rule, &facts)
-        };
-        let key = key?;
+        let key = policy::reputation_key_early(self.ctx.rules(), &self.facts(&envelope, &[]))?;
         let paused = pipeline::reputation(&guard, &key, "MAIL", self.peer)
             .await
             .err()?;

@@ -80,7 +80,8 @@ const LINGER: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuthUser {
     pub name: String,
-    /// Its throttle key: the user's `tenant`, or its name.
+    /// The user's `tenant`, or its name: its messages' `auth_tenant` (the key of `auth`
+    /// layers, and their tenant unless `[tenant]` says otherwise).
     pub tenant: String,
     /// Its `header:<Name>` keys are honoured (`trust_key_header`).
     pub trust_key_header: bool,

@@ -28,7 +28,7 @@ use crate::inbound::tls::{Tls, TlsError};
 use crate::observe::metrics::Metrics;
 use crate::observe::recent::Recent;
 use crate::observe::traces::Traces;
-use crate::policy::{LayerPolicy, Rules, TenantKey};
+use crate::policy::{KeyRule, LayerPolicy, Rules};
 use crate::reputation::sns_verifier::SnsVerifier;
 use crate::reputation::Reputation;
 use crate::spool::{Spool, SpoolError};
@@ -269,17 +269,27 @@ impl Context {
         }
     }
 
-    /// What the policy reads a message's identity with: the setup's layers and routes, the
-    /// reputation guard's key, this process's mark.
+    /// What the policy reads a message's identity with: the setup's layers and routes, its
+    /// tenant's key (`[tenant]`), the reputation guard's (the tenant's unless it has its
+    /// own), this process's mark.
     pub fn rules(&self) -> Rules<'_> {
+        let tenant = &self.setup.config.tenant;
+        let tenant = KeyRule {
+            source: &tenant.key.0,
+            default_key: &tenant.default_key,
+        };
         let guard = self.services.reputation.as_deref();
         Rules {
             layers: &self.setup.layers,
             routes: &self.setup.config.routes,
             first_upstream: self.setup.upstreams.first().name(),
-            tenant_key: guard.map(|guard| TenantKey {
-                source: &guard.key,
-                default_key: &guard.default_key,
+            tenant,
+            reputation_key: guard.map(|guard| match &guard.key {
+                Some(source) => KeyRule {
+                    source,
+                    default_key: &guard.default_key,
+                },
+                None => tenant,
             }),
             instance: &self.services.instance,
         }

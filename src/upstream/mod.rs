@@ -240,7 +240,7 @@ pub struct Outgoing<'a> {
     pub pieces: &'a [&'a [u8]],
     /// The upstream's own tenant the message is sent as (SES's `TenantName`, from the route's
     /// `ses_tenant`); kinds without tenants ignore it.
-    pub tenant: Option<&'a str>,
+    pub upstream_tenant: Option<&'a str>,
     /// The process's byte budget (`max_buffered_bytes`, a permit a byte) that the message's
     /// own bytes are held in: a kind that makes copies of the message to send it (`ses://`:
     /// the request) takes room for them there too, or does not send. `None`: unbounded.
@@ -259,7 +259,7 @@ pub trait Forwarder: Send + Sync {
             let outgoing = Outgoing {
                 envelope,
                 pieces: &pieces,
-                tenant: None,
+                upstream_tenant: None,
                 room: None,
             };
             self.send(&outgoing).await

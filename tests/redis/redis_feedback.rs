@@ -169,7 +169,7 @@ async fn one_tenants_reply_on_one_replica_does_not_cut_a_layer_another_replica_u
         key: String::new(),
         cost: 1,
         fair: String::new(),
-        tenant: tenant.to_string(),
+        blame: tenant.to_string(),
     };
     for _ in 0..10 {
         let permit = b

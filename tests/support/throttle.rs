@@ -96,7 +96,7 @@ pub fn charge(layer: usize, key: &str, cost: u64) -> Charge {
         key: key.to_string(),
         cost,
         fair: String::new(),
-        tenant: String::new(),
+        blame: String::new(),
     }
 }
 

@@ -531,7 +531,7 @@ async fn pieces_reach_each_domain_as_one_message_and_a_report_takes_their_header
     let outgoing = Outgoing {
         envelope: &envelope,
         pieces: &pieces,
-        tenant: None,
+        upstream_tenant: None,
         room: None,
     };
     let accepted = forwarder.send(&outgoing).await.unwrap();

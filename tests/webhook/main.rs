@@ -2,7 +2,7 @@
 //! of one message's life, signed as docs/webhooks.md says and checked as a receiver would
 //! (the page's own Python check too), replays refused, a receiver that is down costing the
 //! mail nothing (its queue's bound reached and counted), retries on 5xx and none on 4xx, and
-//! URLs to internal addresses refused at load.
+//! URLs to internal addresses refused at load; `[tenant]` alone enough for webhooks.
 
 use mailsluice_test_support as support;
 
@@ -11,6 +11,7 @@ mod hold;
 mod life;
 mod load;
 mod signature;
+mod tenant;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

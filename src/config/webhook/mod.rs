@@ -1,5 +1,5 @@
 //! `[[webhook]]`: where a tenant is told what became of its messages. Each table names the
-//! tenant (as `[reputation] key` names it, or `"*"`), an `https://` URL, the variable holding
+//! tenant (as `[tenant]` names it, or `"*"`), an `https://` URL, the variable holding
 //! its signing secret, and the events it wants. A URL to an internal address, or over plain
 //! `http://`, is refused unless its address is in the table's `allow_networks`: a webhook is
 //! a request the relay makes from inside the operator's network, and must not become a way
@@ -23,7 +23,8 @@ pub struct WebhookConfig {
     /// from 1) when not given.
     #[serde(default)]
     pub name: String,
-    /// The tenant whose events it gets, or `"*"` for every tenant's.
+    /// The tenant whose events it gets (a message's tenant of `[tenant]`; the reputation
+    /// guard's key for its own events), or `"*"` for every tenant's.
     pub tenant: Spanned<String>,
     pub url: Spanned<String>,
     /// The environment variable holding the signing secret, read at load.
@@ -166,9 +167,7 @@ impl WebhookConfig {
 /// A webhook's rule broken.
 #[derive(Debug, thiserror::Error)]
 pub enum WebhookRule {
-    #[error("webhooks need [reputation]: its key names the tenants")]
-    NeedsReputation,
-    #[error("no tenant: name one as [reputation] key gives it, or \"*\" for every tenant")]
+    #[error("no tenant: name one as [tenant] gives it, or \"*\" for every tenant")]
     NoTenant,
     #[error("`{0}` is no http(s) URL with a host")]
     NotUrl(String),
@@ -265,17 +264,9 @@ fn read_certs(path: &std::path::Path) -> Result<Vec<Vec<u8>>, WebhookRule> {
 /// Names each unnamed webhook, reads each secret from its variable, and checks every rule
 /// of the tables; errors name the key and its line.
 pub(super) fn prepare(config: &mut Config, text: &str) -> Result<(), BrokenRule> {
-    let needs = config.reputation.is_none();
     let mut names = std::collections::HashSet::new();
     for (i, hook) in config.webhooks.iter_mut().enumerate() {
         let at = |span, key, problem: WebhookRule| BrokenRule::at(text, span, key, problem);
-        if needs {
-            return Err(at(
-                hook.tenant.span(),
-                "webhook",
-                WebhookRule::NeedsReputation,
-            ));
-        }
         if hook.name.is_empty() {
             hook.name = format!("webhook{}", i + 1);
         }

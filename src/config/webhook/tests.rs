@@ -34,16 +34,18 @@ fn a_webhook_gets_its_defaults_and_its_secret() {
     assert_eq!(format!("{:?}", w.secret), "Secret(..)");
 }
 
+/// `[tenant]` names whose message it is: a webhook needs no reputation guard.
 #[test]
-fn webhooks_need_the_reputation_guard() {
+fn webhooks_need_no_reputation_guard() {
     std::env::set_var(VAR, "s3cret");
     let text = BASE.replace("[reputation]\nkey = \"header:X-Tenant\"\n", "");
-    let text = format!("{text}[[webhook]]\n{}", hook("https://h.example.com/", ""));
-    let err = Config::parse(&text).unwrap_err().to_string();
-    assert!(
-        err.contains("key `webhook`") && err.contains("[reputation]"),
-        "{err}"
+    let text = format!(
+        "{text}[tenant]\nkey = \"header:X-Tenant\"\n[[webhook]]\n{}",
+        hook("https://h.example.com/", "")
     );
+    let config = Config::parse(&text).unwrap();
+    assert!(config.reputation.is_none());
+    assert_eq!(config.webhooks[0].tenant.get_ref(), "acme");
 }
 
 #[test]

@@ -121,7 +121,7 @@ fn store_charges<'a>(charges: &'a [Charge], cut: &[usize]) -> Vec<StoreCharge<'a
             key: &c.key,
             cost: c.cost,
             cut: cut.contains(&c.layer),
-            tenant: &c.tenant,
+            blame: &c.blame,
         })
         .collect()
 }

@@ -214,7 +214,7 @@ impl Throttle {
             {
                 now = at;
             }
-            layer.granted_to(&c.tenant);
+            layer.granted_to(&c.blame);
             taken.charges.push(c);
         }
         // Shared layers last, in one store call (see `shared_layers`); a refusal there gives

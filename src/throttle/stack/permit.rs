@@ -114,8 +114,7 @@ impl Permit {
         // Once its tenant's alone, a message's later replies are too: it does not teach.
         let sticky = self.strikes > 0;
         // A bucket that is the tenant's own (its key is the tenant) learns its replies.
-        let blames =
-            |c: &Charge| c.key != c.tenant && (layers[c.layer].blames(&c.tenant) || sticky);
+        let blames = |c: &Charge| c.key != c.blame && (layers[c.layer].blames(&c.blame) || sticky);
         let mut blamed: Option<&Charge> = None;
         for c in self.taken.iter().filter(taught) {
             match blames(c) {
@@ -127,7 +126,7 @@ impl Permit {
         // replica's grants and replies, in the message's next take (`StoreCharge::cut`).
         let mut shared_cut = Vec::new();
         for c in self.shared_charges().iter().filter(taught) {
-            match sticky && c.key != c.tenant {
+            match sticky && c.key != c.blame {
                 true => _ = blamed.get_or_insert(c),
                 false => shared_cut.push(c.layer),
             }

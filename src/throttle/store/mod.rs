@@ -37,15 +37,15 @@ use crate::redis::RedisUnavailable;
 /// One bucket to take from: `cost` tokens of `key` in layer `layer`. For a store that keeps
 /// adaptive layers' limits (Redis): `cut`, upstream's throttle reply to this message taught
 /// this charge's adaptive layer, which cuts in the same atomic take unless the reply is
-/// `tenant`'s alone ([`Decision::Blamed`]); `tenant` is whose message it is (see `blame`),
-/// noted at each grant so that every replica's grants count.
+/// `blame`'s alone ([`Decision::Blamed`]); `blame` is whom the layer blames for a reply to
+/// the message (see `Charge::blame`), noted at each grant so that every replica's grants count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct StoreCharge<'a> {
     pub layer: usize,
     pub key: &'a str,
     pub cost: u64,
     pub cut: bool,
-    pub tenant: &'a str,
+    pub blame: &'a str,
 }
 
 /// The answer of [`Store::take`]; see the module doc.

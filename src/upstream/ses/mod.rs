@@ -165,7 +165,8 @@ impl SesForwarder {
     /// Sends one message as `tenant`, unless SES paused that tenant (a pause that began while
     /// the message waited for its tokens); the tenant's pause renewed when SES says so again.
     async fn forward_as(&self, message: &Outgoing<'_>) -> Result<Accepted, UpstreamError> {
-        let (envelope, pieces, tenant) = (message.envelope, message.pieces, message.tenant);
+        let (envelope, pieces, tenant) =
+            (message.envelope, message.pieces, message.upstream_tenant);
         let size: usize = pieces.iter().map(|p| p.len()).sum();
         if size > MAX_MESSAGE_BYTES {
             return Err(too_big(size));

@@ -27,7 +27,7 @@ async fn a_message_over_forty_megabytes_is_refused_552_before_any_request() {
     let outgoing = Outgoing {
         envelope: &envelope,
         pieces: &pieces,
-        tenant: None,
+        upstream_tenant: None,
         room: None,
     };
     let err = forwarder("").send(&outgoing).await.unwrap_err();

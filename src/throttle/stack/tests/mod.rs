@@ -22,7 +22,7 @@ fn charge(key: &str) -> Vec<Charge> {
         key: key.to_string(),
         cost: 1,
         fair: String::new(),
-        tenant: String::new(),
+        blame: String::new(),
     }]
 }
 
@@ -318,7 +318,7 @@ async fn a_reply_the_store_blames_on_the_tenant_slows_the_message_and_cuts_once(
         key: key.to_string(),
         cost: 1,
         fair: String::new(),
-        tenant: "mallory".to_string(),
+        blame: "mallory".to_string(),
     };
     let mallory = t
         .acquire(vec![c(0, ""), c(1, "mallory")])

@@ -140,7 +140,7 @@ impl RedisStore {
         for c in charges {
             let k = self.layer(c.layer)?;
             inv.key(k.key(c.key))
-                .arg(k.mode_arg(c.cut, c.tenant))
+                .arg(k.mode_arg(c.cut, c.blame))
                 .arg(c.cost)
                 .arg(k.cap)
                 .arg(k.p1)

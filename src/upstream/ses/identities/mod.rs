@@ -28,15 +28,15 @@ pub const EARLY_EVERY: Duration = Duration::from_secs(60);
 pub struct Identities {
     refresh: Duration,
     max: usize,
-    tenants: Mutex<HashMap<String, Tenant>>,
+    tenants: Mutex<HashMap<String, SesTenantEntry>>,
     /// Wakes the reading task: a tenant to learn, an early read.
     wake: Arc<Notify>,
     started: AtomicBool,
 }
 
-/// What is known of one tenant.
+/// What is known of one SES tenant: its identities, and when it is read.
 #[derive(Debug)]
-struct Tenant {
+struct SesTenantEntry {
     known: Known,
     /// When it is read next.
     due: Instant,
@@ -85,7 +85,7 @@ impl Identities {
             if tenants.len() >= self.max {
                 forget_oldest(&mut tenants, self.max);
             }
-            let fresh = Tenant {
+            let fresh = SesTenantEntry {
                 known: Known::NotYet,
                 due: now,
                 reading: false,
@@ -207,7 +207,7 @@ async fn read_on(identities: Weak<Identities>, api: Arc<Api>, wake: Arc<Notify>)
 
 /// Forgets the tenant asked about longest ago (a linear scan, only when a new tenant comes to
 /// a full cache).
-fn forget_oldest(tenants: &mut HashMap<String, Tenant>, max: usize) {
+fn forget_oldest(tenants: &mut HashMap<String, SesTenantEntry>, max: usize) {
     let oldest = (tenants.iter())
         .min_by_key(|(_, t)| t.used)
         .map(|(name, _)| name.clone());
