@@ -60,11 +60,11 @@ pub async fn at_upstream(
     upstream: &Upstream,
 ) -> Result<Probes, NotAdmitted> {
     upstream_identity::check(ctx, message, upstream)?;
-    let paused = upstream_pause::check(upstream).await?;
-    let tenant_paused = upstream_tenant_pause::check(message, upstream).await?;
+    let upstream_probe = upstream_pause::check(upstream).await?;
+    let tenant_probe = upstream_tenant_pause::check(message, upstream).await?;
     Ok(Probes {
-        upstream: paused,
-        tenant: tenant_paused,
+        upstream: upstream_probe,
+        tenant: tenant_probe,
     })
 }
 
