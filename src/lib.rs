@@ -12,9 +12,9 @@
 //! | `fuzzing` | (feature `fuzzing`) a session over an in-memory stream, for `fuzz/` and tests |
 //! | `release/` | the spool's driver: held messages taken as they become due, one per key at a time, through `pipeline` with nobody waiting (`client`), what comes of each attempt (`attempt`: removed, again after a backoff, given up), what the report to the sender says (`dsn`; `message/dsn` writes it), the attempt's log line (`report`) |
 //! | `smtp/` | one client's session: the state machine, one file per verb; at the final dot (`deliver`) it reads the message's identity, runs its journey through `pipeline`, answers the verdict and logs it once (`report`) |
-//! | `reply/` | every reply text the relay sends, and how the pipeline's verdicts become replies (`verdicts`): for the session, and for the spool's release (its log line, its report) |
-//! | `pipeline/` | a message's journey with no session in it: the checks before the wait (`admission`), the wait for tokens (`wait`), the upstream leg with its retries and fallback (`forward`), the tokens settled and the reputation guard told (`settle`), one typed `verdict`; what it needs of whoever waits for it (`client`) |
-//! | `state/` | what the running relay's tasks share: `Setup` (what a reload replaces), `Services` (what outlives it), `Context`, `Deps`, `Live` (`context`); whether the SMTP listeners accept (`health`); the one shutdown signal (`shutdown`) and the grace's end (`grace_over`) |
+//! | `reply/` | the `Reply` type and the reply texts shared below the pipeline: the dialogue's, the throttle's refusals, upstream's answer as the client gets it (`upstream`); an admission step's own refusal is in its step's file |
+//! | `pipeline/` | a message's journey with no session in it: the checks before the wait (`admission/`, one file per step: its check, its refusal's words, its outcome), the wait for tokens (`wait`), the upstream leg with its retries and fallback (`forward`), the tokens settled and the reputation guard told (`settle`), one typed `verdict` and what the client is told of it (`answer`); what it needs of whoever waits for it (`client`) |
+//! | `state/` | what the running relay's tasks share: `Setup` (what a reload replaces), `Services` (what outlives it), `Context`, `Deps`, `Live` (`context`); what the admission steps keep between messages (`kept`); whether the SMTP listeners accept (`health`); the one shutdown signal (`shutdown`) and the grace's end (`grace_over`) |
 //! | `reputation/` | the tenant reputation guard: SES's bounce and complaint events parsed (`events`), counted per tenant over a sliding window (`ledger`), attributed by SES's message id (`attribution`), suppressed addresses (`suppression`), what it notes for the SES sync (`ses_sync`); where all of it lives, behind one trait (`store`): in process (`store::local`) or, with `[redis]`, in Redis shared by every replica (`store::redis`, failing open) |
 //! | `upstream/` | the `Forwarder` trait (send one message), one module per kind: `smtp` (our SMTP client and pool, pipelining), `mx` (direct delivery, hickory-resolver), `ses` (SES's v2 API through the AWS SDK, SES tenants), `file`; what a kind may offer beyond sending (`offers`); what a refusal says about our sending, typed (`feedback`); the pause after a quota reply (`pause`); the named upstreams (`upstreams`) |
 //! | `policy/` | a message's identity, read in one pass over its header section (`identity`): which upstream it takes (`route`), which buckets it is charged to and how much (`charges`), which key headers it loses, whose message it is (its `tenant`, from `[tenant]`) and whose reputation it counts for, its hops, its `traceparent`, its `From:` addresses and the AUTH user's `senders` they are held to (`senders`) |
@@ -23,7 +23,7 @@
 //! | `throttle/` | token buckets (pure math in `bucket`), key tables, stores (local; Redis: its scripts and keys, over `redis/`'s connection), layers with FIFO queues (fair by tenant with `fair_by`), stacked layers taken all or nothing (`stack`) |
 //! | `spool/` | where hold-mode layers keep messages (`[spool]`): one file per message, synced before the `250` (`layout`, `record`, `commit`), a lock per directory (`lock`), the queues per key in memory (`index`), read back at start (`recover`), its bounds (`room`) |
 //! | `webhook/` | tenant event webhooks: an event and a batch (`event`), each webhook's bounded queue (`queue`), its signed POSTs (`sign`, `post`) and its delivery task with retries (`deliver`); fed by the session's verdict (`smtp/report`) and the reputation guard |
-//! | `message/` | plain data about one message: its `Envelope`, its `Outcome`, the delivery status notification (RFC 3464) written when it is given up (`dsn`, for `upstream/mx` and `release/`), its header fields by byte range (`header`), its `Received:` hops and our mark in them (`received`) |
+//! | `message/` | plain data about one message: its `Envelope`, its `Outcome` (every outcome's facts in one table), the delivery status notification (RFC 3464) written when it is given up (`dsn`, for `upstream/mx` and `release/`), its header fields by byte range (`header`), its `Received:` hops and our mark in them (`received`) |
 //! | `redis/` | Redis as the throttle's shared layers and the reputation guard reach it, each with its own scripts and keys: its options from `[redis]` (`options`), a connection to one server, a Cluster or the primary that Sentinel names, followed through a failover (`connection`), a call that did not answer (`error`) |
 //! | `clock` | monotonic integer time, injected (`Clock`; `TokioClock`, `FakeClock` for tests) |
 //! | `config/` | the TOML schema, its defaults and validation; `config/upstream/` the keys every upstream shares and each kind's own |
@@ -33,21 +33,31 @@
 //! 2. `smtp/deliver.rs` reads its identity (`policy/identity.rs`: keys and charges,
 //!    `policy/route.rs`, `message/received.rs`), writes our fields (`smtp/received.rs`) and
 //!    hands it to `pipeline::deliver` (`pipeline/mod.rs`) with its client (`pipeline/client.rs`);
-//! 3. `pipeline/admission.rs`: a loop, the `From:` against the user's `senders`, the tenant's
-//!    reputation; at the route's upstream, the sender against its tenant's identities, its
-//!    pause and its tenant's (`upstream/pause.rs`, `upstream/offers.rs`);
+//! 3. `pipeline/admission/`, one file per step: a loop (`hops`), the `From:` against the
+//!    user's `senders` (`from`), the tenant's `reputation`; at the route's upstream, the
+//!    sender against its tenant's identities (`upstream_identity`), its pause and its
+//!    tenant's (`upstream_pause`, `upstream_tenant_pause`; `upstream/pause.rs`,
+//!    `upstream/offers.rs`);
 //! 4. `pipeline/wait.rs`: its tokens (`throttle/stack/`), the client watched;
 //! 5. `pipeline/forward.rs`: `Forwarder::send` (`upstream/<kind>/`), a throttle reply absorbed,
 //!    a quota reply pausing the upstream, the fallback;
 //! 6. `pipeline/settle.rs`: the tokens settled, the reputation guard told;
 //! 7. `pipeline/verdict.rs`, typed, back in `smtp/deliver.rs`, which answers it
-//!    (`reply/`) and logs it once (`smtp/report.rs`).
+//!    (`pipeline/answer.rs`) and logs it once (`smtp/report.rs`).
 //!
-//! A new check before the wait (a per-tenant daily cap, say) touches `pipeline/admission.rs`
-//! (its `Step`, its arm, its `Scope`), `reply/mod.rs` (its words), and where its state is
-//! kept when it has some (`state/context.rs`, a `Services` field), its outcome
-//! (`message/outcome.rs`, docs/operating.md), plus its config rows (`config/`,
-//! docs/configuration.md) and docs/replies.md.
+//! A new check before the wait (a per-tenant daily cap, say) touches these source files and
+//! no others:
+//! - `pipeline/admission/<step>.rs` (new): its check, what it keeps between messages (asked of
+//!   `Services::kept` by its own type), its refusal's reply words and its outcome;
+//! - `pipeline/admission/mod.rs`: its `mod` line, its line in the ordered list
+//!   (`of_message` or `at_upstream`), its variant of `NotAdmitted` and that variant's arms;
+//! - `message/outcome.rs`: its outcome (a variant and its row in the one table: name, whether
+//!   a layer decided, whether it went, whether the answer is upstream's word, the status
+//!   page's words);
+//! - `config/`: its config row;
+//!
+//! and in the docs its rows in docs/operating.md (outcome), docs/replies.md (with a case in
+//! `tests/session/outcomes.rs`) and docs/configuration.md.
 //!
 //! A new kind of upstream touches these files and no others:
 //! - `config/upstream/<kind>.rs` (new): its URL, its keys and their checks;

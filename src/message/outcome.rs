@@ -1,6 +1,8 @@
 //! What became of one message: counted by `observe::metrics`, listed by `observe::recent`,
 //! logged once by whoever answered it. One outcome per cause an operator acts on differently:
-//! a layer's refusal is never mixed with a pause, a loop or upstream's word.
+//! a layer's refusal is never mixed with a pause, a loop or upstream's word. What the relay
+//! says of each (its name, whether a layer decided it, whether it went, whether the answer is
+//! upstream's word, why it was refused) is one row of one table, `TABLE`.
 
 /// What became of a message the relay answered: at MAIL (its tenant paused by the reputation
 /// guard), at DATA (no recipient left), after its data (its size or content), or at its final
@@ -69,85 +71,117 @@ pub enum Outcome {
     SpoolFull,
 }
 
+/// What the relay records of one outcome: one row of [`TABLE`].
+struct Facts {
+    outcome: Outcome,
+    /// Its name in the log line, the metrics and docs/operating.md.
+    name: &'static str,
+    /// [`LAYER`], [`WENT`], [`UPSTREAMS`], or none.
+    marks: u8,
+    /// Why a message was refused, in a few words an operator acts on (the status page's
+    /// last refusals); empty for what is no refusal.
+    why: &'static str,
+}
+
+/// A throttle layer decided it (or, in hold mode, holds it or could not): only then do the
+/// log line and the status page name a layer (a pause or upstream's word is no layer's doing).
+const LAYER: u8 = 1;
+/// The message went (`250`).
+const WENT: u8 = 2;
+/// The answer is upstream's (or the routes') word on the message, for the log line's
+/// `upstream` field; the relay's own refusals leave that field empty.
+const UPSTREAMS: u8 = 4;
+
+const fn row(outcome: Outcome, name: &'static str, marks: u8, why: &'static str) -> Facts {
+    Facts {
+        outcome,
+        name,
+        marks,
+        why,
+    }
+}
+
+/// Every outcome's facts, in the order docs/operating.md lists them: the one place to add an
+/// outcome (with its variant above).
+#[rustfmt::skip]
+const TABLE: [Facts; 28] = [
+    row(Outcome::Delivered, "delivered", WENT | UPSTREAMS, ""),
+    row(Outcome::Partial, "partial", WENT | UPSTREAMS, ""),
+    row(Outcome::Throttled, "throttled", LAYER, "upstream throttled this key past its wait"),
+    row(Outcome::CostOverBurst, "cost_over_burst", LAYER, "its cost is above the layer's burst"),
+    row(Outcome::TooBig, "too_big", 0, "message too big (max_message_bytes)"),
+    row(Outcome::ContentRejected, "content_rejected", 0, "its content: a bare CR or LF, a NUL, a long line"),
+    row(Outcome::InsufficientStorage, "insufficient_storage", 0, "the relay's DATA buffers are full"),
+    row(Outcome::Suppressed, "suppressed", 0, "every recipient refused, some suppressed"),
+    row(Outcome::NoRecipients, "no_recipients", 0, "no recipient accepted"),
+    row(Outcome::Loop, "loop", 0, "a mail loop"),
+    row(Outcome::SenderRefused, "sender_refused", 0, "a From: address outside the user's senders"),
+    row(Outcome::IdentityRefused, "identity_refused", 0, "the sender is no identity of its SES tenant"),
+    row(Outcome::UpstreamTenantUnknown, "upstream_tenant_unknown", 0, "its SES tenant is unknown to SES"),
+    row(Outcome::ReputationPaused, "reputation_paused", 0, "tenant paused by the reputation guard"),
+    row(Outcome::UpstreamTenantPaused, "upstream_tenant_paused", UPSTREAMS, "upstream paused the tenant (SES)"),
+    row(Outcome::UpstreamPaused, "upstream_paused", 0, "upstream paused: quota exhausted"),
+    row(Outcome::UpstreamThrottled, "upstream_throttled", 0, "upstream kept throttling it"),
+    row(Outcome::UpstreamTempFail, "upstream_temp_fail", UPSTREAMS, "upstream refused it for now"),
+    row(Outcome::UpstreamPermFail, "upstream_perm_fail", UPSTREAMS, "upstream refused it"),
+    row(Outcome::UpstreamUnavailable, "upstream_unavailable", UPSTREAMS, "upstream unreachable"),
+    row(Outcome::UpstreamUncertain, "upstream_uncertain", UPSTREAMS, "no answer from upstream after sending"),
+    row(Outcome::UpstreamCredentials, "upstream_credentials", UPSTREAMS, "upstream credentials missing or refused"),
+    row(Outcome::Abandoned, "abandoned", 0, ""),
+    row(Outcome::Shutdown, "shutdown", 0, "the relay is shutting down"),
+    row(Outcome::StoreUnavailable, "store_unavailable", 0, "Redis unavailable (on_error = reject)"),
+    row(Outcome::NoRoute, "no_route", UPSTREAMS, "no route matches"),
+    row(Outcome::Held, "held", LAYER, ""),
+    row(Outcome::SpoolFull, "spool_full", LAYER, "the spool is full or cannot be written"),
+];
+
 impl Outcome {
-    /// Every outcome, in the order docs/operating.md lists them.
-    pub const ALL: [Outcome; 28] = [
-        Outcome::Delivered,
-        Outcome::Partial,
-        Outcome::Throttled,
-        Outcome::CostOverBurst,
-        Outcome::TooBig,
-        Outcome::ContentRejected,
-        Outcome::InsufficientStorage,
-        Outcome::Suppressed,
-        Outcome::NoRecipients,
-        Outcome::Loop,
-        Outcome::SenderRefused,
-        Outcome::IdentityRefused,
-        Outcome::UpstreamTenantUnknown,
-        Outcome::ReputationPaused,
-        Outcome::UpstreamTenantPaused,
-        Outcome::UpstreamPaused,
-        Outcome::UpstreamThrottled,
-        Outcome::UpstreamTempFail,
-        Outcome::UpstreamPermFail,
-        Outcome::UpstreamUnavailable,
-        Outcome::UpstreamUncertain,
-        Outcome::UpstreamCredentials,
-        Outcome::Abandoned,
-        Outcome::Shutdown,
-        Outcome::StoreUnavailable,
-        Outcome::NoRoute,
-        Outcome::Held,
-        Outcome::SpoolFull,
-    ];
+    /// Every outcome, in the order docs/operating.md lists them (the table's).
+    pub const ALL: [Outcome; TABLE.len()] = {
+        let mut all = [Outcome::Delivered; TABLE.len()];
+        let mut i = 0;
+        while i < TABLE.len() {
+            // Each row is its outcome's: `facts` finds it by the variant's number.
+            assert!(
+                TABLE[i].outcome as usize == i,
+                "the table's rows are in the enum's order"
+            );
+            all[i] = TABLE[i].outcome;
+            i += 1;
+        }
+        all
+    };
+
+    fn facts(self) -> &'static Facts {
+        &TABLE[self as usize]
+    }
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Delivered => "delivered",
-            Outcome::Partial => "partial",
-            Outcome::Throttled => "throttled",
-            Outcome::CostOverBurst => "cost_over_burst",
-            Outcome::TooBig => "too_big",
-            Outcome::ContentRejected => "content_rejected",
-            Outcome::InsufficientStorage => "insufficient_storage",
-            Outcome::Suppressed => "suppressed",
-            Outcome::NoRecipients => "no_recipients",
-            Outcome::Loop => "loop",
-            Outcome::SenderRefused => "sender_refused",
-            Outcome::IdentityRefused => "identity_refused",
-            Outcome::UpstreamTenantUnknown => "upstream_tenant_unknown",
-            Outcome::ReputationPaused => "reputation_paused",
-            Outcome::UpstreamTenantPaused => "upstream_tenant_paused",
-            Outcome::UpstreamPaused => "upstream_paused",
-            Outcome::UpstreamThrottled => "upstream_throttled",
-            Outcome::UpstreamTempFail => "upstream_temp_fail",
-            Outcome::UpstreamPermFail => "upstream_perm_fail",
-            Outcome::UpstreamUnavailable => "upstream_unavailable",
-            Outcome::UpstreamUncertain => "upstream_uncertain",
-            Outcome::UpstreamCredentials => "upstream_credentials",
-            Outcome::Abandoned => "abandoned",
-            Outcome::Shutdown => "shutdown",
-            Outcome::StoreUnavailable => "store_unavailable",
-            Outcome::NoRoute => "no_route",
-            Outcome::Held => "held",
-            Outcome::SpoolFull => "spool_full",
-        }
+        self.facts().name
     }
 
     /// Whether a throttle layer decided it (or, in hold mode, holds it or could not): only then
     /// do the log line and the status page name a layer (a pause or upstream's word is no
     /// layer's doing).
     pub fn by_layer(self) -> bool {
-        matches!(
-            self,
-            Outcome::Throttled | Outcome::CostOverBurst | Outcome::Held | Outcome::SpoolFull
-        )
+        self.facts().marks & LAYER != 0
     }
 
     /// Whether the message went (`250`).
     pub fn delivered(self) -> bool {
-        matches!(self, Outcome::Delivered | Outcome::Partial)
+        self.facts().marks & WENT != 0
+    }
+
+    /// Whether the answer is upstream's (or the routes') word on the message, for the log
+    /// line's `upstream` field; the relay's own refusals leave that field empty.
+    pub fn upstreams_word(self) -> bool {
+        self.facts().marks & UPSTREAMS != 0
+    }
+
+    /// Why a message was refused, in a few words an operator acts on; empty for a message
+    /// that went, was held, or whose client left.
+    pub fn why(self) -> &'static str {
+        self.facts().why
     }
 }
 

@@ -3,16 +3,16 @@
 //! and a [`Client`], then answers the [`Verdict`] and logs it once.
 //!
 //! The journey, file by file:
-//! 1. `admission`: the checks before the wait, one ordered list (a loop, the `From:` against
-//!    the user's `senders`, the tenant's reputation; at the route's upstream, the sender
-//!    against its tenant's identities, its pause and its tenant's pause).
+//! 1. `admission/`: the checks before the wait, one ordered list, one file per step (a loop,
+//!    the `From:` against the user's `senders`, the tenant's reputation; at the route's
+//!    upstream, the sender against its tenant's identities, its pause and its tenant's pause).
 //! 2. `wait`: the wait for tokens in the FIFO queues of the message's layers.
 //! 3. `forward`: the upstream leg: a throttle reply absorbed (wait again, go again), a quota
 //!    reply pausing the upstream, the route's fallback when the upstream cannot be reached
 //!    or is paused.
 //! 4. `settle`: the tokens settled by upstream's answer; the reputation guard told.
 //! 5. `verdict`: what it came to: how it ended (typed), its outcome, the record for the log
-//!    line.
+//!    line; `answer`: what the client is told of it.
 //!
 //! `message` holds [`Message`], and `client` [`Client`] (what the journey needs of its
 //! driver).
@@ -21,6 +21,7 @@
 //! so a crash here loses nothing: the client still holds the message.
 
 mod admission;
+mod answer;
 mod client;
 mod forward;
 mod message;
@@ -32,6 +33,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 pub use admission::{reputation, sender_identity, NotAdmitted, Paused, Probes, Scope};
+pub use answer::answer;
 pub use client::Client;
 pub use message::Message;
 pub use verdict::{End, Record, Unanswered, Verdict};

@@ -1,10 +1,10 @@
 //! What one message came to: how its journey ended (typed), and the record for its log line
-//! and the metrics. The pipeline's steps return it; whoever drives the pipeline turns it into
-//! its answer (the session: an SMTP reply) and logs it once.
+//! and the metrics. The pipeline's steps return it; whoever drives the pipeline answers it
+//! (`answer`: the SMTP reply) and logs it once.
 
 use std::time::Duration;
 
-use super::admission::{NotAdmitted, Paused, Scope};
+use super::admission::NotAdmitted;
 use crate::message::Outcome;
 use crate::spool::Refusal;
 use crate::state::context::Context;
@@ -144,13 +144,9 @@ impl Verdict {
     /// Refused before the wait: a loop (refused for good), or a pause.
     pub fn refused(refusal: NotAdmitted, mut record: Record) -> Verdict {
         record.outcome = refusal.outcome();
-        if let NotAdmitted::Paused(Paused {
-            scope: Scope::Tenant { key, .. },
-            ..
-        }) = &refusal
-        {
-            // The reputation guard's tenant, which may not be a layer's key.
-            record.key = key.clone();
+        if let Some(key) = refusal.key() {
+            // The key the refusal is about (the reputation guard's tenant), no layer's.
+            record.key = key.to_string();
         }
         Verdict {
             end: End::Refused(refusal),
@@ -211,36 +207,7 @@ impl Verdict {
     /// Whether the answer is upstream's (or the routes') word on the message, for the log
     /// line's `upstream` field; the relay's own refusals leave that field empty.
     pub fn upstreams_word(&self) -> bool {
-        match self.record.outcome {
-            Outcome::Delivered
-            | Outcome::Partial
-            | Outcome::UpstreamTempFail
-            | Outcome::UpstreamPermFail
-            | Outcome::UpstreamUnavailable
-            | Outcome::UpstreamUncertain
-            | Outcome::UpstreamCredentials
-            | Outcome::UpstreamTenantPaused
-            | Outcome::NoRoute => true,
-            Outcome::Throttled
-            | Outcome::CostOverBurst
-            | Outcome::TooBig
-            | Outcome::ContentRejected
-            | Outcome::InsufficientStorage
-            | Outcome::Suppressed
-            | Outcome::NoRecipients
-            | Outcome::Loop
-            | Outcome::SenderRefused
-            | Outcome::IdentityRefused
-            | Outcome::UpstreamTenantUnknown
-            | Outcome::ReputationPaused
-            | Outcome::UpstreamPaused
-            | Outcome::UpstreamThrottled
-            | Outcome::Abandoned
-            | Outcome::Shutdown
-            | Outcome::StoreUnavailable
-            | Outcome::Held
-            | Outcome::SpoolFull => false,
-        }
+        self.record.outcome.upstreams_word()
     }
 }
 

@@ -17,7 +17,7 @@ use crate::config::SpoolConfig;
 use crate::message::{Envelope, Outcome};
 use crate::pipeline::{self, End, Message, NotAdmitted, Paused, Unanswered, Verdict};
 use crate::policy::{self, MessageFacts};
-use crate::reply::{self, Reply};
+use crate::reply::Reply;
 use crate::spool::{Held, Spool, Ticket, ToHold};
 use crate::state::context::Context;
 use crate::state::grace_over::Bell;
@@ -47,7 +47,7 @@ pub async fn attempt(ctx: &Context, spool: &Spool, ticket: Ticket, bell: Arc<Bel
         return report::attempt(ctx, &attempted, &next, started.elapsed());
     }
     let (verdict, read) = journey(ctx, &held, bell).await;
-    let reply = reply::verdict(&verdict.end);
+    let reply = pipeline::answer(&verdict.end);
     let next = match decide(&verdict, reply.as_ref(), ticket.attempt, spool.config()) {
         Decision::Done => {
             spool.remove(&ticket.id).await;

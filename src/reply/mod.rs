@@ -1,15 +1,18 @@
-//! Replies the relay writes, in one place so their codes stay consistent with DESIGN.md;
-//! with how the pipeline's verdicts (a throttle refusal, upstream's answer, a pause) become
-//! the client's reply.
+//! The `Reply` type and the replies the relay writes that are not one admission step's own
+//! (those are in `pipeline/admission/`), in one place so their codes stay consistent with
+//! DESIGN.md: the dialogue's, the throttle's refusals, upstream's answer as the client gets it
+//! (`upstream`). How a verdict becomes its reply is the pipeline's (`pipeline/answer.rs`).
 
 use std::borrow::Cow;
 use std::time::Duration;
 
 use smallvec::{smallvec, SmallVec};
 
-pub use reputation::{suppressed, tenant_paused};
-pub use senders::{from_not_allowed, identity_refused, sender_not_allowed};
-pub use verdicts::{paused_reply, verdict};
+use crate::throttle::ThrottleError;
+
+pub use reputation::suppressed;
+pub use senders::{identity_refused, sender_not_allowed};
+pub use upstream::upstream_verdict;
 
 /// The lines of a reply. Most replies are one line of fixed text, which this holds with no
 /// allocation: every command of every message gets one.
@@ -196,18 +199,6 @@ pub fn leading_continuation() -> Reply {
         "Message starts with a continuation line (space or tab); not relayed",
     )
 }
-/// More `Received:` fields than `smtp.max_received`, or one of our own: a mail loop.
-pub fn too_many_hops() -> Reply {
-    Reply::new(554, "5.4.6", "Too many hops (mail loop?)")
-}
-/// The message already went through this relay.
-pub fn loop_detected() -> Reply {
-    Reply::new(
-        554,
-        "5.4.6",
-        "Mail loop: the message already went through this relay",
-    )
-}
 pub fn bare_newline_in_command() -> Reply {
     syntax_error("a command ends with CRLF and holds no other CR or LF")
 }
@@ -327,6 +318,20 @@ pub fn cost_over_burst(layer: &str, cost: u64, burst: u64) -> Reply {
     )
 }
 
+/// A message the throttle would not let go.
+pub fn throttle_refusal(error: &ThrottleError) -> Reply {
+    match error {
+        ThrottleError::Limited {
+            layer, retry_after, ..
+        } => rate_limited(layer, *retry_after),
+        ThrottleError::CostOverBurst { layer, cost, burst } => {
+            cost_over_burst(layer, *cost, *burst)
+        }
+        ThrottleError::Shutdown => shutting_down(),
+        ThrottleError::StoreUnavailable => store_unavailable(),
+    }
+}
+
 /// Formats a retry hint the way DESIGN.md pins it: seconds with millisecond precision.
 pub fn retry_after_text(wait: Duration) -> String {
     let ms = wait.as_millis().max(1);
@@ -363,4 +368,4 @@ mod reputation;
 mod senders;
 #[cfg(test)]
 mod tests;
-mod verdicts;
+mod upstream;

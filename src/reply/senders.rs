@@ -1,4 +1,5 @@
-//! Who may send as whom: an AUTH user's `senders`, an upstream tenant's sending identities.
+//! Who may send as whom, at MAIL and at the final dot alike: an AUTH user's `senders` (its
+//! MAIL FROM), an upstream tenant's sending identities.
 
 use super::Reply;
 use crate::upstream::IdentityRefusal;
@@ -9,15 +10,6 @@ pub fn sender_not_allowed(address: &str, user: &str) -> Reply {
         553,
         "5.7.1",
         format!("<{address}>: sender not allowed for user {user}"),
-    )
-}
-
-/// A `From:` address outside the user's `senders`, at the final dot: nothing was forwarded.
-pub fn from_not_allowed(address: &str, user: &str) -> Reply {
-    Reply::new(
-        550,
-        "5.7.1",
-        format!("From: <{address}> not allowed for user {user}"),
     )
 }
 

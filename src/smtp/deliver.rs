@@ -16,7 +16,6 @@ use crate::message::Envelope;
 use crate::observe::activity::{Activity, Doing};
 use crate::pipeline::{self, Client, Message, Verdict};
 use crate::policy::{self, MessageFacts};
-use crate::reply;
 use crate::state::grace_over::Bell;
 
 impl Session {
@@ -56,7 +55,7 @@ impl Session {
             }
         };
         self.doing.set(Activity::Command);
-        let reply = reply::verdict(&verdict.end);
+        let reply = pipeline::answer(&verdict.end);
         let answered = Answered {
             verdict: &verdict,
             reply: reply.as_ref(),

@@ -34,7 +34,7 @@ impl Session {
         let paused = pipeline::reputation(&guard, &key, "MAIL", self.peer)
             .await
             .err()?;
-        let refusal = reply::paused_reply(&paused);
+        let refusal = paused.reply();
         let outcome = Outcome::ReputationPaused;
         report::refused(
             &self.ctx,

@@ -5,7 +5,7 @@
 //!   key rules). A reload makes a new one; parts that did not change are carried into it.
 //! - [`Services`]: what outlives a reload (metrics, traces, per-address tables, the password
 //!   checks, the DATA byte budget, the clock, the reputation guard, the spool, this process's
-//!   id).
+//!   id, what the admission steps keep).
 //! - [`Context`]: one of each, what a session reads; built at start from [`Deps`] and at each
 //!   reload from a new [`Setup`] and the same [`Services`].
 //! - [`Deps`]: what `run` needs from outside, made by `main` or a test; nothing is global, so
@@ -38,6 +38,7 @@ use crate::webhook::Webhooks;
 
 use super::grace_over::{Bell, GraceOver};
 use super::health::Health;
+use super::kept::Kept;
 
 /// What `run` needs from outside. Built by `main`, or by a test, which keeps handles on the
 /// throttle (to peek at buckets) and on `live` (to reload as SIGHUP does).
@@ -167,6 +168,8 @@ pub struct Services {
     /// `[[webhook]]`: tenants' events posted to their URLs; their tasks start with `run`.
     /// Changes need a restart.
     pub webhooks: Arc<Webhooks>,
+    /// What the admission steps keep between messages, each step its own.
+    pub kept: Kept,
 }
 
 impl Services {
@@ -196,6 +199,7 @@ impl Services {
             sns: Arc::new(SnsVerifier::sns()),
             health: Arc::new(Health::default()),
             spool: None,
+            kept: Kept::default(),
         }
     }
 }

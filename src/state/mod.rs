@@ -4,10 +4,12 @@
 //! - `context`: `Deps` (what `run` needs), `Context` (what a session reads), `Live` (the
 //!   context in force).
 //! - `health`: whether the SMTP listeners accept, for readiness.
+//! - `kept`: what the pipeline's admission steps keep between messages, one value per type.
 //! - `shutdown`: the one shutdown signal every task listens to.
 //! - `grace_over`: the end of the shutdown's grace, as each session hears it.
 
 pub mod context;
 pub mod grace_over;
 pub mod health;
+pub mod kept;
 pub mod shutdown;

@@ -34,7 +34,8 @@ pub(super) fn refusals(html: &mut String, recent: &Recent) {
     html.push_str("</table>");
 }
 
-/// Why a message was refused, in a few words an operator acts on.
+/// Why a message was refused, in a few words an operator acts on: the outcome's own
+/// (`Outcome::why`), or for a layer's refusal, which of its bounds refused it.
 fn why(outcome: Outcome, reason: Option<LimitReason>) -> &'static str {
     match (outcome, reason) {
         (Outcome::Throttled, Some(LimitReason::MaxWait)) => "its wait would pass max_wait_ms",
@@ -42,33 +43,7 @@ fn why(outcome: Outcome, reason: Option<LimitReason>) -> &'static str {
         (Outcome::Throttled, Some(LimitReason::Reject)) => "no tokens now (mode = reject)",
         (Outcome::Throttled, Some(LimitReason::MaxKeys)) => "every bucket has waiters (max_keys)",
         (Outcome::Throttled, Some(LimitReason::MaxHeld)) => "the key holds max_held messages",
-        (Outcome::Throttled, Some(LimitReason::TenantThrottled) | None) => {
-            "upstream throttled this key past its wait"
-        }
-        (Outcome::CostOverBurst, _) => "its cost is above the layer's burst",
-        (Outcome::TooBig, _) => "message too big (max_message_bytes)",
-        (Outcome::ContentRejected, _) => "its content: a bare CR or LF, a NUL, a long line",
-        (Outcome::InsufficientStorage, _) => "the relay's DATA buffers are full",
-        (Outcome::Suppressed, _) => "every recipient refused, some suppressed",
-        (Outcome::NoRecipients, _) => "no recipient accepted",
-        (Outcome::Loop, _) => "a mail loop",
-        (Outcome::SenderRefused, _) => "a From: address outside the user's senders",
-        (Outcome::IdentityRefused, _) => "the sender is no identity of its SES tenant",
-        (Outcome::UpstreamTenantUnknown, _) => "its SES tenant is unknown to SES",
-        (Outcome::ReputationPaused, _) => "tenant paused by the reputation guard",
-        (Outcome::UpstreamTenantPaused, _) => "upstream paused the tenant (SES)",
-        (Outcome::UpstreamPaused, _) => "upstream paused: quota exhausted",
-        (Outcome::UpstreamThrottled, _) => "upstream kept throttling it",
-        (Outcome::UpstreamTempFail, _) => "upstream refused it for now",
-        (Outcome::UpstreamPermFail, _) => "upstream refused it",
-        (Outcome::UpstreamUnavailable, _) => "upstream unreachable",
-        (Outcome::UpstreamUncertain, _) => "no answer from upstream after sending",
-        (Outcome::UpstreamCredentials, _) => "upstream credentials missing or refused",
-        (Outcome::Shutdown, _) => "the relay is shutting down",
-        (Outcome::StoreUnavailable, _) => "Redis unavailable (on_error = reject)",
-        (Outcome::NoRoute, _) => "no route matches",
-        (Outcome::SpoolFull, _) => "the spool is full or cannot be written",
-        (Outcome::Delivered | Outcome::Partial | Outcome::Abandoned | Outcome::Held, _) => "",
+        _ => outcome.why(),
     }
 }
 
