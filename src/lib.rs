@@ -67,6 +67,7 @@
 //! `main.rs` only parses the command line and dispatches: to serve, it loads the config, binds
 //! and calls [`run`]; the other subcommands are in `serve::commands`.
 
+pub(crate) mod account;
 pub mod admin;
 pub mod clock;
 pub mod config;

@@ -6,8 +6,8 @@
 
 use tokio::time::Instant;
 
-use super::report;
 use super::session::Session;
+use crate::account;
 use crate::config::Action;
 use crate::message::{Envelope, Outcome};
 use crate::pipeline;
@@ -44,15 +44,8 @@ impl Session {
             .err()?;
         let refusal = reply::paused_reply(&paused);
         let outcome = Outcome::ReputationPaused;
-        report::refused(
-            &self.ctx,
-            outcome,
-            &refusal,
-            (0, 0),
-            &key,
-            self.peer,
-            started,
-        );
+        let took = started.elapsed();
+        account::refused(&self.ctx, outcome, &refusal, &key, self.peer, (0, 0), took);
         Some(refusal)
     }
 
