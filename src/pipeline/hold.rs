@@ -95,9 +95,9 @@ pub(super) fn holdable(ctx: &Context, end: &End) -> bool {
     }
 }
 
-/// The message being held: its id, our `Received:` field, who gave it.
+/// What the spool keeps of a message besides its envelope and bytes: our `Received:` field
+/// (without the route's fields: the route is read again at release), who gave it.
 pub(super) struct ToSpool<'a> {
-    pub id: &'a str,
     pub received: &'a [u8],
     pub origin: Origin,
 }
@@ -111,15 +111,15 @@ impl Holding {
         it: ToSpool<'_>,
         mut record: Record,
     ) -> Verdict {
-        let (holding, id, received, origin) = (self, it.id, it.received, it.origin);
+        let (holding, id) = (self, message.id);
         record.layer.clone_from(&holding.key.layer);
         record.key.clone_from(&holding.key.key);
         let held = holding.spool.hold(ToHold {
             id,
             key: holding.key,
             envelope: message.envelope,
-            origin,
-            received,
+            origin: it.origin,
+            received: it.received,
             key_fields: b"",
             body: message.body,
             max_held: Some(holding.max_held),

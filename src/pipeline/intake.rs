@@ -57,10 +57,7 @@ impl<'a> Submitter<'a> {
     }
 
     /// What the policy may look at of `envelope` and `body` from this submitter.
-    pub fn facts<'b>(&self, envelope: &'b Envelope, body: &'b [u8]) -> MessageFacts<'b>
-    where
-        'a: 'b,
-    {
+    pub fn facts(&self, envelope: &'a Envelope, body: &'a [u8]) -> MessageFacts<'a> {
         MessageFacts {
             auth_tenant: self.auth_tenant,
             header_trusted: self.header_trusted,
@@ -147,7 +144,6 @@ pub async fn intake<C: Client>(ctx: &Context, intake: Intake<'_>, client: &mut C
         peer: submitter.peer,
     };
     let spooled = || ToSpool {
-        id: &id,
         received: &added[..received_len],
         origin: submitter.origin(),
     };
@@ -157,7 +153,9 @@ pub async fn intake<C: Client>(ctx: &Context, intake: Intake<'_>, client: &mut C
     };
     let verdict = match holding {
         // Its key has messages held: it goes behind them, in order.
-        Some(holding) if holding.at_once() => hold::at_once(ctx, holding, &message, spooled()).await,
+        Some(holding) if holding.at_once() => {
+            hold::at_once(ctx, holding, &message, spooled()).await
+        }
         holding => {
             // Pinned where it is made: the journey's future is large, and is not moved again.
             let verdict = std::pin::pin!(deliver(ctx, &message, client)).await;

@@ -21,7 +21,7 @@ use crate::spool::{Held, Spool, Ticket, ToHold};
 use crate::state::context::Context;
 use crate::state::grace_over::Bell;
 
-/// One attempt of `ticket`'s message; logged once (`report`).
+/// One attempt of `ticket`'s message; accounted for once (`report`, `crate::account`).
 pub async fn attempt(ctx: &Context, spool: &Spool, ticket: Ticket, bell: Arc<Bell>) {
     let started = Instant::now();
     let held_ms = spool.wall_ms().saturating_sub(ticket.accepted_ms);
@@ -209,9 +209,9 @@ mod tests {
             _ => {}
         }
         let left = match &verdict.end {
-            End::Unanswered(Unanswered::Refused(ThrottleError::Limited { retry_after, .. })) => {
-                return Fate::NotNow(Later::Turn((*retry_after).max(Duration::from_millis(1))))
-            }
+            End::Unanswered(Unanswered::Refused(ThrottleError::Limited {
+                retry_after, ..
+            })) => return Fate::NotNow(Later::Turn((*retry_after).max(Duration::from_millis(1)))),
             End::Unanswered(Unanswered::Paused(left) | Unanswered::UpstreamRate(left)) => *left,
             End::Refused(NotAdmitted::Paused(Paused { left, .. })) => left.unwrap_or_default(),
             _ => Duration::ZERO,
@@ -298,7 +298,10 @@ mod tests {
             paused(Scope::Upstream, Some(secs(5))),
             paused(Scope::Upstream, None),
             paused(Scope::UpstreamTenant(rejected(554, "5.7.1")), Some(secs(3))),
-            paused(Scope::UpstreamTenant(UpstreamError::TenantPaused("p".into())), None),
+            paused(
+                Scope::UpstreamTenant(UpstreamError::TenantPaused("p".into())),
+                None,
+            ),
             paused(tenant(false), Some(secs(9))),
             paused(tenant(true), None),
         ];
@@ -334,6 +337,9 @@ mod tests {
             count(|f| matches!(f, Fate::RefusedForGood(Refuser::Upstream))),
             2
         );
-        assert_eq!(count(|f| matches!(f, Fate::RefusedForGood(Refuser::Relay))), 8);
+        assert_eq!(
+            count(|f| matches!(f, Fate::RefusedForGood(Refuser::Relay))),
+            8
+        );
     }
 }

@@ -63,7 +63,11 @@ impl Session {
             suppressed: self.suppressed,
         };
         let took = started.elapsed();
-        account::record(&self.ctx, &Account::of(journey, reply.as_ref(), took), &driver);
+        account::record(
+            &self.ctx,
+            &Account::of(journey, reply.as_ref(), took),
+            &driver,
+        );
         if let Some(reply) = reply {
             self.verdict(reply);
         }
