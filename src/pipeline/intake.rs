@@ -32,8 +32,8 @@ pub struct Intake<'a> {
 
 /// Who gave the relay the message, as its identity is read. The spool keeps it with a held
 /// message as an [`Origin`] (owned, on disk); this is the borrowed view a session makes for
-/// every message without copying, with the AUTH user's `senders`, which only the final dot
-/// checks (a held message was held to them before it was held).
+/// every message without copying, with the AUTH user's `senders`: only the final dot checks
+/// them, and a message is checked against them before the spool takes it.
 #[derive(Clone, Copy)]
 pub struct Submitter<'a> {
     /// The AUTH user's tenant.
