@@ -10,10 +10,10 @@
 //! | `serve/` | wiring: the accept loop and graceful shutdown (`server`: [`run`], which starts the spool's releaser), SIGHUP (`reload`), layers at an SES account's own rate (`account`), SES's events from SQS (`events`), the guard and SES's view of each SES tenant in step (`ses_sync`), what starting reads and checks before the network, shared with `check` (`startup`), the subcommands `check`, `peek`, `hash-password` (`commands`) |
 //! | `admin/` | the admin HTTP endpoint (`endpoint`): `/` (the status page, `status_page`), `/healthz`, `/readyz`, `/metrics`, `/buckets/{layer}/{key}`, the reputation guard's endpoints and SNS's posts; its bounded accept loop (`listener`) and its password guard (`guard`) |
 //! | `fuzzing` | (feature `fuzzing`) a session over an in-memory stream, for `fuzz/` and tests |
-//! | `release/` | the spool's driver: held messages taken as they become due, one per key at a time, through `pipeline` with nobody waiting (`client`), what comes of each attempt (`attempt`: removed, again after a backoff, given up), what the report to the sender says (`dsn`; `message/dsn` writes it), the attempt's log line (`report`) |
-//! | `smtp/` | one client's session: the state machine, one file per verb; at the final dot (`deliver`) it reads the message's identity, runs its journey through `pipeline`, answers the verdict and logs it once (`report`) |
+//! | `release/` | the spool's driver: held messages taken as they become due, one per key at a time, through `pipeline` with nobody waiting (`client`), what comes of each attempt by its verdict's fate (`attempt`: removed, again after a backoff, given up), what the report to the sender says (`dsn`; `message/dsn` writes it), the attempt's result counted and a give-up warned of (`report`) |
+//! | `smtp/` | one client's session: the state machine, one file per verb; at the final dot (`deliver`) it hands the message to `pipeline::intake`, answers the verdict and has it accounted for once (`pipeline::account`) |
+//! | `pipeline/` | a message's journey with no session in it: the one way in for both drivers (`intake`: its facts, identity and our fields; who gave it, `Submitter`), hold mode for a driver that can hold (`hold`), the checks before the wait (`admission/`, one file per step: its check, its refusal's words, its outcome), the wait for tokens (`wait`), the upstream leg with its retries and fallback (`forward`), the tokens settled and the reputation guard told (`settle`), one typed `verdict`, what the client is told of it (`answer`) and what it means for a held message (`fate`); the account of a verdict for both drivers (`account/`: its log line, metrics, status page row, spans, webhook event); what it needs of whoever waits for it (`client`) |
 //! | `reply/` | the `Reply` type and the reply texts shared below the pipeline: the dialogue's, the throttle's refusals, upstream's answer as the client gets it (`upstream`); an admission step's own refusal is in its step's file |
-//! | `pipeline/` | a message's journey with no session in it: the checks before the wait (`admission/`, one file per step: its check, its refusal's words, its outcome), the wait for tokens (`wait`), the upstream leg with its retries and fallback (`forward`), the tokens settled and the reputation guard told (`settle`), one typed `verdict` and what the client is told of it (`answer`); what it needs of whoever waits for it (`client`) |
 //! | `state/` | what the running relay's tasks share: `Setup` (what a reload replaces), `Services` (what outlives it), `Context`, `Deps`, `Live` (`context`); what the admission steps keep between messages (`kept`); whether the SMTP listeners accept (`health`); the one shutdown signal (`shutdown`) and the grace's end (`grace_over`) |
 //! | `reputation/` | the tenant reputation guard: SES's bounce and complaint events parsed (`events`), counted per tenant over a sliding window (`ledger`), attributed by SES's message id (`attribution`), suppressed addresses (`suppression`), what it notes for the SES sync (`ses_sync`); where all of it lives, behind one trait (`store`): in process (`store::local`) or, with `[redis]`, in Redis shared by every replica (`store::redis`, failing open) |
 //! | `upstream/` | the `Forwarder` trait (send one message), one module per kind: `smtp` (our SMTP client and pool, pipelining), `mx` (direct delivery, hickory-resolver), `ses` (SES's v2 API through the AWS SDK, SES tenants), `file`; what a kind may offer beyond sending (`offers`); what a refusal says about our sending, typed (`feedback`); the pause after a quota reply (`pause`); the named upstreams (`upstreams`) |
@@ -22,7 +22,7 @@
 //! | `inbound/` | inbound security: TLS (`tls`), password hashes (`password`), the AUTH lockout (`auth_lockout`), connections per client address (`connection_limit`), the PROXY protocol header a balancer opens its connections with (`proxy`) |
 //! | `throttle/` | token buckets (pure math in `bucket`), key tables, stores (local; Redis: its scripts and keys, over `redis/`'s connection), layers with FIFO queues (fair by tenant with `fair_by`), stacked layers taken all or nothing (`stack`) |
 //! | `spool/` | where hold-mode layers keep messages (`[spool]`): one file per message, synced before the `250` (`layout`, `record`, `commit`), a lock per directory (`lock`), the queues per key in memory (`index`), read back at start (`recover`), its bounds (`room`) |
-//! | `webhook/` | tenant event webhooks: an event and a batch (`event`), each webhook's bounded queue (`queue`), its signed POSTs (`sign`, `post`) and its delivery task with retries (`deliver`); fed by the session's verdict (`smtp/report`) and the reputation guard |
+//! | `webhook/` | tenant event webhooks: an event and a batch (`event`), each webhook's bounded queue (`queue`), its signed POSTs (`sign`, `post`) and its delivery task with retries (`deliver`); fed by a verdict's account (`pipeline/account`) and the reputation guard |
 //! | `message/` | plain data about one message: its `Envelope`, its `Outcome` (every outcome's facts in one table), the delivery status notification (RFC 3464) written when it is given up (`dsn`, for `upstream/mx` and `release/`), its header fields by byte range (`header`), its `Received:` hops and our mark in them (`received`) |
 //! | `redis/` | Redis as the throttle's shared layers and the reputation guard reach it, each with its own scripts and keys: its options from `[redis]` (`options`), a connection to one server, a Cluster or the primary that Sentinel names, followed through a failover (`connection`), a call that did not answer (`error`) |
 //! | `clock` | monotonic integer time, injected (`Clock`; `TokioClock`, `FakeClock` for tests) |
@@ -30,9 +30,12 @@
 //!
 //! The journey of one message, file by file:
 //! 1. `smtp/data.rs` reads it to its final dot (`smtp/data_reader/`) within its bounds;
-//! 2. `smtp/deliver.rs` reads its identity (`policy/identity.rs`: keys and charges,
-//!    `policy/route.rs`, `message/received.rs`), writes our fields (`smtp/received.rs`) and
-//!    hands it to `pipeline::deliver` (`pipeline/mod.rs`) with its client (`pipeline/client.rs`);
+//! 2. `smtp/deliver.rs` hands it to `pipeline::intake` (`pipeline/intake.rs`) with who gave
+//!    it, its hop (`smtp/received.rs`) and its client (`pipeline/client.rs`); the intake reads
+//!    its identity (`policy/identity.rs`: keys and charges, `policy/route.rs`,
+//!    `message/received.rs`), writes our fields, and runs its journey (`pipeline/mod.rs`) or
+//!    holds it (`pipeline/hold.rs`); the spool's release (`release/attempt.rs`) comes in there
+//!    too;
 //! 3. `pipeline/admission/`, one file per step: a loop (`hops`), the `From:` against the
 //!    user's `senders` (`from`), the tenant's `reputation`; at the route's upstream, the
 //!    sender against its tenant's identities (`upstream_identity`), its pause and its
@@ -43,7 +46,8 @@
 //!    a quota reply pausing the upstream, the fallback;
 //! 6. `pipeline/settle.rs`: the tokens settled, the reputation guard told;
 //! 7. `pipeline/verdict.rs`, typed, back in `smtp/deliver.rs`, which answers it
-//!    (`pipeline/answer.rs`) and logs it once (`smtp/report.rs`).
+//!    (`pipeline/answer.rs`) and has it accounted for once (`pipeline/account/`: the line, the
+//!    metrics, the spans, the webhook event); the release reads its `pipeline/fate.rs` instead.
 //!
 //! A new check before the wait (a per-tenant daily cap, say) touches these source files and
 //! no others:

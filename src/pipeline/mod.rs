@@ -1,8 +1,12 @@
-//! A message's journey, from "a message with its identity" to one verdict, with no SMTP
-//! session in it: whoever drives it (the session, for a live client) hands it a [`Message`]
-//! and a [`Client`], then answers the [`Verdict`] and logs it once.
+//! A message's journey, from "a message as its driver has it" to one verdict, with no SMTP
+//! session in it: whoever drives it (the session, for a live client; the spool's release, for
+//! a held message) hands it an [`Intake`] and a [`Client`], then answers the [`Verdict`] and
+//! has it accounted for once (`crate::pipeline::account`).
 //!
 //! The journey, file by file:
+//! 0. `intake`: the one way in: the message's facts read into its identity, our fields
+//!    written in front of it; then its journey, or (`hold`, for a driver that can hold) the
+//!    message held in the spool.
 //! 1. `admission/`: the checks before the wait, one ordered list, one file per step (a loop,
 //!    the `From:` against the user's `senders`, the tenant's reputation; at the route's
 //!    upstream, the sender against its tenant's identities, its pause and its tenant's pause).
@@ -12,18 +16,24 @@
 //!    or is paused.
 //! 4. `settle`: the tokens settled by upstream's answer; the reputation guard told.
 //! 5. `verdict`: what it came to: how it ended (typed), its outcome, the record for the log
-//!    line; `answer`: what the client is told of it.
+//!    line; `answer`: what the client is told of it; `fate`: what that means for a message its
+//!    driver keeps (taken, not now and when again, refused for good and by whom).
 //!
 //! `message` holds [`Message`], and `client` [`Client`] (what the journey needs of its
 //! driver).
 //!
-//! The client gets `250` only after upstream accepted (pass-through, never store-and-forward),
-//! so a crash here loses nothing: the client still holds the message.
+//! The client gets `250` only after upstream accepted (pass-through, never store-and-forward)
+//! or, in hold mode, once the message is on stable storage: a crash here loses nothing that
+//! got its `250`.
 
+pub(crate) mod account;
 mod admission;
 mod answer;
 mod client;
+mod fate;
 mod forward;
+mod hold;
+mod intake;
 mod message;
 mod settle;
 mod verdict;
@@ -35,8 +45,10 @@ use std::pin::Pin;
 pub use admission::{reputation, sender_identity, NotAdmitted, Paused, Probes, Scope};
 pub use answer::answer;
 pub use client::Client;
+pub use fate::{Fate, Later, Refuser};
+pub use intake::{intake, Hop, Intake, Judged, Received, Submitter};
 pub use message::Message;
-pub use verdict::{End, Record, Unanswered, Verdict};
+pub use verdict::{Record, Unanswered, Verdict};
 
 use crate::state::context::Context;
 use crate::state::grace_over::Bell;
@@ -44,15 +56,9 @@ use crate::throttle::ThrottleError;
 use forward::Sent;
 use wait::{Tokens, Wait};
 
-/// The checks of `message` that need no route (a loop, its tenant's reputation), alone: for a
-/// driver that holds the message at once instead of running its journey.
-pub async fn admit(ctx: &Context, message: &Message<'_>) -> Result<(), NotAdmitted> {
-    admission::of_message(ctx, message).await
-}
-
 /// The journey of `message`: admission, the wait, upstream, the tokens settled and the
-/// reputation guard told; its verdict. Whoever drives it answers and logs the verdict.
-pub async fn deliver<C: Client>(ctx: &Context, message: &Message<'_>, client: &mut C) -> Verdict {
+/// reputation guard told; its verdict.
+async fn deliver<C: Client>(ctx: &Context, message: &Message<'_>, client: &mut C) -> Verdict {
     let charges = &message.identity.charges;
     let verdict = match admission::of_message(ctx, message).await {
         Err(refusal) => Verdict::refused(refusal, Record::new(ctx, charges)),

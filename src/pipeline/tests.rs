@@ -7,12 +7,12 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::{deliver, Client, End, Message, NotAdmitted, Unanswered};
+use super::verdict::End;
+use super::{Client, Intake, NotAdmitted, Received, Submitter, Unanswered};
 use crate::config::Config;
 use crate::message::received::Loop;
 use crate::message::{Envelope, Outcome};
 use crate::observe::activity::Activity;
-use crate::policy::{identify, MessageFacts};
 use crate::state::context::{Context, Deps};
 use crate::state::grace_over::Bell;
 use crate::upstream::{Accepted, ForwardFuture, Forwarder, Outgoing, Upstreams};
@@ -90,7 +90,8 @@ fn envelope() -> Envelope {
     }
 }
 
-/// The journey of `body` from a trusted client, with `added` in front; its verdict.
+/// The journey of `body` from a trusted client, through the intake as a driver that cannot
+/// hold hands it over, with `added` as our `Received:` field; its verdict.
 async fn journey<C: Client>(
     ctx: &Context,
     body: &[u8],
@@ -98,26 +99,24 @@ async fn journey<C: Client>(
     client: &mut C,
 ) -> super::Verdict {
     let envelope = envelope();
-    let facts = MessageFacts {
-        auth_tenant: None,
-        header_trusted: true,
-        sender: envelope.from.as_deref(),
-        rcpts: &envelope.rcpts,
-        client_ip: "127.0.0.1".parse().unwrap(),
-        message: body,
-        binding: None,
-    };
-    let identity = identify(ctx.rules(), &facts);
     let peer: SocketAddr = "127.0.0.1:40000".parse().unwrap();
-    let message = Message {
-        id: "0123456789abcdef",
+    let intake = Intake {
         envelope: &envelope,
         body,
-        identity: &identity,
-        added,
-        peer,
+        key_fields: 0,
+        submitter: Submitter {
+            auth_tenant: None,
+            header_trusted: true,
+            peer,
+            binding: None,
+        },
+        received: Received::Held {
+            id: "0123456789abcdef",
+            field: added,
+        },
+        can_hold: false,
     };
-    deliver(ctx, &message, client).await
+    super::intake(ctx, intake, client).await.verdict
 }
 
 const BODY: &[u8] = b"X-Tenant: acme\r\nSubject: hi\r\n\r\nHello.\r\n";

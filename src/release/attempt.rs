@@ -1,8 +1,8 @@
-//! One release attempt of a held message: read back whole (a damaged file is set aside), its
-//! identity read again as at its final dot (same origin, same key, the config in force), its
-//! journey run through the pipeline with nobody waiting, and what comes of it: removed once
-//! upstream took it; tried again later after a temporary refusal; given up (its sender told)
-//! after a permanent one or once held past `max_hold_ms`.
+//! One release attempt of a held message: read back whole (a damaged file is set aside),
+//! handed to the pipeline's intake as at its final dot (same origin, same bytes, the config in
+//! force) with nobody waiting, and what its verdict's fate (`pipeline::Fate`) makes of it:
+//! removed once upstream took it; tried again later after a temporary refusal; given up (its
+//! sender told) after a permanent one or once held past `max_hold_ms`.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -14,16 +14,14 @@ use super::dsn::{self, Failed, Failure};
 use super::report::{self, Attempted, Next, Reported};
 use crate::clock::nanos;
 use crate::config::SpoolConfig;
-use crate::message::{Envelope, Outcome};
-use crate::pipeline::{self, End, Message, NotAdmitted, Paused, Unanswered, Verdict};
-use crate::policy::{self, MessageFacts};
+use crate::message::Envelope;
+use crate::pipeline::{self, Fate, Intake, Judged, Later, Received, Refuser, Submitter};
 use crate::reply::Reply;
 use crate::spool::{Held, Spool, Ticket, ToHold};
 use crate::state::context::Context;
 use crate::state::grace_over::Bell;
-use crate::throttle::ThrottleError;
 
-/// One attempt of `ticket`'s message; logged once (`report`).
+/// One attempt of `ticket`'s message; accounted for once (`report`, `crate::pipeline::account`).
 pub async fn attempt(ctx: &Context, spool: &Spool, ticket: Ticket, bell: Arc<Bell>) {
     let started = Instant::now();
     let held_ms = spool.wall_ms().saturating_sub(ticket.accepted_ms);
@@ -46,109 +44,58 @@ pub async fn attempt(ctx: &Context, spool: &Spool, ticket: Ticket, bell: Arc<Bel
         let next = Next::GaveUp(failure, reported);
         return report::attempt(ctx, &attempted, &next, started.elapsed());
     }
-    let (verdict, read) = journey(ctx, &held, bell).await;
-    let reply = pipeline::answer(&verdict.end);
-    let next = match decide(&verdict, reply.as_ref(), ticket.attempt, spool.config()) {
-        Decision::Done => {
+    let envelope = held.meta.envelope();
+    let judged = journey(ctx, &held, &envelope, bell).await;
+    let reply = pipeline::answer(&judged.verdict.end);
+    // The message's last answer, as its report and the operators see it.
+    let answer = || reply.as_ref().map_or_else(String::new, Reply::text);
+    let next = match Fate::of(&judged.verdict) {
+        Fate::Taken => {
             spool.remove(&ticket.id).await;
             Next::Delivered
         }
-        Decision::Again(wait, answer) => {
+        Fate::NotNow(later) => {
+            let wait = match later {
+                // Our own layers: not its turn yet, and the bucket says when it is.
+                Later::Turn(wait) => wait,
+                Later::NotBefore(wait) => backoff(ticket.attempt, spool.config()).max(wait),
+            };
             // Not past its time: given up then, not at the attempt after.
             let left = spool.config().max_hold_ms.get().saturating_sub(held_ms);
             let wait = wait.min(Duration::from_millis(left));
-            spool.retry(&ticket, spool.clock().now() + nanos(wait), answer);
+            spool.retry(&ticket, spool.clock().now() + nanos(wait), answer());
             Next::Retry(wait)
         }
-        Decision::Fail(failure) => {
+        Fate::RefusedForGood(refuser) => {
+            let failure = match refuser {
+                Refuser::Upstream => Failure::Refused(answer()),
+                Refuser::Relay => Failure::Rejected(answer()),
+            };
             let reported = give_up(ctx, spool, &ticket, &held, &failure).await;
             Next::GaveUp(failure, reported)
         }
     };
-    attempted.verdict = Some(&verdict);
+    attempted.journey = Some((&judged, &envelope));
     attempted.reply = reply.as_ref();
-    attempted.traceparent = read.traceparent.as_deref();
-    attempted.tenant = Some(&read.tenant);
-    attempted.envelope = Some((held.meta.from.as_deref(), &held.meta.rcpts));
     report::attempt(ctx, &attempted, &next, started.elapsed());
 }
 
-/// The held message's journey, and its identity's `traceparent` and tenant.
-async fn journey(ctx: &Context, held: &Held, bell: Arc<Bell>) -> (Verdict, Read) {
-    let meta = &held.meta;
-    let envelope = meta.envelope();
-    let body = held.keyed_body();
-    let facts = MessageFacts {
-        auth_tenant: meta.origin.auth_tenant.as_deref(),
-        header_trusted: meta.origin.header_trusted,
-        sender: envelope.from.as_deref(),
-        rcpts: &envelope.rcpts,
-        client_ip: meta.origin.peer.ip(),
-        message: body,
-        binding: None,
-    };
-    let mut identity = policy::identify(ctx.rules(), &facts);
-    // A report's identity fields (its original's header section) are read, never sent.
-    let read_only = held.key_fields_len();
-    if read_only > 0 {
-        identity.key_headers.retain(|r| r.start >= read_only);
-        identity.key_headers.insert(0, 0..read_only);
-    }
-    let added = [held.received(), &identity.route_fields()].concat();
-    let message = Message {
-        id: &meta.id,
-        envelope: &envelope,
-        body,
-        identity: &identity,
-        added: &added,
-        peer: meta.origin.peer,
+/// The held message's journey, read again as at its final dot: the same origin and bytes,
+/// the config in force.
+async fn journey(ctx: &Context, held: &Held, envelope: &Envelope, bell: Arc<Bell>) -> Judged {
+    let intake = Intake {
+        envelope,
+        body: held.keyed_body(),
+        key_fields: held.key_fields_len(),
+        submitter: Submitter::held(&held.meta.origin),
+        received: Received::Held {
+            id: &held.meta.id,
+            field: held.received(),
+        },
+        can_hold: false,
     };
     let mut client = Unattended { grace_over: bell };
-    let verdict = Box::pin(pipeline::deliver(ctx, &message, &mut client)).await;
-    let read = Read {
-        traceparent: identity.traceparent,
-        tenant: identity.tenant,
-    };
-    (verdict, read)
-}
-
-/// What the attempt's report needs of the message's identity.
-struct Read {
-    traceparent: Option<String>,
-    /// Its tenant (`[tenant]`), its webhooks'.
-    tenant: String,
-}
-
-/// What an attempt's verdict means for the held message.
-enum Decision {
-    /// Upstream took it.
-    Done,
-    /// Not now: again after this wait, with the answer it got.
-    Again(Duration, String),
-    /// Refused for good.
-    Fail(Failure),
-}
-
-fn decide(verdict: &Verdict, reply: Option<&Reply>, attempt: u32, spool: &SpoolConfig) -> Decision {
-    let answer = reply.map_or_else(String::new, reply_text);
-    match verdict.record.outcome {
-        Outcome::Delivered | Outcome::Partial => return Decision::Done,
-        Outcome::UpstreamPermFail if reply.is_some_and(|r| r.code >= 500) => {
-            return Decision::Fail(Failure::Refused(answer))
-        }
-        _ if reply.is_some_and(|r| r.code >= 500) => {
-            return Decision::Fail(Failure::Rejected(answer))
-        }
-        _ => {}
-    }
-    let wait = match &verdict.end {
-        // Our own layers: not its turn yet, and the bucket says when it is.
-        End::Unanswered(Unanswered::Refused(ThrottleError::Limited { retry_after, .. })) => {
-            (*retry_after).max(Duration::from_millis(1))
-        }
-        end => backoff(attempt, spool).max(pushback(end)),
-    };
-    Decision::Again(wait, answer)
+    Box::pin(pipeline::intake(ctx, intake, &mut client)).await
 }
 
 /// The wait before attempt `attempt + 1` after a temporary refusal: `retry_min_ms`, doubled at
@@ -157,29 +104,6 @@ pub fn backoff(attempt: u32, spool: &SpoolConfig) -> Duration {
     let min = spool.retry_min_ms.get_ref().get();
     let doubled = min.saturating_mul(1u64 << attempt.saturating_sub(1).min(32));
     Duration::from_millis(doubled.min(spool.retry_max_ms.get()))
-}
-
-/// How long upstream (or its tenant there) said it is paused, or to slow down.
-fn pushback(end: &End) -> Duration {
-    match end {
-        End::Unanswered(Unanswered::Paused(left) | Unanswered::UpstreamRate(left)) => *left,
-        End::Refused(NotAdmitted::Paused(Paused { left, .. })) => left.unwrap_or_default(),
-        _ => Duration::ZERO,
-    }
-}
-
-/// A reply on one line, as the message's last answer.
-fn reply_text(reply: &Reply) -> String {
-    let mut text = reply.code.to_string();
-    if !reply.esc.is_empty() {
-        text.push(' ');
-        text.push_str(reply.esc);
-    }
-    for line in &reply.lines {
-        text.push(' ');
-        text.push_str(line);
-    }
-    text
 }
 
 /// Gives the message up: its sender gets a report (held in the spool, behind the key's other

@@ -9,10 +9,12 @@
 //!   At shutdown it stops taking messages; those in flight finish within the grace, the rest
 //!   stay held for the next start.
 //! - `client`: the pipeline's client for a message nobody waits on.
-//! - `attempt`: one attempt: read back, identity, journey, and what comes of it (removed,
-//!   again after a backoff, given up with a report).
+//! - `attempt`: one attempt: read back, handed to the pipeline's intake, and what its
+//!   verdict's fate (`pipeline::Fate`) makes of it (removed, again after a backoff, given up
+//!   with a report).
 //! - `dsn`: the delivery status notification (RFC 3464) a given-up message's sender gets.
-//! - `report`: the attempt's log line, metrics and spans.
+//! - `report`: the attempt's result counted, a give-up warned of; its verdict's account (the
+//!   `release` line, the spans, the `released` event) is `crate::pipeline::account`'s.
 
 mod attempt;
 mod client;

@@ -1,29 +1,27 @@
-//! What the relay records of one release attempt: one log line (`release`, with the held
-//! message's id, key, age and attempt number, and what comes next), its result and any
-//! give-up counted, and its spans as a live message's.
+//! What the relay records of one release attempt beyond its verdict's account: its result
+//! counted, a give-up warned of and counted by reason. The verdict's own account (the
+//! `release` line, the spans, the `released` webhook event) is `crate::pipeline::account`'s, as a
+//! session's is.
 
 use std::time::{Duration, SystemTime};
 
 use super::dsn::Failure;
-use crate::observe::traces::MessageSpans;
-use crate::pipeline::Verdict;
+use crate::message::Envelope;
+use crate::pipeline::account::{self, Account, Driver, Journey};
+use crate::pipeline::Judged;
 use crate::reply::Reply;
 use crate::spool::Ticket;
 use crate::state::context::Context;
-use crate::webhook::event::EventType;
 
 /// One attempt: its message, and its journey's verdict and reply when it had one.
 pub struct Attempted<'a> {
     pub ticket: &'a Ticket,
     pub held_ms: u64,
     pub rcpts: usize,
-    pub verdict: Option<&'a Verdict>,
+    /// Its journey's verdict, with its envelope, when its file was read and it was not held
+    /// past its time.
+    pub journey: Option<(&'a Judged, &'a Envelope)>,
     pub reply: Option<&'a Reply>,
-    pub traceparent: Option<&'a str>,
-    /// Its tenant, for its webhooks (`released`).
-    pub tenant: Option<&'a str>,
-    /// Its envelope's sender and recipients, when its file was read.
-    pub envelope: Option<(Option<&'a str>, &'a [String])>,
 }
 
 impl<'a> Attempted<'a> {
@@ -32,11 +30,8 @@ impl<'a> Attempted<'a> {
             ticket,
             held_ms,
             rcpts: 0,
-            verdict: None,
+            journey: None,
             reply: None,
-            traceparent: None,
-            tenant: None,
-            envelope: None,
         }
     }
 }
@@ -94,8 +89,8 @@ impl Next {
     }
 }
 
-/// One info line per attempt, its result counted, a give-up warned of and counted by reason,
-/// and its spans when `[telemetry]` is on.
+/// The attempt's result counted, a give-up warned of and counted by reason, and its
+/// verdict's account.
 pub fn attempt(ctx: &Context, a: &Attempted<'_>, next: &Next, took: Duration) {
     let metrics = ctx.services.metrics.spool();
     metrics.released(next.result());
@@ -120,78 +115,34 @@ pub fn attempt(ctx: &Context, a: &Attempted<'_>, next: &Next, took: Duration) {
             "spool.given_up"
         );
     }
-    let record = a.verdict.map(|v| &v.record);
-    let upstream = match (a.reply, a.verdict) {
-        (Some(r), Some(v)) if v.upstreams_word() => format!("{} {}", r.code, r.lines.join(" ")),
-        _ => String::new(),
+    let attempt = account::Attempt {
+        ticket,
+        held_ms: a.held_ms,
+        rcpts: a.rcpts,
+        next: next.name(),
+        retry_in: next.retry_in(),
+        outcome_without_journey: match next {
+            Next::GaveUp(_, Reported::Damaged) => "damaged",
+            _ => "expired",
+        },
+        released: matches!(next, Next::Delivered),
     };
-    let outcome = match (record, next) {
-        (Some(record), _) => record.outcome.as_str(),
-        (None, Next::GaveUp(_, Reported::Damaged)) => "damaged",
-        (None, _) => "expired",
+    let account = match a.journey {
+        Some((judged, envelope)) => {
+            let journey = Journey {
+                judged,
+                envelope,
+                started: SystemTime::now() - took,
+            };
+            Account::of(journey, a.reply, took)
+        }
+        None => Account {
+            record: None,
+            reply: None,
+            upstreams_word: false,
+            journey: None,
+            took,
+        },
     };
-    tracing::info!(
-        target: "mailsluice::release",
-        id = &*ticket.id,
-        layer = ticket.key.layer.as_str(),
-        key = ticket.key.key.as_str(),
-        attempt = ticket.attempt,
-        held_ms = a.held_ms,
-        outcome,
-        waited_ms = record.map_or(0, |r| r.waited.as_millis() as u64),
-        duration_ms = took.as_millis() as u64,
-        rcpts = a.rcpts,
-        upstream = upstream.as_str(),
-        via = record.map_or("", |r| r.via.as_str()),
-        next = next.name(),
-        retry_in_ms = next.retry_in().map_or(0, |d| d.as_millis() as u64),
-        "release"
-    );
-    spans(ctx, a, took);
-    if matches!(next, Next::Delivered) {
-        released(ctx, a);
-    }
-}
-
-/// The tenant's webhooks told that its held message went: upstream's answer and id.
-fn released(ctx: &Context, a: &Attempted<'_>) {
-    let (Some(tenant), Some((from, to))) = (a.tenant, a.envelope) else {
-        return;
-    };
-    let webhooks = &ctx.services.webhooks;
-    if !webhooks.wants(tenant, EventType::Released) {
-        return;
-    }
-    let mut event = webhooks.event(EventType::Released, tenant);
-    event.message_id = Some(a.ticket.id.to_string());
-    event.upstream_message_id = a.verdict.and_then(|v| v.record.upstream_id.clone());
-    event.from = Some(from.unwrap_or_default().to_string());
-    event.to = to.to_vec();
-    if let Some(reply) = a.reply {
-        event.code = Some(reply.code);
-        event.reply = Some(reply.text());
-    }
-    webhooks.emit(event);
-}
-
-/// The attempt's spans, as a live message's.
-fn spans(ctx: &Context, a: &Attempted<'_>, took: Duration) {
-    let (Some(traces), Some(verdict)) = (&ctx.services.traces, a.verdict) else {
-        return;
-    };
-    let record = &verdict.record;
-    let forwarded = verdict.upstreams_word() && !record.via.is_empty();
-    traces.message(&MessageSpans {
-        started: SystemTime::now() - took,
-        duration: took,
-        waited: record.waited,
-        forwarded,
-        outcome: record.outcome.as_str(),
-        reply_code: a.reply.map(|r| r.code),
-        cost: record.cost,
-        layer: &record.layer,
-        key: &record.key,
-        upstream: &record.via,
-        traceparent: a.traceparent,
-    });
+    account::record(ctx, &account, &Driver::Release(&attempt));
 }

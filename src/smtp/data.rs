@@ -9,10 +9,10 @@ use tokio::time::Instant;
 
 use super::conn::Stop;
 use super::data_reader::{DataProblem, DataReader};
-use super::report;
 use super::session::{Flow, Session};
 use crate::message::Outcome;
 use crate::observe::activity::Activity;
+use crate::pipeline::account;
 use crate::reply::{self, Reply};
 
 impl Session {
@@ -29,15 +29,8 @@ impl Session {
                     _ => Outcome::Suppressed,
                 };
                 let counts = (0, self.suppressed);
-                report::refused(
-                    &self.ctx,
-                    outcome,
-                    &refusal,
-                    counts,
-                    "",
-                    self.peer,
-                    Instant::now(),
-                );
+                let (ctx, peer) = (&self.ctx, self.peer);
+                account::refused(ctx, outcome, &refusal, "", peer, counts, Duration::ZERO);
                 self.reply(refusal);
                 return Flow::Continue;
             }
@@ -88,7 +81,7 @@ impl Session {
         };
         let counts = (envelope.rcpts.len(), self.suppressed);
         let (ctx, peer) = (&self.ctx, self.peer);
-        report::refused(ctx, outcome, &refusal, counts, "", peer, Instant::now());
+        account::refused(ctx, outcome, &refusal, "", peer, counts, Duration::ZERO);
         self.verdict(refusal);
         Flow::Continue
     }

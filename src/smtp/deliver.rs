@@ -1,138 +1,126 @@
-//! The final dot: the message's identity read (`policy`), our fields written in front of it
-//! (`received`), its journey run (`pipeline`) or, for a hold-mode layer, the message held in
-//! the spool (`hold`), and the verdict answered (`reply`) and logged (`report`) once.
+//! The final dot: the message handed to the pipeline (`pipeline::intake`: its identity, our
+//! fields, its journey, or its hold in the spool), the verdict answered (`reply`) and
+//! accounted for once (`account`).
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::SystemTime;
 
 use tokio::time::Instant;
 
 use super::conn::Conn;
-use super::hold::{self, Holding};
-use super::received::{self, Trace};
-use super::report::{self, Answered};
-use super::session::{Flow, Session};
+use super::received::{self, Repeats, Trace};
+use super::session::{AuthUser, Flow, Greeting, Session};
 use crate::message::Envelope;
 use crate::observe::activity::{Activity, Doing};
-use crate::pipeline::{self, Client, Message, Verdict};
-use crate::policy::{self, MessageFacts};
+use crate::pipeline::account::{self, Account, Driver, Journey};
+use crate::pipeline::{self, Client, Hop, Intake, Received, Submitter};
+use crate::policy::MessageFacts;
 use crate::state::grace_over::Bell;
 
 impl Session {
     pub async fn deliver(&mut self, envelope: Envelope, body: Vec<u8>) -> Flow {
         let started = Instant::now();
         let dot = SystemTime::now();
-        let identity = policy::identify(self.ctx.rules(), &self.facts(&envelope, &body));
-        let id = crate::message::new_id();
-        let mut added = self.received_field(&id, &envelope);
-        let received_len = added.len();
-        added.extend_from_slice(&identity.route_fields());
-        let received = &added[..received_len];
-        let message = Message {
-            id: &id,
+        let hop = SessionHop {
+            greeting: self.greeting.as_ref(),
+            peer: self.peer,
+            hostname: &self.ctx.setup.config.smtp.hostname,
+            instance: &self.ctx.services.instance,
+            protocol: received::protocol(
+                self.greeting.as_ref().is_some_and(|g| g.esmtp),
+                self.tls,
+                self.auth.is_some(),
+            ),
+            repeats: &self.repeats,
+        };
+        let intake = Intake {
             envelope: &envelope,
             body: &body,
-            identity: &identity,
-            added: &added,
-            peer: self.peer,
+            key_fields: 0,
+            submitter: submitter(self.auth.as_ref(), self.trusted, self.peer),
+            received: Received::New(&hop),
+            can_hold: true,
         };
-        let holding = Holding::of(&self.ctx, &identity);
-        let verdict = match holding {
-            // Its key has messages held: it goes behind them, in order.
-            Some(holding) if holding.at_once() => {
-                let it = self.spooled(&id, received);
-                hold::at_once(&self.ctx, holding, &message, it).await
-            }
-            holding => {
-                let verdict = self.journey(&message).await;
-                match holding {
-                    Some(holding) if hold::holdable(&self.ctx, &verdict.end) => {
-                        let it = self.spooled(&id, received);
-                        holding.hold(&self.ctx, &message, it, verdict.record).await
-                    }
-                    _ => verdict,
-                }
-            }
-        };
-        self.doing.set(Activity::Command);
-        let reply = pipeline::answer(&verdict.end);
-        let answered = Answered {
-            verdict: &verdict,
-            reply: reply.as_ref(),
-        };
-        report::message(
-            &self.ctx,
-            &message,
-            &answered,
-            self.suppressed,
-            started,
-            dot,
-        );
-        if let Some(reply) = reply {
-            self.verdict(reply);
-        }
-        self.after_message = Some(Instant::now());
-        match verdict.closes() {
-            true => Flow::Close,
-            false => Flow::Continue,
-        }
-    }
-
-    /// The message's journey through the pipeline, with this session as its client.
-    async fn journey(&mut self, message: &Message<'_>) -> Verdict {
         let mut client = SessionClient {
             conn: &mut self.conn,
             doing: &mut self.doing,
             grace_over: &self.grace_over,
         };
         // Pinned where it is made: the journey's future is large, and is not moved again.
-        let journey = std::pin::pin!(pipeline::deliver(&self.ctx, message, &mut client));
-        journey.await
+        let judged = std::pin::pin!(pipeline::intake(&self.ctx, intake, &mut client)).await;
+        self.doing.set(Activity::Command);
+        let reply = pipeline::answer(&judged.verdict.end);
+        let journey = Journey {
+            judged: &judged,
+            envelope: &envelope,
+            started: dot,
+        };
+        let driver = Driver::Session {
+            peer: self.peer,
+            rcpts: envelope.rcpts.len(),
+            suppressed: self.suppressed,
+        };
+        let took = started.elapsed();
+        account::record(
+            &self.ctx,
+            &Account::of(journey, reply.as_ref(), took),
+            &driver,
+        );
+        if let Some(reply) = reply {
+            self.verdict(reply);
+        }
+        self.after_message = Some(Instant::now());
+        match judged.verdict.closes() {
+            true => Flow::Close,
+            false => Flow::Continue,
+        }
     }
 
-    /// What the policy may look at.
+    /// What the policy may look at (at MAIL: the envelope so far, no bytes).
     pub(super) fn facts<'a>(&'a self, envelope: &'a Envelope, body: &'a [u8]) -> MessageFacts<'a> {
-        MessageFacts {
-            auth_tenant: self.auth.as_ref().map(|u| u.tenant.as_str()),
-            header_trusted: self.header_trusted(),
-            sender: envelope.from.as_deref(),
-            rcpts: &envelope.rcpts,
-            client_ip: self.peer.ip(),
-            message: body,
-            binding: self.auth.as_ref().and_then(|u| u.binding.as_ref()),
-        }
+        submitter(self.auth.as_ref(), self.trusted, self.peer).facts(envelope, body)
     }
+}
 
-    /// Whether the client may choose its key with a header. An authenticated client has its
-    /// user's rights, whatever its address.
-    pub(super) fn header_trusted(&self) -> bool {
-        match &self.auth {
-            Some(user) => user.trust_key_header,
-            None => self.trusted,
-        }
+/// Who gives the message: the AUTH user (its tenant, its `senders`), or a client `trusted` by
+/// its address. An authenticated client has its user's rights, whatever its address: it may
+/// choose its key with a header only if its user has `trust_key_header`.
+fn submitter(auth: Option<&AuthUser>, trusted: bool, peer: SocketAddr) -> Submitter<'_> {
+    Submitter {
+        auth_tenant: auth.map(|u| u.tenant.as_str()),
+        header_trusted: auth.map_or(trusted, |u| u.trust_key_header),
+        peer,
+        binding: auth.and_then(|u| u.binding.as_ref()),
     }
+}
 
+/// The session's hop, as our `Received:` field tells it.
+struct SessionHop<'a> {
+    greeting: Option<&'a Greeting>,
+    peer: SocketAddr,
+    hostname: &'a str,
+    instance: &'a str,
+    protocol: &'static str,
+    repeats: &'a Repeats,
+}
+
+impl Hop for SessionHop<'_> {
     /// Our `Received:` field, written in front of the client's bytes (then the fields the
-    /// route adds: the key headers and the client's fields of those names are left out of the
-    /// client's bytes by `Identity::forwarded`).
-    fn received_field(&self, id: &str, envelope: &Envelope) -> Vec<u8> {
-        let greeting = self.greeting.as_ref();
+    /// route adds).
+    fn received(&self, id: &str, envelope: &Envelope) -> Vec<u8> {
         let trace = Trace {
-            helo: greeting.map_or("", |g| g.name.as_str()),
+            helo: self.greeting.map_or("", |g| g.name.as_str()),
             peer: self.peer.ip(),
-            hostname: &self.ctx.setup.config.smtp.hostname,
-            instance: &self.ctx.services.instance,
-            protocol: received::protocol(
-                greeting.is_some_and(|g| g.esmtp),
-                self.tls,
-                self.auth.is_some(),
-            ),
+            hostname: self.hostname,
+            instance: self.instance,
+            protocol: self.protocol,
             id,
             for_rcpt: match envelope.rcpts.as_slice() {
                 [one] => Some(one.as_str()),
                 _ => None,
             },
-            repeats: &self.repeats,
+            repeats: self.repeats,
         };
         received::header(&trace, SystemTime::now())
     }

@@ -3,14 +3,12 @@
 //! - `session`: one client's state and command loop; it dispatches each command to the file
 //!   named after its verb: `ehlo`, `mail`, `rcpt`, `data`, `rset`, `vrfy`, `help`,
 //!   `starttls` (upgrades the connection), `auth` (checks passwords).
-//! - `deliver`: the final dot: the message's identity (`policy`), our fields in front of it,
-//!   its journey (`pipeline`: admission, the wait, upstream), and the pipeline's verdict
-//!   answered and logged once (`report`: the log line, the metrics, the spans).
-//! - `hold`: hold mode at the final dot: the message written to the spool when its tokens did
-//!   not come in time, or at once when its key has messages held already.
+//! - `deliver`: the final dot: the message handed to the pipeline (`pipeline::intake`: its
+//!   identity, our fields, its journey or its hold), the verdict answered and accounted for
+//!   once (`crate::pipeline::account`: the log line, the metrics, the spans, the webhook event).
 //! - `reputation`: the tenant reputation guard's refusals before the message (MAIL, RCPT).
 //! - `path`: the address and parameters of MAIL and RCPT, kept as the client wrote them.
-//! - `received`: the `Received:` trace header.
+//! - `received`: the `Received:` trace header (the session's [`crate::pipeline::Hop`]).
 //! - `conn` and `data_reader`: the bytes in and out, and the DATA section.
 //!
 //! Every reply text is in `crate::reply`, shared with the spool's release.
@@ -22,12 +20,10 @@ mod data_reader;
 mod deliver;
 mod ehlo;
 mod help;
-mod hold;
 mod mail;
 mod path;
 mod rcpt;
 mod received;
-mod report;
 mod reputation;
 mod rset;
 mod session;

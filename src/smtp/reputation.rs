@@ -6,11 +6,11 @@
 
 use tokio::time::Instant;
 
-use super::report;
 use super::session::Session;
 use crate::config::Action;
 use crate::message::{Envelope, Outcome};
 use crate::pipeline;
+use crate::pipeline::account;
 use crate::policy;
 use crate::reply::{self, Reply};
 
@@ -36,15 +36,8 @@ impl Session {
             .err()?;
         let refusal = paused.reply();
         let outcome = Outcome::ReputationPaused;
-        report::refused(
-            &self.ctx,
-            outcome,
-            &refusal,
-            (0, 0),
-            &key,
-            self.peer,
-            started,
-        );
+        let took = started.elapsed();
+        account::refused(&self.ctx, outcome, &refusal, &key, self.peer, (0, 0), took);
         Some(refusal)
     }
 

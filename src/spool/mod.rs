@@ -21,7 +21,7 @@
 //! before it removed the file; the restart sends it again.
 //!
 //! This module only stores: the releaser (`release/`) decides when a message goes, and the
-//! session (`smtp/hold.rs`) when one is held.
+//! pipeline (`pipeline/hold.rs`, for a session) when one is held.
 
 mod commit;
 mod error;

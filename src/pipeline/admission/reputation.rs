@@ -18,7 +18,8 @@ pub(super) const OUTCOME: Outcome = Outcome::ReputationPaused;
 
 /// Go, or the pause of the message's tenant.
 pub(super) async fn check(ctx: &Context, message: &Message<'_>) -> Result<(), NotAdmitted> {
-    let (Some(guard), Some(key)) = (&ctx.services.reputation, &message.identity.reputation_key) else {
+    let (Some(guard), Some(key)) = (&ctx.services.reputation, &message.identity.reputation_key)
+    else {
         return Ok(());
     };
     reputation(guard, key, "DATA", message.peer)

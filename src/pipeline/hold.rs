@@ -1,17 +1,17 @@
-//! Hold mode at the final dot. A message charged to a `mode = "hold"` layer runs its journey
-//! as any other; when its tokens do not come within `max_wait_ms` (or upstream is paused, or
-//! keeps throttling it, or the relay shuts down before its turn) it is written to the spool
-//! and answered `250` instead of `451`. While its key has messages held, it is held at once:
-//! it would wait behind them anyway, and the key's messages leave in the order they came.
+//! Hold mode, for a driver that can hold (a session): a message charged to a `mode = "hold"`
+//! layer runs its journey as any other; when its tokens do not come within `max_wait_ms` (or
+//! upstream is paused, or keeps throttling it, or the relay shuts down before its turn) it is
+//! written to the spool and answered `250` instead of `451`. While its key has messages held,
+//! it is held at once: it would wait behind them anyway, and the key's messages leave in the
+//! order they came.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::session::Session;
+use super::admission::{self, NotAdmitted, Paused, Scope};
+use super::message::Message;
+use super::verdict::{End, Record, Unanswered, Verdict};
 use crate::config::{Action, Mode};
-use crate::pipeline::{
-    self, End, Message, NotAdmitted, Paused, Record, Scope, Unanswered, Verdict,
-};
 use crate::policy::Identity;
 use crate::spool::{HeldKey, Origin, Spool, ToHold};
 use crate::state::context::Context;
@@ -60,7 +60,7 @@ pub(super) async fn at_once(
     it: ToSpool<'_>,
 ) -> Verdict {
     let record = Record::new(ctx, &message.identity.charges);
-    let record = match pipeline::admit(ctx, message).await {
+    let record = match admission::of_message(ctx, message).await {
         Ok(()) => record,
         Err(refusal) => {
             let refused = Verdict::refused(refusal, record);
@@ -95,26 +95,9 @@ pub(super) fn holdable(ctx: &Context, end: &End) -> bool {
     }
 }
 
-impl Session {
-    /// Message `id` as the spool takes it, with our `received` field and who gave it (as
-    /// the identity reads it again at release).
-    pub(super) fn spooled<'a>(&self, id: &'a str, received: &'a [u8]) -> ToSpool<'a> {
-        let origin = Origin {
-            auth_tenant: self.auth.as_ref().map(|u| u.tenant.clone()),
-            header_trusted: self.header_trusted(),
-            peer: self.peer,
-        };
-        ToSpool {
-            id,
-            received,
-            origin,
-        }
-    }
-}
-
-/// The message being held: its id, our `Received:` field, who gave it.
+/// What the spool keeps of a message besides its envelope and bytes: our `Received:` field
+/// (without the route's fields: the route is read again at release), who gave it.
 pub(super) struct ToSpool<'a> {
-    pub id: &'a str,
     pub received: &'a [u8],
     pub origin: Origin,
 }
@@ -128,15 +111,15 @@ impl Holding {
         it: ToSpool<'_>,
         mut record: Record,
     ) -> Verdict {
-        let (holding, id, received, origin) = (self, it.id, it.received, it.origin);
+        let (holding, id) = (self, message.id);
         record.layer.clone_from(&holding.key.layer);
         record.key.clone_from(&holding.key.key);
         let held = holding.spool.hold(ToHold {
             id,
             key: holding.key,
             envelope: message.envelope,
-            origin,
-            received,
+            origin: it.origin,
+            received: it.received,
             key_fields: b"",
             body: message.body,
             max_held: Some(holding.max_held),
