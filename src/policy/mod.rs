@@ -30,7 +30,12 @@ pub use route::Route;
 
 /// The route of a message as far as it is known at MAIL (see `route::choose_early`).
 pub fn route_early(rules: Rules<'_>, facts: &MessageFacts<'_>) -> Option<Route> {
-    let tenant = keys::key_early(rules.tenant, facts);
+    // Read only when a route's `ses_tenant` names it: this runs at every MAIL.
+    let named = (rules.routes.iter())
+        .any(|r| (r.ses_tenant.as_ref()).is_some_and(|t| t.get_ref().contains("{tenant}")));
+    let tenant = named
+        .then(|| keys::key_early(rules.tenant, facts))
+        .flatten();
     route::choose_early(rules, tenant.as_deref(), facts)
 }
 pub use senders::Binding;
