@@ -121,3 +121,71 @@ impl Client {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::Envelope;
+    use crate::pipeline::Hop;
+
+    fn user(trust_key_header: bool) -> AuthUser {
+        AuthUser {
+            name: "u".into(),
+            tenant: "acme".into(),
+            trust_key_header,
+            binding: None,
+        }
+    }
+
+    fn client(peer: &str, trusted: &[&str]) -> Client {
+        let nets: Vec<IpNet> = trusted.iter().map(|n| n.parse().unwrap()).collect();
+        Client::new(peer.parse().unwrap(), false, &nets)
+    }
+
+    /// A trusted address may relay and choose its key with a header; once authenticated,
+    /// the client has its user's rights instead, whatever its address.
+    #[test]
+    fn an_authenticated_client_has_its_users_rights_whatever_its_address() {
+        let mut trusted = client("10.0.0.5:25", &["10.0.0.0/8"]);
+        assert!(trusted.may_relay());
+        let s = trusted.submitter();
+        assert_eq!((s.auth_tenant, s.header_trusted), (None, true));
+        trusted.authenticated(user(false));
+        let s = trusted.submitter();
+        assert_eq!((s.auth_tenant, s.header_trusted), (Some("acme"), false));
+
+        let mut stranger = client("192.0.2.1:25", &["10.0.0.0/8"]);
+        assert!(!stranger.may_relay());
+        assert!(!stranger.submitter().header_trusted);
+        stranger.authenticated(user(true));
+        assert!(stranger.may_relay());
+        assert!(stranger.submitter().header_trusted);
+    }
+
+    /// After STARTTLS the client starts over: no greeting, no AUTH user, and our hop says
+    /// `ESMTPS` once it greets again.
+    #[test]
+    fn tls_forgets_the_greeting_and_the_user() {
+        let mut c = client("192.0.2.1:25", &[]);
+        c.greet(Greeting {
+            name: "client.test".into(),
+            esmtp: true,
+        });
+        c.authenticated(user(false));
+        assert_eq!(c.hop("relay.test", "0123abcd").protocol, "ESMTPA");
+        c.tls_started();
+        assert!(c.tls() && !c.greeted() && c.auth().is_none());
+        c.greet(Greeting {
+            name: "client.test".into(),
+            esmtp: true,
+        });
+        let hop = c.hop("relay.test", "0123abcd");
+        assert_eq!(hop.protocol, "ESMTPS");
+        let envelope = Envelope::default();
+        let field = String::from_utf8(hop.received("id1", &envelope)).unwrap();
+        assert!(
+            field.starts_with("Received: from client.test ([192.0.2.1])"),
+            "{field}"
+        );
+    }
+}
