@@ -13,7 +13,7 @@ pub struct Counters {
 
 impl Counters {
     /// Counts an error reply.
-    pub fn error(&mut self) {
+    pub fn count_error(&mut self) {
         self.errors += 1;
     }
 
@@ -22,7 +22,7 @@ impl Counters {
     }
 
     /// Counts a junk command; returns the count with it.
-    pub fn junk(&mut self) -> usize {
+    pub fn count_junk(&mut self) -> usize {
         self.junk += 1;
         self.junk
     }

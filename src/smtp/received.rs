@@ -1,6 +1,7 @@
 //! The `Received:` trace header a relay must add (RFC 5321 4.4). It is the only change made
 //! to a message's bytes, besides removing a key header the config asks to strip. Nothing the
-//! client wrote may change its structure: a bad EHLO name is written as `unknown`.
+//! client wrote may change its structure: a bad EHLO name is written as `unknown`. The
+//! pipeline asks the session's hop (`SessionHop`, from `Client::hop`) for it.
 
 use std::borrow::Cow;
 use std::net::{IpAddr, SocketAddr};

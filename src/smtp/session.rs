@@ -197,7 +197,7 @@ impl Session {
 
     /// Counts a junk command; true (answered `421`) when it is one past `max_junk_commands`.
     fn junk_past_bound(&mut self) -> bool {
-        let junk = self.counters.junk();
+        let junk = self.counters.count_junk();
         if junk <= self.ctx.setup.config.smtp.max_junk_commands.get() {
             return false;
         }
@@ -210,7 +210,7 @@ impl Session {
     /// as an error against `max_errors`.
     pub fn reply(&mut self, reply: Reply) {
         if reply.code >= 500 {
-            self.counters.error();
+            self.counters.count_error();
         }
         self.conn.reply(&reply);
     }
