@@ -12,8 +12,10 @@ use std::time::Duration;
 use base64::Engine;
 use smtp_proto::{AUTH_LOGIN, AUTH_PLAIN};
 
+use super::client::AuthUser;
 use super::conn::{Line, Stop};
-use super::session::{AuthUser, Flow, Session};
+use super::session::{Flow, Session};
+use crate::config::SmtpConfig;
 use crate::inbound::login::Login;
 use crate::policy::Binding;
 use crate::reply::{self, Reply};
@@ -29,15 +31,13 @@ enum Exchange {
     Stop(Stop),
 }
 
-impl Session {
-    /// Whether EHLO lists AUTH: users exist, and the connection is encrypted or plaintext
-    /// AUTH is allowed.
-    pub fn auth_offered(&self) -> bool {
-        let smtp = &self.ctx.setup.config.smtp;
-        smtp.auth.as_ref().is_some_and(|a| !a.users.is_empty())
-            && (self.tls || smtp.allow_plaintext_auth)
-    }
+/// Whether EHLO lists AUTH: users exist, and the connection is encrypted (`tls`) or
+/// plaintext AUTH is allowed.
+pub fn offered(smtp: &SmtpConfig, tls: bool) -> bool {
+    smtp.auth.as_ref().is_some_and(|a| !a.users.is_empty()) && (tls || smtp.allow_plaintext_auth)
+}
 
+impl Session {
     pub async fn auth(&mut self, mechanism: u64, initial: &str) -> Flow {
         // Users come from the newest config (SIGHUP).
         self.ctx = self.ctx.latest();
@@ -59,28 +59,29 @@ impl Session {
         let delay = (self.ctx.setup.config.smtp.auth.as_ref()).map_or(0, |a| a.failure_delay_ms);
         let logins = self.ctx.services.auth.clone();
         let verify = verify(self.ctx.clone(), name, password);
+        let peer = self.client.peer();
         match logins
-            .attempt(self.peer.ip(), Duration::from_millis(delay), verify)
+            .attempt(peer.ip(), Duration::from_millis(delay), verify)
             .await
         {
             Login::Accepted(user) => {
-                tracing::info!(peer = %self.peer, user = %user.name, "authenticated");
-                self.auth = Some(user);
+                tracing::info!(peer = %peer, user = %user.name, "authenticated");
+                self.client.authenticated(user);
                 self.reply(reply::auth_succeeded());
                 Flow::Continue
             }
             Login::Refused => {
-                tracing::info!(peer = %self.peer, "AUTH failed");
+                tracing::info!(peer = %peer, "AUTH failed");
                 self.reply(reply::auth_failed());
                 Flow::Continue
             }
             Login::LockedOut { now } => {
                 match now {
                     true => {
-                        tracing::warn!(peer = %self.peer, "AUTH failures past the threshold: locked out")
+                        tracing::warn!(peer = %peer, "AUTH failures past the threshold: locked out")
                     }
                     false => {
-                        tracing::warn!(peer = %self.peer, "AUTH refused: locked out, or too many failures in flight")
+                        tracing::warn!(peer = %peer, "AUTH refused: locked out, or too many failures in flight")
                     }
                 }
                 self.reply(reply::auth_locked_out());
@@ -94,13 +95,13 @@ impl Session {
         let smtp = &self.ctx.setup.config.smtp;
         let refusal = if smtp.auth.as_ref().is_none_or(|a| a.users.is_empty()) {
             Some(reply::not_implemented("AUTH"))
-        } else if !self.tls && !smtp.allow_plaintext_auth {
+        } else if !self.client.tls() && !smtp.allow_plaintext_auth {
             Some(reply::encryption_required())
-        } else if self.greeting.is_none() {
+        } else if !self.client.greeted() {
             Some(reply::bad_sequence("Send EHLO first"))
-        } else if self.auth.is_some() {
+        } else if self.client.auth().is_some() {
             Some(reply::bad_sequence("Already authenticated"))
-        } else if self.envelope.is_some() {
+        } else if self.transaction.is_some() {
             Some(reply::bad_sequence(
                 "AUTH is not allowed during a mail transaction",
             ))
@@ -111,7 +112,7 @@ impl Session {
             self.reply(refusal);
             return Err(Flow::Continue);
         }
-        if self.locked_out() {
+        if self.ctx.services.auth.locked_out(self.client.peer().ip()) {
             self.reply(reply::auth_locked_out());
             return Err(Flow::Close);
         }
@@ -165,18 +166,13 @@ impl Session {
     /// Sends `334 text` and reads the client's decoded answer.
     async fn challenge(&mut self, text: &str) -> Result<Vec<u8>, Exchange> {
         self.conn.reply(&Reply::raw(334, text.to_owned()));
-        match self.conn.read_line(&mut self.shutdown).await {
+        match self.conn.read_line(self.place.shutdown()).await {
             Ok(Line::Command(line)) => {
                 decode(line.strip_suffix(b"\r\n").ok_or(Exchange::Malformed)?)
             }
             Ok(Line::TooLong) => Err(Exchange::TooLong),
             Err(stop) => Err(Exchange::Stop(stop)),
         }
-    }
-
-    /// Whether the client's address is locked out now.
-    fn locked_out(&self) -> bool {
-        self.ctx.services.auth.locked_out(self.peer.ip())
     }
 
     /// Ends the session when the client left, idled or the relay is stopping mid-exchange.

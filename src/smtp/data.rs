@@ -17,19 +17,19 @@ use crate::reply::{self, Reply};
 
 impl Session {
     pub async fn data(&mut self) -> Flow {
-        match &self.envelope {
+        match &self.transaction {
             None => {
                 self.reply(reply::bad_sequence("Need MAIL and RCPT before DATA"));
                 return Flow::Continue;
             }
-            Some(envelope) if envelope.rcpts.is_empty() => {
+            Some(transaction) if transaction.rcpts() == 0 => {
                 let refusal = Reply::new(554, "5.5.1", "No valid recipients");
-                let outcome = match self.suppressed {
+                let outcome = match transaction.suppressed() {
                     0 => Outcome::NoRecipients,
                     _ => Outcome::Suppressed,
                 };
-                let counts = (0, self.suppressed);
-                let (ctx, peer) = (&self.ctx, self.peer);
+                let counts = transaction.counts();
+                let (ctx, peer) = (&self.ctx, self.client.peer());
                 account::refused(ctx, outcome, &refusal, "", peer, counts, Duration::ZERO);
                 self.reply(refusal);
                 return Flow::Continue;
@@ -42,9 +42,9 @@ impl Session {
         let deadline = Instant::now() + Duration::from_millis(smtp.data_timeout_ms.get());
         let mut reader =
             DataReader::new(max_bytes, max_line).with_budget(self.ctx.services.buffered.clone());
-        self.doing.set(Activity::Data);
+        self.place.doing(Activity::Data);
         let read = self.conn.read_data(&mut reader, deadline).await;
-        self.doing.set(Activity::Command);
+        self.place.doing(Activity::Command);
         match read {
             Ok(()) => {}
             Err(Stop::Idle) => {
@@ -52,7 +52,7 @@ impl Session {
                 return Flow::Close;
             }
             Err(Stop::DataTimeout) => {
-                tracing::info!(peer = %self.peer, "DATA deadline passed; nothing forwarded");
+                tracing::info!(peer = %self.client.peer(), "DATA deadline passed; nothing forwarded");
                 self.reply(reply::data_timeout());
                 return Flow::Close;
             }
@@ -60,13 +60,13 @@ impl Session {
         }
         // The transaction ends at the final dot, whatever its outcome (RFC 5321 4.1.1.4), and
         // a message moved on: the junk count starts again.
-        self.junk = 0;
-        let envelope = self.envelope.take().expect("checked above");
+        self.counters.message_moved();
+        let transaction = self.transaction.take().expect("checked above");
         // Held until the message is done with: its wait for tokens and its forwarding.
         let _budget = reader.take_budget();
         let body = reader.finish();
         let problem = match body {
-            Ok(body) => return self.deliver(envelope, body).await,
+            Ok(body) => return self.deliver(transaction, body).await,
             Err(problem) => problem,
         };
         let (outcome, refusal) = match problem {
@@ -79,8 +79,8 @@ impl Session {
                 (Outcome::ContentRejected, reply::leading_continuation())
             }
         };
-        let counts = (envelope.rcpts.len(), self.suppressed);
-        let (ctx, peer) = (&self.ctx, self.peer);
+        let counts = transaction.counts();
+        let (ctx, peer) = (&self.ctx, self.client.peer());
         account::refused(ctx, outcome, &refusal, "", peer, counts, Duration::ZERO);
         self.verdict(refusal);
         Flow::Continue

@@ -1,13 +1,15 @@
 //! EHLO and HELO: greet, reset any transaction (RFC 5321 4.1.4), and list what we offer.
 //! STARTTLS is listed only before TLS; AUTH only under TLS unless `allow_plaintext_auth`.
 
-use super::session::{Greeting, Session};
+use super::auth;
+use super::client::Greeting;
+use super::session::Session;
 use crate::reply::Reply;
 
 impl Session {
     pub fn ehlo(&mut self, name: &str, esmtp: bool) {
-        self.envelope = None;
-        self.greeting = Some(Greeting {
+        self.transaction = None;
+        self.client.greet(Greeting {
             name: name.to_string(),
             esmtp,
         });
@@ -23,10 +25,10 @@ impl Session {
             "SMTPUTF8".to_string(),
             "ENHANCEDSTATUSCODES".to_string(),
         ];
-        if self.ctx.setup.tls.is_some() && !self.tls {
+        if self.ctx.setup.tls.is_some() && !self.client.tls() {
             lines.push("STARTTLS".to_string());
         }
-        if self.auth_offered() {
+        if auth::offered(&self.ctx.setup.config.smtp, self.client.tls()) {
             lines.push("AUTH PLAIN LOGIN".to_string());
         }
         // RFC 9422: clients that know LIMITS split a message themselves instead of being

@@ -2,10 +2,14 @@
 //! the server; refusing at MAIL spares the client sending recipients and data for nothing).
 //! MAIL and RCPT lines are read by `path`, not smtp-proto, so the envelope stays as written.
 
+use super::client::Client;
 use super::path::{self, Param, PathError};
+use super::reputation;
 use super::session::Session;
+use super::transaction::Transaction;
 use crate::message::Envelope;
 use crate::reply::{self, Reply};
+use crate::state::context::Context;
 use crate::{pipeline, policy};
 
 /// What MAIL's parameters ask for.
@@ -57,12 +61,12 @@ impl Session {
             Ok(params) => params,
             Err(refusal) => return self.reply(refusal),
         };
-        if self.envelope.is_some() {
+        if self.transaction.is_some() {
             return self.reply(reply::bad_sequence("Nested MAIL command"));
         }
         // A transaction runs whole on the newest config (SIGHUP); one in flight keeps its own.
         self.ctx = self.ctx.latest();
-        if !self.may_relay() {
+        if !self.client.may_relay() {
             return self.reply(reply::auth_required());
         }
         let max = self.ctx.setup.config.max_message_bytes();
@@ -71,66 +75,61 @@ impl Session {
         }
         // `<>` is the null sender of bounces: it must stay null upstream.
         let from = (!line.mailbox.is_empty()).then(|| line.mailbox.to_string());
-        if let Some(refusal) = self.sender_outside(from.as_deref()) {
+        if let Some(refusal) = sender_outside(&self.client, from.as_deref()) {
             return self.reply(refusal);
         }
-        if let Some(refusal) = self.identity_at_mail(from.as_deref()) {
+        if let Some(refusal) = identity_at_mail(&self.ctx, &self.client, from.as_deref()) {
             return self.reply(refusal);
         }
-        if let Some(refusal) = self.reputation_at_mail(from.as_deref()).await {
+        let paused = reputation::at_mail(&self.ctx, &self.client, from.as_deref()).await;
+        if let Some(refusal) = paused {
             return self.reply(refusal);
         }
-        self.suppressed = 0;
-        self.envelope = Some(Envelope {
+        self.transaction = Some(Transaction::open(Envelope {
             from,
             rcpts: Vec::new(),
             smtputf8: params.smtputf8,
             body_8bit: params.body_8bit,
-        });
+        }));
         self.reply(Reply::new(250, "2.1.0", "Sender ok"));
     }
+}
 
-    /// The refusal of a sender outside the user's `senders`. The null sender of a bounce
-    /// claims no one (its `From:` is checked at the final dot).
-    fn sender_outside(&self, from: Option<&str>) -> Option<Reply> {
-        let binding = self.auth.as_ref()?.binding.as_ref()?;
-        let from = from.filter(|from| !binding.senders.allow(from))?;
-        tracing::info!(
-            target: "mailsluice::senders",
-            peer = %self.peer,
-            user = binding.user.as_str(),
-            "sender.refused at MAIL"
-        );
-        Some(reply::sender_not_allowed(from, &binding.user))
-    }
+/// The refusal of a sender outside the AUTH user's `senders`. The null sender of a bounce
+/// claims no one (its `From:` is checked at the final dot).
+fn sender_outside(client: &Client, from: Option<&str>) -> Option<Reply> {
+    let binding = client.auth()?.binding.as_ref()?;
+    let from = from.filter(|from| !binding.senders.allow(from))?;
+    tracing::info!(
+        target: "mailsluice::senders",
+        peer = %client.peer(),
+        user = binding.user.as_str(),
+        "sender.refused at MAIL"
+    );
+    Some(reply::sender_not_allowed(from, &binding.user))
+}
 
-    /// The refusal of a sender that is no sending identity of its route's upstream tenant (or
-    /// of a tenant upstream does not know), when the route is known at MAIL; else the final
-    /// dot asks. Read from what the upstream learned before: never a call upstream.
-    fn identity_at_mail(&self, from: Option<&str>) -> Option<Reply> {
-        let from = from?;
-        let envelope = Envelope {
-            from: Some(from.to_string()),
-            ..Envelope::default()
-        };
-        let route = policy::route_early(self.ctx.rules(), &self.facts(&envelope, &[]))?;
-        let tenant = route.upstream_tenant.as_deref()?;
-        let upstream = self.ctx.setup.upstreams.get(&route.upstream)?;
-        let refusal = pipeline::sender_identity(&self.ctx, upstream, tenant, from).err()?;
-        tracing::info!(
-            target: "mailsluice::upstream",
-            peer = %self.peer,
-            tenant,
-            "ses.sender_refused at MAIL"
-        );
-        Some(reply::identity_refused(&refusal))
-    }
-
-    /// Only an authenticated client, or one from `trusted_networks`, may send: anything
-    /// else would make this an open relay for the upstream's sending reputation.
-    fn may_relay(&self) -> bool {
-        self.trusted || self.auth.is_some()
-    }
+/// The refusal of a sender that is no sending identity of its route's upstream tenant (or of
+/// a tenant upstream does not know), when the route is known at MAIL; else the final dot
+/// asks. Read from what the upstream learned before: never a call upstream.
+fn identity_at_mail(ctx: &Context, client: &Client, from: Option<&str>) -> Option<Reply> {
+    let from = from?;
+    let envelope = Envelope {
+        from: Some(from.to_string()),
+        ..Envelope::default()
+    };
+    let facts = client.submitter().facts(&envelope, &[]);
+    let route = policy::route_early(ctx.rules(), &facts)?;
+    let tenant = route.upstream_tenant.as_deref()?;
+    let upstream = ctx.setup.upstreams.get(&route.upstream)?;
+    let refusal = pipeline::sender_identity(ctx, upstream, tenant, from).err()?;
+    tracing::info!(
+        target: "mailsluice::upstream",
+        peer = %client.peer(),
+        tenant,
+        "ses.sender_refused at MAIL"
+    );
+    Some(reply::identity_refused(&refusal))
 }
 
 /// Takes only what EHLO offers: SIZE, BODY=7BIT or 8BITMIME, SMTPUTF8, and AUTH= (which RFC

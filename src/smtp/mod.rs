@@ -3,6 +3,11 @@
 //! - `session`: one client's state and command loop; it dispatches each command to the file
 //!   named after its verb: `ehlo`, `mail`, `rcpt`, `data`, `rset`, `vrfy`, `help`,
 //!   `starttls` (upgrades the connection), `auth` (checks passwords).
+//! - the session's state, grouped by what it is about: who the client is (`client`: its
+//!   address, TLS, EHLO, AUTH user; the message's `Submitter` and our hop are built from it),
+//!   the open transaction (`transaction`), its counts against `max_errors` and
+//!   `max_junk_commands` (`counters`), its place in the running relay (`place`: its activity,
+//!   the shutdown and its grace, its last message's answer).
 //! - `deliver`: the final dot: the message handed to the pipeline (`pipeline::intake`: its
 //!   identity, our fields, its journey or its hold), the verdict answered and accounted for
 //!   once (`crate::pipeline::account`: the log line, the metrics, the spans, the webhook event).
@@ -14,7 +19,9 @@
 //! Every reply text is in `crate::reply`, shared with the spool's release.
 
 mod auth;
+mod client;
 mod conn;
+mod counters;
 mod data;
 mod data_reader;
 mod deliver;
@@ -22,12 +29,14 @@ mod ehlo;
 mod help;
 mod mail;
 mod path;
+mod place;
 mod rcpt;
 mod received;
 mod reputation;
 mod rset;
 mod session;
 mod starttls;
+mod transaction;
 mod vrfy;
 
 pub use data_reader::{DataProblem, DataReader};

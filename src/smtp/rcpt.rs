@@ -4,6 +4,7 @@
 //! literals are taken (RFC 5321 4.5.1, 4.1.3).
 
 use super::path::{self, PathError};
+use super::reputation;
 use super::session::Session;
 use crate::reply::{self, Reply};
 
@@ -31,20 +32,22 @@ impl Session {
             ));
         }
         let max = self.ctx.setup.config.smtp.max_recipients.get();
-        let Some(envelope) = self.envelope.as_mut() else {
+        let Some(transaction) = self.transaction.as_ref() else {
             return self.reply(reply::bad_sequence("Need MAIL before RCPT"));
         };
         if line.mailbox.is_empty() {
             return self.reply(Reply::new(501, "5.1.3", "Empty recipient address"));
         }
-        if envelope.rcpts.len() >= max {
+        if transaction.rcpts() >= max {
             return self.reply(reply::too_many_recipients(max));
         }
-        if let Some(refusal) = self.suppressed_rcpt(line.mailbox).await {
+        let suppressed = reputation::suppressed_rcpt(&self.ctx, line.mailbox).await;
+        let transaction = self.transaction.as_mut().expect("checked above");
+        if let Some(refusal) = suppressed {
+            transaction.rcpt_suppressed();
             return self.reply(refusal);
         }
-        let envelope = self.envelope.as_mut().expect("checked above");
-        envelope.rcpts.push(line.mailbox.to_string());
+        transaction.add_rcpt(line.mailbox.to_string());
         self.reply(Reply::new(250, "2.1.5", "Recipient ok"));
     }
 }

@@ -1,14 +1,49 @@
 //! The `Received:` trace header a relay must add (RFC 5321 4.4). It is the only change made
 //! to a message's bytes, besides removing a key header the config asks to strip. Nothing the
-//! client wrote may change its structure: a bad EHLO name is written as `unknown`.
+//! client wrote may change its structure: a bad EHLO name is written as `unknown`. The
+//! pipeline asks the session's hop (`SessionHop`, from `Client::hop`) for it.
 
 use std::borrow::Cow;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::path::domain_len;
 use crate::message::received::Mark;
+use crate::message::Envelope;
+use crate::pipeline::Hop;
+
+/// The session's hop, as our `Received:` field tells it (made by `Client::hop`).
+pub struct SessionHop<'a> {
+    /// The EHLO name (empty: none).
+    pub helo: &'a str,
+    pub peer: SocketAddr,
+    pub hostname: &'a str,
+    pub instance: &'a str,
+    pub protocol: &'static str,
+    pub repeats: &'a Repeats,
+}
+
+impl Hop for SessionHop<'_> {
+    /// Our `Received:` field, written in front of the client's bytes (then the fields the
+    /// route adds).
+    fn received(&self, id: &str, envelope: &Envelope) -> Vec<u8> {
+        let trace = Trace {
+            helo: self.helo,
+            peer: self.peer.ip(),
+            hostname: self.hostname,
+            instance: self.instance,
+            protocol: self.protocol,
+            id,
+            for_rcpt: match envelope.rcpts.as_slice() {
+                [one] => Some(one.as_str()),
+                _ => None,
+            },
+            repeats: self.repeats,
+        };
+        header(&trace, SystemTime::now())
+    }
+}
 
 /// What the header records about the hop.
 pub struct Trace<'a> {

@@ -5,7 +5,7 @@ use crate::reply;
 
 impl Session {
     pub fn rset(&mut self) {
-        self.envelope = None;
+        self.transaction = None;
         self.reply(reply::ok());
     }
 }

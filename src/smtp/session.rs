@@ -1,22 +1,20 @@
-//! One client's SMTP session: the state (greeted, in a transaction) and the command loop.
-//! Each verb's rules live in the file named after it; this file only reads, parses and
-//! dispatches, and decides when the session ends.
+//! One client's SMTP session: its state and the command loop. Each verb's rules live in the
+//! file named after it; this file only reads, parses and dispatches, and decides when the
+//! session ends.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use smtp_proto::{Error as ParseError, Request};
-use tokio::time::Instant;
 
+use super::client::Client;
 use super::conn::{Conn, Line, Stop};
-use super::received::Repeats;
-use crate::message::Envelope;
-use crate::observe::activity::Doing;
-use crate::policy::Binding;
+use super::counters::Counters;
+use super::place::Place;
+use super::transaction::Transaction;
 use crate::reply::{self, Reply};
 use crate::state::context::Context;
-use crate::state::grace_over::Bell;
 use crate::state::shutdown::Shutdown;
 
 /// Whether the session goes on after a command.
@@ -26,43 +24,18 @@ pub enum Flow {
     Close,
 }
 
-/// What the client said in EHLO/HELO.
-#[derive(Debug, Clone)]
-pub struct Greeting {
-    pub name: String,
-    pub esmtp: bool,
-}
-
+/// One client's session, its state grouped by what it is about: who the client is
+/// (`client.rs`), the open transaction (`transaction.rs`), its counts against its bounds
+/// (`counters.rs`), its place in the running relay (`place.rs`), and its connection.
 pub struct Session {
-    pub ctx: Arc<Context>,
-    pub conn: Conn,
-    pub peer: SocketAddr,
-    pub shutdown: Shutdown,
-    pub greeting: Option<Greeting>,
-    /// The open transaction: MAIL given, RCPTs collected.
-    pub envelope: Option<Envelope>,
-    /// RCPTs of the open transaction refused as suppressed, for its log line.
-    pub suppressed: usize,
-    /// The client may relay without AUTH (its address is in `trusted_networks`).
-    pub trusted: bool,
-    /// The connection is encrypted (implicit TLS, or after STARTTLS).
-    pub tls: bool,
-    /// The user the client authenticated as.
-    pub auth: Option<AuthUser>,
-    /// Error replies so far, against `max_errors`.
-    pub errors: usize,
-    /// Commands that moved no message on since the last message's final dot, against
-    /// `max_junk_commands`.
-    pub junk: usize,
-    /// Where this session is counted in the metrics' `sessions{activity}`.
-    pub doing: Doing,
-    /// What its messages' `Received:` fields repeat.
-    pub repeats: Repeats,
-    /// Rings when the shutdown's grace is over (none outside a running relay).
-    pub grace_over: Option<Arc<Bell>>,
-    /// When the last command, a message's, was answered: a shutdown soon after waits a
-    /// moment for the client's `QUIT` (see [`AFTER_MESSAGE`]).
-    pub after_message: Option<Instant>,
+    /// The running relay's config and services: a transaction, and AUTH, move it to the
+    /// newest config (SIGHUP).
+    pub(super) ctx: Arc<Context>,
+    pub(super) conn: Conn,
+    pub(super) client: Client,
+    pub(super) transaction: Option<Transaction>,
+    pub(super) counters: Counters,
+    pub(super) place: Place,
 }
 
 /// How long after a message's answer, when the relay is shutting down, a session waits for
@@ -76,19 +49,6 @@ pub const AFTER_MESSAGE: Duration = Duration::from_secs(2);
 /// [`Conn::linger`]); the server waits for its sessions about as long after the grace.
 const LINGER: Duration = Duration::from_secs(1);
 
-/// Who the client proved to be with AUTH, and what that lets it do.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AuthUser {
-    pub name: String,
-    /// The user's `tenant`, or its name: its messages' `auth_tenant` (the key of `auth`
-    /// layers, and their tenant unless `[tenant]` says otherwise).
-    pub tenant: String,
-    /// Its `header:<Name>` keys are honoured (`trust_key_header`).
-    pub trust_key_header: bool,
-    /// Its `senders`: the addresses it may send as (MAIL FROM, every `From:` address).
-    pub binding: Option<Binding>,
-}
-
 impl Session {
     pub fn new(
         ctx: Arc<Context>,
@@ -97,32 +57,15 @@ impl Session {
         shutdown: Shutdown,
         tls: bool,
     ) -> Session {
-        let trusted = ctx
-            .setup
-            .config
-            .smtp
-            .trusted_networks
-            .iter()
-            .any(|net| net.contains(&peer.ip()));
-        let doing = ctx.services.metrics.activities().start();
-        let grace_over = ctx.services.live.upgrade().map(|live| live.grace_bell());
+        let client = Client::new(peer, tls, &ctx.setup.config.smtp.trusted_networks);
+        let place = Place::new(&ctx, shutdown);
         Session {
-            doing,
             ctx,
             conn,
-            peer,
-            shutdown,
-            greeting: None,
-            envelope: None,
-            suppressed: 0,
-            trusted,
-            tls,
-            auth: None,
-            errors: 0,
-            junk: 0,
-            repeats: Repeats::default(),
-            grace_over,
-            after_message: None,
+            client,
+            transaction: None,
+            counters: Counters::default(),
+            place,
         }
     }
 
@@ -131,7 +74,7 @@ impl Session {
         let greeting = reply::greeting(&self.ctx.setup.config.smtp.hostname);
         self.conn.reply(&greeting);
         loop {
-            let line = match self.conn.read_line(&mut self.shutdown).await {
+            let line = match self.conn.read_line(self.place.shutdown()).await {
                 Ok(line) => line,
                 Err(stop) => return self.stop(stop).await,
             };
@@ -142,7 +85,7 @@ impl Session {
                     Flow::Continue
                 }
                 Line::Command(bytes) => {
-                    self.after_message = None;
+                    self.place.command_read();
                     let flow = self.command(&bytes).await;
                     self.conn.recycle(bytes);
                     flow
@@ -152,8 +95,9 @@ impl Session {
                 self.conn.shutdown_write().await;
                 return;
             }
-            if self.errors >= self.ctx.setup.config.smtp.max_errors.get() {
-                tracing::info!(peer = %self.peer, errors = self.errors, "too many errors");
+            let errors = self.counters.errors();
+            if errors >= self.ctx.setup.config.smtp.max_errors.get() {
+                tracing::info!(peer = %self.client.peer(), errors, "too many errors");
                 self.conn.reply(&reply::too_many_errors());
                 self.conn.shutdown_write().await;
                 return;
@@ -182,11 +126,11 @@ impl Session {
     /// Whether the client's next command, within [`AFTER_MESSAGE`] of its message's answer
     /// (and the grace), is QUIT.
     async fn quits(&mut self) -> bool {
-        let Some(answered) = self.after_message else {
+        let Some(answered) = self.place.last_message_answered() else {
             return false;
         };
         let deadline = answered + AFTER_MESSAGE;
-        let line = match self.grace_over.clone() {
+        let line = match self.place.grace_over() {
             Some(bell) => tokio::select! {
                 line = self.conn.line_by(deadline) => line,
                 _ = bell.wait() => None,
@@ -245,7 +189,7 @@ impl Session {
     /// `502`, then `421` and close. Postfix without CHUNKING also refuses BDAT and
     /// disconnects, with a `521`.
     fn bdat(&mut self) -> Flow {
-        tracing::info!(peer = %self.peer, "BDAT without CHUNKING: closing");
+        tracing::info!(peer = %self.client.peer(), "BDAT without CHUNKING: closing");
         self.reply(reply::not_implemented("BDAT"));
         self.conn.reply(&reply::bdat_closing());
         Flow::Close
@@ -253,11 +197,11 @@ impl Session {
 
     /// Counts a junk command; true (answered `421`) when it is one past `max_junk_commands`.
     fn junk_past_bound(&mut self) -> bool {
-        self.junk += 1;
-        if self.junk <= self.ctx.setup.config.smtp.max_junk_commands.get() {
+        let junk = self.counters.count_junk();
+        if junk <= self.ctx.setup.config.smtp.max_junk_commands.get() {
             return false;
         }
-        tracing::info!(peer = %self.peer, junk = self.junk, "too many junk commands");
+        tracing::info!(peer = %self.client.peer(), junk, "too many junk commands");
         self.conn.reply(&reply::too_many_junk_commands());
         true
     }
@@ -266,7 +210,7 @@ impl Session {
     /// as an error against `max_errors`.
     pub fn reply(&mut self, reply: Reply) {
         if reply.code >= 500 {
-            self.errors += 1;
+            self.counters.count_error();
         }
         self.conn.reply(&reply);
     }

@@ -12,7 +12,7 @@ impl Session {
             self.reply(reply::not_implemented("STARTTLS"));
             return Flow::Continue;
         };
-        if self.tls {
+        if self.client.tls() {
             self.reply(Reply::new(503, "5.5.1", "TLS already active"));
             return Flow::Continue;
         }
@@ -23,14 +23,12 @@ impl Session {
         match tls.accept(plain).await {
             Ok(encrypted) => {
                 self.conn.restore(Box::new(encrypted));
-                self.tls = true;
-                self.greeting = None;
-                self.envelope = None;
-                self.auth = None;
+                self.client.tls_started();
+                self.transaction = None;
                 Flow::Continue
             }
             Err(e) => {
-                tracing::info!(peer = %self.peer, error = %e, "STARTTLS handshake failed");
+                tracing::info!(peer = %self.client.peer(), error = %e, "STARTTLS handshake failed");
                 Flow::Close
             }
         }
