@@ -23,7 +23,7 @@
 //! A new step (a per-tenant daily cap, say) is its file here: its check, what it keeps
 //! between messages (`Services::kept`), its outcome (an `Outcome::Step` with its row:
 //! `OUTCOME`) and its refusal (`NotAdmitted::Step`, a [`StepRefusal`]: its outcome, its reply,
-//! the key it is about, whether it may go later, whether a driver may hold it). Here, its
+//! the key it is about, when it may go again, whether a driver may hold it). Here, its
 //! `mod` line, its line in the list below and its `OUTCOME` in [`STEP_OUTCOMES`]; its config
 //! row. Nothing else in the journey changes: it reads the refusal's data (`outcomes` puts the
 //! outcome in `Outcome::ALL`).
