@@ -236,8 +236,12 @@ fn a_steps_refusal_is_answered_counted_and_kept_as_it_says() {
         again,
         holdable,
     };
-    let refused =
-        |step| Verdict::refused(NotAdmitted::Step(step), Record::refused(Outcome::Delivered));
+    let refused = |step| {
+        Verdict::refused(
+            NotAdmitted::Step(Box::new(step)),
+            Record::refused(Outcome::Delivered),
+        )
+    };
     let later = refused(refusal(Some(Duration::from_secs(60)), false));
     assert_eq!(later.record.outcome.as_str(), "capped");
     assert_eq!(later.record.key, "acme");

@@ -15,7 +15,7 @@ pub(super) fn check(message: &Message<'_>) -> Result<(), NotAdmitted> {
     };
     match binding.first_outside(&message.identity.from) {
         None => Ok(()),
-        Some(address) => Err(NotAdmitted::Step(refusal(address, &binding.user))),
+        Some(address) => Err(NotAdmitted::Step(Box::new(refusal(address, &binding.user)))),
     }
 }
 

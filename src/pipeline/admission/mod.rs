@@ -90,8 +90,9 @@ pub enum NotAdmitted {
     Identity(IdentityRefusal),
     /// A pause holds it back (`reputation`, `upstream_pause`, `upstream_tenant_pause`).
     Paused(Paused),
-    /// Any other step's refusal, in its own words and with its own outcome.
-    Step(StepRefusal),
+    /// Any other step's refusal, in its own words and with its own outcome (boxed: a refusal
+    /// is rare, and the journey's `Result`s stay small).
+    Step(Box<StepRefusal>),
 }
 
 impl NotAdmitted {

@@ -105,13 +105,13 @@ fn a_verdicts_fate_is_what_its_reply_says() {
         NotAdmitted::Loop(Loop::CameBack),
         NotAdmitted::Loop(Loop::TooManyHops),
         // As the `from` step refuses a `From:` outside the user's `senders`.
-        NotAdmitted::Step(StepRefusal {
+        NotAdmitted::Step(Box::new(StepRefusal {
             outcome: Outcome::SenderRefused,
             reply: Reply::new(550, "5.7.1", "From: <a@b.example> not allowed for user app"),
             key: None,
             again: None,
             holdable: false,
-        }),
+        })),
         NotAdmitted::Identity(IdentityRefusal::NotIdentity {
             domain: "b.example".into(),
             tenant: "t".into(),
