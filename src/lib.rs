@@ -12,7 +12,7 @@
 //! | `fuzzing` | (feature `fuzzing`) a session over an in-memory stream, for `fuzz/` and tests |
 //! | `release/` | the spool's driver: held messages taken as they become due, one per key at a time, through `pipeline` with nobody waiting (`client`), what comes of each attempt by its verdict's fate (`attempt`: removed, again after a backoff, given up), what the report to the sender says (`dsn`; `message/dsn` writes it), the attempt's result counted and a give-up warned of (`report`) |
 //! | `smtp/` | one client's session: the state machine, one file per verb; its state grouped by what it is about: who the client is (`client`: the message's `Submitter` and our hop come from it), the open `transaction`, its `counters` against its bounds, its `place` in the running relay; at the final dot (`deliver`) it hands the message to `pipeline::intake`, answers the verdict and has it accounted for once (`pipeline::account`) |
-//! | `pipeline/` | a message's journey with no session in it: the one way in for both drivers (`intake`: its facts, identity and our fields; who gave it, `Submitter`), hold mode for a driver that can hold (`hold`), the checks before the wait (`admission/`, one file per step: its check, its refusal's words, its outcome), the wait for tokens (`wait`), the upstream leg with its retries and fallback (`forward`), the tokens settled and the reputation guard told (`settle`), one typed `verdict`, what the client is told of it (`answer`) and what it means for a held message (`fate`); the account of a verdict for both drivers (`account/`: its log line, metrics, status page row, spans, webhook event); what it needs of whoever waits for it (`client`) |
+//! | `pipeline/` | a message's journey with no session in it: the one way in for both drivers (`intake`: its facts, identity and our fields; who gave it, `Submitter`), hold mode for a driver that can hold (`hold`), the checks before the wait (`admission/`, one file per step: its check, its refusal's words, its outcome; the list of every outcome, `Outcome::ALL`), the wait for tokens (`wait`), the upstream leg with its retries and fallback (`forward`), the tokens settled and the reputation guard told (`settle`), one typed `verdict`, what the client is told of it (`answer`) and what it means for a held message (`fate`); the account of a verdict for both drivers (`account/`: its log line, metrics, status page row, spans, webhook event); what it needs of whoever waits for it (`client`) |
 //! | `reply/` | the `Reply` type and the reply texts shared below the pipeline: the dialogue's, the throttle's refusals, upstream's answer as the client gets it (`upstream`); an admission step's own refusal is in its step's file |
 //! | `state/` | what the running relay's tasks share: `Setup` (what a reload replaces), `Services` (what outlives it), `Context`, `Deps`, `Live` (`context`); what the admission steps keep between messages (`kept`); whether the SMTP listeners accept (`health`); the one shutdown signal (`shutdown`) and the grace's end (`grace_over`) |
 //! | `reputation/` | the tenant reputation guard: SES's bounce and complaint events parsed (`events`), counted per tenant over a sliding window (`ledger`), attributed by SES's message id (`attribution`), suppressed addresses (`suppression`), what it notes for the SES sync (`ses_sync`); where all of it lives, behind one trait (`store`): in process (`store::local`) or, with `[redis]`, in Redis shared by every replica (`store::redis`, failing open) |
@@ -23,7 +23,7 @@
 //! | `throttle/` | token buckets (pure math in `bucket`), key tables, stores (local; Redis: its scripts and keys, over `redis/`'s connection), layers with FIFO queues (fair by tenant with `fair_by`), stacked layers taken all or nothing (`stack`) |
 //! | `spool/` | where hold-mode layers keep messages (`[spool]`): one file per message, synced before the `250` (`layout`, `record`, `commit`), a lock per directory (`lock`), the queues per key in memory (`index`), read back at start (`recover`), its bounds (`room`) |
 //! | `webhook/` | tenant event webhooks: an event and a batch (`event`), each webhook's bounded queue (`queue`), its signed POSTs (`sign`, `post`) and its delivery task with retries (`deliver`); fed by a verdict's account (`pipeline/account`) and the reputation guard |
-//! | `message/` | plain data about one message: its `Envelope`, its `Outcome` (every outcome's facts in one table), the delivery status notification (RFC 3464) written when it is given up (`dsn`, for `upstream/mx` and `release/`), its header fields by byte range (`header`), its `Received:` hops and our mark in them (`received`) |
+//! | `message/` | plain data about one message: its `Envelope`, its `Outcome` (the relay's own outcomes' facts in one table; an admission step's own is its step's, `Outcome::Step`, and `pipeline/admission` makes the list of all, `Outcome::ALL`), the delivery status notification (RFC 3464) written when it is given up (`dsn`, for `upstream/mx` and `release/`), its header fields by byte range (`header`), its `Received:` hops and our mark in them (`received`) |
 //! | `redis/` | Redis as the throttle's shared layers and the reputation guard reach it, each with its own scripts and keys: its options from `[redis]` (`options`), a connection to one server, a Cluster or the primary that Sentinel names, followed through a failover (`connection`), a call that did not answer (`error`) |
 //! | `clock` | monotonic integer time, injected (`Clock`; `TokioClock`, `FakeClock` for tests) |
 //! | `config/` | the TOML schema, its defaults and validation; `config/upstream/` the keys every upstream shares and each kind's own |
@@ -52,13 +52,14 @@
 //! A new check before the wait (a per-tenant daily cap, say) touches these source files and
 //! no others:
 //! - `pipeline/admission/<step>.rs` (new): its check, what it keeps between messages (asked of
-//!   `Services::kept` by its own type), its refusal's reply words and its outcome;
-//! - `pipeline/admission/mod.rs`: its `mod` line, its line in the ordered list
-//!   (`of_message` or `at_upstream`), its variant of `NotAdmitted` and that variant's arms;
-//! - `message/outcome.rs`: its outcome (a variant and its row in the one table: name, whether
-//!   a layer decided, whether it went, whether the answer is upstream's word, the status
-//!   page's words);
-//! - `config/`: its config row;
+//!   `Services::kept` by its own type), its outcome (`Outcome::Step` with its row: its name and
+//!   the status page's words, `message::OutcomeFacts`) and its refusal (`NotAdmitted::Step`, a
+//!   `StepRefusal`: its outcome, its reply, the key it is about, when it may go again, whether
+//!   a driver may hold it);
+//! - `pipeline/admission/mod.rs`: its `mod` line, its line in the ordered list (`of_message`
+//!   or `at_upstream`) and its outcome in `STEP_OUTCOMES` (so `Outcome::ALL` lists it, after
+//!   `upstream_paused`);
+//! - `config/`: its config row (a tenant's own in `config/tenant.rs`);
 //!
 //! and in the docs its rows in docs/operating.md (outcome), docs/replies.md (with a case in
 //! `tests/session/outcomes.rs`) and docs/configuration.md.

@@ -4,7 +4,7 @@
 //! - `envelope`: the envelope as the client gave it.
 //! - `dsn`: the delivery status notification (RFC 3464) written for a message given up.
 //! - `id`: a message's id.
-//! - `outcome`: what became of the message.
+//! - `outcome`: what became of the message, and what the relay records of each outcome.
 //! - `header`: the header section's fields, by byte range.
 //! - `received`: its `Received:` fields: the hops it made, and our mark in them (a loop).
 
@@ -17,7 +17,7 @@ pub mod received;
 
 pub use envelope::Envelope;
 pub use id::new_id;
-pub use outcome::Outcome;
+pub use outcome::{Outcome, OutcomeFacts};
 
 /// The longest id of a message at its upstream the relay keeps (SES's are about 60 bytes):
 /// an id past it is not an id the relay can link events to.

@@ -2,7 +2,10 @@
 //! logged once by whoever answered it. One outcome per cause an operator acts on differently:
 //! a layer's refusal is never mixed with a pause, a loop or upstream's word. What the relay
 //! says of each (its name, whether a layer decided it, whether it went, whether the answer is
-//! upstream's word, why it was refused) is one row of one table, `TABLE`.
+//! upstream's word, why it was refused) is one row of one table, `TABLE`, or, for an
+//! outcome an admission step declares in its own file, that step's one row
+//! ([`Outcome::Step`]). `Outcome::ALL`, every outcome in the order docs/operating.md lists
+//! them, is in `pipeline/admission/outcomes.rs`: only the pipeline knows its steps.
 
 /// What became of a message the relay answered: at MAIL (its tenant paused by the reputation
 /// guard), at DATA (no recipient left), after its data (its size or content), or at its final
@@ -69,11 +72,14 @@ pub enum Outcome {
     Held,
     /// `452 4.3.1`: to be held, but the spool had no room or could not be written.
     SpoolFull,
+    /// An admission step's own refusal, its facts declared in the step's file: a new step
+    /// adds no variant here.
+    Step(&'static OutcomeFacts),
 }
 
-/// What the relay records of one outcome: one row of [`TABLE`].
-struct Facts {
-    outcome: Outcome,
+/// What the relay records of one outcome: a row of [`TABLE`], or a step's own.
+#[derive(Debug, PartialEq, Eq)]
+pub struct OutcomeFacts {
     /// Its name in the log line, the metrics and docs/operating.md.
     name: &'static str,
     /// [`LAYER`], [`WENT`], [`UPSTREAMS`], or none.
@@ -81,6 +87,24 @@ struct Facts {
     /// Why a message was refused, in a few words an operator acts on (the status page's
     /// last refusals); empty for what is no refusal.
     why: &'static str,
+}
+
+impl OutcomeFacts {
+    /// A refusal by the relay itself: no layer decided it, nothing went, the answer is not
+    /// upstream's word. What an admission step's own outcome is.
+    pub const fn refusal(name: &'static str, why: &'static str) -> OutcomeFacts {
+        OutcomeFacts {
+            name,
+            marks: 0,
+            why,
+        }
+    }
+}
+
+/// One row of [`TABLE`]: an outcome of the relay's own and its facts.
+struct Row {
+    outcome: Outcome,
+    facts: OutcomeFacts,
 }
 
 /// A throttle layer decided it (or, in hold mode, holds it or could not): only then do the
@@ -92,19 +116,16 @@ const WENT: u8 = 2;
 /// `upstream` field; the relay's own refusals leave that field empty.
 const UPSTREAMS: u8 = 4;
 
-const fn row(outcome: Outcome, name: &'static str, marks: u8, why: &'static str) -> Facts {
-    Facts {
-        outcome,
-        name,
-        marks,
-        why,
-    }
+const fn row(outcome: Outcome, name: &'static str, marks: u8, why: &'static str) -> Row {
+    let facts = OutcomeFacts { name, marks, why };
+    Row { outcome, facts }
 }
 
-/// Every outcome's facts, in the order docs/operating.md lists them: the one place to add an
-/// outcome (with its variant above).
+/// The facts of every outcome of the relay's own, in the order docs/operating.md lists them:
+/// the one place to add one (with its variant above). An admission step's own outcome is its
+/// step's instead ([`Outcome::Step`]).
 #[rustfmt::skip]
-const TABLE: [Facts; 28] = [
+const TABLE: [Row; 28] = [
     row(Outcome::Delivered, "delivered", WENT | UPSTREAMS, ""),
     row(Outcome::Partial, "partial", WENT | UPSTREAMS, ""),
     row(Outcome::Throttled, "throttled", LAYER, "upstream throttled this key past its wait"),
@@ -136,24 +157,27 @@ const TABLE: [Facts; 28] = [
 ];
 
 impl Outcome {
-    /// Every outcome, in the order docs/operating.md lists them (the table's).
-    pub const ALL: [Outcome; TABLE.len()] = {
-        let mut all = [Outcome::Delivered; TABLE.len()];
+    /// The relay's own outcomes, the table's, in its order: `Outcome::ALL` adds the admission
+    /// steps' own.
+    pub const CORE: [Outcome; TABLE.len()] = {
+        let mut core = [Outcome::Delivered; TABLE.len()];
         let mut i = 0;
         while i < TABLE.len() {
-            // Each row is its outcome's: `facts` finds it by the variant's number.
-            assert!(
-                TABLE[i].outcome as usize == i,
-                "the table's rows are in the enum's order"
-            );
-            all[i] = TABLE[i].outcome;
+            core[i] = TABLE[i].outcome;
             i += 1;
         }
-        all
+        core
     };
 
-    fn facts(self) -> &'static Facts {
-        &TABLE[self as usize]
+    fn facts(self) -> &'static OutcomeFacts {
+        match self {
+            Outcome::Step(facts) => facts,
+            // A few dozen rows, each compared by its variant's number alone.
+            own => match TABLE.iter().find(|row| row.outcome == own) {
+                Some(row) => &row.facts,
+                None => unreachable!("every outcome of the relay's own has its row: {own:?}"),
+            },
+        }
     }
 
     pub fn as_str(self) -> &'static str {
@@ -187,15 +211,26 @@ impl Outcome {
 
 #[cfg(test)]
 mod tests {
-    use super::Outcome;
+    use super::{Outcome, OutcomeFacts};
 
     #[test]
-    fn every_outcome_is_listed_once_with_a_name_of_its_own() {
+    fn every_outcome_of_the_relays_own_is_listed_once_with_a_name_of_its_own() {
         let names: std::collections::BTreeSet<_> =
-            Outcome::ALL.iter().map(|o| o.as_str()).collect();
-        assert_eq!(names.len(), Outcome::ALL.len());
+            Outcome::CORE.iter().map(|o| o.as_str()).collect();
+        assert_eq!(names.len(), Outcome::CORE.len());
         assert!(names
             .iter()
             .all(|n| n.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')));
+    }
+
+    #[test]
+    fn a_steps_outcome_is_read_from_its_own_row() {
+        const FACTS: OutcomeFacts = OutcomeFacts::refusal("a_step", "a step refused it");
+        let outcome = Outcome::Step(&FACTS);
+        assert_eq!(outcome.as_str(), "a_step");
+        assert_eq!(outcome.why(), "a step refused it");
+        assert!(!outcome.by_layer() && !outcome.delivered() && !outcome.upstreams_word());
+        assert_eq!(outcome, Outcome::Step(&FACTS));
+        assert_ne!(outcome, Outcome::Loop);
     }
 }

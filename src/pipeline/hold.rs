@@ -75,8 +75,8 @@ pub(super) async fn at_once(
 
 /// Whether a journey's end lets its message be held: its tokens did not come in time (or
 /// before the shutdown's grace ends), upstream or its tenant there is paused, upstream kept
-/// throttling it, or (`[reputation] action = "hold"`) the reputation guard paused its tenant.
-/// Not what upstream answered, nor a refusal for good.
+/// throttling it, or (`[reputation] action = "hold"`) the reputation guard paused its tenant,
+/// or a step says its refusal may be held. Not what upstream answered, nor a refusal for good.
 pub(super) fn holdable(ctx: &Context, end: &End) -> bool {
     match end {
         End::Unanswered(Unanswered::Refused(error)) => matches!(
@@ -91,6 +91,7 @@ pub(super) fn holdable(ctx: &Context, end: &End) -> bool {
                 !reject && action == Some(Action::Hold)
             }
         },
+        End::Refused(NotAdmitted::Step(refusal)) => refusal.holdable,
         _ => false,
     }
 }

@@ -215,3 +215,46 @@ async fn a_message_with_no_route_is_refused() {
     assert_eq!(verdict.record.outcome, Outcome::NoRoute);
     assert!(keeping.got.lock().unwrap().is_empty());
 }
+
+/// A step's refusal as data: the verdict counts its outcome and names its key, the client
+/// gets its words, the release reads when it may go again, and a driver holds it only when
+/// the step says so.
+#[test]
+fn a_steps_refusal_is_answered_counted_and_kept_as_it_says() {
+    use super::admission::StepRefusal;
+    use super::fate::{Fate, Later, Refuser};
+    use super::verdict::{Record, Verdict};
+    use crate::message::OutcomeFacts;
+    use crate::reply::Reply;
+
+    const CAPPED: OutcomeFacts = OutcomeFacts::refusal("capped", "the tenant is capped");
+    let (ctx, _) = context(CONFIG);
+    let refusal = |again, holdable| StepRefusal {
+        outcome: Outcome::Step(&CAPPED),
+        reply: Reply::new(451, "4.7.1", "Tenant acme capped"),
+        key: Some("acme".into()),
+        again,
+        holdable,
+    };
+    let refused = |step| {
+        Verdict::refused(
+            NotAdmitted::Step(Box::new(step)),
+            Record::refused(Outcome::Delivered),
+        )
+    };
+    let later = refused(refusal(Some(Duration::from_secs(60)), false));
+    assert_eq!(later.record.outcome.as_str(), "capped");
+    assert_eq!(later.record.key, "acme");
+    assert_eq!(
+        super::answer(&later.end).map(|r| r.text()).as_deref(),
+        Some("451 4.7.1 Tenant acme capped")
+    );
+    assert_eq!(
+        Fate::of(&later),
+        Fate::NotNow(Later::NotBefore(Duration::from_secs(60)))
+    );
+    assert!(!super::hold::holdable(&ctx, &later.end));
+    let for_good = refused(refusal(None, true));
+    assert_eq!(Fate::of(&for_good), Fate::RefusedForGood(Refuser::Relay));
+    assert!(super::hold::holdable(&ctx, &for_good.end));
+}

@@ -1,7 +1,8 @@
 //! The checks a message passes before it waits for tokens: one ordered list of steps, each in
 //! a file of its own with its check, its refusal's words and its outcome, saying go, or why
-//! not ([`NotAdmitted`], typed). A message refused here takes no tokens and nothing of it goes
-//! upstream.
+//! not ([`NotAdmitted`]: typed where the rest of the journey matches on it, else a
+//! [`StepRefusal`] that says it all). A message refused here takes no tokens and nothing of it
+//! goes upstream.
 //!
 //! The steps, in order ([`of_message`], then [`at_upstream`]):
 //! 1. `hops`: the message came back to this relay, or made more hops than `max_received`.
@@ -19,14 +20,19 @@
 //! renews it (`upstream::Pause`). Every pause a message can meet is a [`Paused`], scoped: an
 //! upstream, an upstream's tenant, a reputation tenant; a driver may hold what a pause refused.
 //!
-//! A new step (a per-tenant daily cap, say) is its file here (its check, its refusal's words,
-//! what it keeps between messages in `Services::kept`), its line in the list below with its
-//! variant of [`NotAdmitted`] and that variant's arms, its outcome's row in
-//! `message/outcome.rs`, and its config row.
+//! A new step (a per-tenant daily cap, say) is its file here: its check, what it keeps
+//! between messages (`Services::kept`), its outcome (an `Outcome::Step` with its row:
+//! `OUTCOME`) and its refusal (`NotAdmitted::Step`, a [`StepRefusal`]: its outcome, its reply,
+//! the key it is about, when it may go again, whether a driver may hold it). Here, its
+//! `mod` line, its line in the list below and its `OUTCOME` in [`STEP_OUTCOMES`]; its config
+//! row. Nothing else in the journey changes: it reads the refusal's data (`outcomes` puts the
+//! outcome in `Outcome::ALL`).
 
 mod from;
 mod hops;
+mod outcomes;
 mod reputation;
+mod step_refusal;
 mod upstream_identity;
 mod upstream_pause;
 mod upstream_tenant_pause;
@@ -42,7 +48,12 @@ use crate::state::context::Context;
 use crate::upstream::{IdentityRefusal, Probe, Upstream, UpstreamError};
 
 pub use reputation::reputation;
+pub use step_refusal::StepRefusal;
 pub use upstream_identity::sender_identity;
+
+/// The outcomes of the steps that declare their own (`Outcome::Step`), in the order of the
+/// list: `Outcome::ALL` lists them after the relay's own admission outcomes.
+const STEP_OUTCOMES: &[Outcome] = &[];
 
 /// The steps that need no route, in order: the first refusal, or go.
 pub async fn of_message(ctx: &Context, message: &Message<'_>) -> Result<(), NotAdmitted> {
@@ -68,17 +79,20 @@ pub async fn at_upstream(
     })
 }
 
-/// Why a message may not go now: one variant per step (the pauses share [`Paused`]).
+/// Why a message may not go now: a typed variant for a step whose refusal the journey
+/// matches on (hold mode and the release's `fate` on the pauses; the upstream's pause for its
+/// fallback), the pauses sharing [`Paused`]; any other step's refusal as it says it (`Step`).
 pub enum NotAdmitted {
     /// It came back to this relay, or made too many hops: refused for good (`hops`).
     Loop(Loop),
-    /// A `From:` address outside its AUTH user's `senders`: refused for good (`from`).
-    From { address: String, user: String },
     /// Its sender is no sending identity of the upstream's tenant, or upstream does not know
     /// the tenant (`upstream_identity`).
     Identity(IdentityRefusal),
     /// A pause holds it back (`reputation`, `upstream_pause`, `upstream_tenant_pause`).
     Paused(Paused),
+    /// Any other step's refusal, in its own words and with its own outcome (boxed: a refusal
+    /// is rare, and the journey's `Result`s stay small).
+    Step(Box<StepRefusal>),
 }
 
 impl NotAdmitted {
@@ -86,9 +100,9 @@ impl NotAdmitted {
     pub fn outcome(&self) -> Outcome {
         match self {
             NotAdmitted::Loop(_) => hops::OUTCOME,
-            NotAdmitted::From { .. } => from::OUTCOME,
             NotAdmitted::Identity(refusal) => upstream_identity::outcome(refusal),
             NotAdmitted::Paused(paused) => paused.outcome(),
+            NotAdmitted::Step(refusal) => refusal.outcome,
         }
     }
 
@@ -96,20 +110,21 @@ impl NotAdmitted {
     pub fn reply(&self) -> Reply {
         match self {
             NotAdmitted::Loop(looped) => hops::reply(*looped),
-            NotAdmitted::From { address, user } => from::reply(address, user),
             NotAdmitted::Identity(refusal) => upstream_identity::reply(refusal),
             NotAdmitted::Paused(paused) => paused.reply(),
+            NotAdmitted::Step(refusal) => refusal.reply.clone(),
         }
     }
 
-    /// The key the refusal is about when it is no layer's (the reputation guard's tenant),
-    /// for the log line and the status page.
+    /// The key the refusal is about when it is no layer's (the reputation guard's tenant, a
+    /// step's own), for the log line and the status page.
     pub fn key(&self) -> Option<&str> {
         match self {
             NotAdmitted::Paused(Paused {
                 scope: Scope::Tenant { key, .. },
                 ..
             }) => Some(key),
+            NotAdmitted::Step(refusal) => refusal.key.as_deref(),
             _ => None,
         }
     }

@@ -54,7 +54,7 @@ impl Fate {
             },
             End::Upstream(Err(_)) | End::NoRoute => later(Duration::ZERO),
             End::Refused(refusal) => match refusal {
-                NotAdmitted::Loop(_) | NotAdmitted::From { .. } => relay,
+                NotAdmitted::Loop(_) => relay,
                 NotAdmitted::Identity(IdentityRefusal::NotIdentity { .. }) => relay,
                 // The tenant must be created at upstream first.
                 NotAdmitted::Identity(IdentityRefusal::UnknownTenant { .. }) => {
@@ -65,6 +65,7 @@ impl Fate {
                     Scope::UpstreamTenant(error) if for_good(error) => relay,
                     _ => later(left.unwrap_or_default()),
                 },
+                NotAdmitted::Step(refusal) => refusal.again.map_or(relay, later),
             },
             End::Unanswered(unanswered) => match unanswered {
                 Unanswered::Refused(ThrottleError::Limited { retry_after, .. }) => {

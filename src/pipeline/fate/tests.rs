@@ -5,9 +5,11 @@ use std::time::Duration;
 use super::{Fate, Later, Refuser};
 use crate::message::received::Loop;
 use crate::message::Outcome;
+use crate::pipeline::admission::StepRefusal;
 use crate::pipeline::answer::answer;
 use crate::pipeline::verdict::{End, Record, Unanswered, Verdict};
 use crate::pipeline::{NotAdmitted, Paused, Scope};
+use crate::reply::Reply;
 use crate::reputation::{Breach, Kind};
 use crate::throttle::{LimitReason, ThrottleError};
 use crate::upstream::{Accepted, Feedback, IdentityRefusal, UpstreamError};
@@ -102,10 +104,14 @@ fn a_verdicts_fate_is_what_its_reply_says() {
     let refusals = [
         NotAdmitted::Loop(Loop::CameBack),
         NotAdmitted::Loop(Loop::TooManyHops),
-        NotAdmitted::From {
-            address: "a@b.example".into(),
-            user: "app".into(),
-        },
+        // As the `from` step refuses a `From:` outside the user's `senders`.
+        NotAdmitted::Step(Box::new(StepRefusal {
+            outcome: Outcome::SenderRefused,
+            reply: Reply::new(550, "5.7.1", "From: <a@b.example> not allowed for user app"),
+            key: None,
+            again: None,
+            holdable: false,
+        })),
         NotAdmitted::Identity(IdentityRefusal::NotIdentity {
             domain: "b.example".into(),
             tenant: "t".into(),
