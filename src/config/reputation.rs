@@ -234,15 +234,11 @@ pub(super) fn validate(config: &ReputationConfig, text: &str) -> Result<(), Brok
 
 #[cfg(test)]
 mod tests {
-    use crate::config::{Config, InvalidConfig, KeySource};
+    use crate::config::KeySource;
 
     use super::Action;
 
-    const MINIMAL: &str = "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"file://o\"\n";
-
-    fn parse(extra: &str) -> Result<Config, InvalidConfig> {
-        Config::parse(&format!("{MINIMAL}{extra}"))
-    }
+    use crate::config::tests::parse_with as parse;
 
     #[test]
     fn pinned_example_parses_with_defaults() {

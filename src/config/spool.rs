@@ -127,8 +127,7 @@ mod tests {
         }
     }
 
-    /// A config of `[smtp]` and `[upstream]` alone, to which a test adds its tables.
-    const MINIMAL: &str = "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"file://out\"\n";
+    use crate::config::tests::MINIMAL;
 
     #[test]
     fn a_hold_layer_without_a_spool_is_refused_at_its_line() {

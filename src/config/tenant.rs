@@ -110,13 +110,9 @@ pub(super) fn validate(tenant: &TenantConfig) -> Result<(), BrokenRule> {
 
 #[cfg(test)]
 mod tests {
-    use crate::config::{Config, InvalidConfig, KeySource};
+    use crate::config::KeySource;
 
-    const MINIMAL: &str = "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"file://o\"\n";
-
-    fn parse(extra: &str) -> Result<Config, InvalidConfig> {
-        Config::parse(&format!("{MINIMAL}{extra}"))
-    }
+    use crate::config::tests::parse_with as parse;
 
     #[test]
     fn absent_it_is_the_auth_users_tenant() {

@@ -2,7 +2,13 @@
 
 use super::*;
 
-const MINIMAL: &str = "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"file://out\"\n";
+/// A config of `[smtp]` and `[upstream]` alone (4 lines), to which a test adds its tables.
+pub(super) const MINIMAL: &str = "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"file://out\"\n";
+
+/// [`MINIMAL`] and `extra`, parsed.
+pub(super) fn parse_with(extra: &str) -> Result<Config, InvalidConfig> {
+    Config::parse(&format!("{MINIMAL}{extra}"))
+}
 
 #[test]
 fn minimal_config_gets_defaults() {
