@@ -3,7 +3,8 @@
 use super::*;
 
 /// A config of `[smtp]` and `[upstream]` alone (4 lines), to which a test adds its tables.
-pub(super) const MINIMAL: &str = "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"file://out\"\n";
+pub(super) const MINIMAL: &str =
+    "[smtp]\nlisten = [\"127.0.0.1:0\"]\n[upstream]\nurl = \"file://out\"\n";
 
 /// [`MINIMAL`] and `extra`, parsed.
 pub(super) fn parse_with(extra: &str) -> Result<Config, InvalidConfig> {
