@@ -4,7 +4,7 @@
 //! the browser says another site sent it (`Sec-Fetch-Site: cross-site` or `same-site`, or an
 //! `Origin` other than `http://<Host>` or `https://<Host>`), and 415 with a form's content
 //! type (the endpoints take no form body, and a form is what another site can post without
-//! asking). curl, the CLI and scripts send neither header and go on as before.
+//! asking). curl, the CLI and scripts send neither header and are served.
 //! `/ses/events` is exempt: SNS posts `text/plain`, and what it posts is checked by signature.
 
 use axum::extract::Request;
