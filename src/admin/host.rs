@@ -22,8 +22,8 @@ use axum::response::{IntoResponse, Response};
 use crate::config::AdminConfig;
 use crate::state::context::Live;
 
-/// The address the endpoint's listener is bound to (its real port when the config said 0),
-/// as its accept loop records it on every request.
+/// The address the endpoint's listener is bound to, as its accept loop records it on every
+/// request (the config's `listen` when the router is served some other way).
 #[derive(Debug, Clone, Copy)]
 pub struct Listening(pub SocketAddr);
 
@@ -50,7 +50,8 @@ pub async fn check(State(live): State<Arc<Live>>, request: Request, next: Next) 
     if is_own(&host, listening.ip(), named) {
         return next.run(request).await;
     }
-    tracing::info!(host = %host, "admin: request for another host refused");
+    // Debug: a page in a loop must not flood the log.
+    tracing::debug!(host = %host, "admin: request for another host refused");
     let why = "this endpoint does not answer for that Host: see [admin] hosts";
     (StatusCode::MISDIRECTED_REQUEST, why).into_response()
 }
