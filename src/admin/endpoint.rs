@@ -16,7 +16,7 @@ use tokio::net::TcpListener;
 use crate::admin::listener::Bounds;
 use crate::admin::sns::{self, SnsRoute};
 use crate::admin::status_page::{self, Checks};
-use crate::admin::{guard, reputation, spool};
+use crate::admin::{browser, guard, host, reputation, spool};
 use crate::observe::metrics::Metrics;
 use crate::spool::Spool;
 use crate::state::context::{Context, Deps, Live, Services};
@@ -179,9 +179,15 @@ pub fn router(admin: Arc<Admin>) -> Router {
             verifier: admin.services.sns.clone(),
             metrics: admin.services.metrics.clone(),
         }))
+        // The last layer runs first: the Host, then where a change comes from, then who.
         .layer(axum::middleware::from_fn_with_state(
             admin.live.clone(),
             guard::authenticate,
+        ))
+        .layer(axum::middleware::from_fn(browser::check))
+        .layer(axum::middleware::from_fn_with_state(
+            admin.live.clone(),
+            host::check,
         ))
         .with_state(admin)
 }

@@ -25,6 +25,7 @@ use tokio::time::Sleep;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
+use crate::admin::host::Listening;
 use crate::config::AdminConfig;
 use crate::state::shutdown::Shutdown;
 
@@ -56,6 +57,7 @@ pub async fn serve(
     bounds: Bounds,
     mut shutdown: Shutdown,
 ) -> std::io::Result<()> {
+    let listening = Listening(listener.local_addr()?);
     let slots = Arc::new(Semaphore::new(bounds.max_connections));
     let connections = TaskTracker::new();
     loop {
@@ -78,7 +80,14 @@ pub async fn serve(
             tracing::warn!(%peer, "admin: connection refused, max_connections reached");
             continue;
         };
-        let served = connection(stream, peer, router.clone(), bounds, shutdown.clone(), slot);
+        let served = connection(
+            stream,
+            (peer, listening),
+            router.clone(),
+            bounds,
+            shutdown.clone(),
+            slot,
+        );
         connections.spawn(served);
     }
     connections.close();
@@ -86,10 +95,11 @@ pub async fn serve(
     Ok(())
 }
 
-/// One connection, HTTP/1.1, its slot held until it closes.
+/// One connection, HTTP/1.1, its slot held until it closes; each request carries the
+/// client's address and the listener's (for `guard` and `host`).
 async fn connection(
     stream: TcpStream,
-    peer: SocketAddr,
+    (peer, listening): (SocketAddr, Listening),
     router: Router,
     bounds: Bounds,
     mut shutdown: Shutdown,
@@ -99,6 +109,7 @@ async fn connection(
     let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
         let mut request = request.map(|body| Body::new(Deadline::new(body, timeout)));
         request.extensions_mut().insert(ConnectInfo(peer));
+        request.extensions_mut().insert(listening);
         router.clone().oneshot(request)
     });
     let mut builder = http1::Builder::new();

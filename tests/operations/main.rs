@@ -4,6 +4,7 @@
 use mailsluice_test_support as support;
 
 mod admin;
+mod admin_browser;
 mod admin_flood;
 mod cli;
 mod dashboards;

@@ -6,6 +6,7 @@
 use mailsluice_test_support as support;
 
 mod admin;
+mod browser;
 mod common;
 mod crash;
 mod hold;

@@ -75,3 +75,49 @@ pub async fn post(addr: SocketAddr, path: &str, body: Vec<u8>) -> (u16, String) 
     });
     answer.await.expect("an HTTP answer")
 }
+
+/// Status and body of `METHOD {path}` sent as written over a plain connection to `addr`, with
+/// `headers` (a browser's `Origin`, `Sec-Fetch-Site`, a `Host` other than `addr`: what an
+/// HTTP client would set itself), `Host: {addr}` unless they name one, HTTP Basic `password`
+/// (user `admin`) when given, and an empty body.
+pub async fn raw_request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    password: Option<&str>,
+    headers: &[(&str, &str)],
+) -> (u16, String) {
+    use base64::Engine;
+    use std::fmt::Write;
+    use std::io::{Read, Write as _};
+    let mut head =
+        format!("{method} {path} HTTP/1.1\r\nconnection: close\r\ncontent-length: 0\r\n");
+    if !headers
+        .iter()
+        .any(|(name, _)| name.eq_ignore_ascii_case("host"))
+    {
+        write!(head, "host: {addr}\r\n").unwrap();
+    }
+    for (name, value) in headers {
+        write!(head, "{name}: {value}\r\n").unwrap();
+    }
+    if let Some(p) = password {
+        let pair = base64::engine::general_purpose::STANDARD.encode(format!("admin:{p}"));
+        write!(head, "authorization: Basic {pair}\r\n").unwrap();
+    }
+    head.push_str("\r\n");
+    let answer = tokio::task::spawn_blocking(move || {
+        let mut stream = std::net::TcpStream::connect(addr).unwrap();
+        stream.write_all(head.as_bytes()).unwrap();
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).unwrap();
+        String::from_utf8_lossy(&answer).into_owned()
+    })
+    .await
+    .unwrap();
+    let status = (answer.split(' ').nth(1))
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("an HTTP answer: {answer:?}"));
+    let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    (status, body.to_string())
+}

@@ -163,6 +163,11 @@ impl Relay {
     /// Starts the admin endpoint on 127.0.0.1:0 and returns its address.
     pub async fn start_admin(&self) -> SocketAddr {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        self.start_admin_on(listener)
+    }
+
+    /// The admin endpoint on `listener` (a wildcard address, say): its address.
+    pub fn start_admin_on(&self, listener: TcpListener) -> SocketAddr {
         let addr = listener.local_addr().unwrap();
         let shutdown = self.trigger.subscribe();
         tokio::spawn(mailsluice::admin::endpoint::serve(
