@@ -38,7 +38,7 @@ pub fn route_early(rules: Rules<'_>, facts: &MessageFacts<'_>) -> Option<Route> 
         .flatten();
     route::choose_early(rules, tenant.as_deref(), facts)
 }
-pub use senders::Binding;
+pub use senders::{Binding, FromRefusal};
 
 /// One `[[throttle]]` layer's rules for choosing a key and a cost (the bucket math is in
 /// `throttle`; this is only what a message is charged).
