@@ -137,7 +137,11 @@ async fn a_from_that_reads_two_ways_gets_550_and_nothing_goes() {
     for from in READ_TWO_WAYS {
         let message = format!("From: {from}\r\nSubject: x\r\n\r\nbody\r\n");
         let (code, text) = c
-            .send_mail("billing@acme.example", &["to@example.net"], message.as_bytes())
+            .send_mail(
+                "billing@acme.example",
+                &["to@example.net"],
+                message.as_bytes(),
+            )
             .await;
         assert_eq!(
             (code, text.as_str()),
@@ -181,7 +185,11 @@ async fn legitimate_from_forms_still_go() {
     for from in forms {
         let message = format!("From: {from}\r\nSubject: x\r\n\r\nbody\r\n");
         let (code, text) = c
-            .send_mail("billing@acme.example", &["to@example.net"], message.as_bytes())
+            .send_mail(
+                "billing@acme.example",
+                &["to@example.net"],
+                message.as_bytes(),
+            )
             .await;
         assert_eq!(code, 250, "{from:?}: {text}");
     }

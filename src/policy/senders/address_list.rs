@@ -101,7 +101,10 @@ impl<'a> Reader<'a> {
     fn quoted_pair(&mut self) -> Option<()> {
         self.expect(b'\\')?;
         match self.peek()? {
-            b if is_wsp(b) || is_vchar(b) => Some(self.at += 1),
+            b if is_wsp(b) || is_vchar(b) => {
+                self.at += 1;
+                Some(())
+            }
             _ => None,
         }
     }
@@ -222,9 +225,10 @@ impl<'a> Reader<'a> {
                 return Some(address);
             }
         }
-        *self = start;
-        if self.clone().phrase().is_some() {
-            self.phrase()?;
+        *self = start.clone();
+        let mut named = start;
+        if named.phrase().is_some() {
+            *self = named;
         }
         self.angle_addr()
     }
