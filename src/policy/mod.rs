@@ -10,8 +10,8 @@
 //! - `keys`: a key from its source (`auth`, `header:`, `sender`, ...) under the trust rules.
 //! - `charges`: what each layer charges a message.
 //! - `route`: the route a message takes.
-//! - `senders`: the addresses of its `From:` fields, and the AUTH user's `senders` they are
-//!   held to.
+//! - `senders`: the addresses of its `From:` fields (read strictly as address lists,
+//!   `senders/address_list.rs`), and the AUTH user's `senders` they are held to.
 
 use std::net::IpAddr;
 
@@ -38,7 +38,7 @@ pub fn route_early(rules: Rules<'_>, facts: &MessageFacts<'_>) -> Option<Route> 
         .flatten();
     route::choose_early(rules, tenant.as_deref(), facts)
 }
-pub use senders::Binding;
+pub use senders::{Binding, FromRefusal};
 
 /// One `[[throttle]]` layer's rules for choosing a key and a cost (the bucket math is in
 /// `throttle`; this is only what a message is charged).

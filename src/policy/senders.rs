@@ -1,7 +1,11 @@
 //! Whom a message claims to be from: the addresses of its `From:` fields (RFC 5322 3.6.2:
-//! mailboxes and groups, display names with encoded words, read by `mailparse`), and the AUTH
-//! user's `senders` they are held to. A null or matching envelope sender does not let a
-//! message claim another `From:`: recipients see the field, not the envelope.
+//! mailboxes and groups, display names with encoded words), read strictly as an address list
+//! (`address_list`), and the AUTH user's `senders` they are held to. A null or matching
+//! envelope sender does not let a message claim another `From:`: recipients see the field,
+//! not the envelope; and a field a mail reader could read otherwise than the relay does is
+//! refused, not guessed at.
+
+mod address_list;
 
 use crate::config::Senders;
 use crate::message::header::Fields;
@@ -13,21 +17,42 @@ pub struct Binding {
     pub senders: Senders,
 }
 
+/// Why a message's `From:` fields fail a user's binding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FromRefusal<'a> {
+    /// The message has no `From:` field: it would claim no one here, and whatever a later
+    /// hop or a mail reader makes up.
+    Missing,
+    /// A `From:` field that is not exactly an address list with a mailbox.
+    Unreadable,
+    /// An address outside the user's `senders`.
+    Outside(&'a str),
+}
+
 /// A field value that is not read as addresses is shown at most this long.
 const MAX_SHOWN: usize = 256;
 
 impl Binding {
-    /// The first of `from` outside the user's `senders`, if any.
-    pub fn first_outside<'a>(&self, from: &'a [String]) -> Option<&'a str> {
-        from.iter()
-            .map(String::as_str)
-            .find(|address| !self.senders.allow(address))
+    /// Why `from` (as [`from_addresses`] gives it) fails the binding, at its first entry that
+    /// does; `None` when every address is inside the user's `senders`.
+    pub fn refusal<'a>(&self, from: &'a [String]) -> Option<FromRefusal<'a>> {
+        if from.is_empty() {
+            return Some(FromRefusal::Missing);
+        }
+        let first = from
+            .iter()
+            .find(|entry| !address_list::is_addr_spec(entry) || !self.senders.allow(entry))?;
+        match address_list::is_addr_spec(first) {
+            true => Some(FromRefusal::Outside(first)),
+            false => Some(FromRefusal::Unreadable),
+        }
     }
 }
 
-/// The addresses of every `From:` field, in message order. A field that cannot be read as
-/// addresses gives its value as written (unfolded, trimmed, cut): it matches no pattern, so a
-/// user with `senders` cannot pass an unreadable `From:` that a mail reader might show.
+/// The addresses of every `From:` field, in message order, each a bare `addr-spec`. A field
+/// that is not exactly an address list with a mailbox gives its value as written (unfolded,
+/// trimmed, cut) instead: never an `addr-spec` itself, so it is told apart from an address,
+/// and it matches no identity upstream either.
 pub fn from_addresses(message: &[u8], fields: &Fields<'_>) -> Vec<String> {
     let mut addresses = Vec::new();
     let from = (fields.all().iter()).filter(|f| {
@@ -36,30 +61,28 @@ pub fn from_addresses(message: &[u8], fields: &Fields<'_>) -> Vec<String> {
             .eq_ignore_ascii_case(b"from")
     });
     for field in from {
-        let raw = &message[field.whole.clone()];
-        let parsed = mailparse::parse_header(raw)
-            .ok()
-            .and_then(|(header, _)| mailparse::addrparse_header(&header).ok());
-        match parsed {
-            Some(list) => addresses.extend(list.iter().flat_map(mailboxes)),
-            None => addresses.push(as_written(&raw[field.name.end - field.whole.start + 1..])),
+        let value = &message[field.name.end + 1..field.whole.end];
+        let value = value.strip_suffix(b"\r\n").unwrap_or(value);
+        // A byte that is not UTF-8 reads as U+FFFD: in no domain or address of `senders`.
+        let value = String::from_utf8_lossy(value);
+        match address_list::read(&value) {
+            Some(list) if !list.is_empty() => addresses.extend(list),
+            _ => addresses.push(as_written(&value)),
         }
     }
     addresses
 }
 
-/// The addresses of one mailbox or group.
-fn mailboxes(addr: &mailparse::MailAddr) -> Vec<String> {
-    match addr {
-        mailparse::MailAddr::Single(one) => vec![one.addr.clone()],
-        mailparse::MailAddr::Group(group) => group.addrs.iter().map(|a| a.addr.clone()).collect(),
+/// An unreadable value as written: unfolded and trimmed, and past [`MAX_SHOWN`] characters
+/// cut and ended with `...` (a text that ends with a dot is no `addr-spec`; an uncut one is
+/// none either, or the field would have been read as it).
+fn as_written(value: &str) -> String {
+    let text = address_list::unfold(value);
+    let text = text.trim_matches([' ', '\t']);
+    match text.chars().nth(MAX_SHOWN) {
+        None => text.to_string(),
+        Some(_) => text.chars().take(MAX_SHOWN).chain("...".chars()).collect(),
     }
-}
-
-fn as_written(value: &[u8]) -> String {
-    let text = String::from_utf8_lossy(value);
-    let unfolded: Vec<&str> = text.split_whitespace().collect();
-    unfolded.join(" ").chars().take(MAX_SHOWN).collect()
 }
 
 #[cfg(test)]
@@ -97,7 +120,31 @@ mod tests {
             senders,
         };
         let read = from(b"From: a@ACME.example, ceo@globex.example\r\n\r\n");
-        assert_eq!(binding.first_outside(&read), Some("ceo@globex.example"));
-        assert_eq!(binding.first_outside(&read[..1]), None);
+        assert_eq!(
+            binding.refusal(&read),
+            Some(FromRefusal::Outside("ceo@globex.example"))
+        );
+        assert_eq!(binding.refusal(&read[..1]), None);
+        assert_eq!(binding.refusal(&[]), Some(FromRefusal::Missing));
+        let two_ways = from(b"From: a@acme.example, ceo@globex.example (@acme.example\r\n\r\n");
+        assert_eq!(binding.refusal(&two_ways), Some(FromRefusal::Unreadable));
+        assert_eq!(
+            binding.refusal(&from(b"From: undisclosed:;\r\n\r\n")),
+            Some(FromRefusal::Unreadable)
+        );
+    }
+
+    #[test]
+    fn an_unreadable_field_is_shown_as_written_and_is_never_an_address() {
+        let long = format!("From: a@acme.example{} (\r\n\r\n", ".b".repeat(200));
+        let shown = from(long.as_bytes());
+        assert!(shown[0].starts_with("a@acme.example.b") && shown[0].ends_with("..."));
+        assert!(!address_list::is_addr_spec(&shown[0]));
+        let folded = from(b"From: ceo@globex.example\r\n (@acme.example\r\n\r\n");
+        assert_eq!(folded, ["ceo@globex.example (@acme.example"]);
+        assert_eq!(
+            from(b"From: \xff@acme.example\r\n\r\n"),
+            ["\u{FFFD}@acme.example"]
+        );
     }
 }

@@ -94,9 +94,9 @@ enum How {
     ToSuppressed,
     /// A transaction whose only RCPT was refused (`RCPT TO:<>`).
     NoRecipient,
-    /// AUTH as user `acme`, whose `senders` are `@acme.example`; a message whose `From:` is
-    /// outside them.
-    FromOutsideSenders,
+    /// AUTH as user `acme`, whose `senders` are `@acme.example`; a message with these
+    /// `From:` lines.
+    FromField(&'static str),
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -138,7 +138,7 @@ const fn case(
 }
 
 /// The table: reply, how it is made, outcome, layer named in the log line, in the metric.
-const CASES: [Case; 35] = [
+const CASES: [Case; 37] = [
     case("250 ...", How::Send, "delivered", false, false),
     case("250 ... (refused for {n} of {m} recipients; the sender is sent a report)", How::Send, "partial", false, false),
     case("550 5.6.0 Message contains a bare CR or LF (RFC 5321 2.3.8); not relayed", How::Data(Body::BareLf), "content_rejected", false, false),
@@ -169,11 +169,13 @@ const CASES: [Case; 35] = [
     case("451 4.7.1 upstream: SES tenant {name} paused ({why}), retry after {s.mmm} s", How::Send, "upstream_tenant_paused", false, false),
     case("552 5.3.4 upstream: Message too big for SES ({n} bytes, at most 41943040)", How::Send, "upstream_perm_fail", false, false),
     case("{code} {esc} upstream: {upstream's text}", How::Send, "upstream_temp_fail", false, false),
-    case("550 5.7.1 From: <{address}> not allowed for user {user}", How::FromOutsideSenders, "sender_refused", false, false),
+    case("550 5.7.1 From: <{address}> not allowed for user {user}", How::FromField("From: ceo@globex.example\r\n"), "sender_refused", false, false),
     case("451 4.7.1 upstream: SES tenant {name} disabled at SES", How::Send, "upstream_tenant_paused", false, false),
     case("554 5.3.5 upstream: SES NotFoundException: {SES's text}", How::Send, "upstream_perm_fail", false, false),
     case("250 2.0.0 Ok: queued as {id} (held for later delivery)", How::AfterOne, "held", true, false),
     case("452 4.3.1 Insufficient system storage, try again later", How::AfterOne, "spool_full", true, false),
+    case("550 5.7.1 From: unreadable address for user {user}", How::FromField("From: ceo@globex.example (@acme.example\r\n"), "sender_refused", false, false),
+    case("550 5.7.1 From: missing", How::FromField(""), "sender_refused", false, false),
 ];
 
 /// Rows of those sections no message of a session can get here, and why.
@@ -315,7 +317,7 @@ fn setup(i: usize) -> (String, String, Vec<Up>, Up) {
         )),
         28 => fail(mailsluice::upstream::ses::too_big(50_000_000)),
         29 => fail(refused(450, "4.2.0", "mailbox busy")),
-        30 => {
+        30 | 35 | 36 => {
             let users = [("acme", "s3cret", "senders = [\"@acme.example\"]")];
             let smtp = format!(
                 "allow_plaintext_auth = true\n{}",
@@ -438,14 +440,14 @@ async fn run(i: usize, case: &Case) -> Seen {
             c.cmd(&format!("MAIL FROM:<{FROM}>")).await
         }
         How::Data(body) => c.send_mail(FROM, &[TO], &body_of(body)).await,
-        How::FromOutsideSenders => {
+        How::FromField(from) => {
             c.cmd("EHLO client.test").await;
             let (code, text) = c
                 .cmd(&format!("AUTH PLAIN {}", plain("acme", "s3cret")))
                 .await;
             assert_eq!(code, 235, "{text}");
-            let message = b"From: ceo@globex.example\r\nSubject: s\r\n\r\nx\r\n";
-            c.send_mail(FROM, &[TO], message).await
+            let message = format!("{from}Subject: s\r\n\r\nx\r\n");
+            c.send_mail(FROM, &[TO], message.as_bytes()).await
         }
         How::ComesBack => {
             let forwarded = fwd.got.lock().unwrap()[0].clone();

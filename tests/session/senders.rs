@@ -115,3 +115,84 @@ async fn a_user_without_senders_sends_as_anyone() {
     assert_eq!(fwd.messages().len(), 1);
     relay.stop().await;
 }
+
+/// `From:` values a mail reader reads as `ceo@globex.example` (or as two addresses) while a
+/// lenient parser keeps the `acme.example` text after a comment, quote or angle address.
+const READ_TWO_WAYS: [&str; 9] = [
+    "ceo@globex.example (@acme.example",
+    "ceo@globex.example\r\n (@acme.example",
+    "<ceo@globex.example>@acme.example",
+    "<ceo@globex.example>billing@acme.example",
+    "\"CEO\" <ceo@globex.example>x@acme.example",
+    "CEO <ceo@globex.example> billing@acme.example",
+    "ceo@globex.example\"@acme.example",
+    "<ceo@globex.example billing@acme.example",
+    "ceo@globex.example <billing@acme.example>",
+];
+
+#[tokio::test]
+async fn a_from_that_reads_two_ways_gets_550_and_nothing_goes() {
+    let (relay, fwd) = start().await;
+    let mut c = logged_in(&relay, "acme", "s3cret").await;
+    for from in READ_TWO_WAYS {
+        let message = format!("From: {from}\r\nSubject: x\r\n\r\nbody\r\n");
+        let (code, text) = c
+            .send_mail(
+                "billing@acme.example",
+                &["to@example.net"],
+                message.as_bytes(),
+            )
+            .await;
+        assert_eq!(
+            (code, text.as_str()),
+            (550, "5.7.1 From: unreadable address for user acme"),
+            "{from:?}"
+        );
+        assert!(fwd.messages().is_empty(), "{from:?} went upstream");
+    }
+    assert_eq!(
+        relay.metric("mailsluice_messages_total{outcome=\"sender_refused\"}"),
+        READ_TWO_WAYS.len() as f64
+    );
+    relay.stop().await;
+}
+
+#[tokio::test]
+async fn a_bound_users_message_without_from_gets_550() {
+    let (relay, fwd) = start().await;
+    let mut c = logged_in(&relay, "acme", "s3cret").await;
+    let message = b"Subject: x\r\n\r\nFrom: billing@acme.example\r\n";
+    let (code, text) = c
+        .send_mail("billing@acme.example", &["to@example.net"], message)
+        .await;
+    assert_eq!((code, text.as_str()), (550, "5.7.1 From: missing"));
+    assert!(fwd.messages().is_empty());
+    relay.stop().await;
+}
+
+#[tokio::test]
+async fn legitimate_from_forms_still_go() {
+    let (relay, fwd) = start().await;
+    let mut c = logged_in(&relay, "acme", "s3cret").await;
+    let forms = [
+        "Billing <billing@acme.example>",
+        "\"Acme, Inc.\" <billing@acme.example>",
+        "billing@acme.example (Billing)",
+        "billing@acme.example, Team <team@acme.example>",
+        "\"Acme, Inc.\"\r\n <billing@acme.example>,\r\n\tteam@acme.example",
+        "=?utf-8?q?Acme_S=C3=A0rl?= <billing@acme.example>",
+    ];
+    for from in forms {
+        let message = format!("From: {from}\r\nSubject: x\r\n\r\nbody\r\n");
+        let (code, text) = c
+            .send_mail(
+                "billing@acme.example",
+                &["to@example.net"],
+                message.as_bytes(),
+            )
+            .await;
+        assert_eq!(code, 250, "{from:?}: {text}");
+    }
+    assert_eq!(fwd.messages().len(), forms.len());
+    relay.stop().await;
+}
