@@ -4,6 +4,7 @@
 
 use tokio::net::TcpListener;
 
+use crate::reputation_admin::acme_paused;
 use crate::support::auth::cheap_hash;
 use crate::support::http::raw_request;
 use crate::support::relay::memory_relay;
@@ -11,26 +12,11 @@ use crate::support::relay::memory_relay;
 const REPUTATION: &str =
     "[reputation]\nkey = \"header:X-Tenant\"\nmin_messages = 1\nmin_bounces = 1\n";
 
-fn bounce(message_id: &str, rcpt: &str) -> String {
-    format!(
-        r#"{{"eventType":"Bounce","mail":{{"messageId":"{message_id}"}},"bounce":{{"bounceType":"Permanent","bouncedRecipients":[{{"emailAddress":"{rcpt}"}}],"timestamp":"2026-12-01T10:00:00Z","feedbackId":"f-{message_id}"}}}}"#
-    )
-}
-
 #[tokio::test]
 async fn a_cross_site_page_cannot_resume_a_tenant() {
-    let rest = format!(
-        "{REPUTATION}[admin]\npassword_hash = \"{}\"\n",
-        cheap_hash("s3cret")
-    );
-    let (relay, _) = memory_relay("", &rest).await;
-    let admin = relay.start_admin().await;
+    let admin_section = format!("[admin]\npassword_hash = \"{}\"\n", cheap_hash("s3cret"));
+    let (relay, admin) = acme_paused(&admin_section).await;
     let guard = relay.reputation().unwrap();
-    guard.forwarded("acme", Some("m1"), 1).await;
-    guard
-        .apply_text(&bounce("m1", "gone@example.com"))
-        .await
-        .unwrap();
     let pw = Some("s3cret");
     let resume = "/reputation/acme/resume";
     let refused = [

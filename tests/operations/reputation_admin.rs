@@ -1,12 +1,28 @@
 //! The reputation guard's admin endpoints, and the admin password: open reads and 403 for
 //! changes without `[admin] password_hash`; Basic authentication for all but the probes with it.
 
+use std::net::SocketAddr;
+
 use crate::support::auth::cheap_hash;
 use crate::support::http::request;
-use crate::support::relay::{memory_relay, sum_metric};
+use crate::support::relay::{memory_relay, sum_metric, Relay};
 
 const REPUTATION: &str =
     "[reputation]\nkey = \"header:X-Tenant\"\nmin_messages = 1\nmin_bounces = 1\n";
+
+/// A relay with the reputation guard and `admin` (an `[admin]` section, or none) whose tenant
+/// `acme` is paused (one message, one hard bounce), and its admin endpoint's address.
+pub(crate) async fn acme_paused(admin: &str) -> (Relay, SocketAddr) {
+    let (relay, _) = memory_relay("", &format!("{REPUTATION}{admin}")).await;
+    let endpoint = relay.start_admin().await;
+    let guard = relay.reputation().unwrap();
+    guard.forwarded("acme", Some("m1"), 1).await;
+    guard
+        .apply_text(&bounce("m1", "gone@example.com"))
+        .await
+        .unwrap();
+    (relay, endpoint)
+}
 
 fn bounce(message_id: &str, rcpt: &str) -> String {
     format!(
@@ -16,14 +32,8 @@ fn bounce(message_id: &str, rcpt: &str) -> String {
 
 #[tokio::test]
 async fn without_a_password_reads_are_open_and_changes_are_refused() {
-    let (relay, _) = memory_relay("", REPUTATION).await;
-    let admin = relay.start_admin().await;
+    let (relay, admin) = acme_paused("").await;
     let guard = relay.reputation().unwrap();
-    guard.forwarded("acme", Some("m1"), 1).await;
-    guard
-        .apply_text(&bounce("m1", "gone@example.com"))
-        .await
-        .unwrap();
     let (status, body) = request(admin, "GET", "/reputation", None).await;
     assert_eq!(status, 200, "{body}");
     let json: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -62,18 +72,9 @@ async fn without_a_password_reads_are_open_and_changes_are_refused() {
 
 #[tokio::test]
 async fn with_a_password_every_path_but_the_probes_asks_for_it() {
-    let rest = format!(
-        "{REPUTATION}[admin]\npassword_hash = \"{}\"\n",
-        cheap_hash("s3cret")
-    );
-    let (relay, _) = memory_relay("", &rest).await;
-    let admin = relay.start_admin().await;
+    let admin_section = format!("[admin]\npassword_hash = \"{}\"\n", cheap_hash("s3cret"));
+    let (relay, admin) = acme_paused(&admin_section).await;
     let guard = relay.reputation().unwrap();
-    guard.forwarded("acme", Some("m1"), 1).await;
-    guard
-        .apply_text(&bounce("m1", "gone@example.com"))
-        .await
-        .unwrap();
     for path in ["/healthz", "/readyz"] {
         assert_ne!(request(admin, "GET", path, None).await.0, 401, "{path}");
     }
