@@ -113,7 +113,7 @@ impl Client {
         let esmtp = self.greeting.as_ref().is_some_and(|g| g.esmtp);
         SessionHop {
             helo: self.greeting.as_ref().map_or("", |g| g.name.as_str()),
-            peer: self.peer,
+            peer: self.peer.ip(),
             hostname,
             instance,
             protocol: received::protocol(esmtp, self.tls, self.auth.is_some()),

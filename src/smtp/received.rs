@@ -4,7 +4,7 @@
 //! pipeline asks the session's hop (`SessionHop`, from `Client::hop`) for it.
 
 use std::borrow::Cow;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -17,10 +17,13 @@ use crate::pipeline::Hop;
 pub struct SessionHop<'a> {
     /// The EHLO name (empty: none).
     pub helo: &'a str,
-    pub peer: SocketAddr,
+    pub peer: IpAddr,
     pub hostname: &'a str,
+    /// This process's id (`Services::instance`), the mark a message that loops back carries.
     pub instance: &'a str,
+    /// `ESMTP`, `SMTP`, or with `S` (TLS) / `A` (AUTH) as in RFC 3848.
     pub protocol: &'static str,
+    /// What the session's fields repeat.
     pub repeats: &'a Repeats,
 }
 
@@ -28,38 +31,14 @@ impl Hop for SessionHop<'_> {
     /// Our `Received:` field, written in front of the client's bytes (then the fields the
     /// route adds).
     fn received(&self, id: &str, envelope: &Envelope) -> Vec<u8> {
-        let trace = Trace {
-            helo: self.helo,
-            peer: self.peer.ip(),
-            hostname: self.hostname,
-            instance: self.instance,
-            protocol: self.protocol,
-            id,
-            for_rcpt: match envelope.rcpts.as_slice() {
-                [one] => Some(one.as_str()),
-                _ => None,
-            },
-            repeats: self.repeats,
+        // The single recipient, named only when there is exactly one (RFC 5321 4.4 warns that
+        // listing several leaks Bcc recipients).
+        let for_rcpt = match envelope.rcpts.as_slice() {
+            [one] => Some(one.as_str()),
+            _ => None,
         };
-        header(&trace, SystemTime::now())
+        header(self, id, for_rcpt, SystemTime::now())
     }
-}
-
-/// What the header records about the hop.
-pub struct Trace<'a> {
-    pub helo: &'a str,
-    pub peer: IpAddr,
-    pub hostname: &'a str,
-    /// This process's id (`Services::instance`), the mark a message that loops back carries.
-    pub instance: &'a str,
-    /// `ESMTP`, `SMTP`, or with `S` (TLS) / `A` (AUTH) as in RFC 3848.
-    pub protocol: &'a str,
-    pub id: &'a str,
-    /// The single recipient, named only when there is exactly one (RFC 5321 4.4 warns that
-    /// listing several leaks Bcc recipients).
-    pub for_rcpt: Option<&'a str>,
-    /// What the session's fields repeat.
-    pub repeats: &'a Repeats,
 }
 
 /// What a session's `Received:` fields repeat, written once rather than once a message: the
@@ -118,21 +97,21 @@ pub fn protocol(esmtp: bool, tls: bool, auth: bool) -> &'static str {
 
 /// The header, folded at its clauses (lines of at most 78 characters with a usual hostname,
 /// always far under 998), ending in CRLF.
-pub fn header(trace: &Trace<'_>, now: SystemTime) -> Vec<u8> {
+pub fn header(hop: &SessionHop<'_>, id: &str, for_rcpt: Option<&str>, now: SystemTime) -> Vec<u8> {
     // One buffer, written once and mostly without the formatting machinery: this runs for
     // every message.
     let mut h = String::with_capacity(320);
-    let mut kept = trace.repeats.kept.lock().expect("repeats lock");
+    let mut kept = hop.repeats.kept.lock().expect("repeats lock");
     h.push_str("Received: from ");
-    h.push_str(kept.from(trace.helo, trace.peer));
-    for part in ["\r\n\tby ", trace.hostname, " "] {
+    h.push_str(kept.from(hop.helo, hop.peer));
+    for part in ["\r\n\tby ", hop.hostname, " "] {
         h.push_str(part);
     }
-    Mark(trace.instance).write_to(&mut h);
-    for part in ["\r\n\twith ", trace.protocol, " id ", trace.id] {
+    Mark(hop.instance).write_to(&mut h);
+    for part in ["\r\n\twith ", hop.protocol, " id ", id] {
         h.push_str(part);
     }
-    if let Some(rcpt) = trace.for_rcpt.filter(|r| plain_path(r)) {
+    if let Some(rcpt) = for_rcpt.filter(|r| plain_path(r)) {
         h.push_str("\r\n\tfor <");
         h.push_str(rcpt);
         h.push('>');
@@ -197,17 +176,21 @@ mod tests {
 
     #[test]
     fn header_names_the_hop_and_ends_in_crlf() {
-        let t = Trace {
+        let t = SessionHop {
             helo: "client.example",
             peer: "127.0.0.1".parse().unwrap(),
             hostname: "relay.example",
             instance: "0123abcd",
             protocol: "ESMTP",
-            id: "abc",
-            for_rcpt: Some("a@b.example"),
             repeats: &Repeats::default(),
         };
-        let h = String::from_utf8(header(&t, SystemTime::UNIX_EPOCH)).unwrap();
+        let h = String::from_utf8(header(
+            &t,
+            "abc",
+            Some("a@b.example"),
+            SystemTime::UNIX_EPOCH,
+        ))
+        .unwrap();
         assert!(h.starts_with(
             "Received: from client.example ([127.0.0.1])\r\n\tby relay.example (mailsluice 0123abcd)\r\n"
         ));
@@ -241,17 +224,15 @@ mod tests {
 
     #[test]
     fn hostile_helo_cannot_inject_a_header() {
-        let t = Trace {
+        let t = SessionHop {
             helo: "x\r\nBcc: victim@example",
             peer: "127.0.0.1".parse().unwrap(),
             hostname: "r",
             instance: "0123abcd",
             protocol: "SMTP",
-            id: "i",
-            for_rcpt: None,
             repeats: &Repeats::default(),
         };
-        let h = String::from_utf8(header(&t, SystemTime::UNIX_EPOCH)).unwrap();
+        let h = String::from_utf8(header(&t, "i", None, SystemTime::UNIX_EPOCH)).unwrap();
         assert_eq!(h.matches("\r\n").count(), 5);
         assert!(!h.contains("\r\nBcc"));
         assert!(h.contains("\r\n\t(helo=x??Bcc:?victim?example)\r\n"), "{h}");
