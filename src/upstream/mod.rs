@@ -41,8 +41,8 @@ pub use feedback::{Classifier, Feedback};
 pub use file::FileForwarder;
 pub use mx::{MxForwarder, MxSetupError};
 pub use offers::{
-    Account, AccountError, AdmitFuture, CallFailed, FailedCalls, IdentityCheck, IdentityRefusal,
-    Offers, QuotaFuture, SendQuota, StandingFuture, SuppressReason, TenantIdentities, TenantPauses,
+    Account, AccountError, AdmitFuture, CallFailed, FailedCalls, IdentityCheck, IdentityFuture,
+    IdentityRefusal, Offers, QuotaFuture, SendQuota, StandingFuture, SuppressReason, TenantIdentities, TenantPauses,
     TenantStanding, TenantStatus,
 };
 pub use pause::{Admission, Pause, Probe};

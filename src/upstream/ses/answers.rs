@@ -9,7 +9,10 @@
 //! whose body does not parse is `Uncertain` too: SES said yes, and a retry would send the
 //! message twice. A `404` names something the configuration asks for that SES does not have
 //! (a configuration set, an identity): permanent, since the client's retries would fail the
-//! same until the operator fixes it.
+//! same until the operator fixes it. For a message sent as an SES tenant, SES saying it does
+//! not know the tenant, or that the sender is not associated with it, gets the words of the
+//! relay's own check (`IdentityRefusal`), which catches both before DATA when the tenant was
+//! read in time.
 
 use aws_sdk_sesv2::config::http::HttpResponse;
 use aws_sdk_sesv2::error::{ProvideErrorMetadata, SdkError};
@@ -24,6 +27,10 @@ pub enum Answer {
     Error(UpstreamError),
     /// SES paused sending for the tenant the message was sent as (SES's words).
     TenantPaused(String),
+    /// SES does not know the tenant the message was sent as.
+    TenantUnknown,
+    /// The sender is no identity associated with the tenant the message was sent as.
+    NotIdentity,
 }
 
 /// An answer of SES's: its HTTP status, its error code (the exception's name) and its text.
@@ -53,8 +60,13 @@ pub fn classify(status: u16, code: Option<&str>, text: &str, tenant: Option<&str
     {
         return pushback(Feedback::Rate);
     }
+    let says = |words: &str| text.to_ascii_lowercase().contains(words);
     match code {
         "SendingPausedException" if tenant.is_some() => Answer::TenantPaused(text.to_string()),
+        "NotFoundException" if tenant.is_some() && says("tenant") => Answer::TenantUnknown,
+        "MessageRejected" | "BadRequestException" if tenant.is_some() && says("not associated") => {
+            Answer::NotIdentity
+        }
         "SendingPausedException" | "AccountSuspendedException" => pushback(Feedback::Paused),
         "MessageRejected" | "BadRequestException" => reply(554, "5.6.0"),
         "MailFromDomainNotVerifiedException" => reply(550, "5.7.1"),
