@@ -256,4 +256,27 @@ mod tests {
         assert_eq!((code, enhanced), (451, Some("4.4.1")));
         assert!(text.contains("SES is down"), "{text}");
     }
+
+    /// For a message sent as a tenant: SES not knowing the tenant, or the sender not
+    /// associated with it, are told apart from other refusals of the same codes.
+    #[test]
+    fn a_tenant_unknown_and_an_identity_not_associated_are_told_apart() {
+        let gone = "Tenant nope does not exist.";
+        let acme = Some("acme");
+        assert_eq!(
+            classify(404, Some("NotFoundException"), gone, acme),
+            Answer::TenantUnknown
+        );
+        let set = "Configuration set x does not exist.";
+        let other = error(classify(404, Some("NotFoundException"), set, acme));
+        assert_eq!(other.reply().map(|r| r.0), Some(554));
+        let no_tenant = error(classify(404, Some("NotFoundException"), gone, None));
+        assert_eq!(no_tenant.reply().map(|r| r.0), Some(554));
+        let text = "Email identity a@x.example is not associated with tenant acme.";
+        for code in ["BadRequestException", "MessageRejected"] {
+            assert_eq!(classify(400, Some(code), text, acme), Answer::NotIdentity);
+            let plain = error(classify(400, Some(code), "Bad Request", acme));
+            assert_eq!(plain.reply().map(|r| r.0), Some(554), "{code}");
+        }
+    }
 }

@@ -118,3 +118,55 @@ async fn past_its_bound_the_tenant_asked_about_longest_ago_is_forgotten() {
     assert_eq!(ids.unknown(), ["a"], "b went, a was asked about since");
     assert_eq!(ids.tenants.lock().unwrap().len(), 2);
 }
+
+/// A message of a tenant never read waits for its read: every message meanwhile shares the
+/// one read, which goes ahead of the background reads (no background room needed).
+#[tokio::test(start_paused = true)]
+async fn a_tenant_never_read_is_wanted_once_and_read_ahead_of_the_background() {
+    let (ids, _api) = identities(10);
+    ids.listed(Ok(vec!["listed".into()]));
+    let Look::Reading(mut first) = ids.look("acme", "a@acme.example") else {
+        panic!("never read: its read is waited for");
+    };
+    let Look::Reading(_) = ids.look("acme", "b@acme.example") else {
+        panic!("still not read");
+    };
+    let none = Arc::new(tokio::sync::Semaphore::new(0));
+    let taken = ids.take_due(Instant::now(), &none);
+    let taken: Vec<&str> = taken.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(taken, ["acme"], "the listed tenant waits for room");
+    assert!(ids.take_due(Instant::now(), &none).is_empty(), "one read");
+    ids.learned("acme", names(&["acme.example"]));
+    first.changed().await.unwrap();
+    assert!(matches!(
+        ids.look("acme", "a@acme.example"),
+        Look::Judged(IdentityCheck::Allowed)
+    ));
+    assert_eq!(due(&ids), ["listed"], "read once there is room");
+}
+
+/// A first read that fails lets the tenant's senders go at once, without waiting again.
+#[tokio::test(start_paused = true)]
+async fn after_a_failed_first_read_senders_go_unchecked_without_waiting() {
+    let (ids, _api) = identities(10);
+    assert!(matches!(ids.look("acme", "a@acme.example"), Look::Reading(_)));
+    due(&ids);
+    ids.learned("acme", Err(CallFailed("down".into())));
+    assert!(matches!(
+        ids.look("acme", "a@acme.example"),
+        Look::Judged(IdentityCheck::Unchecked)
+    ));
+}
+
+/// The list adds the tenants not held, up to `max`; a tenant held already is left as it is.
+#[tokio::test(start_paused = true)]
+async fn the_list_is_cut_at_max() {
+    let (ids, _api) = identities(3);
+    ids.look("acme", "a@acme.example");
+    let listed = ["acme", "b", "c", "d", "e"].map(String::from).to_vec();
+    ids.listed(Ok(listed));
+    let mut held: Vec<String> = ids.tenants.lock().unwrap().keys().cloned().collect();
+    held.sort();
+    assert_eq!(held, ["acme", "b", "c"]);
+    assert!(ids.tenants.lock().unwrap()["acme"].wanted, "still wanted");
+}
