@@ -105,7 +105,11 @@ const UNFIT_SHOWN: usize = 80;
 /// `ses_tenant` with `{key}` and `{tenant}` replaced; `None` when it needs one that is empty
 /// or not known; `Err` with the name made printable (and cut) when SES does not take it as it
 /// is.
-fn upstream_tenant(template: &str, key: &str, tenant: Option<&str>) -> Option<Result<String, String>> {
+fn upstream_tenant(
+    template: &str,
+    key: &str,
+    tenant: Option<&str>,
+) -> Option<Result<String, String>> {
     if template.contains("{key}") && key.is_empty() {
         return None;
     }

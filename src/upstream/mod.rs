@@ -42,8 +42,8 @@ pub use file::FileForwarder;
 pub use mx::{MxForwarder, MxSetupError};
 pub use offers::{
     Account, AccountError, AdmitFuture, CallFailed, FailedCalls, IdentityCheck, IdentityFuture,
-    IdentityRefusal, Offers, QuotaFuture, SendQuota, StandingFuture, SuppressReason, TenantIdentities, TenantPauses,
-    TenantStanding, TenantStatus,
+    IdentityRefusal, Offers, QuotaFuture, SendQuota, StandingFuture, SuppressReason,
+    TenantIdentities, TenantPauses, TenantStanding, TenantStatus,
 };
 pub use pause::{Admission, Pause, Probe};
 pub use ses::{SesForwarder, SesSetupError};

@@ -413,7 +413,11 @@ fn field<'a>(fields: &'a str, name: &str) -> &'a str {
 async fn run(i: usize, case: &Case) -> Seen {
     let (smtp, rest, script, then) = setup(i);
     let fwd = Scripted::new(script, then);
-    let url = if i == 37 { "ses://eu-west-1" } else { "file://unused" };
+    let url = if i == 37 {
+        "ses://eu-west-1"
+    } else {
+        "file://unused"
+    };
     let relay = Relay::start(&config_text(url, &smtp, &rest), fwd.clone()).await;
     let (events, _capture) = Events::capture();
     let message = MESSAGE.as_bytes();

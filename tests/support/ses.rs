@@ -284,7 +284,8 @@ impl FakeSes {
                     return error(404, "NotFoundException", &text);
                 }
                 Some(false) => {
-                    let text = format!("Email identity {from} is not associated with tenant {tenant}.");
+                    let text =
+                        format!("Email identity {from} is not associated with tenant {tenant}.");
                     return error(400, "BadRequestException", &text);
                 }
                 Some(true) => {}

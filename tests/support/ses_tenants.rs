@@ -105,7 +105,10 @@ impl SesTenants {
         let tenant = tenants.get(name)?;
         let domain = identity.rsplit_once('@').map_or(identity, |(_, d)| d);
         let ids = &tenant.identities;
-        Some(ids.iter().any(|i| i.eq_ignore_ascii_case(identity) || i.eq_ignore_ascii_case(domain)))
+        Some(
+            ids.iter()
+                .any(|i| i.eq_ignore_ascii_case(identity) || i.eq_ignore_ascii_case(domain)),
+        )
     }
 
     /// Changes a tenant SES knows.

@@ -133,8 +133,14 @@ async fn ses_s_own_answers_for_a_tenant_gone_or_an_identity_dropped_are_mapped()
     fake.tenants.add("beta", &["beta.example"]);
     let relay = start_relay(&fake, "", BY_HEADER).await;
     let message = |tenant: &str| format!("X-Tenant: {tenant}\r\nSubject: s\r\n\r\nx\r\n");
-    assert_eq!(send(&relay, "a@acme.example", &message("acme")).await.0, 250);
-    assert_eq!(send(&relay, "b@beta.example", &message("beta")).await.0, 250);
+    assert_eq!(
+        send(&relay, "a@acme.example", &message("acme")).await.0,
+        250
+    );
+    assert_eq!(
+        send(&relay, "b@beta.example", &message("beta")).await.0,
+        250
+    );
 
     fake.tenants.remove("acme");
     let (code, text) = send(&relay, "a@acme.example", &message("acme")).await;

@@ -92,9 +92,16 @@ fn ses_tenant_renders_the_message_s_tenant() {
         assert_eq!(unfit(MSG, Some(tenant)), Some(format!("t-{tenant}")));
     }
     let long = "x".repeat(63);
-    assert_eq!(upstream_tenant(MSG, Some(&long[..62])), Some(format!("t-{}", &long[..62])));
+    assert_eq!(
+        upstream_tenant(MSG, Some(&long[..62])),
+        Some(format!("t-{}", &long[..62]))
+    );
     assert_eq!(unfit(MSG, Some(&long)).map(|n| n.len()), Some(65));
-    assert_eq!(unfit(MSG, Some("a\r\nb")).as_deref(), Some("t-a__b"), "printable");
+    assert_eq!(
+        unfit(MSG, Some("a\r\nb")).as_deref(),
+        Some("t-a__b"),
+        "printable"
+    );
     let early = |tenant| route_early(rules, &facts(b"", &[], tenant)).unwrap();
     assert_eq!(
         early(None).upstream_tenant,

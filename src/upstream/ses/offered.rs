@@ -4,8 +4,8 @@
 
 use super::SesForwarder;
 use crate::upstream::{
-    AdmitFuture, CallFailed, IdentityCheck, IdentityFuture, StandingFuture, SuppressReason, TenantIdentities,
-    TenantPauses, TenantStanding, TenantStatus,
+    AdmitFuture, CallFailed, IdentityCheck, IdentityFuture, StandingFuture, SuppressReason,
+    TenantIdentities, TenantPauses, TenantStanding, TenantStatus,
 };
 
 /// A tenant SES disabled is refused before SES is asked; then the pauses SES's own answers

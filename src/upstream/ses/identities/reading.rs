@@ -58,7 +58,9 @@ pub(super) async fn read_on(identities: Weak<Identities>, api: Arc<Api>, wake: A
                 });
             }
             let room = background.available_permits() > 0;
-            strong.next_due(room).map_or(list_due, |due| due.min(list_due))
+            strong
+                .next_due(room)
+                .map_or(list_due, |due| due.min(list_due))
         };
         tokio::select! {
             _ = tokio::time::sleep_until(next) => {}

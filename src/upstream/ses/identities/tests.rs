@@ -92,10 +92,7 @@ async fn a_miss_asks_for_at_most_one_early_read_a_minute() {
     ids.learned("acme", names(&["acme.example"]));
     tokio::time::advance(EARLY_EVERY - Duration::from_millis(1)).await;
     assert!(refused_domain(ids.check("acme", "x@new.example", &api)).is_some());
-    assert!(
-        due(&ids).is_empty(),
-        "not twice a minute"
-    );
+    assert!(due(&ids).is_empty(), "not twice a minute");
     tokio::time::advance(Duration::from_millis(1)).await;
     assert!(refused_domain(ids.check("acme", "x@new.example", &api)).is_some());
     assert_eq!(due(&ids), ["acme"]);
@@ -149,7 +146,10 @@ async fn a_tenant_never_read_is_wanted_once_and_read_ahead_of_the_background() {
 #[tokio::test(start_paused = true)]
 async fn after_a_failed_first_read_senders_go_unchecked_without_waiting() {
     let (ids, _api) = identities(10);
-    assert!(matches!(ids.look("acme", "a@acme.example"), Look::Reading(_)));
+    assert!(matches!(
+        ids.look("acme", "a@acme.example"),
+        Look::Reading(_)
+    ));
     due(&ids);
     ids.learned("acme", Err(CallFailed("down".into())));
     assert!(matches!(
