@@ -12,18 +12,19 @@ use crate::support::relay::Client;
 use crate::support::ses::FakeSes;
 use crate::support::wait::until;
 
-use super::ses_tenants::{send, start_relay, ACME, BY_HEADER};
+use super::ses_tenants::{mail_from, send, start_relay, ACME, BY_HEADER};
 
 const GLOBEX: &str = "Subject: first\r\n\r\nx\r\n";
 
-/// The very first message of tenant `acme`, from a sender that is none of its identities:
-/// refused with the check's words, and nothing goes to SES.
+/// The very first message of tenant `acme` (named only at the final dot), from a sender that
+/// is none of its identities: refused with the check's words, and nothing goes to SES.
 #[tokio::test]
 async fn a_tenant_s_first_message_from_a_foreign_sender_is_refused_and_nothing_goes() {
     let fake = FakeSes::start().await;
     fake.tenants.add("acme", &["acme.example"]);
-    let relay = start_relay(&fake, "", ACME).await;
-    let (code, text) = send(&relay, "ceo@globex.example", GLOBEX).await;
+    let relay = start_relay(&fake, "", BY_HEADER).await;
+    let message = "X-Tenant: acme\r\nSubject: first\r\n\r\nx\r\n";
+    let (code, text) = send(&relay, "ceo@globex.example", message).await;
     assert_eq!(
         (code, text.as_str()),
         (
@@ -35,17 +36,50 @@ async fn a_tenant_s_first_message_from_a_foreign_sender_is_refused_and_nothing_g
     relay.stop().await;
 }
 
-/// The very first message of a tenant SES does not know: `451 4.3.5`, nothing sent.
+/// The very first message of a tenant SES does not know, named only at the final dot: it
+/// waits there for the tenant's read, and gets `451 4.3.5`; nothing sent.
 #[tokio::test]
 async fn an_unknown_tenant_s_first_message_gets_451() {
     let fake = FakeSes::start().await;
-    let relay = start_relay(&fake, "", "ses_tenant = \"nope\"").await;
-    let (code, text) = send(&relay, "a@acme.example", GLOBEX).await;
+    let relay = start_relay(&fake, "", BY_HEADER).await;
+    let message = "X-Tenant: nope\r\nSubject: s\r\n\r\nx\r\n";
+    let (code, text) = send(&relay, "a@acme.example", message).await;
     assert_eq!(
         (code, text.as_str()),
         (451, "4.3.5 SES tenant nope unknown to SES")
     );
     assert!(fake.sent().is_empty());
+    relay.stop().await;
+}
+
+/// At start, before any message, the account's tenants are listed (every page) and each one's
+/// identities read: a sender of one is then judged at `MAIL` from what was read.
+#[tokio::test]
+async fn the_account_s_tenants_are_listed_and_read_at_start() {
+    let fake = FakeSes::start().await;
+    for tenant in ["acme", "beta", "gamma"] {
+        fake.tenants.add(tenant, &[&format!("{tenant}.example")]);
+    }
+    let relay = start_relay(&fake, "", ACME).await;
+    until("every tenant read", async || {
+        fake.tenants.count("ListTenantResources") == 3
+    })
+    .await;
+    let pages = fake.tenants.calls("ListTenants");
+    let tokens: Vec<&serde_json::Value> = pages.iter().map(|p| &p.body["NextToken"]).collect();
+    assert_eq!(tokens, [&serde_json::Value::Null, &serde_json::json!("2")]);
+    let mut read: Vec<String> = (fake.tenants.calls("ListTenantResources").into_iter())
+        .map(|c| c.target)
+        .collect();
+    read.sort();
+    assert_eq!(read, ["acme", "beta", "gamma"]);
+    let (code, text) = mail_from(&relay, "ceo@globex.example").await;
+    assert_eq!(code, 550, "{text}");
+    assert_eq!(
+        fake.tenants.count("ListTenantResources"),
+        3,
+        "from the cache"
+    );
     relay.stop().await;
 }
 
