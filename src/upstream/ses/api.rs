@@ -1,8 +1,9 @@
 //! SES's API as the forwarder and its background work reach it: one SDK client (built at the
 //! first request: the SDK's configuration loads asynchronously), and the calls about SES
-//! tenants beyond sending. Those calls are never made on a client's path; each is bounded in
-//! time (the upstream's `timeout_ms`, the SDK's own retries off) and in number at once
-//! ([`CALLS_AT_ONCE`]), and each failure is counted by operation for the metrics.
+//! tenants beyond sending. Those calls are made by background tasks (a message may wait for
+//! one tenant's read, never make it); each is bounded in time (the upstream's `timeout_ms`,
+//! the SDK's own retries off) and in number at once ([`CALLS_AT_ONCE`]), and each failure is
+//! counted by operation for the metrics.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;

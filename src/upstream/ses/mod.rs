@@ -7,8 +7,8 @@
 //! - `body`: the request body that tells "not sent" from "sent, no answer".
 //! - `tenants`: SES tenants paused one by one.
 //! - `api`: the SDK's client, and SES's calls about tenants beyond sending, bounded and counted.
-//! - `identities`: each SES tenant's email identities, learned in the background, checked
-//!   before DATA.
+//! - `identities`: each SES tenant's email identities, the account's tenants listed and read
+//!   in the background from the start (`identities/reading`), checked before DATA.
 //! - `standing`: each SES tenant's standing as SES last said it (read and set by the
 //!   reputation guard's SES sync); a tenant SES disabled is paused here.
 //! - `offered`: what the forwarder offers about SES tenants (their pauses, identities and
@@ -59,7 +59,8 @@ use tenants::Tenants;
 pub use answers::classify;
 
 /// SES tenants whose identities are held at once; past it the one asked for longest ago is
-/// forgotten (a route's `{key}` may come from a trusted client's header).
+/// forgotten (a route's `{key}` may come from a trusted client's header), and the account's
+/// list is cut there.
 pub const MAX_TENANTS: usize = 10_000;
 
 /// The most SES's API takes in one request (its limit for a raw message).
