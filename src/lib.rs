@@ -37,10 +37,10 @@
 //!    holds it (`pipeline/hold.rs`); the spool's release (`release/attempt.rs`) comes in there
 //!    too;
 //! 3. `pipeline/admission/`, one file per step: a loop (`hops`), the `From:` against the
-//!    user's `senders` (`from`), the tenant's `reputation`; at the route's upstream, the
-//!    sender against its tenant's identities (`upstream_identity`), its pause and its
-//!    tenant's (`upstream_pause`, `upstream_tenant_pause`; `upstream/pause.rs`,
-//!    `upstream/offers.rs`);
+//!    user's `senders` (`from`), the tenant's `reputation`; at the route's upstream, its
+//!    tenant's name as upstream takes it (`upstream_tenant_name`), the sender against its
+//!    tenant's identities (`upstream_identity`), its pause and its tenant's (`upstream_pause`,
+//!    `upstream_tenant_pause`; `upstream/pause.rs`, `upstream/offers.rs`);
 //! 4. `pipeline/wait.rs`: its tokens (`throttle/stack/`), the client watched;
 //! 5. `pipeline/forward.rs`: `Forwarder::send` (`upstream/<kind>/`), a throttle reply absorbed,
 //!    a quota reply pausing the upstream, the fallback;

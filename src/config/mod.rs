@@ -64,7 +64,7 @@ pub use throttle::{
     Adapt, Cost, FairBy, LayerRule, Limit, MatchSpec, Mode, Refill, StoreKind, ThrottleConfig,
 };
 pub use upstream::{
-    FileUpstream, MxKeys, MxUpstream, SesKeys, SesUpstream, SmtpClient, SmtpCredentials,
+    ses_name, FileUpstream, MxKeys, MxUpstream, SesKeys, SesUpstream, SmtpClient, SmtpCredentials,
     SmtpUpstream, UpstreamConfig, UpstreamKeyError, UpstreamKind, UpstreamTls, UpstreamUrlError,
     DEFAULT_NAME,
 };

@@ -26,7 +26,8 @@ pub struct SesTenantLabel {
 }
 
 /// SES's operations about tenants, each counted from 0.
-const SES_CALLS: [&str; 5] = [
+const SES_CALLS: [&str; 6] = [
+    "ListTenants",
     "ListTenantResources",
     "GetTenant",
     "GetReputationEntity",
@@ -63,7 +64,7 @@ impl SesMetrics {
         );
         r.register(
             "ses_calls_failed",
-            "Calls to SES's API about tenants (identities, status, suppression) that failed",
+            "Calls to SES's API about tenants (their list, identities, status, suppression) that failed",
             m.calls_failed.clone(),
         );
         r.register(

@@ -2,7 +2,7 @@
 //! and the header fields it adds. The key is read like a layer's (same sources, same trust),
 //! so an authenticated tenant cannot route itself onto another tenant's account by a header.
 
-use crate::config::{KeySource, RouteConfig, MAX_KEY_BYTES};
+use crate::config::{ses_name, KeySource, RouteConfig, MAX_KEY_BYTES};
 
 use super::keys::{key_of, known_later};
 use super::{MessageFacts, Rules};
@@ -17,9 +17,13 @@ pub struct Route {
     pub fallback: Option<String>,
     /// Fields to add after our `Received:`, rendered (`{key}` replaced and made safe).
     pub headers: Vec<(String, String)>,
-    /// The upstream's own tenant the message is sent as (`ses_tenant`, rendered like an SES
-    /// field).
+    /// The upstream's own tenant the message is sent as (`ses_tenant`, rendered).
     pub upstream_tenant: Option<String>,
+    /// `ses_tenant` rendered into a name SES does not take as it is (outside `[A-Za-z0-9_-]`,
+    /// or past 64 characters), made printable: the message is refused rather than sent as the
+    /// name reduced to SES's alphabet, which another tenant may have too (`a/b` and `a.b` both
+    /// `a_b`). `upstream_tenant` is then `None`.
+    pub unfit_tenant: Option<String>,
 }
 
 /// The route of a message whose tenant is `tenant`; `None` when there are routes and none
@@ -48,6 +52,7 @@ fn first(rules: Rules<'_>) -> Route {
         fallback: None,
         headers: Vec::new(),
         upstream_tenant: None,
+        unfit_tenant: None,
     }
 }
 
@@ -79,28 +84,46 @@ pub(super) fn choose_early(
 
 /// The way `route` sends a message whose route key is `key` and whose tenant is `tenant`.
 fn built(route: &RouteConfig, key: &str, tenant: Option<&str>) -> Route {
+    let named = (route.ses_tenant.as_ref()).and_then(|t| upstream_tenant(t.get_ref(), key, tenant));
+    let (upstream_tenant, unfit_tenant) = match named {
+        Some(Ok(name)) => (Some(name), None),
+        Some(Err(unfit)) => (None, Some(unfit)),
+        None => (None, None),
+    };
     Route {
         upstream: route.upstream.get_ref().clone(),
         fallback: route.fallback.as_ref().map(|f| f.get_ref().clone()),
         headers: rendered(route, key),
-        upstream_tenant: (route.ses_tenant.as_ref())
-            .and_then(|t| upstream_tenant(t.get_ref(), key, tenant)),
+        upstream_tenant,
+        unfit_tenant,
     }
 }
 
-/// `ses_tenant` with `{key}` and `{tenant}` replaced, made safe as an SES field; `None` when
-/// it needs one that is empty or not known.
-fn upstream_tenant(template: &str, key: &str, tenant: Option<&str>) -> Option<String> {
+/// The longest unfit tenant name shown.
+const UNFIT_SHOWN: usize = 80;
+
+/// `ses_tenant` with `{key}` and `{tenant}` replaced; `None` when it needs one that is empty
+/// or not known; `Err` with the name made printable (and cut) when SES does not take it as it
+/// is.
+fn upstream_tenant(
+    template: &str,
+    key: &str,
+    tenant: Option<&str>,
+) -> Option<Result<String, String>> {
     if template.contains("{key}") && key.is_empty() {
         return None;
     }
-    let mut name = template.replace("{key}", &safe_key("x-ses-tenant", key));
+    let mut name = template.replace("{key}", key);
     if name.contains("{tenant}") {
         let tenant = tenant.filter(|t| !t.is_empty())?;
-        name = name.replace("{tenant}", &safe_key("x-ses-tenant", tenant));
+        name = name.replace("{tenant}", tenant);
     }
-    name.truncate(64);
-    Some(name)
+    if ses_name(&name) {
+        return Some(Ok(name));
+    }
+    let mut shown = safe_key("x-other", &name);
+    shown.truncate(UNFIT_SHOWN);
+    Some(Err(shown))
 }
 
 /// The route's `add_headers` with `{key}` replaced. A field whose value needs the key is left

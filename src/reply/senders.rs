@@ -16,14 +16,6 @@ pub fn sender_not_allowed(address: &str, user: &str) -> Reply {
 /// The sender is no sending identity of the upstream's tenant (SES would refuse the message
 /// after its whole body), or upstream does not know the tenant (it must be created first).
 pub fn identity_refused(refusal: &IdentityRefusal) -> Reply {
-    match refusal {
-        IdentityRefusal::NotIdentity { domain, tenant } => Reply::new(
-            550,
-            "5.7.1",
-            format!("{domain} is not a sending identity of SES tenant {tenant}"),
-        ),
-        IdentityRefusal::UnknownTenant { tenant } => {
-            Reply::new(451, "4.3.5", format!("SES tenant {tenant} unknown to SES"))
-        }
-    }
+    let (code, enhanced) = refusal.code();
+    Reply::new(code, enhanced, refusal.to_string())
 }

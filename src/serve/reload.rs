@@ -57,6 +57,7 @@ pub fn reload(live: &Live, config: Config) -> Result<Vec<String>, ReloadError> {
     let old = live.current().ok_or(ReloadError::NotRunning)?;
     let notes = restart_notes(&old.setup.config, &config);
     let next = Arc::new(old.successor(setup(&old, config)?));
+    next.setup.upstreams.start_learning();
     live.install(next);
     super::account::after_reload(live);
     Ok(notes)

@@ -76,6 +76,7 @@ pub async fn run(listeners: impl Into<Listeners>, deps: Deps, shutdown: Shutdown
         .filter_map(|l| l.local_addr().ok())
         .collect();
     deps.setup.upstreams.listening_on(&bound);
+    deps.setup.upstreams.start_learning();
     let events = super::events::start(&deps, shutdown.clone());
     let webhooks = deps.services.webhooks.start();
     let ctx = Arc::new(Context::new(deps));

@@ -111,7 +111,7 @@ fn sender_outside(client: &Client, from: Option<&str>) -> Option<Reply> {
 
 /// The refusal of a sender that is no sending identity of its route's upstream tenant (or of
 /// a tenant upstream does not know), when the route is known at MAIL; else the final dot
-/// asks. Read from what the upstream learned before: never a call upstream.
+/// asks. Read from what the upstream learned before: never a wait for upstream.
 fn identity_at_mail(ctx: &Context, client: &Client, from: Option<&str>) -> Option<Reply> {
     let from = from?;
     let envelope = Envelope {

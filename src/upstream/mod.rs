@@ -41,9 +41,9 @@ pub use feedback::{Classifier, Feedback};
 pub use file::FileForwarder;
 pub use mx::{MxForwarder, MxSetupError};
 pub use offers::{
-    Account, AccountError, AdmitFuture, CallFailed, FailedCalls, IdentityCheck, IdentityRefusal,
-    Offers, QuotaFuture, SendQuota, StandingFuture, SuppressReason, TenantIdentities, TenantPauses,
-    TenantStanding, TenantStatus,
+    Account, AccountError, AdmitFuture, CallFailed, FailedCalls, IdentityCheck, IdentityFuture,
+    IdentityRefusal, Offers, QuotaFuture, SendQuota, StandingFuture, SuppressReason,
+    TenantIdentities, TenantPauses, TenantStanding, TenantStatus,
 };
 pub use pause::{Admission, Pause, Probe};
 pub use ses::{SesForwarder, SesSetupError};

@@ -45,20 +45,46 @@ pub enum IdentityCheck {
     Refused(IdentityRefusal),
 }
 
-/// Why upstream would refuse a sender for one of its tenants.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Why upstream would refuse a sender for one of its tenants, in the words the client gets
+/// (from the relay's check, or from upstream's own answer).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum IdentityRefusal {
     /// Neither the sender's address nor its domain is an identity of the tenant.
+    #[error("{domain} is not a sending identity of SES tenant {tenant}")]
     NotIdentity { domain: String, tenant: String },
     /// Upstream does not know the tenant.
+    #[error("SES tenant {tenant} unknown to SES")]
     UnknownTenant { tenant: String },
 }
 
+impl IdentityRefusal {
+    /// The reply's code and enhanced code: a sender that is no identity of the tenant is
+    /// refused for good; a tenant upstream does not know must be created there first, so the
+    /// client keeps the message.
+    pub fn code(&self) -> (u16, &'static str) {
+        match self {
+            IdentityRefusal::NotIdentity { .. } => (550, "5.7.1"),
+            IdentityRefusal::UnknownTenant { .. } => (451, "4.3.5"),
+        }
+    }
+}
+
+pub type IdentityFuture<'a> = Pin<Box<dyn Future<Output = IdentityCheck> + Send + 'a>>;
+
 /// The senders each of upstream's tenants may use, learned ahead of the messages.
 pub trait TenantIdentities: Send + Sync {
-    /// Whether `sender` may send as `tenant`, from what was learned before: never a call
-    /// upstream on a client's path (a tenant not known yet is learned in the background).
+    /// Starts learning upstream's tenants in the background (at start and after a reload;
+    /// again, nothing): readiness never waits for it.
+    fn start(&self);
+
+    /// Whether `sender` may send as `tenant`, from what was learned before: never a wait for
+    /// upstream (a tenant not known yet is asked for, and goes unchecked).
     fn check(&self, tenant: &str, sender: &str) -> IdentityCheck;
+
+    /// As [`TenantIdentities::check`], but a tenant never read yet is read first: the message
+    /// waits for that one read (shared by every message of the tenant meanwhile), at most the
+    /// upstream's timeout, and goes unchecked when it fails or is too slow.
+    fn check_read<'a>(&'a self, tenant: &'a str, sender: &'a str) -> IdentityFuture<'a>;
 
     /// The tenants upstream said it does not know, sorted.
     fn unknown_tenants(&self) -> Vec<String>;

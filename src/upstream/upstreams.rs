@@ -155,6 +155,16 @@ impl Upstreams {
         self.own.set(addrs);
     }
 
+    /// Starts what each upstream learns in the background (SES: its tenants and their
+    /// identities), at start and after a reload; readiness never waits for it.
+    pub fn start_learning(&self) {
+        for upstream in &self.list {
+            if let Some(identities) = upstream.forwarder.offers().identities {
+                identities.start();
+            }
+        }
+    }
+
     /// The upstream of a message when there are no routes.
     pub fn first(&self) -> &Arc<Upstream> {
         &self.list[0]

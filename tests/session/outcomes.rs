@@ -138,7 +138,7 @@ const fn case(
 }
 
 /// The table: reply, how it is made, outcome, layer named in the log line, in the metric.
-const CASES: [Case; 37] = [
+const CASES: [Case; 40] = [
     case("250 ...", How::Send, "delivered", false, false),
     case("250 ... (refused for {n} of {m} recipients; the sender is sent a report)", How::Send, "partial", false, false),
     case("550 5.6.0 Message contains a bare CR or LF (RFC 5321 2.3.8); not relayed", How::Data(Body::BareLf), "content_rejected", false, false),
@@ -176,6 +176,9 @@ const CASES: [Case; 37] = [
     case("452 4.3.1 Insufficient system storage, try again later", How::AfterOne, "spool_full", true, false),
     case("550 5.7.1 From: unreadable address for user {user}", How::FromField("From: ceo@globex.example (@acme.example\r\n"), "sender_refused", false, false),
     case("550 5.7.1 From: missing", How::FromField(""), "sender_refused", false, false),
+    case("451 4.3.5 SES tenant name {name} is not one SES takes (A-Z a-z 0-9 _ -, at most 64)", How::Send, "upstream_tenant_unfit", false, false),
+    case("451 4.3.5 upstream: SES tenant {name} unknown to SES", How::Send, "upstream_temp_fail", false, false),
+    case("550 5.7.1 upstream: {domain} is not a sending identity of SES tenant {name}", How::Send, "upstream_perm_fail", false, false),
 ];
 
 /// Rows of those sections no message of a session can get here, and why.
@@ -347,6 +350,22 @@ fn setup(i: usize) -> (String, String, Vec<Up>, Up) {
             );
             (String::new(), hold, vec![], Up::Take)
         }
+        // An SES route whose tenant is the sender (`app@acme.example`): a name SES does not
+        // take as it is (the upstream is `ses://` for this case, see `run`).
+        37 => {
+            let route = "[[route]]\nkey = \"sender\"\nupstream = \"default\"\n\
+                         ses_tenant = \"{key}\"\n";
+            (String::new(), route.into(), vec![], Up::Take)
+        }
+        // What the SES forwarder answers when SES says it does not know the message's tenant,
+        // or that the sender is not associated with it (tests/upstream/ses_first_message.rs
+        // asks a fake SES).
+        38 => fail(refused(451, "4.3.5", "SES tenant acme unknown to SES")),
+        39 => fail(refused(
+            550,
+            "5.7.1",
+            "acme.example is not a sending identity of SES tenant acme",
+        )),
         _ => unreachable!("a case of the table"),
     }
 }
@@ -394,7 +413,12 @@ fn field<'a>(fields: &'a str, name: &str) -> &'a str {
 async fn run(i: usize, case: &Case) -> Seen {
     let (smtp, rest, script, then) = setup(i);
     let fwd = Scripted::new(script, then);
-    let relay = Relay::start(&config_text("file://unused", &smtp, &rest), fwd.clone()).await;
+    let url = if i == 37 {
+        "ses://eu-west-1"
+    } else {
+        "file://unused"
+    };
+    let relay = Relay::start(&config_text(url, &smtp, &rest), fwd.clone()).await;
     let (events, _capture) = Events::capture();
     let message = MESSAGE.as_bytes();
     let mut c = relay.client().await;

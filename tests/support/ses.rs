@@ -54,6 +54,8 @@ struct Faults {
     /// An answer for every `SendEmail` as it is: status and body, no error type.
     raw: Option<(u16, String)>,
     paused_tenants: HashSet<String>,
+    /// `SendEmail` with a `TenantName` judged against `tenants` as SES does.
+    judge_tenants: bool,
     max_send_rate: f64,
     max_24_hour_send: f64,
     sending_enabled: bool,
@@ -132,6 +134,13 @@ impl FakeSes {
     /// read, a MessageId of the test's): the request still counts as sent.
     pub fn answer_raw(&self, answer: Option<(u16, &str)>) {
         self.faults.lock().unwrap().raw = answer.map(|(s, b)| (s, b.into()));
+    }
+
+    /// Every `SendEmail` with a `TenantName` refused as SES does when the tenant is not one
+    /// of `tenants` (404 `NotFoundException`) or its sender is not associated with it (400
+    /// `BadRequestException`).
+    pub fn judge_tenants(&self, judge: bool) {
+        self.faults.lock().unwrap().judge_tenants = judge;
     }
 
     pub fn pause_tenant(&self, tenant: &str, paused: bool) {
@@ -266,6 +275,21 @@ impl FakeSes {
             drop(faults);
             self.sent.lock().unwrap().push(email);
             return (status, None, body);
+        }
+        if let (Some(tenant), true) = (&email.tenant, faults.judge_tenants) {
+            let from = email.from.as_deref().unwrap_or("");
+            match self.tenants.associates(tenant, from) {
+                None => {
+                    let text = format!("Tenant {tenant} does not exist.");
+                    return error(404, "NotFoundException", &text);
+                }
+                Some(false) => {
+                    let text =
+                        format!("Email identity {from} is not associated with tenant {tenant}.");
+                    return error(400, "BadRequestException", &text);
+                }
+                Some(true) => {}
+            }
         }
         if email
             .tenant

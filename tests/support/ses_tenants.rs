@@ -1,5 +1,6 @@
 //! SES tenants in the fake SESv2 endpoint (`support::ses`), for what moto's server does not
-//! serve: `ListTenantResources` (paged, two entries a page, so paging is exercised),
+//! serve: `ListTenants` and `ListTenantResources` (paged, two entries a page, so paging is
+//! exercised),
 //! `GetTenant`, `GetReputationEntity`, `UpdateReputationEntityCustomerManagedStatus` and
 //! `PutSuppressedDestination`, as the AWS SDK speaks them (REST-JSON, errors named by
 //! `x-amzn-errortype`). Each call is recorded; an operation can be made to fail (500) or to
@@ -65,6 +66,7 @@ pub fn operation(head: &str) -> Option<&'static str> {
     let path = line.split(' ').nth(1).unwrap_or("");
     Some(match line.split(' ').next().unwrap_or("") {
         "POST" if path.starts_with("/v2/email/tenants/resources/list") => "ListTenantResources",
+        "POST" if path.starts_with("/v2/email/tenants/list") => "ListTenants",
         "POST" if path.starts_with("/v2/email/tenants/get") => "GetTenant",
         "GET" if path.starts_with("/v2/email/reputation/entities/") => "GetReputationEntity",
         "PUT" if path.ends_with("/customer-managed-status") => {
@@ -89,6 +91,24 @@ impl SesTenants {
             .lock()
             .unwrap()
             .insert(name.to_string(), tenant);
+    }
+
+    /// SES forgets a tenant.
+    pub fn remove(&self, name: &str) {
+        self.tenants.lock().unwrap().remove(name);
+    }
+
+    /// Whether SES knows `name`, and associates `identity` (a domain or an address) with it:
+    /// `None` when it does not know the tenant.
+    pub fn associates(&self, name: &str, identity: &str) -> Option<bool> {
+        let tenants = self.tenants.lock().unwrap();
+        let tenant = tenants.get(name)?;
+        let domain = identity.rsplit_once('@').map_or(identity, |(_, d)| d);
+        let ids = &tenant.identities;
+        Some(
+            ids.iter()
+                .any(|i| i.eq_ignore_ascii_case(identity) || i.eq_ignore_ascii_case(domain)),
+        )
     }
 
     /// Changes a tenant SES knows.
@@ -205,6 +225,9 @@ impl SesTenants {
             return error(500, "InternalFailure", "Internal failure.");
         }
         let mut tenants = self.tenants.lock().unwrap();
+        if op == "ListTenants" {
+            return (200, None, list_page(&tenants, json).to_string());
+        }
         let by_arn = |tenants: &BTreeMap<String, FakeTenant>| {
             (tenants.iter())
                 .find(|(_, t)| t.arn == target)
@@ -264,6 +287,25 @@ impl SesTenants {
         };
         (200, None, answer.to_string())
     }
+}
+
+/// One page of `ListTenants`: the tenants by name from `NextToken` on.
+fn list_page(tenants: &BTreeMap<String, FakeTenant>, json: &Value) -> Value {
+    let from: usize = json["NextToken"].as_str().map_or(0, |t| t.parse().unwrap());
+    let page: Vec<Value> = (tenants.iter().skip(from).take(PAGE))
+        .map(|(name, tenant)| {
+            json!({
+                "TenantName": name,
+                "TenantId": format!("tn-{name}0001"),
+                "TenantArn": tenant.arn,
+            })
+        })
+        .collect();
+    let mut out = json!({ "Tenants": page });
+    if from + PAGE < tenants.len() {
+        out["NextToken"] = json!((from + PAGE).to_string());
+    }
+    out
 }
 
 /// SES's aggregate: disabled when either status is.

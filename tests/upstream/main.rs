@@ -15,6 +15,7 @@ mod poison;
 mod relay_faults;
 mod routes;
 mod ses;
+mod ses_first_message;
 mod ses_sync;
 mod ses_tenants;
 mod smtp;

@@ -13,7 +13,7 @@ use crate::support::wait::until;
 
 /// A relay whose only upstream is `ses://` at the fake, with `route` as its one route and
 /// `upstream_extra` in its `[upstream]` table.
-async fn start_relay(fake: &FakeSes, upstream_extra: &str, route: &str) -> Relay {
+pub(crate) async fn start_relay(fake: &FakeSes, upstream_extra: &str, route: &str) -> Relay {
     let text = TestConfig::new()
         .then(&format!(
             "[upstream]\n{}",
@@ -26,18 +26,18 @@ async fn start_relay(fake: &FakeSes, upstream_extra: &str, route: &str) -> Relay
 }
 
 /// The route of every message to SES tenant `acme`: its tenant is known at MAIL.
-const ACME: &str = "ses_tenant = \"acme\"";
+pub(crate) const ACME: &str = "ses_tenant = \"acme\"";
 
 /// The route of SES tenant `{X-Tenant}`: its tenant is known only at the final dot.
-const BY_HEADER: &str = "key = \"header:X-Tenant\"\nses_tenant = \"{key}\"";
+pub(crate) const BY_HEADER: &str = "key = \"header:X-Tenant\"\nses_tenant = \"{key}\"";
 
-async fn mail_from(relay: &Relay, sender: &str) -> (u16, String) {
+pub(crate) async fn mail_from(relay: &Relay, sender: &str) -> (u16, String) {
     let mut c = Client::connect(relay.addr).await;
     c.cmd("EHLO client.test").await;
     c.cmd(&format!("MAIL FROM:<{sender}>")).await
 }
 
-async fn send(relay: &Relay, sender: &str, message: &str) -> (u16, String) {
+pub(crate) async fn send(relay: &Relay, sender: &str, message: &str) -> (u16, String) {
     let mut c = Client::connect(relay.addr).await;
     c.send_mail(sender, &["to@example.net"], message.as_bytes())
         .await
@@ -281,7 +281,8 @@ async fn an_ses_api_failing_fails_open_and_is_counted() {
     relay.stop().await;
 }
 
-/// Many tenants learned at once: at most 4 calls to SES's API in flight, the rest wait.
+/// Many tenants learned at once (their first messages waiting for them): at most 4 calls to
+/// SES's API in flight, the rest wait.
 #[tokio::test]
 async fn tenant_reads_are_bounded_in_calls_at_once() {
     let fake = FakeSes::start().await;
@@ -291,10 +292,17 @@ async fn tenant_reads_are_bounded_in_calls_at_once() {
     }
     fake.tenants.open(false);
     let relay = start_relay(&fake, "", BY_HEADER).await;
-    for name in &names {
-        let message = format!("X-Tenant: {name}\r\nSubject: 1\r\n\r\nx\r\n");
-        assert_eq!(send(&relay, "a@acme.example", &message).await.0, 250);
-    }
+    let addr = relay.addr;
+    let sends: Vec<_> = (names.iter())
+        .map(|name| {
+            let message = format!("X-Tenant: {name}\r\nSubject: 1\r\n\r\nx\r\n");
+            tokio::spawn(async move {
+                let mut c = Client::connect(addr).await;
+                c.send_mail("a@acme.example", &["to@example.net"], message.as_bytes())
+                    .await
+            })
+        })
+        .collect();
     until("four reads in flight", async || {
         fake.tenants.in_flight() == 4
     })
@@ -302,6 +310,9 @@ async fn tenant_reads_are_bounded_in_calls_at_once() {
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     assert_eq!(fake.tenants.in_flight(), 4, "no more than four at once");
     fake.tenants.open(true);
+    for sent in sends {
+        assert_eq!(sent.await.unwrap().0, 250);
+    }
     until("every tenant read", async || {
         fake.tenants.count("ListTenantResources") == 10
     })

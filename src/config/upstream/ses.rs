@@ -31,7 +31,8 @@ pub struct SesKeys {
     /// body went up is refused at MAIL instead.
     #[serde(default = "yes")]
     pub check_identities: bool,
-    /// How often each tenant's identities are read again (`ListTenantResources`).
+    /// How often the account's tenants are listed (`ListTenants`) and each tenant's identities
+    /// read again (`ListTenantResources`).
     pub tenant_refresh_ms: Option<NonZeroU64>,
 }
 

@@ -8,14 +8,17 @@
 //! 1. `hops`: the message came back to this relay, or made more hops than `max_received`.
 //! 2. `from`: an address of its `From:` field is outside its AUTH user's `senders`.
 //! 3. `reputation`: its tenant is past a limit of the reputation guard.
-//! 4. `upstream_identity`: its sender (the `From:` addresses of a null sender) is not a
+//! 4. `upstream_tenant_name`: the name of the upstream's tenant it is sent as is not one
+//!    upstream takes as it is (SES's alphabet).
+//! 5. `upstream_identity`: its sender (the `From:` addresses of a null sender) is not a
 //!    sending identity of the upstream's tenant it is sent as, or upstream does not know that
-//!    tenant (SES; asked at MAIL too, when the route is known by then).
-//! 5. `upstream_pause`: its route's upstream is paused (a quota reply; the SES account's day
+//!    tenant (SES; asked at MAIL too, when the route is known by then; at the dot, a tenant
+//!    never read yet is read first).
+//! 6. `upstream_pause`: its route's upstream is paused (a quota reply; the SES account's day
 //!    quota, read by `serve::account`). With a fallback, the message goes there instead.
-//! 6. `upstream_tenant_pause`: the upstream paused the tenant the message is sent as (SES).
+//! 7. `upstream_tenant_pause`: the upstream paused the tenant the message is sent as (SES).
 //!
-//! The last three need the route (a message with none is refused between them, `451 4.3.5`).
+//! The last four need the route (a message with none is refused between them, `451 4.3.5`).
 //! A pause that is over lets one message through as its probe; its verdict ends the pause or
 //! renews it (`upstream::Pause`). Every pause a message can meet is a [`Paused`], scoped: an
 //! upstream, an upstream's tenant, a reputation tenant; a driver may hold what a pause refused.
@@ -35,6 +38,7 @@ mod reputation;
 mod step_refusal;
 mod upstream_identity;
 mod upstream_pause;
+mod upstream_tenant_name;
 mod upstream_tenant_pause;
 
 use std::time::Duration;
@@ -53,7 +57,7 @@ pub use upstream_identity::sender_identity;
 
 /// The outcomes of the steps that declare their own (`Outcome::Step`), in the order of the
 /// list: `Outcome::ALL` lists them after the relay's own admission outcomes.
-const STEP_OUTCOMES: &[Outcome] = &[];
+const STEP_OUTCOMES: &[Outcome] = &[upstream_tenant_name::OUTCOME];
 
 /// The steps that need no route, in order: the first refusal, or go.
 pub async fn of_message(ctx: &Context, message: &Message<'_>) -> Result<(), NotAdmitted> {
@@ -70,7 +74,8 @@ pub async fn at_upstream(
     message: &Message<'_>,
     upstream: &Upstream,
 ) -> Result<Probes, NotAdmitted> {
-    upstream_identity::check(ctx, message, upstream)?;
+    upstream_tenant_name::check(message)?;
+    upstream_identity::check(ctx, message, upstream).await?;
     let upstream_probe = upstream_pause::check(upstream).await?;
     let tenant_probe = upstream_tenant_pause::check(message, upstream).await?;
     Ok(Probes {

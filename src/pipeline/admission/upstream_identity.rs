@@ -1,6 +1,8 @@
 //! The sender against the sending identities of the upstream's tenant it is sent as (SES): a
-//! message SES would refuse after its whole body is refused here, before its tokens. Asked at
-//! MAIL too, when the route is known by then (`smtp/mail.rs`, with the same words).
+//! message SES would refuse after its whole body is refused here, before its tokens. Here a
+//! tenant upstream never read yet is read first (the message waits for that one read, bounded
+//! by the upstream's timeout). Asked at MAIL too, from what is known by then, never waiting
+//! (`smtp/mail.rs`, with the same words).
 
 use super::{Message, NotAdmitted};
 use crate::message::Outcome;
@@ -18,7 +20,7 @@ pub(super) fn outcome(refusal: &IdentityRefusal) -> Outcome {
 }
 
 /// Go, or why its sender may not send as the route's upstream tenant.
-pub(super) fn check(
+pub(super) async fn check(
     ctx: &Context,
     message: &Message<'_>,
     upstream: &Upstream,
@@ -33,15 +35,19 @@ pub(super) fn check(
         Some(from) => std::slice::from_ref(from),
         None => identity.from.as_slice(),
     };
+    let Some(identities) = upstream.forwarder.offers().identities else {
+        return Ok(());
+    };
     for sender in senders {
-        sender_identity(ctx, upstream, tenant, sender).map_err(NotAdmitted::Identity)?;
+        let check = identities.check_read(tenant, sender).await;
+        verdict(ctx, check).map_err(NotAdmitted::Identity)?;
     }
     Ok(())
 }
 
 /// Whether `sender` may send as `upstream`'s tenant `tenant`, from what the upstream learned
-/// before (asked at MAIL too, when the route is known by then; never a call upstream). One
-/// whose identities are not known goes, for upstream to judge, and is counted.
+/// before (at MAIL, when the route is known by then): never a wait for upstream. One whose
+/// identities are not known goes, for upstream to judge, and is counted.
 pub fn sender_identity(
     ctx: &Context,
     upstream: &Upstream,
@@ -51,7 +57,12 @@ pub fn sender_identity(
     let Some(identities) = upstream.forwarder.offers().identities else {
         return Ok(());
     };
-    match identities.check(tenant, sender) {
+    verdict(ctx, identities.check(tenant, sender))
+}
+
+/// What a check means for the message: an unchecked sender goes, counted.
+fn verdict(ctx: &Context, check: IdentityCheck) -> Result<(), IdentityRefusal> {
+    match check {
         IdentityCheck::Allowed => Ok(()),
         IdentityCheck::Unchecked => {
             ctx.services.metrics.ses().identity_unchecked();

@@ -56,8 +56,9 @@ fn the_route_scopes_the_layers_and_the_header_it_adds_replaces_the_clients() {
     assert_eq!(layers_of(&plan.charges), [0, 2]);
 }
 
-/// `{tenant}` in `ses_tenant` is the message's tenant, made safe as an SES name; at MAIL it is
-/// left unknown while the tenant is.
+/// `{tenant}` in `ses_tenant` is the message's tenant; a name SES does not take as it is
+/// (outside its alphabet, past 64 characters) is no upstream tenant but an unfit one, never
+/// reduced into another's; at MAIL it is left unknown while the tenant is.
 #[test]
 fn ses_tenant_renders_the_message_s_tenant() {
     let config = crate::config::Config::parse(
@@ -80,8 +81,27 @@ fn ses_tenant_renders_the_message_s_tenant() {
         let identity = identify(rules, &facts(message, &[], tenant));
         identity.route.unwrap().upstream_tenant
     };
+    let unfit = |message: &[u8], tenant| {
+        let identity = identify(rules, &facts(message, &[], tenant));
+        identity.route.unwrap().unfit_tenant
+    };
     assert_eq!(upstream_tenant(MSG, None).as_deref(), Some("t-acme"));
-    assert_eq!(upstream_tenant(MSG, Some("a.b")).as_deref(), Some("t-a_b"));
+    assert_eq!(unfit(MSG, None), None);
+    for tenant in ["a.b", "a/b"] {
+        assert_eq!(upstream_tenant(MSG, Some(tenant)), None, "{tenant}");
+        assert_eq!(unfit(MSG, Some(tenant)), Some(format!("t-{tenant}")));
+    }
+    let long = "x".repeat(63);
+    assert_eq!(
+        upstream_tenant(MSG, Some(&long[..62])),
+        Some(format!("t-{}", &long[..62]))
+    );
+    assert_eq!(unfit(MSG, Some(&long)).map(|n| n.len()), Some(65));
+    assert_eq!(
+        unfit(MSG, Some("a\r\nb")).as_deref(),
+        Some("t-a__b"),
+        "printable"
+    );
     let early = |tenant| route_early(rules, &facts(b"", &[], tenant)).unwrap();
     assert_eq!(
         early(None).upstream_tenant,

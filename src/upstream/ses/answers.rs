@@ -9,7 +9,10 @@
 //! whose body does not parse is `Uncertain` too: SES said yes, and a retry would send the
 //! message twice. A `404` names something the configuration asks for that SES does not have
 //! (a configuration set, an identity): permanent, since the client's retries would fail the
-//! same until the operator fixes it.
+//! same until the operator fixes it. For a message sent as an SES tenant, SES saying it does
+//! not know the tenant, or that the sender is not associated with it, gets the words of the
+//! relay's own check (`IdentityRefusal`), which catches both before DATA when the tenant was
+//! read in time.
 
 use aws_sdk_sesv2::config::http::HttpResponse;
 use aws_sdk_sesv2::error::{ProvideErrorMetadata, SdkError};
@@ -24,6 +27,10 @@ pub enum Answer {
     Error(UpstreamError),
     /// SES paused sending for the tenant the message was sent as (SES's words).
     TenantPaused(String),
+    /// SES does not know the tenant the message was sent as.
+    TenantUnknown,
+    /// The sender is no identity associated with the tenant the message was sent as.
+    NotIdentity,
 }
 
 /// An answer of SES's: its HTTP status, its error code (the exception's name) and its text.
@@ -53,8 +60,13 @@ pub fn classify(status: u16, code: Option<&str>, text: &str, tenant: Option<&str
     {
         return pushback(Feedback::Rate);
     }
+    let says = |words: &str| text.to_ascii_lowercase().contains(words);
     match code {
         "SendingPausedException" if tenant.is_some() => Answer::TenantPaused(text.to_string()),
+        "NotFoundException" if tenant.is_some() && says("tenant") => Answer::TenantUnknown,
+        "MessageRejected" | "BadRequestException" if tenant.is_some() && says("not associated") => {
+            Answer::NotIdentity
+        }
         "SendingPausedException" | "AccountSuspendedException" => pushback(Feedback::Paused),
         "MessageRejected" | "BadRequestException" => reply(554, "5.6.0"),
         "MailFromDomainNotVerifiedException" => reply(550, "5.7.1"),
@@ -243,5 +255,28 @@ mod tests {
         let (code, enhanced, text) = server.reply().unwrap();
         assert_eq!((code, enhanced), (451, Some("4.4.1")));
         assert!(text.contains("SES is down"), "{text}");
+    }
+
+    /// For a message sent as a tenant: SES not knowing the tenant, or the sender not
+    /// associated with it, are told apart from other refusals of the same codes.
+    #[test]
+    fn a_tenant_unknown_and_an_identity_not_associated_are_told_apart() {
+        let gone = "Tenant nope does not exist.";
+        let acme = Some("acme");
+        assert_eq!(
+            classify(404, Some("NotFoundException"), gone, acme),
+            Answer::TenantUnknown
+        );
+        let set = "Configuration set x does not exist.";
+        let other = error(classify(404, Some("NotFoundException"), set, acme));
+        assert_eq!(other.reply().map(|r| r.0), Some(554));
+        let no_tenant = error(classify(404, Some("NotFoundException"), gone, None));
+        assert_eq!(no_tenant.reply().map(|r| r.0), Some(554));
+        let text = "Email identity a@x.example is not associated with tenant acme.";
+        for code in ["BadRequestException", "MessageRejected"] {
+            assert_eq!(classify(400, Some(code), text, acme), Answer::NotIdentity);
+            let plain = error(classify(400, Some(code), "Bad Request", acme));
+            assert_eq!(plain.reply().map(|r| r.0), Some(554), "{code}");
+        }
     }
 }

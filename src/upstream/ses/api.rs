@@ -1,8 +1,9 @@
 //! SES's API as the forwarder and its background work reach it: one SDK client (built at the
 //! first request: the SDK's configuration loads asynchronously), and the calls about SES
-//! tenants beyond sending. Those calls are never made on a client's path; each is bounded in
-//! time (the upstream's `timeout_ms`, the SDK's own retries off) and in number at once
-//! ([`CALLS_AT_ONCE`]), and each failure is counted by operation for the metrics.
+//! tenants beyond sending. Those calls are made by background tasks (a message may wait for
+//! one tenant's read, never make it); each is bounded in time (the upstream's `timeout_ms`,
+//! the SDK's own retries off) and in number at once ([`CALLS_AT_ONCE`]), and each failure is
+//! counted by operation for the metrics.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -29,8 +30,12 @@ pub const CALLS_AT_ONCE: usize = 4;
 /// Entries a `ListTenantResources` page holds (SES's most).
 const PAGE_SIZE: i32 = 100;
 
+/// Entries a `ListTenants` page holds.
+const TENANTS_PAGE_SIZE: i32 = 100;
+
 /// The operations counted, in the order of [`Api::failed`].
-const OPERATIONS: [&str; 5] = [
+const OPERATIONS: [&str; 6] = [
+    "ListTenants",
     "ListTenantResources",
     "GetTenant",
     "GetReputationEntity",
@@ -44,7 +49,7 @@ pub struct Api {
     pub(super) credentials: Option<SharedCredentialsProvider>,
     pub(super) client: OnceCell<Client>,
     slots: Semaphore,
-    failed: [FailedCalls; 5],
+    failed: [FailedCalls; 6],
 }
 
 impl Api {
@@ -90,6 +95,31 @@ impl Api {
             .await
     }
 
+    /// The names of the account's tenants, every page read, at most `max` of them.
+    pub async fn tenants(&self, max: usize) -> Result<Vec<String>, CallFailed> {
+        let client = self.client().await;
+        let mut names = Vec::new();
+        let mut next = None;
+        loop {
+            let page = {
+                let _slot = self.slots.acquire().await.expect("never closed");
+                (client.list_tenants())
+                    .page_size(TENANTS_PAGE_SIZE)
+                    .set_next_token(next)
+                    .send()
+                    .await
+                    .map_err(|e| self.failure(0, DisplayErrorContext(e)))?
+            };
+            let listed = page.tenants().iter().filter_map(|t| t.tenant_name());
+            names.extend(listed.map(str::to_string));
+            next = page.next_token().map(str::to_string);
+            if next.is_none() || names.len() >= max {
+                names.truncate(max);
+                return Ok(names);
+            }
+        }
+    }
+
     /// The names of the email identities (domains and addresses, lower-cased) SES associates
     /// with `tenant`, every page read; `None` when SES does not know the tenant.
     pub async fn identities(&self, tenant: &str) -> Result<Option<Vec<String>>, CallFailed> {
@@ -109,7 +139,7 @@ impl Api {
             let page = match page {
                 Ok(page) => page,
                 Err(e) if e.code() == Some("NotFoundException") => return Ok(None),
-                Err(e) => return Err(self.failure(0, DisplayErrorContext(e))),
+                Err(e) => return Err(self.failure(1, DisplayErrorContext(e))),
             };
             let arns = page
                 .tenant_resources()
@@ -140,7 +170,7 @@ impl Api {
                 .and_then(|t| t.tenant_arn())
                 .map(str::to_string)),
             Err(e) if e.code() == Some("NotFoundException") => Ok(None),
-            Err(e) => Err(self.failure(1, DisplayErrorContext(e))),
+            Err(e) => Err(self.failure(2, DisplayErrorContext(e))),
         }
     }
 
@@ -152,7 +182,7 @@ impl Api {
             .reputation_entity_reference(arn)
             .send()
             .await
-            .map_err(|e| self.failure(2, DisplayErrorContext(e)))?;
+            .map_err(|e| self.failure(3, DisplayErrorContext(e)))?;
         let entity = got.reputation_entity();
         let status = |r: Option<&aws_sdk_sesv2::types::StatusRecord>| {
             r.and_then(|r| r.status()).map(|s| s.as_str().to_string())
@@ -181,7 +211,7 @@ impl Api {
             .send()
             .await
             .map(|_| ())
-            .map_err(|e| self.failure(3, DisplayErrorContext(e)))
+            .map_err(|e| self.failure(4, DisplayErrorContext(e)))
     }
 
     /// Puts `address` on `tenant`'s suppression list.
@@ -204,7 +234,7 @@ impl Api {
             .send()
             .await
             .map(|_| ())
-            .map_err(|e| self.failure(4, DisplayErrorContext(e)))
+            .map_err(|e| self.failure(5, DisplayErrorContext(e)))
     }
 
     /// Counts a failed call of operation `index`; the failure in words.

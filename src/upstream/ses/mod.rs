@@ -7,8 +7,8 @@
 //! - `body`: the request body that tells "not sent" from "sent, no answer".
 //! - `tenants`: SES tenants paused one by one.
 //! - `api`: the SDK's client, and SES's calls about tenants beyond sending, bounded and counted.
-//! - `identities`: each SES tenant's email identities, learned in the background, checked
-//!   before DATA.
+//! - `identities`: each SES tenant's email identities, the account's tenants listed and read
+//!   in the background from the start (`identities/reading`), checked before DATA.
 //! - `standing`: each SES tenant's standing as SES last said it (read and set by the
 //!   reputation guard's SES sync); a tenant SES disabled is paused here.
 //! - `offered`: what the forwarder offers about SES tenants (their pauses, identities and
@@ -45,8 +45,8 @@ use tokio::sync::Semaphore;
 
 use super::reply::rejected;
 use super::{
-    Accepted, Account, AccountError, CheckFuture, ForwardFuture, Forwarder, Offers, Outgoing,
-    QuotaFuture, SendQuota, TenantIdentities, Unready, UpstreamError,
+    Accepted, Account, AccountError, CheckFuture, ForwardFuture, Forwarder, IdentityRefusal,
+    Offers, Outgoing, QuotaFuture, SendQuota, TenantIdentities, Unready, UpstreamError,
 };
 use crate::config::{SesUpstream, UpstreamConfig, UpstreamKind};
 use crate::message::Envelope;
@@ -59,7 +59,8 @@ use tenants::Tenants;
 pub use answers::classify;
 
 /// SES tenants whose identities are held at once; past it the one asked for longest ago is
-/// forgotten (a route's `{key}` may come from a trusted client's header).
+/// forgotten (a route's `{key}` may come from a trusted client's header), and the account's
+/// list is cut there.
 pub const MAX_TENANTS: usize = 10_000;
 
 /// The most SES's API takes in one request (its limit for a raw message).
@@ -97,7 +98,11 @@ impl SesForwarder {
             api: Arc::new(Api::new(ses.clone(), timeout)),
             in_flight: Semaphore::new(cfg.pool_size.get()),
             tenants: Tenants::new(Duration::from_millis(cfg.quota_pause_ms.get())),
-            identities: Arc::new(Identities::new(ses.keys.tenant_refresh(), MAX_TENANTS)),
+            identities: Arc::new(Identities::new(
+                ses.keys.tenant_refresh(),
+                timeout,
+                MAX_TENANTS,
+            )),
             standing: Standing::new(MAX_TENANTS),
         })
     }
@@ -192,6 +197,17 @@ impl SesForwarder {
                 let tenant = tenant.expect("a tenant's answer");
                 Err(self.tenants.pause(tenant, &text))
             }
+            Err(Answer::TenantUnknown) => {
+                let tenant = tenant.expect("a tenant's answer").to_string();
+                Err(self.identity_refused(IdentityRefusal::UnknownTenant { tenant }))
+            }
+            Err(Answer::NotIdentity) => {
+                let tenant = tenant.expect("a tenant's answer").to_string();
+                // SES judges the From: field's address when the envelope sender is null.
+                let domain = (envelope.from.as_deref())
+                    .map_or_else(|| "the From: address".to_string(), identities::domain_of);
+                Err(self.identity_refused(IdentityRefusal::NotIdentity { domain, tenant }))
+            }
             Err(Answer::Error(e)) => {
                 let region = self.ses.region.as_str();
                 match &e {
@@ -212,6 +228,21 @@ impl SesForwarder {
                 Err(e)
             }
         }
+    }
+}
+
+impl SesForwarder {
+    /// SES refused a message of a tenant for what the identities' check refuses (the tenant
+    /// gone, or the identity no longer associated, since the tenant was last read): the
+    /// check's words, and the tenant read again early.
+    fn identity_refused(&self, refusal: IdentityRefusal) -> UpstreamError {
+        let tenant = match &refusal {
+            IdentityRefusal::NotIdentity { tenant, .. }
+            | IdentityRefusal::UnknownTenant { tenant } => tenant,
+        };
+        self.identities.stale(tenant);
+        let (code, enhanced) = refusal.code();
+        rejected(code, enhanced, refusal.to_string())
     }
 }
 

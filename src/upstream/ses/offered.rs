@@ -4,8 +4,8 @@
 
 use super::SesForwarder;
 use crate::upstream::{
-    AdmitFuture, CallFailed, IdentityCheck, StandingFuture, SuppressReason, TenantIdentities,
-    TenantPauses, TenantStanding, TenantStatus,
+    AdmitFuture, CallFailed, IdentityCheck, IdentityFuture, StandingFuture, SuppressReason,
+    TenantIdentities, TenantPauses, TenantStanding, TenantStatus,
 };
 
 /// A tenant SES disabled is refused before SES is asked; then the pauses SES's own answers
@@ -70,8 +70,16 @@ impl SesForwarder {
 }
 
 impl TenantIdentities for SesForwarder {
+    fn start(&self) {
+        self.identities.start(&self.api);
+    }
+
     fn check(&self, tenant: &str, sender: &str) -> IdentityCheck {
         self.identities.check(tenant, sender, &self.api)
+    }
+
+    fn check_read<'a>(&'a self, tenant: &'a str, sender: &'a str) -> IdentityFuture<'a> {
+        Box::pin(self.identities.check_read(tenant, sender, &self.api))
     }
 
     fn unknown_tenants(&self) -> Vec<String> {

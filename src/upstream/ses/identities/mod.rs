@@ -1,22 +1,34 @@
 //! Each SES tenant's email identities, so that a sender SES would refuse for a tenant is
 //! refused before DATA (SES answers a generic `BadRequest` only after the whole body went up).
 //!
-//! A tenant is learned when a message of its first comes (that message goes unchecked), read
-//! with `ListTenantResources` (every page) by a task of this forwarder, and read again every
-//! `tenant_refresh_ms`. A sender the cache refuses (a miss) asks for one early read of its
-//! tenant, at most one a minute per tenant, so an identity associated since is taken soon
-//! after. Nothing here calls SES on a client's path: a check reads the cache, and a tenant
-//! whose identities are not known (not read yet, SES's API failing) lets the message go, for
-//! SES to judge. A failed read keeps what was known and is tried again at the next refresh.
+//! The account's tenants are listed (`ListTenants`, every page) when the forwarder starts and
+//! every `tenant_refresh_ms`, and each one's identities read (`ListTenantResources`, every
+//! page), then read again every `tenant_refresh_ms`, by a task of this forwarder (`reading`).
+//! So a tenant is known before its first message; readiness never waits for it.
 //!
-//! At most `max` tenants are held; past it the one asked for longest ago is forgotten.
+//! A tenant not (yet) known when a message of its comes (not listed yet, or made since the
+//! last list) is read at once, ahead of the background reads: the message waits at the final
+//! dot for that one read, at most the upstream's `timeout_ms`, and every message of the tenant
+//! that comes meanwhile waits for the same read. A read that fails or is too slow lets the
+//! message go, for SES to judge (counted); a tenant whose reads failed lets its messages go
+//! without waiting until a read succeeds (at the next refresh). At `MAIL` only the cache is
+//! read, never a call waited for.
+//!
+//! A sender the cache refuses (a miss) asks for one early read of its tenant, at most one a
+//! minute per tenant, so an identity associated since is taken soon after. A failed read
+//! keeps what was known.
+//!
+//! At most `max` tenants are held; past it the one asked for longest ago is forgotten, and a
+//! list longer than that is cut.
+
+mod reading;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::Notify;
+use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use super::api::Api;
@@ -27,9 +39,11 @@ pub const EARLY_EVERY: Duration = Duration::from_secs(60);
 
 pub struct Identities {
     refresh: Duration,
+    /// The longest a message waits for its tenant's first read (the upstream's `timeout_ms`).
+    wait: Duration,
     max: usize,
     tenants: Mutex<HashMap<String, SesTenantEntry>>,
-    /// Wakes the reading task: a tenant to learn, an early read.
+    /// Wakes the reading task: a tenant to read, a read done.
     wake: Arc<Notify>,
     started: AtomicBool,
 }
@@ -42,26 +56,39 @@ struct SesTenantEntry {
     due: Instant,
     /// A read of it is out.
     reading: bool,
+    /// A message waits for its read: it is read before the background reads.
+    wanted: bool,
     /// When a miss last asked for an early read.
     early: Option<Instant>,
-    /// When a message last asked about it.
+    /// When a message last asked about it (or the list named it).
     used: Instant,
+    /// Told each time a read of it ends.
+    read: watch::Sender<()>,
 }
 
 #[derive(Debug)]
 enum Known {
-    /// Not read yet (or every read so far failed).
+    /// Never read yet: a message of it waits for its first read.
     NotYet,
+    /// Every read so far failed: its senders go unchecked, without waiting.
+    Unread,
     /// SES does not know the tenant.
     Unknown,
     /// Its identities: domains and addresses, lower-cased.
     Names(HashSet<String>),
 }
 
+/// What the cache says of a sender: judged, or its tenant's first read is out.
+enum Look {
+    Judged(IdentityCheck),
+    Reading(watch::Receiver<()>),
+}
+
 impl Identities {
-    pub fn new(refresh: Duration, max: usize) -> Identities {
+    pub fn new(refresh: Duration, wait: Duration, max: usize) -> Identities {
         Identities {
             refresh,
+            wait,
             max: max.max(1),
             tenants: Mutex::default(),
             wake: Arc::new(Notify::new()),
@@ -69,38 +96,68 @@ impl Identities {
         }
     }
 
-    /// Whether `sender` may send as `tenant`, from the cache; starts the reading task on the
-    /// first check (it reads through `api`, and ends when the forwarder goes).
-    pub fn check(self: &Arc<Self>, tenant: &str, sender: &str, api: &Arc<Api>) -> IdentityCheck {
+    /// Starts the reading task (once): it lists the account's tenants and reads them through
+    /// `api`, and ends when the forwarder goes.
+    pub fn start(self: &Arc<Self>, api: &Arc<Api>) {
         if !self.started.swap(true, Ordering::SeqCst) {
-            tokio::spawn(read_on(
-                Arc::downgrade(self),
-                api.clone(),
-                self.wake.clone(),
-            ));
+            let (identities, wake) = (Arc::downgrade(self), self.wake.clone());
+            tokio::spawn(reading::read_on(identities, api.clone(), wake));
         }
+    }
+
+    /// Whether `sender` may send as `tenant`, from the cache alone (at `MAIL`): a tenant not
+    /// read yet is asked for and goes unchecked.
+    pub fn check(self: &Arc<Self>, tenant: &str, sender: &str, api: &Arc<Api>) -> IdentityCheck {
+        self.start(api);
+        match self.look(tenant, sender) {
+            Look::Judged(check) => check,
+            Look::Reading(_) => IdentityCheck::Unchecked,
+        }
+    }
+
+    /// Whether `sender` may send as `tenant`, waiting for the tenant's first read when it was
+    /// never read (one read shared by every message waiting for it), at most `wait`.
+    pub async fn check_read(
+        self: &Arc<Self>,
+        tenant: &str,
+        sender: &str,
+        api: &Arc<Api>,
+    ) -> IdentityCheck {
+        self.start(api);
+        let mut read = match self.look(tenant, sender) {
+            Look::Judged(check) => return check,
+            Look::Reading(read) => read,
+        };
+        // Ends at the read's end, at the bound, or when the tenant was forgotten meanwhile.
+        let _ = tokio::time::timeout(self.wait, read.changed()).await;
+        self.check(tenant, sender, api)
+    }
+
+    /// The cache's word on `sender` of `tenant`; a tenant never read is asked for ahead of
+    /// the background reads.
+    fn look(&self, tenant: &str, sender: &str) -> Look {
         let now = Instant::now();
         let mut tenants = self.tenants.lock().unwrap_or_else(|e| e.into_inner());
         if !tenants.contains_key(tenant) {
             if tenants.len() >= self.max {
                 forget_oldest(&mut tenants, self.max);
             }
-            let fresh = SesTenantEntry {
-                known: Known::NotYet,
-                due: now,
-                reading: false,
-                early: None,
-                used: now,
-            };
-            tenants.insert(tenant.to_string(), fresh);
-            self.wake.notify_one();
-            return IdentityCheck::Unchecked;
+            tenants.insert(tenant.to_string(), SesTenantEntry::new(now));
         }
-        let entry = tenants.get_mut(tenant).expect("just looked");
+        let entry = tenants.get_mut(tenant).expect("just made");
         entry.used = now;
         let refusal = match &entry.known {
-            Known::NotYet => return IdentityCheck::Unchecked,
-            Known::Names(names) if allowed(names, sender) => return IdentityCheck::Allowed,
+            Known::NotYet => {
+                if !entry.reading && !entry.wanted {
+                    (entry.wanted, entry.due) = (true, now);
+                    self.wake.notify_one();
+                }
+                return Look::Reading(entry.read.subscribe());
+            }
+            Known::Unread => return Look::Judged(IdentityCheck::Unchecked),
+            Known::Names(names) if allowed(names, sender) => {
+                return Look::Judged(IdentityCheck::Allowed)
+            }
             Known::Names(_) => IdentityRefusal::NotIdentity {
                 domain: domain_of(sender),
                 tenant: tenant.to_string(),
@@ -113,7 +170,20 @@ impl Identities {
             (entry.early, entry.due) = (Some(now), now);
             self.wake.notify_one();
         }
-        IdentityCheck::Refused(refusal)
+        Look::Judged(IdentityCheck::Refused(refusal))
+    }
+
+    /// SES refused a message of `tenant` for a reason the cache should have known (the tenant
+    /// gone, an identity no longer associated): read it again early.
+    pub fn stale(&self, tenant: &str) {
+        let now = Instant::now();
+        let mut tenants = self.tenants.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(entry) = tenants.get_mut(tenant) {
+            if !entry.reading && entry.early.is_none_or(|at| now - at >= EARLY_EVERY) {
+                (entry.early, entry.due) = (Some(now), now);
+                self.wake.notify_one();
+            }
+        }
     }
 
     /// The tenants SES said it does not know, sorted.
@@ -127,31 +197,89 @@ impl Identities {
         unknown
     }
 
-    /// The tenants due for a read at `now`, marked as being read.
-    fn take_due(&self, now: Instant) -> Vec<String> {
+    /// The tenants to read at `now`, marked as being read: every one a message waits for, and
+    /// of the others due, as many as `background` has room for (each holding its permit while
+    /// it is read), so a read a message waits for never queues behind a long list.
+    fn take_due(
+        &self,
+        now: Instant,
+        background: &Arc<Semaphore>,
+    ) -> Vec<(String, Option<OwnedSemaphorePermit>)> {
         let mut tenants = self.tenants.lock().unwrap_or_else(|e| e.into_inner());
-        (tenants.iter_mut())
-            .filter(|(_, t)| !t.reading && t.due <= now)
-            .map(|(name, t)| {
-                t.reading = true;
-                name.clone()
-            })
-            .collect()
+        let mut due = Vec::new();
+        for (name, t) in tenants.iter_mut() {
+            if t.reading || t.due > now {
+                continue;
+            }
+            let permit = match t.wanted {
+                true => None,
+                false => match background.clone().try_acquire_owned() {
+                    Ok(permit) => Some(permit),
+                    Err(_) => continue,
+                },
+            };
+            t.reading = true;
+            due.push((name.clone(), permit));
+        }
+        due
     }
 
-    /// When the next read is due; `None` when no tenant is held.
-    fn next_due(&self) -> Option<Instant> {
+    /// When the next read is due (of a tenant a message waits for only, while the
+    /// background reads have no `room`); `None` when there is none.
+    fn next_due(&self, room: bool) -> Option<Instant> {
         let tenants = self.tenants.lock().unwrap_or_else(|e| e.into_inner());
-        tenants.values().filter(|t| !t.reading).map(|t| t.due).min()
+        (tenants.values())
+            .filter(|t| !t.reading && (room || t.wanted))
+            .map(|t| t.due)
+            .min()
     }
 
-    /// What a read of `tenant` found; it is read again a refresh later, whatever it found.
+    /// The account's tenants as SES listed them: each one not held yet is held, to be read in
+    /// the background, as long as there is room (the list is cut at `max`). A failed list is
+    /// logged (and counted by the API), and made again at the next refresh.
+    fn listed(&self, names: Result<Vec<String>, CallFailed>) {
+        let names = match names {
+            Ok(names) => names,
+            Err(e) => {
+                tracing::warn!(
+                    target: "mailsluice::upstream",
+                    error = %e,
+                    "ses.tenants_unlisted: a tenant is read when its first message comes until a list succeeds"
+                );
+                return;
+            }
+        };
+        let now = Instant::now();
+        let mut tenants = self.tenants.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cut = 0;
+        for name in names {
+            if tenants.contains_key(&name) {
+                continue;
+            }
+            match tenants.len() < self.max {
+                true => _ = tenants.insert(name, SesTenantEntry::new(now)),
+                false => cut += 1,
+            }
+        }
+        if cut > 0 {
+            tracing::warn!(
+                target: "mailsluice::upstream",
+                cut,
+                max = self.max,
+                "ses.tenants_cut: more SES tenants than are held; the rest are read when a message comes"
+            );
+        }
+    }
+
+    /// What a read of `tenant` found; it is read again a refresh later, whatever it found,
+    /// and whoever waits for the read is told.
     fn learned(&self, tenant: &str, read: Result<Option<Vec<String>>, CallFailed>) {
         let mut tenants = self.tenants.lock().unwrap_or_else(|e| e.into_inner());
         let Some(entry) = tenants.get_mut(tenant) else {
             return;
         };
-        (entry.reading, entry.due) = (false, Instant::now() + self.refresh);
+        (entry.reading, entry.wanted) = (false, false);
+        entry.due = Instant::now() + self.refresh;
         let known = match read {
             Ok(Some(names)) => Known::Names(names.into_iter().collect()),
             Ok(None) => {
@@ -167,40 +295,29 @@ impl Identities {
                     error = %e,
                     "ses.tenant_identities_unread: its senders go unchecked until a read succeeds"
                 );
-                return;
+                if !matches!(entry.known, Known::NotYet) {
+                    entry.read.send_replace(());
+                    return;
+                }
+                Known::Unread
             }
         };
         entry.known = known;
+        entry.read.send_replace(());
     }
 }
 
-/// Starts a read of each tenant due (each its own task, so that a slow read holds back no
-/// other tenant's; the API bounds how many are out at once), then sleeps until the next is
-/// due or a check or a finished read wakes it; ends when the identities' forwarder is gone.
-async fn read_on(identities: Weak<Identities>, api: Arc<Api>, wake: Arc<Notify>) {
-    loop {
-        let next = {
-            let Some(strong) = identities.upgrade() else {
-                return;
-            };
-            for tenant in strong.take_due(Instant::now()) {
-                let (identities, api, wake) = (identities.clone(), api.clone(), wake.clone());
-                tokio::spawn(async move {
-                    let read = api.identities(&tenant).await;
-                    if let Some(identities) = identities.upgrade() {
-                        identities.learned(&tenant, read);
-                        wake.notify_one();
-                    }
-                });
-            }
-            strong.next_due()
-        };
-        match next {
-            Some(at) => tokio::select! {
-                _ = tokio::time::sleep_until(at) => {}
-                _ = wake.notified() => {}
-            },
-            None => wake.notified().await,
+impl SesTenantEntry {
+    /// A tenant never read, due for a read now.
+    fn new(now: Instant) -> SesTenantEntry {
+        SesTenantEntry {
+            known: Known::NotYet,
+            due: now,
+            reading: false,
+            wanted: false,
+            early: None,
+            used: now,
+            read: watch::channel(()).0,
         }
     }
 }
@@ -242,7 +359,7 @@ fn allowed(names: &HashSet<String>, sender: &str) -> bool {
 }
 
 /// The domain of an address, lower-cased (the whole text when it has no `@`).
-fn domain_of(address: &str) -> String {
+pub fn domain_of(address: &str) -> String {
     let domain = address.rsplit_once('@').map_or(address, |(_, d)| d);
     domain.to_lowercase()
 }
