@@ -32,6 +32,8 @@ mod operator;
 mod record;
 mod recover;
 mod room;
+#[cfg(test)]
+mod sync_log;
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -191,6 +193,10 @@ impl Spool {
             room::leaves_free(&layout.root, file.len() as u64, min_free)?;
             let tmp = layout.tmp.join(&name);
             let written = write_synced(&tmp, &file).and_then(|()| std::fs::rename(&tmp, &to));
+            #[cfg(test)]
+            if written.is_ok() {
+                sync_log::record(sync_log::Step::Renamed(to.clone()));
+            }
             written.map_err(|e| {
                 let _ = std::fs::remove_file(&tmp);
                 Storage::Unwritable(e.to_string())
@@ -322,7 +328,10 @@ impl Spool {
 fn write_synced(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
     let mut file = (std::fs::OpenOptions::new().write(true).create_new(true)).open(path)?;
     file.write_all(bytes)?;
-    file.sync_data()
+    file.sync_data()?;
+    #[cfg(test)]
+    sync_log::record(sync_log::Step::File(path.to_path_buf()));
+    Ok(())
 }
 
 #[cfg(test)]

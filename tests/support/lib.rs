@@ -10,7 +10,7 @@
 //! - `hidden_rate`: an SES-like upstream in memory with its own hidden bucket (`HiddenRate`).
 //! - `ses`: a fake SESv2 HTTP endpoint with injected answers (`FakeSes`), and its SES tenants
 //!   (`ses_tenants`: identities, reputation entities, suppressions); `moto`: moto's
-//!   server as SES's API stand-in (`MotoServer::spawn`, a failure under `CI=true` without it).
+//!   server as SES's API stand-in (`MotoServer::spawn`, a skip without it).
 //! - `upstream`: the test upstream SMTP server, with injected faults, SES's hidden sending rate
 //!   (`set_hidden_rate`) and connection bound (`set_max_connections`).
 //! - `process`: the `mailsluice` binary as a process of its own (signals, exit, memory).
@@ -24,7 +24,8 @@
 //! - `auth`, `tls`, `http`: AUTH users with cheap hashes, test certificates and a TLS
 //!   client, a GET on the admin endpoint.
 //! - `host`: free ports, scratch directories, and whether a program (swaks, postfix) is
-//!   installed (else a loud skip, a failure under `CI=true`).
+//!   installed, and `skip`, the one place a test skips: a failure under `CI=true` and
+//!   unless `MAILSLUICE_ALLOW_SKIP=1`.
 //! - `proxy`: PROXY protocol headers (v1, v2) written by hand, and connecting from a chosen
 //!   loopback address (`127.0.0.2`, ...).
 //! - `wait`: `until`, polling a condition in real time (at most 30 s).
