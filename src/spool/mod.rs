@@ -13,6 +13,7 @@
 //! - `recover`: the spool read back at start; damaged files set aside.
 //! - `operator`: what the operators read and do (counts, one message, a key stopped).
 //! - `error`: why it would not open, hold, or read back.
+//! - `sync_log`: (the crate's tests only) each sync, in order, for the tests of the `250`.
 //!
 //! **What a `250` promises.** [`Spool::hold`] returns only once the message's file is synced
 //! and renamed into `held/` and that directory is synced: a crash at any instant after loses
