@@ -94,7 +94,7 @@ const CASES: &[Case] = &[
     case("501 5.0.0 Authentication cancelled", "allow_plaintext_auth = true\n{auth}", "", &[EHLO, Cmd("AUTH LOGIN"), Cmd("*")]),
     case("235 2.7.0 Authentication successful", "allow_plaintext_auth = true\n{auth}", "", &[EHLO, Cmd("AUTH PLAIN AGFjbWUAczNjcmV0")]),
     case("535 5.7.8 Authentication credentials invalid", "allow_plaintext_auth = true\n{auth}", "", &[EHLO, Cmd("AUTH PLAIN AGFjbWUAd3Jvbmc=")]),
-    case("421 4.7.0 Too many failed authentication attempts, try again later", "allow_plaintext_auth = true\n{auth}max_failures = 1\n", "", &[EHLO, Cmd("AUTH PLAIN AGFjbWUAd3Jvbmc="), Cmd("AUTH PLAIN AGFjbWUAd3Jvbmc=")]),
+    case("421 4.7.0 Too many failed authentication attempts, try again later", "allow_plaintext_auth = true\n{auth}max_failures = 2\n", "", &[EHLO, Cmd("AUTH PLAIN AGFjbWUAd3Jvbmc="), Cmd("AUTH PLAIN AGFjbWUAd3Jvbmc=")]),
     // Envelope (MAIL, RCPT)
     case("250 2.1.0 Sender ok", "", "", &[EHLO, MAIL]),
     case("250 2.1.5 Recipient ok", "", "", &[EHLO, MAIL, RCPT]),
