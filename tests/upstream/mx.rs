@@ -119,10 +119,10 @@ async fn null_mx_nxdomain_servfail_and_domains_without_addresses_have_their_pinn
     dns.exists("bare.test");
     let relay = mx_relay(&dns, port, "").await;
     for (rcpt, row) in [
-        ("u@nomail.test", "556 5.1.10 domain {d} accepts no mail (null MX)"),
-        ("u@nowhere.test", "550 5.1.2 domain {d} does not exist"),
-        ("u@broken.test", "451 4.4.3 DNS lookup ({kind}) of {d} failed: {reason}"),
-        ("u@ghost.test", "550 5.4.4 MX host {h} has no address"),
+        ("u@nomail.test", "556 5.1.10 upstream: domain {d} accepts no mail (null MX)"),
+        ("u@nowhere.test", "550 5.1.2 upstream: domain {d} does not exist"),
+        ("u@broken.test", "451 4.4.3 upstream: DNS lookup ({kind}) of {d} failed: {reason}"),
+        ("u@ghost.test", "550 5.4.4 upstream: MX host {h} has no address"),
         ("u@bare.test", "... has no MX and no address"),
     ] {
         let (code, text) = send(&relay, "s@sender.test", &[rcpt]).await;
@@ -586,7 +586,7 @@ async fn internal_mx_hosts_and_address_literals_are_refused_without_a_connection
         "u@[0.0.0.0]",
     ] {
         let (code, text) = send(&relay, "s@sender.test", &[rcpt]).await;
-        let row = "550 5.7.1 {d}: MX host is an internal address";
+        let row = "550 5.7.1 upstream: {d}: MX host is an internal address";
         assert!(mx_row(row, code, &text), "{rcpt}: {code} {text}");
     }
     assert_eq!(ups[0].connections(), 0, "no connection made");
@@ -652,7 +652,7 @@ async fn an_mx_host_that_is_the_relay_itself_is_554_5_4_6_without_connecting() {
     dns.a("mx.self.test", ip(0, 1));
     let relay = Relay::start_configured_on(listener, &config(&dns, port, "")).await;
     let (code, text) = send(&relay, "s@sender.test", &["u@self.test"]).await;
-    let row = "554 5.4.6 {d}: MX host is this relay: mail loops back to myself";
+    let row = "554 5.4.6 upstream: {d}: MX host is this relay: mail loops back to myself";
     assert!(mx_row(row, code, &text), "{code} {text}");
     assert!(text.contains("self.test"), "{text}");
     // Only the client's message reached a final dot: the relay never spoke to itself.
