@@ -300,7 +300,10 @@ async fn hold_returns_after_the_file_and_its_directory_are_synced() {
         .unwrap();
     let steps = sync_log::under(&dir);
     let held = dir.join("held");
-    let entry = std::fs::read_dir(&held).unwrap().next().expect("one file held");
+    let entry = std::fs::read_dir(&held)
+        .unwrap()
+        .next()
+        .expect("one file held");
     let name = entry.unwrap().file_name();
     let at = |want: &Step| steps.iter().position(|s| s == want);
     let file = at(&Step::File(dir.join("tmp").join(&name)));

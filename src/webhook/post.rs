@@ -214,10 +214,14 @@ impl Poster {
             server
         });
         let config = ResolverConfig::from_name_servers(servers.collect());
-        let mut builder =
-            hickory_resolver::Resolver::builder_with_config(config, TokioRuntimeProvider::default());
+        let mut builder = hickory_resolver::Resolver::builder_with_config(
+            config,
+            TokioRuntimeProvider::default(),
+        );
         builder.options_mut().use_hosts_file = ResolveHosts::Never;
-        let resolver = builder.build().expect("a resolver on the tests' name servers");
+        let resolver = builder
+            .build()
+            .expect("a resolver on the tests' name servers");
         let _ = self.through.set(resolver);
     }
 

@@ -203,11 +203,17 @@ async fn the_admin_lockout_ends_at_lockout_ms() {
     let (relay, admin) = relay("failure_delay_ms = 0\nmax_failures = 1\nlockout_ms = 10000").await;
     let held = clock::hold();
     let locked_at = tokio::time::Instant::now();
-    assert_eq!(request(admin, "GET", "/metrics", Some("guess")).await.0, 429);
+    assert_eq!(
+        request(admin, "GET", "/metrics", Some("guess")).await.0,
+        429
+    );
     tokio::time::advance(Duration::from_millis(9_999)).await;
     let before = request(admin, "GET", "/metrics", Some("s3cret")).await.0;
     assert_eq!(before, 429, "locked out until lockout_ms has passed");
-    assert_eq!(tokio::time::Instant::now() - locked_at, Duration::from_millis(9_999));
+    assert_eq!(
+        tokio::time::Instant::now() - locked_at,
+        Duration::from_millis(9_999)
+    );
     tokio::time::advance(Duration::from_millis(2)).await;
     let after = request(admin, "GET", "/metrics", Some("s3cret")).await.0;
     assert_eq!(after, 200, "taken once lockout_ms has passed");

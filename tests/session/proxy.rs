@@ -157,15 +157,22 @@ async fn the_auth_lockout_counts_the_claimed_address() {
     let login = async |client: &str, password: &str| {
         let mut c = client_at(&relay, client).await;
         assert_eq!(c.cmd("EHLO client.test").await.0, 250);
-        c.cmd(&format!("AUTH PLAIN {}", plain("app", password))).await
+        c.cmd(&format!("AUTH PLAIN {}", plain("app", password)))
+            .await
     };
     assert_eq!(login("127.0.0.2:40000", "guess").await.0, 535);
     let (code, text) = login("127.0.0.2:40001", "guess").await;
     assert_eq!(code, 421, "the second failure locks 127.0.0.2 out: {text}");
     let (code, text) = login("127.0.0.2:40002", "pw").await;
-    assert_eq!(code, 421, "127.0.0.2 is locked out, right password or not: {text}");
+    assert_eq!(
+        code, 421,
+        "127.0.0.2 is locked out, right password or not: {text}"
+    );
     let (code, text) = login("127.0.0.3:40000", "pw").await;
-    assert_eq!(code, 235, "127.0.0.3, behind the same balancer, is not: {text}");
+    assert_eq!(
+        code, 235,
+        "127.0.0.3, behind the same balancer, is not: {text}"
+    );
     relay.stop().await;
 }
 

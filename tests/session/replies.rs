@@ -6,9 +6,9 @@
 //! with none fails, quoting it.
 
 use crate::support::auth::auth_config;
+use crate::support::memory::MemoryForwarder;
 use crate::support::relay::{config_text, Client, Relay};
 use crate::support::replies::{docs, matches, section, REPLIES};
-use crate::support::memory::MemoryForwarder;
 use crate::support::tls::TestCert;
 
 const SECTIONS: [&str; 3] = [
@@ -147,7 +147,10 @@ async fn run(case: &Case) -> (u16, String) {
             Cmd(line) => c.cmd(line).await,
             Read => c.reply().await,
             Connect => {
-                open.push(std::mem::replace(&mut c, Client::connect_raw(relay.addr).await));
+                open.push(std::mem::replace(
+                    &mut c,
+                    Client::connect_raw(relay.addr).await,
+                ));
                 c.reply().await
             }
             Shutdown => {
@@ -178,9 +181,8 @@ async fn every_reply_of_the_session_matches_its_row_of_the_docs() {
         for reply in section(&docs, heading) {
             rows += 1;
             let known = |list: &[&str]| list.contains(&reply.as_str());
-            let covered = CASES.iter().any(|c| c.reply == reply)
-                || known(IN_OUTCOMES)
-                || known(WITH_SES);
+            let covered =
+                CASES.iter().any(|c| c.reply == reply) || known(IN_OUTCOMES) || known(WITH_SES);
             assert!(covered, "{REPLIES} ({heading}): `{reply}` has no case");
         }
     }

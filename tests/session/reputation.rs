@@ -121,11 +121,7 @@ async fn a_header_keyed_tenant_is_refused_at_the_final_dot() {
         text,
         "4.7.1 Tenant beta paused: bounce rate 10.0 % of 20 messages over 24 h (limit 5.0 %)"
     );
-    assert_eq!(
-        fwd.sent(),
-        20,
-        "nothing of it went upstream"
-    );
+    assert_eq!(fwd.sent(), 20, "nothing of it went upstream");
     let (code, _) = c
         .send_mail(
             "a@b.example",
@@ -160,10 +156,7 @@ async fn a_suppressed_recipient_is_refused_and_the_others_go_on() {
     assert_eq!(c.cmd("DATA").await.0, 354);
     c.send(b"Subject: x\r\n\r\nx\r\n.\r\n").await;
     assert_eq!(c.reply().await.0, 250);
-    assert_eq!(
-        fwd.rcpts(),
-        vec![vec!["here@example.com".to_string()]]
-    );
+    assert_eq!(fwd.rcpts(), vec![vec!["here@example.com".to_string()]]);
     assert_eq!(relay.metric("mailsluice_suppressed_total"), 1.0);
 }
 
@@ -202,7 +195,10 @@ async fn one_complaint_or_one_bounce_never_pauses_a_tenant_by_default() {
         assert_eq!(send(&mut c).await, 250);
     }
     let guard = relay.reputation().unwrap();
-    guard.apply_text(&complaint("ses-0", "c0", "r@example.com")).await.unwrap();
+    guard
+        .apply_text(&complaint("ses-0", "c0", "r@example.com"))
+        .await
+        .unwrap();
     assert_eq!(send(&mut c).await, 250, "one complaint: no verdict");
     for i in 1..3 {
         let id = format!("ses-{i}");

@@ -229,7 +229,10 @@ async fn a_paused_tenants_held_messages_wait_for_its_resume() {
     }
     // Its first message bounced: the tenant is paused.
     let guard = relay.reputation().unwrap();
-    guard.apply_text(&bounce("up-1", "f-up-1", "u@example.net")).await.unwrap();
+    guard
+        .apply_text(&bounce("up-1", "f-up-1", "u@example.net"))
+        .await
+        .unwrap();
     assert!(guard.standing("acme").await.is_some());
     tokio::time::sleep(30 * SEC).await;
     let subjects = || -> Vec<String> { fwd.messages().iter().map(|(_, m)| subject(m)).collect() };
@@ -264,7 +267,10 @@ async fn reputation_action_hold_holds_a_paused_tenants_messages_until_its_resume
         250
     );
     let guard = relay.reputation().unwrap();
-    guard.apply_text(&bounce("up-1", "f-up-1", "u@example.net")).await.unwrap();
+    guard
+        .apply_text(&bounce("up-1", "f-up-1", "u@example.net"))
+        .await
+        .unwrap();
     for subject in ["m1", "m2"] {
         let msg = message("acme", subject);
         let (code, text) = c

@@ -358,7 +358,10 @@ fn parse_send_email(body: &[u8]) -> SentEmail {
 /// table), with explicit credentials, and `tables` after it (routes, `[reputation]`).
 pub async fn relay(fake: &FakeSes, upstream_extra: &str, tables: &str) -> Relay {
     let text = TestConfig::new()
-        .then(&format!("[upstream]\n{}", fake.upstream_toml(upstream_extra)))
+        .then(&format!(
+            "[upstream]\n{}",
+            fake.upstream_toml(upstream_extra)
+        ))
         .then(tables)
         .text();
     Relay::start(&text, forwarder(&text, GOOD_KEY)).await

@@ -65,7 +65,10 @@ async fn mx_relay(dns: &TestDns, port: u16, extra: &str) -> Relay {
 /// a row the docs no longer list fails here.
 fn mx_row(row: &str, code: u16, text: &str) -> bool {
     let rows = replies::section(&replies::docs(), "**`mx://` only**");
-    assert!(rows.iter().any(|r| r == row), "no row `{row}` in docs/replies.md");
+    assert!(
+        rows.iter().any(|r| r == row),
+        "no row `{row}` in docs/replies.md"
+    );
     replies::matches(row, code, text)
 }
 
@@ -119,10 +122,22 @@ async fn null_mx_nxdomain_servfail_and_domains_without_addresses_have_their_pinn
     dns.exists("bare.test");
     let relay = mx_relay(&dns, port, "").await;
     for (rcpt, row) in [
-        ("u@nomail.test", "556 5.1.10 upstream: domain {d} accepts no mail (null MX)"),
-        ("u@nowhere.test", "550 5.1.2 upstream: domain {d} does not exist"),
-        ("u@broken.test", "451 4.4.3 upstream: DNS lookup ({kind}) of {d} failed: {reason}"),
-        ("u@ghost.test", "550 5.4.4 upstream: MX host {h} has no address"),
+        (
+            "u@nomail.test",
+            "556 5.1.10 upstream: domain {d} accepts no mail (null MX)",
+        ),
+        (
+            "u@nowhere.test",
+            "550 5.1.2 upstream: domain {d} does not exist",
+        ),
+        (
+            "u@broken.test",
+            "451 4.4.3 upstream: DNS lookup ({kind}) of {d} failed: {reason}",
+        ),
+        (
+            "u@ghost.test",
+            "550 5.4.4 upstream: MX host {h} has no address",
+        ),
         ("u@bare.test", "... has no MX and no address"),
     ] {
         let (code, text) = send(&relay, "s@sender.test", &[rcpt]).await;

@@ -321,7 +321,8 @@ async fn an_identity_revoked_at_ses_is_refused_after_the_next_refresh() {
     assert_eq!(first.0, 250);
     until("the first read", async || reads() == 1).await;
     assert_eq!(mail_from(&relay, "a@old.example").await.0, 250);
-    fake.tenants.change("acme", |t| t.identities.retain(|i| i != "old.example"));
+    fake.tenants
+        .change("acme", |t| t.identities.retain(|i| i != "old.example"));
     assert_eq!(mail_from(&relay, "a@old.example").await.0, 250, "cached");
     tokio::time::sleep(Duration::from_secs(600 + 5)).await;
     until("the refresh", async || reads() >= 2).await;
