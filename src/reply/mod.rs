@@ -363,6 +363,44 @@ pub fn held(id: &str) -> Reply {
 pub fn insufficient_storage() -> Reply {
     Reply::new(452, "4.3.1", "Insufficient system storage, try again later")
 }
+pub fn sender_ok() -> Reply {
+    Reply::new(250, "2.1.0", "Sender ok")
+}
+pub fn recipient_ok() -> Reply {
+    Reply::new(250, "2.1.5", "Recipient ok")
+}
+pub fn empty_recipient() -> Reply {
+    Reply::new(501, "5.1.3", "Empty recipient address")
+}
+/// DATA after every RCPT was refused.
+pub fn no_valid_recipients() -> Reply {
+    Reply::new(554, "5.5.1", "No valid recipients")
+}
+pub fn tls_already_active() -> Reply {
+    bad_sequence("TLS already active")
+}
+pub fn unrecognized_auth_type() -> Reply {
+    Reply::new(504, "5.5.4", "Unrecognized authentication type")
+}
+pub fn auth_cancelled() -> Reply {
+    Reply::new(501, "5.0.0", "Authentication cancelled")
+}
+pub fn help() -> Reply {
+    Reply::new(
+        214,
+        "2.0.0",
+        "mailsluice relays mail: EHLO HELO MAIL RCPT DATA RSET NOOP QUIT VRFY HELP",
+    )
+}
+/// VRFY: a relay cannot verify mailboxes it does not own; 252 is RFC 5321 3.5.3's answer for
+/// "will accept and try".
+pub fn cannot_vrfy() -> Reply {
+    Reply::new(
+        252,
+        "2.5.0",
+        "Cannot VRFY user, but will accept message and attempt delivery",
+    )
+}
 
 mod reputation;
 mod senders;

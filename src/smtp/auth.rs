@@ -48,7 +48,7 @@ impl Session {
             AUTH_PLAIN => self.plain(initial).await,
             AUTH_LOGIN => self.login(initial).await,
             _ => {
-                self.reply(Reply::new(504, "5.5.4", "Unrecognized authentication type"));
+                self.reply(reply::unrecognized_auth_type());
                 return Flow::Continue;
             }
         };
@@ -122,7 +122,7 @@ impl Session {
     /// Answers an exchange that ended without complete credentials.
     fn exchange_failed(&mut self, exchange: Exchange) -> Flow {
         let reply = match exchange {
-            Exchange::Cancelled => Reply::new(501, "5.0.0", "Authentication cancelled"),
+            Exchange::Cancelled => reply::auth_cancelled(),
             Exchange::Malformed => reply::syntax_error("cannot decode the AUTH response"),
             Exchange::TooLong => {
                 reply::line_too_long(self.ctx.setup.config.smtp.max_line_bytes.get())

@@ -13,7 +13,7 @@ use super::session::{Flow, Session};
 use crate::message::Outcome;
 use crate::observe::activity::Activity;
 use crate::pipeline::account;
-use crate::reply::{self, Reply};
+use crate::reply;
 
 impl Session {
     pub async fn data(&mut self) -> Flow {
@@ -23,7 +23,7 @@ impl Session {
                 return Flow::Continue;
             }
             Some(transaction) if transaction.rcpts() == 0 => {
-                let refusal = Reply::new(554, "5.5.1", "No valid recipients");
+                let refusal = reply::no_valid_recipients();
                 let outcome = match transaction.suppressed() {
                     0 => Outcome::NoRecipients,
                     _ => Outcome::Suppressed,

@@ -91,7 +91,7 @@ impl Session {
             smtputf8: params.smtputf8,
             body_8bit: params.body_8bit,
         }));
-        self.reply(Reply::new(250, "2.1.0", "Sender ok"));
+        self.reply(reply::sender_ok());
     }
 }
 

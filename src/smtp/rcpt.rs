@@ -6,7 +6,7 @@
 use super::path::{self, PathError};
 use super::reputation;
 use super::session::Session;
-use crate::reply::{self, Reply};
+use crate::reply;
 
 impl Session {
     pub(super) async fn rcpt(&mut self, rest: &str) {
@@ -36,7 +36,7 @@ impl Session {
             return self.reply(reply::bad_sequence("Need MAIL before RCPT"));
         };
         if line.mailbox.is_empty() {
-            return self.reply(Reply::new(501, "5.1.3", "Empty recipient address"));
+            return self.reply(reply::empty_recipient());
         }
         if transaction.rcpts() >= max {
             return self.reply(reply::too_many_recipients(max));
@@ -48,6 +48,6 @@ impl Session {
             return self.reply(refusal);
         }
         transaction.add_rcpt(line.mailbox.to_string());
-        self.reply(Reply::new(250, "2.1.5", "Recipient ok"));
+        self.reply(reply::recipient_ok());
     }
 }

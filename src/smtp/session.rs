@@ -268,17 +268,11 @@ fn is_junk<T>(request: &Request<T>) -> bool {
 fn parse_error_reply(e: &ParseError) -> Reply {
     match e {
         ParseError::UnknownCommand => reply::unknown_command(),
-        ParseError::InvalidSenderAddress => Reply::new(501, "5.1.7", "Bad sender address syntax"),
-        ParseError::InvalidRecipientAddress => {
-            Reply::new(501, "5.1.3", "Bad recipient address syntax")
-        }
+        ParseError::InvalidSenderAddress => reply::bad_sender_syntax(),
+        ParseError::InvalidRecipientAddress => reply::bad_recipient_syntax(),
         ParseError::SyntaxError { syntax } => reply::syntax_error(&format!("expected {syntax}")),
-        ParseError::InvalidParameter { param } => {
-            Reply::new(501, "5.5.4", format!("Invalid value for parameter {param}"))
-        }
-        ParseError::UnsupportedParameter { param } => {
-            Reply::new(555, "5.5.4", format!("Unsupported parameter {param}"))
-        }
+        ParseError::InvalidParameter { param } => reply::invalid_parameter(param),
+        ParseError::UnsupportedParameter { param } => reply::unsupported_parameter(param),
         _ => reply::syntax_error("malformed command"),
     }
 }

@@ -4,7 +4,7 @@
 //! (EHLO, a transaction, AUTH) is forgotten: the client starts over with EHLO.
 
 use super::session::{Flow, Session};
-use crate::reply::{self, Reply};
+use crate::reply;
 
 impl Session {
     pub async fn starttls(&mut self) -> Flow {
@@ -13,7 +13,7 @@ impl Session {
             return Flow::Continue;
         };
         if self.client.tls() {
-            self.reply(Reply::new(503, "5.5.1", "TLS already active"));
+            self.reply(reply::tls_already_active());
             return Flow::Continue;
         }
         self.conn.reply(&reply::ready_for_tls());

@@ -2,14 +2,10 @@
 //! "will accept and try".
 
 use super::session::Session;
-use crate::reply::Reply;
+use crate::reply;
 
 impl Session {
     pub fn vrfy(&mut self) {
-        self.reply(Reply::new(
-            252,
-            "2.5.0",
-            "Cannot VRFY user, but will accept message and attempt delivery",
-        ));
+        self.reply(reply::cannot_vrfy());
     }
 }

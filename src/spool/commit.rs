@@ -69,7 +69,12 @@ impl DirSync {
 
 /// `fsync` of a directory: its entries (the names renamed into it, and removed) are durable.
 pub fn sync_dir(dir: &std::path::Path) -> std::io::Result<()> {
-    std::fs::File::open(dir).and_then(|d| d.sync_all())
+    #[cfg(test)]
+    super::sync_log::record(super::sync_log::Step::DirBegun(dir.to_path_buf()));
+    std::fs::File::open(dir).and_then(|d| d.sync_all())?;
+    #[cfg(test)]
+    super::sync_log::record(super::sync_log::Step::DirSynced(dir.to_path_buf()));
+    Ok(())
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@
 //! - `recover`: the spool read back at start; damaged files set aside.
 //! - `operator`: what the operators read and do (counts, one message, a key stopped).
 //! - `error`: why it would not open, hold, or read back.
+//! - `sync_log`: (the crate's tests only) each sync, in order, for the tests of the `250`.
 //!
 //! **What a `250` promises.** [`Spool::hold`] returns only once the message's file is synced
 //! and renamed into `held/` and that directory is synced: a crash at any instant after loses
@@ -32,6 +33,8 @@ mod operator;
 mod record;
 mod recover;
 mod room;
+#[cfg(test)]
+mod sync_log;
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -191,6 +194,10 @@ impl Spool {
             room::leaves_free(&layout.root, file.len() as u64, min_free)?;
             let tmp = layout.tmp.join(&name);
             let written = write_synced(&tmp, &file).and_then(|()| std::fs::rename(&tmp, &to));
+            #[cfg(test)]
+            if written.is_ok() {
+                sync_log::record(sync_log::Step::Renamed(to.clone()));
+            }
             written.map_err(|e| {
                 let _ = std::fs::remove_file(&tmp);
                 Storage::Unwritable(e.to_string())
@@ -322,7 +329,10 @@ impl Spool {
 fn write_synced(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
     let mut file = (std::fs::OpenOptions::new().write(true).create_new(true)).open(path)?;
     file.write_all(bytes)?;
-    file.sync_data()
+    file.sync_data()?;
+    #[cfg(test)]
+    sync_log::record(sync_log::Step::File(path.to_path_buf()));
+    Ok(())
 }
 
 #[cfg(test)]

@@ -286,3 +286,40 @@ async fn max_held_bounds_one_key() {
     assert_eq!(spool.summary().messages, 3);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The `250` rests on two syncs before `hold` returns: the file's data, before its rename
+/// into `held/` (else the name could survive a crash with its data lost), and `held/`
+/// itself, begun after that rename (else the name could be lost).
+#[tokio::test]
+async fn hold_returns_after_the_file_and_its_directory_are_synced() {
+    use sync_log::Step;
+    let dir = scratch("synced");
+    let spool = Spool::open(&config(&dir), clock()).unwrap();
+    hold(&spool, "f000000000000001", "acme", b"durable\r\n")
+        .await
+        .unwrap();
+    let steps = sync_log::under(&dir);
+    let held = dir.join("held");
+    let entry = std::fs::read_dir(&held)
+        .unwrap()
+        .next()
+        .expect("one file held");
+    let name = entry.unwrap().file_name();
+    let at = |want: &Step| steps.iter().position(|s| s == want);
+    let file = at(&Step::File(dir.join("tmp").join(&name)));
+    let renamed = at(&Step::Renamed(held.join(&name))).expect("renamed into held/");
+    assert!(
+        file.is_some_and(|f| f < renamed),
+        "the file synced before its rename: {steps:?}"
+    );
+    let begun = (steps.iter().enumerate())
+        .position(|(i, s)| i > renamed && *s == Step::DirBegun(held.clone()));
+    let synced = begun.and_then(|b| {
+        (steps.iter().enumerate()).position(|(i, s)| i > b && *s == Step::DirSynced(held.clone()))
+    });
+    assert!(
+        synced.is_some(),
+        "held/ synced by a sync begun after the rename: {steps:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

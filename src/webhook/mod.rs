@@ -129,6 +129,15 @@ impl Webhooks {
         }
     }
 
+    /// **Tests only**: every webhook's host name asked of `nameservers` (the tests' own DNS
+    /// server) instead of the system's resolver.
+    #[cfg(feature = "test-support")]
+    pub fn resolve_through(&self, nameservers: &[std::net::SocketAddr]) {
+        for hook in &self.hooks {
+            hook.poster.resolve_through(nameservers);
+        }
+    }
+
     /// The status page's rows.
     pub fn rows(&self) -> Vec<Row> {
         (self.hooks.iter())

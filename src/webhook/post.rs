@@ -61,6 +61,11 @@ pub struct Poster {
     tls: TlsConnector,
     /// The connection of the last POST, while the receiver keeps it open.
     open: tokio::sync::Mutex<Option<Open>>,
+    /// Tests only: the host's name asked of the tests' own DNS server, not the system's
+    /// resolver, so that a name resolving to an internal address can be tried. A feature of
+    /// the tests' builds (`test-support`): a release build has no such field and no branch.
+    #[cfg(feature = "test-support")]
+    through: std::sync::OnceLock<hickory_resolver::TokioResolver>,
 }
 
 /// An open connection: its sender, and the task that drives it (ended with it).
@@ -97,6 +102,8 @@ impl Poster {
             url,
             tls: TlsConnector::from(Arc::new(tls)),
             open: tokio::sync::Mutex::new(None),
+            #[cfg(feature = "test-support")]
+            through: std::sync::OnceLock::new(),
         })
     }
 
@@ -161,10 +168,7 @@ impl Poster {
     /// A connection to the first address of the host that the webhook may reach.
     async fn connect(&self) -> Result<TcpStream, PostError> {
         let (host, port) = (self.url.host.as_str(), self.url.port);
-        let addresses: Vec<SocketAddr> = tokio::net::lookup_host((host, port))
-            .await
-            .map_err(|e| PostError::Connection(format!("{host}: {e}")))?
-            .collect();
+        let addresses = self.resolve(host, port).await?;
         let allowed = addresses
             .iter()
             .filter(|a| self.config.may_reach(self.url.https, a.ip()));
@@ -182,6 +186,43 @@ impl Poster {
                 PostError::NotAllowed(host.to_string(), list.join(", "))
             }
         })
+    }
+
+    /// The addresses of `host`, from the system's resolver (in tests, from their own DNS
+    /// server once `resolve_through` named it).
+    async fn resolve(&self, host: &str, port: u16) -> Result<Vec<SocketAddr>, PostError> {
+        let failed = |e: &dyn std::fmt::Display| PostError::Connection(format!("{host}: {e}"));
+        #[cfg(feature = "test-support")]
+        if let Some(resolver) = self.through.get() {
+            let found = resolver.lookup_ip(host).await.map_err(|e| failed(&e))?;
+            return Ok(found.iter().map(|ip| SocketAddr::new(ip, port)).collect());
+        }
+        let found = tokio::net::lookup_host((host, port)).await;
+        Ok(found.map_err(|e| failed(&e))?.collect())
+    }
+
+    /// **Tests only**: host names asked of `nameservers` from now on.
+    #[cfg(feature = "test-support")]
+    pub fn resolve_through(&self, nameservers: &[SocketAddr]) {
+        use hickory_resolver::config::{NameServerConfig, ResolveHosts, ResolverConfig};
+        use hickory_resolver::net::runtime::TokioRuntimeProvider;
+        let servers = nameservers.iter().map(|addr| {
+            let mut server = NameServerConfig::udp_and_tcp(addr.ip());
+            for connection in &mut server.connections {
+                connection.port = addr.port();
+            }
+            server
+        });
+        let config = ResolverConfig::from_name_servers(servers.collect());
+        let mut builder = hickory_resolver::Resolver::builder_with_config(
+            config,
+            TokioRuntimeProvider::default(),
+        );
+        builder.options_mut().use_hosts_file = ResolveHosts::Never;
+        let resolver = builder
+            .build()
+            .expect("a resolver on the tests' name servers");
+        let _ = self.through.set(resolver);
     }
 
     fn request(

@@ -174,10 +174,12 @@ async fn half_sent_admin_requests_hold_a_bounded_number_of_connections_for_a_bou
     assert!(busy.starts_with("HTTP/1.1 503"), "{busy}");
     // Mail and SMTP AUTH go on meanwhile.
     assert_eq!(login_and_send(&relay).await, (235, 250));
+    // Just before `request_timeout_ms` they are all kept; just after, none is.
+    tokio::time::advance(Duration::from_millis(4_999)).await;
     for stream in &open {
         assert!(still_open(stream).await, "within request_timeout_ms");
     }
-    tokio::time::advance(Duration::from_millis(5_001)).await;
+    tokio::time::advance(Duration::from_millis(2)).await;
     drop(held);
     let body_cut = open.pop().unwrap();
     for stream in open {
@@ -191,5 +193,30 @@ async fn half_sent_admin_requests_hold_a_bounded_number_of_connections_for_a_bou
     assert!(answer.starts_with("HTTP/1.1 4"), "{answer}");
     // Their slots are free again.
     assert_eq!(request(admin, "GET", "/healthz", None).await.0, 200);
+    relay.stop().await;
+}
+
+/// The admin lockout lasts `lockout_ms` from the failure that locked, to the millisecond: the
+/// right password is refused just before its end and taken just after.
+#[tokio::test(start_paused = true)]
+async fn the_admin_lockout_ends_at_lockout_ms() {
+    let (relay, admin) = relay("failure_delay_ms = 0\nmax_failures = 1\nlockout_ms = 10000").await;
+    let held = clock::hold();
+    let locked_at = tokio::time::Instant::now();
+    assert_eq!(
+        request(admin, "GET", "/metrics", Some("guess")).await.0,
+        429
+    );
+    tokio::time::advance(Duration::from_millis(9_999)).await;
+    let before = request(admin, "GET", "/metrics", Some("s3cret")).await.0;
+    assert_eq!(before, 429, "locked out until lockout_ms has passed");
+    assert_eq!(
+        tokio::time::Instant::now() - locked_at,
+        Duration::from_millis(9_999)
+    );
+    tokio::time::advance(Duration::from_millis(2)).await;
+    let after = request(admin, "GET", "/metrics", Some("s3cret")).await.0;
+    assert_eq!(after, 200, "taken once lockout_ms has passed");
+    drop(held);
     relay.stop().await;
 }

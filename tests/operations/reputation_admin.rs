@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use crate::support::auth::cheap_hash;
 use crate::support::http::request;
 use crate::support::relay::{memory_relay, sum_metric, Relay};
+use crate::support::ses_events::bounce;
 
 const REPUTATION: &str =
     "[reputation]\nkey = \"header:X-Tenant\"\nmin_messages = 1\nmin_bounces = 1\n";
@@ -18,16 +19,10 @@ pub(crate) async fn acme_paused(admin: &str) -> (Relay, SocketAddr) {
     let guard = relay.reputation().unwrap();
     guard.forwarded("acme", Some("m1"), 1).await;
     guard
-        .apply_text(&bounce("m1", "gone@example.com"))
+        .apply_text(&bounce("m1", "f-m1", "gone@example.com"))
         .await
         .unwrap();
     (relay, endpoint)
-}
-
-fn bounce(message_id: &str, rcpt: &str) -> String {
-    format!(
-        r#"{{"eventType":"Bounce","mail":{{"messageId":"{message_id}"}},"bounce":{{"bounceType":"Permanent","bouncedRecipients":[{{"emailAddress":"{rcpt}"}}],"timestamp":"2026-12-01T10:00:00Z","feedbackId":"f-{message_id}"}}}}"#
-    )
 }
 
 #[tokio::test]

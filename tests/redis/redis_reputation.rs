@@ -3,7 +3,6 @@
 //! the window slides on a fake clock; with Redis down the guard fails open (mail flows, events
 //! are refused so that SQS delivers them again).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,28 +10,13 @@ use mailsluice::clock::FakeClock;
 use mailsluice::config::Config;
 use mailsluice::redis::redis_options;
 use mailsluice::reputation::{Applied, Reputation};
-use mailsluice::upstream::{Accepted, ForwardFuture, Forwarder, Outgoing};
 use prometheus_client::metrics::counter::Counter;
 
 use crate::support::http::get;
 use crate::support::redis::RedisServer;
 use crate::support::relay::{config_text, Relay};
-
-/// Answers as SES does over SMTP, `250 Ok <prefix>-<n>`.
-struct SesLike {
-    prefix: &'static str,
-    sent: AtomicUsize,
-}
-
-impl Forwarder for SesLike {
-    fn send<'a>(&'a self, outgoing: &'a Outgoing<'a>) -> ForwardFuture<'a> {
-        let _ = outgoing;
-        Box::pin(async move {
-            let n = self.sent.fetch_add(1, Ordering::SeqCst);
-            Ok(Accepted::new(format!("Ok {}-{n}", self.prefix)))
-        })
-    }
-}
+use crate::support::ses_events::bounce;
+use crate::support::ses_like::SesLike;
 
 fn guard_config(redis: &RedisServer, extra: &str) -> String {
     format!(
@@ -43,21 +27,12 @@ fn guard_config(redis: &RedisServer, extra: &str) -> String {
 }
 
 async fn relay(redis: &RedisServer, prefix: &'static str) -> Relay {
-    let fwd = Arc::new(SesLike {
-        prefix,
-        sent: AtomicUsize::new(0),
-    });
+    let fwd = SesLike::with_prefix(prefix);
     Relay::start(
         &config_text("file://unused", "", &guard_config(redis, "")),
         fwd,
     )
     .await
-}
-
-fn bounce(message_id: &str, feedback: &str, rcpt: &str) -> String {
-    format!(
-        r#"{{"eventType":"Bounce","mail":{{"messageId":"{message_id}"}},"bounce":{{"bounceType":"Permanent","bouncedRecipients":[{{"emailAddress":"{rcpt}"}}],"timestamp":"2026-12-01T10:00:00Z","feedbackId":"{feedback}"}}}}"#
-    )
 }
 
 fn message(tenant: &str) -> Vec<u8> {

@@ -12,6 +12,7 @@ mod external_client;
 mod hostile;
 mod outcomes;
 mod proxy;
+mod replies;
 mod reputation;
 mod senders;
 mod session;

@@ -12,11 +12,10 @@ use mailsluice::upstream::{Accepted, Feedback, ForwardFuture, Forwarder, Outgoin
 
 use crate::support::auth::{auth_config, plain};
 use crate::support::relay::{config_text, Client, Relay};
+use crate::support::replies::{docs, pattern, section, REPLIES};
 use crate::support::throttle::Events;
 use crate::support::upstream::refusing_addr;
 use crate::support::wait::until;
-
-const REPLIES: &str = "docs/replies.md";
 
 /// How upstream (a scripted forwarder) answers one message.
 #[derive(Clone)]
@@ -432,9 +431,7 @@ async fn run(i: usize, case: &Case) -> Seen {
         How::AfterBounceAtDot | How::AfterBounceAtMail | How::ToSuppressed => {
             let gone = "gone@example.net";
             assert_eq!(c.send_mail(FROM, &[gone], message).await.0, 250);
-            let bounce = format!(
-                r#"{{"eventType":"Bounce","mail":{{"messageId":"ses-0"}},"bounce":{{"bounceType":"Permanent","bouncedRecipients":[{{"emailAddress":"{gone}"}}],"timestamp":"2026-12-01T10:00:00Z","feedbackId":"f-0"}}}}"#
-            );
+            let bounce = crate::support::ses_events::bounce("ses-0", "f-0", gone);
             relay
                 .reputation()
                 .unwrap()
@@ -523,45 +520,9 @@ async fn run(i: usize, case: &Case) -> Seen {
     }
 }
 
-/// The docs' reply as a pattern: `{...}` and `...` match anything.
-fn pattern(reply: &str) -> regex::Regex {
-    let mut re = String::from("^");
-    let mut rest = reply;
-    while !rest.is_empty() {
-        let next = [rest.find('{'), rest.find("...")]
-            .into_iter()
-            .flatten()
-            .min();
-        let Some(at) = next else {
-            re.push_str(&regex::escape(rest));
-            break;
-        };
-        re.push_str(&regex::escape(&rest[..at]));
-        re.push_str(".*");
-        rest = match rest[at..].starts_with("...") {
-            true => &rest[at + 3..],
-            false => &rest[at + rest[at..].find('}').unwrap() + 1..],
-        };
-    }
-    regex::Regex::new(&format!("{re}$")).unwrap()
-}
-
-/// The replies (first cells) of a section of docs/replies.md, up to the next section or the
-/// `mx://` table.
-fn section(docs: &str, heading: &str) -> Vec<String> {
-    let start = docs
-        .find(heading)
-        .unwrap_or_else(|| panic!("{heading} in {REPLIES}"));
-    (docs[start + heading.len()..].lines())
-        .take_while(|l| !l.starts_with("## ") && !l.starts_with("**`mx://`"))
-        .filter_map(|l| l.strip_prefix("| `"))
-        .map(|l| l.split('`').next().unwrap().to_string())
-        .collect()
-}
-
 #[tokio::test]
 async fn every_reply_a_message_gets_has_one_line_with_its_own_outcome() {
-    let docs = std::fs::read_to_string(REPLIES).unwrap();
+    let docs = docs();
     for heading in ["## The final dot", "## From the upstream leg"] {
         for reply in section(&docs, heading) {
             let covered =

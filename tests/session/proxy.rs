@@ -1,6 +1,7 @@
 //! The PROXY protocol behind a balancer (`[smtp] proxy_from`), over real TCP: the test is the
 //! balancer at 127.0.0.1 (or `::1`) and speaks for clients at 127.0.0.2, 127.0.0.3 and `::1`,
-//! whose addresses must then decide everything the relay decides by address.
+//! whose addresses must then decide everything the relay decides by address (trust, the
+//! per-address limit, a throttle key, AUTH's lockout).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -8,6 +9,7 @@ use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
 
+use crate::support::auth::{auth_config, plain};
 use crate::support::memory::MemoryForwarder;
 use crate::support::proxy::{connect_from, ipv6_listener, v1, v2, v2_local};
 use crate::support::relay::{config_text, memory_relay, Client, Relay};
@@ -142,6 +144,35 @@ async fn the_per_address_limit_counts_the_claimed_address() {
     let (code, text) = again.reply().await;
     assert_eq!((code, again.is_closed().await), (421, true), "{text}");
     assert!(text.starts_with("4.7.0"), "{text}");
+    relay.stop().await;
+}
+
+/// AUTH's lockout counts the claimed address: a guessing client behind the balancer is locked
+/// out, another client behind the same balancer is not.
+#[tokio::test]
+async fn the_auth_lockout_counts_the_claimed_address() {
+    let users = [("app", "pw", "")];
+    let auth = auth_config(&users, "failure_delay_ms = 0\nmax_failures = 2");
+    let (relay, _) = relay(&format!("allow_plaintext_auth = true\n{auth}"), "").await;
+    let login = async |client: &str, password: &str| {
+        let mut c = client_at(&relay, client).await;
+        assert_eq!(c.cmd("EHLO client.test").await.0, 250);
+        c.cmd(&format!("AUTH PLAIN {}", plain("app", password)))
+            .await
+    };
+    assert_eq!(login("127.0.0.2:40000", "guess").await.0, 535);
+    let (code, text) = login("127.0.0.2:40001", "guess").await;
+    assert_eq!(code, 421, "the second failure locks 127.0.0.2 out: {text}");
+    let (code, text) = login("127.0.0.2:40002", "pw").await;
+    assert_eq!(
+        code, 421,
+        "127.0.0.2 is locked out, right password or not: {text}"
+    );
+    let (code, text) = login("127.0.0.3:40000", "pw").await;
+    assert_eq!(
+        code, 235,
+        "127.0.0.3, behind the same balancer, is not: {text}"
+    );
     relay.stop().await;
 }
 

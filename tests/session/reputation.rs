@@ -2,35 +2,14 @@
 //! named it, at the final dot when a header does; a suppressed recipient refused at RCPT
 //! while the others go on; upstream's own `5.1.1` counted as a bounce.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use mailsluice::upstream::{Accepted, ForwardFuture, Forwarder, Outgoing, UpstreamError};
+use mailsluice::upstream::UpstreamError;
 
 use crate::support::auth::{auth_config, plain};
 use crate::support::relay::{config_text, Client, Relay};
-
-/// Answers as SES does over SMTP, `250 Ok <id>`, or refuses every message with `refuse`.
-#[derive(Default)]
-struct SesLike {
-    sent: AtomicUsize,
-    refuse: Mutex<Option<UpstreamError>>,
-    rcpts: Mutex<Vec<Vec<String>>>,
-}
-
-impl Forwarder for SesLike {
-    fn send<'a>(&'a self, outgoing: &'a Outgoing<'a>) -> ForwardFuture<'a> {
-        let envelope = outgoing.envelope;
-        Box::pin(async move {
-            if let Some(e) = self.refuse.lock().unwrap().clone() {
-                return Err(e);
-            }
-            self.rcpts.lock().unwrap().push(envelope.rcpts.clone());
-            let n = self.sent.fetch_add(1, Ordering::SeqCst);
-            Ok(Accepted::new(format!("Ok ses-{n}")))
-        })
-    }
-}
+use crate::support::ses_events::{bounce, complaint};
+use crate::support::ses_like::SesLike;
 
 const REPUTATION: &str =
     "[reputation]\nkey = \"header:X-Tenant\"\nmin_messages = 20\nmin_bounces = 1\n";
@@ -38,15 +17,9 @@ const REPUTATION: &str =
 async fn start(rest: &str) -> (Relay, Arc<SesLike>) {
     let users = [("app", "s3cret", "tenant = \"acme\"")];
     let smtp = format!("allow_plaintext_auth = true\n{}", auth_config(&users, ""));
-    let fwd = Arc::new(SesLike::default());
+    let fwd = SesLike::new();
     let config = config_text("file://unused", &smtp, rest);
     (Relay::start(&config, fwd.clone()).await, fwd)
-}
-
-fn bounce(message_id: &str, feedback: &str, rcpt: &str) -> String {
-    format!(
-        r#"{{"eventType":"Bounce","mail":{{"messageId":"{message_id}"}},"bounce":{{"bounceType":"Permanent","bouncedRecipients":[{{"emailAddress":"{rcpt}"}}],"timestamp":"2026-12-01T10:00:00Z","feedbackId":"{feedback}"}}}}"#
-    )
 }
 
 const MESSAGE: &[u8] = b"X-Tenant: beta\r\nSubject: hi\r\n\r\nbody\r\n";
@@ -94,7 +67,7 @@ async fn an_authenticated_tenant_past_the_bounce_rate_is_paused_at_mail() {
             "4.7.1 Tenant acme paused: bounce rate 15.0 % of 40 messages over 24 h (limit 5.0 %)"
         )
     );
-    assert_eq!(fwd.sent.load(Ordering::SeqCst), 40);
+    assert_eq!(fwd.sent(), 40);
     // A resume by the operator lets it go again.
     assert!(relay.reputation().unwrap().resume("acme").await.unwrap());
     assert_eq!(c.cmd("MAIL FROM:<a@acme.example>").await.0, 250);
@@ -148,11 +121,7 @@ async fn a_header_keyed_tenant_is_refused_at_the_final_dot() {
         text,
         "4.7.1 Tenant beta paused: bounce rate 10.0 % of 20 messages over 24 h (limit 5.0 %)"
     );
-    assert_eq!(
-        fwd.sent.load(Ordering::SeqCst),
-        20,
-        "nothing of it went upstream"
-    );
+    assert_eq!(fwd.sent(), 20, "nothing of it went upstream");
     let (code, _) = c
         .send_mail(
             "a@b.example",
@@ -187,21 +156,18 @@ async fn a_suppressed_recipient_is_refused_and_the_others_go_on() {
     assert_eq!(c.cmd("DATA").await.0, 354);
     c.send(b"Subject: x\r\n\r\nx\r\n.\r\n").await;
     assert_eq!(c.reply().await.0, 250);
-    assert_eq!(
-        *fwd.rcpts.lock().unwrap(),
-        vec![vec!["here@example.com".to_string()]]
-    );
+    assert_eq!(fwd.rcpts(), vec![vec!["here@example.com".to_string()]]);
     assert_eq!(relay.metric("mailsluice_suppressed_total"), 1.0);
 }
 
 #[tokio::test]
 async fn upstreams_own_hard_bounce_counts_and_suppresses() {
     let (relay, fwd) = start(&REPUTATION.replace("min_messages = 20", "min_messages = 1")).await;
-    *fwd.refuse.lock().unwrap() = Some(UpstreamError::Rejected {
+    fwd.refuse(Some(UpstreamError::Rejected {
         code: 550,
         enhanced: Some("5.1.1".into()),
         text: "Mailbox does not exist".into(),
-    });
+    }));
     let mut c = relay.client().await;
     let (code, _) = c
         .send_mail("a@b.example", &["nobody@example.com"], MESSAGE)
@@ -211,12 +177,6 @@ async fn upstreams_own_hard_bounce_counts_and_suppresses() {
     let standing = guard.standings().await.unwrap();
     assert_eq!((standing[0].key.as_str(), standing[0].bounces), ("beta", 1));
     assert!(guard.suppressed("nobody@example.com").await.is_some());
-}
-
-fn complaint(message_id: &str, feedback: &str) -> String {
-    format!(
-        r#"{{"eventType":"Complaint","mail":{{"messageId":"{message_id}"}},"complaint":{{"complainedRecipients":[{{"emailAddress":"r@example.com"}}],"timestamp":"2026-12-01T10:00:00Z","feedbackId":"{feedback}"}}}}"#
-    )
 }
 
 /// Under the default limits no single event pauses a tenant: one complaint after 100
@@ -235,12 +195,15 @@ async fn one_complaint_or_one_bounce_never_pauses_a_tenant_by_default() {
         assert_eq!(send(&mut c).await, 250);
     }
     let guard = relay.reputation().unwrap();
-    guard.apply_text(&complaint("ses-0", "c0")).await.unwrap();
+    guard
+        .apply_text(&complaint("ses-0", "c0", "r@example.com"))
+        .await
+        .unwrap();
     assert_eq!(send(&mut c).await, 250, "one complaint: no verdict");
     for i in 1..3 {
         let id = format!("ses-{i}");
         guard
-            .apply_text(&complaint(&id, &format!("c{i}")))
+            .apply_text(&complaint(&id, &format!("c{i}"), "r@example.com"))
             .await
             .unwrap();
     }

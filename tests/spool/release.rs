@@ -10,6 +10,7 @@ use crate::common::*;
 use crate::support::host::scratch_path;
 use crate::support::memory::subject_of;
 use crate::support::relay::{config_text, memory_relay, Relay};
+use crate::support::ses_events::bounce;
 
 const SEC: Duration = Duration::from_secs(1);
 
@@ -209,12 +210,6 @@ async fn without_report_from_a_refused_message_is_kept_as_failed() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-fn bounce(message_id: &str) -> String {
-    format!(
-        r#"{{"eventType":"Bounce","mail":{{"messageId":"{message_id}"}},"bounce":{{"bounceType":"Permanent","bouncedRecipients":[{{"emailAddress":"u@example.net"}}],"timestamp":"2026-12-01T10:00:00Z","feedbackId":"f-{message_id}"}}}}"#
-    )
-}
-
 /// A tenant the reputation guard paused: its held messages are not released (each attempt
 /// is refused for now and tried again after the backoff) until an operator resumes it.
 #[tokio::test(start_paused = true)]
@@ -234,7 +229,10 @@ async fn a_paused_tenants_held_messages_wait_for_its_resume() {
     }
     // Its first message bounced: the tenant is paused.
     let guard = relay.reputation().unwrap();
-    guard.apply_text(&bounce("up-1")).await.unwrap();
+    guard
+        .apply_text(&bounce("up-1", "f-up-1", "u@example.net"))
+        .await
+        .unwrap();
     assert!(guard.standing("acme").await.is_some());
     tokio::time::sleep(30 * SEC).await;
     let subjects = || -> Vec<String> { fwd.messages().iter().map(|(_, m)| subject(m)).collect() };
@@ -269,7 +267,10 @@ async fn reputation_action_hold_holds_a_paused_tenants_messages_until_its_resume
         250
     );
     let guard = relay.reputation().unwrap();
-    guard.apply_text(&bounce("up-1")).await.unwrap();
+    guard
+        .apply_text(&bounce("up-1", "f-up-1", "u@example.net"))
+        .await
+        .unwrap();
     for subject in ["m1", "m2"] {
         let msg = message("acme", subject);
         let (code, text) = c

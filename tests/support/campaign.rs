@@ -256,7 +256,7 @@ struct World {
     failover: Option<FailoverTimes>,
 }
 
-/// Runs the campaign; `None` without `redis-server` (not under CI: see `support::redis`).
+/// Runs the campaign; `None` without `redis-server` (a skip: see `support::redis`).
 pub async fn run(plan: Plan) -> Option<Report> {
     let primary = RedisServer::start()?;
     let replica = RedisServer::replica_of(&primary)?;

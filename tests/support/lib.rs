@@ -8,9 +8,11 @@
 //! - `dns`: a DNS server on 127.0.0.1 answering from a zone the test writes (`TestDns`).
 //! - `memory`: a forwarder that records what it is given (`MemoryForwarder`).
 //! - `hidden_rate`: an SES-like upstream in memory with its own hidden bucket (`HiddenRate`).
+//! - `ses_like`: an upstream answering as SES over SMTP (`250 Ok ses-<n>`), or refusing.
+//! - `ses_events`: SES's bounce and complaint events as the reputation guard reads them.
 //! - `ses`: a fake SESv2 HTTP endpoint with injected answers (`FakeSes`), and its SES tenants
 //!   (`ses_tenants`: identities, reputation entities, suppressions); `moto`: moto's
-//!   server as SES's API stand-in (`MotoServer::spawn`, a failure under `CI=true` without it).
+//!   server as SES's API stand-in (`MotoServer::spawn`, a skip without it).
 //! - `upstream`: the test upstream SMTP server, with injected faults, SES's hidden sending rate
 //!   (`set_hidden_rate`) and connection bound (`set_max_connections`).
 //! - `process`: the `mailsluice` binary as a process of its own (signals, exit, memory).
@@ -24,11 +26,13 @@
 //! - `auth`, `tls`, `http`: AUTH users with cheap hashes, test certificates and a TLS
 //!   client, a GET on the admin endpoint.
 //! - `host`: free ports, scratch directories, and whether a program (swaks, postfix) is
-//!   installed (else a loud skip, a failure under `CI=true`).
+//!   installed, and `skip`, the one place a test skips: a failure under `CI=true` and
+//!   unless `MAILSLUICE_ALLOW_SKIP=1`.
 //! - `proxy`: PROXY protocol headers (v1, v2) written by hand, and connecting from a chosen
 //!   loopback address (`127.0.0.2`, ...).
 //! - `wait`: `until`, polling a condition in real time (at most 30 s).
 //! - `clock`: tokio's paused clock held still while the test waits on real sockets.
+//! - `replies`: docs/replies.md's rows, and a reply matched against a row's full text.
 //! - `webhook`: an HTTPS webhook receiver on 127.0.0.1 (records POSTs, answers a set status,
 //!   or hangs), and the receiver's signature check of docs/webhooks.md.
 
@@ -50,7 +54,10 @@ pub mod process;
 pub mod proxy;
 pub mod redis;
 pub mod relay;
+pub mod replies;
 pub mod ses;
+pub mod ses_events;
+pub mod ses_like;
 pub mod ses_tenants;
 pub mod throttle;
 pub mod tls;

@@ -19,6 +19,8 @@ use mailsluice::upstream::SesForwarder;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+use super::config::TestConfig;
+use super::relay::Relay;
 use super::ses_tenants::{operation, SesTenants};
 
 /// The access key id the fake takes; any other is refused with 403.
@@ -374,6 +376,19 @@ fn parse_send_email(body: &[u8]) -> SentEmail {
             .collect(),
         tenant: text(&json["TenantName"]),
     }
+}
+
+/// A relay whose only upstream is `ses://` at `fake` (`upstream_extra` in its `[upstream]`
+/// table), with explicit credentials, and `tables` after it (routes, `[reputation]`).
+pub async fn relay(fake: &FakeSes, upstream_extra: &str, tables: &str) -> Relay {
+    let text = TestConfig::new()
+        .then(&format!(
+            "[upstream]\n{}",
+            fake.upstream_toml(upstream_extra)
+        ))
+        .then(tables)
+        .text();
+    Relay::start(&text, forwarder(&text, GOOD_KEY)).await
 }
 
 /// A `ses://` forwarder for a config's first upstream, with explicit credentials (`key`).

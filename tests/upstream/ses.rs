@@ -10,7 +10,7 @@ use crate::envelope;
 use crate::support::config::TestConfig;
 use crate::support::memory::subject_of;
 use crate::support::relay::{Client, Relay};
-use crate::support::ses::{forwarder, FakeSes, Mode, GOOD_KEY};
+use crate::support::ses::{self, forwarder, FakeSes, Mode, GOOD_KEY};
 use crate::support::upstream::refusing_addr;
 use crate::support::wait::until;
 use mailsluice::upstream::{Account, Forwarder, UpstreamError};
@@ -21,18 +21,10 @@ async fn relay(fake: &FakeSes, upstream_extra: &str, rest: &str) -> Relay {
     for tenant in ["acme", "globex"] {
         fake.tenants.add(tenant, &["example.com"]);
     }
-    let text = TestConfig::new()
-        .then(&format!(
-            "[upstream]\n{}",
-            fake.upstream_toml(&format!("timeout_ms = 5000\n{upstream_extra}"))
-        ))
-        .then(
-            "[[route]]\nkey = \"header:X-Tenant\"\nupstream = \"default\"\nses_tenant = \"{key}\"\n\
-             add_headers = { \"X-SES-CONFIGURATION-SET\" = \"tenant-{key}\", \"X-SES-MESSAGE-TAGS\" = \"tenant={key}\" }",
-        )
-        .then(rest)
-        .text();
-    Relay::start(&text, forwarder(&text, GOOD_KEY)).await
+    let route = "[[route]]\nkey = \"header:X-Tenant\"\nupstream = \"default\"\nses_tenant = \"{key}\"\n\
+                 add_headers = { \"X-SES-CONFIGURATION-SET\" = \"tenant-{key}\", \"X-SES-MESSAGE-TAGS\" = \"tenant={key}\" }\n";
+    let upstream = format!("timeout_ms = 5000\n{upstream_extra}");
+    ses::relay(fake, &upstream, &format!("{route}{rest}")).await
 }
 
 async fn send(relay: &Relay, tenant: &str, subject: &str) -> (u16, String) {

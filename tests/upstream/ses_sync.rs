@@ -7,10 +7,10 @@
 
 use std::time::Duration;
 
-use crate::support::config::TestConfig;
 use crate::support::http::get;
 use crate::support::relay::{Client, Relay};
-use crate::support::ses::{forwarder, FakeSes, GOOD_KEY};
+use crate::support::ses::{self, FakeSes};
+use crate::support::ses_events::{bounce, complaint_notification};
 use crate::support::wait::until;
 
 /// A relay sending as SES tenant `{X-Tenant}` at the fake, whose guard keys on `X-Tenant`
@@ -19,21 +19,12 @@ async fn start_relay(fake: &FakeSes, upstream_extra: &str, reputation_extra: &st
     for tenant in ["acme", "globex"] {
         fake.tenants.add(tenant, &["example.com"]);
     }
-    let text = TestConfig::new()
-        .then(&format!(
-            "[upstream]\n{}",
-            fake.upstream_toml(upstream_extra)
-        ))
-        .then(
-            "[[route]]\nkey = \"header:X-Tenant\"\nupstream = \"default\"\nses_tenant = \"{key}\"",
-        )
-        .then(
-            "[reputation]\nkey = \"header:X-Tenant\"\nmin_messages = 1\nmin_bounces = 1\n\
-             max_bounce_rate = 0.5\nses_sync = true",
-        )
-        .then(reputation_extra)
-        .text();
-    Relay::start(&text, forwarder(&text, GOOD_KEY)).await
+    let tables = format!(
+        "[[route]]\nkey = \"header:X-Tenant\"\nupstream = \"default\"\nses_tenant = \"{{key}}\"\n\
+         [reputation]\nkey = \"header:X-Tenant\"\nmin_messages = 1\nmin_bounces = 1\n\
+         max_bounce_rate = 0.5\nses_sync = true\n{reputation_extra}"
+    );
+    ses::relay(fake, upstream_extra, &tables).await
 }
 
 async fn send(relay: &Relay, tenant: &str, rcpt: &str) -> (u16, String) {
@@ -41,18 +32,6 @@ async fn send(relay: &Relay, tenant: &str, rcpt: &str) -> (u16, String) {
     let mut c = Client::connect(relay.addr).await;
     c.send_mail("app@example.com", &[rcpt], message.as_bytes())
         .await
-}
-
-fn bounce(message_id: &str, feedback: &str, rcpt: &str) -> String {
-    format!(
-        r#"{{"eventType":"Bounce","mail":{{"messageId":"{message_id}"}},"bounce":{{"bounceType":"Permanent","bouncedRecipients":[{{"emailAddress":"{rcpt}"}}],"timestamp":"2026-12-01T10:00:00Z","feedbackId":"{feedback}"}}}}"#
-    )
-}
-
-fn complaint(message_id: &str, feedback: &str, rcpt: &str) -> String {
-    format!(
-        r#"{{"notificationType":"Complaint","mail":{{"messageId":"{message_id}"}},"complaint":{{"complainedRecipients":[{{"emailAddress":"{rcpt}"}}],"feedbackId":"{feedback}"}}}}"#
-    )
 }
 
 /// Sends one message of acme's (the fake's `fake-000001`), then its bounce: acme is paused.
@@ -204,7 +183,7 @@ async fn a_suppression_is_written_to_ses_with_the_tenant_name() {
     let guard = relay.reputation().unwrap();
     let events = [
         bounce("fake-000001", "f1", "gone@example.net"),
-        complaint("fake-000002", "c1", "angry@example.net"),
+        complaint_notification("fake-000002", "c1", "angry@example.net"),
     ];
     for event in events {
         guard.apply_text(&event).await.unwrap();

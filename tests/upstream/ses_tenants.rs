@@ -5,24 +5,16 @@
 //! known only then), a tenant SES does not know named in `/readyz`, and SES's API failing
 //! open.
 
-use crate::support::config::TestConfig;
 use crate::support::http::get;
 use crate::support::relay::{Client, Relay};
-use crate::support::ses::{forwarder, FakeSes, GOOD_KEY};
+use crate::support::ses::{self, FakeSes};
 use crate::support::wait::until;
 
 /// A relay whose only upstream is `ses://` at the fake, with `route` as its one route and
 /// `upstream_extra` in its `[upstream]` table.
 pub(crate) async fn start_relay(fake: &FakeSes, upstream_extra: &str, route: &str) -> Relay {
-    let text = TestConfig::new()
-        .then(&format!(
-            "[upstream]\n{}",
-            fake.upstream_toml(upstream_extra)
-        ))
-        .then("[[route]]\nupstream = \"default\"")
-        .then(route)
-        .text();
-    Relay::start(&text, forwarder(&text, GOOD_KEY)).await
+    let route = format!("[[route]]\nupstream = \"default\"\n{route}");
+    ses::relay(fake, upstream_extra, &route).await
 }
 
 /// The route of every message to SES tenant `acme`: its tenant is known at MAIL.
@@ -318,5 +310,45 @@ async fn tenant_reads_are_bounded_in_calls_at_once() {
     })
     .await;
     assert_eq!(fake.tenants.most_in_flight(), 4);
+    relay.stop().await;
+}
+
+/// On tokio's paused clock: an identity SES no longer associates with the tenant is taken
+/// until the next refresh (the cache), and refused after it: a refresh replaces the
+/// identities it read, it does not add to them.
+#[tokio::test(start_paused = true)]
+async fn an_identity_revoked_at_ses_is_refused_after_the_next_refresh() {
+    use std::time::Duration;
+    let fake = FakeSes::start().await;
+    fake.tenants.add("acme", &["acme.example", "old.example"]);
+    let relay = start_relay(
+        &fake,
+        "timeout_ms = 3600000\ntenant_refresh_ms = 600000",
+        ACME,
+    )
+    .await;
+    let reads = || fake.tenants.count("ListTenantResources");
+    let first = send(&relay, "first@acme.example", "Subject: 1\r\n\r\nx\r\n").await;
+    assert_eq!(first.0, 250);
+    until("the first read", async || reads() == 1).await;
+    assert_eq!(mail_from(&relay, "a@old.example").await.0, 250);
+    fake.tenants
+        .change("acme", |t| t.identities.retain(|i| i != "old.example"));
+    assert_eq!(mail_from(&relay, "a@old.example").await.0, 250, "cached");
+    tokio::time::sleep(Duration::from_secs(600 + 5)).await;
+    until("the refresh", async || reads() >= 2).await;
+    until("the revoked identity refused", async || {
+        mail_from(&relay, "a@old.example").await.0 == 550
+    })
+    .await;
+    let (code, text) = mail_from(&relay, "a@old.example").await;
+    assert_eq!(
+        (code, text.as_str()),
+        (
+            550,
+            "5.7.1 old.example is not a sending identity of SES tenant acme"
+        )
+    );
+    assert_eq!(mail_from(&relay, "a@acme.example").await.0, 250);
     relay.stop().await;
 }

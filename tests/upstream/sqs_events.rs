@@ -14,17 +14,10 @@ use mailsluice::throttle::Throttle;
 use crate::support::config::TestConfig;
 use crate::support::moto::MotoServer;
 use crate::support::relay::sum_metric;
-
-fn bounce(message_id: &str, feedback: &str) -> String {
-    format!(
-        r#"{{"eventType":"Bounce","mail":{{"messageId":"{message_id}"}},"bounce":{{"bounceType":"Permanent","bouncedRecipients":[{{"emailAddress":"gone@example.com"}}],"timestamp":"2026-12-01T10:00:00Z","feedbackId":"{feedback}"}}}}"#
-    )
-}
+use crate::support::ses_events::{bounce, complaint_notification};
 
 fn complaint_in_sns(message_id: &str) -> String {
-    let inner = format!(
-        r#"{{"notificationType":"Complaint","mail":{{"messageId":"{message_id}"}},"complaint":{{"complainedRecipients":[{{"emailAddress":"angry@example.com"}}],"feedbackId":"c-1"}}}}"#
-    );
+    let inner = complaint_notification(message_id, "c-1", "angry@example.com");
     serde_json::json!({"Type": "Notification", "MessageId": "sns-1",
         "TopicArn": "arn:aws:sns:eu-west-1:123456789012:ses", "Message": inner})
     .to_string()
@@ -66,13 +59,13 @@ async fn sqs_events_in_both_shapes_are_applied_and_every_message_deleted() {
     guard.forwarded("acme", Some("ses-1"), 2).await;
     guard.forwarded("beta", Some("ses-2"), 2).await;
     let bodies = [
-        bounce("ses-1", "b-1"),
-        bounce("ses-1", "b-1"), // SQS delivers at least once: counted once
+        bounce("ses-1", "b-1", "gone@example.com"),
+        bounce("ses-1", "b-1", "gone@example.com"), // SQS delivers at least once: counted once
         complaint_in_sns("ses-2"),
-        bounce("ses-1", "b-2").replace("Permanent", "Transient"),
+        bounce("ses-1", "b-2", "gone@example.com").replace("Permanent", "Transient"),
         "{\"eventType\": [1, 2".to_string(),
         "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[".to_string(),
-        bounce("unknown", "b-3"),
+        bounce("unknown", "b-3", "gone@example.com"),
     ];
     for (i, body) in bodies.iter().enumerate() {
         sqs.send_message()

@@ -1,12 +1,15 @@
 //! Delivery beside the mail: a receiver that never answers holds no SMTP reply back (they
 //! come while the clock stands still, so none waited on a webhook's timer), its queue stops
 //! at `max_queue` with the oldest dropped and counted, and what was taken is given up after
-//! `max_attempts`; a 5xx is sent again after its pause, a 4xx is not.
+//! `max_attempts`; a 5xx is sent again after its pause, a 4xx is not; a host name that
+//! resolves to an internal address is refused before any connection.
 
 use std::time::Duration;
 
 use crate::support::clock::{hold, until_held};
+use crate::support::dns::TestDns;
 use crate::support::http::get;
+use crate::support::wait::until;
 use crate::support::webhook::Receiver;
 use crate::{message, relay, SECRET_ENV};
 
@@ -145,5 +148,39 @@ async fn the_connection_is_kept_between_posts_and_replaced_when_closed() {
     .await;
     assert_eq!(relay.metric("mailsluice_webhook_failed_total"), 0.0);
     drop(held);
+    relay.stop().await;
+}
+
+/// A webhook whose host name resolves (by the test's own DNS server) to an internal address
+/// `allow_networks` does not list: refused at delivery, before any connection, counted failed
+/// and not sent again; the receiver at that address never sees a connection.
+#[tokio::test]
+async fn a_host_name_resolving_to_an_internal_address_is_refused_at_delivery() {
+    let dns = TestDns::start().await;
+    dns.a("hook.test", "127.0.0.1".parse().unwrap());
+    let receiver = Receiver::start().await;
+    let webhook = format!(
+        "[[webhook]]\ntenant = \"acme\"\nurl = \"https://hook.test:{}/hook\"\n\
+         secret_env = \"{SECRET_ENV}\"\nca_file = \"{}\"\nevents = [\"accepted\"]\n",
+        receiver.addr.port(),
+        receiver.cert.cert_path.display()
+    );
+    let relay = relay(&webhook).await;
+    relay.services().webhooks.resolve_through(&[dns.addr()]);
+    let mut c = relay.client().await;
+    let message = message("acme");
+    let sent = c.send_mail("a@acme.example", &["b@example.com"], &message);
+    assert_eq!(sent.await.0, 250);
+    let failed = || relay.metric("mailsluice_webhook_failed_total") == 1.0;
+    until("the event given up", async || failed()).await;
+    let error = relay.services().webhooks.rows()[0].last_error.clone();
+    let error = error.expect("its error on the status page");
+    assert!(
+        error.contains("hook.test resolves only to addresses it may not reach (127.0.0.1)"),
+        "{error}"
+    );
+    assert!(dns.queries().iter().any(|q| q.starts_with("hook.test")));
+    assert_eq!(receiver.connections(), 0, "nothing sent");
+    assert_eq!(relay.metric("mailsluice_webhook_sent_total"), 0.0);
     relay.stop().await;
 }

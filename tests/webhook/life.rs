@@ -8,20 +8,9 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::support::clock::hold;
+use crate::support::ses_events::{bounce, complaint};
 use crate::support::webhook::{verified, Receiver};
 use crate::{message, relay, SECRET, SECRET_ENV};
-
-fn bounce(message_id: &str, rcpt: &str) -> String {
-    format!(
-        r#"{{"eventType":"Bounce","mail":{{"messageId":"{message_id}"}},"bounce":{{"bounceType":"Permanent","bounceSubType":"General","bouncedRecipients":[{{"emailAddress":"{rcpt}","diagnosticCode":"smtp; 550 5.1.1 user unknown"}}],"timestamp":"2026-12-01T10:00:00Z","feedbackId":"fb-b"}}}}"#
-    )
-}
-
-fn complaint(message_id: &str, rcpt: &str) -> String {
-    format!(
-        r#"{{"eventType":"Complaint","mail":{{"messageId":"{message_id}"}},"complaint":{{"complainedRecipients":[{{"emailAddress":"{rcpt}"}}],"complaintFeedbackType":"abuse","timestamp":"2026-12-01T10:00:00Z","feedbackId":"fb-c"}}}}"#
-    )
-}
 
 /// Waits (real time, at most 10 s, the clock held) until `receiver` has `n` events; the test
 /// then says what it has.
@@ -63,16 +52,16 @@ async fn each_event_of_a_message_life_reaches_its_tenant_signed() {
         250
     );
     guard
-        .apply_text(&bounce("ses-0", "ann@example.com"))
+        .apply_text(&bounce("ses-0", "fb-b", "ann@example.com"))
         .await
         .unwrap();
     guard
-        .apply_text(&complaint("ses-0", "bob@example.com"))
+        .apply_text(&complaint("ses-0", "fb-c", "bob@example.com"))
         .await
         .unwrap();
     // SQS delivers at least once: the same bounce again tells nothing more.
     guard
-        .apply_text(&bounce("ses-0", "ann@example.com"))
+        .apply_text(&bounce("ses-0", "fb-b", "ann@example.com"))
         .await
         .unwrap();
     let (code, text) = c

@@ -13,27 +13,8 @@ mod load;
 mod signature;
 mod tenant;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-
-use mailsluice::upstream::{Accepted, ForwardFuture, Forwarder, Outgoing};
-
 use support::relay::{config_text, Relay};
-
-/// Answers as SES does over SMTP: `250 Ok ses-<n>`.
-#[derive(Default)]
-pub struct SesLike {
-    sent: AtomicUsize,
-}
-
-impl Forwarder for SesLike {
-    fn send<'a>(&'a self, _outgoing: &'a Outgoing<'a>) -> ForwardFuture<'a> {
-        Box::pin(async move {
-            let n = self.sent.fetch_add(1, Ordering::SeqCst);
-            Ok(Accepted::new(format!("Ok ses-{n}")))
-        })
-    }
-}
+use support::ses_like::SesLike;
 
 /// The reputation guard keyed by `X-Tenant`, quick to pause (one bounce of one message) and to
 /// forget (a one-minute window).
@@ -49,7 +30,7 @@ pub const SECRET_ENV: &str = "MAILSLUICE_TEST_WEBHOOK_SECRET";
 pub async fn relay(webhooks: &str) -> Relay {
     std::env::set_var(SECRET_ENV, SECRET);
     let config = config_text("file://unused", "", &format!("{REPUTATION}{webhooks}"));
-    Relay::start(&config, Arc::new(SesLike::default())).await
+    Relay::start(&config, SesLike::new()).await
 }
 
 /// A message of `tenant` (by its header, trusted from 127.0.0.1).
