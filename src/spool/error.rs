@@ -17,6 +17,8 @@ pub enum SpoolError {
         pid.as_deref().map_or(String::new(), |p| format!(" (pid {p})"))
     )]
     Locked { dir: PathBuf, pid: Option<String> },
+    #[error(transparent)]
+    Stopped(#[from] super::stopped::StoppedUnreadable),
 }
 
 /// Why a message was not held.
