@@ -7,7 +7,9 @@ use mailsluice_test_support as support;
 
 mod admin;
 mod browser;
+mod cli;
 mod common;
+mod counted;
 mod crash;
 mod hold;
 mod release;

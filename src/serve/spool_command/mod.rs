@@ -68,8 +68,8 @@ pub enum SpoolCommand {
     /// (a stopped key is let go too, as `unhold`), or every key's not stopped. A failed
     /// message named by its id is put back first.
     Release(#[command(flatten)] ReleaseTarget),
-    /// Remove messages for good (as `postsuper -d`): one, or all of a key's; never one that
-    /// is with upstream now.
+    /// Remove messages for good (as `postsuper -d`): one, or all of a key's; never one being
+    /// released (waiting for its tokens or with upstream).
     Delete(#[command(flatten)] DeleteTarget),
     /// Put failed messages back in their key's queue, to be tried now (as `postsuper -r`).
     Requeue(#[command(flatten)] RequeueTarget),
@@ -215,12 +215,14 @@ fn request_of(command: &SpoolCommand) -> (&'static str, String) {
     let id = |id: &str| format!("/spool/{}", utf8_percent_encode(id, SEGMENT));
     let failed = |failed: bool| if failed { "?failed" } else { "" };
     match command {
-        SpoolCommand::List { key: None, failed: f } => {
-            ("GET", format!("/spool/messages{}", failed(*f)))
-        }
-        SpoolCommand::List { key: Some(k), failed: f } => {
-            ("GET", format!("{}/messages{}", k.path(), failed(*f)))
-        }
+        SpoolCommand::List {
+            key: None,
+            failed: f,
+        } => ("GET", format!("/spool/messages{}", failed(*f))),
+        SpoolCommand::List {
+            key: Some(k),
+            failed: f,
+        } => ("GET", format!("{}/messages{}", k.path(), failed(*f))),
         SpoolCommand::Show { id: i } => ("GET", id(i)),
         SpoolCommand::Release(t) => match (&t.id, &t.key) {
             (Some(i), _) => ("POST", format!("{}/release", id(i))),

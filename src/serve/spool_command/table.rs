@@ -15,7 +15,9 @@ pub fn render(command: &SpoolCommand, json: &Value) -> String {
         SpoolCommand::Show { .. } => show(json),
         SpoolCommand::Release(_) => released(json),
         SpoolCommand::Delete(_) => removed(json),
-        SpoolCommand::Requeue(_) => format!("{} failed messages put back\n", num(&json["requeued"])),
+        SpoolCommand::Requeue(_) => {
+            format!("{} failed messages put back\n", num(&json["requeued"]))
+        }
         SpoolCommand::Hold { key } => format!(
             "{key} stopped: its messages stay held (new ones too) until \
              `mailsluice spool unhold {key}`\n"
@@ -124,7 +126,7 @@ fn removed(json: &Value) -> String {
     match &json["removed"] {
         Value::String(id) => format!("{id} removed\n"),
         n => format!(
-            "{} messages of {}/{} removed; {} with upstream now, left\n",
+            "{} messages of {}/{} removed; {} being released, left\n",
             num(n),
             text(&json["layer"]),
             text(&json["key"]),
