@@ -8,6 +8,7 @@ use std::io::Write;
 use std::path::Path;
 
 use super::commit::sync_dir;
+use super::error::StoppedUnreadable;
 use super::layout::Layout;
 use super::record::HeldKey;
 
@@ -38,14 +39,6 @@ fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let mut file = std::fs::File::create(path)?;
     file.write_all(bytes)?;
     file.sync_data()
-}
-
-/// The stopped keys' file is there but cannot be read.
-#[derive(Debug, thiserror::Error)]
-#[error("{path} (the keys an operator stopped) cannot be read: {why}; fix or remove it")]
-pub struct StoppedUnreadable {
-    pub path: String,
-    pub why: String,
 }
 
 #[cfg(test)]
