@@ -389,6 +389,9 @@ async fn usage_errors_exit_2_and_refusals_exit_1_with_the_endpoints_words() {
         let ran = run(args, &[("--admin", "http://127.0.0.1:9")], None).await;
         assert_eq!(ran.code, 2, "{args:?}: {}", ran.stderr);
     }
+    let ran = run(&["list"], &[("--admin", "https://127.0.0.1:9")], None).await;
+    assert_eq!(ran.code, 2, "{}", ran.stderr);
+    assert!(ran.stderr.contains("plain HTTP"), "{}", ran.stderr);
 
     let dir = scratch_path("spool-cli-refusals");
     let fwd = Refusing::new(&[]);

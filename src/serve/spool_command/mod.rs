@@ -38,7 +38,7 @@ pub struct SpoolArgs {
     /// The running relay's admin endpoint, `http://HOST:PORT` (default: the config's
     /// `[admin] listen`, or http://127.0.0.1:9325 without a config file). The password, when
     /// the endpoint has one, is read from MAILSLUICE_ADMIN_PASSWORD.
-    #[arg(long, global = true, value_name = "URL")]
+    #[arg(long, global = true, value_name = "URL", value_parser = base_url)]
     pub admin: Option<String>,
     /// Print the endpoint's JSON answer as it came, for scripts.
     #[arg(long, global = true)]
@@ -188,7 +188,7 @@ pub enum SpoolCommandError {
 /// Runs `args`; `top_config` is the configuration file given before the subcommand.
 pub fn run(args: &SpoolArgs, top_config: &Path) -> Result<(), SpoolCommandError> {
     let base = match &args.admin {
-        Some(url) => base_url(url),
+        Some(url) => url.clone(),
         None => admin_of(args.config.as_deref().unwrap_or(top_config))?,
     };
     let endpoint = Endpoint {
@@ -243,14 +243,20 @@ fn request_of(command: &SpoolCommand) -> (&'static str, String) {
     }
 }
 
-/// `URL` without its trailing slash; `http://` before a bare `HOST:PORT`.
-fn base_url(url: &str) -> String {
+/// `URL` without its trailing slash; `http://` before a bare `HOST:PORT`. The endpoint speaks
+/// plain HTTP (behind a proxy for anything else).
+fn base_url(url: &str) -> Result<String, NotHttp> {
     let url = url.trim_end_matches('/');
-    match url.contains("://") {
-        true => url.to_string(),
-        false => format!("http://{url}"),
+    match url.split_once("://") {
+        None => Ok(format!("http://{url}")),
+        Some(("http", _)) => Ok(url.to_string()),
+        Some(_) => Err(NotHttp),
     }
 }
+
+#[derive(Debug, thiserror::Error)]
+#[error("the admin endpoint speaks plain HTTP: give http://HOST:PORT")]
+pub struct NotHttp;
 
 /// The admin endpoint of the config at `path`: its `[admin] listen` (a wildcard address
 /// asked on loopback), read alone (the rest of the config, and the variables it names, are
@@ -374,7 +380,9 @@ mod tests {
         ));
         let missing = dir.join("missing.toml");
         assert_eq!(admin_of(&missing).unwrap(), "http://127.0.0.1:9325");
-        assert_eq!(base_url("127.0.0.1:1/"), "http://127.0.0.1:1");
+        assert_eq!(base_url("127.0.0.1:1/").unwrap(), "http://127.0.0.1:1");
+        assert_eq!(base_url("http://[::1]:9").unwrap(), "http://[::1]:9");
+        assert!(base_url("https://relay:9325").is_err());
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
