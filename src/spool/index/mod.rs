@@ -390,10 +390,10 @@ impl Index {
         keys.sort();
         let held = (keys.into_iter().filter(|_| !failed_only))
             .flat_map(|key| self.queues[key].iter().map(move |e| (key, e)));
-        let mut failed: Vec<_> = (self.failed.values()).filter(|(k, _)| wanted(k)).collect();
+        let mut failed: Vec<&(HeldKey, Entry)> =
+            (self.failed.values()).filter(|(k, _)| wanted(k)).collect();
         failed.sort_by_key(|(_, e)| e.seq);
-        let failed = failed.into_iter().map(|(k, e)| (k, e));
-        let all = held.chain(failed);
+        let all = held.chain(failed.into_iter().map(|(key, entry)| (key, entry)));
         let mut listed = Vec::new();
         let mut total = 0;
         for (key, entry) in all {
