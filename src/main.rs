@@ -1,6 +1,7 @@
 //! The `mailsluice` command: parse the command line, load the config, bind, and run until
 //! SIGTERM/SIGINT (SIGHUP reloads the config, see `serve::reload`). Everything else is in the
-//! library, the other subcommands (`check`, `peek`, `hash-password`) in `serve::commands`.
+//! library, the other subcommands (`check`, `peek`, `hash-password`) in `serve::commands`,
+//! `spool` in `serve::spool_command`.
 
 use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
@@ -10,6 +11,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
 use mailsluice::serve::commands;
+use mailsluice::serve::spool_command::{self, SpoolArgs};
 use mailsluice::serve::startup::{self, Prepared};
 use tokio::net::TcpListener;
 
@@ -57,6 +59,9 @@ enum Command {
     /// Read a password from standard input (up to its first newline) and print its argon2id
     /// hash, for `password_hash` in `[smtp.auth] users`.
     HashPassword,
+    /// Work a running relay's spool through its admin endpoint, as `postqueue` and `postsuper`
+    /// work Postfix's queue: list, show, release, delete, requeue; hold and unhold a key.
+    Spool(SpoolArgs),
 }
 
 /// `--config` after a subcommand that reads the config (`check --config PATH`); given before
@@ -95,6 +100,7 @@ fn main() -> ExitCode {
             ref config,
         }) => commands::peek(config.or(&cli.config), layer, key).map_err(Into::into),
         Some(Command::HashPassword) => commands::hash_password().map_err(Into::into),
+        Some(Command::Spool(ref args)) => spool_command::run(args, &cli.config).map_err(Into::into),
         None => serve(&cli.config, cli.workers),
     };
     match result {

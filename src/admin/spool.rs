@@ -1,27 +1,38 @@
-//! The spool's endpoints: what it holds (`GET /spool`, `GET /spool/{id}`), and an operator's
-//! hand on it: try a message now (`POST /spool/{id}/release`, still charged to its buckets and
-//! behind its key's earlier messages), remove one (`DELETE /spool/{id}`), stop or let go a
-//! whole key (`POST /spool/keys/{layer}/{key}/hold`, `.../release`, as `postsuper -h` does).
+//! The spool's endpoints, which `mailsluice spool` calls: what it holds (`GET /spool`, its
+//! messages `GET /spool/messages` or a key's `GET /spool/keys/{layer}/{key}/messages`,
+//! `?failed` for the failed ones only; one `GET /spool/{id}`), and an operator's hand on it:
+//! try a message now (`POST /spool/{id}/release`, still charged to its buckets and behind its
+//! key's earlier messages), every key's waiting ones (`POST /spool/release`, as `postqueue
+//! -f`), remove one (`DELETE /spool/{id}`) or a key's (`DELETE /spool/keys/{layer}/{key}`, as
+//! `postsuper -d`), put failed ones back (`POST /spool/{id}/requeue`, `POST /spool/requeue`,
+//! as `postsuper -r`), stop or let go a whole key (`POST /spool/keys/{layer}/{key}/hold`,
+//! `.../release`, as `postsuper -h` and `-H`; a stop is kept across restarts).
 //! 404 when the relay has no spool. Writes need `[admin] password_hash` (see `guard`).
 
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use serde_json::json;
 
-use crate::spool::{HeldKey, Spool, State as Held};
+use crate::spool::{Entry, HeldKey, Spool, State as Held};
 use crate::state::context::Live;
 
 /// These routes, on the live context (the endpoint merges them).
 pub fn routes<S>(live: Arc<Live>) -> Router<S> {
     Router::new()
         .route("/spool", get(summary))
+        .route("/spool/messages", get(list_all))
+        .route("/spool/release", post(release_all))
+        .route("/spool/requeue", post(requeue_all))
         .route("/spool/{id}", get(message).delete(remove))
         .route("/spool/{id}/release", post(release))
+        .route("/spool/{id}/requeue", post(requeue))
+        .route("/spool/keys/{layer}/{key}", delete(remove_key))
+        .route("/spool/keys/{layer}/{key}/messages", get(list_key))
         .route("/spool/keys/{layer}/{key}/hold", post(hold_key))
         .route("/spool/keys/{layer}/{key}/release", post(release_key))
         .with_state(live)
@@ -76,19 +87,11 @@ async fn message(State(live): State<Arc<Live>>, Path(id): Path<String>) -> Respo
     let (Some((key, entry)), Some(meta)) = (spool.get(&id), spool.meta(&id).await) else {
         return answer(StatusCode::NOT_FOUND, "no such message in the spool");
     };
-    let body = json!({
-        "id": id,
-        "layer": key.layer,
-        "key": key.key,
-        "state": entry.state.as_str(),
-        "attempts": entry.attempts,
-        "last_answer": entry.last.as_deref(),
-        "held_ms": spool.wall_ms().saturating_sub(entry.accepted_ms),
-        "bytes": entry.bytes,
-        "from": meta.from.unwrap_or_default(),
-        "rcpts": meta.rcpts,
-        "report": meta.report,
-    });
+    let mut body = entry_json(&key, &entry, spool.wall_ms());
+    body["stopped"] = spool.is_stopped(&key).into();
+    body["from"] = meta.from.unwrap_or_default().into();
+    body["rcpts"] = meta.rcpts.into();
+    body["report"] = meta.report.into();
     Json(body).into_response()
 }
 
@@ -143,26 +146,167 @@ async fn remove(State(live): State<Arc<Live>>, Path(id): Path<String>) -> Respon
 }
 
 async fn hold_key(State(live): State<Arc<Live>>, Path(key): Path<(String, String)>) -> Response {
-    stop(&live, key, true)
+    stop(&live, key, true).await
 }
 
 async fn release_key(State(live): State<Arc<Live>>, Path(key): Path<(String, String)>) -> Response {
-    stop(&live, key, false)
+    stop(&live, key, false).await
 }
 
-/// Stops releasing a key's messages, or lets them go again.
-fn stop(live: &Live, (layer, key): (String, String), stopped: bool) -> Response {
+/// Stops releasing a key's messages, or lets them go again (its first tried now); kept in
+/// the spool's directory across restarts.
+async fn stop(live: &Live, (layer, key): (String, String), stopped: bool) -> Response {
     let Some(spool) = spool(live) else {
         return off();
     };
     let key = HeldKey { layer, key };
-    spool.stop_key(&key, stopped);
+    let kept = spool.stop_key(&key, stopped).await;
     tracing::info!(
         target: "mailsluice::spool",
         layer = key.layer.as_str(),
         key = key.key.as_str(),
         stopped,
+        kept = kept.is_ok(),
         "spool.key_stopped by an operator"
     );
+    if let Err(e) = kept {
+        let why = format!("done until the relay stops, but not kept across a restart: {e}");
+        return answer(StatusCode::INTERNAL_SERVER_ERROR, &why);
+    }
     Json(json!({ "layer": key.layer, "key": key.key, "stopped": stopped })).into_response()
+}
+
+/// `GET /spool/messages[?failed]`: every message (see `listed`).
+async fn list_all(State(live): State<Arc<Live>>, RawQuery(query): RawQuery) -> Response {
+    listed(&live, None, query)
+}
+
+/// `GET /spool/keys/{layer}/{key}/messages[?failed]`: the key's messages.
+async fn list_key(
+    State(live): State<Arc<Live>>,
+    Path((layer, key)): Path<(String, String)>,
+    RawQuery(query): RawQuery,
+) -> Response {
+    listed(&live, Some(HeldKey { layer, key }), query)
+}
+
+/// The messages of `key` (or all): held ones by key in their order, then failed ones; only
+/// the failed with `?failed`. At most `MAX_LISTED` of them, with the total and `truncated`.
+fn listed(live: &Live, key: Option<HeldKey>, query: Option<String>) -> Response {
+    let Some(spool) = spool(live) else {
+        return off();
+    };
+    let failed_only = match query.as_deref() {
+        None | Some("") => false,
+        Some("failed" | "failed=true") => true,
+        Some(_) => return answer(StatusCode::BAD_REQUEST, "the only query is ?failed"),
+    };
+    let listed = spool.list(key.as_ref(), failed_only);
+    let now = spool.wall_ms();
+    let messages: Vec<_> = (listed.messages.iter())
+        .map(|(key, entry)| {
+            let mut one = entry_json(key, entry, now);
+            one["stopped"] = spool.is_stopped(key).into();
+            one
+        })
+        .collect();
+    let body = json!({
+        "messages": messages,
+        "total": listed.total,
+        "truncated": listed.total > messages.len(),
+    });
+    Json(body).into_response()
+}
+
+/// What the index knows of one message, as `GET /spool/{id}` and the lists show it.
+fn entry_json(key: &HeldKey, entry: &Entry, now_ms: u64) -> serde_json::Value {
+    json!({
+        "id": &*entry.id,
+        "layer": key.layer,
+        "key": key.key,
+        "state": entry.state.as_str(),
+        "attempts": entry.attempts,
+        "last_answer": entry.last.as_deref(),
+        "held_ms": now_ms.saturating_sub(entry.accepted_ms),
+        "bytes": entry.bytes,
+    })
+}
+
+/// `POST /spool/release`: every message waiting out a backoff tried now (stopped keys
+/// apart), as `postqueue -f`.
+async fn release_all(State(live): State<Arc<Live>>) -> Response {
+    let Some(spool) = spool(&live) else {
+        return off();
+    };
+    let released = spool.release_waiting(None);
+    tracing::info!(target: "mailsluice::spool", released, "spool.released by an operator");
+    Json(json!({ "released": released })).into_response()
+}
+
+/// `DELETE /spool/keys/{layer}/{key}`: removes the key's messages, held and failed (not
+/// those with upstream now), as `postsuper -d`.
+async fn remove_key(
+    State(live): State<Arc<Live>>,
+    Path((layer, key)): Path<(String, String)>,
+) -> Response {
+    let Some(spool) = spool(&live) else {
+        return off();
+    };
+    let key = HeldKey { layer, key };
+    let done = spool.remove_key(&key).await;
+    tracing::warn!(
+        target: "mailsluice::spool",
+        layer = key.layer.as_str(),
+        key = key.key.as_str(),
+        removed = done.removed,
+        busy = done.busy,
+        "spool.removed by an operator"
+    );
+    let body = json!({
+        "layer": key.layer,
+        "key": key.key,
+        "removed": done.removed,
+        "busy": done.busy,
+    });
+    Json(body).into_response()
+}
+
+/// `POST /spool/{id}/requeue`: a failed message put back in its key's queue, as
+/// `postsuper -r`; 409 for a message that is not failed.
+async fn requeue(State(live): State<Arc<Live>>, Path(id): Path<String>) -> Response {
+    let Some(spool) = spool(&live) else {
+        return off();
+    };
+    let Some((_, entry)) = spool.get(&id) else {
+        return answer(StatusCode::NOT_FOUND, "no such message in the spool");
+    };
+    if entry.state != Held::Failed {
+        let why = "it is not a failed message: it is held, release it instead";
+        return answer(StatusCode::CONFLICT, why);
+    }
+    match spool.requeue(&id).await {
+        Ok(true) => Json(json!({ "requeued": 1 })).into_response(),
+        Ok(false) => answer(StatusCode::CONFLICT, "it is being put back already"),
+        Err(e) => {
+            let why = format!("moving it back to held/: {e}");
+            answer(StatusCode::INTERNAL_SERVER_ERROR, &why)
+        }
+    }
+}
+
+/// `POST /spool/requeue`: every failed message put back, as `postsuper -r ALL`.
+async fn requeue_all(State(live): State<Arc<Live>>) -> Response {
+    let Some(spool) = spool(&live) else {
+        return off();
+    };
+    match spool.requeue_failed().await {
+        Ok(requeued) => {
+            tracing::info!(target: "mailsluice::spool", requeued, "spool.requeued by an operator");
+            Json(json!({ "requeued": requeued })).into_response()
+        }
+        Err(e) => {
+            let why = format!("moving a failed message back to held/: {e}");
+            answer(StatusCode::INTERNAL_SERVER_ERROR, &why)
+        }
+    }
 }

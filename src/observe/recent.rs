@@ -1,6 +1,6 @@
 //! What happened lately, for the status page: the last refusals (a ring of fixed size), how
 //! many messages each layer refused in the last minute (sixty one-second counters per layer),
-//! the messages delivered, and each upstream's times and last error.
+//! the messages delivered and held, and each upstream's times and last error.
 //! Memory stays bounded whatever the traffic, and nothing here holds content or addresses:
 //! only the time, the outcome, the layer, the key and the reply code.
 
@@ -94,6 +94,8 @@ struct Inner {
     per_layer: HashMap<String, Minute>,
     delivered: u64,
     delivered_minute: Minute,
+    held: u64,
+    held_minute: Minute,
     /// By upstream name (names come from the config; bounded like the layers).
     upstreams: HashMap<String, UpstreamTimes>,
 }
@@ -127,6 +129,13 @@ impl Recent {
         let second = self.second();
         let inner = self.lock();
         (inner.delivered, inner.delivered_minute.total(second))
+    }
+
+    /// Messages held for later delivery since start, and in the last minute.
+    pub fn held(&self) -> (u64, u64) {
+        let second = self.second();
+        let inner = self.lock();
+        (inner.held, inner.held_minute.total(second))
     }
 
     /// A message came back from `upstream` after `took`; `error` when it failed for a reason
@@ -184,7 +193,14 @@ impl Recent {
             return;
         }
         // A held message is not refused: its client got a `250`.
-        let (Some(code), false) = (code, outcome == Outcome::Held) else {
+        if outcome == Outcome::Held {
+            let second = self.second();
+            let mut inner = self.lock();
+            inner.held += 1;
+            inner.held_minute.add(second, 1);
+            return;
+        }
+        let Some(code) = code else {
             return;
         };
         let refusal = Refusal {
@@ -279,6 +295,9 @@ mod more_tests {
         }
         recent.message(Outcome::Partial, "", "k", Some(250), None);
         assert_eq!(recent.delivered(), (4, 4));
+        recent.message(Outcome::Held, "tenant", "k", Some(250), None);
+        assert_eq!(recent.held(), (1, 1));
+        assert!(recent.refusals().is_empty(), "a held message is no refusal");
         assert!(recent.refusals().is_empty(), "a delivery is no refusal");
         assert_eq!(recent.upstream_view("ses"), None);
         recent.upstream("ses", Duration::from_millis(100), None);
@@ -294,6 +313,7 @@ mod more_tests {
         assert_eq!(view.last_error.unwrap().1, "SES: timeout");
         tokio::time::advance(Duration::from_secs(61)).await;
         assert_eq!(recent.delivered(), (4, 0));
+        assert_eq!(recent.held(), (1, 0));
         let view = recent.upstream_view("ses").unwrap();
         assert_eq!((view.sent_last_minute, view.mean_last_minute), (0, None));
         assert!(view.last_error.is_some(), "the last error stays");

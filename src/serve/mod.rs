@@ -6,6 +6,8 @@
 //! - `ses_sync`: the reputation guard and SES's own view of each SES tenant kept in step.
 //! - `reload`: SIGHUP: a new context from a new config, unchanged layers kept.
 //! - `commands`: the subcommands `check`, `peek` and `hash-password`.
+//! - `spool_command`: the subcommand `spool`, a running relay's spool through its admin
+//!   endpoint.
 
 pub mod account;
 pub mod commands;
@@ -13,4 +15,5 @@ pub mod events;
 pub mod reload;
 pub mod server;
 pub mod ses_sync;
+pub mod spool_command;
 pub mod startup;

@@ -17,6 +17,16 @@ pub enum SpoolError {
         pid.as_deref().map_or(String::new(), |p| format!(" (pid {p})"))
     )]
     Locked { dir: PathBuf, pid: Option<String> },
+    #[error(transparent)]
+    Stopped(#[from] StoppedUnreadable),
+}
+
+/// The keys an operator stopped (`DIR/stopped`) are there but cannot be read.
+#[derive(Debug, thiserror::Error)]
+#[error("{path} (the keys an operator stopped) cannot be read: {why}; fix or remove it")]
+pub struct StoppedUnreadable {
+    pub path: String,
+    pub why: String,
 }
 
 /// Why a message was not held.

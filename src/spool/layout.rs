@@ -2,7 +2,7 @@
 //! arrival order and its id, written in `tmp/`, synced, then renamed into `held/` (a rename is
 //! atomic: a message is in `held/` whole or not at all); `failed/` keeps the messages given up
 //! without a report, `damaged/` the files that could not be read back; `lock` is the
-//! directory's lock.
+//! directory's lock, `stopped` the keys an operator stopped (see `stopped`).
 //!
 //! Why one file per message rather than an embedded store: a held message is written once,
 //! read once and removed, never updated, which is what a directory does well; its durability is
@@ -21,6 +21,7 @@ pub struct Layout {
     pub held: PathBuf,
     pub failed: PathBuf,
     pub damaged: PathBuf,
+    pub stopped: PathBuf,
 }
 
 impl Layout {
@@ -31,6 +32,7 @@ impl Layout {
             held: root.join("held"),
             failed: root.join("failed"),
             damaged: root.join("damaged"),
+            stopped: root.join("stopped"),
         }
     }
 

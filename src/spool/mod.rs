@@ -11,7 +11,8 @@
 //! - `room`: the filesystem's free space.
 //! - `index`: the spool in memory: a FIFO per [`HeldKey`], the heads due, the counts.
 //! - `recover`: the spool read back at start; damaged files set aside.
-//! - `operator`: what the operators read and do (counts, one message, a key stopped).
+//! - `operator`: what the operators read and do (counts, lists, one message, a key stopped).
+//! - `stopped`: the keys an operator stopped, kept across restarts.
 //! - `error`: why it would not open, hold, or read back.
 //! - `sync_log`: (the crate's tests only) each sync, in order, for the tests of the `250`.
 //!
@@ -33,6 +34,7 @@ mod operator;
 mod record;
 mod recover;
 mod room;
+mod stopped;
 #[cfg(test)]
 mod sync_log;
 
@@ -43,7 +45,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::Notify;
 
 pub use error::{Damaged, Refusal, SpoolError, Storage};
-pub use index::{State, Ticket};
+pub use index::{Entry, State, Ticket};
 pub use record::{Held, HeldKey, Meta, Origin};
 
 use crate::clock::{Clock, Nanos};
@@ -83,6 +85,8 @@ pub struct Spool {
     writable: AtomicBool,
     /// A message became due, or the releaser should look again.
     changed: Notify,
+    /// Held while the stopped keys are written: the last write has the last change.
+    stopped_file: tokio::sync::Mutex<()>,
     _lock: DirLock,
 }
 
@@ -99,6 +103,10 @@ impl Spool {
         let lock = DirLock::take(&layout.root)?;
         let mut index = Index::default();
         let found = recover::recover(&layout, &mut index).map_err(io)?;
+        let stopped = stopped::read(&layout)?;
+        for key in &stopped {
+            index.stop(key, true, 0);
+        }
         tracing::info!(
             target: "mailsluice::spool",
             dir = %layout.root.display(),
@@ -106,6 +114,7 @@ impl Spool {
             failed = found.failed,
             damaged = found.damaged,
             unfinished = found.unfinished,
+            stopped_keys = stopped.len(),
             "spool opened"
         );
         Ok(Arc::new(Spool {
@@ -117,6 +126,7 @@ impl Spool {
             clock,
             writable: AtomicBool::new(true),
             changed: Notify::new(),
+            stopped_file: tokio::sync::Mutex::new(()),
             _lock: lock,
         }))
     }

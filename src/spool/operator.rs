@@ -1,11 +1,30 @@
-//! What the operators read of the spool and do to it: its counts and its keys, one message's
-//! entry and meta, a message tried now (a failed one put back in its queue), a key stopped
+//! What the operators read of the spool and do to it: its counts and its keys, its messages
+//! listed, one message's entry and meta, messages tried now (a failed one put back in its
+//! queue), a key's messages removed, a key stopped (kept across restarts: `stopped`)
 //! (`admin::spool`, the status page, the metrics); and the failed messages past their time.
 
 use super::index::{Entry, KeyCount, State};
 use super::layout::file_name;
 use super::record::{self, HeldKey, Meta};
-use super::{recover, Spool};
+use super::{recover, stopped, Spool};
+
+/// Messages listed at most in one answer: the list is built in memory.
+pub const MAX_LISTED: usize = 10_000;
+
+/// Some messages of the spool, and how many there are in all.
+#[derive(Debug, Clone)]
+pub struct Listed {
+    pub messages: Vec<(HeldKey, Entry)>,
+    pub total: usize,
+}
+
+/// What removing a key's messages did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Removed {
+    pub removed: usize,
+    /// Being written or with upstream: left in place.
+    pub busy: usize,
+}
 
 /// The spool's counts, for `/spool` and the metrics.
 #[derive(Debug, Clone, Default)]
@@ -72,11 +91,68 @@ impl Spool {
         Ok(true)
     }
 
-    /// Stops releasing `key`'s messages, or lets them go again (an operator's hold).
-    pub fn stop_key(&self, key: &HeldKey, stopped: bool) {
+    /// Stops releasing `key`'s messages, or lets them go again (an operator's hold), and
+    /// writes the keys stopped to the spool's directory, so that a restart keeps them; an
+    /// error when that write failed (the change holds until the relay stops).
+    pub async fn stop_key(&self, key: &HeldKey, stop: bool) -> std::io::Result<()> {
         let now = self.clock.now();
-        self.index().stop(key, stopped, now);
+        self.index().stop(key, stop, now);
         self.changed.notify_one();
+        let _writing = self.stopped_file.lock().await;
+        // Read under the lock: whichever write comes last has every change made before it.
+        let keys = self.index().stopped_keys();
+        let layout = self.layout.clone();
+        let written = tokio::task::spawn_blocking(move || stopped::write(&layout, &keys)).await;
+        written.map_err(std::io::Error::other)?
+    }
+
+    /// The first [`MAX_LISTED`] messages of `key` (every key when `None`): held ones by key
+    /// in their order, then failed ones (only those with `failed_only`).
+    pub fn list(&self, key: Option<&HeldKey>, failed_only: bool) -> Listed {
+        let (messages, total) = self.index().list(key, failed_only, MAX_LISTED);
+        Listed { messages, total }
+    }
+
+    /// Lets the messages of `key` (every key when `None`) that wait out a backoff go now,
+    /// as `postqueue -f` does; a stopped key's stay. How many were made due.
+    pub fn release_waiting(&self, key: Option<&HeldKey>) -> usize {
+        let now = self.clock.now();
+        let mut index = self.index();
+        let (held, _) = index.list(key, false, usize::MAX);
+        let released = (held.iter())
+            .filter(|(key, entry)| !index.is_stopped(key) && index.now(&entry.id, now))
+            .count();
+        drop(index);
+        self.changed.notify_one();
+        released
+    }
+
+    /// Removes every message of `key`, held or failed, as `postsuper -d` does; those being
+    /// written or with upstream now stay.
+    pub async fn remove_key(&self, key: &HeldKey) -> Removed {
+        let (entries, _) = self.index().list(Some(key), false, usize::MAX);
+        let (idle, busy): (Vec<_>, Vec<_>) = (entries.into_iter())
+            .partition(|(_, e)| matches!(e.state, State::Held | State::Failed));
+        // Side by side: their directory syncs are shared.
+        let removals = idle.iter().map(|(_, e)| self.remove(&e.id));
+        let removed = futures_util::future::join_all(removals).await;
+        Removed {
+            removed: removed.into_iter().filter(|&r| r).count(),
+            busy: busy.len(),
+        }
+    }
+
+    /// Puts every failed message back in its key's queue (`postsuper -r ALL`); how many.
+    /// Stops at the first that cannot be moved back (it stays failed).
+    pub async fn requeue_failed(&self) -> std::io::Result<usize> {
+        let (failed, _) = self.index().list(None, true, usize::MAX);
+        let mut requeued = 0;
+        for (_, entry) in failed {
+            if self.requeue(&entry.id).await? {
+                requeued += 1;
+            }
+        }
+        Ok(requeued)
     }
 
     /// Whether an operator stopped `key`.

@@ -242,3 +242,67 @@ async fn an_operator_puts_a_failed_message_back_and_it_goes() {
     assert_eq!(status, 404);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A key an operator stopped stays stopped after a restart (the stop is kept in the spool's
+/// directory): its messages are not released until it is let go.
+#[tokio::test(start_paused = true)]
+async fn a_stopped_key_stays_stopped_after_a_restart() {
+    let dir = scratch_path("spool-admin-stopped");
+    let admin_section = format!("[admin]\npassword_hash = \"{}\"\n", cheap_hash("s3cret"));
+    let rest = hold_layer(1, 1, 0, "") + &spool_section(&dir, "") + &admin_section;
+    let pw = Some("s3cret");
+    let (relay, _) = memory_relay("", &rest).await;
+    let admin = relay.start_admin().await;
+    let (status, body) = request(admin, "POST", "/spool/keys/tenant/acme/hold", pw).await;
+    assert_eq!(status, 200, "{body}");
+    let mut c = relay.memory_client().await;
+    for subject in ["m0", "m1", "m2"] {
+        let msg = message("acme", subject);
+        let (code, text) = c
+            .send_mail("app@acme.example", &["u@example.net"], &msg)
+            .await;
+        assert_eq!(code, 250, "{text}");
+    }
+    drop(c);
+    relay.stop().await;
+    assert_eq!(files(&dir, "held"), 2, "m0 went before the stop mattered");
+
+    let (relay, fwd) = memory_relay("", &rest).await;
+    let admin = relay.start_admin().await;
+    tokio::time::sleep(30 * SEC).await;
+    assert!(fwd.messages().is_empty(), "released after the restart");
+    let (_, body) = request(admin, "GET", "/spool", pw).await;
+    let all = json(&body);
+    assert_eq!(
+        (&all["messages"], &all["keys"][0]["stopped"]),
+        (&Value::from(2), &Value::from(true)),
+        "{body}"
+    );
+    let (status, _) = request(admin, "POST", "/spool/keys/tenant/acme/release", pw).await;
+    assert_eq!(status, 200);
+    let subjects =
+        || -> Vec<String> { fwd.messages().iter().map(|(_, m)| subject_of(m)).collect() };
+    run_until("m1 and m2 upstream", SEC / 10, 10 * SEC, || {
+        subjects().len() == 2
+    })
+    .await;
+    assert_eq!(subjects(), ["m1", "m2"]);
+    // Let go for good: a second restart releases what comes.
+    relay.stop().await;
+    let (relay, fwd) = memory_relay("", &rest).await;
+    let mut c = relay.memory_client().await;
+    for subject in ["m3", "m4"] {
+        let msg = message("acme", subject);
+        assert_eq!(
+            c.send_mail("app@acme.example", &["u@example.net"], &msg)
+                .await
+                .0,
+            250
+        );
+    }
+    run_until("m4 upstream", SEC / 10, 10 * SEC, || {
+        fwd.messages().len() == 2
+    })
+    .await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -93,3 +93,52 @@ async fn a_cross_site_page_cannot_stop_or_release_held_mail() {
     assert_eq!(stopped().await, false);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The endpoints `mailsluice spool` added have the same guards: another site's page cannot
+/// release, put back or remove held mail (nor without the password), and a page whose name
+/// was rebound to the endpoint cannot read the list.
+#[tokio::test(start_paused = true)]
+async fn a_cross_site_page_cannot_release_requeue_or_remove_held_mail() {
+    let dir = scratch_path("spool-admin-browser-cli");
+    let admin_section = format!("[admin]\npassword_hash = \"{}\"\n", cheap_hash("s3cret"));
+    // One token an hour: what is held stays held.
+    let layer = hold_layer(1, 1, 0, "").replace("interval_ms = 1000", "interval_ms = 3600000");
+    let rest = layer + &spool_section(&dir, "") + &admin_section;
+    let (relay, fwd) = memory_relay("", &rest).await;
+    let admin = relay.start_admin().await;
+    let mut c = relay.memory_client().await;
+    let mut ids = Vec::new();
+    for subject in ["m0", "m1", "m2"] {
+        let msg = message("acme", subject);
+        let (code, text) = c
+            .send_mail("app@acme.example", &["u@example.net"], &msg)
+            .await;
+        assert_eq!(code, 250, "{text}");
+        if let Some(rest) = text.split("queued as ").nth(1) {
+            ids.push(rest.split_whitespace().next().unwrap().to_string());
+        }
+    }
+    let pw = Some("s3cret");
+    let requeue = format!("/spool/{}/requeue", ids[1]);
+    let writes = [
+        ("POST", "/spool/release"),
+        ("POST", "/spool/requeue"),
+        ("POST", requeue.as_str()),
+        ("DELETE", "/spool/keys/tenant/acme"),
+    ];
+    for (method, path) in writes {
+        for (name, value, refused) in CROSS_SITE {
+            let (status, body) = raw_request(admin, method, path, pw, &[(name, value)]).await;
+            assert_eq!(status, refused, "{method} {path}: {name}: {value}: {body}");
+        }
+        let (status, _) = raw_request(admin, method, path, None, &[]).await;
+        assert_eq!(status, 401, "{method} {path} without the password");
+    }
+    let (_, body) = request(admin, "GET", "/spool/messages", pw).await;
+    assert_eq!(json(&body)["total"], 2, "nothing removed: {body}");
+    let rebound = [("Host", "evil.test")];
+    let (status, _) = raw_request(admin, "GET", "/spool/messages", pw, &rebound).await;
+    assert_eq!(status, 421);
+    assert_eq!(fwd.messages().len(), 1, "only m0 went");
+    let _ = std::fs::remove_dir_all(&dir);
+}

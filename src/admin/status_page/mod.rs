@@ -112,17 +112,22 @@ fn readiness(html: &mut String, ctx: &Context, health: &Health, checks: &Checks)
     html.push_str("</table>");
 }
 
-/// Messages delivered (`250`) since start and in the last minute, with their rate.
+/// Messages delivered (upstream's `250`, held ones the spool released included) and held
+/// (hold mode's `250`) since start and in the last minute, with their rate.
 fn delivered(html: &mut String, recent: &Recent) {
-    let (total, minute) = recent.delivered();
-    let _ = write!(
-        html,
+    html.push_str(
         "<h2>Messages</h2><table><tr><th>messages</th><th class=\"num\">since start</th>\
-         <th class=\"num\">last minute</th><th class=\"num\">per second</th></tr>\
-         <tr><td>delivered</td><td class=\"num\">{total}</td><td class=\"num\">{minute}</td>\
-         <td class=\"num\">{:.2}</td></tr></table>",
-        minute as f64 / 60.0
+         <th class=\"num\">last minute</th><th class=\"num\">per second</th></tr>",
     );
+    for (what, (total, minute)) in [("delivered", recent.delivered()), ("held", recent.held())] {
+        let _ = write!(
+            html,
+            "<tr><td>{what}</td><td class=\"num\">{total}</td><td class=\"num\">{minute}</td>\
+             <td class=\"num\">{:.2}</td></tr>",
+            minute as f64 / 60.0
+        );
+    }
+    html.push_str("</table>");
 }
 
 /// Each upstream: its messages of the last minute and their mean time there, the last

@@ -59,6 +59,8 @@ pub(super) fn message(
         upstream = upstream.as_str(),
         via = record.via.as_str(),
         peer = %peer,
+        // The relay's id of the message (a held one's: its spool id, `queued as`).
+        id = account.journey.as_ref().map_or("", |j| j.judged.id.as_str()),
         "message"
     );
 }

@@ -1,9 +1,10 @@
 //! The account of one verdict, the same whichever driver ran the message's journey (a
 //! session's final dot, the spool's release): its one log line (`line`: `message` or
-//! `release`), the metrics and the status page's row of a session's message, its spans, and
-//! its tenant's webhook event (`accepted`, `held` or `refused` for a session's, `released`
-//! for a release that upstream took). Above the pipeline and the replies, as its drivers are:
-//! it reads the verdict and the reply it became.
+//! `release`), the metrics and the status page's row of a session's message and of a held
+//! message upstream took (counted as delivered), its spans, and its tenant's webhook event
+//! (`accepted`, `held` or `refused` for a session's, `released` for a release that upstream
+//! took). Above the pipeline and the replies, as its drivers are: it reads the verdict and
+//! the reply it became.
 
 mod line;
 
@@ -98,7 +99,12 @@ pub fn record(ctx: &Context, account: &Account<'_>, driver: &Driver<'_>) {
             rcpts,
             suppressed,
         } => line::message(ctx, account, *peer, (*rcpts, *suppressed)),
-        Driver::Release(attempt) => line::release(account, attempt),
+        Driver::Release(attempt) => {
+            line::release(account, attempt);
+            if attempt.released {
+                released(ctx, account);
+            }
+        }
     }
     let Some(journey) = &account.journey else {
         return;
@@ -111,6 +117,18 @@ pub fn record(ctx: &Context, account: &Account<'_>, driver: &Driver<'_>) {
     if let Some(kind) = kind {
         notify(ctx, account, journey, kind);
     }
+}
+
+/// A held message upstream took, counted as a session's message is: delivered (or partial)
+/// in `mailsluice_messages_total{outcome}` and on the status page. Its client's `250` was
+/// counted as `held`; `mailsluice_spool_released_total{result="delivered"}` counts these alone.
+fn released(ctx: &Context, account: &Account<'_>) {
+    let Some(record) = account.record else {
+        return;
+    };
+    ctx.services.metrics.message(record.outcome);
+    let code = account.reply.map(|r| r.code);
+    (ctx.services.recent).message(record.outcome, "", &record.key, code, None);
 }
 
 /// What a session's client was told, as its tenant's webhooks name it: `accepted`

@@ -368,6 +368,42 @@ impl Index {
     pub fn is_stopped(&self, key: &HeldKey) -> bool {
         self.stopped.contains(key)
     }
+
+    /// The keys an operator stopped, sorted.
+    pub fn stopped_keys(&self) -> Vec<HeldKey> {
+        let mut keys: Vec<HeldKey> = self.stopped.iter().cloned().collect();
+        keys.sort();
+        keys
+    }
+
+    /// The first `max` messages of `of` (every key when `None`), by key and in their queue's
+    /// order, then the failed ones by arrival (only those with `failed_only`); and how many
+    /// there are in all.
+    pub fn list(
+        &self,
+        of: Option<&HeldKey>,
+        failed_only: bool,
+        max: usize,
+    ) -> (Vec<(HeldKey, Entry)>, usize) {
+        let wanted = |key: &HeldKey| of.is_none_or(|of| of == key);
+        let mut keys: Vec<&HeldKey> = (self.queues.keys()).filter(|k| wanted(k)).collect();
+        keys.sort();
+        let held = (keys.into_iter().filter(|_| !failed_only))
+            .flat_map(|key| self.queues[key].iter().map(move |e| (key, e)));
+        let mut failed: Vec<&(HeldKey, Entry)> =
+            (self.failed.values()).filter(|(k, _)| wanted(k)).collect();
+        failed.sort_by_key(|(_, e)| e.seq);
+        let all = held.chain(failed.into_iter().map(|(key, entry)| (key, entry)));
+        let mut listed = Vec::new();
+        let mut total = 0;
+        for (key, entry) in all {
+            if listed.len() < max {
+                listed.push((key.clone(), entry.clone()));
+            }
+            total += 1;
+        }
+        (listed, total)
+    }
 }
 
 #[cfg(test)]
