@@ -1,5 +1,6 @@
 //! Hold mode and the spool through SMTP: a burst held and released at the layer's rate, in
-//! order; the bounds (`max_held`, the spool's storage); what release does with a refusal (a
+//! order; no head-of-line blocking and several of a key with upstream at once; the bounds
+//! (`max_held`, a key's share of the spool, the spool's storage); what release does with a refusal (a
 //! report to the sender), a paused tenant and a damaged file; and, with the binary as a
 //! process of its own, a crash and a full filesystem.
 
@@ -9,5 +10,7 @@ mod admin;
 mod browser;
 mod common;
 mod crash;
+mod head_of_line;
 mod hold;
 mod release;
+mod share;
