@@ -79,7 +79,10 @@ async fn main() {
     let start = Instant::now();
     let mut seen: Vec<(Instant, usize)> = vec![(start, 0)];
     while seen.last().unwrap().1 < held {
-        assert!(start.elapsed() < Duration::from_secs(600), "not all released");
+        assert!(
+            start.elapsed() < Duration::from_secs(600),
+            "not all released"
+        );
         tokio::time::sleep(Duration::from_millis(1)).await;
         let n = count();
         if n != seen.last().unwrap().1 {
@@ -141,10 +144,7 @@ fn hold_layer(limit: u64, interval_ms: u64, burst: u64) -> String {
 }
 
 fn spool_section(dir: &Path) -> String {
-    format!(
-        "[spool]\ndir = \"{}\"\nmin_free_bytes = 0\n",
-        dir.display()
-    )
+    format!("[spool]\ndir = \"{}\"\nmin_free_bytes = 0\n", dir.display())
 }
 
 /// The most messages that reached upstream in any 1 s window, from the counts seen.

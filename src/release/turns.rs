@@ -55,8 +55,9 @@ impl Turns {
     /// Forgets the keys whose last attempt has its tokens or is over: their next one goes
     /// at once.
     pub fn forget_passed(&mut self) {
-        self.last
-            .retain(|_, after| matches!(after.try_recv(), Err(oneshot::error::TryRecvError::Empty)));
+        self.last.retain(|_, after| {
+            matches!(after.try_recv(), Err(oneshot::error::TryRecvError::Empty))
+        });
     }
 }
 

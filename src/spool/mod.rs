@@ -41,8 +41,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::Notify;
 
 pub use error::{Damaged, Refusal, SpoolError, Storage};
-pub use index::{State, Ticket};
 use index::Bounds;
+pub use index::{State, Ticket};
 pub use record::{Held, HeldKey, Meta, Origin};
 
 use crate::clock::{Clock, Nanos};

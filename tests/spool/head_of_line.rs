@@ -71,9 +71,7 @@ async fn a_message_upstream_defers_does_not_hold_back_its_keys_others() {
 #[tokio::test(start_paused = true)]
 async fn a_keys_messages_go_up_to_pool_size_at_once_in_order_within_the_layer() {
     let dir = scratch_path("spool-in-flight");
-    let rest = "pool_size = 3\n".to_string()
-        + &hold_layer(10, 1, 0, "")
-        + &spool_section(&dir, "");
+    let rest = "pool_size = 3\n".to_string() + &hold_layer(10, 1, 0, "") + &spool_section(&dir, "");
     let (relay, fwd) = memory_relay("", &rest).await;
     fwd.answer_after(SEC);
     // m00 takes the token and goes (its client waits for upstream's answer); the rest held.

@@ -51,7 +51,10 @@ async fn a_key_past_its_share_gets_its_layers_451_and_the_other_is_still_held() 
         assert!(held <= 10, "never refused");
     };
     assert!(
-        refused.0 == 451 && refused.1.starts_with("4.7.1 Rate limit of layer tenant reached"),
+        refused.0 == 451
+            && refused
+                .1
+                .starts_with("4.7.1 Rate limit of layer tenant reached"),
         "{refused:?}"
     );
     assert_eq!(held, 4, "about 1 KiB each: four fit in 5,000 bytes");
@@ -108,9 +111,7 @@ async fn one_tenants_burst_cannot_fill_the_spool_for_another() {
     // And all of them reach upstream in time.
     run_until("the victim's upstream", SEC / 10, 60 * SEC, || {
         let got = fwd.messages();
-        (2..6).all(|i| {
-            (got.iter()).any(|(_, m)| subject(m) == format!("v{i}"))
-        })
+        (2..6).all(|i| (got.iter()).any(|(_, m)| subject(m) == format!("v{i}")))
     })
     .await;
     let _ = std::fs::remove_dir_all(&dir);

@@ -264,7 +264,10 @@ impl Index {
             let queue = self.queues.get_mut(&key).expect("a ranked key has a queue");
             queue.ready.remove(&seq);
             queue.releasing += 1;
-            let entry = queue.entries.get_mut(&seq).expect("a ready message is held");
+            let entry = queue
+                .entries
+                .get_mut(&seq)
+                .expect("a ready message is held");
             entry.state = State::Releasing;
             entry.attempts += 1;
             taken.push(Ticket {
