@@ -4,9 +4,10 @@
 //! message a day through; then a second relay on that spool, its layer at `limit`, releases
 //! them to upstream `delay_ms` away (a proxy holding what the relay sends, as a network with
 //! that round-trip time would): `ses://` (the SESv2 stand-in) or `smtp://` (the test upstream,
-//! PIPELINING), each with `pool_size` connections or requests at once. Printed: the release
-//! rate (messages over the time from the first to the last reaching upstream) and the most
-//! that reached upstream in any 1 s window, against `limit + burst`.
+//! PIPELINING), each with `pool_size` connections or requests at once. Printed, from when the
+//! relay handed each message to its forwarder (its tokens taken): the release rate (messages
+//! over the time from the first to the last) and the most sent in any 1 s window, against
+//! `limit + burst` (upstream sees them later, by the round trip and its jitter).
 //!
 //! ```text
 //! spool_release <smtp|ses> <delay_ms> <limit> <burst> <held> <pool_size>
@@ -16,10 +17,12 @@ use mailsluice_test_support as support;
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use mailsluice::upstream::Forwarder;
+use mailsluice::config::Config;
+use mailsluice::upstream::{CheckFuture, ForwardFuture, Forwarder, Offers, Outgoing};
+use mailsluice::upstream::SmtpForwarder;
 use tokio::net::TcpListener;
 use tokio::time::Instant;
 
@@ -46,61 +49,79 @@ async fn main() {
 
     let layer = hold_layer(*limit, 1000, *burst) + &spool_section(&dir);
     let upstream_keys = format!("pool_size = {pool}\ntimeout_ms = 30000");
-    let (relay, count): (Relay, Box<dyn Fn() -> usize>) = match kind.as_str() {
-        "smtp" => {
-            let up = Arc::new(TestUpstream::start().await);
-            let far = delayed(up.addr(), delay).await;
-            let text = TestConfig::new()
-                .upstream(&format!("smtp://{far}"))
-                .then(&upstream_keys)
-                .then("tls = \"none\"")
-                .then(&layer)
-                .text();
-            let relay = Relay::start_configured(&text).await;
-            (relay, Box::new(move || up.messages().len()))
-        }
-        "ses" => {
-            let ses = FakeSes::start().await;
-            ses.set_account(1_000_000.0, true);
-            let far = delayed(ses.addr, delay).await;
-            let text = TestConfig::new()
-                .upstream("ses://eu-west-1")
-                .then(&format!("endpoint_url = \"http://{far}\""))
-                .then(&upstream_keys)
-                .then(&layer)
-                .text();
-            let fwd: Arc<dyn Forwarder> = forwarder(&text, GOOD_KEY);
-            let relay = Relay::start(&text, fwd).await;
-            (relay, Box::new(move || ses.sent().len()))
-        }
-        other => panic!("no such kind {other:?}: smtp or ses"),
-    };
-    // The count upstream, every millisecond, until every held message is there.
+    let (text, inner, count): (String, Arc<dyn Forwarder>, Box<dyn Fn() -> usize>) =
+        match kind.as_str() {
+            "smtp" => {
+                let up = Arc::new(TestUpstream::start().await);
+                let far = delayed(up.addr(), delay).await;
+                let text = TestConfig::new()
+                    .upstream(&format!("smtp://{far}"))
+                    .then(&upstream_keys)
+                    .then("tls = \"none\"")
+                    .then(&layer)
+                    .text();
+                let config = Config::parse(&text).unwrap().upstreams.remove(0);
+                let fwd = Arc::new(SmtpForwarder::new(&config).unwrap());
+                (text, fwd, Box::new(move || up.messages().len()))
+            }
+            "ses" => {
+                let ses = FakeSes::start().await;
+                ses.set_account(1_000_000.0, true);
+                let far = delayed(ses.addr, delay).await;
+                let text = TestConfig::new()
+                    .upstream("ses://eu-west-1")
+                    .then(&format!("endpoint_url = \"http://{far}\""))
+                    .then(&upstream_keys)
+                    .then(&layer)
+                    .text();
+                let fwd = forwarder(&text, GOOD_KEY);
+                (text, fwd, Box::new(move || ses.sent().len()))
+            }
+            other => panic!("no such kind {other:?}: smtp or ses"),
+        };
+    let timed = Arc::new(Timed {
+        inner,
+        at: Mutex::default(),
+    });
+    let relay = Relay::start(&text, timed.clone()).await;
     let start = Instant::now();
-    let mut seen: Vec<(Instant, usize)> = vec![(start, 0)];
-    while seen.last().unwrap().1 < held {
-        assert!(
-            start.elapsed() < Duration::from_secs(600),
-            "not all released"
-        );
-        tokio::time::sleep(Duration::from_millis(1)).await;
-        let n = count();
-        if n != seen.last().unwrap().1 {
-            seen.push((Instant::now(), n));
-        }
+    while count() < held {
+        assert!(start.elapsed() < Duration::from_secs(600), "not all released");
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
     relay.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
-    let first = seen.iter().find(|(_, n)| *n > 0).unwrap().0;
-    let last = seen.last().unwrap().0;
-    let rate = (held - 1) as f64 / (last - first).as_secs_f64();
+    let sent = timed.at.lock().unwrap().clone();
+    assert_eq!(sent.len(), held, "each sent once");
+    let rate = (held - 1) as f64 / (sent[held - 1] - sent[0]).as_secs_f64();
     println!(
         "{kind:<5} delay {:>3} ms  pool {pool:>3}  layer {limit}/s burst {burst}  {held} held:  \
-         {rate:6.1} msg/s  most in 1 s {:>4} (limit + burst {})",
+         {rate:6.1} msg/s  most sent in 1 s {:>4} (limit + burst {})",
         delay.as_millis(),
-        most_in_a_second(&seen),
+        most_in_a_second(&sent),
         limit + burst
     );
+}
+
+/// A forwarder that notes when the relay hands it each message.
+struct Timed {
+    inner: Arc<dyn Forwarder>,
+    at: Mutex<Vec<Instant>>,
+}
+
+impl Forwarder for Timed {
+    fn send<'a>(&'a self, message: &'a Outgoing<'a>) -> ForwardFuture<'a> {
+        self.at.lock().unwrap().push(Instant::now());
+        self.inner.send(message)
+    }
+
+    fn check(&self) -> CheckFuture<'_> {
+        self.inner.check()
+    }
+
+    fn offers(&self) -> Offers<'_> {
+        self.inner.offers()
+    }
 }
 
 /// Holds `held` messages in the spool at `dir`: a relay whose hold layer lets one message a
@@ -147,17 +168,15 @@ fn spool_section(dir: &Path) -> String {
     format!("[spool]\ndir = \"{}\"\nmin_free_bytes = 0\n", dir.display())
 }
 
-/// The most messages that reached upstream in any 1 s window, from the counts seen.
-fn most_in_a_second(seen: &[(Instant, usize)]) -> usize {
+/// The most of `times` (in order) in any 1 s window.
+fn most_in_a_second(times: &[Instant]) -> usize {
     let mut most = 0;
-    let mut j = 0;
-    for &(t, n) in seen {
-        while seen[j].0 + Duration::from_secs(1) <= t {
-            j += 1;
+    let mut first = 0;
+    for (i, t) in times.iter().enumerate() {
+        while times[first] + Duration::from_secs(1) <= *t {
+            first += 1;
         }
-        // The messages counted after the sample before the window opened.
-        let before = if j == 0 { 0 } else { seen[j - 1].1 };
-        most = most.max(n - before);
+        most = most.max(i + 1 - first);
     }
     most
 }
