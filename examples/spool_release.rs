@@ -21,8 +21,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mailsluice::config::Config;
-use mailsluice::upstream::{CheckFuture, ForwardFuture, Forwarder, Offers, Outgoing};
-use mailsluice::upstream::SmtpForwarder;
+use mailsluice::upstream::{
+    CheckFuture, ForwardFuture, Forwarder, Offers, Outgoing, SmtpForwarder,
+};
 use tokio::net::TcpListener;
 use tokio::time::Instant;
 
@@ -86,7 +87,10 @@ async fn main() {
     let relay = Relay::start(&text, timed.clone()).await;
     let start = Instant::now();
     while count() < held {
-        assert!(start.elapsed() < Duration::from_secs(600), "not all released");
+        assert!(
+            start.elapsed() < Duration::from_secs(600),
+            "not all released"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     relay.stop().await;
