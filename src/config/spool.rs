@@ -10,7 +10,7 @@ use toml::Spanned;
 
 use super::BrokenRule;
 
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SpoolConfig {
     /// The spool's directory (created when absent); one relay process per directory.
@@ -18,6 +18,11 @@ pub struct SpoolConfig {
     /// The bytes of held messages past which a message is refused `452 4.3.1`.
     #[serde(default = "default_max_bytes")]
     pub max_bytes: u64,
+    /// The share of `max_bytes` one key may hold while other keys hold messages, in (0, 1]:
+    /// past it the key's next message gets its layer's `451`, so that one tenant's burst
+    /// cannot fill the spool for the others.
+    #[serde(default = "default_max_key_share")]
+    pub max_key_share: Spanned<f64>,
     /// The free bytes the spool's filesystem keeps: a message that would leave less is
     /// refused `452 4.3.1`.
     #[serde(default = "default_min_free_bytes")]
@@ -37,11 +42,21 @@ pub struct SpoolConfig {
     pub report_from: Option<Spanned<String>>,
 }
 
+impl SpoolConfig {
+    /// The bytes one key may hold while other keys hold messages (`max_key_share` of
+    /// `max_bytes`).
+    pub fn key_share_bytes(&self) -> u64 {
+        (self.max_bytes as f64 * *self.max_key_share.get_ref()) as u64
+    }
+}
+
 /// A `[spool]` rule no single key's type can say, broken.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum SpoolRule {
     #[error("must be at most `spool.retry_max_ms`")]
     RetryMinOverMax,
+    #[error("{0} is not a share in (0, 1]")]
+    NotAShare(f64),
     #[error("`{0}` is not a plain address (local@domain, ASCII, no spaces or angle brackets)")]
     NotAnAddress(String),
     #[error("a `mode = \"hold\"` layer keeps messages in the spool: add a `[spool]` section")]
@@ -57,6 +72,15 @@ pub(super) fn validate(spool: &SpoolConfig, text: &str) -> Result<(), BrokenRule
             spool.retry_min_ms.span(),
             "spool.retry_min_ms",
             SpoolRule::RetryMinOverMax,
+        ));
+    }
+    let share = *spool.max_key_share.get_ref();
+    if !(share > 0.0 && share <= 1.0) {
+        return Err(BrokenRule::at(
+            text,
+            spool.max_key_share.span(),
+            "spool.max_key_share",
+            SpoolRule::NotAShare(share),
         ));
     }
     if let Some(from) = &spool.report_from {
@@ -91,6 +115,9 @@ fn plain_address(address: &str) -> bool {
 
 fn default_max_bytes() -> u64 {
     10 << 30
+}
+fn default_max_key_share() -> Spanned<f64> {
+    Spanned::new(0..0, 0.5)
 }
 fn default_min_free_bytes() -> u64 {
     1 << 30
@@ -166,6 +193,7 @@ mod tests {
         );
         assert!(spool.retry_min_ms.get_ref().get() <= spool.retry_max_ms.get());
         assert!(spool.report_from.is_none());
+        assert_eq!(spool.key_share_bytes(), 5 << 30, "half of max_bytes");
         for (body, key, line) in [
             (
                 "retry_min_ms = 5000\nretry_max_ms = 1000",
@@ -174,6 +202,8 @@ mod tests {
             ),
             ("report_from = \"not an address\"", "spool.report_from", 7),
             ("max_hold_ms = 0", "max_hold_ms", 7),
+            ("max_key_share = 0.0", "spool.max_key_share", 7),
+            ("max_key_share = 1.5", "spool.max_key_share", 7),
         ] {
             let text = format!("{MINIMAL}[spool]\ndir = \"s\"\n{body}\n");
             let err = Config::parse(&text).unwrap_err().to_string();

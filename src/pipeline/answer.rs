@@ -24,7 +24,7 @@ pub fn answer(end: &End) -> Option<Reply> {
         End::Unanswered(Unanswered::GraceOver) => grace_over(),
         End::Held(id) => held(id),
         End::NotHeld {
-            refusal: Refusal::KeyFull { .. },
+            refusal: Refusal::KeyFull { .. } | Refusal::OverShare { .. },
             layer,
             retry_after,
         } => rate_limited(layer, *retry_after),

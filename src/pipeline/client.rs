@@ -26,4 +26,15 @@ pub trait Client: Send {
     fn patient(&self) -> bool {
         false
     }
+
+    /// Completes when the message may join its layers' queues for its first tokens: at once
+    /// for a live client (it joins them as it comes). A held message released beside others
+    /// of its key waits for the one released before it to have its tokens, so that a key's
+    /// messages take their tokens in the order they were released.
+    fn turn(&mut self) -> impl Future<Output = ()> + Send {
+        std::future::ready(())
+    }
+
+    /// The message has its tokens (or needs none): the next of its key may queue for its own.
+    fn has_tokens(&mut self) {}
 }

@@ -3,7 +3,8 @@
 //! upstream is paused, or keeps throttling it, or the relay shuts down before its turn) it is
 //! written to the spool and answered `250` instead of `451`. While its key has messages held,
 //! it is held at once: it would wait behind them anyway, and the key's messages leave in the
-//! order they came.
+//! order they came. A key past `max_held`, or past its share of the spool, gets the layer's
+//! `451`.
 
 use std::sync::Arc;
 use std::time::Duration;

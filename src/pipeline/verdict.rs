@@ -181,11 +181,12 @@ impl Verdict {
     /// To be held, but refused by the spool.
     pub fn not_held(refusal: Refusal, retry_after: Duration, mut record: Record) -> Verdict {
         record.outcome = match refusal {
-            Refusal::KeyFull { .. } => Outcome::Throttled,
+            Refusal::KeyFull { .. } | Refusal::OverShare { .. } => Outcome::Throttled,
             Refusal::Storage(_) => Outcome::SpoolFull,
         };
         record.limited = match refusal {
             Refusal::KeyFull { .. } => Some(LimitReason::MaxHeld),
+            Refusal::OverShare { .. } => Some(LimitReason::MaxKeyShare),
             Refusal::Storage(_) => None,
         };
         let layer = record.layer.clone();

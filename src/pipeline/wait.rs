@@ -1,5 +1,6 @@
-//! A message's wait for its tokens, in its keys' FIFO queues, while whoever waits for the
-//! verdict and the upstream's pause are watched. A client that goes has abandoned the message,
+//! A message's wait for its tokens, in its keys' FIFO queues (after its turn to join them, for
+//! a held message released beside others of its key), while whoever waits for the verdict and
+//! the upstream's pause are watched. A client that goes has abandoned the message,
 //! which then leaves the queue, takes nothing and is not forwarded.
 
 use tokio::time::Instant;
@@ -35,9 +36,13 @@ impl<C: Client> Wait<'_, C> {
     ) -> Result<Option<Permit>, Unanswered> {
         if matches!(&tokens, Tokens::First(charges) if charges.is_empty()) {
             self.client.doing(Activity::Upstream);
+            self.client.has_tokens();
             return Ok(None);
         }
         self.client.doing(Activity::Waiting);
+        if matches!(tokens, Tokens::First(_)) {
+            self.client.turn().await;
+        }
         let throttle = &self.ctx.setup.throttle;
         let patient = self.client.patient();
         let arrived = Instant::now();
@@ -67,6 +72,7 @@ impl<C: Client> Wait<'_, C> {
             }
         };
         self.client.doing(Activity::Upstream);
+        self.client.has_tokens();
         record.waited += permit.waited();
         for charge in permit.charges() {
             let layer = &self.ctx.setup.layers[charge.layer].name;

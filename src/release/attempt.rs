@@ -12,6 +12,7 @@ use tokio::time::Instant;
 use super::client::Unattended;
 use super::dsn::{self, Failed, Failure};
 use super::report::{self, Attempted, Next, Reported};
+use super::turns::Turn;
 use crate::clock::nanos;
 use crate::config::SpoolConfig;
 use crate::message::Envelope;
@@ -21,8 +22,9 @@ use crate::spool::{Held, Spool, Ticket, ToHold};
 use crate::state::context::Context;
 use crate::state::grace_over::Bell;
 
-/// One attempt of `ticket`'s message; accounted for once (`report`, `crate::pipeline::account`).
-pub async fn attempt(ctx: &Context, spool: &Spool, ticket: Ticket, bell: Arc<Bell>) {
+/// One attempt of `ticket`'s message, taking its tokens at its `turn` in its key's order;
+/// accounted for once (`report`, `crate::pipeline::account`).
+pub async fn attempt(ctx: &Context, spool: &Spool, ticket: Ticket, bell: Arc<Bell>, turn: Turn) {
     let started = Instant::now();
     let held_ms = spool.wall_ms().saturating_sub(ticket.accepted_ms);
     let mut attempted = Attempted::new(&ticket, held_ms);
@@ -45,7 +47,11 @@ pub async fn attempt(ctx: &Context, spool: &Spool, ticket: Ticket, bell: Arc<Bel
         return report::attempt(ctx, &attempted, &next, started.elapsed());
     }
     let envelope = held.meta.envelope();
-    let judged = journey(ctx, &held, &envelope, bell).await;
+    let judged = journey(ctx, &held, &envelope, bell, turn).await;
+    // The route's concurrency: how many of the key's messages may be out at once.
+    if let Some(upstream) = ctx.setup.upstreams.get(&judged.verdict.record.via) {
+        spool.set_width(&ticket.key, upstream.config.pool_size.get());
+    }
     let reply = pipeline::answer(&judged.verdict.end);
     // The message's last answer, as its report and the operators see it.
     let answer = || reply.as_ref().map_or_else(String::new, Reply::text);
@@ -82,7 +88,13 @@ pub async fn attempt(ctx: &Context, spool: &Spool, ticket: Ticket, bell: Arc<Bel
 
 /// The held message's journey, read again as at its final dot: the same origin and bytes,
 /// the config in force.
-async fn journey(ctx: &Context, held: &Held, envelope: &Envelope, bell: Arc<Bell>) -> Judged {
+async fn journey(
+    ctx: &Context,
+    held: &Held,
+    envelope: &Envelope,
+    bell: Arc<Bell>,
+    turn: Turn,
+) -> Judged {
     let intake = Intake {
         envelope,
         body: held.keyed_body(),
@@ -94,7 +106,10 @@ async fn journey(ctx: &Context, held: &Held, envelope: &Envelope, bell: Arc<Bell
         },
         can_hold: false,
     };
-    let mut client = Unattended { grace_over: bell };
+    let mut client = Unattended {
+        grace_over: bell,
+        turn,
+    };
     Box::pin(pipeline::intake(ctx, intake, &mut client)).await
 }
 

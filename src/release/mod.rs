@@ -2,12 +2,16 @@
 //! held messages as they become due and runs each one's journey through `pipeline`, with
 //! nobody waiting on it.
 //!
-//! - here: the loop. A key's messages go one at a time, first in first out (the spool's index
-//!   gives only a key's head); keys go side by side, up to [`MAX_IN_FLIGHT`] at once, each
-//!   in its layers' FIFO queues with the live clients, so held messages and live clients share
-//!   the buckets (and `fair_by` shares them between tenants) and neither starves the other.
-//!   At shutdown it stops taking messages; those in flight finish within the grace, the rest
-//!   stay held for the next start.
+//! - here: the loop. The spool's index gives the messages that may go: a key's in the order
+//!   they came, up to its route's concurrency (its upstream's `pool_size`, learned from its
+//!   first attempt) at once, so that a key's release is bound by its layers' rate, not by
+//!   upstream's round trip; one that failed for now steps aside until its own time, and the
+//!   key's others go on. Up to [`MAX_IN_FLIGHT`] at once in all, each in its layers' FIFO
+//!   queues with the live clients, so held messages and live clients share the buckets (and
+//!   `fair_by` shares them between tenants) and neither starves the other. At shutdown it
+//!   stops taking messages; those in flight finish within the grace, the rest stay held for
+//!   the next start.
+//! - `turns`: a key's messages out at once take their tokens in the order they were taken.
 //! - `client`: the pipeline's client for a message nobody waits on.
 //! - `attempt`: one attempt: read back, handed to the pipeline's intake, and what its
 //!   verdict's fate (`pipeline::Fate`) makes of it (removed, again after a backoff, given up
@@ -20,6 +24,7 @@ mod attempt;
 mod client;
 pub mod dsn;
 mod report;
+mod turns;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,8 +35,9 @@ use tokio_util::task::TaskTracker;
 use crate::spool::Spool;
 use crate::state::context::Live;
 use crate::state::shutdown::Shutdown;
+use turns::Turns;
 
-/// Held messages with upstream (or waiting for their tokens) at once: one per key.
+/// Held messages with upstream (or waiting for their tokens) at once, all keys together.
 pub const MAX_IN_FLIGHT: usize = 64;
 
 /// How often failed messages past `max_hold_ms` are looked for.
@@ -44,15 +50,18 @@ pub async fn run(live: Arc<Live>, spool: Arc<Spool>, mut shutdown: Shutdown, tas
     let room = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     let clock = spool.clock().clone();
     let mut sweep = tokio::time::interval(SWEEP);
+    let mut turns = Turns::default();
     loop {
         let Some(ctx) = live.current() else {
             return;
         };
+        turns.forget_passed();
         for ticket in spool.take_due(room.available_permits()) {
             let permit = room.clone().try_acquire_owned().expect("room counted");
+            let turn = turns.next(&ticket.key);
             let (ctx, spool, bell) = (ctx.clone(), spool.clone(), live.grace_bell());
             tasks.spawn(async move {
-                attempt::attempt(&ctx, &spool, ticket, bell).await;
+                attempt::attempt(&ctx, &spool, ticket, bell, turn).await;
                 drop(permit);
                 spool.nudge();
             });

@@ -9,7 +9,8 @@
 //! - `lock`: one process per directory.
 //! - `commit`: the directory's sync, one for the messages that arrive together.
 //! - `room`: the filesystem's free space.
-//! - `index`: the spool in memory: a FIFO per [`HeldKey`], the heads due, the counts.
+//! - `index`: the spool in memory: a queue per [`HeldKey`], the messages that may go, the
+//!   counts and the bounds they are held to (a key's share of the spool among them).
 //! - `recover`: the spool read back at start; damaged files set aside.
 //! - `operator`: what the operators read and do (counts, lists, one message, a key stopped).
 //! - `stopped`: the keys an operator stopped, kept across restarts.
@@ -45,6 +46,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::Notify;
 
 pub use error::{Damaged, Refusal, SpoolError, Storage};
+use index::Bounds;
 pub use index::{Entry, State, Ticket};
 pub use record::{Held, HeldKey, Meta, Origin};
 
@@ -67,7 +69,8 @@ pub struct ToHold<'a> {
     /// Fields read only for the identity at release (a report's: its original's header).
     pub key_fields: &'a [u8],
     pub body: &'a [u8],
-    /// The key's `max_held`; `None` for a report, which a full key still takes.
+    /// The key's `max_held`; `None` for a report, which a full key (or one past its share
+    /// of the spool) still takes.
     pub max_held: Option<usize>,
     pub report: bool,
 }
@@ -154,7 +157,11 @@ impl Spool {
         let accepted_ms = self.wall_ms();
         let runs = [message.received, message.key_fields, message.body];
         let bytes: u64 = runs.iter().map(|r| r.len() as u64).sum();
-        let bounds = (message.max_held, self.config.max_bytes);
+        let bounds = Bounds {
+            max_held: message.max_held,
+            share: (!message.report).then(|| self.config.key_share_bytes()),
+            max_bytes: self.config.max_bytes,
+        };
         let seq = (self.index()).reserve(&message.key, message.id, bytes, accepted_ms, bounds)?;
         let mut meta = Meta {
             id: message.id.to_string(),
@@ -262,9 +269,17 @@ impl Spool {
         self.index().next_due()
     }
 
-    /// Takes up to `max` messages due now, for release.
+    /// Takes up to `max` messages that may go now, for release: the oldest first, a key's
+    /// in the order they came (those that failed for now step aside until their time), no
+    /// more of a key at once than its width ([`Spool::set_width`]).
     pub fn take_due(&self, max: usize) -> Vec<Ticket> {
         self.index().take_due(self.clock.now(), max)
+    }
+
+    /// Sets how many of `key`'s messages may be released at once (1 until it is set): its
+    /// route's concurrency, which the releaser learns from an attempt.
+    pub fn set_width(&self, key: &HeldKey, width: usize) {
+        self.index().set_width(key, width);
     }
 
     /// The message of `ticket`, read back whole and its digest checked.
@@ -280,7 +295,8 @@ impl Spool {
         Ok(held)
     }
 
-    /// The attempt of `ticket` did not end it: it may go again at `at`.
+    /// The attempt of `ticket` did not end it: it steps aside and may go again at `at`; its
+    /// key's other messages go on meanwhile.
     pub fn retry(&self, ticket: &Ticket, at: Nanos, answer: String) {
         self.index().retry(&ticket.id, at, answer);
         self.changed.notify_one();

@@ -44,6 +44,9 @@ pub enum LimitReason {
     TenantThrottled,
     /// Hold mode: the key already holds `max_held` messages in the spool.
     MaxHeld,
+    /// Hold mode: the key holds its share of the spool while other keys hold messages
+    /// (`[spool] max_key_share`).
+    MaxKeyShare,
 }
 
 impl LimitReason {
@@ -55,6 +58,7 @@ impl LimitReason {
             LimitReason::MaxKeys => "max_keys",
             LimitReason::TenantThrottled => "tenant_throttled",
             LimitReason::MaxHeld => "max_held",
+            LimitReason::MaxKeyShare => "max_key_share",
         }
     }
 }

@@ -61,6 +61,21 @@ pub fn send(relay: &Relay, tenant: &str, subject: &str) -> JoinHandle<(u16, Stri
     )
 }
 
+/// Over every window between two grants, no more than `burst + limit * t / 1 s`.
+pub fn assert_within_rate(times: &[Instant], burst: u64, limit: u64) {
+    let sec = Duration::from_secs(1).as_nanos();
+    for i in 0..times.len() {
+        for j in i..times.len() {
+            let n = (j - i + 1) as u128;
+            let t = (times[j] - times[i]).as_nanos();
+            assert!(
+                n <= u128::from(burst) || (n - u128::from(burst)) * sec <= u128::from(limit) * t,
+                "{n} grants within {t} ns (from #{i} to #{j})"
+            );
+        }
+    }
+}
+
 /// Lets paused time run in steps of `step` until `cond` holds (at most `limit` of it).
 pub async fn run_until(what: &str, step: Duration, limit: Duration, cond: impl Fn() -> bool) {
     let start = Instant::now();
@@ -79,6 +94,8 @@ pub struct Refusing {
     /// The next this many messages get SES's quota reply (the upstream pauses).
     pub quota: Mutex<usize>,
     pub got: Mutex<Vec<(Envelope, Vec<u8>)>>,
+    /// When each kept message came (tokio's clock).
+    pub at: Mutex<Vec<Instant>>,
     pub tried: Mutex<usize>,
 }
 
@@ -126,6 +143,7 @@ impl Forwarder for Refusing {
             }
             let mut got = self.got.lock().unwrap();
             got.push((outgoing.envelope.clone(), outgoing.pieces.concat()));
+            self.at.lock().unwrap().push(Instant::now());
             Ok(Accepted::new(format!("Ok up-{}", got.len())))
         })
     }

@@ -13,21 +13,6 @@ use crate::support::relay::memory_relay;
 
 const SEC: Duration = Duration::from_secs(1);
 
-/// Over every window between two grants, no more than `burst + limit * t / 1 s`.
-fn assert_within_rate(times: &[Instant], burst: u64, limit: u64) {
-    for i in 0..times.len() {
-        for j in i..times.len() {
-            let n = (j - i + 1) as u128;
-            let t = (times[j] - times[i]).as_nanos();
-            assert!(
-                n <= u128::from(burst)
-                    || (n - u128::from(burst)) * SEC.as_nanos() <= u128::from(limit) * t,
-                "{n} grants within {t} ns (from #{i} to #{j})"
-            );
-        }
-    }
-}
-
 /// A burst 20 times the layer's rate from clients that never retry: every one answered
 /// `250` within `max_wait_ms`, those whose tokens would come later held; upstream gets each
 /// message once, never faster than the layer, and with no quota wasted.

@@ -1,9 +1,10 @@
 //! Hold mode and the spool through SMTP: a burst held and released at the layer's rate, in
-//! order; the bounds (`max_held`, the spool's storage); what release does with a refusal (a
-//! report to the sender), a paused tenant and a damaged file; the operators' endpoints and
-//! `mailsluice spool` (the binary against a relay in this process); what is counted and logged
-//! of held and released messages; and, with the binary as a process of its own, a crash and a
-//! full filesystem.
+//! order; no head-of-line blocking and several of a key with upstream at once; the bounds
+//! (`max_held`, a key's share of the spool, the spool's storage); what release does with a
+//! refusal (a report to the sender), a paused tenant and a damaged file; the operators'
+//! endpoints and `mailsluice spool` (the binary against a relay in this process); what is
+//! counted and logged of held and released messages; and, with the binary as a process of its
+//! own, a crash and a full filesystem.
 
 use mailsluice_test_support as support;
 
@@ -13,5 +14,7 @@ mod cli;
 mod common;
 mod counted;
 mod crash;
+mod head_of_line;
 mod hold;
 mod release;
+mod share;

@@ -43,6 +43,9 @@ fn why(outcome: Outcome, reason: Option<LimitReason>) -> &'static str {
         (Outcome::Throttled, Some(LimitReason::Reject)) => "no tokens now (mode = reject)",
         (Outcome::Throttled, Some(LimitReason::MaxKeys)) => "every bucket has waiters (max_keys)",
         (Outcome::Throttled, Some(LimitReason::MaxHeld)) => "the key holds max_held messages",
+        (Outcome::Throttled, Some(LimitReason::MaxKeyShare)) => {
+            "the key holds its share of the spool (max_key_share)"
+        }
         _ => outcome.why(),
     }
 }

@@ -1,14 +1,21 @@
-//! The spool in memory: every held message's place, without its bytes. A FIFO queue per
-//! [`HeldKey`], whose head alone may be released (so a key's messages leave in the order they
-//! came), the heads that may go ordered by when, and the counts the bounds and the operators
-//! read. About a hundred bytes a message: 100,000 held take some ten megabytes.
+//! The spool in memory: every held message's place, without its bytes. A queue per
+//! [`HeldKey`] (`queue`) whose messages go in the order they came, several at once up to the
+//! key's width; a message that failed for now steps aside until its own time (its key's
+//! others go on without it), so only the messages that have not failed keep their order.
+//! Across keys, the oldest ready message goes first. Also the counts that the bounds (a key's
+//! `max_held`, its share of the spool, the spool's `max_bytes`) and the operators read. About
+//! a hundred bytes a message: 100,000 held take some ten megabytes. What the operators read
+//! and do (a key stopped, a message let go now or put back, the counts) is in `operator`.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+mod operator;
+mod queue;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::error::{Refusal, Storage};
 use super::record::HeldKey;
 use crate::clock::Nanos;
-
+use queue::Queue;
 /// Where a held message stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum State {
@@ -72,58 +79,78 @@ pub struct KeyCount {
     pub oldest_ms: u64,
 }
 
+/// What a new message must stay within.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bounds {
+    /// The key's `max_held` messages; `None` for a report, which a full key still takes.
+    pub max_held: Option<usize>,
+    /// The bytes the key may hold while other keys hold messages (its share of the spool);
+    /// `None` for a report.
+    pub share: Option<u64>,
+    /// The spool's `max_bytes`.
+    pub max_bytes: u64,
+}
+
 /// The spool in memory.
 #[derive(Default)]
 pub struct Index {
-    queues: HashMap<HeldKey, VecDeque<Entry>>,
-    /// The heads that may go, by when, then by arrival.
-    due: BTreeMap<(Nanos, u64), HeldKey>,
-    /// The key each message waits in.
-    ids: HashMap<Box<str>, HeldKey>,
+    queues: HashMap<HeldKey, Queue>,
+    /// Held messages waiting for their time, by when, then by arrival.
+    waiting: BTreeMap<(Nanos, u64), HeldKey>,
+    /// The keys (not stopped) with messages ready, by their first ready message's place.
+    ready: BTreeMap<u64, HeldKey>,
+    /// Where each held message is: its key and place.
+    ids: HashMap<Box<str>, (HeldKey, u64)>,
     /// Failed messages kept for the operator, by id.
     failed: HashMap<Box<str>, (HeldKey, Entry)>,
-    /// Keys an operator stopped: their heads are not released.
+    /// The bytes each key holds, held and failed (none listed holds none).
+    usage: HashMap<HeldKey, u64>,
+    /// Keys an operator stopped: their messages are not released.
     stopped: HashSet<HeldKey>,
     next_seq: u64,
     bytes: u64,
 }
 
 impl Index {
-    /// Places a message being written at the back of its key's queue, within the bounds:
-    /// `max_held` messages for the key (`None`: none, for a report), `max_bytes` for all.
-    /// Its place in arrival order (its `seq`).
+    /// Places a message being written at the back of its key's queue, within `bounds`. Its
+    /// place in arrival order (its `seq`).
     pub fn reserve(
         &mut self,
         key: &HeldKey,
         id: &str,
         bytes: u64,
         accepted_ms: u64,
-        bounds: (Option<usize>, u64),
+        bounds: Bounds,
     ) -> Result<u64, Refusal> {
-        let (max_held, max_bytes) = bounds;
-        let held = self.queues.get(key).map_or(0, VecDeque::len);
-        if max_held.is_some_and(|max| held >= max) {
+        let held = self.queues.get(key).map_or(0, |q| q.entries.len());
+        if bounds.max_held.is_some_and(|max| held >= max) {
             return Err(Refusal::KeyFull { held });
         }
-        if self.bytes.saturating_add(bytes) > max_bytes {
-            return Err(Refusal::Storage(Storage::MaxBytes { max: max_bytes }));
+        if let Some(share) = bounds.share {
+            let mine = self.usage.get(key).copied().unwrap_or(0);
+            let others = self.usage.len() > usize::from(self.usage.contains_key(key));
+            if others && mine.saturating_add(bytes) > share {
+                return Err(Refusal::OverShare { bytes: mine, share });
+            }
+        }
+        if self.bytes.saturating_add(bytes) > bounds.max_bytes {
+            let max = bounds.max_bytes;
+            return Err(Refusal::Storage(Storage::MaxBytes { max }));
         }
         let seq = self.next_seq;
         self.next_seq += 1;
-        self.push(
-            key,
-            Entry {
-                id: id.into(),
-                seq,
-                bytes,
-                accepted_ms,
-                state: State::Writing,
-                attempts: 0,
-                next: 0,
-                last: None,
-                report: false,
-            },
-        );
+        let entry = Entry {
+            id: id.into(),
+            seq,
+            bytes,
+            accepted_ms,
+            state: State::Writing,
+            attempts: 0,
+            next: 0,
+            last: None,
+            report: false,
+        };
+        self.push(key, entry);
         Ok(seq)
     }
 
@@ -131,49 +158,72 @@ impl Index {
     pub fn recovered(&mut self, key: &HeldKey, entry: Entry) {
         self.next_seq = self.next_seq.max(entry.seq + 1);
         match entry.state {
-            State::Failed => {
-                self.bytes += entry.bytes;
-                self.failed.insert(entry.id.clone(), (key.clone(), entry));
-            }
-            _ => {
-                self.push(key, entry);
-                self.schedule_head(key);
-            }
+            State::Failed => self.put_failed(key.clone(), entry),
+            _ => self.push(key, entry),
         }
     }
 
+    /// Puts a message being written, or held, in its key's queue at its place.
     fn push(&mut self, key: &HeldKey, entry: Entry) {
-        self.bytes += entry.bytes;
-        self.ids.insert(entry.id.clone(), key.clone());
-        self.queues.entry(key.clone()).or_default().push_back(entry);
+        self.use_bytes(key, entry.bytes);
+        let seq = entry.seq;
+        self.ids.insert(entry.id.clone(), (key.clone(), seq));
+        let queue = self.queues.entry(key.clone()).or_insert_with(Queue::new);
+        match entry.state {
+            State::Writing => {
+                queue.writing.insert(seq);
+            }
+            _ => {
+                self.waiting.insert((entry.next, seq), key.clone());
+            }
+        }
+        queue.entries.insert(seq, entry);
+    }
+
+    fn use_bytes(&mut self, key: &HeldKey, bytes: u64) {
+        self.bytes += bytes;
+        *self.usage.entry(key.clone()).or_default() += bytes;
+    }
+
+    fn free_bytes(&mut self, key: &HeldKey, bytes: u64) {
+        self.bytes -= bytes;
+        if let Some(used) = self.usage.get_mut(key) {
+            *used -= bytes;
+            if *used == 0 {
+                self.usage.remove(key);
+            }
+        }
     }
 
     /// The message `id` is on stable storage: it may go from `now`.
     pub fn written(&mut self, id: &str, report: bool, now: Nanos) {
-        let Some(key) = self.ids.get(id).cloned() else {
+        let Some((key, seq)) = self.ids.get(id).cloned() else {
             return;
         };
-        if let Some(entry) = self.entry_mut(&key, id) {
+        let Some(queue) = self.queues.get_mut(&key) else {
+            return;
+        };
+        queue.writing.remove(&seq);
+        if let Some(entry) = queue.entries.get_mut(&seq) {
             (entry.state, entry.next, entry.report) = (State::Held, now, report);
+            self.waiting.insert((now, seq), key);
         }
-        self.schedule_head(&key);
     }
 
-    /// Puts the head of `key`'s queue among the due when it waits for its turn.
-    fn schedule_head(&mut self, key: &HeldKey) {
-        if self.stopped.contains(key) {
-            return;
-        }
-        let Some(head) = self.queues.get(key).and_then(VecDeque::front) else {
+    /// Ranks `key` among the keys with messages ready by its first ready one, or takes it out
+    /// (none ready, or stopped).
+    fn rank(&mut self, key: &HeldKey) {
+        let stopped = self.stopped.contains(key);
+        let Some(queue) = self.queues.get_mut(key) else {
             return;
         };
-        if head.state == State::Held {
-            self.due.insert((head.next, head.seq), key.clone());
+        if let Some(at) = queue.ranked.take() {
+            self.ready.remove(&at);
         }
-    }
-
-    fn entry_mut(&mut self, key: &HeldKey, id: &str) -> Option<&mut Entry> {
-        (self.queues.get_mut(key)?.iter_mut()).find(|e| &*e.id == id)
+        if let Some(&first) = queue.ready.first().filter(|_| !stopped) {
+            self.ready.insert(first, key.clone());
+            queue.ranked = Some(first);
+        }
     }
 
     /// Whether `key` has messages held (or being written): its new ones are held too.
@@ -181,69 +231,106 @@ impl Index {
         self.queues.contains_key(key)
     }
 
-    /// When the first due head may go.
+    /// When the first message waiting for its time may go.
     pub fn next_due(&self) -> Option<Nanos> {
-        self.due.keys().next().map(|(at, _)| *at)
+        self.waiting.keys().next().map(|(at, _)| *at)
     }
 
-    /// Takes up to `max` heads due by `now`, earliest first, for release.
+    /// Sets how many of `key`'s messages may be released at once (at least one).
+    pub fn set_width(&mut self, key: &HeldKey, width: usize) {
+        if let Some(queue) = self.queues.get_mut(key) {
+            queue.width = width.max(1);
+        }
+    }
+
+    /// Takes up to `max` messages that may go by `now`, for release: the oldest ready first,
+    /// each key's in the order they came and no more at once than its width.
     pub fn take_due(&mut self, now: Nanos, max: usize) -> Vec<Ticket> {
-        let mut taken = Vec::new();
-        while taken.len() < max {
-            let Some(entry) = self.due.first_entry() else {
-                break;
-            };
-            if entry.key().0 > now {
+        while let Some(first) = self.waiting.first_entry() {
+            if first.key().0 > now {
                 break;
             }
-            let key = entry.remove();
-            let Some(head) = self.queues.get_mut(&key).and_then(VecDeque::front_mut) else {
-                continue;
+            let ((_, seq), key) = first.remove_entry();
+            if let Some(queue) = self.queues.get_mut(&key) {
+                queue.ready.insert(seq);
+            }
+            self.rank(&key);
+        }
+        let mut taken = Vec::new();
+        while taken.len() < max {
+            let next = (self.ready.values())
+                .find_map(|key| Some((key, self.queues.get(key)?.next_to_go()?)));
+            let Some((key, seq)) = next.map(|(key, seq)| (key.clone(), seq)) else {
+                break;
             };
-            head.state = State::Releasing;
-            head.attempts += 1;
+            let queue = self.queues.get_mut(&key).expect("a ranked key has a queue");
+            queue.ready.remove(&seq);
+            queue.releasing += 1;
+            let entry = queue
+                .entries
+                .get_mut(&seq)
+                .expect("a ready message is held");
+            entry.state = State::Releasing;
+            entry.attempts += 1;
             taken.push(Ticket {
-                id: head.id.clone(),
-                seq: head.seq,
-                key,
-                accepted_ms: head.accepted_ms,
-                attempt: head.attempts,
+                id: entry.id.clone(),
+                seq,
+                key: key.clone(),
+                accepted_ms: entry.accepted_ms,
+                attempt: entry.attempts,
             });
+            self.rank(&key);
         }
         taken
     }
 
-    /// A released (or given up) message's attempt failed for now: it may go again at `at`.
+    /// A released (or given up) message's attempt failed for now: it steps aside, to go
+    /// again at `at`; its key's other messages go on meanwhile.
     pub fn retry(&mut self, id: &str, at: Nanos, answer: String) {
-        let Some(key) = self.ids.get(id).cloned() else {
+        let Some((key, seq)) = self.ids.get(id).cloned() else {
             return;
         };
-        if let Some(entry) = self.entry_mut(&key, id) {
+        let Some(queue) = self.queues.get_mut(&key) else {
+            return;
+        };
+        if let Some(entry) = queue.entries.get_mut(&seq) {
+            if entry.state == State::Releasing {
+                queue.releasing -= 1;
+            }
             (entry.state, entry.next, entry.last) = (State::Held, at, Some(answer.into()));
+            self.waiting.insert((at, seq), key);
         }
-        self.schedule_head(&key);
     }
 
-    /// Removes `id` wherever it is (held or failed); its entry and key. The next message of
-    /// its key becomes the head.
+    /// Removes `id` wherever it is (held or failed); its entry and key.
     pub fn remove(&mut self, id: &str) -> Option<(HeldKey, Entry)> {
         if let Some((key, entry)) = self.failed.remove(id) {
-            self.bytes -= entry.bytes;
+            self.free_bytes(&key, entry.bytes);
             return Some((key, entry));
         }
-        let key = self.ids.remove(id)?;
+        let (key, seq) = self.ids.remove(id)?;
         let queue = self.queues.get_mut(&key)?;
-        let at = queue.iter().position(|e| &*e.id == id)?;
-        let entry = queue.remove(at)?;
-        if at == 0 && entry.state == State::Held {
-            self.due.remove(&(entry.next, entry.seq));
+        let entry = queue.entries.remove(&seq)?;
+        match entry.state {
+            State::Writing => {
+                queue.writing.remove(&seq);
+            }
+            State::Held => {
+                self.waiting.remove(&(entry.next, seq));
+                queue.ready.remove(&seq);
+            }
+            State::Releasing => queue.releasing -= 1,
+            State::Failed => {}
         }
-        if queue.is_empty() {
+        if queue.entries.is_empty() {
+            if let Some(at) = queue.ranked {
+                self.ready.remove(&at);
+            }
             self.queues.remove(&key);
-        } else if at == 0 {
-            self.schedule_head(&key);
+        } else {
+            self.rank(&key);
         }
-        self.bytes -= entry.bytes;
+        self.free_bytes(&key, entry.bytes);
         Some((key, entry))
     }
 
@@ -251,158 +338,14 @@ impl Index {
     pub fn failed(&mut self, id: &str, answer: String) {
         if let Some((key, mut entry)) = self.remove(id) {
             (entry.state, entry.last) = (State::Failed, Some(answer.into()));
-            self.bytes += entry.bytes;
-            self.failed.insert(entry.id.clone(), (key, entry));
+            self.put_failed(key, entry);
         }
-    }
-
-    /// Takes failed message `id` out of the failed ones, to be put back in its key's queue.
-    pub fn take_failed(&mut self, id: &str) -> Option<(HeldKey, Entry)> {
-        let (key, entry) = self.failed.remove(id)?;
-        self.bytes -= entry.bytes;
-        Some((key, entry))
     }
 
     /// Puts a message taken by [`Index::take_failed`] back among the failed.
     pub fn put_failed(&mut self, key: HeldKey, entry: Entry) {
-        self.bytes += entry.bytes;
+        self.use_bytes(&key, entry.bytes);
         self.failed.insert(entry.id.clone(), (key, entry));
-    }
-
-    /// A failed message back in `key`'s queue, to go from `now`: in its place by arrival, as
-    /// at a restart, but never before a head being written or released.
-    pub fn requeue(&mut self, key: &HeldKey, mut entry: Entry, now: Nanos) {
-        (entry.state, entry.next, entry.attempts) = (State::Held, now, 0);
-        self.bytes += entry.bytes;
-        self.ids.insert(entry.id.clone(), key.clone());
-        let queue = self.queues.entry(key.clone()).or_default();
-        let busy = queue.front().is_some_and(|head| head.state != State::Held);
-        let later = queue.iter().position(|e| e.seq > entry.seq);
-        let at = later.unwrap_or(queue.len()).max(usize::from(busy));
-        if let Some(head) = queue.front().filter(|_| at == 0) {
-            self.due.remove(&(head.next, head.seq));
-        }
-        queue.insert(at, entry);
-        self.schedule_head(key);
-    }
-
-    /// The failed messages held since before `before_ms` (Unix milliseconds).
-    pub fn failed_before(&self, before_ms: u64) -> Vec<(HeldKey, Entry)> {
-        (self.failed.values())
-            .filter(|(_, e)| e.accepted_ms < before_ms)
-            .cloned()
-            .collect()
-    }
-
-    /// Stops releasing `key` (an operator's hold) or lets it go again.
-    pub fn stop(&mut self, key: &HeldKey, stopped: bool, now: Nanos) {
-        match stopped {
-            true => {
-                self.stopped.insert(key.clone());
-                self.due.retain(|_, k| k != key);
-            }
-            false => {
-                self.stopped.remove(key);
-                if let Some(head) = self.queues.get_mut(key).and_then(VecDeque::front_mut) {
-                    head.next = head.next.min(now);
-                }
-                self.schedule_head(key);
-            }
-        }
-    }
-
-    /// Lets `id` go at once (an operator's release), if it waits.
-    pub fn now(&mut self, id: &str, now: Nanos) -> bool {
-        let Some(key) = self.ids.get(id).cloned() else {
-            return false;
-        };
-        let head = self.queues.get(&key).and_then(VecDeque::front);
-        let Some(head) = head.filter(|h| &*h.id == id && h.state == State::Held) else {
-            return false;
-        };
-        self.due.remove(&(head.next, head.seq));
-        if let Some(head) = self.queues.get_mut(&key).and_then(VecDeque::front_mut) {
-            head.next = now;
-        }
-        self.schedule_head(&key);
-        true
-    }
-
-    /// One message's entry and key, held or failed.
-    pub fn get(&self, id: &str) -> Option<(HeldKey, Entry)> {
-        if let Some(found) = self.failed.get(id) {
-            return Some(found.clone());
-        }
-        let key = self.ids.get(id)?;
-        let entry = self.queues.get(key)?.iter().find(|e| &*e.id == id)?;
-        Some((key.clone(), entry.clone()))
-    }
-
-    /// Messages held (failed ones apart), and bytes (failed ones included).
-    pub fn totals(&self) -> (usize, usize, u64) {
-        (self.ids.len(), self.failed.len(), self.bytes)
-    }
-
-    /// Each key's messages, bytes and oldest message.
-    pub fn keys(&self) -> Vec<KeyCount> {
-        let mut keys: Vec<KeyCount> = (self.queues.iter())
-            .map(|(key, q)| KeyCount {
-                key: key.clone(),
-                messages: q.len(),
-                bytes: q.iter().map(|e| e.bytes).sum(),
-                oldest_ms: q.front().map_or(0, |e| e.accepted_ms),
-            })
-            .collect();
-        keys.sort_by(|a, b| a.key.cmp(&b.key));
-        keys
-    }
-
-    /// The oldest held message's `accepted_ms` (a key's first is its oldest).
-    pub fn oldest_ms(&self) -> Option<u64> {
-        (self.queues.values())
-            .filter_map(|q| q.front().map(|e| e.accepted_ms))
-            .min()
-    }
-
-    /// Whether `key` is stopped by an operator.
-    pub fn is_stopped(&self, key: &HeldKey) -> bool {
-        self.stopped.contains(key)
-    }
-
-    /// The keys an operator stopped, sorted.
-    pub fn stopped_keys(&self) -> Vec<HeldKey> {
-        let mut keys: Vec<HeldKey> = self.stopped.iter().cloned().collect();
-        keys.sort();
-        keys
-    }
-
-    /// The first `max` messages of `of` (every key when `None`), by key and in their queue's
-    /// order, then the failed ones by arrival (only those with `failed_only`); and how many
-    /// there are in all.
-    pub fn list(
-        &self,
-        of: Option<&HeldKey>,
-        failed_only: bool,
-        max: usize,
-    ) -> (Vec<(HeldKey, Entry)>, usize) {
-        let wanted = |key: &HeldKey| of.is_none_or(|of| of == key);
-        let mut keys: Vec<&HeldKey> = (self.queues.keys()).filter(|k| wanted(k)).collect();
-        keys.sort();
-        let held = (keys.into_iter().filter(|_| !failed_only))
-            .flat_map(|key| self.queues[key].iter().map(move |e| (key, e)));
-        let mut failed: Vec<&(HeldKey, Entry)> =
-            (self.failed.values()).filter(|(k, _)| wanted(k)).collect();
-        failed.sort_by_key(|(_, e)| e.seq);
-        let all = held.chain(failed.into_iter().map(|(key, entry)| (key, entry)));
-        let mut listed = Vec::new();
-        let mut total = 0;
-        for (key, entry) in all {
-            if listed.len() < max {
-                listed.push((key.clone(), entry.clone()));
-            }
-            total += 1;
-        }
-        (listed, total)
     }
 }
 

@@ -9,14 +9,29 @@ fn key(k: &str) -> HeldKey {
     }
 }
 
-const BOUNDS: (Option<usize>, u64) = (Some(3), 1000);
+const BOUNDS: Bounds = Bounds {
+    max_held: Some(3),
+    share: None,
+    max_bytes: 1000,
+};
 
-/// A key's messages go one at a time, in the order they came; another key's head goes
-/// beside them.
+/// A report's: neither `max_held` nor a share.
+const REPORT: Bounds = Bounds {
+    max_held: None,
+    share: None,
+    max_bytes: 1000,
+};
+
+fn ids(taken: Vec<Ticket>) -> Vec<String> {
+    taken.into_iter().map(|t| t.id.to_string()).collect()
+}
+
+/// A key's messages go in the order they came, one at a time until its width is set; one
+/// being written holds back those behind it; another key's go beside them, oldest first.
 #[test]
-fn a_key_releases_its_head_alone_in_arrival_order() {
+fn a_key_releases_in_arrival_order_up_to_its_width() {
     let mut index = Index::default();
-    for id in ["a1", "a2"] {
+    for id in ["a1", "a2", "a3"] {
         index.reserve(&key("a"), id, 10, 0, BOUNDS).unwrap();
     }
     index.reserve(&key("b"), "b1", 10, 0, BOUNDS).unwrap();
@@ -24,20 +39,94 @@ fn a_key_releases_its_head_alone_in_arrival_order() {
     index.written("a2", false, 5);
     assert!(index.take_due(100, 10).is_empty());
     index.written("a1", false, 5);
+    index.written("a3", false, 5);
     index.written("b1", false, 7);
-    let taken: Vec<_> = index.take_due(100, 10).into_iter().map(|t| t.id).collect();
-    assert_eq!(taken, ["a1".into(), "b1".into()] as [Box<str>; 2]);
-    assert!(index.take_due(100, 10).is_empty(), "a2 waits for a1");
-    index.retry("a1", 200, "451 later".into());
-    assert_eq!(index.next_due(), Some(200));
-    assert!(index.take_due(199, 10).is_empty());
-    let again = index.take_due(200, 10);
-    assert_eq!((&*again[0].id, again[0].attempt), ("a1", 2));
+    assert_eq!(ids(index.take_due(100, 10)), ["a1", "b1"]);
+    assert!(index.take_due(100, 10).is_empty(), "a's width is 1");
+    index.set_width(&key("a"), 2);
+    assert_eq!(ids(index.take_due(100, 10)), ["a2"]);
     index.remove("a1");
-    assert_eq!(&*index.take_due(200, 10)[0].id, "a2");
-    assert!(index.holds(&key("a")));
+    assert_eq!(ids(index.take_due(100, 10)), ["a3"]);
     index.remove("a2");
+    index.remove("a3");
     assert!(!index.holds(&key("a")));
+}
+
+/// A message that failed for now steps aside until its time: the key's others go on, in
+/// order, and it goes again among them when its time comes (before the later ones).
+#[test]
+fn a_message_that_failed_for_now_steps_aside() {
+    let mut index = Index::default();
+    for id in ["a1", "a2", "a3", "a4"] {
+        index.reserve(&key("a"), id, 10, 0, REPORT).unwrap();
+        index.written(id, false, 0);
+    }
+    assert_eq!(ids(index.take_due(0, 10)), ["a1"]);
+    index.retry("a1", 200, "452 4.2.2 mailbox full".into());
+    assert_eq!(index.next_due(), Some(200));
+    assert_eq!(ids(index.take_due(10, 10)), ["a2"], "a1 waits for its time");
+    index.remove("a2");
+    let again = index.take_due(200, 10);
+    assert_eq!((&*again[0].id, again[0].attempt), ("a1", 2), "ahead of a3");
+    index.set_width(&key("a"), 5);
+    assert_eq!(ids(index.take_due(200, 10)), ["a3", "a4"]);
+    assert_eq!(index.get("a1").unwrap().1.state, State::Releasing);
+    assert_eq!(index.next_due(), None);
+}
+
+/// An operator's release lets a message waiting for its time go now; one whose time has
+/// come waits for its key's earlier messages (refused).
+#[test]
+fn an_operators_release_moves_a_waiting_message_up() {
+    let mut index = Index::default();
+    for id in ["a1", "a2"] {
+        index.reserve(&key("a"), id, 10, 0, REPORT).unwrap();
+        index.written(id, false, 0);
+    }
+    assert_eq!(ids(index.take_due(0, 10)), ["a1"]);
+    assert!(!index.now("a2", 0), "its time has come: it waits for a1");
+    index.retry("a1", 1_000, "451 later".into());
+    assert_eq!(ids(index.take_due(0, 10)), ["a2"]);
+    assert!(index.now("a1", 5));
+    index.remove("a2");
+    assert_eq!(ids(index.take_due(5, 10)), ["a1"]);
+}
+
+/// While other keys hold messages, a key takes at most its share of the spool's bytes; alone
+/// it may take all of `max_bytes`. A report passes the share.
+#[test]
+fn a_key_takes_at_most_its_share_while_others_hold_messages() {
+    let bounds = Bounds {
+        max_held: None,
+        share: Some(500),
+        max_bytes: 1000,
+    };
+    let mut index = Index::default();
+    for id in ["a1", "a2", "a3"] {
+        index.reserve(&key("a"), id, 200, 0, bounds).unwrap();
+    }
+    index.reserve(&key("b"), "b1", 100, 0, bounds).unwrap();
+    assert_eq!(
+        index.reserve(&key("a"), "a4", 200, 0, bounds),
+        Err(Refusal::OverShare {
+            bytes: 600,
+            share: 500
+        })
+    );
+    index.reserve(&key("b"), "b2", 100, 0, bounds).unwrap();
+    index.reserve(&key("a"), "r", 100, 0, REPORT).unwrap();
+    assert_eq!(index.totals(), (6, 0, 900));
+    // b's messages gone: a is alone again, bound by max_bytes only.
+    index.remove("b1");
+    index.remove("b2");
+    index.reserve(&key("a"), "a4", 200, 0, bounds).unwrap();
+    // A failed message still counts for its key.
+    index.failed("a4", "550 no".into());
+    index.reserve(&key("b"), "b3", 10, 0, bounds).unwrap();
+    assert!(matches!(
+        index.reserve(&key("a"), "a5", 10, 0, bounds),
+        Err(Refusal::OverShare { bytes: 900, .. })
+    ));
 }
 
 #[test]
@@ -55,7 +144,7 @@ fn bounds_refuse_past_max_held_and_max_bytes() {
         Err(Refusal::Storage(Storage::MaxBytes { max: 1000 }))
     );
     // A report passes max_held (`None`), not max_bytes.
-    index.reserve(&key("a"), "r", 100, 0, (None, 1000)).unwrap();
+    index.reserve(&key("a"), "r", 100, 0, REPORT).unwrap();
     assert_eq!(index.totals(), (4, 0, 400));
     // A write that failed gives its room back.
     index.remove("r");
@@ -93,7 +182,7 @@ fn a_failed_message_is_kept_apart_and_counted() {
 fn a_requeued_message_takes_its_place_by_arrival() {
     let mut index = Index::default();
     for id in ["a1", "a2", "a3"] {
-        index.reserve(&key("a"), id, 10, 0, (None, 1000)).unwrap();
+        index.reserve(&key("a"), id, 10, 0, REPORT).unwrap();
         index.written(id, false, 0);
     }
     let first = index.take_due(0, 10);
