@@ -18,9 +18,9 @@ pub struct SpoolConfig {
     /// The bytes of held messages past which a message is refused `452 4.3.1`.
     #[serde(default = "default_max_bytes")]
     pub max_bytes: u64,
-    /// The share of `max_bytes` one key may hold while other keys hold messages, in (0, 1]:
-    /// past it the key's next message gets its layer's `451`, so that one tenant's burst
-    /// cannot fill the spool for the others.
+    /// The share of `max_bytes` one key may hold, in (0, 1]: past it the key's next message
+    /// gets its layer's `451`, so that one tenant's burst cannot fill the spool for the
+    /// others, even one that came first into an empty spool.
     #[serde(default = "default_max_key_share")]
     pub max_key_share: Spanned<f64>,
     /// The free bytes the spool's filesystem keeps: a message that would leave less is

@@ -35,9 +35,9 @@ pub enum Refusal {
     /// The key holds `max_held` messages already: the layer's `451 4.7.1`.
     #[error("{held} messages held for this key, its max_held")]
     KeyFull { held: usize },
-    /// Other keys hold messages and the key holds its share of the spool already
-    /// (`max_key_share`): the layer's `451 4.7.1`, as for a full key.
-    #[error("{bytes} bytes held for this key, its share of the spool ({share} bytes) while other keys hold messages")]
+    /// The key holds its share of the spool already (`max_key_share`): the layer's `451
+    /// 4.7.1`, as for a full key.
+    #[error("{bytes} bytes held for this key, its share of the spool ({share} bytes)")]
     OverShare { bytes: u64, share: u64 },
     /// The spool's bounds or its disk: `452 4.3.1 Insufficient system storage`.
     #[error("{0}")]

@@ -44,8 +44,7 @@ pub enum LimitReason {
     TenantThrottled,
     /// Hold mode: the key already holds `max_held` messages in the spool.
     MaxHeld,
-    /// Hold mode: the key holds its share of the spool while other keys hold messages
-    /// (`[spool] max_key_share`).
+    /// Hold mode: the key holds its share of the spool (`[spool] max_key_share`).
     MaxKeyShare,
 }
 

@@ -1,7 +1,7 @@
 //! The spool shared fairly between keys (`[spool] max_key_share`, half of `max_bytes` by
-//! default): while other keys hold messages, a key past its share gets its layer's `451`, and
-//! the others are still held; from the attacker's side, one tenant's burst cannot make the
-//! spool full for another.
+//! default): a key past its share gets its layer's `451`, and the others are still held; from
+//! the attacker's side, one tenant's burst cannot make the spool full for another, even when
+//! it comes first into an empty spool.
 
 use std::time::Duration;
 
@@ -16,6 +16,16 @@ fn sized(tenant: &str, subject: &str, size: usize) -> Vec<u8> {
     let mut m = message(tenant, subject);
     m.extend_from_slice(&vec![b'x'; size]);
     m.extend_from_slice(b"\r\n");
+    m
+}
+
+/// A message of `n` lines of a thousand bytes for `tenant` (about `n` KB).
+fn lines(tenant: &str, subject: &str, n: usize) -> Vec<u8> {
+    let mut m = message(tenant, subject);
+    for _ in 0..n {
+        m.extend_from_slice(&[b'x'; 998]);
+        m.extend_from_slice(b"\r\n");
+    }
     m
 }
 
@@ -114,5 +124,39 @@ async fn one_tenants_burst_cannot_fill_the_spool_for_another() {
         (2..6).all(|i| (got.iter()).any(|(_, m)| subject(m) == format!("v{i}")))
     })
     .await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The attacker first, into an empty spool (nobody else holds anything yet): 9 messages of
+/// about 300 KB into a spool of 3 MB. It gets half of it, the rest of its burst the layer's
+/// `451`; the next tenant's message is still held, not refused for storage.
+#[tokio::test(start_paused = true)]
+async fn a_burst_into_an_empty_spool_leaves_room_for_the_next_tenant() {
+    let dir = scratch_path("spool-share-first");
+    let rest = hold_layer(1, 1, 0, "") + &spool_section(&dir, "max_bytes = 3000000");
+    let (relay, _fwd) = memory_relay("", &rest).await;
+    let mut attacker = relay.memory_client().await;
+    let to = ["u@example.net"];
+    let mut answers = Vec::new();
+    for i in 0..9 {
+        let m = lines("attacker", &format!("x{i}"), 300);
+        answers.push(attacker.send_mail("app@attacker.example", &to, &m).await);
+    }
+    let held = answers.iter().filter(|(_, t)| is_held(t)).count();
+    assert!((1..=5).contains(&held), "{held} held: {answers:?}");
+    let refused: Vec<_> = answers.iter().filter(|(c, _)| *c != 250).collect();
+    assert!(
+        !refused.is_empty()
+            && (refused.iter()).all(|(c, t)| *c == 451 && t.contains("Rate limit of layer tenant")),
+        "{answers:?}"
+    );
+    let spool_bytes = relay.metric("mailsluice_spool_bytes");
+    assert!(spool_bytes <= 1_500_000.0, "{spool_bytes} bytes held");
+    let mut victim = relay.memory_client().await;
+    for i in 0..2 {
+        let m = lines("victim", &format!("v{i}"), 300);
+        let (code, text) = victim.send_mail("app@victim.example", &to, &m).await;
+        assert_eq!((code, is_held(&text)), (250, i == 1), "v{i}: {text}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -84,7 +84,8 @@ pub struct KeyCount {
 pub struct Bounds {
     /// The key's `max_held` messages; `None` for a report, which a full key still takes.
     pub max_held: Option<usize>,
-    /// The bytes the key may hold while other keys hold messages (its share of the spool);
+    /// The bytes the key may hold (its share of the spool), whether or not other keys hold
+    /// messages now: a key that filled an empty spool would leave none for the next tenant;
     /// `None` for a report.
     pub share: Option<u64>,
     /// The spool's `max_bytes`.
@@ -126,16 +127,16 @@ impl Index {
         if bounds.max_held.is_some_and(|max| held >= max) {
             return Err(Refusal::KeyFull { held });
         }
-        if let Some(share) = bounds.share {
-            let mine = self.usage.get(key).copied().unwrap_or(0);
-            let others = self.usage.len() > usize::from(self.usage.contains_key(key));
-            if others && mine.saturating_add(bytes) > share {
-                return Err(Refusal::OverShare { bytes: mine, share });
-            }
-        }
         if self.bytes.saturating_add(bytes) > bounds.max_bytes {
             let max = bounds.max_bytes;
             return Err(Refusal::Storage(Storage::MaxBytes { max }));
+        }
+        // A full spool is the spool's `452` for everyone; short of it, the key's share.
+        if let Some(share) = bounds.share {
+            let mine = self.usage.get(key).copied().unwrap_or(0);
+            if mine.saturating_add(bytes) > share {
+                return Err(Refusal::OverShare { bytes: mine, share });
+            }
         }
         let seq = self.next_seq;
         self.next_seq += 1;
