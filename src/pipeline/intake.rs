@@ -8,7 +8,7 @@
 use std::net::SocketAddr;
 
 use super::hold::{self, Holding, ToSpool};
-use super::{deliver, Client, Message, Verdict};
+use super::{deliver, Client, Message, Record, Unanswered, Verdict};
 use crate::message::Envelope;
 use crate::policy::{self, Binding, MessageFacts};
 use crate::spool::Origin;
@@ -151,12 +151,23 @@ pub async fn intake<C: Client>(ctx: &Context, intake: Intake<'_>, client: &mut C
         true => Holding::of(ctx, &identity),
         false => None,
     };
-    let verdict = match holding {
-        // Its key has messages held: it goes behind them, in order.
-        Some(holding) if holding.at_once() => {
+    let failing = hold::failing_upstream(ctx, &identity);
+    let verdict = match (holding, failing) {
+        // Its key has messages held (it goes behind them, in order), or its upstream is
+        // failing (it would only meet the same failure): held at once.
+        (Some(holding), failing) if holding.at_once() || failing.is_some() => {
             hold::at_once(ctx, holding, &message, spooled()).await
         }
-        holding => {
+        // A held message while its upstream is failing: only the probe tries it.
+        (None, Some(upstream)) if !can_hold => match hold::probe(&upstream) {
+            Ok(()) => std::pin::pin!(deliver(ctx, &message, client)).await,
+            Err(next) => {
+                let mut record = Record::new(ctx, &identity.charges);
+                record.via = upstream.name().to_string();
+                Verdict::unanswered(Unanswered::UpstreamFailing(next), record)
+            }
+        },
+        (holding, _) => {
             // Pinned where it is made: the journey's future is large, and is not moved again.
             let verdict = std::pin::pin!(deliver(ctx, &message, client)).await;
             match holding {

@@ -50,6 +50,9 @@ pub struct Entry {
     pub last: Option<Box<str>>,
     /// A delivery status notification the relay wrote.
     pub report: bool,
+    /// The upstream whose failure (not its own) keeps it back: it goes again as soon as that
+    /// upstream answers (`Index::upstream_back`).
+    pub waits_for: Option<Box<str>>,
 }
 
 /// A message the releaser took: its place and what its attempt needs to know.
@@ -122,6 +125,7 @@ impl Index {
                 next: 0,
                 last: None,
                 report: false,
+                waits_for: None,
             },
         );
         Ok(seq)
@@ -220,8 +224,41 @@ impl Index {
         };
         if let Some(entry) = self.entry_mut(&key, id) {
             (entry.state, entry.next, entry.last) = (State::Held, at, Some(answer.into()));
+            entry.waits_for = None;
         }
         self.schedule_head(&key);
+    }
+
+    /// As [`Index::retry`], for a message kept back by `upstream`'s failure.
+    pub fn wait_for(&mut self, id: &str, at: Nanos, answer: String, upstream: &str) {
+        self.retry(id, at, answer);
+        if let Some(entry) = (self.ids.get(id).cloned()).and_then(|k| self.entry_mut(&k, id)) {
+            entry.waits_for = Some(upstream.into());
+        }
+    }
+
+    /// `upstream` answers again: up to `max` of the messages waiting for it (the heads of
+    /// their keys) may go from `now`. How many were.
+    pub fn upstream_back(&mut self, upstream: &str, now: Nanos, max: usize) -> usize {
+        let mut keys: Vec<(u64, HeldKey)> = (self.queues.iter())
+            .filter_map(|(key, q)| q.front().map(|head| (head, key)))
+            .filter(|(head, _)| head.state == State::Held)
+            .filter(|(head, _)| head.waits_for.as_deref() == Some(upstream))
+            .map(|(head, key)| (head.seq, key.clone()))
+            .collect();
+        keys.sort();
+        keys.truncate(max);
+        for (_, key) in &keys {
+            let Some(head) = self.queues.get_mut(key).and_then(VecDeque::front_mut) else {
+                continue;
+            };
+            let was = (head.next, head.seq);
+            (head.next, head.waits_for) = (head.next.min(now), None);
+            if self.due.remove(&was).is_some() {
+                self.schedule_head(key);
+            }
+        }
+        keys.len()
     }
 
     /// Removes `id` wherever it is (held or failed); its entry and key. The next message of
