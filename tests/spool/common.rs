@@ -80,6 +80,8 @@ pub struct Refusing {
     pub quota: Mutex<usize>,
     pub got: Mutex<Vec<(Envelope, Vec<u8>)>>,
     pub tried: Mutex<usize>,
+    /// Upstream cannot be reached: every message fails before anything is sent.
+    pub down: Mutex<bool>,
 }
 
 impl Refusing {
@@ -98,6 +100,9 @@ impl Forwarder for Refusing {
     fn send<'a>(&'a self, outgoing: &'a Outgoing<'a>) -> ForwardFuture<'a> {
         Box::pin(async move {
             *self.tried.lock().unwrap() += 1;
+            if *self.down.lock().unwrap() {
+                return Err(UpstreamError::Unavailable("connection refused".into()));
+            }
             let quota = *self.quota.lock().unwrap();
             if let Some(left) = quota.checked_sub(1) {
                 *self.quota.lock().unwrap() = left;

@@ -1,7 +1,8 @@
 //! Hold mode and the spool through SMTP: a burst held and released at the layer's rate, in
 //! order; the bounds (`max_held`, the spool's storage); what release does with a refusal (a
 //! report to the sender), a paused tenant and a damaged file; and, with the binary as a
-//! process of its own, a crash and a full filesystem.
+//! process of its own, a crash and a full filesystem; every temporary failure of upstream held,
+//! and a failing upstream's breaker.
 
 use mailsluice_test_support as support;
 
@@ -11,3 +12,4 @@ mod common;
 mod crash;
 mod hold;
 mod release;
+mod upstream_fails;
