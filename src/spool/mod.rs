@@ -287,6 +287,11 @@ impl Spool {
         due
     }
 
+    /// How many messages wait for `upstream` to answer again (the status page).
+    pub fn waiting_for(&self, upstream: &str) -> usize {
+        self.index().waiting_for(upstream)
+    }
+
     /// Removes message `id` (delivered, reported, given up, or by an operator); whether it
     /// was there. Its key's next message may go at once, while the file is removed and the
     /// directory synced (with other removals): until that sync a restart would send it again

@@ -11,6 +11,7 @@ use std::time::Duration;
 use crate::common::*;
 use crate::support::config::TestConfig;
 use crate::support::host::scratch_path;
+use crate::support::http::request;
 use crate::support::relay::{config_text, Relay};
 use crate::support::ses::{forwarder, FakeSes, GOOD_KEY};
 use crate::support::upstream::{Fault, Step, TestUpstream, DEFAULT_EXTENSIONS};
@@ -267,6 +268,17 @@ async fn a_dead_upstream_is_probed_once_per_interval_and_its_messages_go_when_it
     assert!(tried <= 12, "upstream tried {tried} times in 10 s");
     assert!(tried >= 5, "probed while down: {tried}");
     assert_eq!(relay.metric("mailsluice_upstream_breaker_open{upstream=\"default\"}"), 1.0);
+    assert!(relay.metric("mailsluice_upstream_failing_since_seconds{upstream=\"default\"}") > 0.0);
+    // The status page's row: failing, since when, and the messages it keeps back.
+    let admin = relay.start_admin().await;
+    let (status, page) = request(admin, "GET", "/", None).await;
+    assert_eq!(status, 200);
+    let row = page.split("<td class=\"any\">default</td>").nth(1).unwrap_or_default();
+    let row = row.split("</tr>").next().unwrap_or_default();
+    assert!(row.contains("<span class=\"bad\">failing</span>"), "{row}");
+    let held = row.rsplit("<td class=\"num\">").next().unwrap_or_default();
+    let held: usize = held.trim_end_matches("</td>").parse().unwrap();
+    assert!(held >= 90, "held because of it: {row}");
     *fwd.down.lock().unwrap() = false;
     // The next probe within a second, then everything it kept back at once.
     run_until("all 100 upstream", SEC / 20, 2 * SEC, || {
@@ -278,5 +290,8 @@ async fn a_dead_upstream_is_probed_once_per_interval_and_its_messages_go_when_it
     subjects.dedup();
     assert_eq!(subjects.len(), 100, "each once");
     assert_eq!(relay.metric("mailsluice_upstream_breaker_open{upstream=\"default\"}"), 0.0);
+    let (_, page) = request(admin, "GET", "/", None).await;
+    let up = "<td>yes</td><td>-</td><td class=\"num\">0</td></tr>";
+    assert!(page.contains(up), "{page}");
     let _ = std::fs::remove_dir_all(&dir);
 }

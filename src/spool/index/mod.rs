@@ -261,6 +261,13 @@ impl Index {
         keys.len()
     }
 
+    /// How many messages wait for `upstream` to answer again.
+    pub fn waiting_for(&self, upstream: &str) -> usize {
+        (self.queues.values().flatten())
+            .filter(|e| e.waits_for.as_deref() == Some(upstream))
+            .count()
+    }
+
     /// Removes `id` wherever it is (held or failed); its entry and key. The next message of
     /// its key becomes the head.
     pub fn remove(&mut self, id: &str) -> Option<(HeldKey, Entry)> {
