@@ -235,7 +235,8 @@ fn breaker(ctx: &Context, upstream: &Upstream, result: &Result<Accepted, Upstrea
             "upstream.failing: hold-mode messages for it are held at once"
         ),
         Change::Closed => {
-            let due = (ctx.services.spool.as_ref()).map_or(0, |s| s.upstream_back(upstream.name(), None));
+            let due =
+                (ctx.services.spool.as_ref()).map_or(0, |s| s.upstream_back(upstream.name(), None));
             tracing::info!(
                 target: "mailsluice::upstream",
                 upstream = upstream.name(),

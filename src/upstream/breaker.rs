@@ -180,7 +180,10 @@ mod tests {
         let second = Duration::from_secs(1);
         assert!(b.may_try(second) && b.may_try(second), "closed: everyone");
         b.record(&Err(UpstreamError::Unavailable("down".into())), 5);
-        assert!(!b.may_try(second), "the failure that opened it was the probe");
+        assert!(
+            !b.may_try(second),
+            "the failure that opened it was the probe"
+        );
         tokio::time::advance(second).await;
         assert!(b.may_try(second));
         assert!(!b.may_try(second), "one probe per interval");

@@ -80,6 +80,8 @@ pub struct Refusing {
     pub quota: Mutex<usize>,
     pub got: Mutex<Vec<(Envelope, Vec<u8>)>>,
     pub tried: Mutex<usize>,
+    /// The subject of each message tried, in turn.
+    pub tried_subjects: Mutex<Vec<String>>,
     /// Upstream cannot be reached: every message fails before anything is sent.
     pub down: Mutex<bool>,
 }
@@ -100,6 +102,8 @@ impl Forwarder for Refusing {
     fn send<'a>(&'a self, outgoing: &'a Outgoing<'a>) -> ForwardFuture<'a> {
         Box::pin(async move {
             *self.tried.lock().unwrap() += 1;
+            let tried = subject(&outgoing.pieces.concat());
+            self.tried_subjects.lock().unwrap().push(tried);
             if *self.down.lock().unwrap() {
                 return Err(UpstreamError::Unavailable("connection refused".into()));
             }

@@ -76,17 +76,14 @@ async fn delivered_once(case: &str, up: &TestUpstream, dir: &Path) {
         files(dir, "held") == 0 && up.messages().len() >= CLIENTS
     })
     .await;
-    let mut subjects: Vec<String> = (up.messages().iter())
-        .map(|m| subject(&m.data))
-        .collect();
+    let mut subjects: Vec<String> = (up.messages().iter()).map(|m| subject(&m.data)).collect();
     subjects.sort();
     let expected: Vec<String> = (0..CLIENTS).map(|i| format!("{case}-{i}")).collect();
     assert_eq!(subjects, expected, "{case}: each exactly once");
 }
 
 #[tokio::test]
-async fn every_temporary_failure_of_an_smtp_upstream_is_held_and_delivered_once_when_it_is_back()
-{
+async fn every_temporary_failure_of_an_smtp_upstream_is_held_and_delivered_once_when_it_is_back() {
     let cases = [
         ("down", Trouble::Down),
         (
@@ -201,7 +198,10 @@ async fn ses_unavailable_or_throttling_is_held_and_its_refusal_reaches_the_clien
                 "Maximum sending rate exceeded.",
             ),
         ),
-        ("ses-internal", (500, "InternalFailure", "Internal failure.")),
+        (
+            "ses-internal",
+            (500, "InternalFailure", "Internal failure."),
+        ),
     ];
     let mut sent = 0;
     for (case, answer) in cases {
@@ -247,10 +247,16 @@ async fn a_dead_upstream_is_probed_once_per_interval_and_its_messages_go_when_it
         "[spool]\ndir = \"{}\"\nmin_free_bytes = 0\nretry_min_ms = 30000\nretry_max_ms = 60000\n",
         dir.display()
     );
+    // The hold layer for the messages of the `hold` tier only.
+    let tier = "match = { header = \"X-Tier\", value = \"hold\" }";
     let rest = format!(
         "breaker_probe_ms = 1000\n{}{spool}",
-        hold_layer(100, 100, 0, "")
+        hold_layer(100, 100, 0, tier)
     );
+    let tiered = |tier: &str, tenant: &str, subject: &str| {
+        let msg = format!("X-Tier: {tier}\r\n").into_bytes();
+        [msg, message(tenant, subject)].concat()
+    };
     let fwd = Refusing::new(&[]);
     *fwd.down.lock().unwrap() = true;
     let relay = Relay::start(&config_text("file://unused", "", &rest), fwd.clone()).await;
@@ -258,7 +264,10 @@ async fn a_dead_upstream_is_probed_once_per_interval_and_its_messages_go_when_it
     for i in 0..100 {
         // Each of its own key: none is held behind another, only for upstream's failure.
         let tenant = format!("t{i:03}");
-        let (code, text, _) = send(&relay, &tenant, &format!("m{i:03}")).await.unwrap();
+        let msg = tiered("hold", &tenant, &format!("m{i:03}"));
+        let (code, text, _) = send_as(&relay, "app@acme.example", "u@example.net", msg)
+            .await
+            .unwrap();
         assert_eq!(code, 250, "m{i:03}: {text}");
         assert!(text.ends_with("(held for later delivery)"), "{text}");
         tokio::time::sleep(SEC / 10).await;
@@ -267,13 +276,34 @@ async fn a_dead_upstream_is_probed_once_per_interval_and_its_messages_go_when_it
     // The first client's attempt, then one probe a second.
     assert!(tried <= 12, "upstream tried {tried} times in 10 s");
     assert!(tried >= 5, "probed while down: {tried}");
-    assert_eq!(relay.metric("mailsluice_upstream_breaker_open{upstream=\"default\"}"), 1.0);
+    // Messages no hold layer charges still try upstream, each, and get its answer.
+    for n in 0..3 {
+        let msg = tiered("basic", "other", &format!("basic-{n}"));
+        let (code, text, _) = send_as(&relay, "app@acme.example", "u@example.net", msg)
+            .await
+            .unwrap();
+        assert_eq!(
+            (code, text.as_str()),
+            (451, "4.4.1 Upstream unavailable, try again later")
+        );
+    }
+    let tried_basic = (fwd.tried_subjects.lock().unwrap().iter())
+        .filter(|s| s.starts_with("basic-"))
+        .count();
+    assert_eq!(tried_basic, 3, "each tried upstream");
+    assert_eq!(
+        relay.metric("mailsluice_upstream_breaker_open{upstream=\"default\"}"),
+        1.0
+    );
     assert!(relay.metric("mailsluice_upstream_failing_since_seconds{upstream=\"default\"}") > 0.0);
     // The status page's row: failing, since when, and the messages it keeps back.
     let admin = relay.start_admin().await;
     let (status, page) = request(admin, "GET", "/", None).await;
     assert_eq!(status, 200);
-    let row = page.split("<td class=\"any\">default</td>").nth(1).unwrap_or_default();
+    let row = page
+        .split("<td class=\"any\">default</td>")
+        .nth(1)
+        .unwrap_or_default();
     let row = row.split("</tr>").next().unwrap_or_default();
     assert!(row.contains("<span class=\"bad\">failing</span>"), "{row}");
     let held = row.rsplit("<td class=\"num\">").next().unwrap_or_default();
@@ -289,7 +319,10 @@ async fn a_dead_upstream_is_probed_once_per_interval_and_its_messages_go_when_it
     subjects.sort();
     subjects.dedup();
     assert_eq!(subjects.len(), 100, "each once");
-    assert_eq!(relay.metric("mailsluice_upstream_breaker_open{upstream=\"default\"}"), 0.0);
+    assert_eq!(
+        relay.metric("mailsluice_upstream_breaker_open{upstream=\"default\"}"),
+        0.0
+    );
     let (_, page) = request(admin, "GET", "/", None).await;
     let up = "<td>yes</td><td>-</td><td class=\"num\">0</td></tr>";
     assert!(page.contains(up), "{page}");
