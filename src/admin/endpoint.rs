@@ -59,7 +59,7 @@ impl Admin {
     }
 }
 
-/// Each upstream's state as metrics: paused or not, reachable at its last check, its "too
+/// Each upstream's state as metrics: paused or not, failing (its breaker) or not, reachable at its last check, its "too
 /// many connections" count, its failed API calls, and SES's word on the SES tenants read.
 fn read_upstream(metrics: &Metrics, ctx: &Context) {
     let known: Vec<_> = (ctx.setup.upstreams.iter())
@@ -72,6 +72,7 @@ fn read_upstream(metrics: &Metrics, ctx: &Context) {
     }));
     for upstream in ctx.setup.upstreams.iter() {
         metrics.upstream_paused(upstream.name(), upstream.pause.is_paused());
+        metrics.upstream_breaker(upstream.name(), upstream.breaker.failing_since());
         if let Some(up) = upstream.last_check_ok() {
             metrics.upstream_up(upstream.name(), up);
         }

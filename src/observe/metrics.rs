@@ -96,6 +96,8 @@ pub struct Metrics {
     upstream_throttled: Family<ReasonLabel, Counter>,
     upstream_paused: Family<UpstreamLabel, Gauge>,
     upstream_up: Family<UpstreamLabel, Gauge>,
+    breaker_open: Family<UpstreamLabel, Gauge>,
+    failing_since: Family<UpstreamLabel, Gauge>,
     listening: Gauge,
     spool: SpoolMetrics,
     /// Each forwarder's count of "too many connections" last added (see `upstream_crowded`).
@@ -190,6 +192,17 @@ impl Metrics {
                 "upstream_up",
                 "1 when the upstream's last readiness check (by /readyz or the status page) \
                  found it reachable, 0 when not",
+            ),
+            breaker_open: add(
+                r,
+                "upstream_breaker_open",
+                "1 while the upstream's breaker is open (it failed: hold-mode messages for it are \
+                 held at once)",
+            ),
+            failing_since: add(
+                r,
+                "upstream_failing_since_seconds",
+                "When the upstream's breaker opened (Unix seconds); 0 while it answers",
             ),
             listening: add(
                 r,
@@ -318,6 +331,19 @@ impl Metrics {
             upstream: upstream.to_string(),
         };
         self.upstream_up.get_or_create(&label).set(i64::from(up));
+    }
+
+    /// Whether an upstream is failing (its breaker open), and since when (read when the
+    /// metrics are served).
+    pub fn upstream_breaker(&self, upstream: &str, failing_since: Option<std::time::SystemTime>) {
+        let label = UpstreamLabel {
+            upstream: upstream.to_string(),
+        };
+        let since = failing_since
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_secs() as i64);
+        (self.breaker_open.get_or_create(&label)).set(i64::from(failing_since.is_some()));
+        self.failing_since.get_or_create(&label).set(since);
     }
 
     /// Whether the SMTP listeners accept connections now.

@@ -5,7 +5,7 @@
 use super::verdict::{End, Unanswered};
 use crate::reply::{
     grace_over, held, insufficient_storage, no_route, rate_limited, throttle_refusal,
-    upstream_quota_exhausted, upstream_rate_limited, upstream_verdict, Reply,
+    upstream_quota_exhausted, upstream_rate_limited, upstream_unavailable, upstream_verdict, Reply,
 };
 use crate::spool::Refusal;
 
@@ -22,6 +22,7 @@ pub fn answer(end: &End) -> Option<Reply> {
         }
         End::Unanswered(Unanswered::Refused(error)) => throttle_refusal(error),
         End::Unanswered(Unanswered::GraceOver) => grace_over(),
+        End::Unanswered(Unanswered::UpstreamFailing(_)) => upstream_unavailable(),
         End::Held(id) => held(id),
         End::NotHeld {
             refusal: Refusal::KeyFull { .. } | Refusal::OverShare { .. },

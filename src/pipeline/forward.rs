@@ -16,6 +16,7 @@ use crate::observe::cause;
 use crate::policy::Identity;
 use crate::state::context::Context;
 use crate::throttle::{Permit, Teaches, ThrottleError};
+use crate::upstream::breaker::Change;
 use crate::upstream::{Accepted, Feedback, Outgoing, Upstream, UpstreamError};
 
 /// Upstream's answer, and the permits whose tokens it settles.
@@ -181,6 +182,7 @@ async fn absorbing<C: Client>(
             .filter(|e| !matches!(e, UpstreamError::Rejected { .. }))
             .map(|e| cause::cut(e.to_string()));
         recent.upstream(upstream.name(), took, error);
+        breaker(wait.ctx, upstream, &result);
         let Some(feedback) = result.as_ref().err().and_then(UpstreamError::feedback) else {
             return Ok(LegEnd::Answered(result, permit));
         };
@@ -217,6 +219,31 @@ async fn absorbing<C: Client>(
             }
             Err(unanswered) => return Err(unanswered),
         };
+    }
+}
+
+/// Counts upstream's answer on its breaker: the change logged, and once it answers again the
+/// held messages its failure kept back may go at once.
+fn breaker(ctx: &Context, upstream: &Upstream, result: &Result<Accepted, UpstreamError>) {
+    let failures = upstream.config.breaker_failures.get();
+    match upstream.breaker.record(result, failures) {
+        Change::None => {}
+        Change::Opened => tracing::warn!(
+            target: "mailsluice::upstream",
+            upstream = upstream.name(),
+            error = %result.as_ref().err().map(ToString::to_string).unwrap_or_default(),
+            "upstream.failing: hold-mode messages for it are held at once"
+        ),
+        Change::Closed => {
+            let due =
+                (ctx.services.spool.as_ref()).map_or(0, |s| s.upstream_back(upstream.name(), None));
+            tracing::info!(
+                target: "mailsluice::upstream",
+                upstream = upstream.name(),
+                due,
+                "upstream.answers: the messages its failure kept back go again"
+            );
+        }
     }
 }
 

@@ -1,10 +1,12 @@
 //! Hold mode, for a driver that can hold (a session): a message charged to a `mode = "hold"`
-//! layer runs its journey as any other; when its tokens do not come within `max_wait_ms` (or
-//! upstream is paused, or keeps throttling it, or the relay shuts down before its turn) it is
-//! written to the spool and answered `250` instead of `451`. While its key has messages held,
-//! it is held at once: it would wait behind them anyway, and the key's messages leave in the
-//! order they came. A key past `max_held`, or past its share of the spool, gets the layer's
-//! `451`.
+//! layer runs its journey as any other; when it ends in anything temporary (its tokens did not
+//! come within `max_wait_ms`, upstream is paused, unreachable, failing for now or lost its
+//! answer, the relay shuts down before its turn) it is written to the spool and answered `250`
+//! instead of `4xx`. Upstream's `5xx` stays the client's answer. While its key has messages
+//! held, or its upstream's breaker is open (`upstream::breaker`), it is held at once: it would
+//! wait behind them anyway, and the key's messages leave in the order they came. The table of
+//! every end is in docs/hold.md. A key past `max_held`, or past its share of the spool, gets
+//! the layer's `451`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,6 +19,7 @@ use crate::policy::Identity;
 use crate::spool::{HeldKey, Origin, Spool, ToHold};
 use crate::state::context::Context;
 use crate::throttle::ThrottleError;
+use crate::upstream::Upstream;
 
 /// Where a message would be held: the spool, its first hold-mode layer's key, its bounds.
 pub(super) struct Holding {
@@ -77,14 +80,19 @@ pub(super) async fn at_once(
 /// Whether a journey's end lets its message be held: its tokens did not come in time (or
 /// before the shutdown's grace ends), upstream or its tenant there is paused, upstream kept
 /// throttling it, or (`[reputation] action = "hold"`) the reputation guard paused its tenant,
-/// or a step says its refusal may be held. Not what upstream answered, nor a refusal for good.
+/// or a step says its refusal may be held; and every temporary end at upstream (unreachable,
+/// its `4xx` at any step, the relay's credentials refused, no answer after the final dot).
+/// Not upstream's refusal for good (`5xx`), nor the relay's.
 pub(super) fn holdable(ctx: &Context, end: &End) -> bool {
     match end {
+        End::Upstream(Err(error)) => !error.for_good(),
         End::Unanswered(Unanswered::Refused(error)) => matches!(
             error,
             ThrottleError::Limited { .. } | ThrottleError::Shutdown
         ),
-        End::Unanswered(Unanswered::Paused(_) | Unanswered::UpstreamRate(_)) => true,
+        End::Unanswered(
+            Unanswered::Paused(_) | Unanswered::UpstreamRate(_) | Unanswered::UpstreamFailing(_),
+        ) => true,
         End::Refused(NotAdmitted::Paused(Paused { scope, .. })) => match scope {
             Scope::Upstream | Scope::UpstreamTenant(_) => true,
             Scope::Tenant { reject, .. } => {
@@ -94,6 +102,25 @@ pub(super) fn holdable(ctx: &Context, end: &End) -> bool {
         },
         End::Refused(NotAdmitted::Step(refusal)) => refusal.holdable,
         _ => false,
+    }
+}
+
+/// The upstream of a message's route when its breaker is open and no fallback carries the
+/// route's messages meanwhile (with one, the journey goes on: the fallback takes what the
+/// upstream cannot).
+pub(super) fn failing_upstream(ctx: &Context, identity: &Identity) -> Option<Arc<Upstream>> {
+    let route = identity.route.as_ref().filter(|r| r.fallback.is_none())?;
+    let upstream = ctx.setup.upstreams.get(&route.upstream)?;
+    upstream.breaker.is_open().then(|| upstream.clone())
+}
+
+/// A held message whose upstream is failing: whether it is the probe (it tries upstream), or
+/// else the time until the next probe may go.
+pub(super) fn probe(upstream: &Upstream) -> Result<(), Duration> {
+    let interval = Duration::from_millis(upstream.config.breaker_probe_ms.get());
+    match upstream.breaker.may_try(interval) {
+        true => Ok(()),
+        false => Err(upstream.breaker.next_probe(interval).unwrap_or(interval)),
     }
 }
 

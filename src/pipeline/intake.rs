@@ -8,7 +8,7 @@
 use std::net::SocketAddr;
 
 use super::hold::{self, Holding, ToSpool};
-use super::{deliver, Client, Message, Verdict};
+use super::{deliver, Client, Message, Record, Unanswered, Verdict};
 use crate::message::Envelope;
 use crate::policy::{self, Binding, MessageFacts};
 use crate::spool::Origin;
@@ -147,30 +147,54 @@ pub async fn intake<C: Client>(ctx: &Context, intake: Intake<'_>, client: &mut C
         received: &added[..received_len],
         origin: submitter.origin(),
     };
-    let holding = match can_hold {
-        true => Holding::of(ctx, &identity),
-        false => None,
-    };
-    let verdict = match holding {
-        // Its key has messages held: it goes behind them, in order.
-        Some(holding) if holding.at_once() => {
-            hold::at_once(ctx, holding, &message, spooled()).await
-        }
-        holding => {
-            // Pinned where it is made: the journey's future is large, and is not moved again.
-            let verdict = std::pin::pin!(deliver(ctx, &message, client)).await;
-            match holding {
-                Some(holding) if hold::holdable(ctx, &verdict.end) => {
-                    holding.hold(ctx, &message, spooled(), verdict.record).await
-                }
-                _ => verdict,
-            }
-        }
-    };
+    let verdict = journey_or_hold(ctx, &message, client, can_hold, spooled).await;
     Judged {
         verdict,
         id,
         tenant: identity.tenant,
         traceparent: identity.traceparent,
+    }
+}
+
+/// The message's journey, or (a driver that can hold) the message held: at once while its key
+/// has messages held or its upstream is failing, or when its journey ends in anything
+/// temporary. A held message whose upstream is failing goes only as that upstream's probe.
+async fn journey_or_hold<'a, C: Client>(
+    ctx: &Context,
+    message: &Message<'_>,
+    client: &mut C,
+    can_hold: bool,
+    spooled: impl FnOnce() -> ToSpool<'a>,
+) -> Verdict {
+    let holding = match can_hold {
+        true => Holding::of(ctx, message.identity),
+        false => None,
+    };
+    let failing = hold::failing_upstream(ctx, message.identity);
+    match (holding, failing) {
+        // Its key has messages held (it goes behind them, in order), or its upstream is
+        // failing (it would only meet the same failure): held at once.
+        (Some(holding), failing) if holding.at_once() || failing.is_some() => {
+            hold::at_once(ctx, holding, message, spooled()).await
+        }
+        // A held message while its upstream is failing: only the probe tries it.
+        (None, Some(upstream)) if !can_hold => match hold::probe(&upstream) {
+            Ok(()) => std::pin::pin!(deliver(ctx, message, client)).await,
+            Err(next) => {
+                let mut record = Record::new(ctx, &message.identity.charges);
+                record.via = upstream.name().to_string();
+                Verdict::unanswered(Unanswered::UpstreamFailing(next), record)
+            }
+        },
+        (holding, _) => {
+            // Pinned where it is made: the journey's future is large, and is not moved again.
+            let verdict = std::pin::pin!(deliver(ctx, message, client)).await;
+            match holding {
+                Some(holding) if hold::holdable(ctx, &verdict.end) => {
+                    holding.hold(ctx, message, spooled(), verdict.record).await
+                }
+                _ => verdict,
+            }
+        }
     }
 }

@@ -88,6 +88,9 @@ pub enum Unanswered {
     Refused(ThrottleError),
     /// The shutdown's grace ended while it was with upstream: it may have arrived.
     GraceOver,
+    /// A held message's upstream is failing (its breaker is open) and another message is its
+    /// probe: it did not try; the time until the next probe may go.
+    UpstreamFailing(Duration),
 }
 
 /// How one message's journey ended.
@@ -162,6 +165,7 @@ impl Verdict {
             Unanswered::UpstreamRate(_) => Outcome::UpstreamThrottled,
             Unanswered::Refused(error) => refused(error, &mut record),
             Unanswered::GraceOver => Outcome::Shutdown,
+            Unanswered::UpstreamFailing(_) => Outcome::UpstreamUnavailable,
         };
         Verdict {
             end: End::Unanswered(unanswered),
@@ -197,6 +201,23 @@ impl Verdict {
                 retry_after,
             },
             record,
+        }
+    }
+
+    /// Whether upstream's failure, not the message, kept it back: upstream could not be
+    /// tried, or it failed for now (not its refusal for good, nor its word about our pace or
+    /// one of its tenants).
+    pub fn upstream_failed(&self) -> bool {
+        match &self.end {
+            End::Unanswered(Unanswered::UpstreamFailing(_)) => true,
+            End::Upstream(Err(error)) => {
+                !error.for_good()
+                    && !matches!(
+                        error,
+                        UpstreamError::Pushback { .. } | UpstreamError::TenantPaused(_)
+                    )
+            }
+            _ => false,
         }
     }
 

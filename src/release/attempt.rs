@@ -69,7 +69,11 @@ pub async fn attempt(ctx: &Context, spool: &Spool, ticket: Ticket, bell: Arc<Bel
             // Not past its time: given up then, not at the attempt after.
             let left = spool.config().max_hold_ms.get().saturating_sub(held_ms);
             let wait = wait.min(Duration::from_millis(left));
-            spool.retry(&ticket, spool.clock().now() + nanos(wait), answer());
+            let at = spool.clock().now() + nanos(wait);
+            match failing_upstream(ctx, &judged) {
+                Some(upstream) => spool.wait_for_upstream(&ticket, at, answer(), upstream),
+                None => spool.retry(&ticket, at, answer()),
+            }
             Next::Retry(wait)
         }
         Fate::RefusedForGood(refuser) => {
@@ -84,6 +88,14 @@ pub async fn attempt(ctx: &Context, spool: &Spool, ticket: Ticket, bell: Arc<Bel
     attempted.journey = Some((&judged, &envelope));
     attempted.reply = reply.as_ref();
     report::attempt(ctx, &attempted, &next, started.elapsed());
+}
+
+/// The upstream whose failure, not the message, kept it back: it goes again as soon as that
+/// upstream answers (its breaker closes), whatever its backoff.
+fn failing_upstream<'a>(ctx: &'a Context, judged: &Judged) -> Option<&'a str> {
+    let upstream = ctx.setup.upstreams.get(&judged.verdict.record.via)?;
+    let failing = judged.verdict.upstream_failed() && upstream.breaker.is_open();
+    failing.then(|| upstream.name())
 }
 
 /// The held message's journey, read again as at its final dot: the same origin and bytes,

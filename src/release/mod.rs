@@ -13,6 +13,8 @@
 //!   the next start.
 //! - `turns`: a key's messages out at once take their tokens in the order they were taken.
 //! - `client`: the pipeline's client for a message nobody waits on.
+//! - `probe`: while an upstream's breaker is open, one message waiting for it made due per
+//!   probe interval.
 //! - `attempt`: one attempt: read back, handed to the pipeline's intake, and what its
 //!   verdict's fate (`pipeline::Fate`) makes of it (removed, again after a backoff, given up
 //!   with a report).
@@ -23,6 +25,7 @@
 mod attempt;
 mod client;
 pub mod dsn;
+mod probe;
 mod report;
 mod turns;
 
@@ -51,11 +54,13 @@ pub async fn run(live: Arc<Live>, spool: Arc<Spool>, mut shutdown: Shutdown, tas
     let clock = spool.clock().clone();
     let mut sweep = tokio::time::interval(SWEEP);
     let mut turns = Turns::default();
+    let mut probes = probe::Probes::default();
     loop {
         let Some(ctx) = live.current() else {
             return;
         };
         turns.forget_passed();
+        let probe_at = probes.nudge(&ctx, &spool);
         for ticket in spool.take_due(room.available_permits()) {
             let permit = room.clone().try_acquire_owned().expect("room counted");
             let turn = turns.next(&ticket.key);
@@ -73,8 +78,15 @@ pub async fn run(live: Arc<Live>, spool: Arc<Spool>, mut shutdown: Shutdown, tas
                 None => std::future::pending().await,
             }
         };
+        let probe = async {
+            match probe_at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             _ = shutdown.wait() => return,
+            _ = probe => {}
             // An attempt ended, a message was held, an operator let one go.
             _ = spool.changed() => {}
             _ = due => {}

@@ -302,6 +302,29 @@ impl Spool {
         self.changed.notify_one();
     }
 
+    /// As [`Spool::retry`], for a message kept back by `upstream`'s failure, not its own: it
+    /// goes again at `at`, or as soon as [`Spool::upstream_back`] says that upstream answers.
+    pub fn wait_for_upstream(&self, ticket: &Ticket, at: Nanos, answer: String, upstream: &str) {
+        self.index().wait_for(&ticket.id, at, answer, upstream);
+        self.changed.notify_one();
+    }
+
+    /// `upstream` answers again (`max: None`): every message waiting for it may go now; or
+    /// (`Some(1)`) one of them, to probe it. How many may.
+    pub fn upstream_back(&self, upstream: &str, max: Option<usize>) -> usize {
+        let now = self.clock.now();
+        let due = (self.index()).upstream_back(upstream, now, max.unwrap_or(usize::MAX));
+        if due > 0 {
+            self.changed.notify_one();
+        }
+        due
+    }
+
+    /// How many messages wait for `upstream` to answer again (the status page).
+    pub fn waiting_for(&self, upstream: &str) -> usize {
+        self.index().waiting_for(upstream)
+    }
+
     /// Removes message `id` (delivered, reported, given up, or by an operator); whether it
     /// was there. Its key's next message may go at once, while the file is removed and the
     /// directory synced (with other removals): until that sync a restart would send it again

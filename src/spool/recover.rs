@@ -106,6 +106,7 @@ fn read_entry(path: &Path, name: &str, state: State) -> Result<(HeldKey, Entry),
         next: 0,
         last: None,
         report: meta.report,
+        waits_for: None,
     };
     Ok((meta.key, entry))
 }

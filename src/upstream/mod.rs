@@ -18,9 +18,12 @@
 //!   connections), typed; SMTP replies classified by the configured patterns where they
 //!   become errors (the pool's connector, the transaction).
 //! - `pause`: the pause after a quota reply, and its probe.
+//! - `breaker`: an upstream that fails (no connection, temporary failures in a row): hold-mode
+//!   messages held at once, one probe at a time.
 //! - `reply`: upstream's answers and our client's errors as [`UpstreamError`]s.
 //! - `upstreams`: the configured upstreams by name, each with its forwarder and its pause.
 
+pub mod breaker;
 mod client;
 pub mod feedback;
 pub mod file;
@@ -37,6 +40,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+pub use breaker::Breaker;
 pub use feedback::{Classifier, Feedback};
 pub use file::FileForwarder;
 pub use mx::{MxForwarder, MxSetupError};
@@ -170,6 +174,12 @@ impl UpstreamError {
             UpstreamError::Pushback { feedback, .. } => Some(*feedback),
             _ => None,
         }
+    }
+
+    /// Upstream refused the message for good: its reply is a `5xx` (a `421` or an odd code
+    /// reads as a temporary refusal, as the client is told). Anything else is temporary.
+    pub fn for_good(&self) -> bool {
+        matches!(self.reply(), Some((500..=599, ..)))
     }
 
     /// A refusal for good of a bad mailbox (`5xx` with `5.1.x`): what the reputation guard

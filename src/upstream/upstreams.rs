@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{build_forwarder, Checked, Forwarder, Pause, SetupError};
+use super::{build_forwarder, Breaker, Checked, Forwarder, Pause, SetupError};
 use crate::config::{Config, UpstreamConfig, UpstreamKind};
 
 /// How long a readiness check's result is reused: asking `/readyz` or the status page costs
@@ -20,6 +20,8 @@ pub struct Upstream {
     pub config: UpstreamConfig,
     pub forwarder: Arc<dyn Forwarder>,
     pub pause: Arc<Pause>,
+    /// Whether it is failing: hold-mode messages for it are then held at once.
+    pub breaker: Arc<Breaker>,
     /// The last check and when it ended; the lock is held through a check, so one runs at a
     /// time and those who asked meanwhile read its result.
     last_check: tokio::sync::Mutex<Option<(Instant, Checked)>>,
@@ -113,7 +115,7 @@ impl Upstreams {
 
     /// The upstreams of a reloaded `config`: one whose settings did not change is kept whole
     /// (its open connections, its pause); a changed one gets a new forwarder but keeps its
-    /// pause, which is about the account behind the name.
+    /// pause and its breaker, which are about the account behind the name.
     pub fn reloaded(config: &Config, old: &Upstreams) -> Result<Upstreams, UpstreamsError> {
         Upstreams::rebuilt(config, Some(old), None)
     }
@@ -143,6 +145,7 @@ impl Upstreams {
                 config: cfg.clone(),
                 forwarder,
                 pause: before.map_or_else(Arc::default, |b| b.pause.clone()),
+                breaker: before.map_or_else(Arc::default, |b| b.breaker.clone()),
                 last_check: tokio::sync::Mutex::new(None),
             }));
         }

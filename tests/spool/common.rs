@@ -97,6 +97,10 @@ pub struct Refusing {
     /// When each kept message came (tokio's clock).
     pub at: Mutex<Vec<Instant>>,
     pub tried: Mutex<usize>,
+    /// The subject of each message tried, in turn.
+    pub tried_subjects: Mutex<Vec<String>>,
+    /// Upstream cannot be reached: every message fails before anything is sent.
+    pub down: Mutex<bool>,
 }
 
 impl Refusing {
@@ -115,6 +119,11 @@ impl Forwarder for Refusing {
     fn send<'a>(&'a self, outgoing: &'a Outgoing<'a>) -> ForwardFuture<'a> {
         Box::pin(async move {
             *self.tried.lock().unwrap() += 1;
+            let tried = subject(&outgoing.pieces.concat());
+            self.tried_subjects.lock().unwrap().push(tried);
+            if *self.down.lock().unwrap() {
+                return Err(UpstreamError::Unavailable("connection refused".into()));
+            }
             let quota = *self.quota.lock().unwrap();
             if let Some(left) = quota.checked_sub(1) {
                 *self.quota.lock().unwrap() = left;

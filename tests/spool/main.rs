@@ -3,8 +3,9 @@
 //! (`max_held`, a key's share of the spool, the spool's storage); what release does with a
 //! refusal (a report to the sender), a paused tenant and a damaged file; the operators'
 //! endpoints and `mailsluice spool` (the binary against a relay in this process); what is
-//! counted and logged of held and released messages; and, with the binary as a process of its
-//! own, a crash and a full filesystem.
+//! counted and logged of held and released messages; every temporary failure of upstream held,
+//! and a failing upstream's breaker; and, with the binary as a process of its own, a crash
+//! and a full filesystem.
 
 use mailsluice_test_support as support;
 
@@ -18,3 +19,4 @@ mod head_of_line;
 mod hold;
 mod release;
 mod share;
+mod upstream_fails;

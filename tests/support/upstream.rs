@@ -59,6 +59,9 @@ pub enum Fault {
     Reply { step: Step, code: u16, text: String },
     /// After `354`, read one line of the message, then close the connection.
     DropMidData,
+    /// Read the whole message to its final `.`, then close the connection without a reply
+    /// (the message is not recorded): the relay cannot know whether it arrived.
+    DropAfterDot,
     /// Wait `delay` before answering at `step` (then answer normally, if anyone is left).
     /// At `EndOfData` the message is then recorded even if the client gave up, as a real
     /// server would: the ambiguity a relay has to live with after the final dot.
@@ -74,7 +77,7 @@ impl Fault {
             Fault::Reply { step, .. } | Fault::Stall { step, .. } => {
                 matches!(step, Step::Greeting | Step::Ehlo)
             }
-            Fault::None | Fault::DropMidData => false,
+            Fault::None | Fault::DropMidData | Fault::DropAfterDot => false,
         }
     }
 

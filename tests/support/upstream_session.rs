@@ -170,6 +170,9 @@ pub(super) async fn serve_connection(
                     return Ok(());
                 };
                 shared.extra.lock().unwrap().arrived(id, dot_fresh, ".");
+                if fault_of(&tx_drawn) == Fault::DropAfterDot {
+                    return Ok(());
+                }
                 let at = Instant::now();
                 if before_reply(fault_of(&tx_drawn), Step::EndOfData, &mut io).await? {
                     continue;

@@ -12,7 +12,7 @@ use crate::reputation::Standing;
 use crate::state::context::Context;
 use crate::state::health::Health;
 use crate::throttle::{KeyWaiting, StoreUnreachable};
-use crate::upstream::Checked;
+use crate::upstream::{Checked, Upstream};
 use refusals::refusals;
 use text::{duration_text, escape, millis_text};
 use webhooks::webhooks;
@@ -131,11 +131,13 @@ fn delivered(html: &mut String, recent: &Recent) {
 }
 
 /// Each upstream: its messages of the last minute and their mean time there, the last
-/// one's time, and its last error.
+/// one's time, its last error; whether it is up (its breaker closed), failing since when, and
+/// the held messages its failure keeps back.
 fn upstreams(html: &mut String, ctx: &Context, recent: &Recent) {
     html.push_str(
         "<h2>Upstreams</h2><table><tr><th>upstream</th><th class=\"num\">sent (last minute)</th>\
-         <th class=\"num\">mean time</th><th class=\"num\">last time</th><th>last error</th></tr>",
+         <th class=\"num\">mean time</th><th class=\"num\">last time</th><th>last error</th>\
+         <th>up</th><th>failing since</th><th class=\"num\">held because of it</th></tr>",
     );
     for upstream in ctx.setup.upstreams.iter() {
         let name = escape(upstream.name());
@@ -143,7 +145,8 @@ fn upstreams(html: &mut String, ctx: &Context, recent: &Recent) {
             let _ = write!(
                 html,
                 "<tr><td class=\"any\">{name}</td><td class=\"num\">0</td><td class=\"num\">-</td>\
-                 <td class=\"num\">-</td><td>none</td></tr>"
+                 <td class=\"num\">-</td><td>none</td>{}</tr>",
+                breaker_cells(ctx, upstream)
             );
             continue;
         };
@@ -159,12 +162,26 @@ fn upstreams(html: &mut String, ctx: &Context, recent: &Recent) {
         let _ = write!(
             html,
             "<tr><td class=\"any\">{name}</td><td class=\"num\">{}</td>\
-             <td class=\"num\">{mean}</td><td class=\"num\">{}</td><td class=\"any\">{error}</td></tr>",
+             <td class=\"num\">{mean}</td><td class=\"num\">{}</td><td class=\"any\">{error}</td>{}</tr>",
             view.sent_last_minute,
             millis_text(view.last),
+            breaker_cells(ctx, upstream),
         );
     }
     html.push_str("</table>");
+}
+
+/// An upstream's breaker as cells: up or failing, since when, and the held messages waiting
+/// for it to answer again.
+fn breaker_cells(ctx: &Context, upstream: &Upstream) -> String {
+    let held = (ctx.services.spool.as_ref()).map_or(0, |s| s.waiting_for(upstream.name()));
+    match upstream.breaker.failing_since() {
+        None => format!("<td>yes</td><td>-</td><td class=\"num\">{held}</td>"),
+        Some(since) => format!(
+            "<td><span class=\"bad\">failing</span></td><td>{}</td><td class=\"num\">{held}</td>",
+            escape(&httpdate::fmt_http_date(since))
+        ),
+    }
 }
 
 /// The client sessions by what each is doing now (`mailsluice_sessions{activity}`).

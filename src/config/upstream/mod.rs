@@ -4,7 +4,7 @@
 //! SMTP client that `smtp://` and `mx://` share). The URL is parsed once, when the file is
 //! read, so a typo is a startup error with its line.
 
-use std::num::{NonZeroU64, NonZeroUsize};
+use std::num::{NonZeroU32, NonZeroU64, NonZeroUsize};
 
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
@@ -99,6 +99,11 @@ pub struct UpstreamConfig {
     /// Replies that mean "no more today": the upstream is paused for `quota_pause_ms`.
     pub quota_replies: ReplyPatterns,
     pub quota_pause_ms: NonZeroU64,
+    /// Temporary failures in a row (upstream's `4xx`, a lost answer, refused credentials)
+    /// after which its breaker opens; a connection that fails opens it at once.
+    pub breaker_failures: NonZeroU32,
+    /// While its breaker is open, at most one held message is tried (the probe) this often.
+    pub breaker_probe_ms: NonZeroU64,
 }
 
 /// The keys every kind shares.
@@ -110,6 +115,8 @@ const SHARED: &[&str] = &[
     "throttle_replies",
     "quota_replies",
     "quota_pause_ms",
+    "breaker_failures",
+    "breaker_probe_ms",
 ];
 
 impl UpstreamConfig {
@@ -152,6 +159,7 @@ impl<'de> Visitor<'de> for Table {
         let mut kind: Option<UpstreamKind> = None;
         let (mut pool_size, mut timeout_ms, mut quota_pause_ms) = (None, None, None);
         let (mut throttle_replies, mut quota_replies) = (None, None);
+        let (mut breaker_failures, mut breaker_probe_ms) = (None, None);
         let mut own = KindKeys::default();
         while let Some(key) = map.next_key_seed(Key)? {
             match key.as_str() {
@@ -162,6 +170,8 @@ impl<'de> Visitor<'de> for Table {
                 "throttle_replies" => throttle_replies = Some(map.next_value()?),
                 "quota_replies" => quota_replies = Some(map.next_value()?),
                 "quota_pause_ms" => quota_pause_ms = Some(map.next_value()?),
+                "breaker_failures" => breaker_failures = Some(map.next_value()?),
+                "breaker_probe_ms" => breaker_probe_ms = Some(map.next_value()?),
                 _ => {
                     let value = map.next_value_seed(OwnKey {
                         key: &key,
@@ -184,6 +194,8 @@ impl<'de> Visitor<'de> for Table {
             throttle_replies: throttle_replies.unwrap_or_else(ReplyPatterns::default_throttle),
             quota_replies: quota_replies.unwrap_or_else(ReplyPatterns::default_quota),
             quota_pause_ms: quota_pause_ms.unwrap_or(NonZeroU64::new(900_000).unwrap()),
+            breaker_failures: breaker_failures.unwrap_or(NonZeroU32::new(5).unwrap()),
+            breaker_probe_ms: breaker_probe_ms.unwrap_or(NonZeroU64::new(5_000).unwrap()),
         })
     }
 }

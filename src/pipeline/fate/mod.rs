@@ -9,7 +9,7 @@ use super::admission::{NotAdmitted, Paused, Scope};
 use super::verdict::{End, Unanswered, Verdict};
 use crate::message::Outcome;
 use crate::throttle::ThrottleError;
-use crate::upstream::{IdentityRefusal, UpstreamError};
+use crate::upstream::IdentityRefusal;
 
 /// What comes of a message by its verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,7 +48,7 @@ impl Fate {
         let relay = Fate::RefusedForGood(Refuser::Relay);
         match &verdict.end {
             End::Upstream(Ok(_)) => Fate::Taken,
-            End::Upstream(Err(error)) if for_good(error) => match verdict.record.outcome {
+            End::Upstream(Err(error)) if error.for_good() => match verdict.record.outcome {
                 Outcome::UpstreamPermFail => Fate::RefusedForGood(Refuser::Upstream),
                 _ => relay,
             },
@@ -62,7 +62,7 @@ impl Fate {
                 }
                 NotAdmitted::Paused(Paused { scope, left }) => match scope {
                     Scope::Tenant { reject: true, .. } => relay,
-                    Scope::UpstreamTenant(error) if for_good(error) => relay,
+                    Scope::UpstreamTenant(error) if error.for_good() => relay,
                     _ => later(left.unwrap_or_default()),
                 },
                 NotAdmitted::Step(refusal) => refusal.again.map_or(relay, later),
@@ -72,7 +72,9 @@ impl Fate {
                     Fate::NotNow(Later::Turn((*retry_after).max(Duration::from_millis(1))))
                 }
                 Unanswered::Refused(ThrottleError::CostOverBurst { .. }) => relay,
-                Unanswered::Paused(left) | Unanswered::UpstreamRate(left) => later(*left),
+                Unanswered::Paused(left)
+                | Unanswered::UpstreamRate(left)
+                | Unanswered::UpstreamFailing(left) => later(*left),
                 Unanswered::Refused(ThrottleError::Shutdown | ThrottleError::StoreUnavailable)
                 | Unanswered::Abandoned
                 | Unanswered::GraceOver => later(Duration::ZERO),
@@ -81,12 +83,6 @@ impl Fate {
             End::Held(_) | End::NotHeld { .. } => later(Duration::ZERO),
         }
     }
-}
-
-/// Upstream's refusal is for good: its reply is a `5xx` (a `421` or an odd code reads as a
-/// temporary refusal, as the client is told).
-fn for_good(error: &UpstreamError) -> bool {
-    matches!(error.reply(), Some((500..=599, ..)))
 }
 
 #[cfg(test)]

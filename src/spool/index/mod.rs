@@ -57,6 +57,9 @@ pub struct Entry {
     pub last: Option<Box<str>>,
     /// A delivery status notification the relay wrote.
     pub report: bool,
+    /// The upstream whose failure (not its own) keeps it back: it goes again as soon as that
+    /// upstream answers (`Index::upstream_back`).
+    pub waits_for: Option<Box<str>>,
 }
 
 /// A message the releaser took: its place and what its attempt needs to know.
@@ -150,6 +153,7 @@ impl Index {
             next: 0,
             last: None,
             report: false,
+            waits_for: None,
         };
         self.push(key, entry);
         Ok(seq)
@@ -299,8 +303,49 @@ impl Index {
                 queue.releasing -= 1;
             }
             (entry.state, entry.next, entry.last) = (State::Held, at, Some(answer.into()));
+            entry.waits_for = None;
             self.waiting.insert((at, seq), key);
         }
+    }
+
+    /// As [`Index::retry`], for a message kept back by `upstream`'s failure.
+    pub fn wait_for(&mut self, id: &str, at: Nanos, answer: String, upstream: &str) {
+        self.retry(id, at, answer);
+        let Some((key, seq)) = self.ids.get(id) else {
+            return;
+        };
+        let entry = (self.queues.get_mut(key)).and_then(|q| q.entries.get_mut(seq));
+        if let Some(entry) = entry {
+            entry.waits_for = Some(upstream.into());
+        }
+    }
+
+    /// `upstream` answers again: up to `max` of the messages waiting for it, oldest first,
+    /// may go from `now`. How many were.
+    pub fn upstream_back(&mut self, upstream: &str, now: Nanos, max: usize) -> usize {
+        let mut waiting: Vec<(u64, HeldKey)> = (self.queues.iter())
+            .flat_map(|(key, q)| q.entries.values().map(move |e| (e, key)))
+            .filter(|(e, _)| e.state == State::Held)
+            .filter(|(e, _)| e.waits_for.as_deref() == Some(upstream))
+            .map(|(e, key)| (e.seq, key.clone()))
+            .collect();
+        waiting.sort();
+        waiting.truncate(max);
+        for (seq, key) in &waiting {
+            if let Some(entry) = (self.queues.get_mut(key)).and_then(|q| q.entries.get_mut(seq)) {
+                entry.waits_for = None;
+            }
+            self.ready_now(key, *seq, now);
+            self.rank(key);
+        }
+        waiting.len()
+    }
+
+    /// How many messages wait for `upstream` to answer again.
+    pub fn waiting_for(&self, upstream: &str) -> usize {
+        (self.queues.values().flat_map(|q| q.entries.values()))
+            .filter(|e| e.waits_for.as_deref() == Some(upstream))
+            .count()
     }
 
     /// Removes `id` wherever it is (held or failed); its entry and key.

@@ -49,7 +49,7 @@ impl Index {
 
     /// Moves `key`'s message at `seq` from the waiting to the ready, if it waits for its
     /// time; whether it did.
-    fn ready_now(&mut self, key: &HeldKey, seq: u64, now: Nanos) -> bool {
+    pub(super) fn ready_now(&mut self, key: &HeldKey, seq: u64, now: Nanos) -> bool {
         let Some(queue) = self.queues.get_mut(key) else {
             return false;
         };

@@ -1,4 +1,5 @@
-//! The queues per key: order, bounds, operators' holds, failed messages.
+//! The queues per key: order, bounds, operators' holds, failed messages, those waiting for an
+//! upstream.
 
 use super::*;
 
@@ -209,4 +210,36 @@ fn a_requeued_message_takes_its_place_by_arrival() {
     );
     index.remove("a2");
     assert_eq!(&*index.take_due(100, 10)[0].id, "a1");
+}
+
+/// Messages kept back by a failing upstream go as soon as it answers, whatever their backoff:
+/// one of them to probe it, or all; another upstream's, and one deferred for its own reason,
+/// keep theirs.
+#[test]
+fn messages_waiting_for_an_upstream_are_due_when_it_answers() {
+    let mut index = Index::default();
+    for (k, id) in [("a", "a1"), ("b", "b1"), ("c", "c1"), ("d", "d1")] {
+        index.reserve(&key(k), id, 10, 0, BOUNDS).unwrap();
+        index.written(id, false, 0);
+    }
+    assert_eq!(index.take_due(0, 10).len(), 4);
+    index.wait_for("a1", 1000, "451 4.4.1".into(), "ses");
+    index.wait_for("b1", 1000, "451 4.4.1".into(), "ses");
+    index.wait_for("c1", 1000, "451 4.4.1".into(), "smtp");
+    index.retry("d1", 1000, "452 4.2.2 mailbox full".into());
+    assert_eq!(index.waiting_for("ses"), 2);
+    assert_eq!(index.upstream_back("ses", 10, 1), 1, "one, to probe it");
+    let probe: Vec<_> = index.take_due(10, 10).into_iter().map(|t| t.id).collect();
+    assert_eq!(probe, ["a1".into()] as [Box<str>; 1]);
+    assert_eq!(index.upstream_back("ses", 20, usize::MAX), 1);
+    let rest: Vec<_> = index.take_due(20, 10).into_iter().map(|t| t.id).collect();
+    assert_eq!(
+        rest,
+        ["b1".into()] as [Box<str>; 1],
+        "c1 and d1 keep their backoff"
+    );
+    assert_eq!(
+        (index.waiting_for("ses"), index.waiting_for("smtp")),
+        (0, 1)
+    );
 }
