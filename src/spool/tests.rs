@@ -180,12 +180,13 @@ async fn damaged_files_are_set_aside_and_the_rest_kept() {
 }
 
 /// `max_bytes` and `min_free_bytes` refuse a message, which leaves nothing behind; what was
-/// held stays.
+/// held stays. (One key may take all of the spool here: `max_key_share = 1.0`.)
 #[tokio::test]
 async fn storage_bounds_refuse_and_leave_nothing_behind() {
     let dir = scratch("bounds");
     let mut cfg = config(&dir);
     cfg.max_bytes = 100;
+    cfg.max_key_share = toml::Spanned::new(0..0, 1.0);
     let spool = Spool::open(&cfg, clock()).unwrap();
     hold(&spool, "d000000000000001", "acme", &[b'x'; 50])
         .await
