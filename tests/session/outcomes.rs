@@ -184,7 +184,7 @@ const CASES: [Case; 40] = [
 const NOT_HERE: [(&str, &str); 1] = [(
     "554 5.6.0 message has a bare CR or LF next to a dot; not relayed (SMTP smuggling)",
     "the SMTP upstream's own guard: the session refuses such a message first (550 5.6.0); \
-     tests/upstream covers the guard",
+     tests/upstream/smtp.rs matches the guard's reply to this row by its full text",
 )];
 
 const LAYER: &str = "[[throttle]]\nname = \"tenant\"\nkey = \"header:X-Tenant\"\nlimit = 1\n\

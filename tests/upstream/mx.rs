@@ -733,3 +733,23 @@ async fn an_mx_domains_rate_limit_teaches_its_domain_bucket_not_the_account() {
     assert_eq!(code, 250, "{text}");
     relay.stop().await;
 }
+
+/// A recipient the session takes as given but direct delivery cannot route: `<postmaster>`
+/// (RFC 5321 lets it go without a domain) and a domain that is no IDNA name (`xn--a`: its
+/// punycode decodes to a control character). Each refused with its pinned reply, nothing
+/// sent, no DNS asked.
+#[tokio::test]
+async fn a_recipient_without_a_domain_or_with_no_idna_domain_has_its_pinned_reply() {
+    let dns = TestDns::start().await;
+    let (port, ups) = mx_hosts(14, &[2]).await;
+    let relay = mx_relay(&dns, port, "").await;
+    let row = "550 5.1.3 upstream: recipient <{r}> has no domain";
+    let (code, text) = send(&relay, "s@sender.test", &["postmaster"]).await;
+    assert!(mx_row(row, code, &text), "{code} {text}");
+    let row = "553 5.1.3 upstream: bad domain in <{r}>";
+    let (code, text) = send(&relay, "s@sender.test", &["u@xn--a.test"]).await;
+    assert!(mx_row(row, code, &text), "{code} {text}");
+    assert!(ups[0].messages().is_empty());
+    assert!(dns.queries().is_empty(), "{:?}", dns.queries());
+    relay.stop().await;
+}

@@ -7,6 +7,7 @@ use mailsluice::upstream::{build_forwarder, Forwarder, SmtpSetupError, UpstreamE
 
 use super::{envelope, smtp_forwarder, upstream_config, SIMPLE};
 use crate::support::host::scratch_path;
+use crate::support::replies;
 use crate::support::upstream::{Fault, Step, TestUpstream};
 
 #[tokio::test]
@@ -137,8 +138,15 @@ async fn eight_bit_body_needs_8bitmime_upstream() {
     assert_eq!(up.messages().len(), 1);
 }
 
+/// docs/replies.md's row for the guard, matched by its full text (the session refuses such a
+/// message first, so no client sees it: tests/session/outcomes.rs names it here).
+const SMUGGLING: &str =
+    "554 5.6.0 message has a bare CR or LF next to a dot; not relayed (SMTP smuggling)";
+
 #[tokio::test]
 async fn smuggling_dots_are_refused_not_sent() {
+    let rows = replies::section(&replies::docs(), "## From the upstream leg");
+    assert!(rows.iter().any(|r| r == SMUGGLING), "no row `{SMUGGLING}`");
     let up = TestUpstream::start().await;
     let fwd = smtp_forwarder(&up.url(), "");
     let env = envelope(Some("a@x.test"), &["b@y.test"]);
@@ -149,10 +157,9 @@ async fn smuggling_dots_are_refused_not_sent() {
         b"Subject: x\r\n\r\nhi\r\n\n.\r\nMAIL FROM:<evil@x>\r\n",
     ] {
         let err = fwd.forward(&env, evil).await.unwrap_err();
-        assert!(
-            matches!(err, UpstreamError::Rejected { code: 554, .. }),
-            "{err:?}"
-        );
+        let (code, status, text) = err.reply().expect("a refusal");
+        let text = format!("{} {text}", status.unwrap_or_default());
+        assert!(replies::matches(SMUGGLING, code, &text), "{code} {text}");
     }
     assert!(up.messages().is_empty());
     assert!(!up.commands().iter().any(|c| c.starts_with("MAIL")));
