@@ -190,6 +190,18 @@ mod tests {
             .all(|l| !l.contains('\n') && !l.contains('\r')));
     }
 
+    /// The key fields go to the report's own run (each a whole line), the rest to its copy.
+    #[test]
+    fn the_original_is_split_into_its_copy_and_its_key_fields() {
+        let section = b"X-Tenant: acme\r\nSubject: s\r\nX-Team: a\r\n b\r\n\r\n";
+        let (copied, keys) = split_original(section, &[0..16, 28..43]);
+        assert_eq!(copied, b"Subject: s\r\n\r\n");
+        assert_eq!(keys, b"X-Tenant: acme\r\nX-Team: a\r\n b\r\n");
+        let whole = [Range { start: 0, end: 14 }];
+        let (_, keys) = split_original(b"X-Tenant: acme", &whole);
+        assert_eq!(keys, b"X-Tenant: acme\r\n");
+    }
+
     #[test]
     fn an_expired_message_reports_4_4_7_and_its_last_answer() {
         let rcpts = vec!["a@x.example".to_string()];

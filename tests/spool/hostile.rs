@@ -143,7 +143,8 @@ async fn a_report_on_an_ses_tenant_route_is_checked_by_its_own_from() {
     let text = TestConfig::new()
         .then(&format!("[upstream]\n{}", fake.upstream_toml("")))
         .then("[[route]]\nupstream = \"default\"\nses_tenant = \"acme\"")
-        .then(&hold_layer(1, 1, 0, ""))
+        // A refused message keeps its token: its report waits a second for the next one.
+        .then(&hold_layer(1, 1, 0, "charge_failures = true"))
         .then(&reporting(&dir, ""))
         .text();
     let relay = Relay::start(&text, forwarder(&text, GOOD_KEY)).await;
@@ -166,7 +167,11 @@ async fn a_report_on_an_ses_tenant_route_is_checked_by_its_own_from() {
         .send_mail("app@acme.example", &["b@example.net"], m1)
         .await;
     assert!(code == 250 && text.contains("held"), "{text}");
-    until("m1 refused at release", async || fake.requests() >= 2).await;
+    let refused = "mailsluice_spool_given_up_total{reason=\"refused\"}";
+    until("m1 refused at release", async || {
+        relay.metric(refused) == 1.0
+    })
+    .await;
     fake.fail_with(None);
     until("the tenant's identities read", async || {
         fake.tenants.count("ListTenantResources") >= 1
@@ -229,10 +234,14 @@ async fn what_the_spool_did_not_write_is_set_aside_at_start() {
         .collect();
     names.sort();
     assert_eq!(names.len(), 3);
-    // m1's file again, later in arrival order, under its own id.
-    let (_, m1_id) = names[0].split_once('-').unwrap();
+    // m1's file again, later in arrival order, under its own id (its meta saying so).
+    let (seq, m1_id) = names[0].split_once('-').unwrap();
+    let seq = u64::from_str_radix(seq, 16).unwrap();
     let copy = held.join(format!("{:016x}-{m1_id}", 0xffff));
-    std::fs::copy(held.join(&names[0]), &copy).unwrap();
+    let file = String::from_utf8(std::fs::read(held.join(&names[0])).unwrap()).unwrap();
+    let file = file.replacen(&format!("\"seq\":{seq},"), "\"seq\":65535,", 1);
+    assert!(file.contains("\"seq\":65535,"));
+    std::fs::write(&copy, file).unwrap();
     let mut strangers = 2;
     assert!(run("mkfifo", &[&held.join("00000000000000f0-fifo")]));
     std::fs::create_dir(held.join("00000000000000f1-dir")).unwrap();
