@@ -84,17 +84,15 @@ impl SmtpConfig {
         let overlap = (self.proxy_from.iter()).find_map(|p| {
             (self.trusted_networks.iter()).find_map(|t| overlaps(p, t).then_some((p, t)))
         });
-        overlap
-            .into_iter()
-            .map(|(proxy, trusted)| {
-                format!(
-                    "smtp.proxy_from ({proxy}) overlaps smtp.trusted_networks ({trusted}): a \
+        let warning = |(proxy, trusted): (&IpNet, &IpNet)| {
+            format!(
+                "smtp.proxy_from ({proxy}) overlaps smtp.trusted_networks ({trusted}): a \
                  balancer's own connections (PROXY LOCAL or UNKNOWN) are refused, and another \
                  host at those addresses relays without AUTH; keep the balancers out of \
                  trusted_networks"
-                )
-            })
-            .collect()
+            )
+        };
+        overlap.into_iter().map(warning).collect()
     }
 }
 

@@ -65,17 +65,14 @@ impl SpoolMetrics {
         r.register("spool_released", released, m.released.clone());
         let given_up = "Held messages given up, by reason (refused for good, expired, damaged)";
         r.register("spool_given_up", given_up, m.given_up.clone());
-        let not_held =
-            "Reports of given-up messages the spool could not hold (its bounds, its disk): \
-                        each message is kept in failed/ instead";
-        r.register(
-            "spool_reports_not_held",
-            not_held,
-            m.reports_not_held.clone(),
-        );
+        let not_held = "Reports the spool could not hold (its bounds, its disk): each given-up \
+                        message is kept in failed/ instead";
+        let reports_not_held = m.reports_not_held.clone();
+        r.register("spool_reports_not_held", not_held, reports_not_held);
         let messages = "Messages held in the spool now (failed ones apart)";
         r.register("spool_messages", messages, m.messages.clone());
-        let failed = "Messages given up without a report (no report_from), kept in failed/";
+        let failed = "Messages given up without a report (no report_from, or a report not \
+                      held), kept in failed/";
         r.register("spool_failed", failed, m.failed.clone());
         r.register(
             "spool_bytes",
