@@ -235,7 +235,9 @@ impl Config {
 
     /// What is valid but probably not meant, for `mailsluice check` and the startup log.
     pub fn warnings(&self) -> Vec<String> {
-        route::warnings(self)
+        let mut warnings = route::warnings(self);
+        warnings.extend(self.smtp.warnings());
+        warnings
     }
 
     /// The largest message taken at `MAIL ... SIZE=` and offered in EHLO: `max_message_bytes`,

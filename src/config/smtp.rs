@@ -75,6 +75,27 @@ pub struct SmtpConfig {
     pub max_received: NonZeroUsize,
 }
 
+impl SmtpConfig {
+    /// What `mailsluice check` warns of in `[smtp]`: a balancer that is trusted too. Its
+    /// headers naming no client (`LOCAL`, `UNKNOWN`) are then refused, and whoever else holds
+    /// an address of the overlap relays without AUTH.
+    pub(super) fn warnings(&self) -> Vec<String> {
+        let overlaps = |a: &IpNet, b: &IpNet| a.contains(&b.network()) || b.contains(&a.network());
+        let overlap = (self.proxy_from.iter()).find_map(|p| {
+            (self.trusted_networks.iter()).find_map(|t| overlaps(p, t).then_some((p, t)))
+        });
+        let warning = |(proxy, trusted): (&IpNet, &IpNet)| {
+            format!(
+                "smtp.proxy_from ({proxy}) overlaps smtp.trusted_networks ({trusted}): a \
+                 balancer's own connections (PROXY LOCAL or UNKNOWN) are refused, and another \
+                 host at those addresses relays without AUTH; keep the balancers out of \
+                 trusted_networks"
+            )
+        };
+        overlap.into_iter().map(warning).collect()
+    }
+}
+
 /// `[smtp]`'s own rules: where it listens and what it calls itself.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SmtpRule {

@@ -8,9 +8,10 @@
 
 use std::time::SystemTime;
 
-/// Bytes of the original's header section a report keeps at most; the rest is cut (near
-/// Postfix's `bounce_size_limit`, 50 KB, which bounds what its reports copy).
-pub const MAX_HEADERS: usize = 64 * 1024;
+/// Bytes of the original's header section a report keeps at most; the rest is cut (Postfix's
+/// `bounce_size_limit`, 50 KB, which bounds what its reports copy): a report is never a way
+/// to send large mail to a forged sender.
+pub const MAX_HEADERS: usize = 50_000;
 
 /// What one report says.
 pub struct Report<'a> {

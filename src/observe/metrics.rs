@@ -66,14 +66,22 @@ pub struct KindLabel {
 }
 
 /// Why a connection was closed for its PROXY header: `missing`, `malformed`, `truncated`,
-/// `slow`, or `not_allowed` (from outside `proxy_from`).
+/// `slow`, `local_trusted` (no client named, from a trusted balancer) or `not_allowed` (from
+/// outside `proxy_from`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ProxyLabel {
     pub reason: &'static str,
 }
 
 /// Every `reason` of [`ProxyLabel`], each shown from 0.
-pub const PROXY_REFUSALS: [&str; 5] = ["missing", "malformed", "truncated", "slow", "not_allowed"];
+pub const PROXY_REFUSALS: [&str; 6] = [
+    "missing",
+    "malformed",
+    "truncated",
+    "slow",
+    "local_trusted",
+    "not_allowed",
+];
 
 pub struct Metrics {
     registry: Registry,

@@ -30,6 +30,7 @@ pub struct SpoolMetrics {
     held: Family<HeldLabel, Counter>,
     released: Family<ResultLabel, Counter>,
     given_up: Family<GivenUpLabel, Counter>,
+    reports_not_held: Counter,
     messages: Gauge,
     failed: Gauge,
     bytes: Gauge,
@@ -42,6 +43,7 @@ impl SpoolMetrics {
             held: Family::default(),
             released: Family::default(),
             given_up: Family::default(),
+            reports_not_held: Counter::default(),
             messages: Gauge::default(),
             failed: Gauge::default(),
             bytes: Gauge::default(),
@@ -63,9 +65,14 @@ impl SpoolMetrics {
         r.register("spool_released", released, m.released.clone());
         let given_up = "Held messages given up, by reason (refused for good, expired, damaged)";
         r.register("spool_given_up", given_up, m.given_up.clone());
+        let not_held = "Reports the spool could not hold (its bounds, its disk): each given-up \
+                        message is kept in failed/ instead";
+        let reports_not_held = m.reports_not_held.clone();
+        r.register("spool_reports_not_held", not_held, reports_not_held);
         let messages = "Messages held in the spool now (failed ones apart)";
         r.register("spool_messages", messages, m.messages.clone());
-        let failed = "Messages given up without a report (no report_from), kept in failed/";
+        let failed = "Messages given up without a report (no report_from, or a report not \
+                      held), kept in failed/";
         r.register("spool_failed", failed, m.failed.clone());
         r.register(
             "spool_bytes",
@@ -88,6 +95,10 @@ impl SpoolMetrics {
 
     pub fn given_up(&self, reason: &'static str) {
         self.given_up.get_or_create(&GivenUpLabel { reason }).inc();
+    }
+
+    pub fn report_not_held(&self) {
+        self.reports_not_held.inc();
     }
 
     /// What the spool holds now.

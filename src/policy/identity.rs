@@ -117,6 +117,22 @@ pub fn identify(rules: Rules<'_>, facts: &MessageFacts<'_>) -> Identity {
     }
 }
 
+/// The fields of `message` that a key of the config reads (a layer's key or `fair_by`, a
+/// route's, `[tenant]`'s, `[reputation]`'s `header:`), stripped or not: the relay's own
+/// routing hints. A report carries its original's only to be keyed as it was, and never
+/// copies them for its reader. In message order.
+pub fn key_fields(rules: Rules<'_>, message: &[u8]) -> Vec<Range<usize>> {
+    use crate::config::KeySource;
+    let layers = (rules.layers.iter()).flat_map(|l| std::iter::once(&l.key).chain(&l.fair_by));
+    let routes = rules.routes.iter().map(|r| &r.key.0);
+    let owners = std::iter::once(rules.tenant.source).chain(rules.reputation_key.map(|r| r.source));
+    let names = (layers.chain(routes).chain(owners)).filter_map(|source| match source {
+        KeySource::Header(name) => Some(name.as_str()),
+        _ => None,
+    });
+    named_fields(message, &Fields::new(message), names)
+}
+
 /// The fields named by the key of a layer or route that strips its key header: a key header
 /// is a routing hint for this relay, not content for the recipient.
 fn key_headers(rules: Rules<'_>, message: &[u8], fields: &Fields<'_>) -> Vec<Range<usize>> {

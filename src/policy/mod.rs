@@ -24,7 +24,7 @@ mod route;
 mod senders;
 
 pub use crate::throttle::Charge;
-pub use identity::{identify, Identity};
+pub use identity::{identify, key_fields, Identity};
 pub use keys::reputation_key_early;
 pub use route::Route;
 

@@ -17,6 +17,7 @@ use crate::clock::nanos;
 use crate::config::SpoolConfig;
 use crate::message::Envelope;
 use crate::pipeline::{self, Fate, Intake, Judged, Later, Received, Refuser, Submitter};
+use crate::policy;
 use crate::reply::Reply;
 use crate::spool::{Held, Spool, Ticket, ToHold};
 use crate::state::context::Context;
@@ -134,8 +135,10 @@ pub fn backoff(attempt: u32, spool: &SpoolConfig) -> Duration {
 }
 
 /// Gives the message up: its sender gets a report (held in the spool, behind the key's other
-/// messages, and sent like them), or without `report_from` it is kept in `failed/`. A report,
-/// or a message from the null sender, is never reported on: it is removed.
+/// messages, and sent like them), or without `report_from`, or when the report cannot be held,
+/// it is kept in `failed/`. A report, or a message from the null sender, is never reported on:
+/// it is removed. The report copies the original's header section but its key fields (which
+/// it is held with, read only for its identity).
 async fn give_up(
     ctx: &Context,
     spool: &Spool,
@@ -152,12 +155,15 @@ async fn give_up(
         return Reported::KeptFailed;
     };
     let id = crate::message::new_id();
+    let section = crate::message::dsn::header_section(held.body());
+    let (copied, key_fields) =
+        dsn::split_original(section, &policy::key_fields(ctx.rules(), section));
     let failed = Failed {
         hostname: &ctx.setup.config.smtp.hostname,
         from: from.get_ref(),
         to: sender,
         rcpts: &held.meta.rcpts,
-        original: held.body(),
+        original: &copied,
         id: &ticket.id,
         arrival: UNIX_EPOCH + Duration::from_millis(ticket.accepted_ms),
         failure,
@@ -175,7 +181,7 @@ async fn give_up(
         envelope: &envelope,
         origin: held.meta.origin.clone(),
         received: b"",
-        key_fields: crate::message::dsn::header_section(held.body()),
+        key_fields: &key_fields,
         body: &bytes,
         max_held: None,
         report: true,
@@ -186,11 +192,11 @@ async fn give_up(
             spool.remove(&ticket.id).await;
             Reported::Report(id)
         }
+        // Given up all the same: kept for the operator, never sent again.
         Err(refusal) => {
-            let wait = backoff(ticket.attempt, spool.config());
             let answer = format!("{failure}; its report could not be held: {refusal}");
-            spool.retry(ticket, spool.clock().now() + nanos(wait), answer);
-            Reported::NotHeld(wait)
+            spool.fail(ticket, answer).await;
+            Reported::NotHeld(refusal.to_string())
         }
     }
 }

@@ -3,6 +3,7 @@
 //! `message::dsn` writes the report. Pure: the releaser holds it in the spool and sends it
 //! with the null sender, through the message's route.
 
+use std::ops::Range;
 use std::time::SystemTime;
 
 use crate::message::dsn::{self, one_line, Recipient, Report};
@@ -115,6 +116,25 @@ pub fn report(failed: &Failed<'_>, now: SystemTime) -> Vec<u8> {
     dsn::write(&report, now)
 }
 
+/// The original's header section, split for its report: what the report copies (every field
+/// but the `keys` ones, at most what `message::dsn` keeps), and the `keys` fields themselves,
+/// which the report is held with to be keyed as its original (each ended by CRLF, no blank
+/// line after: the report's own fields follow them as one header section, so its own
+/// `From:` is the one read).
+pub fn split_original(section: &[u8], keys: &[Range<usize>]) -> (Vec<u8>, Vec<u8>) {
+    let (mut copied, mut key_fields, mut at) = (Vec::new(), Vec::new(), 0);
+    for key in keys {
+        copied.push(&section[at..key.start]);
+        key_fields.extend_from_slice(&section[key.clone()]);
+        if !key_fields.ends_with(b"\r\n") {
+            key_fields.extend_from_slice(b"\r\n");
+        }
+        at = key.end;
+    }
+    copied.push(&section[at..]);
+    (dsn::head(&copied), key_fields)
+}
+
 fn reason(failure: &Failure) -> String {
     match failure {
         Failure::Refused(reply) => format!("the next mail server refused it: {reply}"),
@@ -168,6 +188,18 @@ mod tests {
         assert!(text
             .split("\r\n")
             .all(|l| !l.contains('\n') && !l.contains('\r')));
+    }
+
+    /// The key fields go to the report's own run (each a whole line), the rest to its copy.
+    #[test]
+    fn the_original_is_split_into_its_copy_and_its_key_fields() {
+        let section = b"X-Tenant: acme\r\nSubject: s\r\nX-Team: a\r\n b\r\n\r\n";
+        let (copied, keys) = split_original(section, &[0..16, 28..43]);
+        assert_eq!(copied, b"Subject: s\r\n\r\n");
+        assert_eq!(keys, b"X-Tenant: acme\r\nX-Team: a\r\n b\r\n");
+        let whole = [Range { start: 0, end: 14 }];
+        let (_, keys) = split_original(b"X-Tenant: acme", &whole);
+        assert_eq!(keys, b"X-Tenant: acme\r\n");
     }
 
     #[test]

@@ -54,8 +54,9 @@ pub enum Reported {
     KeptFailed,
     /// A report or a message of the null sender: never reported on; removed.
     Never,
-    /// The report could not be held: the message stays and is given up again after the wait.
-    NotHeld(Duration),
+    /// The report could not be held (why): the message is kept in `failed/`, counted and
+    /// logged as an error, and never sent again.
+    NotHeld(String),
     /// Its file could not be read back: set aside in `damaged/`.
     Damaged,
 }
@@ -64,7 +65,7 @@ impl Next {
     fn result(&self) -> &'static str {
         match self {
             Next::Delivered => "delivered",
-            Next::Retry(_) | Next::GaveUp(_, Reported::NotHeld(_)) => "retry",
+            Next::Retry(_) => "retry",
             Next::GaveUp(..) => "given_up",
         }
     }
@@ -83,7 +84,7 @@ impl Next {
 
     fn retry_in(&self) -> Option<Duration> {
         match self {
-            Next::Retry(wait) | Next::GaveUp(_, Reported::NotHeld(wait)) => Some(*wait),
+            Next::Retry(wait) => Some(*wait),
             _ => None,
         }
     }
@@ -100,8 +101,15 @@ pub fn attempt(ctx: &Context, a: &Attempted<'_>, next: &Next, took: Duration) {
             Reported::Damaged => "damaged",
             _ => failure.as_str(),
         };
-        if !matches!(reported, Reported::NotHeld(_)) {
-            metrics.given_up(reason);
+        metrics.given_up(reason);
+        if let Reported::NotHeld(why) = reported {
+            metrics.report_not_held();
+            tracing::error!(
+                target: "mailsluice::release",
+                id = &*ticket.id,
+                error = why.as_str(),
+                "spool.report_not_held: a given-up message's report could not be held; the message is kept in failed/"
+            );
         }
         tracing::warn!(
             target: "mailsluice::release",

@@ -12,7 +12,7 @@ use tokio::sync::Semaphore;
 use tokio_util::task::TaskTracker;
 
 use crate::admin::endpoint::Admin;
-use crate::inbound::proxy::{self, Attempt, Claim, PeerStream};
+use crate::inbound::proxy::{self, Attempt, PeerStream};
 use crate::reply;
 use crate::smtp;
 use crate::state::context::{Context, Deps};
@@ -206,8 +206,8 @@ async fn refuse(mut stream: impl smtp::AsyncStream, refusal: reply::Reply, impli
 }
 
 /// The client's stream and address. From `proxy_from`: the address its PROXY header names
-/// (the balancer's own for `LOCAL`), or `None` when the header is refused (logged, counted,
-/// closed). From anywhere else: the socket's, watched for a header it may not send.
+/// (the balancer's own for `LOCAL`, unless trusted: `proxy::client`), or `None` when the
+/// header is refused (logged, counted, closed). From anywhere else: the socket's, watched for a header it may not send.
 async fn open(
     ctx: &Context,
     mut stream: TcpStream,
@@ -220,12 +220,10 @@ async fn open(
         return Some((stream, peer, Some(attempt)));
     }
     let timeout = Duration::from_millis(smtp.proxy_timeout_ms.get());
-    match proxy::read_header(&mut stream, timeout).await {
-        Ok(header) => {
-            let client = match header.claim {
-                Claim::Client(client) => client,
-                Claim::Local => peer,
-            };
+    let read = proxy::read_header(&mut stream, timeout).await;
+    let read = read.and_then(|h| Ok((proxy::client(h.claim, peer, &smtp.trusted_networks)?, h)));
+    match read {
+        Ok((client, header)) => {
             tracing::debug!(%client, balancer = %peer, "PROXY header");
             Some((PeerStream::after_header(stream, header.rest), client, None))
         }

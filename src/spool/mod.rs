@@ -39,7 +39,7 @@ mod stopped;
 #[cfg(test)]
 mod sync_log;
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -285,7 +285,12 @@ impl Spool {
     /// The message of `ticket`, read back whole and its digest checked.
     pub async fn read(&self, ticket: &Ticket) -> Result<Held, Damaged> {
         let path = self.layout.held.join(file_name(ticket.seq, &ticket.id));
-        let read = tokio::task::spawn_blocking(move || std::fs::read(path)).await;
+        let read = tokio::task::spawn_blocking(move || {
+            let mut bytes = Vec::new();
+            recover::open_regular(&path)?.read_to_end(&mut bytes)?;
+            Ok::<_, std::io::Error>(bytes)
+        })
+        .await;
         let bytes = (read.map_err(|e| Damaged(e.to_string()))?)
             .map_err(|e| Damaged(format!("cannot be read: {e}")))?;
         let held = record::decode(bytes)?;

@@ -4,7 +4,14 @@
 //! that cannot be read back is set aside in `damaged/` with an error log. The files are read
 //! in inode order by several threads at once (a cold disk serves reads in flight together,
 //! and each thread's in one direction).
+//!
+//! Whatever else is found there is set aside too, never waited on nor a reason to refuse the
+//! start: anything but a regular file (a FIFO would block its reader for ever, a directory
+//! cannot be removed as a file), and a second file of an id already read (two queues of one
+//! id would wedge both).
 
+use std::collections::HashSet;
+use std::fs::File;
 use std::io::Read;
 use std::os::unix::fs::DirEntryExt;
 use std::path::{Path, PathBuf};
@@ -28,7 +35,16 @@ pub struct Recovered {
 pub fn recover(layout: &Layout, index: &mut Index) -> std::io::Result<Recovered> {
     let mut found = Recovered::default();
     for entry in std::fs::read_dir(&layout.tmp)? {
-        std::fs::remove_file(entry?.path())?;
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        match entry.file_type()?.is_file() {
+            true => std::fs::remove_file(entry.path())?,
+            false => {
+                set_aside(layout, &entry.path(), &name, "not a regular file");
+                found.damaged += 1;
+                continue;
+            }
+        }
         found.unfinished += 1;
     }
     let mut files = Vec::new();
@@ -46,15 +62,22 @@ pub fn recover(layout: &Layout, index: &mut Index) -> std::io::Result<Recovered>
     let mut entries = Vec::with_capacity(files.len());
     for ((path, name, _), read) in files.iter().zip(read_all(&files)) {
         match read {
-            Ok(read) => entries.push(read),
+            Ok(read) => entries.push((read, path, name)),
             Err(why) => {
                 set_aside(layout, path, name, &why.0);
                 found.damaged += 1;
             }
         }
     }
-    entries.sort_by_key(|(_, e)| e.seq);
-    for (key, entry) in entries {
+    entries.sort_by_key(|((_, e), _, _)| e.seq);
+    let mut ids = HashSet::with_capacity(entries.len());
+    for ((key, entry), path, name) in entries {
+        if !ids.insert(entry.id.clone()) {
+            let why = format!("a second file of message {}", entry.id);
+            set_aside(layout, path, name, &why);
+            found.damaged += 1;
+            continue;
+        }
         match entry.state {
             State::Failed => found.failed += 1,
             _ => found.held += 1,
@@ -111,10 +134,22 @@ fn read_entry(path: &Path, name: &str, state: State) -> Result<(HeldKey, Entry),
     Ok((meta.key, entry))
 }
 
+/// Opens a spool file for reading: never waits (a FIFO opens at once), never follows a
+/// link, and refuses anything but a regular file.
+pub fn open_regular(path: &Path) -> std::io::Result<File> {
+    use rustix::fs::{Mode, OFlags};
+    let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let file = File::from(rustix::fs::open(path, flags, Mode::empty())?);
+    if !file.metadata()?.file_type().is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    Ok(file)
+}
+
 /// The first bytes of a file, enough for its first two lines (at most `MAX_META`).
 pub fn read_head(path: &Path) -> std::io::Result<Vec<u8>> {
     let mut head = Vec::with_capacity(8192);
-    let file = std::fs::File::open(path)?;
+    let file = open_regular(path)?;
     let mut taken = file.take(MAX_META as u64);
     let mut chunk = [0u8; 8192];
     loop {

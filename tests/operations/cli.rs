@@ -240,6 +240,26 @@ fn check_warns_when_no_route_is_a_catch_all_and_refuses_unknown_names() {
     );
 }
 
+/// A balancer inside `trusted_networks` (here loopback, their default): `check` passes and
+/// warns, naming both; apart, no warning.
+#[test]
+fn check_warns_when_proxy_from_overlaps_trusted_networks() {
+    let config = |smtp: &str| TestConfig::new().smtp(smtp).upstream("file://x").text();
+    let out = check(&config("proxy_from = [\"127.0.0.1/32\"]"));
+    assert_eq!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("warning") && err.contains("smtp.proxy_from (127.0.0.1/32) overlaps"),
+        "{err}"
+    );
+    assert!(err.contains("smtp.trusted_networks (127.0.0.0/8)"), "{err}");
+    let apart = "proxy_from = [\"127.0.0.1/32\"]\ntrusted_networks = [\"127.0.0.2/32\"]";
+    let out = check(&config(apart));
+    assert_eq!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("warning"), "{err}");
+}
+
 #[test]
 fn check_names_the_key_and_line_of_an_error() {
     // The minimal head: the test names the lines of the keys at fault.

@@ -11,7 +11,7 @@ use tokio::io::AsyncWriteExt;
 
 use crate::support::auth::{auth_config, plain};
 use crate::support::memory::MemoryForwarder;
-use crate::support::proxy::{connect_from, ipv6_listener, v1, v2, v2_local};
+use crate::support::proxy::{connect_from, ipv6_listener, v1, v2, v2_local, v2_no_address};
 use crate::support::relay::{config_text, memory_relay, Client, Relay};
 use crate::support::tls::{handshake, TestCert};
 use crate::support::wait::until;
@@ -111,7 +111,7 @@ async fn v1_and_v2_over_ipv4_and_ipv6_name_the_client_in_received() {
 }
 
 #[tokio::test]
-async fn the_claimed_address_decides_trust_and_local_is_the_balancer() {
+async fn the_claimed_address_decides_trust() {
     let trusted = "trusted_networks = [\"127.0.0.1/32\", \"127.0.0.2/32\"]\n";
     let (relay, fwd) = relay(trusted, "").await;
     let mut trusted = client_at(&relay, "127.0.0.2:40000").await;
@@ -121,11 +121,52 @@ async fn the_claimed_address_decides_trust_and_local_is_the_balancer() {
     assert_eq!(stranger.cmd("EHLO app.test").await.0, 250);
     let (code, text) = stranger.cmd("MAIL FROM:<app@example.com>").await;
     assert_eq!(code, 530, "{text}");
-    // LOCAL: the balancer's own connection, served as the balancer.
-    let mut local = balanced(&relay, &v2_local()).await;
-    assert_eq!(send(&mut local).await, 250);
     assert!(received_from(&fwd, 0).ends_with("([127.0.0.2])"));
-    assert!(received_from(&fwd, 1).ends_with("([127.0.0.1])"));
+    relay.stop().await;
+}
+
+/// The headers that name no client: v2 `LOCAL`, v1 `UNKNOWN`, v2 `UNSPEC` and `AF_UNIX`.
+fn no_client() -> [Vec<u8>; 4] {
+    [
+        v2_local(),
+        b"PROXY UNKNOWN\r\n".to_vec(),
+        v2_no_address(0x00),
+        v2_no_address(0x31),
+    ]
+}
+
+/// A header naming no client is the balancer's own connection: served as the balancer while
+/// its address is not trusted (so it relays only with AUTH, as any stranger).
+#[tokio::test]
+async fn a_header_naming_no_client_is_the_untrusted_balancer_itself() {
+    let (relay, fwd) = relay("trusted_networks = [\"127.0.0.2/32\"]\n", "").await;
+    for header in no_client() {
+        let mut c = balanced(&relay, &header).await;
+        assert_eq!(c.cmd("EHLO app.test").await.0, 250, "{header:?}");
+        let (code, text) = c.cmd("MAIL FROM:<app@example.com>").await;
+        assert_eq!(code, 530, "{header:?}: {text}");
+    }
+    assert!(fwd.messages().is_empty());
+    assert_eq!(refused(&relay, "local_trusted").await, 0);
+    relay.stop().await;
+}
+
+/// From a balancer whose address is trusted, a header naming no client would make its
+/// connection trusted with no client named: refused, closed before the greeting, counted.
+#[tokio::test]
+async fn a_header_naming_no_client_from_a_trusted_balancer_is_refused() {
+    let (relay, fwd) = relay("trusted_networks = [\"127.0.0.1/32\"]\n", "").await;
+    for (n, header) in no_client().iter().enumerate() {
+        let mut c = balanced_from("127.0.0.1", relay.addr, header).await;
+        c.send(b"EHLO app.test\r\nMAIL FROM:<app@example.com>\r\n")
+            .await;
+        assert!(c.is_closed().await, "no greeting, closed: {header:?}");
+        until("counted", async || {
+            refused(&relay, "local_trusted").await == n as u64 + 1
+        })
+        .await;
+    }
+    assert!(fwd.messages().is_empty());
     relay.stop().await;
 }
 
@@ -291,5 +332,19 @@ async fn truncated_and_slow_headers_are_closed_within_the_timeout() {
     assert!(c.is_closed().await);
     assert!(started.elapsed() < timeout);
     until("counted", async || refused(&relay, "truncated").await == 1).await;
+    relay.stop().await;
+}
+
+/// A v1 line that ends without all its fields (no ports) can never become whole: refused at
+/// once, not at `proxy_timeout_ms`.
+#[tokio::test(start_paused = true)]
+async fn a_v1_line_without_its_ports_is_refused_at_once() {
+    let (relay, _) = relay("proxy_timeout_ms = 3000\n", "").await;
+    let started = tokio::time::Instant::now();
+    let cut = b"PROXY TCP4 127.0.0.2 127.0.0.1\r\n";
+    let mut c = balanced_from("127.0.0.1", relay.addr, cut).await;
+    assert!(c.is_closed().await);
+    assert!(started.elapsed() < Duration::from_millis(3000));
+    until("counted", async || refused(&relay, "malformed").await == 1).await;
     relay.stop().await;
 }

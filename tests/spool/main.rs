@@ -3,7 +3,8 @@
 //! (`max_held`, a key's share of the spool, the spool's storage); what release does with a
 //! refusal (a report to the sender), a paused tenant and a damaged file; the operators'
 //! endpoints and `mailsluice spool` (the binary against a relay in this process); what is
-//! counted and logged of held and released messages; every temporary failure of upstream held,
+//! counted and logged of held and released messages; hostile input against the reports and
+//! the spool's directories; every temporary failure of upstream held,
 //! and a failing upstream's breaker; and, with the binary as a process of its own, a crash
 //! and a full filesystem.
 
@@ -17,6 +18,7 @@ mod counted;
 mod crash;
 mod head_of_line;
 mod hold;
+mod hostile;
 mod release;
 mod share;
 mod upstream_fails;

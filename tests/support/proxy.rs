@@ -42,6 +42,17 @@ pub fn v2_local() -> Vec<u8> {
     header_v2(0x20, 0x00, &[])
 }
 
+/// A v2 header naming no client: the PROXY command over an address family the relay takes
+/// no address from (`UNSPEC`, 0x00; `AF_UNIX` stream, 0x31, its two 108-byte paths).
+pub fn v2_no_address(family: u8) -> Vec<u8> {
+    let body = if family == 0x31 {
+        vec![0u8; 216]
+    } else {
+        Vec::new()
+    };
+    header_v2(0x21, family, &body)
+}
+
 fn header_v2(command: u8, family: u8, body: &[u8]) -> Vec<u8> {
     let mut out = V2_SIGNATURE.to_vec();
     out.extend([command, family]);

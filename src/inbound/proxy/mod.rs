@@ -11,6 +11,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use ipnet::IpNet;
 use proxy_header::{ParseConfig, Protocol, ProxyHeader};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
@@ -33,9 +34,31 @@ pub(super) const V2_SIGNATURE: &[u8] = b"\r\n\r\n\0\r\nQUIT\n";
 pub enum Claim {
     /// A client's connection, relayed: this is the client's address.
     Client(SocketAddr),
-    /// The balancer's own connection (v2 `LOCAL`, its health check; v1 `UNKNOWN`): served as
-    /// the balancer, with its own address.
+    /// No client named: the balancer's own connection (v2 `LOCAL`, its health check), or a
+    /// family without an address of ours (v1 `UNKNOWN`, v2 `UNSPEC`, `AF_UNIX`). Served as the
+    /// balancer, with its own address, unless that address is trusted ([`client`]).
     Local,
+}
+
+/// The address a session is served as, by `claim` from `balancer`. A claim naming no client
+/// from a balancer in `trusted` is refused: the balancer's trust is for the clients it names,
+/// and any host of `proxy_from` (or a client able to make the balancer say `LOCAL`) would
+/// otherwise relay as the balancer, unauthenticated.
+pub fn client(
+    claim: Claim,
+    balancer: SocketAddr,
+    trusted: &[IpNet],
+) -> Result<SocketAddr, HeaderError> {
+    match claim {
+        Claim::Client(client) => Ok(client),
+        Claim::Local => {
+            let ip = balancer.ip().to_canonical();
+            match trusted.iter().any(|net| net.contains(&ip)) {
+                true => Err(HeaderError::LocalFromTrusted),
+                false => Ok(balancer),
+            }
+        }
+    }
 }
 
 /// Why a connection from `proxy_from` was closed before its session.
@@ -51,6 +74,11 @@ pub enum HeaderError {
     Truncated(usize),
     #[error("PROXY header not complete within {0} ms ({1} bytes came)")]
     Slow(u64, usize),
+    #[error(
+        "PROXY header names no client (LOCAL, UNKNOWN, UNSPEC or AF_UNIX) and the balancer's \
+         address is in trusted_networks"
+    )]
+    LocalFromTrusted,
 }
 
 impl HeaderError {
@@ -61,6 +89,7 @@ impl HeaderError {
             HeaderError::Malformed(_) => "malformed",
             HeaderError::Truncated(_) => "truncated",
             HeaderError::Slow(..) => "slow",
+            HeaderError::LocalFromTrusted => "local_trusted",
         }
     }
 }
@@ -134,11 +163,22 @@ fn parse(buf: &mut Vec<u8>) -> Result<Option<Header>, HeaderError> {
                 "longer than {MAX_HEADER_BYTES} bytes"
             )))
         }
+        // A v1 header is one line: once its line ended, nothing more can make it whole.
+        Err(proxy_header::Error::BufferTooShort) if v1_line_ended(buf) => {
+            return Err(HeaderError::Malformed(
+                "a v1 line without all its fields".into(),
+            ))
+        }
         Err(proxy_header::Error::BufferTooShort) => return Ok(None),
         Err(e) => return Err(HeaderError::Malformed(e.to_string())),
     };
     let rest = buf.split_off(used);
     Ok(Some(Header { claim, rest }))
+}
+
+/// Whether `bytes` are a v1 header's start with its line's end among them.
+fn v1_line_ended(bytes: &[u8]) -> bool {
+    bytes.starts_with(V1_SIGNATURE) && memchr::memchr(b'\n', bytes).is_some()
 }
 
 /// Whether `bytes` begin as a PROXY header does (or may, for all that has come).

@@ -86,6 +86,26 @@ fn local_and_unknown_are_the_balancer_itself() {
 }
 
 #[test]
+fn no_client_named_is_the_balancer_unless_it_is_trusted() {
+    let balancer = addr("10.0.0.5:40000");
+    let trusted: Vec<IpNet> = vec!["10.0.0.0/24".parse().unwrap()];
+    let elsewhere: Vec<IpNet> = vec!["10.1.0.0/24".parse().unwrap()];
+    assert_eq!(
+        client(Claim::Local, balancer, &elsewhere).unwrap(),
+        balancer
+    );
+    assert!(matches!(
+        client(Claim::Local, balancer, &trusted),
+        Err(HeaderError::LocalFromTrusted)
+    ));
+    let named = Claim::Client(addr("192.0.2.7:1"));
+    assert_eq!(
+        client(named, balancer, &trusted).unwrap(),
+        addr("192.0.2.7:1")
+    );
+}
+
+#[test]
 fn an_ipv4_mapped_client_is_an_ipv4_client() {
     let mapped = b"PROXY TCP6 ::ffff:192.0.2.9 ::ffff:198.51.100.1 1 2\r\n";
     let claim = parsed(mapped).unwrap().unwrap().claim;
@@ -108,6 +128,9 @@ fn what_is_not_a_header_is_refused_by_reason() {
     let malformed = [
         b"PROXY TCP4 192.0.2.300 198.51.100.1 1 2\r\n".to_vec(),
         b"PROXY TCP4 192.0.2.7 198.51.100.1 99999 2\r\n".to_vec(),
+        // A line that ended without its ports can never become whole.
+        b"PROXY TCP4 192.0.2.7 198.51.100.1\r\n".to_vec(),
+        b"PROXY TCP4 192.0.2.7 198.51.100.1 1\r\nEHLO".to_vec(),
         version_3,
         datagram,
     ];
