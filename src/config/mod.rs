@@ -311,9 +311,9 @@ impl Config {
             }
             validate_layer(layer, text)?;
             self.validate_account_limit(layer, text)?;
-            if layer.mode == Mode::Hold && self.spool.is_none() {
+            if *layer.mode.get_ref() == Mode::Hold && self.spool.is_none() {
                 let (key, rule) = ("throttle.mode", SpoolRule::HoldWithoutSpool);
-                return Err(BrokenRule::at(text, layer.name.span(), key, rule));
+                return Err(BrokenRule::at(text, layer.mode.span(), key, rule));
             }
         }
         route::validate(self, text)?;

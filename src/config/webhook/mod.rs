@@ -46,15 +46,24 @@ pub struct WebhookConfig {
     /// Events held for it at most; past it the oldest is dropped (and counted).
     #[serde(default = "default_max_queue")]
     pub max_queue: NonZeroUsize,
+    /// The events' bytes (as posted) held for it at most; past it the oldest is dropped (and
+    /// counted): events naming many recipients cost memory that a count of events does not
+    /// see.
+    #[serde(default = "default_max_queue_bytes")]
+    pub max_queue_bytes: NonZeroUsize,
     /// Events in one POST at most.
     #[serde(default = "default_max_batch")]
     pub max_batch: NonZeroUsize,
     /// One POST's bound, from connecting to the response's status.
     #[serde(default = "default_timeout_ms")]
     pub timeout_ms: NonZeroU64,
-    /// POSTs of one batch at most (the first and its retries) before it is dropped.
-    #[serde(default = "default_max_attempts")]
-    pub max_attempts: NonZeroU64,
+    /// How long a batch is sent again after its first POST failed, before it is given up: a
+    /// receiver down for a deploy or an incident gets its events when it comes back.
+    #[serde(default = "default_retry_window_ms")]
+    pub retry_window_ms: NonZeroU64,
+    /// POSTs of one batch at most (the first and its retries) within the window; none but the
+    /// window when not given.
+    pub max_attempts: Option<NonZeroU64>,
 }
 
 /// A signing secret: never printed.
@@ -135,8 +144,12 @@ fn default_timeout_ms() -> NonZeroU64 {
     NonZeroU64::new(10_000).unwrap()
 }
 
-fn default_max_attempts() -> NonZeroU64 {
-    NonZeroU64::new(5).unwrap()
+fn default_max_queue_bytes() -> NonZeroUsize {
+    NonZeroUsize::new(16 << 20).unwrap()
+}
+
+fn default_retry_window_ms() -> NonZeroU64 {
+    NonZeroU64::new(3_600_000).unwrap()
 }
 
 /// A webhook's URL, split: what the delivery connects to and asks for.

@@ -25,6 +25,8 @@ fn a_webhook_gets_its_defaults_and_its_secret() {
     assert_eq!(w.events, EventType::ALL.to_vec());
     assert_eq!(w.secret.0, "s3cret");
     assert_eq!(w.max_queue.get(), 10_000);
+    assert_eq!(w.max_queue_bytes.get(), 16 << 20);
+    assert_eq!((w.retry_window_ms.get(), w.max_attempts), (3_600_000, None));
     let url = w.target().unwrap();
     assert_eq!(
         (url.https, url.host.as_str(), url.port),
