@@ -130,7 +130,8 @@ async fn a_config_that_check_passes_starts() {
 }
 
 /// Every check the start makes without the network is `check`'s too: each config below fails
-/// `check` and the start alike, with the same words (the key or file at fault), said once.
+/// `check` and the start alike, with the same words (the key or file at fault), said once;
+/// the spool is opened as the start opens it (made, locked, written).
 #[test]
 fn every_check_that_fails_the_start_fails_check() {
     let dir = tempdir();
@@ -150,6 +151,11 @@ fn every_check_that_fails_the_start_fails_check() {
             .text()
     };
     let weak = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tls");
+    // A spool directory whose lock this test holds, as a running relay would.
+    let locked = dir.join("spool-in-use");
+    std::fs::create_dir_all(&locked).unwrap();
+    let lock = std::fs::File::create(locked.join("lock")).unwrap();
+    lock.try_lock().unwrap();
     let cases: Vec<(&str, Option<String>, String)> = vec![
         ("a missing config file", None, "(os error 2)".into()),
         (
@@ -196,6 +202,23 @@ fn every_check_that_fails_the_start_fails_check() {
             "an admin password hash that is no argon2 hash",
             Some(file().then("[admin]\npassword_hash = \"secret\"").text()),
             "admin.password_hash".into(),
+        ),
+        (
+            "a spool directory that cannot be made",
+            Some(file().then("[spool]\ndir = \"/proc/nope/spool\"").text()),
+            "opening [spool]: spool directory /proc/nope/spool: No such file or directory".into(),
+        ),
+        (
+            "a spool directory another process holds",
+            Some(
+                file()
+                    .then(&format!("[spool]\ndir = \"{}\"", locked.display()))
+                    .text(),
+            ),
+            format!(
+                "opening [spool]: spool directory {} is in use by another mailsluice process",
+                locked.display()
+            ),
         ),
     ];
     for (i, (case, config, says)) in cases.into_iter().enumerate() {
