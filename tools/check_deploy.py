@@ -82,14 +82,21 @@ def grace_ms(config):
 def check_compose(path, binary):
     with open(path, encoding="utf-8") as f:
         compose = yaml.safe_load(f)
-    relay = compose["services"]["mailsluice"]
-    need(relay["deploy"]["replicas"] == 3, "compose: 3 relay replicas")
-    need(not relay["image"].startswith("localhost/"), "compose: an image name Docker and podman both resolve")
+    relays = [service for name, service in compose["services"].items() if name.startswith("mailsluice")]
+    need(len(relays) == 3, "compose: 3 relays")
+    need(all(not relay["image"].startswith("localhost/") for relay in relays), "compose: an image name Docker and podman both resolve")
     for name, service in compose["services"].items():
         need(tagged(service["image"]), f"compose: {name}'s image {service['image']} names one version (a whole version's tag, or a digest)")
     need("redis" in compose["services"], "compose: a Redis service")
     config = compose["configs"]["mailsluice"]["content"]
     need('store = "redis"' in config, "compose: a layer on Redis")
+    parsed = tomllib.loads(config)
+    need("admin" in parsed, "compose: [admin] on (the status page shows each relay's spool)")
+    if "spool" in parsed:
+        # A named volume of its own for each relay's spool: kept across `down` and `up`, never
+        # two relays on one directory.
+        spools = [v.split(":")[0] for relay in relays for v in relay["volumes"] if v.split(":")[1:2] == [parsed["spool"]["dir"]]]
+        need(len(spools) == len(relays) and len(set(spools)) == len(spools) and set(spools) <= set(compose.get("volumes") or {}), f"compose: each relay's spool on a named volume of its own ({', '.join(spools)})")
     mailsluice_check(binary, config, "compose")
 
 
@@ -383,8 +390,28 @@ def check_image_set_once(deploy, kubectl):
             need(relays and all(i == want for i in relays), f"{variant}: with another image set in kubernetes/image/, the relay runs it ({', '.join(relays)})")
 
 
+def check_values(deploy):
+    """VALUES.md's checklist: every file under DIR holding a value of a row is named in it."""
+    with open(os.path.join(deploy, "VALUES.md"), encoding="utf-8") as f:
+        rows = [line for line in f if line.startswith("| ") and "`" in line]
+    files = [p for p in glob.glob(os.path.join(deploy, "kubernetes", "**", "*"), recursive=True) if p.endswith((".yaml", ".toml"))]
+    for row in rows:
+        cells = row.split("|")
+        shipped = re.findall(r"`([^`]+)`", cells[2])
+        if not shipped:
+            continue
+        value = shipped[0]
+        holding = []
+        for path in files:
+            with open(path, encoding="utf-8") as f:
+                if value in f.read():
+                    holding.append(os.path.relpath(path, deploy))
+        need(holding and all(h in cells[3] for h in holding), f"VALUES.md: every file holding {value} is listed ({', '.join(holding)})")
+
+
 def check_kubernetes(deploy, binary, kubectl):
     base = os.path.join(deploy, "kubernetes")
+    check_values(deploy)
     check_listed(base, "kubernetes")
     for component in ("nlb", "monitoring", "hold", "image"):
         check_listed(os.path.join(base, component), f"kubernetes/{component}")

@@ -1,5 +1,5 @@
 //! The deployment files (`deploy/compose.yaml`, `deploy/kubernetes/` and its components,
-//! `deploy/eks/`) parse, their relay configs pass `mailsluice check`, and the manifests, as
+//! `deploy/eks/`, `deploy/hold/`, the checklist `deploy/VALUES.md`) parse, their relay configs pass `mailsluice check`, and the manifests, as
 //! kustomize renders them, hold what they promise (probes on real endpoints, a grace period
 //! above `shutdown_grace_ms` plus the preStop pause, no Secret with a placeholder, seccomp,
 //! no `trusted_networks` wider than the apps' CIDR, ...): `tools/check_deploy.py` checks them;
@@ -214,6 +214,18 @@ fn a_broken_deployment_file_is_refused() {
             "periodSeconds: 60",
             "periodSeconds: 10",
             "the HPA scales down one pod per 30 s or more",
+        ),
+        (
+            "VALUES.md",
+            "| `kubernetes/serviceaccount.yaml` |",
+            "| the service account |",
+            "VALUES.md: every file holding arn:aws:iam::123456789012:role/mailsluice-ses is listed",
+        ),
+        (
+            "compose.yaml",
+            "spool-3:/var/lib/mailsluice/spool",
+            "spool-2:/var/lib/mailsluice/spool",
+            "compose: each relay's spool on a named volume of its own",
         ),
         // A variant that does not apply the image component last renders `mailsluice`, no tag.
         (
