@@ -324,9 +324,12 @@ impl Config {
         }
         if let Some(reputation) = &self.reputation {
             reputation::validate(reputation, text)?;
-            if reputation.action == Action::Hold && self.spool.is_none() {
-                let rule = SpoolRule::ReputationHoldWithoutSpool;
-                return Err(BrokenRule::unlocated("reputation.action", rule));
+            if *reputation.action.get_ref() == Action::Hold && self.spool.is_none() {
+                let (span, rule) = (
+                    reputation.action.span(),
+                    SpoolRule::ReputationHoldWithoutSpool,
+                );
+                return Err(BrokenRule::at(text, span, "reputation.action", rule));
             }
         }
         if let Some(spool) = &self.spool {

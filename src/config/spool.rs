@@ -144,7 +144,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("reputation.action") && err.contains("[spool]"),
+            err.contains("reputation.action") && err.contains("[spool]") && err.contains("line 7"),
             "{err}"
         );
         let c = Config::parse(&format!("{MINIMAL}{layer}[spool]\ndir = \"spool\"\n")).unwrap();

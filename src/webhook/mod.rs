@@ -47,7 +47,7 @@ pub struct Hook {
 impl Hook {
     fn wants(&self, tenant: &str, kind: EventType) -> bool {
         let t = self.config.tenant.get_ref();
-        (t == "*" || t == tenant) && self.config.events.contains(&kind)
+        (t == "*" || t == tenant) && self.config.events.get_ref().contains(&kind)
     }
 }
 

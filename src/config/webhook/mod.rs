@@ -32,9 +32,10 @@ pub struct WebhookConfig {
     /// The secret itself, from `secret_env`.
     #[serde(skip)]
     pub secret: Secret,
-    /// Which events it gets; all when not given.
+    /// Which events it gets; all when not given. Spanned: an empty list is reported at its
+    /// line.
     #[serde(default = "EventType::all")]
-    pub events: Vec<EventType>,
+    pub events: Spanned<Vec<EventType>>,
     /// Networks its URL may reach although internal (and over `http://`).
     #[serde(default)]
     pub allow_networks: Vec<IpNet>,
@@ -113,8 +114,8 @@ impl EventType {
         EventType::Resumed,
     ];
 
-    fn all() -> Vec<EventType> {
-        EventType::ALL.to_vec()
+    fn all() -> Spanned<Vec<EventType>> {
+        Spanned::new(0..0, EventType::ALL.to_vec())
     }
 
     pub fn as_str(self) -> &'static str {
@@ -294,9 +295,9 @@ pub(super) fn prepare(config: &mut Config, text: &str) -> Result<(), BrokenRule>
                 WebhookRule::NoTenant,
             ));
         }
-        if hook.events.is_empty() {
+        if hook.events.get_ref().is_empty() {
             return Err(at(
-                hook.tenant.span(),
+                hook.events.span(),
                 "webhook.events",
                 WebhookRule::NoEvents,
             ));
