@@ -795,3 +795,64 @@ fn every_bench_script_starts_from_anywhere_with_no_environment() {
         );
     }
 }
+
+/// The role ARN the manifests ship (AWS's example account `123456789012`) cannot send: `check`
+/// and the start warn of it, and `/readyz` names it in the SES upstream's detail, without
+/// asking AWS (its endpoint here is a closed port on loopback).
+#[tokio::test]
+async fn the_placeholder_role_is_named_by_check_and_readyz() {
+    let dir = tempdir();
+    let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let config = TestConfig::new()
+        .upstream("ses://eu-west-1")
+        .then("endpoint_url = \"http://127.0.0.1:9\"")
+        .then(&format!("[admin]\nlisten = \"{admin}\""))
+        .text();
+    let path = dir.join("relay.toml");
+    std::fs::write(&path, &config).unwrap();
+    let command = |args: &[&str]| {
+        let mut command = Command::new(BIN);
+        command
+            .args(args)
+            .arg(&path)
+            .current_dir(&dir)
+            .env(
+                "AWS_ROLE_ARN",
+                "arn:aws:iam::123456789012:role/mailsluice-ses",
+            )
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .env_remove("AWS_WEB_IDENTITY_TOKEN_FILE")
+            .env_remove("AWS_ACCESS_KEY_ID")
+            .env_remove("AWS_SECRET_ACCESS_KEY")
+            .env_remove("AWS_PROFILE");
+        command
+    };
+    let checked = command(&["check", "--config"]).output().unwrap();
+    let said = String::from_utf8_lossy(&checked.stderr);
+    assert!(checked.status.success(), "{said}");
+    assert!(
+        said.contains("warning") && said.contains("placeholder account 123456789012"),
+        "{said}"
+    );
+    let child = command(&["--config"])
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut child = Running(child);
+    let lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut lines = lines.map_while(Result::ok);
+    assert!(
+        lines.any(|l| l.contains("admin endpoint listening")),
+        "the relay started"
+    );
+    let (status, body) = crate::support::http::get(admin, "/readyz").await;
+    assert_eq!(status, 200, "this replica takes mail: {body}");
+    assert!(body.contains("placeholder account 123456789012"), "{body}");
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let _ = child.wait();
+}
