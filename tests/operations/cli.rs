@@ -220,7 +220,8 @@ fn every_check_that_fails_the_start_fails_check() {
         (
             "a spool directory that cannot be made",
             Some(file().then("[spool]\ndir = \"/proc/nope/spool\"").text()),
-            "opening [spool]: spool directory /proc/nope/spool: No such file or directory".into(),
+            "opening [spool]: spool directory /proc/nope/spool: No such file or directory (os error 2)"
+                .into(),
         ),
         (
             "a spool directory another process holds",
@@ -252,6 +253,11 @@ fn every_check_that_fails_the_start_fails_check() {
             let err = String::from_utf8_lossy(&out.stderr);
             assert_eq!(out.status.code(), Some(1), "{case}, {args:?}: {err}");
             assert_eq!(err.matches(&says).count(), 1, "{case}, {args:?}: {err}");
+            // The cause is said once, not again as the error's source.
+            let cause = "No such file or directory (os error 2)";
+            if says.contains(cause) {
+                assert_eq!(err.matches(cause).count(), 1, "{case}, {args:?}: {err}");
+            }
         }
     }
 }
