@@ -6,8 +6,16 @@ would, hold what they promise.
     python3 tools/check_deploy.py --mailsluice PATH [--deploy DIR] [--kubectl PATH]
 
 DIR (default: deploy/) holds compose.yaml, kubernetes/ (the base, with its components nlb/,
-monitoring/ and hold/), eks/ (the base with nlb/ and monitoring/) and hold/ (the base in hold
-mode). Prints one line per check and exits 1 at the first that fails, naming it. Needs PyYAML (Debian: python3-yaml) and kubectl (its
+monitoring/, hold/ and image/), eks/ (the base with nlb/ and monitoring/) and hold/ (the base in
+hold mode). Prints one line per check and exits 1 at the first that fails, naming it.
+
+The image: every workload's image carries a tag (or a digest), and every relay workload of every
+variant runs the image kubernetes/image/ sets, the one place to set it; on a copy of DIR with
+another image set there (the edit `kustomize edit set image` makes), every variant renders that
+one. The hold variant's pods each have a DNS name of their own (a headless Service named as the
+StatefulSet's serviceName), and the Service taking mail selects a label the set does not, so a pod
+relabelled out of it (docs/hold.md, "Emptying one pod's spool") stays the set's, reachable by
+the name that page uses. Needs PyYAML (Debian: python3-yaml) and kubectl (its
 built-in kustomize renders the manifests).
 """
 
@@ -16,6 +24,7 @@ import glob
 import ipaddress
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -27,6 +36,8 @@ import yaml
 PROBE_PATHS = {"/healthz", "/readyz"}
 # A value a Secret must never be shipped with.
 PLACEHOLDER = re.compile(r"replace|change|example|placeholder|todo|xxx|secret|password|^\.*$|^<.*>$", re.I)
+# The pages the checks hold the manifests to (the repository's, whichever DIR is checked).
+DOCS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs")
 # Broader than this, a network is no apps' CIDR.
 WIDEST = {4: 16, 6: 48}
 
@@ -42,7 +53,10 @@ def need(ok, what):
 
 
 def mailsluice_check(binary, config, where):
-    """`mailsluice check` on `config`, its `*_env` variables set as the pod's Secrets would."""
+    """`mailsluice check` on `config`, its `*_env` variables set as the pod's Secrets would. A
+    `[spool]` is put in a scratch directory: `check` opens it as the start does (making it)."""
+    spool = tempfile.mkdtemp(prefix="check-deploy-spool-")
+    config = re.sub(r'^dir = "[^"]*"', f'dir = "{spool}/spool"', config, flags=re.M)
     env = dict(os.environ)
     for key, var in re.findall(r"^\s*(\w+_env)\s*=\s*\"([^\"]+)\"", config, re.M):
         if key == "password_hash_env":
@@ -57,6 +71,7 @@ def mailsluice_check(binary, config, where):
         run = subprocess.run([binary, "check", "--config", path], capture_output=True, text=True, env=env)
     finally:
         os.unlink(path)
+        shutil.rmtree(spool, ignore_errors=True)
     need(run.returncode == 0, f"{where}: `mailsluice check` passes ({run.stdout}{run.stderr}".strip() + ")")
 
 
@@ -67,12 +82,21 @@ def grace_ms(config):
 def check_compose(path, binary):
     with open(path, encoding="utf-8") as f:
         compose = yaml.safe_load(f)
-    relay = compose["services"]["mailsluice"]
-    need(relay["deploy"]["replicas"] == 3, "compose: 3 relay replicas")
-    need(not relay["image"].startswith("localhost/"), "compose: an image name Docker and podman both resolve")
+    relays = [service for name, service in compose["services"].items() if name.startswith("mailsluice")]
+    need(len(relays) == 3, "compose: 3 relays")
+    need(all(not relay["image"].startswith("localhost/") for relay in relays), "compose: an image name Docker and podman both resolve")
+    for name, service in compose["services"].items():
+        need(tagged(service["image"]), f"compose: {name}'s image {service['image']} names one version (a whole version's tag, or a digest)")
     need("redis" in compose["services"], "compose: a Redis service")
     config = compose["configs"]["mailsluice"]["content"]
     need('store = "redis"' in config, "compose: a layer on Redis")
+    parsed = tomllib.loads(config)
+    need("admin" in parsed, "compose: [admin] on (the status page shows each relay's spool)")
+    if "spool" in parsed:
+        # A named volume of its own for each relay's spool: kept across `down` and `up`, never
+        # two relays on one directory.
+        spools = [v.split(":")[0] for relay in relays for v in relay["volumes"] if v.split(":")[1:2] == [parsed["spool"]["dir"]]]
+        need(len(spools) == len(relays) and len(set(spools)) == len(spools) and set(spools) <= set(compose.get("volumes") or {}), f"compose: each relay's spool on a named volume of its own ({', '.join(spools)})")
     mailsluice_check(binary, config, "compose")
 
 
@@ -293,14 +317,111 @@ def check_render(objects, binary, where):
     need("eks.amazonaws.com/role-arn" in account["metadata"].get("annotations", {}) and pod["serviceAccountName"] == account["metadata"]["name"], f"{where}: the relay runs as a service account with an IRSA role")
 
 
+def workloads(objects):
+    return by_kind(objects, "Deployment") + by_kind(objects, "StatefulSet")
+
+
+def image_set(deploy):
+    """The relay's image as kubernetes/image/ sets it: `name[:tag]` or `name@digest`."""
+    with open(os.path.join(deploy, "kubernetes", "image", "kustomization.yaml"), encoding="utf-8") as f:
+        (image,) = [i for i in yaml.safe_load(f)["images"] if i["name"] == "mailsluice"]
+    name = image.get("newName", image["name"])
+    if "digest" in image:
+        return f"{name}@{image['digest']}"
+    return f"{name}:{image['newTag']}" if "newTag" in image else name
+
+
+def tagged(image):
+    """Whether `image` names one version: a digest, or a tag of a whole version (`7.4.2`,
+    `0.1.0-alpine`), not a floating `7`, `7.4` or `latest`."""
+    if "@" in image:
+        return True
+    last = image.rsplit("/", 1)[-1]
+    return ":" in last and re.match(r"\d+\.\d+\.\d+", last.rsplit(":", 1)[1]) is not None
+
+
+def check_images(objects, want, where):
+    for workload in workloads(objects):
+        name = workload["metadata"]["name"]
+        for c in workload["spec"]["template"]["spec"]["containers"]:
+            need(tagged(c["image"]), f"{where}: {name}/{c['name']}'s image {c['image']} names one version (a whole version's tag, or a digest)")
+            if name == "mailsluice":
+                need(c["image"] == want, f"{where}: {name}/{c['name']} runs the image kubernetes/image/ sets ({c['image']}, set: {want})")
+
+
+def check_pods_by_name(objects, where):
+    """A StatefulSet's pods each reachable by name, and one of them out of the Service taking
+    mail by a label the set does not select on, as docs/hold.md's procedure does."""
+    for stateful in [s for s in by_kind(objects, "StatefulSet") if s["metadata"]["name"] == "mailsluice"]:
+        labels = stateful["spec"]["template"]["metadata"]["labels"]
+        own = stateful["spec"]["selector"]["matchLabels"]
+        services = {s["metadata"]["name"]: s for s in by_kind(objects, "Service")}
+        headless = services.get(stateful["spec"]["serviceName"])
+        need(headless is not None and headless["spec"].get("clusterIP") == "None" and selects(headless["spec"]["selector"], own),
+             f"{where}: the StatefulSet's serviceName {stateful['spec']['serviceName']} is a headless Service selecting every pod of the set")
+        need(any(p["name"] == "admin" for p in headless["spec"]["ports"]), f"{where}: a pod's admin port reachable by its name")
+        taking = [s for s in services.values() if s is not headless and selects(s["spec"]["selector"], labels)]
+        for service in taking:
+            apart = set(service["spec"]["selector"]) - set(own)
+            need(apart, f"{where}: Service {service['metadata']['name']} selects a label the StatefulSet does not (a pod relabelled leaves it, not the set)")
+        ns = stateful["metadata"]["namespace"]
+        name = f"{stateful['metadata']['name']}-1.{headless['metadata']['name']}.{ns}.svc"
+        with open(os.path.join(DOCS, "hold.md"), encoding="utf-8") as f:
+            page = f.read()
+        need(name in page, f"{where}: docs/hold.md reaches a pod by its name as the manifests make it ({name})")
+        label = sorted(set(taking[0]["spec"]["selector"]) - set(own))[0] if taking else ""
+        need(f"{label}=false" in page, f"{where}: docs/hold.md takes a pod out of the Service by its label {label}")
+
+
+def check_image_set_once(deploy, kubectl):
+    """On a copy, another image set in kubernetes/image/ only: every variant runs it."""
+    want = "registry.example.com/check-deploy/mailsluice:9.9.9"
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = os.path.join(tmp, "deploy")
+        shutil.copytree(deploy, copy)
+        path = os.path.join(copy, "kubernetes", "image", "kustomization.yaml")
+        with open(path, encoding="utf-8") as f:
+            k = yaml.safe_load(f)
+        k["images"] = [{"name": "mailsluice", "newName": want.rsplit(":", 1)[0], "newTag": want.rsplit(":", 1)[1]}]
+        with open(path, "w", encoding="utf-8") as f:
+            yaml.safe_dump(k, f)
+        for variant in ("kubernetes", "eks", "hold"):
+            relays = [c["image"] for w in workloads(render(kubectl, os.path.join(copy, variant))) if w["metadata"]["name"] == "mailsluice" for c in w["spec"]["template"]["spec"]["containers"]]
+            need(relays and all(i == want for i in relays), f"{variant}: with another image set in kubernetes/image/, the relay runs it ({', '.join(relays)})")
+
+
+def check_values(deploy):
+    """VALUES.md's checklist: every file under DIR holding a value of a row is named in it."""
+    with open(os.path.join(deploy, "VALUES.md"), encoding="utf-8") as f:
+        rows = [line for line in f if line.startswith("| ") and "`" in line]
+    files = [p for p in glob.glob(os.path.join(deploy, "kubernetes", "**", "*"), recursive=True) if p.endswith((".yaml", ".toml"))]
+    for row in rows:
+        cells = row.split("|")
+        shipped = re.findall(r"`([^`]+)`", cells[2])
+        if not shipped:
+            continue
+        value = shipped[0]
+        holding = []
+        for path in files:
+            with open(path, encoding="utf-8") as f:
+                if value in f.read():
+                    holding.append(os.path.relpath(path, deploy))
+        need(holding and all(h in cells[3] for h in holding), f"VALUES.md: every file holding {value} is listed ({', '.join(holding)})")
+
+
 def check_kubernetes(deploy, binary, kubectl):
     base = os.path.join(deploy, "kubernetes")
+    check_values(deploy)
     check_listed(base, "kubernetes")
-    for component in ("nlb", "monitoring", "hold"):
+    for component in ("nlb", "monitoring", "hold", "image"):
         check_listed(os.path.join(base, component), f"kubernetes/{component}")
-    check_render(render(kubectl, base), binary, "kubernetes")
-    for variant in ("eks", "hold"):
-        check_render(render(kubectl, os.path.join(deploy, variant)), binary, variant)
+    want = image_set(deploy)
+    for variant in ("kubernetes", "eks", "hold"):
+        objects = render(kubectl, os.path.join(deploy, variant))
+        check_render(objects, binary, variant)
+        check_images(objects, want, variant)
+        check_pods_by_name(objects, variant)
+    check_image_set_once(deploy, kubectl)
 
 
 def main():

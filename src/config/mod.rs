@@ -313,9 +313,9 @@ impl Config {
             }
             validate_layer(layer, text)?;
             self.validate_account_limit(layer, text)?;
-            if layer.mode == Mode::Hold && self.spool.is_none() {
+            if *layer.mode.get_ref() == Mode::Hold && self.spool.is_none() {
                 let (key, rule) = ("throttle.mode", SpoolRule::HoldWithoutSpool);
-                return Err(BrokenRule::at(text, layer.name.span(), key, rule));
+                return Err(BrokenRule::at(text, layer.mode.span(), key, rule));
             }
         }
         route::validate(self, text)?;
@@ -326,9 +326,12 @@ impl Config {
         }
         if let Some(reputation) = &self.reputation {
             reputation::validate(reputation, text)?;
-            if reputation.action == Action::Hold && self.spool.is_none() {
-                let rule = SpoolRule::ReputationHoldWithoutSpool;
-                return Err(BrokenRule::unlocated("reputation.action", rule));
+            if *reputation.action.get_ref() == Action::Hold && self.spool.is_none() {
+                let (span, rule) = (
+                    reputation.action.span(),
+                    SpoolRule::ReputationHoldWithoutSpool,
+                );
+                return Err(BrokenRule::at(text, span, "reputation.action", rule));
             }
         }
         if let Some(spool) = &self.spool {

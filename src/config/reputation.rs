@@ -40,8 +40,9 @@ pub struct ReputationConfig {
     pub min_complaints: NonZeroU64,
     #[serde(default = "default_window_ms")]
     pub window_ms: NonZeroU64,
-    #[serde(default)]
-    pub action: Action,
+    /// Spanned: an `action = "hold"` without `[spool]` is reported at this key's line.
+    #[serde(default = "default_action")]
+    pub action: Spanned<Action>,
     /// Hard-bounced and complained addresses are refused at RCPT, for every tenant.
     #[serde(default = "yes")]
     pub suppress: bool,
@@ -142,6 +143,10 @@ fn default_min_bounces() -> NonZeroU64 {
 fn default_min_complaints() -> NonZeroU64 {
     NonZeroU64::new(3).unwrap()
 }
+fn default_action() -> Spanned<Action> {
+    Spanned::new(0..0, Action::default())
+}
+
 fn default_window_ms() -> NonZeroU64 {
     NonZeroU64::new(86_400_000).unwrap()
 }
@@ -252,7 +257,7 @@ mod tests {
         .unwrap();
         let r = c.reputation.unwrap();
         assert_eq!(r.key.unwrap().0, KeySource::Header("X-Tenant".into()));
-        assert_eq!(r.action, Action::Pause);
+        assert_eq!(*r.action.get_ref(), Action::Pause);
         assert_eq!(r.suppress_ttl_ms.get(), 1_209_600_000);
         assert_eq!(r.max_tracked_messages.get(), 1_000_000);
         assert_eq!(r.default_key, "default");
@@ -265,7 +270,7 @@ mod tests {
             .reputation
             .unwrap();
         assert_eq!(
-            (*r.max_bounce_rate.get_ref(), r.action),
+            (*r.max_bounce_rate.get_ref(), *r.action.get_ref()),
             (0.05, Action::Reject)
         );
     }

@@ -163,7 +163,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("throttle.mode") && err.contains("[spool]") && err.contains("line 6"),
+            err.contains("throttle.mode") && err.contains("[spool]") && err.contains("line 9"),
             "{err}"
         );
         let reputation = "[reputation]\nkey = \"auth\"\naction = \"hold\"\n";
@@ -171,11 +171,11 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("reputation.action") && err.contains("[spool]"),
+            err.contains("reputation.action") && err.contains("[spool]") && err.contains("line 7"),
             "{err}"
         );
         let c = Config::parse(&format!("{MINIMAL}{layer}[spool]\ndir = \"spool\"\n")).unwrap();
-        assert_eq!(c.throttle[0].mode, Mode::Hold);
+        assert_eq!(*c.throttle[0].mode.get_ref(), Mode::Hold);
         assert_eq!(c.throttle[0].max_held.get(), 100_000);
     }
 

@@ -155,8 +155,9 @@ pub struct ThrottleConfig {
     #[serde(default = "default_interval_ms")]
     pub interval_ms: NonZeroU64,
     pub burst: Option<NonZeroU64>,
-    #[serde(default)]
-    pub mode: Mode,
+    /// Spanned: a hold-mode layer without `[spool]` is reported at this key's line.
+    #[serde(default = "default_mode")]
+    pub mode: Spanned<Mode>,
     #[serde(default = "default_max_wait_ms")]
     pub max_wait_ms: u64,
     #[serde(default = "default_max_queue")]
@@ -226,6 +227,9 @@ fn default_cost() -> Cost {
 }
 fn default_interval_ms() -> NonZeroU64 {
     NonZeroU64::new(1000).unwrap()
+}
+fn default_mode() -> Spanned<Mode> {
+    Spanned::new(0..0, Mode::default())
 }
 fn default_max_wait_ms() -> u64 {
     25_000

@@ -42,9 +42,11 @@ impl WebhookFamilies {
         };
         let sent = "Webhook events its receiver took (a 2xx), per webhook";
         r.register("webhook_sent", sent, families.sent.clone());
-        let failed = "Webhook events given up: the receiver answered 4xx, or every attempt failed";
+        let failed = "Webhook events given up: the receiver answered 4xx, or it still failed past \
+                      retry_window_ms";
         r.register("webhook_failed", failed, families.failed.clone());
-        let dropped = "Webhook events dropped unsent: the webhook's queue was full (max_queue)";
+        let dropped =
+            "Webhook events dropped unsent: the webhook's queue was full (max_queue, max_queue_bytes)";
         r.register("webhook_dropped", dropped, families.dropped.clone());
         let queued = "Webhook events waiting in the webhook's queue";
         r.register("webhook_queued", queued, families.queued.clone());

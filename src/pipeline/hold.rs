@@ -36,7 +36,7 @@ impl Holding {
         let spool = ctx.services.spool.as_ref()?;
         let (charge, layer) = (identity.charges.iter())
             .map(|c| (c, &ctx.setup.config.throttle[c.layer]))
-            .find(|(_, layer)| layer.mode == Mode::Hold)?;
+            .find(|(_, layer)| *layer.mode.get_ref() == Mode::Hold)?;
         let per_message = layer.interval_ms.get() / layer.limit.get().max(1);
         Some(Holding {
             spool: spool.clone(),

@@ -48,7 +48,7 @@ pub use client::Client;
 pub use fate::{Fate, Later, Refuser};
 pub use intake::{intake, Hop, Intake, Judged, Received, Submitter};
 pub use message::Message;
-pub use verdict::{Record, Unanswered, Verdict};
+pub use verdict::{End, Record, Unanswered, Verdict};
 
 use crate::state::context::Context;
 use crate::state::grace_over::Bell;

@@ -140,47 +140,21 @@ fn upstreams_message_id_is_read_from_its_250() {
     assert_eq!(id(&format!("Ok {}", "x".repeat(300))), None);
 }
 
-/// The wire form, as the rule reads plainly: each line's text (its enhanced code and the line,
-/// CR and LF made spaces) trimmed at its end.
-fn plain_wire(r: &Reply) -> String {
-    let last = r.lines.len().saturating_sub(1);
-    let mut out = String::new();
-    for (i, line) in r.lines.iter().enumerate() {
-        let sep = if i == last { ' ' } else { '-' };
-        let clean = line.replace(['\r', '\n'], " ");
-        let text = match r.esc {
-            "" => clean,
-            esc => format!("{esc} {clean}"),
-        };
-        out.push_str(&format!("{}{sep}{}\r\n", r.code, text.trim_end()));
-    }
-    out
-}
-
 #[test]
-fn the_wire_form_trims_each_text_and_keeps_every_other_character() {
-    let texts = [
-        "",
-        " ",
-        "Ok",
-        "ends in spaces  ",
-        "ends in a line break\r\n",
-        "nbsp\u{a0}",
-        "ideographic space\u{3000}",
-        "héllo wörld",
-        "\r\n\r\n",
-        "a\rb\nc",
-        "\tx\t",
-        "vertical tab\u{b}",
-        "\u{b}\u{c} \u{a0}é \u{2003}",
-    ];
-    for esc in ["", "2.0.0"] {
-        for text in texts {
-            let one = Reply::new(250, esc, text);
-            assert_eq!(wire(&one), plain_wire(&one), "{one:?}");
-        }
-        let mut many = Reply::new(451, esc, texts[0].to_string());
-        many.lines = texts.iter().map(|t| t.to_string().into()).collect();
-        assert_eq!(wire(&many), plain_wire(&many), "{many:?}");
-    }
+fn the_id_a_250_names_is_sess_or_a_smarthosts_queued_as() {
+    let id = |text: &str| Accepted::new(text).named_id().map(str::to_string);
+    assert_eq!(
+        id("2.0.0 Ok 0102019a-x-000000").as_deref(),
+        Some("0102019a-x-000000")
+    );
+    assert_eq!(
+        id("2.0.0 Ok: queued as 4Xyz12AbC").as_deref(),
+        Some("4Xyz12AbC")
+    );
+    assert_eq!(
+        id("OK id=1uQ3ab-000123-Ab queued as 1uQ3ab-000123-Ab.").as_deref(),
+        Some("1uQ3ab-000123-Ab")
+    );
+    assert_eq!(id("2.0.0 Ok"), None);
+    assert_eq!(id("2.6.0 queued as "), None);
 }

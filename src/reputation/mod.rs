@@ -145,7 +145,7 @@ impl Reputation {
         Reputation {
             key: config.key.as_ref().map(|k| k.0.clone()),
             default_key: config.default_key.clone(),
-            action: config.action,
+            action: *config.action.get_ref(),
             suppress: config.suppress,
             clock,
             store,

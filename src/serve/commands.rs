@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
-use super::startup::{prepare, StartupError};
+use super::startup::{check_spool, prepare, StartupError};
 use crate::clock::TokioClock;
 use crate::config::{Config, ConfigError, StoreKind};
 use crate::inbound::password;
@@ -52,11 +52,13 @@ pub enum CommandError {
 }
 
 /// `check`: every check starting makes before the network (`startup::prepare`: the config,
-/// its environment variables, the upstreams' setup, the certificate and key); prints the
-/// warnings and `ok`.
+/// its environment variables, the upstreams' setup, the certificate and key; then the spool
+/// opened as the start opens it); prints the warnings and `ok`.
 pub fn check(path: &Path) -> Result<(), CommandError> {
-    let prepared = prepare(path).map_err(|e| CommandError::Startup(Box::new(e)))?;
-    for warning in prepared.warnings {
+    let startup = |e| CommandError::Startup(Box::new(e));
+    let prepared = prepare(path).map_err(startup)?;
+    let spool = check_spool(&prepared.config).map_err(startup)?;
+    for warning in prepared.warnings.into_iter().chain(spool) {
         eprintln!("{}: warning: {warning}", path.display());
     }
     println!("{}: ok", path.display());

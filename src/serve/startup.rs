@@ -3,13 +3,17 @@
 //! resolver's settings), the TLS certificate and key (their files, that they match, a key
 //! rustls takes: an RSA key under 2048 bits is refused). One function, run by `serve` and by
 //! `check`, so that a config `check` passes is one that starts: only binding the sockets and
-//! reaching upstream, Redis and SQS are left to the start.
+//! reaching upstream, Redis and SQS are left to the start. `check` also opens `[spool]` as
+//! the start will ([`check_spool`]: made, locked, written, its free space), in the start's
+//! words; the start opens it for good inside its runtime.
 
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, UpstreamKind};
 use crate::inbound::tls::{Tls, TlsError};
+use crate::spool::{Spool, SpoolError};
+use crate::upstream::ses::role;
 use crate::upstream::{Upstreams, UpstreamsError};
 
 /// What starting needs from the files and the environment, read and checked.
@@ -32,6 +36,9 @@ pub enum StartupError {
     Upstreams(UpstreamsError),
     #[error("loading [smtp.tls]: {0}")]
     Tls(TlsError),
+    /// The start's own words (`main`'s context for the same error).
+    #[error("opening [spool]: {0}")]
+    Spool(SpoolError),
 }
 
 /// Reads the config at `path` and everything starting builds from it that needs no network.
@@ -39,10 +46,22 @@ pub fn prepare(path: &Path) -> Result<Prepared, StartupError> {
     let config = Arc::new(Config::load(path).map_err(StartupError::Config)?);
     let upstreams = Upstreams::from_config(&config).map_err(StartupError::Upstreams)?;
     let tls = (config.smtp.tls.as_ref().map(Tls::load).transpose()).map_err(StartupError::Tls)?;
+    let mut warnings = config.warnings();
+    let ses = (config.upstreams.iter()).any(|u| matches!(u.kind, UpstreamKind::Ses(_)));
+    warnings.extend(role::placeholder_in_env().filter(|_| ses));
     Ok(Prepared {
-        warnings: config.warnings(),
+        warnings,
         config,
         upstreams,
         tls,
     })
+}
+
+/// Opens `config`'s `[spool]`, if any, as the start will and lets it go: the warning the start
+/// would log of it, if any.
+pub fn check_spool(config: &Config) -> Result<Option<String>, StartupError> {
+    let Some(spool) = &config.spool else {
+        return Ok(None);
+    };
+    Spool::check(spool).map_err(StartupError::Spool)
 }

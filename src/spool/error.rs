@@ -4,14 +4,12 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-/// The spool could not be opened at start: the relay does not start.
+/// The spool could not be opened at start: the relay does not start. Each says its cause in
+/// its text and has no `source`: `main` prints the whole chain, which would say it twice.
 #[derive(Debug, thiserror::Error)]
 pub enum SpoolError {
-    #[error("spool directory {dir}: {source}")]
-    Io {
-        dir: PathBuf,
-        source: std::io::Error,
-    },
+    #[error("spool directory {dir}: {error}")]
+    Io { dir: PathBuf, error: std::io::Error },
     #[error(
         "spool directory {dir} is in use by another mailsluice process{}: one process per spool directory",
         pid.as_deref().map_or(String::new(), |p| format!(" (pid {p})"))

@@ -17,9 +17,9 @@ pub struct DirLock {
 impl DirLock {
     /// Takes the lock of `dir`, writing this process's id in it for whoever finds it taken.
     pub fn take(dir: &Path) -> Result<DirLock, SpoolError> {
-        let io = |source| SpoolError::Io {
+        let io = |error| SpoolError::Io {
             dir: dir.to_owned(),
-            source,
+            error,
         };
         let mut file = (OpenOptions::new().read(true).write(true).create(true))
             .truncate(false)

@@ -7,6 +7,7 @@
 //! - `record`: one message's file: its meta ([`Meta`]: key, envelope, origin, age) and bytes,
 //!   with a digest.
 //! - `lock`: one process per directory.
+//! - `open`: the directory made, locked and tried, as the start and `check` do it.
 //! - `commit`: the directory's sync, one for the messages that arrive together.
 //! - `room`: the filesystem's free space.
 //! - `index`: the spool in memory: a queue per [`HeldKey`], the messages that may go, the
@@ -31,6 +32,7 @@ mod error;
 mod index;
 mod layout;
 mod lock;
+mod open;
 mod operator;
 mod record;
 mod recover;
@@ -57,6 +59,19 @@ use commit::DirSync;
 use index::Index;
 use layout::{file_name, Layout};
 use lock::DirLock;
+
+/// What the start logs, and `check` prints, of a spool with less free space than
+/// `min_free_bytes`.
+fn low_space_text(layout: &Layout, low: &Storage) -> String {
+    format!(
+        "spool directory {}: {low}: messages are refused until there is room",
+        layout.root.display()
+    )
+}
+
+fn warn_low_space(layout: &Layout, low: &Storage) {
+    tracing::warn!(target: "mailsluice::spool", "{}", low_space_text(layout, low));
+}
 
 /// A message to hold.
 pub struct ToHold<'a> {
@@ -97,13 +112,18 @@ impl Spool {
     /// Opens (creating) the spool of `config`, locked for this process, read back. Must be
     /// called within a tokio runtime (its directory syncs run on it).
     pub fn open(config: &SpoolConfig, clock: Arc<dyn Clock>) -> Result<Arc<Spool>, SpoolError> {
-        let layout = Layout::new(&config.dir);
-        let io = |source| SpoolError::Io {
+        let open::Opened {
+            layout,
+            lock,
+            low_space,
+        } = open::open_dir(config)?;
+        if let Some(low) = low_space {
+            warn_low_space(&layout, &low);
+        }
+        let io = |error| SpoolError::Io {
             dir: config.dir.clone(),
-            source,
+            error,
         };
-        layout.create().map_err(io)?;
-        let lock = DirLock::take(&layout.root)?;
         let mut index = Index::default();
         let found = recover::recover(&layout, &mut index).map_err(io)?;
         let stopped = stopped::read(&layout)?;
@@ -132,6 +152,15 @@ impl Spool {
             stopped_file: tokio::sync::Mutex::new(()),
             _lock: lock,
         }))
+    }
+
+    /// What the start would find opening the spool of `config` (`check`): an error that stops
+    /// it, or the warning it would log. Takes the lock and lets it go.
+    pub fn check(config: &SpoolConfig) -> Result<Option<String>, SpoolError> {
+        let opened = open::open_dir(config)?;
+        Ok(opened
+            .low_space
+            .map(|low| low_space_text(&opened.layout, &low)))
     }
 
     fn index(&self) -> MutexGuard<'_, Index> {

@@ -48,7 +48,7 @@ pub fn spec(layer: &ThrottleConfig) -> LayerSpec {
         limit: layer.limit.get(),
         interval: Duration::from_millis(layer.interval_ms.get()),
         burst: layer.burst(),
-        mode: layer.mode,
+        mode: *layer.mode.get_ref(),
         max_wait: Duration::from_millis(layer.max_wait_ms),
         max_queue: layer.max_queue.get(),
         max_keys: layer.max_keys.get(),

@@ -119,6 +119,20 @@ impl Accepted {
         let id = words.next().filter(|_| words.next().is_none())?;
         Some(id).filter(|id| id.len() <= crate::message::MAX_ID_BYTES)
     }
+
+    /// The id its reply names, the one the client was told: SES's `Ok <id>`
+    /// ([`Accepted::message_id`]) or a smarthost's `queued as <id>` (Postfix, Exim, ...).
+    pub fn named_id(&self) -> Option<&str> {
+        self.message_id().or_else(|| {
+            let (_, rest) = self.text.split_once("queued as ")?;
+            let id = rest.split_whitespace().next()?;
+            let id = id.trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
+            let printable = id.bytes().all(|b| b.is_ascii_graphic());
+            Some(id).filter(|id| {
+                !id.is_empty() && printable && id.len() <= crate::message::MAX_ID_BYTES
+            })
+        })
+    }
 }
 
 /// Why upstream did not take a message. The session maps each variant to the client's reply,

@@ -1,7 +1,8 @@
 //! A webhook's delivery task: batches taken off its queue, each POSTed signed, a 5xx, a
-//! timeout or a broken connection sent again after a pause (1 s, doubling, at most 60 s) up
-//! to `max_attempts`, a 4xx not. While it retries, new events wait in the queue (its bound
-//! holds; the oldest go first). It runs beside the mail, never in its way.
+//! timeout or a broken connection sent again after a pause (1 s, doubling, at most 60 s) for
+//! `retry_window_ms` after the first failure (and at most `max_attempts` POSTs, when set), a
+//! 4xx not. While it retries, new events wait in the queue behind it, in order (its bounds
+//! hold; the oldest go first). It runs beside the mail, never in its way.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -12,7 +13,7 @@ use super::event::{Batch, Event};
 use super::post::PostError;
 use super::sign::signature;
 use super::Hook;
-use crate::clock::Clock;
+use crate::clock::{nanos, Clock};
 
 /// The first pause before a batch is sent again.
 pub const FIRST_BACKOFF: Duration = Duration::from_secs(1);
@@ -46,7 +47,9 @@ pub async fn run(hook: Arc<Hook>, clock: Arc<dyn Clock>) {
 async fn deliver(hook: &Hook, clock: &dyn Clock, batch: &[Event]) {
     let body = Bytes::from(serde_json::to_vec(&Batch { events: batch }).unwrap_or_default());
     let n = batch.len() as u64;
-    let attempts = hook.config.max_attempts.get();
+    let window = nanos(Duration::from_millis(hook.config.retry_window_ms.get()));
+    let attempts = hook.config.max_attempts.map_or(u64::MAX, |a| a.get());
+    let mut first_failure = None;
     let mut pause = FIRST_BACKOFF;
     for attempt in 1..=attempts {
         let signed = signature(
@@ -62,7 +65,10 @@ async fn deliver(hook: &Hook, clock: &dyn Clock, batch: &[Event]) {
             }
             Err(error) => error,
         };
-        let last = attempt == attempts || !error.retried();
+        let failed_at = *first_failure.get_or_insert(clock.now());
+        let waited = clock.now().saturating_sub(failed_at);
+        let past_window = waited.saturating_add(nanos(pause)) > window;
+        let last = attempt == attempts || !error.retried() || past_window;
         log(hook, &error, attempt, n, last);
         hook.last_error.set(Some(error.to_string()));
         if last {

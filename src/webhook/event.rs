@@ -14,9 +14,14 @@ pub struct Event {
     #[serde(rename = "type")]
     pub kind: EventType,
     pub tenant: String,
-    /// The relay's id of the message (in our `Received:` field), when the relay saw it.
+    /// The id the client's `250` named: upstream's (`accepted`), the spool's (`held`,
+    /// `released`), else the relay's; `null` for SES's events.
     pub message_id: Option<String>,
-    /// Upstream's id of the message (SES's `MessageId`), where known.
+    /// The relay's own id of the message (in our `Received:` field), when the relay saw it:
+    /// where it differs from `message_id`, both are there.
+    pub relay_message_id: Option<String>,
+    /// Upstream's id of the message (SES's `MessageId`, a smarthost's `queued as`), where
+    /// known.
     pub upstream_message_id: Option<String>,
     /// The envelope's sender (`""` for a bounce's null path), when known.
     pub from: Option<String>,
@@ -56,6 +61,7 @@ impl Event {
             kind,
             tenant: tenant.to_string(),
             message_id: None,
+            relay_message_id: None,
             upstream_message_id: None,
             from: None,
             to: Vec::new(),

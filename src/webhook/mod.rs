@@ -2,10 +2,11 @@
 //! JSON batches (docs/webhooks.md).
 //!
 //! - `event`: one event and a batch, as the receiver reads them.
-//! - `queue`: a webhook's bounded queue (oldest dropped, counted); pushing never waits.
+//! - `queue`: a webhook's queue, bounded in events and bytes (oldest dropped, counted);
+//!   pushing never waits.
 //! - `post`: one POST, each address checked against the webhook's rules, over rustls.
 //! - `sign`: the `Mailsluice-Signature` header.
-//! - `deliver`: a webhook's task: batches, retries with backoff.
+//! - `deliver`: a webhook's task: batches, retries with a capped backoff over a window.
 //!
 //! Events come from where the relay learns them, once: a message's verdict where the session
 //! logs it (`accepted`, `refused`), the reputation guard (`bounced`, `complained`,
@@ -46,7 +47,7 @@ pub struct Hook {
 impl Hook {
     fn wants(&self, tenant: &str, kind: EventType) -> bool {
         let t = self.config.tenant.get_ref();
-        (t == "*" || t == tenant) && self.config.events.contains(&kind)
+        (t == "*" || t == tenant) && self.config.events.get_ref().contains(&kind)
     }
 }
 
@@ -86,6 +87,7 @@ impl Webhooks {
                 };
                 let queue = Queue::new(
                     config.max_queue.get(),
+                    config.max_queue_bytes.get(),
                     counters.dropped.clone(),
                     counters.queued.clone(),
                 );

@@ -32,11 +32,13 @@ fn tempdir() -> std::path::PathBuf {
 
 /// The variables the shipped configs name (`password_env`): `check` reads them as the start
 /// does, so it is run where they are set.
-const SHIPPED_ENV: [&str; 4] = [
+const SHIPPED_ENV: [&str; 6] = [
     "SES_SMTP_PASSWORD",
     "SES_EU_PASSWORD",
     "SES_US_PASSWORD",
     "BACKUP_PASSWORD",
+    "ACME_WEBHOOK_SECRET",
+    "OPS_WEBHOOK_SECRET",
 ];
 
 #[test]
@@ -50,9 +52,21 @@ fn check_accepts_the_shipped_configs() {
         "config/examples/replicas.toml",
         "config/examples/ses-multi.toml",
         "config/examples/mx.toml",
+        "config/examples/hold.toml",
+        "config/examples/webhooks.toml",
     ] {
+        // `check` opens a spool as the start does (making it): a scratch one, not the host's.
+        let text = std::fs::read_to_string(path).unwrap();
+        let spool = tempdir().join("spool");
+        let text = text.replace(
+            "dir = \"/var/spool/mailsluice\"",
+            &format!("dir = \"{}\"", spool.display()),
+        );
+        let copy = tempdir().join("shipped.toml");
+        std::fs::write(&copy, text).unwrap();
         let out = Command::new(BIN)
-            .args(["check", "--config", path])
+            .args(["check", "--config"])
+            .arg(&copy)
             .envs(SHIPPED_ENV.map(|var| (var, "x")))
             .output()
             .unwrap();
@@ -130,7 +144,8 @@ async fn a_config_that_check_passes_starts() {
 }
 
 /// Every check the start makes without the network is `check`'s too: each config below fails
-/// `check` and the start alike, with the same words (the key or file at fault), said once.
+/// `check` and the start alike, with the same words (the key or file at fault), said once;
+/// the spool is opened as the start opens it (made, locked, written).
 #[test]
 fn every_check_that_fails_the_start_fails_check() {
     let dir = tempdir();
@@ -150,6 +165,11 @@ fn every_check_that_fails_the_start_fails_check() {
             .text()
     };
     let weak = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tls");
+    // A spool directory whose lock this test holds, as a running relay would.
+    let locked = dir.join("spool-in-use");
+    std::fs::create_dir_all(&locked).unwrap();
+    let lock = std::fs::File::create(locked.join("lock")).unwrap();
+    lock.try_lock().unwrap();
     let cases: Vec<(&str, Option<String>, String)> = vec![
         ("a missing config file", None, "(os error 2)".into()),
         (
@@ -197,6 +217,24 @@ fn every_check_that_fails_the_start_fails_check() {
             Some(file().then("[admin]\npassword_hash = \"secret\"").text()),
             "admin.password_hash".into(),
         ),
+        (
+            "a spool directory that cannot be made",
+            Some(file().then("[spool]\ndir = \"/proc/nope/spool\"").text()),
+            "opening [spool]: spool directory /proc/nope/spool: No such file or directory (os error 2)"
+                .into(),
+        ),
+        (
+            "a spool directory another process holds",
+            Some(
+                file()
+                    .then(&format!("[spool]\ndir = \"{}\"", locked.display()))
+                    .text(),
+            ),
+            format!(
+                "opening [spool]: spool directory {} is in use by another mailsluice process",
+                locked.display()
+            ),
+        ),
     ];
     for (i, (case, config, says)) in cases.into_iter().enumerate() {
         let path = dir.join(format!("case{i}.toml"));
@@ -215,6 +253,11 @@ fn every_check_that_fails_the_start_fails_check() {
             let err = String::from_utf8_lossy(&out.stderr);
             assert_eq!(out.status.code(), Some(1), "{case}, {args:?}: {err}");
             assert_eq!(err.matches(&says).count(), 1, "{case}, {args:?}: {err}");
+            // The cause is said once, not again as the error's source.
+            let cause = "No such file or directory (os error 2)";
+            if says.contains(cause) {
+                assert_eq!(err.matches(cause).count(), 1, "{case}, {args:?}: {err}");
+            }
         }
     }
 }
@@ -777,4 +820,65 @@ fn every_bench_script_starts_from_anywhere_with_no_environment() {
             "{script:?}: the binaries' directory is absolute: {text}"
         );
     }
+}
+
+/// The role ARN the manifests ship (AWS's example account `123456789012`) cannot send: `check`
+/// and the start warn of it, and `/readyz` names it in the SES upstream's detail, without
+/// asking AWS (its endpoint here is a closed port on loopback).
+#[tokio::test]
+async fn the_placeholder_role_is_named_by_check_and_readyz() {
+    let dir = tempdir();
+    let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let config = TestConfig::new()
+        .upstream("ses://eu-west-1")
+        .then("endpoint_url = \"http://127.0.0.1:9\"")
+        .then(&format!("[admin]\nlisten = \"{admin}\""))
+        .text();
+    let path = dir.join("relay.toml");
+    std::fs::write(&path, &config).unwrap();
+    let command = |args: &[&str]| {
+        let mut command = Command::new(BIN);
+        command
+            .args(args)
+            .arg(&path)
+            .current_dir(&dir)
+            .env(
+                "AWS_ROLE_ARN",
+                "arn:aws:iam::123456789012:role/mailsluice-ses",
+            )
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .env_remove("AWS_WEB_IDENTITY_TOKEN_FILE")
+            .env_remove("AWS_ACCESS_KEY_ID")
+            .env_remove("AWS_SECRET_ACCESS_KEY")
+            .env_remove("AWS_PROFILE");
+        command
+    };
+    let checked = command(&["check", "--config"]).output().unwrap();
+    let said = String::from_utf8_lossy(&checked.stderr);
+    assert!(checked.status.success(), "{said}");
+    assert!(
+        said.contains("warning") && said.contains("placeholder account 123456789012"),
+        "{said}"
+    );
+    let child = command(&["--config"])
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut child = Running(child);
+    let lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut lines = lines.map_while(Result::ok);
+    assert!(
+        lines.any(|l| l.contains("admin endpoint listening")),
+        "the relay started"
+    );
+    let (status, body) = crate::support::http::get(admin, "/readyz").await;
+    assert_eq!(status, 200, "this replica takes mail: {body}");
+    assert!(body.contains("placeholder account 123456789012"), "{body}");
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let _ = child.wait();
 }

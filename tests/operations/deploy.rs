@@ -1,10 +1,14 @@
 //! The deployment files (`deploy/compose.yaml`, `deploy/kubernetes/` and its components,
-//! `deploy/eks/`) parse, their relay configs pass `mailsluice check`, and the manifests, as
+//! `deploy/eks/`, `deploy/hold/`, the checklist `deploy/VALUES.md`) parse, their relay configs pass `mailsluice check`, and the manifests, as
 //! kustomize renders them, hold what they promise (probes on real endpoints, a grace period
 //! above `shutdown_grace_ms` plus the preStop pause, no Secret with a placeholder, seccomp,
 //! no `trusted_networks` wider than the apps' CIDR, ...): `tools/check_deploy.py` checks them;
 //! here it runs on the shipped files, and on copies broken in one place each, which it must
-//! refuse. `.ci/kube-play` runs the manifests themselves under `podman kube play`.
+//! refuse. Among them: every variant runs the image set in one place (`kubernetes/image/`),
+//! on the shipped files and with another image set there, and every image names one version;
+//! the hold variant's pods each have a name of their own, and the Service taking mail lets one
+//! go by a label (docs/hold.md's procedure to empty one pod's spool).
+//! `.ci/kube-play` runs the manifests themselves under `podman kube play`.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -85,6 +89,11 @@ fn shipped_deployment_files_pass_their_checks() {
         "ok: kubernetes: terminationGracePeriodSeconds (30 s) above shutdown_grace_ms (20000 ms) plus preStop (5 s)",
         "ok: eks: terminationGracePeriodSeconds (45 s) above shutdown_grace_ms (20000 ms) plus preStop (20 s)",
         "ok: eks: a Service sending PROXY protocol if and only if proxy_from is set",
+        "ok: hold: mailsluice/mailsluice runs the image kubernetes/image/ sets (mailsluice:0.1.0, set: mailsluice:0.1.0)",
+        "ok: hold: with another image set in kubernetes/image/, the relay runs it (registry.example.com/check-deploy/mailsluice:9.9.9)",
+        "ok: eks: with another image set in kubernetes/image/, the relay runs it",
+        "ok: hold: the StatefulSet's serviceName mailsluice-pods is a headless Service selecting every pod of the set",
+        "ok: hold: docs/hold.md reaches a pod by its name as the manifests make it (mailsluice-1.mailsluice-pods.mailsluice.svc)",
         "check_deploy: all ok",
     ] {
         assert!(text.contains(line), "{line:?} in {text}");
@@ -200,6 +209,55 @@ fn a_broken_deployment_file_is_refused() {
             "periodSeconds: 60",
             "periodSeconds: 10",
             "the HPA scales down one pod per 30 s or more",
+        ),
+        (
+            "VALUES.md",
+            "| `kubernetes/serviceaccount.yaml` |",
+            "| the service account |",
+            "VALUES.md: every file holding arn:aws:iam::123456789012:role/mailsluice-ses is listed",
+        ),
+        (
+            "compose.yaml",
+            "spool-3:/var/lib/mailsluice/spool",
+            "spool-2:/var/lib/mailsluice/spool",
+            "compose: each relay's spool on a named volume of its own",
+        ),
+        // A variant that does not apply the image component last renders `mailsluice`, no tag.
+        (
+            "hold/kustomization.yaml",
+            "  - ../kubernetes/image\n",
+            "",
+            "hold: mailsluice/mailsluice's image mailsluice names one version",
+        ),
+        (
+            "kubernetes/hold/statefulset.yaml",
+            "image: mailsluice\n",
+            "image: registry.example.com/other/mailsluice:0.1.0\n",
+            "hold: mailsluice/mailsluice runs the image kubernetes/image/ sets",
+        ),
+        (
+            "kubernetes/redis.yaml",
+            "redis:7.4.2",
+            "redis:7",
+            "kubernetes: redis/redis's image docker.io/library/redis:7 names one version",
+        ),
+        (
+            "compose.yaml",
+            "redis:7.4.2",
+            "redis:latest",
+            "compose: redis's image docker.io/library/redis:latest names one version",
+        ),
+        (
+            "kubernetes/hold/service.yaml",
+            "  clusterIP: None\n",
+            "",
+            "hold: the StatefulSet's serviceName mailsluice-pods is a headless Service",
+        ),
+        (
+            "kubernetes/hold/kustomization.yaml",
+            "selector: { app.kubernetes.io/name: mailsluice, mailsluice.io/serving: \"true\" }",
+            "selector: { app.kubernetes.io/name: mailsluice }",
+            "hold: Service mailsluice selects a label the StatefulSet does not",
         ),
     ];
     for (file, from, to, named) in cases {

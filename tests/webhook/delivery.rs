@@ -2,7 +2,8 @@
 //! come while the clock stands still, so none waited on a webhook's timer), its queue stops
 //! at `max_queue` with the oldest dropped and counted, and what was taken is given up after
 //! `max_attempts`; a 5xx is sent again after its pause, a 4xx is not; a host name that
-//! resolves to an internal address is refused before any connection.
+//! resolves to an internal address is refused before any connection; a receiver down for half
+//! an hour gets every event, in order, once it is back (`retry_window_ms`).
 
 use std::time::Duration;
 
@@ -182,5 +183,82 @@ async fn a_host_name_resolving_to_an_internal_address_is_refused_at_delivery() {
     assert!(dns.queries().iter().any(|q| q.starts_with("hook.test")));
     assert_eq!(receiver.connections(), 0, "nothing sent");
     assert_eq!(relay.metric("mailsluice_webhook_sent_total"), 0.0);
+    relay.stop().await;
+}
+
+/// Moves the held clock `secs` seconds, 10 s at a time, letting the relay's tasks run in
+/// between (a pause that ends sends its POST before the next step).
+async fn pass(secs: u64) {
+    for _ in 0..secs / 10 {
+        tokio::time::advance(Duration::from_secs(10)).await;
+        let nap = || std::thread::sleep(Duration::from_millis(20));
+        tokio::task::spawn_blocking(nap).await.unwrap();
+    }
+}
+
+/// A receiver down for half an hour (503 to every POST) while mail goes on: the batch with it
+/// is sent again within `retry_window_ms` (an hour by default), the events after it wait in
+/// the queue within its bounds; once it answers 2xx every event arrives, once, in the order
+/// the messages were accepted.
+#[tokio::test(start_paused = true)]
+async fn a_receiver_down_for_half_an_hour_gets_every_event_in_order() {
+    let receiver = Receiver::start().await;
+    receiver.answer(503);
+    // A POST's own bound well past the clock's steps: each POST is answered, not timed out.
+    let extra = "events = [\"accepted\"]\ntimeout_ms = 300000";
+    let relay = relay(&receiver.config("acme", SECRET_ENV, extra)).await;
+    let held = hold();
+    let mut rcpts = Vec::new();
+    // A message every five minutes for half an hour (each on a connection of its own: an idle
+    // one is closed sooner); the batch of the first is refused again and again meanwhile.
+    for step in 0..=6 {
+        let mut c = relay.client().await;
+        let to = format!("r{step}@example.com");
+        assert_eq!(
+            c.send_mail("a@acme.example", &[&to], &message("acme"))
+                .await
+                .0,
+            250
+        );
+        rcpts.push(to);
+        if step < 6 {
+            pass(300).await;
+        }
+    }
+    let metric = |name: &str| relay.metric(&format!("mailsluice_webhook_{name}")) as u64;
+    let refused = receiver.deliveries().len();
+    assert!(
+        refused > 5,
+        "sent again over the half hour: {refused} POSTs"
+    );
+    assert_eq!((metric("failed_total"), metric("dropped_total")), (0, 0));
+    assert_eq!(
+        metric("queued"),
+        6,
+        "the later events wait behind the first"
+    );
+
+    receiver.answer(200);
+    for _ in 0..100 {
+        if metric("sent_total") == 7 {
+            break;
+        }
+        pass(10).await;
+    }
+    drop(held);
+    let mut seen = std::collections::HashSet::new();
+    let firsts: Vec<String> = (receiver.events().iter())
+        .filter(|e| seen.insert(e["id"].as_str().unwrap().to_string()))
+        .map(|e| e["to"][0].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(firsts, rcpts, "each event once, in order");
+    assert_eq!(
+        (
+            metric("sent_total"),
+            metric("failed_total"),
+            metric("dropped_total")
+        ),
+        (7, 0, 0)
+    );
     relay.stop().await;
 }

@@ -95,7 +95,9 @@ async fn each_event_of_a_message_life_reaches_its_tenant_signed() {
         (first["code"].as_u64(), first["reply"].as_str()),
         (Some(250), Some("250 2.0.0 Ok ses-0"))
     );
-    let id = first["message_id"].as_str().unwrap();
+    // The id the client's `250` named (SES's), and the relay's own beside it.
+    assert_eq!(first["message_id"], "ses-0");
+    let id = first["relay_message_id"].as_str().unwrap();
     assert!(
         id.len() == 16 && id.bytes().all(|b| b.is_ascii_hexdigit()),
         "{id}"

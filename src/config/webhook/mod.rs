@@ -32,9 +32,10 @@ pub struct WebhookConfig {
     /// The secret itself, from `secret_env`.
     #[serde(skip)]
     pub secret: Secret,
-    /// Which events it gets; all when not given.
+    /// Which events it gets; all when not given. Spanned: an empty list is reported at its
+    /// line.
     #[serde(default = "EventType::all")]
-    pub events: Vec<EventType>,
+    pub events: Spanned<Vec<EventType>>,
     /// Networks its URL may reach although internal (and over `http://`).
     #[serde(default)]
     pub allow_networks: Vec<IpNet>,
@@ -46,15 +47,24 @@ pub struct WebhookConfig {
     /// Events held for it at most; past it the oldest is dropped (and counted).
     #[serde(default = "default_max_queue")]
     pub max_queue: NonZeroUsize,
+    /// The events' bytes (as posted) held for it at most; past it the oldest is dropped (and
+    /// counted): events naming many recipients cost memory that a count of events does not
+    /// see.
+    #[serde(default = "default_max_queue_bytes")]
+    pub max_queue_bytes: NonZeroUsize,
     /// Events in one POST at most.
     #[serde(default = "default_max_batch")]
     pub max_batch: NonZeroUsize,
     /// One POST's bound, from connecting to the response's status.
     #[serde(default = "default_timeout_ms")]
     pub timeout_ms: NonZeroU64,
-    /// POSTs of one batch at most (the first and its retries) before it is dropped.
-    #[serde(default = "default_max_attempts")]
-    pub max_attempts: NonZeroU64,
+    /// How long a batch is sent again after its first POST failed, before it is given up: a
+    /// receiver down for a deploy or an incident gets its events when it comes back.
+    #[serde(default = "default_retry_window_ms")]
+    pub retry_window_ms: NonZeroU64,
+    /// POSTs of one batch at most (the first and its retries) within the window; none but the
+    /// window when not given.
+    pub max_attempts: Option<NonZeroU64>,
 }
 
 /// A signing secret: never printed.
@@ -104,8 +114,8 @@ impl EventType {
         EventType::Resumed,
     ];
 
-    fn all() -> Vec<EventType> {
-        EventType::ALL.to_vec()
+    fn all() -> Spanned<Vec<EventType>> {
+        Spanned::new(0..0, EventType::ALL.to_vec())
     }
 
     pub fn as_str(self) -> &'static str {
@@ -135,8 +145,12 @@ fn default_timeout_ms() -> NonZeroU64 {
     NonZeroU64::new(10_000).unwrap()
 }
 
-fn default_max_attempts() -> NonZeroU64 {
-    NonZeroU64::new(5).unwrap()
+fn default_max_queue_bytes() -> NonZeroUsize {
+    NonZeroUsize::new(16 << 20).unwrap()
+}
+
+fn default_retry_window_ms() -> NonZeroU64 {
+    NonZeroU64::new(3_600_000).unwrap()
 }
 
 /// A webhook's URL, split: what the delivery connects to and asks for.
@@ -281,9 +295,9 @@ pub(super) fn prepare(config: &mut Config, text: &str) -> Result<(), BrokenRule>
                 WebhookRule::NoTenant,
             ));
         }
-        if hook.events.is_empty() {
+        if hook.events.get_ref().is_empty() {
             return Err(at(
-                hook.tenant.span(),
+                hook.events.span(),
                 "webhook.events",
                 WebhookRule::NoEvents,
             ));

@@ -22,9 +22,11 @@ fn a_webhook_gets_its_defaults_and_its_secret() {
     let config = parse(&hook("https://hooks.example.com/in", "")).unwrap();
     let w = &config.webhooks[0];
     assert_eq!(w.name, "webhook1");
-    assert_eq!(w.events, EventType::ALL.to_vec());
+    assert_eq!(*w.events.get_ref(), EventType::ALL.to_vec());
     assert_eq!(w.secret.0, "s3cret");
     assert_eq!(w.max_queue.get(), 10_000);
+    assert_eq!(w.max_queue_bytes.get(), 16 << 20);
+    assert_eq!((w.retry_window_ms.get(), w.max_attempts), (3_600_000, None));
     let url = w.target().unwrap();
     assert_eq!(
         (url.https, url.host.as_str(), url.port),
@@ -111,7 +113,10 @@ fn a_bad_url_tenant_secret_or_event_is_named() {
     let err = parse(&hook("https://h.example.com/", "events = [\"sent\"]")).unwrap_err();
     assert!(err.contains("sent") && err.contains("line 11"), "{err}");
     let err = parse(&hook("https://h.example.com/", "events = []")).unwrap_err();
-    assert!(err.contains("webhook.events"), "{err}");
+    assert!(
+        err.contains("webhook.events") && err.contains("line 11"),
+        "{err}"
+    );
 }
 
 #[test]

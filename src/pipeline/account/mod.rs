@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::message::{Envelope, Outcome};
 use crate::observe::traces::MessageSpans;
-use crate::pipeline::{Judged, Record};
+use crate::pipeline::{End, Judged, Record};
 use crate::reply::Reply;
 use crate::spool::Ticket;
 use crate::state::context::Context;
@@ -149,10 +149,23 @@ fn notify(ctx: &Context, account: &Account<'_>, journey: &Journey<'_>, kind: Eve
     if !webhooks.wants(tenant, kind) {
         return;
     }
-    let record = &journey.judged.verdict.record;
+    let verdict = &journey.judged.verdict;
+    let record = &verdict.record;
     let mut event = webhooks.event(kind, tenant);
-    event.message_id = Some(journey.judged.id.clone());
-    event.upstream_message_id = record.upstream_id.clone();
+    let upstream_id = match &verdict.end {
+        End::Upstream(Ok(accepted)) => accepted.named_id().map(str::to_string),
+        _ => None,
+    };
+    // The id the client's `250` named: upstream's for `accepted`, the spool's for `held` and
+    // `released` (what the client was told when it was held); the relay's own otherwise.
+    let relay_id = &journey.judged.id;
+    event.message_id = Some(match (kind, &verdict.end, &upstream_id) {
+        (EventType::Accepted, _, Some(upstream)) => upstream.clone(),
+        (_, End::Held(held), _) => held.clone(),
+        _ => relay_id.clone(),
+    });
+    event.relay_message_id = Some(relay_id.clone());
+    event.upstream_message_id = upstream_id.or_else(|| record.upstream_id.clone());
     event.from = Some(journey.envelope.from.clone().unwrap_or_default());
     event.to = journey.envelope.rcpts.clone();
     if let Some(reply) = account.reply {

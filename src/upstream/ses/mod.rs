@@ -13,6 +13,7 @@
 //!   reputation guard's SES sync); a tenant SES disabled is paused here.
 //! - `offered`: what the forwarder offers about SES tenants (their pauses, identities and
 //!   standing).
+//! - `role`: the IAM role the SDK takes, when it is the shipped placeholder.
 //!
 //! The SDK's own retries are off: the throttle decides when a message goes again, and a retry
 //! after a timeout could send a message twice.
@@ -29,6 +30,7 @@ mod body;
 mod identities;
 mod offered;
 mod raw;
+pub mod role;
 mod standing;
 mod tenants;
 
@@ -84,6 +86,8 @@ pub struct SesForwarder {
     identities: Arc<Identities>,
     /// Each SES tenant's standing as SES last said it.
     standing: Standing,
+    /// Why the role the SDK takes cannot send (the placeholder), when it is.
+    placeholder_role: Option<String>,
 }
 
 impl SesForwarder {
@@ -104,6 +108,7 @@ impl SesForwarder {
                 MAX_TENANTS,
             )),
             standing: Standing::new(MAX_TENANTS),
+            placeholder_role: role::placeholder_in_env(),
         })
     }
 
@@ -115,6 +120,7 @@ impl SesForwarder {
         let mut forwarder = SesForwarder::new(cfg)?;
         let api = Arc::get_mut(&mut forwarder.api).expect("not shared yet");
         api.credentials = Some(SharedCredentialsProvider::new(credentials));
+        forwarder.placeholder_role = None;
         Ok(forwarder)
     }
 
@@ -294,9 +300,13 @@ impl Forwarder for SesForwarder {
     }
 
     /// `GetAccount`: signed, sends nothing; proves the credentials and the endpoint, and that
-    /// SES lets the account send; its sending status is the check's detail either way.
+    /// SES lets the account send; its sending status is the check's detail either way. The
+    /// placeholder role is said without asking.
     fn check(&self) -> CheckFuture<'_> {
         Box::pin(async move {
+            if let Some(why) = &self.placeholder_role {
+                return Err(Unready(format!("SES: {why}")));
+            }
             let account = self.account().await.map_err(|e| Unready(e.to_string()))?;
             let enforcement = account.enforcement_status().unwrap_or("unknown");
             let status = format!(
