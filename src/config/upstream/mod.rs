@@ -1,7 +1,7 @@
 //! `[upstream]` / `[[upstream]]`: where messages go, and how to reach it. The keys every kind
 //! shares are here; the URL's scheme picks the kind (`kind.rs`), whose own keys live in the
 //! file named after it (`file.rs`, `smtp.rs`, `mx.rs`, `ses.rs`; `smtp_client.rs` for the keys of an
-//! SMTP client that `smtp://` and `mx://` share). The URL is parsed once, when the file is
+//! SMTP client that `smtp://` and `mx://` share; `oauth.rs` for `smtp://`'s XOAUTH2 login). The URL is parsed once, when the file is
 //! read, so a typo is a startup error with its line.
 
 use std::num::{NonZeroU64, NonZeroUsize};
@@ -16,6 +16,7 @@ mod file;
 mod keys;
 mod kind;
 mod mx;
+mod oauth;
 mod ses;
 mod smtp;
 mod smtp_client;
@@ -23,6 +24,9 @@ mod smtp_client;
 pub use file::FileUpstream;
 pub use kind::UpstreamKind;
 pub use mx::{MxKeys, MxUpstream};
+pub use oauth::{
+    mailbox_allowed, Mailbox, OauthConfig, OauthKeyError, OauthProvider, TokenUrl, UpstreamAuth,
+};
 pub use ses::{ses_name, SesKeys, SesUpstream};
 pub use smtp::{SmtpCredentials, SmtpUpstream};
 pub use smtp_client::{SmtpClient, UpstreamTls};
@@ -79,6 +83,9 @@ pub enum UpstreamKeyError {
          system's"
     )]
     NoNameservers,
+    /// The XOAUTH2 keys (`auth`, `[upstream.oauth]`, `mailboxes`) do not go together.
+    #[error("in `upstream`: {0}")]
+    Oauth(OauthKeyError),
 }
 
 /// One upstream: its name, its kind (with the kind's own keys) and the keys every kind shares.
