@@ -179,7 +179,8 @@ impl<'de> Visitor<'de> for Table {
             }
         }
         let mut kind = kind.ok_or_else(|| de::Error::missing_field("url"))?;
-        kind.read_keys(own).map_err(|e| match &name {
+        let read = kind.read_keys(own).and_then(|()| kind.check_together());
+        read.map_err(|e| match &name {
             Some(name) => de::Error::custom(format!("{e} (upstream {:?})", Spanned::get_ref(name))),
             None => de::Error::custom(e),
         })?;

@@ -113,6 +113,11 @@ impl SmtpUpstream {
     pub(super) fn read_keys(&mut self, keys: &mut KindKeys) -> Result<(), UpstreamKeyError> {
         self.credentials = keys.take(SmtpCredentials::KEYS)?;
         self.client = keys.take(SmtpClient::KEYS)?;
+        Ok(())
+    }
+
+    /// The keys that must go together (XOAUTH2's), once all of them are read.
+    pub(super) fn check_together(&self) -> Result<(), UpstreamKeyError> {
         (self.credentials.check(&self.client, self.implicit_tls)).map_err(UpstreamKeyError::Oauth)
     }
 }
