@@ -39,8 +39,19 @@ const SHIPPED_ENV: [&str; 4] = [
     "BACKUP_PASSWORD",
 ];
 
+/// The XOAUTH2 examples' secrets: a client secret, and a service account's key (made now: a
+/// test key) that `check` reads as the start does.
+fn xoauth2_env() -> [(&'static str, String); 2] {
+    let key = crate::support::token_endpoint::TestKey::new();
+    [
+        ("M365_CLIENT_SECRET", "x".to_string()),
+        ("GMAIL_SERVICE_ACCOUNT_KEY", key.service_account_json()),
+    ]
+}
+
 #[test]
 fn check_accepts_the_shipped_configs() {
+    let xoauth2 = xoauth2_env();
     for path in [
         "config/mailsluice.toml",
         "config/container.toml",
@@ -50,10 +61,13 @@ fn check_accepts_the_shipped_configs() {
         "config/examples/replicas.toml",
         "config/examples/ses-multi.toml",
         "config/examples/mx.toml",
+        "config/examples/microsoft365.toml",
+        "config/examples/gmail.toml",
     ] {
         let out = Command::new(BIN)
             .args(["check", "--config", path])
             .envs(SHIPPED_ENV.map(|var| (var, "x")))
+            .envs(xoauth2.clone())
             .output()
             .unwrap();
         assert!(

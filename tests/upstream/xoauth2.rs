@@ -8,6 +8,7 @@ use std::sync::Arc;
 use crate::support::auth::auth_config;
 use crate::support::host::have_program;
 use crate::support::http::get;
+use crate::support::config::TestConfig;
 use crate::support::relay::{config_text, upstream_relay, Relay};
 use crate::support::token_endpoint::{Accepts, TestKey, TokenEndpoint};
 use crate::support::upstream::TestUpstream;
@@ -40,9 +41,18 @@ fn generic(username: &str, token_url: &str, var: &str) -> String {
     )
 }
 
-/// A relay to `up` with `keys` in its `[upstream]` (and `rest` after).
-async fn relay(up: &TestUpstream, keys: &str, rest: &str) -> Relay {
-    upstream_relay(&config_text(&up.url(), "", &format!("{keys}\n{rest}"))).await
+/// A relay to `up` with `keys` (XOAUTH2's, `[upstream.oauth]` last) in its `[upstream]`, after
+/// `upstream_keys` (a 2 s timeout when they set none).
+async fn relay(up: &TestUpstream, keys: &str, upstream_keys: &str) -> Relay {
+    let timeout = match upstream_keys.contains("timeout_ms") {
+        true => "",
+        false => "timeout_ms = 2000",
+    };
+    let config = (TestConfig::new().upstream(&up.url()))
+        .then(timeout)
+        .then(upstream_keys)
+        .then(keys);
+    upstream_relay(&config.text()).await
 }
 
 async fn send(relay: &Relay, from: &str) -> (u16, String) {
