@@ -82,7 +82,11 @@ fn read_upstream(metrics: &Metrics, ctx: &Context) {
             let read = |count: &std::sync::atomic::AtomicU64| {
                 count.load(std::sync::atomic::Ordering::Relaxed)
             };
-            (metrics.tokens()).requests(upstream.name(), read(&tokens.issued), read(&tokens.failed));
+            (metrics.tokens()).requests(
+                upstream.name(),
+                read(&tokens.issued),
+                read(&tokens.failed),
+            );
         }
         for failed in upstream
             .forwarder

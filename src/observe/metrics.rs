@@ -14,8 +14,8 @@ use prometheus_client::registry::{Metric, Registry};
 
 use super::activity::Activities;
 use super::ses_metrics::SesMetrics;
-use super::token_metrics::TokenMetrics;
 use super::spool_metrics::SpoolMetrics;
+use super::token_metrics::TokenMetrics;
 use super::webhooks::WebhookFamilies;
 use crate::config::OnError;
 use crate::message::Outcome;

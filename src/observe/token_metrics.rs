@@ -42,8 +42,14 @@ impl TokenMetrics {
     pub fn requests(&self, upstream: &str, issued: u64, failed: u64) {
         let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
         for (result, total) in [("issued", issued), ("failed", failed)] {
-            let before = seen.insert((upstream.to_string(), result), total).unwrap_or(0);
-            let new = if total >= before { total - before } else { total };
+            let before = seen
+                .insert((upstream.to_string(), result), total)
+                .unwrap_or(0);
+            let new = if total >= before {
+                total - before
+            } else {
+                total
+            };
             let label = TokenLabel {
                 upstream: upstream.to_string(),
                 result,

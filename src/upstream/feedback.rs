@@ -137,7 +137,11 @@ mod tests {
         ));
         let daily = "Daily user sending limit exceeded.";
         assert_eq!(c.feedback(550, Some("5.4.5"), daily), Some(Feedback::Quota));
-        assert_eq!(c.feedback(550, None, "slow"), None, "too fast is a 4xx only");
+        assert_eq!(
+            c.feedback(550, None, "slow"),
+            None,
+            "too fast is a 4xx only"
+        );
     }
 
     #[test]

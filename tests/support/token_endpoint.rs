@@ -220,12 +220,7 @@ fn form(body: &[u8]) -> HashMap<String, String> {
 }
 
 /// The endpoint's answer to one POST: a token, or an error as RFC 6749 5.2 writes it.
-fn answer(
-    accepts: &Accepts,
-    body: &[u8],
-    expires_in: u64,
-    state: &Mutex<State>,
-) -> (u16, String) {
+fn answer(accepts: &Accepts, body: &[u8], expires_in: u64, state: &Mutex<State>) -> (u16, String) {
     let form = form(body);
     let field = |name: &str| form.get(name).cloned().unwrap_or_default();
     let grant_type = field("grant_type");

@@ -6,9 +6,9 @@
 use std::sync::Arc;
 
 use crate::support::auth::auth_config;
+use crate::support::config::TestConfig;
 use crate::support::host::have_program;
 use crate::support::http::get;
-use crate::support::config::TestConfig;
 use crate::support::relay::{config_text, upstream_relay, Relay};
 use crate::support::token_endpoint::{Accepts, TestKey, TokenEndpoint};
 use crate::support::upstream::TestUpstream;
@@ -37,7 +37,11 @@ fn generic(username: &str, token_url: &str, var: &str) -> String {
          mailboxes = {mailboxes}\n\
          [upstream.oauth]\nprovider = \"generic\"\nclient_id = \"app-id\"\n\
          client_secret_env = \"{var}\"\ntoken_url = \"{token_url}\"\nscope = \"{SCOPE}\"\n",
-        mailboxes = if username == "{sender}" { "[\"@contoso.com\"]" } else { "[]" },
+        mailboxes = if username == "{sender}" {
+            "[\"@contoso.com\"]"
+        } else {
+            "[]"
+        },
     )
 }
 
@@ -65,7 +69,11 @@ async fn a_message_goes_logged_in_with_a_token_from_the_endpoint() {
     let tokens = client_credentials("XOAUTH2_TEST_SECRET_GOES").await;
     let up = TestUpstream::start().await;
     up.require_xoauth2(tokens.checker());
-    let keys = generic("printer@contoso.com", &tokens.url(), "XOAUTH2_TEST_SECRET_GOES");
+    let keys = generic(
+        "printer@contoso.com",
+        &tokens.url(),
+        "XOAUTH2_TEST_SECRET_GOES",
+    );
     let relay = relay(&up, &keys, "").await;
     assert_eq!(send(&relay, "printer@contoso.com").await.0, 250);
     assert_eq!(send(&relay, "printer@contoso.com").await.0, 250);
@@ -103,7 +111,10 @@ async fn google_signs_a_jwt_for_the_mailbox_with_the_service_accounts_key() {
     let requests = tokens.requests();
     assert_eq!(requests.len(), 1);
     assert_eq!(requests[0].subject.as_deref(), Some("scanner@contoso.com"));
-    assert_eq!(up.wait_for(1).await[0].auth.as_deref(), Some("scanner@contoso.com"));
+    assert_eq!(
+        up.wait_for(1).await[0].auth.as_deref(),
+        Some("scanner@contoso.com")
+    );
     relay.stop().await;
 }
 
@@ -120,7 +131,11 @@ async fn an_expired_token_is_renewed_before_use() {
         let newest = format!("tok-{}", endpoint.requests().len());
         token == newest && endpoint.is_valid(user, token)
     }));
-    let keys = generic("printer@contoso.com", &tokens.url(), "XOAUTH2_TEST_SECRET_EXPIRED");
+    let keys = generic(
+        "printer@contoso.com",
+        &tokens.url(),
+        "XOAUTH2_TEST_SECRET_EXPIRED",
+    );
     let relay = relay(&up, &keys, "max_messages_per_connection = 1").await;
     for _ in 0..2 {
         assert_eq!(send(&relay, "printer@contoso.com").await.0, 250);
@@ -138,20 +153,37 @@ async fn a_token_upstream_refuses_is_renewed_once() {
     let tokens = client_credentials("XOAUTH2_TEST_SECRET_REFUSED").await;
     let up = TestUpstream::start().await;
     up.require_xoauth2(tokens.checker());
-    let keys = generic("printer@contoso.com", &tokens.url(), "XOAUTH2_TEST_SECRET_REFUSED");
+    let keys = generic(
+        "printer@contoso.com",
+        &tokens.url(),
+        "XOAUTH2_TEST_SECRET_REFUSED",
+    );
     let relay = relay(&up, &keys, "max_messages_per_connection = 1").await;
     assert_eq!(send(&relay, "printer@contoso.com").await.0, 250);
     tokens.revoke_all();
     assert_eq!(send(&relay, "printer@contoso.com").await.0, 250);
     assert_eq!((tokens.requests().len(), up.auth_refusals()), (2, 1));
 
+    relay.stop().await;
+
     let refuses_all = TestUpstream::start().await;
     refuses_all.require_xoauth2(Arc::new(|_: &str, _: &str| false));
-    let keys = generic("printer@contoso.com", &tokens.url(), "XOAUTH2_TEST_SECRET_REFUSED");
+    let keys = generic(
+        "printer@contoso.com",
+        &tokens.url(),
+        "XOAUTH2_TEST_SECRET_REFUSED",
+    );
     let relay = self::relay(&refuses_all, &keys, "").await;
     let (code, text) = send(&relay, "printer@contoso.com").await;
-    assert_eq!((code, text.as_str()), (451, "4.7.0 Upstream refused the relay's credentials"));
-    assert_eq!(refuses_all.auth_refusals(), 2, "the first token, then one renewal");
+    assert_eq!(
+        (code, text.as_str()),
+        (451, "4.7.0 Upstream refused the relay's credentials")
+    );
+    assert_eq!(
+        refuses_all.auth_refusals(),
+        2,
+        "the first token, then one renewal"
+    );
     assert_eq!(tokens.requests().len(), 4);
     relay.stop().await;
 }
@@ -164,16 +196,26 @@ async fn the_token_endpoint_down_gives_451_and_shows_in_readyz_and_the_metrics()
     let silent = TokenEndpoint::hanging().await;
     let up = TestUpstream::start().await;
     up.require_xoauth2(Arc::new(|_: &str, _: &str| true));
-    let keys = generic("printer@contoso.com", &silent.url(), "XOAUTH2_TEST_SECRET_DOWN");
+    let keys = generic(
+        "printer@contoso.com",
+        &silent.url(),
+        "XOAUTH2_TEST_SECRET_DOWN",
+    );
     let relay = relay(&up, &keys, "timeout_ms = 500").await;
     let (code, text) = send(&relay, "printer@contoso.com").await;
-    assert_eq!((code, text.as_str()), (451, "4.7.0 The relay has no credentials for upstream"));
+    assert_eq!(
+        (code, text.as_str()),
+        (451, "4.7.0 The relay has no credentials for upstream")
+    );
     assert_eq!(up.connections(), 0, "no connection without a token");
 
     let admin = relay.start_admin().await;
     let (status, body) = get(admin, "/readyz").await;
     assert_eq!(status, 200, "the replica still takes mail: {body}");
-    assert!(body.contains("no XOAUTH2 token: the token endpoint did not answer within 500ms"), "{body}");
+    assert!(
+        body.contains("no XOAUTH2 token: the token endpoint did not answer within 500ms"),
+        "{body}"
+    );
     let failed = r#"mailsluice_upstream_token_requests_total{upstream="default",result="failed"}"#;
     assert!(relay.metric(failed) >= 2.0, "the message's and the probe's");
     relay.stop().await;
@@ -202,17 +244,28 @@ async fn each_sender_logs_in_as_itself_with_its_own_pool() {
         tokens.url()
     );
     let relay = relay(&up, &keys, "").await;
-    for from in ["alice@contoso.com", "billing@fabrikam.com", "alice@contoso.com"] {
+    for from in [
+        "alice@contoso.com",
+        "billing@fabrikam.com",
+        "alice@contoso.com",
+    ] {
         let (code, text) = send(&relay, from).await;
         assert_eq!(code, 250, "{from}: {text}");
     }
     let got = up.wait_for(3).await;
-    let logins: Vec<_> = got.iter().map(|m| (m.auth.clone().unwrap(), m.conn)).collect();
+    let logins: Vec<_> = got
+        .iter()
+        .map(|m| (m.auth.clone().unwrap(), m.conn))
+        .collect();
     assert_eq!(logins[0].0, "alice@contoso.com");
     assert_eq!(logins[1].0, "billing@fabrikam.com");
     assert_eq!(logins[2], logins[0], "alice's own pooled connection again");
     assert_ne!(logins[0].1, logins[1].1, "one pool per mailbox");
-    let subjects: Vec<_> = tokens.requests().into_iter().map(|r| r.subject.unwrap()).collect();
+    let subjects: Vec<_> = tokens
+        .requests()
+        .into_iter()
+        .map(|r| r.subject.unwrap())
+        .collect();
     assert_eq!(subjects, ["alice@contoso.com", "billing@fabrikam.com"]);
     relay.stop().await;
 }
@@ -250,7 +303,11 @@ async fn swaks_with_a_password_sends_through_an_xoauth2_upstream() {
         "trusted_networks = []\nallow_plaintext_auth = true\n{}",
         auth_config(&users, "failure_delay_ms = 0")
     );
-    let keys = generic("printer@contoso.com", &tokens.url(), "XOAUTH2_TEST_SECRET_SWAKS");
+    let keys = generic(
+        "printer@contoso.com",
+        &tokens.url(),
+        "XOAUTH2_TEST_SECRET_SWAKS",
+    );
     let relay = upstream_relay(&config_text(&up.url(), &smtp, &keys)).await;
     let out = tokio::process::Command::new("swaks")
         .args(["--server", &relay.addr.to_string(), "--auth", "PLAIN"])

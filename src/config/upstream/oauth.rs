@@ -73,7 +73,9 @@ pub enum OauthKeyError {
          only where the network is trusted, as on loopback)"
     )]
     Opportunistic,
-    #[error("username = \"{{sender}}\" needs `mailboxes`: the addresses or @domains it may log in as")]
+    #[error(
+        "username = \"{{sender}}\" needs `mailboxes`: the addresses or @domains it may log in as"
+    )]
     NoMailboxes,
     #[error("`mailboxes` is only for username = \"{{sender}}\"")]
     MailboxesWithoutSender,
@@ -135,7 +137,10 @@ impl TokenUrl {
         if authority.as_str().contains('@') {
             return Err(bad());
         }
-        let host = authority.host().trim_start_matches('[').trim_end_matches(']');
+        let host = authority
+            .host()
+            .trim_start_matches('[')
+            .trim_end_matches(']');
         let loopback = host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback());
         if host.is_empty() || (!https && !loopback) {
             return Err(bad());
@@ -151,7 +156,11 @@ impl TokenUrl {
 
 impl std::fmt::Display for TokenUrl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let (scheme, default_port) = if self.https { ("https", 443) } else { ("http", 80) };
+        let (scheme, default_port) = if self.https {
+            ("https", 443)
+        } else {
+            ("http", 80)
+        };
         match self.host.contains(':') {
             true => write!(f, "{scheme}://[{}]", self.host)?,
             false => write!(f, "{scheme}://{}", self.host)?,
@@ -280,7 +289,9 @@ impl OauthConfig {
 pub(super) fn is_mailbox_entry(entry: &str) -> bool {
     match entry.split_once('@') {
         Some((local, domain)) => {
-            !domain.is_empty() && !domain.contains('@') && !entry.contains(char::is_whitespace)
+            !domain.is_empty()
+                && !domain.contains('@')
+                && !entry.contains(char::is_whitespace)
                 && (local.is_empty() || !local.contains(['<', '>']))
         }
         None => false,
@@ -307,7 +318,10 @@ mod tests {
     fn a_token_url_is_https_or_plain_http_to_loopback() {
         assert!(TokenUrl::parse("https://login.example/t/token").is_ok());
         let local = TokenUrl::parse("http://127.0.0.1:8080/token").unwrap();
-        assert_eq!((local.https, local.port, local.path.as_str()), (false, 8080, "/token"));
+        assert_eq!(
+            (local.https, local.port, local.path.as_str()),
+            (false, 8080, "/token")
+        );
         for bad in [
             "http://login.example/token",
             "http://10.0.0.1/token",
@@ -320,7 +334,10 @@ mod tests {
 
     #[test]
     fn mailboxes_allow_an_address_or_a_domain() {
-        let list = ["printer@contoso.com".to_string(), "@fabrikam.com".to_string()];
+        let list = [
+            "printer@contoso.com".to_string(),
+            "@fabrikam.com".to_string(),
+        ];
         assert!(mailbox_allowed(&list, "Printer@Contoso.com"));
         assert!(mailbox_allowed(&list, "anyone@FABRIKAM.com"));
         assert!(!mailbox_allowed(&list, "other@contoso.com"));

@@ -236,13 +236,19 @@ fn xoauth2_keys_go_together() {
     let UpstreamKind::Smtp(smtp) = &ok.kind else {
         panic!("smtp")
     };
-    assert_eq!(smtp.credentials.mailbox(), Some(Mailbox::Fixed("printer@contoso.com")));
+    assert_eq!(
+        smtp.credentials.mailbox(),
+        Some(Mailbox::Fixed("printer@contoso.com"))
+    );
     let oauth = smtp.credentials.oauth.as_ref().unwrap();
     assert_eq!(
         oauth.token_url().unwrap().to_string(),
         "https://login.microsoftonline.com/contoso.onmicrosoft.com/oauth2/v2.0/token"
     );
-    assert_eq!(oauth.scope(), Some("https://outlook.office365.com/.default"));
+    assert_eq!(
+        oauth.scope(),
+        Some("https://outlook.office365.com/.default")
+    );
 
     let refused = [
         ("auth = \"xoauth2\"\nusername = \"a@b.c\"\ntls = \"required\"", "needs an [upstream.oauth]"),

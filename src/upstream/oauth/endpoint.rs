@@ -122,22 +122,32 @@ impl Endpoint {
 fn read_answer(status: u16, body: &[u8]) -> Result<Issued, TokenError> {
     let answer: Option<Answer> = serde_json::from_slice(body).ok();
     match (status, answer) {
-        (200, Some(Answer {
-            access_token: Some(access_token),
-            expires_in,
-            ..
-        })) if !access_token.is_empty() => Ok(Issued {
+        (
+            200,
+            Some(Answer {
+                access_token: Some(access_token),
+                expires_in,
+                ..
+            }),
+        ) if !access_token.is_empty() => Ok(Issued {
             access_token,
             expires_in: expires_in.as_ref().and_then(seconds),
         }),
-        (200, _) => Err(TokenError::Unreadable("a 200 without an access_token".into())),
-        (status, Some(Answer { error: Some(error), error_description, .. })) => {
-            Err(TokenError::Refused {
-                status,
-                error: shown(&error),
-                description: error_description.as_deref().map(shown),
-            })
-        }
+        (200, _) => Err(TokenError::Unreadable(
+            "a 200 without an access_token".into(),
+        )),
+        (
+            status,
+            Some(Answer {
+                error: Some(error),
+                error_description,
+                ..
+            }),
+        ) => Err(TokenError::Refused {
+            status,
+            error: shown(&error),
+            description: error_description.as_deref().map(shown),
+        }),
         (status, _) => Err(TokenError::Refused {
             status,
             error: "no error named".into(),
@@ -168,7 +178,10 @@ mod tests {
     #[test]
     fn an_answer_is_a_token_or_the_endpoints_words() {
         let ok = read_answer(200, br#"{"access_token":"t1","expires_in":"3599"}"#).unwrap();
-        assert_eq!((ok.access_token.as_str(), ok.expires_in), ("t1", Some(3599)));
+        assert_eq!(
+            (ok.access_token.as_str(), ok.expires_in),
+            ("t1", Some(3599))
+        );
         let refused = read_answer(
             400,
             br#"{"error":"invalid_client","error_description":"AADSTS7000215: Invalid client secret"}"#,
@@ -178,7 +191,10 @@ mod tests {
             refused.to_string(),
             "the token endpoint answered 400 invalid_client: AADSTS7000215: Invalid client secret"
         );
-        assert!(matches!(read_answer(200, b"{}"), Err(TokenError::Unreadable(_))));
+        assert!(matches!(
+            read_answer(200, b"{}"),
+            Err(TokenError::Unreadable(_))
+        ));
         assert!(matches!(
             read_answer(502, b"<html>"),
             Err(TokenError::Refused { status: 502, .. })

@@ -112,7 +112,11 @@ impl Grant {
     }
 
     /// The form to POST to `token_url` for `mailbox`'s token.
-    pub fn form(&self, mailbox: &str, token_url: &str) -> Result<String, jsonwebtoken::errors::Error> {
+    pub fn form(
+        &self,
+        mailbox: &str,
+        token_url: &str,
+    ) -> Result<String, jsonwebtoken::errors::Error> {
         let now = unix_now();
         let pairs: Vec<(&str, String)> = match self {
             Grant::Secret {

@@ -164,7 +164,11 @@ impl TokenSource {
 
     /// A new token in place of `refused`, which upstream would not take (revoked, or
     /// expired early); one that another message got meanwhile serves.
-    pub async fn renew(self: &Arc<Self>, mailbox: &str, refused: &Token) -> Result<Token, TokenError> {
+    pub async fn renew(
+        self: &Arc<Self>,
+        mailbox: &str,
+        refused: &Token,
+    ) -> Result<Token, TokenError> {
         let slot = self.cache.slot(&self.key(mailbox));
         let _fetching = slot.fetching.lock().await;
         if let Some(token) = slot.current() {

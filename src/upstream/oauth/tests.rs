@@ -74,14 +74,22 @@ async fn a_good_token_is_kept_and_one_near_its_end_is_not_used() {
     let first = tokens.token("a@contoso.com").await.unwrap();
     let again = tokens.token("b@contoso.com").await.unwrap();
     assert_eq!((&*first.secret, &*again.secret), ("t1", "t1"));
-    assert_eq!(asked.load(Ordering::SeqCst), 1, "one token for every mailbox");
+    assert_eq!(
+        asked.load(Ordering::SeqCst),
+        1,
+        "one token for every mailbox"
+    );
 
     let (url, asked) = endpoint(Some(USE_MARGIN.as_secs())).await;
     let tokens = source(&url, Duration::from_secs(10));
     let first = tokens.token("a@contoso.com").await.unwrap();
     let second = tokens.token("a@contoso.com").await.unwrap();
     assert_eq!((&*first.secret, &*second.secret), ("t1", "t2"));
-    assert_eq!(asked.load(Ordering::SeqCst), 2, "one about to expire is renewed first");
+    assert_eq!(
+        asked.load(Ordering::SeqCst),
+        2,
+        "one about to expire is renewed first"
+    );
 }
 
 #[tokio::test]
@@ -91,9 +99,17 @@ async fn a_token_nearing_its_end_is_used_and_renewed_in_the_background() {
     let tokens = source(&url, Duration::from_secs(10));
     assert_eq!(&*tokens.token("a@contoso.com").await.unwrap().secret, "t1");
     let used = tokens.token("a@contoso.com").await.unwrap();
-    assert_eq!(&*used.secret, "t1", "the message did not wait for the renewal");
+    assert_eq!(
+        &*used.secret, "t1",
+        "the message did not wait for the renewal"
+    );
     for _ in 0..3000 {
-        if tokens.cache.slot("").current().is_some_and(|t| &*t.secret == "t2") {
+        if tokens
+            .cache
+            .slot("")
+            .current()
+            .is_some_and(|t| &*t.secret == "t2")
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -124,7 +140,10 @@ async fn a_silent_token_endpoint_fails_within_the_timeout() {
     let start = Instant::now();
     let error = tokens.token("a@contoso.com").await.unwrap_err();
     assert_eq!(start.elapsed(), timeout);
-    assert!(matches!(error, TokenError::TimedOut(t) if t == timeout), "{error}");
+    assert!(
+        matches!(error, TokenError::TimedOut(t) if t == timeout),
+        "{error}"
+    );
     assert!(asked.load(Ordering::SeqCst) <= 1);
     assert_eq!(tokens.counts.failed.load(Ordering::Relaxed), 1);
     let failure = tokens.last_failure().unwrap();

@@ -84,7 +84,7 @@ impl From<ConnectError> for UpstreamError {
             ConnectError::Io(e) => unavailable(format!("connecting: {e}")),
             ConnectError::TimedOut => unavailable("connecting: timed out".into()),
             ConnectError::PoolBusy => unavailable("every upstream connection stayed busy".into()),
-            ConnectError::TokenRefused(e) => e,
+            ConnectError::TokenRefused(e) => UpstreamError::Credentials(e.to_string()),
         }
     }
 }
@@ -127,7 +127,11 @@ impl Connector {
 
     /// A ready connection: greeted, EHLO'd, encrypted as configured, logged in (with `token`
     /// for XOAUTH2); each of its exchanges bounded by `timeout`.
-    async fn connect(&self, timeout: Duration, token: Option<&Token>) -> Result<Client, ConnectError> {
+    async fn connect(
+        &self,
+        timeout: Duration,
+        token: Option<&Token>,
+    ) -> Result<Client, ConnectError> {
         let tcp = tokio::net::TcpStream::connect((self.host.as_str(), self.port))
             .await
             .map_err(ConnectError::Io)?;
@@ -155,6 +159,13 @@ impl Connector {
                 .map_err(|e| self.step_refused("STARTTLS", e))?,
             _ => {}
         }
+        self.log_in(&mut conn, token).await?;
+        Ok(conn)
+    }
+
+    /// AUTH as configured: a password, or XOAUTH2 with `token` (a `5xx` to it is
+    /// [`ConnectError::TokenRefused`], for the caller to renew it).
+    async fn log_in(&self, conn: &mut Client, token: Option<&Token>) -> Result<(), ConnectError> {
         match (&self.login, token) {
             (Login::None, _) => {}
             (Login::Password(credentials), _) => match conn.auth(credentials).await {
@@ -182,7 +193,7 @@ impl Connector {
                 return Err(self.refused_ours("no XOAUTH2 token to log in with".into()))
             }
         }
-        Ok(conn)
+        Ok(())
     }
 
     /// No token to log in with: the relay's credentials, `451 4.7.0` for the message (the

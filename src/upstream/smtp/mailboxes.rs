@@ -11,9 +11,9 @@ use tokio::time::Instant;
 
 use crate::config::mailbox_allowed;
 use crate::message::Envelope;
+use crate::upstream::oauth::TokenSource;
 use crate::upstream::pool::{Connector, Login, Pool, Reconnect};
 use crate::upstream::reply::rejected;
-use crate::upstream::oauth::TokenSource;
 use crate::upstream::UpstreamError;
 
 /// The most mailboxes with a pool of their own at once.
