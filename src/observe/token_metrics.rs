@@ -1,6 +1,7 @@
-//! What the relay counts of its XOAUTH2 upstreams' tokens: the requests to each token
-//! endpoint, by upstream and result (`issued`, `failed`). A failure is what makes messages
-//! wait or get `451 4.7.0`, so it is the one to alert on.
+//! What the relay counts of its XOAUTH2 upstreams' tokens: the requests to their token
+//! endpoints, by result (`issued`, `failed`; each from 0, so an alert has a series before the
+//! first failure; the log's `upstream.token_failed` names the upstream). A failure is what
+//! makes messages get `451 4.7.0`, so it is the one to alert on.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -12,9 +13,10 @@ use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TokenLabel {
-    pub upstream: String,
     pub result: &'static str,
 }
+
+const RESULTS: [&str; 2] = ["issued", "failed"];
 
 pub struct TokenMetrics {
     requests: Family<TokenLabel, Counter>,
@@ -28,6 +30,9 @@ impl TokenMetrics {
             requests: Family::default(),
             seen: Mutex::default(),
         };
+        for result in RESULTS {
+            m.requests.get_or_create(&TokenLabel { result }).inc_by(0);
+        }
         r.register(
             "upstream_token_requests",
             "Requests for an XOAUTH2 upstream's token to its token endpoint, by result (issued, \
@@ -50,11 +55,9 @@ impl TokenMetrics {
             } else {
                 total
             };
-            let label = TokenLabel {
-                upstream: upstream.to_string(),
-                result,
-            };
-            self.requests.get_or_create(&label).inc_by(new);
+            self.requests
+                .get_or_create(&TokenLabel { result })
+                .inc_by(new);
         }
     }
 }

@@ -20,6 +20,8 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
+use super::upstream::TokenCheck;
+
 /// An RSA key made for one test, and the Google service account JSON key around it.
 pub struct TestKey {
     /// PKCS#8 PEM.
@@ -200,7 +202,7 @@ impl TokenEndpoint {
     }
 
     /// A check for `TestUpstream::require_xoauth2`: tokens valid here.
-    pub fn checker(self: &Arc<Self>) -> Arc<dyn Fn(&str, &str) -> bool + Send + Sync> {
+    pub fn checker(self: &Arc<Self>) -> TokenCheck {
         let endpoint = Arc::clone(self);
         Arc::new(move |user: &str, token: &str| endpoint.is_valid(user, token))
     }

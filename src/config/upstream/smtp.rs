@@ -30,8 +30,9 @@ pub struct SmtpCredentials {
     /// `password` (the default) or `xoauth2`.
     #[serde(default)]
     pub auth: UpstreamAuth,
-    /// `[upstream.oauth]`: where the XOAUTH2 token comes from.
-    pub oauth: Option<OauthConfig>,
+    /// `[upstream.oauth]`: where the XOAUTH2 token comes from (boxed: most upstreams have
+    /// none, and the kind is moved whole).
+    pub oauth: Option<Box<OauthConfig>>,
     /// With `username = "{sender}"`: the addresses and `@domains` the relay may log in as.
     #[serde(default)]
     pub mailboxes: Vec<String>,
@@ -62,7 +63,8 @@ impl SmtpCredentials {
     /// password, TLS unless the operator said `none`, and an allow-list for `{sender}`.
     fn check(&self, client: &SmtpClient, implicit_tls: bool) -> Result<(), OauthKeyError> {
         let sender = self.username.as_deref() == Some(SENDER_MAILBOX);
-        if !self.mailboxes.is_empty() && !(sender && self.auth == UpstreamAuth::Xoauth2) {
+        let takes_mailboxes = sender && self.auth == UpstreamAuth::Xoauth2;
+        if !(self.mailboxes.is_empty() || takes_mailboxes) {
             return Err(OauthKeyError::MailboxesWithoutSender);
         }
         let oauth = match (self.auth, &self.oauth) {

@@ -22,7 +22,7 @@ pub(super) const MAX_POOLS: usize = 64;
 pub(super) enum Pools {
     One(Arc<Pool>),
     /// One pool per envelope sender's mailbox.
-    PerSender(PerSender),
+    PerSender(Box<PerSender>),
 }
 
 pub(super) struct PerSender {

@@ -119,12 +119,12 @@ impl SmtpForwarder {
         };
         let reconnect = Reconnect::of(&smtp.client);
         let pools = match (smtp.credentials.mailbox(), &tokens) {
-            (Some(Mailbox::Sender), Some(tokens)) => Pools::PerSender(PerSender::new(
+            (Some(Mailbox::Sender), Some(tokens)) => Pools::PerSender(Box::new(PerSender::new(
                 smtp.credentials.mailboxes.clone(),
                 connector,
                 Arc::clone(tokens),
                 (cfg.pool_size.get(), timeout, reconnect),
-            )),
+            ))),
             _ => {
                 let pool = Pool::new(connector, cfg.pool_size.get(), timeout);
                 Pools::One(Arc::new(pool.with_reconnect(reconnect)))
