@@ -117,8 +117,7 @@ impl Grant {
         mailbox: &str,
         token_url: &str,
     ) -> Result<String, jsonwebtoken::errors::Error> {
-        let now = unix_now();
-        let pairs: Vec<(&str, String)> = match self {
+        let pairs = match self {
             Grant::Secret {
                 client_id,
                 secret,
@@ -138,18 +137,7 @@ impl Grant {
                 thumbprint,
                 scope,
             } => {
-                let mut header = Header::new(Algorithm::RS256);
-                header.x5t_s256 = Some(thumbprint.clone());
-                let claims = Claims {
-                    iss: client_id,
-                    sub: Some(client_id),
-                    aud: token_url,
-                    scope: None,
-                    iat: now,
-                    exp: now + ASSERTION_SECS / 6,
-                    jti: Some(uuid::Uuid::new_v4().to_string()),
-                };
-                let assertion = jsonwebtoken::encode(&header, &claims, key)?;
+                let assertion = client_assertion(client_id, key, thumbprint, token_url)?;
                 let mut pairs = vec![
                     ("grant_type", "client_credentials".to_string()),
                     ("client_id", client_id.clone()),
@@ -167,6 +155,7 @@ impl Grant {
                 key,
                 scope,
             } => {
+                let now = unix_now();
                 let claims = Claims {
                     iss: client_email,
                     sub: Some(mailbox),
@@ -177,17 +166,35 @@ impl Grant {
                     jti: None,
                 };
                 let assertion = jsonwebtoken::encode(&Header::new(Algorithm::RS256), &claims, key)?;
-                vec![
-                    (
-                        "grant_type",
-                        "urn:ietf:params:oauth:grant-type:jwt-bearer".to_string(),
-                    ),
-                    ("assertion", assertion),
-                ]
+                let grant_type = "urn:ietf:params:oauth:grant-type:jwt-bearer".to_string();
+                vec![("grant_type", grant_type), ("assertion", assertion)]
             }
         };
         Ok(encode_form(&pairs))
     }
+}
+
+/// Microsoft's client assertion: the app as issuer and subject, the token endpoint as
+/// audience, ten minutes long, unique (`jti`), naming its certificate by `x5t#S256`.
+fn client_assertion(
+    client_id: &str,
+    key: &EncodingKey,
+    thumbprint: &str,
+    token_url: &str,
+) -> Result<String, jsonwebtoken::errors::Error> {
+    let mut header = Header::new(Algorithm::RS256);
+    header.x5t_s256 = Some(thumbprint.to_string());
+    let now = unix_now();
+    let claims = Claims {
+        iss: client_id,
+        sub: Some(client_id),
+        aud: token_url,
+        scope: None,
+        iat: now,
+        exp: now + ASSERTION_SECS / 6,
+        jti: Some(uuid::Uuid::new_v4().to_string()),
+    };
+    jsonwebtoken::encode(&header, &claims, key)
 }
 
 /// `application/x-www-form-urlencoded`.
