@@ -79,6 +79,16 @@ fn read_upstream(metrics: &Metrics, ctx: &Context) {
         let crowded = upstream.forwarder.offers().crowded;
         let crowded = crowded.map_or(0, |c| c.load(std::sync::atomic::Ordering::Relaxed));
         metrics.upstream_crowded(upstream.name(), crowded);
+        if let Some(tokens) = upstream.forwarder.offers().tokens {
+            let read = |count: &std::sync::atomic::AtomicU64| {
+                count.load(std::sync::atomic::Ordering::Relaxed)
+            };
+            (metrics.tokens()).requests(
+                upstream.name(),
+                read(&tokens.issued),
+                read(&tokens.failed),
+            );
+        }
         for failed in upstream
             .forwarder
             .offers()

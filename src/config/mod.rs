@@ -64,9 +64,10 @@ pub use throttle::{
     Adapt, Cost, FairBy, LayerRule, Limit, MatchSpec, Mode, Refill, StoreKind, ThrottleConfig,
 };
 pub use upstream::{
-    ses_name, FileUpstream, MxKeys, MxUpstream, SesKeys, SesUpstream, SmtpClient, SmtpCredentials,
-    SmtpUpstream, UpstreamConfig, UpstreamKeyError, UpstreamKind, UpstreamTls, UpstreamUrlError,
-    DEFAULT_NAME,
+    mailbox_allowed, ses_name, FileUpstream, Mailbox, MxKeys, MxUpstream, OauthConfig,
+    OauthKeyError, OauthProvider, SesKeys, SesUpstream, SmtpClient, SmtpCredentials, SmtpUpstream,
+    TokenUrl, UpstreamAuth, UpstreamConfig, UpstreamKeyError, UpstreamKind, UpstreamTls,
+    UpstreamUrlError, DEFAULT_NAME,
 };
 pub use webhook::{EventType, Secret, WebhookConfig, WebhookRule, WebhookUrl};
 

@@ -15,6 +15,7 @@ use prometheus_client::registry::{Metric, Registry};
 use super::activity::Activities;
 use super::ses_metrics::SesMetrics;
 use super::spool_metrics::SpoolMetrics;
+use super::token_metrics::TokenMetrics;
 use super::webhooks::WebhookFamilies;
 use crate::config::OnError;
 use crate::message::Outcome;
@@ -114,6 +115,7 @@ pub struct Metrics {
     /// The shared store whose count of errors was last added, and that count.
     store_errors_seen: std::sync::Mutex<(u64, u64)>,
     ses: SesMetrics,
+    tokens: TokenMetrics,
 }
 
 fn seconds_histogram() -> Histogram {
@@ -228,6 +230,7 @@ impl Metrics {
             ),
             store_errors_seen: Default::default(),
             ses: SesMetrics::register(r),
+            tokens: TokenMetrics::register(r),
             spool: SpoolMetrics::register(r),
             reputation_events: add_metric(
                 r,
@@ -408,6 +411,11 @@ impl Metrics {
     /// SES tenants' metrics.
     pub fn ses(&self) -> &SesMetrics {
         &self.ses
+    }
+
+    /// The XOAUTH2 upstreams' token requests.
+    pub fn tokens(&self) -> &TokenMetrics {
+        &self.tokens
     }
 
     /// The spool's metrics.

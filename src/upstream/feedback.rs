@@ -54,9 +54,12 @@ impl Classifier {
     }
 
     /// What a reply `code [enhanced] text` signals, if anything. Quota is checked first: its
-    /// SES text is a "throttling failure" too.
+    /// SES text is a "throttling failure" too. A quota reply may be a `5xx` and still be about
+    /// our sending, not the message (Exchange Online's `554 5.2.0 ...
+    /// SubmissionQuotaExceededException`, Gmail's `550 5.4.5 Daily user sending limit
+    /// exceeded`), so the quota patterns read those too; "too fast" is a `4xx` only.
     pub fn feedback(&self, code: u16, enhanced: Option<&str>, text: &str) -> Option<Feedback> {
-        if !(400..500).contains(&code) {
+        if !(400..600).contains(&code) {
             return None;
         }
         let reply = match enhanced {
@@ -65,7 +68,7 @@ impl Classifier {
         };
         if self.quota.matches(&reply) {
             Some(Feedback::Quota)
-        } else if self.throttle.matches(&reply) {
+        } else if code < 500 && self.throttle.matches(&reply) {
             Some(match code {
                 421 => Feedback::Connections,
                 _ => Feedback::Rate,
@@ -129,6 +132,16 @@ mod tests {
         let c = classifier(&format!("{MINIMAL}throttle_replies = [\"^450 slow\"]\n"));
         assert_eq!(c.feedback(454, None, ses), None);
         assert_eq!(c.feedback(450, None, "slow down"), Some(Feedback::Rate));
+        let c = classifier(&format!(
+            "{MINIMAL}quota_replies = ['^550 5\\.4\\.5 Daily']\nthrottle_replies = ['^55']\n"
+        ));
+        let daily = "Daily user sending limit exceeded.";
+        assert_eq!(c.feedback(550, Some("5.4.5"), daily), Some(Feedback::Quota));
+        assert_eq!(
+            c.feedback(550, None, "slow"),
+            None,
+            "too fast is a 4xx only"
+        );
     }
 
     #[test]

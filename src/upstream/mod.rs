@@ -9,6 +9,8 @@
 //!   keywords, STARTTLS, AUTH).
 //! - `pool`: our pool of those connections (bounded, with timeouts on every step), and the
 //!   connector that opens them.
+//! - `oauth`: the bearer tokens of an XOAUTH2 login (`auth = "xoauth2"`): asked of the
+//!   provider's token endpoint, kept, renewed before they expire.
 //! - `mx`: `mx://`, straight to each recipient domain's MX hosts (hickory-resolver).
 //! - `ses`: `ses://REGION`, Amazon SES over its v2 API (the AWS SDK), SES tenants.
 //! - `file`: `file://DIR`, the embedded default: one `.eml` and one `.json` per message.
@@ -28,6 +30,7 @@ mod client;
 pub mod feedback;
 pub mod file;
 pub mod mx;
+pub mod oauth;
 mod offers;
 pub mod pause;
 mod pool;

@@ -5,6 +5,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::AtomicU64;
 
+use super::oauth::TokenCounts;
 use super::{Probe, UpstreamError};
 
 /// The capabilities of one forwarder; `None` where its kind has none.
@@ -26,6 +27,8 @@ pub struct Offers<'a> {
     pub standing: Option<&'a dyn TenantStanding>,
     /// The calls to upstream's API beyond sending that failed, by operation, for the metrics.
     pub failed_calls: Option<&'a [FailedCalls]>,
+    /// The OAuth tokens asked for (XOAUTH2), issued and failed, for the metrics.
+    pub tokens: Option<&'a TokenCounts>,
 }
 
 /// Failed calls of one operation of upstream's API, since the forwarder was built.

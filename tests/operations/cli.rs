@@ -41,8 +41,19 @@ const SHIPPED_ENV: [&str; 6] = [
     "OPS_WEBHOOK_SECRET",
 ];
 
+/// The XOAUTH2 examples' secrets: a client secret, and a service account's key (made now: a
+/// test key) that `check` reads as the start does.
+fn xoauth2_env() -> [(&'static str, String); 2] {
+    let key = crate::support::token_endpoint::TestKey::new();
+    [
+        ("M365_CLIENT_SECRET", "x".to_string()),
+        ("GMAIL_SERVICE_ACCOUNT_KEY", key.service_account_json()),
+    ]
+}
+
 #[test]
 fn check_accepts_the_shipped_configs() {
+    let xoauth2 = xoauth2_env();
     for path in [
         "config/mailsluice.toml",
         "config/container.toml",
@@ -54,6 +65,8 @@ fn check_accepts_the_shipped_configs() {
         "config/examples/mx.toml",
         "config/examples/hold.toml",
         "config/examples/webhooks.toml",
+        "config/examples/microsoft365.toml",
+        "config/examples/gmail.toml",
     ] {
         // `check` opens a spool as the start does (making it): a scratch one, not the host's.
         let text = std::fs::read_to_string(path).unwrap();
@@ -68,6 +81,7 @@ fn check_accepts_the_shipped_configs() {
             .args(["check", "--config"])
             .arg(&copy)
             .envs(SHIPPED_ENV.map(|var| (var, "x")))
+            .envs(xoauth2.clone())
             .output()
             .unwrap();
         assert!(

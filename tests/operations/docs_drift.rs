@@ -25,7 +25,9 @@ const METRICS_PAGE: &str = "docs/operating.md";
 fn base() -> String {
     TestConfig::new()
         .smtp("[smtp.auth]\nusers = [{ user = \"u\", password_hash = \"x\" }]")
-        .then("[[upstream]]\nurl = \"file:///tmp/outbox\"")
+        // An smtp:// upstream: the probe then reaches the tables of its own keys
+        // (`[upstream.oauth]`); another kind's keys are found as leaves all the same.
+        .then("[[upstream]]\nurl = \"smtp://127.0.0.1:25\"")
         .then("[[route]]\nupstream = \"default\"")
         .then("[[throttle]]\nname = \"t\"\nkey = \"none\"\nlimit = 1")
         .then("[redis]\nurl = \"redis://127.0.0.1:6379\"")

@@ -33,6 +33,9 @@
 //! - `wait`: `until`, polling a condition in real time (at most 30 s).
 //! - `clock`: tokio's paused clock held still while the test waits on real sockets.
 //! - `replies`: docs/replies.md's rows, and a reply matched against a row's full text.
+//! - `token_endpoint`: an OAuth 2.0 token endpoint on 127.0.0.1 for XOAUTH2 upstreams (client
+//!   credentials, or a service account's JWT checked with a test key made at test time),
+//!   whose tokens the test upstream's `require_xoauth2` takes.
 //! - `webhook`: an HTTPS webhook receiver on 127.0.0.1 (records POSTs, answers a set status,
 //!   or hangs), and the receiver's signature check of docs/webhooks.md.
 
@@ -61,6 +64,7 @@ pub mod ses_like;
 pub mod ses_tenants;
 pub mod throttle;
 pub mod tls;
+pub mod token_endpoint;
 pub mod traffic;
 pub mod upstream;
 mod upstream_session;

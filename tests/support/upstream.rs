@@ -122,6 +122,9 @@ pub(super) struct Mix {
     pub transactions: usize,
 }
 
+/// Whether a bearer token is good for logging in as a user (`TokenEndpoint::checker`).
+pub type TokenCheck = Arc<dyn Fn(&str, &str) -> bool + Send + Sync>;
+
 /// State shared by the listener, the connections and the test.
 pub(super) struct Shared {
     pub fault: Mutex<Fault>,
@@ -143,6 +146,10 @@ pub(super) struct Shared {
     /// Throttling failure: Maximum sending rate exceeded.` (counted in `rate_refusals`).
     pub hidden: Mutex<Option<(Bucket, State)>>,
     pub rate_refusals: Mutex<usize>,
+    /// `AUTH XOAUTH2` only, a token taken when this says it is good for the user.
+    pub xoauth2: Mutex<Option<TokenCheck>>,
+    /// XOAUTH2 logins refused.
+    pub auth_refusals: Mutex<usize>,
     pub clock: TokioClock,
     /// What pipelining tests set and observe (see [`Extra`]).
     pub extra: Mutex<Extra>,
@@ -263,6 +270,8 @@ impl TestUpstream {
             crowded: Mutex::new(0),
             hidden: Mutex::new(None),
             rate_refusals: Mutex::new(0),
+            xoauth2: Mutex::new(None),
+            auth_refusals: Mutex::new(0),
             clock: TokioClock::new(),
             extra: Mutex::new(Extra::default()),
         });
@@ -321,6 +330,19 @@ impl TestUpstream {
     /// authenticates with these credentials.
     pub fn require_auth(&self, user: &str, password: &str) {
         *self.shared.credentials.lock().unwrap() = Some((user.into(), password.into()));
+    }
+
+    /// From now on, advertise `AUTH XOAUTH2` alone and refuse MAIL (`530`) until a client logs
+    /// in with it: the SASL string exactly as Microsoft and Google document it, its token one
+    /// `check` says is good for its user. A refused token gets a `334` with the error in JSON,
+    /// then, after the client's empty line, `535`, as Gmail answers.
+    pub fn require_xoauth2(&self, check: TokenCheck) {
+        *self.shared.xoauth2.lock().unwrap() = Some(check);
+    }
+
+    /// XOAUTH2 logins refused so far.
+    pub fn auth_refusals(&self) -> usize {
+        *self.shared.auth_refusals.lock().unwrap()
     }
 
     /// Stops listening: new connections are refused by the OS; open ones carry on. The port

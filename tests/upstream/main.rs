@@ -20,6 +20,7 @@ mod ses_sync;
 mod ses_tenants;
 mod smtp;
 mod sqs_events;
+mod xoauth2;
 
 use mailsluice::config::{Config, UpstreamConfig};
 use mailsluice::message::Envelope;

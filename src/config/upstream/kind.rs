@@ -82,6 +82,15 @@ impl UpstreamKind {
         })
     }
 
+    /// The kind's keys that must go together, checked once the table is read whole (each
+    /// key alone was checked as it was read).
+    pub(super) fn check_together(&self) -> Result<(), UpstreamKeyError> {
+        match self {
+            UpstreamKind::Smtp(smtp) => smtp.check_together(),
+            UpstreamKind::File(_) | UpstreamKind::Mx(_) | UpstreamKind::Ses(_) => Ok(()),
+        }
+    }
+
     /// The largest message the kind can carry, when it has a bound of its own.
     pub fn max_message_bytes(&self) -> Option<usize> {
         match self {

@@ -1,7 +1,7 @@
 //! `[upstream]` / `[[upstream]]`: where messages go, and how to reach it. The keys every kind
 //! shares are here; the URL's scheme picks the kind (`kind.rs`), whose own keys live in the
 //! file named after it (`file.rs`, `smtp.rs`, `mx.rs`, `ses.rs`; `smtp_client.rs` for the keys of an
-//! SMTP client that `smtp://` and `mx://` share). The URL is parsed once, when the file is
+//! SMTP client that `smtp://` and `mx://` share; `oauth.rs` for `smtp://`'s XOAUTH2 login). The URL is parsed once, when the file is
 //! read, so a typo is a startup error with its line.
 
 use std::num::{NonZeroU32, NonZeroU64, NonZeroUsize};
@@ -16,6 +16,7 @@ mod file;
 mod keys;
 mod kind;
 mod mx;
+mod oauth;
 mod ses;
 mod smtp;
 mod smtp_client;
@@ -23,6 +24,9 @@ mod smtp_client;
 pub use file::FileUpstream;
 pub use kind::UpstreamKind;
 pub use mx::{MxKeys, MxUpstream};
+pub use oauth::{
+    mailbox_allowed, Mailbox, OauthConfig, OauthKeyError, OauthProvider, TokenUrl, UpstreamAuth,
+};
 pub use ses::{ses_name, SesKeys, SesUpstream};
 pub use smtp::{SmtpCredentials, SmtpUpstream};
 pub use smtp_client::{SmtpClient, UpstreamTls};
@@ -79,6 +83,9 @@ pub enum UpstreamKeyError {
          system's"
     )]
     NoNameservers,
+    /// The XOAUTH2 keys (`auth`, `[upstream.oauth]`, `mailboxes`) do not go together.
+    #[error("in `upstream`: {0}")]
+    Oauth(OauthKeyError),
 }
 
 /// One upstream: its name, its kind (with the kind's own keys) and the keys every kind shares.
@@ -182,7 +189,8 @@ impl<'de> Visitor<'de> for Table {
             }
         }
         let mut kind = kind.ok_or_else(|| de::Error::missing_field("url"))?;
-        kind.read_keys(own).map_err(|e| match &name {
+        let read = kind.read_keys(own).and_then(|()| kind.check_together());
+        read.map_err(|e| match &name {
             Some(name) => de::Error::custom(format!("{e} (upstream {:?})", Spanned::get_ref(name))),
             None => de::Error::custom(e),
         })?;

@@ -216,3 +216,84 @@ fn ses_checks_tenant_identities_by_default_and_refreshes_every_five_minutes() {
         .to_string();
     assert!(err.contains("upstream.check_identities"), "{err}");
 }
+
+/// The `[upstream]` of a file with `keys` after `url = "smtp://mail.test:587"`, or why not.
+fn xoauth2(keys: &str) -> Result<UpstreamConfig, String> {
+    let text = format!("[upstream]\nurl = \"smtp://mail.test:587\"\n{keys}");
+    crate::config::Config::parse(&format!("[smtp]\nlisten = [\"127.0.0.1:0\"]\n{text}"))
+        .map(|mut c| c.upstreams.remove(0))
+        .map_err(|e| e.to_string())
+}
+
+const MICROSOFT: &str = "[upstream.oauth]\nprovider = \"microsoft\"\ntenant_id = \"contoso.onmicrosoft.com\"\nclient_id = \"app\"\nclient_secret_env = \"M365_SECRET\"";
+
+#[test]
+fn xoauth2_keys_go_together() {
+    let ok = xoauth2(&format!(
+        "tls = \"required\"\nauth = \"xoauth2\"\nusername = \"printer@contoso.com\"\n{MICROSOFT}"
+    ))
+    .unwrap();
+    let UpstreamKind::Smtp(smtp) = &ok.kind else {
+        panic!("smtp")
+    };
+    assert_eq!(
+        smtp.credentials.mailbox(),
+        Some(Mailbox::Fixed("printer@contoso.com"))
+    );
+    let oauth = smtp.credentials.oauth.as_ref().unwrap();
+    assert_eq!(
+        oauth.token_url().unwrap().to_string(),
+        "https://login.microsoftonline.com/contoso.onmicrosoft.com/oauth2/v2.0/token"
+    );
+    assert_eq!(
+        oauth.scope(),
+        Some("https://outlook.office365.com/.default")
+    );
+
+    let refused = [
+        ("auth = \"xoauth2\"\nusername = \"a@b.c\"\ntls = \"required\"", "needs an [upstream.oauth]"),
+        (&format!("tls = \"required\"\nusername = \"a@b.c\"\n{MICROSOFT}"), "only for auth = \"xoauth2\""),
+        (&format!("auth = \"xoauth2\"\nusername = \"a@b.c\"\n{MICROSOFT}"), "tls = \"required\""),
+        (&format!("tls = \"required\"\nauth = \"xoauth2\"\n{MICROSOFT}"), "needs `username`"),
+        (
+            &format!("tls = \"required\"\nauth = \"xoauth2\"\nusername = \"a@b.c\"\npassword = \"x\"\n{MICROSOFT}"),
+            "takes no `password`",
+        ),
+        (
+            &format!("tls = \"required\"\nauth = \"xoauth2\"\nusername = \"{{sender}}\"\n{MICROSOFT}"),
+            "needs `mailboxes`",
+        ),
+        (
+            &format!("tls = \"required\"\nauth = \"xoauth2\"\nusername = \"{{sender}}\"\nmailboxes = [\"contoso.com\"]\n{MICROSOFT}"),
+            "neither an address nor an @domain",
+        ),
+        (
+            "tls = \"required\"\nauth = \"xoauth2\"\nusername = \"a@b.c\"\n[upstream.oauth]\nprovider = \"google\"",
+            "`key_file` or `key_env`",
+        ),
+        (
+            "tls = \"required\"\nauth = \"xoauth2\"\nusername = \"a@b.c\"\n[upstream.oauth]\nprovider = \"generic\"\nclient_id = \"a\"\nclient_secret_env = \"S\"",
+            "needs `token_url`",
+        ),
+        (
+            "tls = \"required\"\nauth = \"xoauth2\"\nusername = \"a@b.c\"\n[upstream.oauth]\nprovider = \"generic\"\nclient_id = \"a\"\nclient_secret_env = \"S\"\ntoken_url = \"http://idp.example/token\"",
+            "http:// only to a loopback",
+        ),
+        (
+            "tls = \"required\"\nauth = \"xoauth2\"\nusername = \"a@b.c\"\n[upstream.oauth]\nprovider = \"microsoft\"\nclient_id = \"a\"\nclient_secret_env = \"S\"\ntenant_id = \"t\"\nkey_env = \"K\"",
+            "give one of",
+        ),
+    ];
+    for (keys, why) in refused {
+        let error = xoauth2(keys).unwrap_err();
+        assert!(error.contains(why), "{keys}:\n{error}");
+    }
+    let none = xoauth2(&format!(
+        "tls = \"none\"\nauth = \"xoauth2\"\nusername = \"{{sender}}\"\nmailboxes = [\"@contoso.com\"]\n{MICROSOFT}"
+    ))
+    .unwrap();
+    let UpstreamKind::Smtp(smtp) = &none.kind else {
+        panic!("smtp")
+    };
+    assert_eq!(smtp.credentials.mailbox(), Some(Mailbox::Sender));
+}

@@ -1,6 +1,6 @@
 //! AUTH towards upstream (RFC 4954): PLAIN when offered, else LOGIN, as most submission
-//! servers and SES's SMTP endpoint accept. The connection is encrypted by then unless the
-//! operator chose `tls = "none"`.
+//! servers and SES's SMTP endpoint accept; or XOAUTH2 with a bearer token (Exchange Online,
+//! Gmail). The connection is encrypted by then unless the operator chose `tls = "none"`.
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
@@ -41,5 +41,22 @@ impl Client {
         self.command(format!("{}\r\n", STANDARD.encode(password)).as_bytes())
             .await?;
         Ok(true)
+    }
+}
+
+impl Client {
+    /// AUTH XOAUTH2 as `user` with `token`: the SASL string of Google's and Microsoft's
+    /// XOAUTH2 (`user=<user>^Aauth=Bearer <token>^A^A`, base64). A server that refuses the
+    /// token first answers `334` with its error in JSON and waits for an empty line; its
+    /// refusal then comes.
+    pub async fn auth_xoauth2(&mut self, user: &str, token: &str) -> Result<(), ClientError> {
+        let sasl = STANDARD.encode(format!("user={user}\x01auth=Bearer {token}\x01\x01"));
+        let reply = self
+            .command(format!("AUTH XOAUTH2 {sasl}\r\n").as_bytes())
+            .await?;
+        if reply.code == 334 {
+            self.command(b"\r\n").await?;
+        }
+        Ok(())
     }
 }

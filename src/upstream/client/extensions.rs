@@ -11,6 +11,7 @@ pub struct Extensions {
     pub smtputf8: bool,
     pub auth_plain: bool,
     pub auth_login: bool,
+    pub auth_xoauth2: bool,
 }
 
 impl Extensions {
@@ -34,6 +35,7 @@ impl Extensions {
                 for mechanism in words {
                     offered.auth_plain |= mechanism.eq_ignore_ascii_case("PLAIN");
                     offered.auth_login |= mechanism.eq_ignore_ascii_case("LOGIN");
+                    offered.auth_xoauth2 |= mechanism.eq_ignore_ascii_case("XOAUTH2");
                 }
             }
         }
@@ -60,7 +62,7 @@ mod tests {
             "STARTTLS",
             "8BITMIME",
             "SmtpUtf8",
-            "AUTH LOGIN plain CRAM-MD5",
+            "AUTH LOGIN plain CRAM-MD5 xoauth2",
         ]);
         assert_eq!(
             all,
@@ -71,6 +73,7 @@ mod tests {
                 smtputf8: true,
                 auth_plain: true,
                 auth_login: true,
+                auth_xoauth2: true,
             }
         );
         let none = of(&[

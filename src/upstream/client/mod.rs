@@ -6,7 +6,7 @@
 //! - `reply`: a reply read from the bytes, and what is no reply.
 //! - `extensions`: what upstream's EHLO offers.
 //! - `tls`: rustls towards upstream, verified or not.
-//! - `auth`: AUTH PLAIN and LOGIN.
+//! - `auth`: AUTH PLAIN and LOGIN, and XOAUTH2 with a bearer token.
 //! - `stream`: the socket under it (plain and corked, STARTTLS, implicit TLS).
 //! - `corked`: the plain socket, a small message and its final dot in one write.
 

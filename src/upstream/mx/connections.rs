@@ -12,7 +12,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use super::guard::Guard;
 use crate::config::{MxUpstream, UpstreamConfig, UpstreamTls};
 use crate::upstream::client::Tls;
-use crate::upstream::pool::{Connector, Pool, Reconnect, Security};
+use crate::upstream::pool::{Connector, Login, Pool, Reconnect, Security};
 use crate::upstream::reply::unavailable;
 use crate::upstream::OwnAddresses;
 use crate::upstream::{Classifier, UpstreamError};
@@ -121,7 +121,7 @@ impl Connections {
             port: addr.port(),
             security: self.security(name)?,
             hello: self.hello.clone(),
-            credentials: None,
+            login: Login::None,
             classifier: self.classifier.clone(),
         };
         let pool = Pool::new(connector, self.pool_size, self.timeout);

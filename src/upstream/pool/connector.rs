@@ -1,10 +1,13 @@
 //! Opening one ready-to-use connection to an SMTP upstream: TCP (or implicit TLS), greeting,
-//! EHLO, STARTTLS and AUTH. A refusal on the way is classified here,
-//! once, so the pool can tell upstream's "too many connections" by its type.
+//! EHLO, STARTTLS and AUTH (a password, or an XOAUTH2 token: asked for before the
+//! connection, and renewed once when upstream refuses it). A refusal on the way is classified
+//! here, once, so the pool can tell upstream's "too many connections" by its type.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::upstream::client::{Client, ClientError, Credentials, Tls};
+use crate::upstream::oauth::{Token, TokenError, TokenSource};
 use crate::upstream::reply::{smtp_error, unavailable};
 use crate::upstream::{Classifier, Feedback, UpstreamError};
 
@@ -18,6 +21,7 @@ pub(in crate::upstream) enum Security {
 }
 
 /// Everything needed to open one ready-to-use connection (greeted, EHLO'd, TLS, AUTH).
+#[derive(Clone)]
 pub(in crate::upstream) struct Connector {
     /// The upstream as the operator knows it (its `name`, or the MX host), for the log.
     pub name: String,
@@ -26,9 +30,23 @@ pub(in crate::upstream) struct Connector {
     pub security: Security,
     /// The name given in EHLO.
     pub hello: String,
-    pub credentials: Option<Credentials>,
+    pub login: Login,
     /// Reads upstream's refusals, here and in the transactions played on the connections.
     pub classifier: Classifier,
+}
+
+/// How a connection logs in upstream.
+#[derive(Clone)]
+pub(in crate::upstream) enum Login {
+    /// No AUTH.
+    None,
+    /// AUTH PLAIN or LOGIN.
+    Password(Credentials),
+    /// AUTH XOAUTH2 as `mailbox`, with a token from `tokens`.
+    Xoauth2 {
+        mailbox: String,
+        tokens: Arc<TokenSource>,
+    },
 }
 
 /// Why a connection could not be had.
@@ -42,6 +60,8 @@ pub(in crate::upstream) enum ConnectError {
     TimedOut,
     /// Every slot stayed busy for the whole timeout.
     PoolBusy,
+    /// Upstream refused the XOAUTH2 token with a `5xx`: worth once more with a new token.
+    TokenRefused(UpstreamError),
 }
 
 impl ConnectError {
@@ -64,14 +84,54 @@ impl From<ConnectError> for UpstreamError {
             ConnectError::Io(e) => unavailable(format!("connecting: {e}")),
             ConnectError::TimedOut => unavailable("connecting: timed out".into()),
             ConnectError::PoolBusy => unavailable("every upstream connection stayed busy".into()),
+            ConnectError::TokenRefused(e) => UpstreamError::Credentials(e.to_string()),
         }
     }
 }
 
 impl Connector {
-    /// A ready connection: greeted, EHLO'd, encrypted as configured, logged in; each of its
-    /// exchanges then bounded by `timeout`.
-    pub(super) async fn connect(&self, timeout: Duration) -> Result<Client, ConnectError> {
+    /// A ready connection, within `timeout` (and with XOAUTH2, the token's request before it,
+    /// within its own); a token upstream refuses is renewed, and the login tried once more
+    /// on a new connection.
+    pub(super) async fn open(&self, timeout: Duration) -> Result<Client, ConnectError> {
+        let bounded = |token: Option<Token>| async move {
+            match tokio::time::timeout(timeout, self.connect(timeout, token.as_ref())).await {
+                Ok(connected) => connected,
+                Err(_) => Err(ConnectError::TimedOut),
+            }
+        };
+        let Login::Xoauth2 { mailbox, tokens } = &self.login else {
+            return bounded(None).await;
+        };
+        let token = tokens.token(mailbox).await.map_err(|e| self.no_token(e))?;
+        match bounded(Some(token.clone())).await {
+            Err(ConnectError::TokenRefused(refusal)) => {
+                tracing::info!(
+                    target: "mailsluice::upstream",
+                    upstream = self.name.as_str(),
+                    mailbox = mailbox.as_str(),
+                    refusal = %refusal,
+                    "upstream.token_refused"
+                );
+                let token = (tokens.renew(mailbox, &token).await).map_err(|e| self.no_token(e))?;
+                match bounded(Some(token)).await {
+                    Err(ConnectError::TokenRefused(refusal)) => {
+                        Err(self.refused_ours(format!("AUTH XOAUTH2 refused: {refusal}")))
+                    }
+                    other => other,
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// A ready connection: greeted, EHLO'd, encrypted as configured, logged in (with `token`
+    /// for XOAUTH2); each of its exchanges bounded by `timeout`.
+    async fn connect(
+        &self,
+        timeout: Duration,
+        token: Option<&Token>,
+    ) -> Result<Client, ConnectError> {
         let tcp = tokio::net::TcpStream::connect((self.host.as_str(), self.port))
             .await
             .map_err(ConnectError::Io)?;
@@ -99,17 +159,49 @@ impl Connector {
                 .map_err(|e| self.step_refused("STARTTLS", e))?,
             _ => {}
         }
-        if let Some(credentials) = &self.credentials {
-            match conn.auth(credentials).await {
+        self.log_in(&mut conn, token).await?;
+        Ok(conn)
+    }
+
+    /// AUTH as configured: a password, or XOAUTH2 with `token` (a `5xx` to it is
+    /// [`ConnectError::TokenRefused`], for the caller to renew it).
+    async fn log_in(&self, conn: &mut Client, token: Option<&Token>) -> Result<(), ConnectError> {
+        match (&self.login, token) {
+            (Login::None, _) => {}
+            (Login::Password(credentials), _) => match conn.auth(credentials).await {
                 Ok(true) => {}
                 Ok(false) => {
                     let why = "credentials are configured but it offers no AUTH PLAIN or LOGIN";
                     return Err(self.refused_ours(why.into()));
                 }
                 Err(e) => return Err(self.step_refused("AUTH", e)),
+            },
+            (Login::Xoauth2 { mailbox, .. }, Some(token)) => {
+                if !conn.extensions().auth_xoauth2 {
+                    let why = "auth = \"xoauth2\" but it offers no AUTH XOAUTH2";
+                    return Err(self.refused_ours(why.into()));
+                }
+                match conn.auth_xoauth2(mailbox, &token.secret).await {
+                    Ok(()) => {}
+                    Err(e) if e.code().is_some_and(|c| c >= 500) => {
+                        return Err(ConnectError::TokenRefused(smtp_error(&e)))
+                    }
+                    Err(e) => return Err(self.step_refused("AUTH", e)),
+                }
+            }
+            (Login::Xoauth2 { .. }, None) => {
+                return Err(self.refused_ours("no XOAUTH2 token to log in with".into()))
             }
         }
-        Ok(conn)
+        Ok(())
+    }
+
+    /// No token to log in with: the relay's credentials, `451 4.7.0` for the message (the
+    /// endpoint's failure was logged where it was learnt).
+    fn no_token(&self, e: TokenError) -> ConnectError {
+        ConnectError::Refused(UpstreamError::NoCredentials(format!(
+            "no XOAUTH2 token: {e}"
+        )))
     }
 
     /// Upstream refused our STARTTLS or AUTH: the relay's credentials, not the message, unless

@@ -21,7 +21,7 @@ use super::{Feedback, UpstreamError};
 mod connector;
 mod reconnect;
 
-pub(super) use connector::{ConnectError, Connector, Security};
+pub(super) use connector::{ConnectError, Connector, Login, Security};
 use reconnect::Age;
 pub(super) use reconnect::Reconnect;
 
@@ -103,19 +103,17 @@ impl Pool {
     /// Connects and reads the greeting, then hangs up: reachability for `/readyz`, on a
     /// connection of its own so that it never disturbs a pooled one. With credentials
     /// configured, it goes as far as logging in (and says QUIT), so that credentials upstream
-    /// refuses make the upstream unready.
+    /// refuses (or a token that cannot be had) make the upstream unready.
     pub async fn probe(&self) -> Result<(), ProbeError> {
         use tokio::io::AsyncBufReadExt;
-        if self.connector.credentials.is_some() {
-            return match tokio::time::timeout(self.timeout, self.connector.connect(self.timeout))
-                .await
-            {
-                Ok(Ok(mut conn)) => {
+        if !matches!(self.connector.login, Login::None) {
+            return match self.connector.open(self.timeout).await {
+                Ok(mut conn) => {
                     let _ = tokio::time::timeout(self.timeout, conn.quit()).await;
                     Ok(())
                 }
-                Ok(Err(e)) => Err(ProbeError::Connect(UpstreamError::from(e))),
-                Err(_) => Err(ProbeError::TimedOut),
+                Err(ConnectError::TimedOut) => Err(ProbeError::TimedOut),
+                Err(e) => Err(ProbeError::Connect(UpstreamError::from(e))),
             };
         }
         let (host, port) = (self.connector.host.as_str(), self.connector.port);
@@ -245,8 +243,8 @@ impl Pool {
     }
 
     async fn open(&self, slot: Slot) -> Result<Lease, ConnectError> {
-        match tokio::time::timeout(self.timeout, self.connector.connect(self.timeout)).await {
-            Ok(Ok(conn)) => Ok(Lease {
+        match self.connector.open(self.timeout).await {
+            Ok(conn) => Ok(Lease {
                 conn: Box::new(conn),
                 reused: false,
                 slot,
@@ -255,12 +253,11 @@ impl Pool {
                     transactions: 0,
                 },
             }),
-            Ok(Err(e)) if e.feedback() == Some(Feedback::Connections) => {
+            Err(e) if e.feedback() == Some(Feedback::Connections) => {
                 self.withhold(slot);
                 Err(e)
             }
-            Ok(Err(e)) => Err(e),
-            Err(_) => Err(ConnectError::TimedOut),
+            Err(e) => Err(e),
         }
     }
 

@@ -9,6 +9,8 @@
 //! the client asked for. When upstream offers PIPELINING, MAIL, RCPT and DATA go as one group
 //! (`pipeline.rs`); their replies are still read, timed and classified one by one.
 //!
+//! - `mailboxes`: the pool a message goes through (one, or one per sender's mailbox with
+//!   XOAUTH2's `username = "{sender}"`).
 //! - `transaction`: one message's steps on one connection, shared with `mx://`.
 //! - `pipeline`: MAIL, RCPT and DATA in one write.
 //! - `wire`: the command lines and body bytes exactly as upstream receives them.
@@ -21,6 +23,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+mod mailboxes;
 mod pipeline;
 mod transaction;
 mod wire;
@@ -29,13 +32,15 @@ pub(super) use transaction::{Failure, Step, Transaction};
 
 pub use super::client::ClientTlsError;
 use super::client::{Credentials, Tls};
-use super::pool::{Connector, Lease, Pool, Reconnect, Security};
+use super::oauth::{OauthSetupError, TokenSource};
+use super::pool::{Connector, Lease, Login, Pool, Reconnect, Security};
 use super::{
     Accepted, CheckFuture, Classifier, Feedback, ForwardFuture, Forwarder, Offers, Outgoing,
     Unready, UpstreamError,
 };
-use crate::config::{SmtpCredentials, UpstreamConfig, UpstreamKind, UpstreamTls};
+use crate::config::{Mailbox, SmtpCredentials, UpstreamConfig, UpstreamKind, UpstreamTls};
 use crate::message::Envelope;
+use mailboxes::{PerSender, Pools};
 
 /// Why an SMTP upstream could not be set up from the configuration.
 #[derive(Debug, thiserror::Error)]
@@ -55,6 +60,8 @@ pub enum SmtpSetupError {
         host: String,
         reason: ClientTlsError,
     },
+    #[error(transparent)]
+    Oauth(#[from] OauthSetupError),
 }
 
 /// Attempts after upstream's "too many connections", each on another connection.
@@ -62,13 +69,15 @@ const RETRIES: usize = 2;
 
 /// Forwards each message to one SMTP server over pooled connections.
 pub struct SmtpForwarder {
-    pool: Arc<Pool>,
+    pools: Pools,
     timeout: Duration,
+    /// With `auth = "xoauth2"`: the tokens, for the readiness check and the metrics.
+    tokens: Option<Arc<TokenSource>>,
 }
 
 impl SmtpForwarder {
-    /// Reads the password from the environment now, so a missing variable stops startup with
-    /// a clear message instead of failing every message later.
+    /// Reads the password (or the OAuth secret or key) now, so a missing variable stops
+    /// startup with a clear message instead of failing every message later.
     pub fn new(cfg: &UpstreamConfig) -> Result<SmtpForwarder, SmtpSetupError> {
         let UpstreamKind::Smtp(smtp) = &cfg.kind else {
             return Err(SmtpSetupError::NotSmtp(cfg.url()));
@@ -86,21 +95,45 @@ impl SmtpForwarder {
             (false, UpstreamTls::Opportunistic) => Security::Opportunistic(tls()?),
             (false, UpstreamTls::Required) => Security::Required(tls()?),
         };
+        let timeout = Duration::from_millis(cfg.timeout_ms.get());
+        let tokens = match &smtp.credentials.oauth {
+            Some(oauth) => Some(TokenSource::new(cfg.name(), oauth, timeout)?),
+            None => None,
+        };
+        let login = match (smtp.credentials.mailbox(), &tokens) {
+            (Some(Mailbox::Fixed(mailbox)), Some(tokens)) => Login::Xoauth2 {
+                mailbox: mailbox.to_string(),
+                tokens: Arc::clone(tokens),
+            },
+            (Some(Mailbox::Sender), _) => Login::None, // set per mailbox
+            _ => credentials(&smtp.credentials)?.map_or(Login::None, Login::Password),
+        };
         let connector = Connector {
             name: cfg.name().to_string(),
             host: host.clone(),
             port: smtp.port,
             security,
             hello: smtp.client.helo_name().to_string(),
-            credentials: credentials(&smtp.credentials)?,
+            login,
             classifier: Classifier::new(cfg),
         };
-        let timeout = Duration::from_millis(cfg.timeout_ms.get());
         let reconnect = Reconnect::of(&smtp.client);
-        let pool = Pool::new(connector, cfg.pool_size.get(), timeout).with_reconnect(reconnect);
+        let pools = match (smtp.credentials.mailbox(), &tokens) {
+            (Some(Mailbox::Sender), Some(tokens)) => Pools::PerSender(Box::new(PerSender::new(
+                smtp.credentials.mailboxes.clone(),
+                connector,
+                Arc::clone(tokens),
+                (cfg.pool_size.get(), timeout, reconnect),
+            ))),
+            _ => {
+                let pool = Pool::new(connector, cfg.pool_size.get(), timeout);
+                Pools::One(Arc::new(pool.with_reconnect(reconnect)))
+            }
+        };
         Ok(SmtpForwarder {
-            pool: Arc::new(pool),
+            pools,
             timeout,
+            tokens,
         })
     }
 
@@ -109,48 +142,61 @@ impl SmtpForwarder {
         envelope: &Envelope,
         message: &[&[u8]],
     ) -> Result<Accepted, UpstreamError> {
-        let classifier = &self.pool.connector.classifier;
+        let pool = self.pools.for_message(envelope)?;
+        let classifier = &pool.connector.classifier;
         let tx = Transaction::new(envelope, message, self.timeout, classifier)?;
 
-        let mut lease = self.checkout().await?;
+        let mut lease = checkout(&pool).await?;
         let (mut retried, mut crowded) = (false, 0);
         loop {
             match tx.run(&mut lease.conn).await {
                 Ok(accepted) => {
-                    self.pool.checkin(lease);
+                    pool.checkin(lease);
                     return Ok(accepted);
                 }
                 Err(f) if f.stale && lease.reused && !retried => {
                     tracing::debug!(step = ?f.step, error = %f.error, "pooled upstream connection was dead; retrying on a new one");
                     retried = true;
-                    lease = self.pool.reconnect(lease).await?;
+                    lease = pool.reconnect(lease).await?;
                 }
                 Err(f)
                     if crowded < RETRIES && f.error.feedback() == Some(Feedback::Connections) =>
                 {
                     crowded += 1;
-                    self.pool.close_shrinking(lease);
-                    lease = self.checkout().await?;
+                    pool.close_shrinking(lease);
+                    lease = checkout(&pool).await?;
                 }
                 Err(f) => {
-                    settle_failed(Arc::clone(&self.pool), lease, &f, ());
+                    settle_failed(Arc::clone(&pool), lease, &f, ());
                     return Err(f.error);
                 }
             }
         }
     }
 
-    /// A connection; one refused with "too many connections" is tried again (on a parked
-    /// one, or a new one once the shrunk pool has room).
-    async fn checkout(&self) -> Result<Lease, UpstreamError> {
-        let mut crowded = 0;
-        loop {
-            match self.pool.checkout().await {
-                Err(e) if crowded < RETRIES && e.feedback() == Some(Feedback::Connections) => {
-                    crowded += 1
-                }
-                other => return Ok(other?),
+    /// Whether upstream can be logged in to: the one pool's probe; with a pool per sender,
+    /// the token endpoint's last word (a token for every mailbox comes only with a message).
+    async fn probe(&self) -> Result<(), Unready> {
+        if let Some(pool) = self.pools.one() {
+            return pool.probe().await.map_err(|e| Unready(e.to_string()));
+        }
+        match self.tokens.as_ref().and_then(|t| t.last_failure()) {
+            Some(failure) => Err(Unready(format!("no XOAUTH2 token: {failure}"))),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A connection; one refused with "too many connections" is tried again (on a parked one, or
+/// a new one once the shrunk pool has room).
+async fn checkout(pool: &Pool) -> Result<Lease, UpstreamError> {
+    let mut crowded = 0;
+    loop {
+        match pool.checkout().await {
+            Err(e) if crowded < RETRIES && e.feedback() == Some(Feedback::Connections) => {
+                crowded += 1
             }
+            other => return Ok(other?),
         }
     }
 }
@@ -161,15 +207,13 @@ impl Forwarder for SmtpForwarder {
     }
 
     fn check(&self) -> CheckFuture<'_> {
-        Box::pin(async {
-            let probed = self.pool.probe().await;
-            probed.map(|()| None).map_err(|e| Unready(e.to_string()))
-        })
+        Box::pin(async { self.probe().await.map(|()| None) })
     }
 
     fn offers(&self) -> Offers<'_> {
         Offers {
-            crowded: Some(&self.pool.shrinks),
+            crowded: self.pools.one().map(|pool| &pool.shrinks),
+            tokens: self.tokens.as_ref().map(|t| &t.counts),
             ..Offers::default()
         }
     }
