@@ -137,7 +137,7 @@ const fn case(
 }
 
 /// The table: reply, how it is made, outcome, layer named in the log line, in the metric.
-const CASES: [Case; 40] = [
+const CASES: [Case; 41] = [
     case("250 ...", How::Send, "delivered", false, false),
     case("250 ... (refused for {n} of {m} recipients; the sender is sent a report)", How::Send, "partial", false, false),
     case("550 5.6.0 Message contains a bare CR or LF (RFC 5321 2.3.8); not relayed", How::Data(Body::BareLf), "content_rejected", false, false),
@@ -178,6 +178,7 @@ const CASES: [Case; 40] = [
     case("451 4.3.5 SES tenant name {name} is not one SES takes (A-Z a-z 0-9 _ -, at most 64)", How::Send, "upstream_tenant_unfit", false, false),
     case("451 4.3.5 upstream: SES tenant {name} unknown to SES", How::Send, "upstream_temp_fail", false, false),
     case("550 5.7.1 upstream: {domain} is not a sending identity of SES tenant {name}", How::Send, "upstream_perm_fail", false, false),
+    case("550 5.7.1 upstream: <{sender}> is not a mailbox this relay may send as", How::Send, "upstream_perm_fail", false, false),
 ];
 
 /// Rows of those sections no message of a session can get here, and why.
@@ -364,6 +365,13 @@ fn setup(i: usize) -> (String, String, Vec<Up>, Up) {
             550,
             "5.7.1",
             "acme.example is not a sending identity of SES tenant acme",
+        )),
+        // What an XOAUTH2 upstream logging in as each sender answers for a sender outside its
+        // `mailboxes` (tests/upstream/xoauth2.rs provokes it against a real login).
+        40 => fail(refused(
+            550,
+            "5.7.1",
+            "<a@acme.example> is not a mailbox this relay may send as",
         )),
         _ => unreachable!("a case of the table"),
     }
