@@ -30,6 +30,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 mod admin;
+mod http_url;
 mod key_source;
 pub mod network;
 mod redis;
@@ -47,6 +48,7 @@ mod upstream;
 mod webhook;
 
 pub use admin::AdminConfig;
+pub use http_url::HttpUrl;
 pub use key_source::{BadKeySource, KeySource, UnknownKeySource, MAX_KEY_BYTES};
 pub use redis::{OnError, RedisConfig, RedisRule};
 pub use replies::{BadReplyPattern, ReplyPatterns};
@@ -66,10 +68,10 @@ pub use throttle::{
 pub use upstream::{
     mailbox_allowed, ses_name, FileUpstream, Mailbox, MxKeys, MxUpstream, OauthConfig,
     OauthKeyError, OauthProvider, SesKeys, SesUpstream, SmtpClient, SmtpCredentials, SmtpUpstream,
-    TokenUrl, UpstreamAuth, UpstreamConfig, UpstreamKeyError, UpstreamKind, UpstreamTls,
-    UpstreamUrlError, DEFAULT_NAME,
+    UpstreamAuth, UpstreamConfig, UpstreamKeyError, UpstreamKind, UpstreamTls, UpstreamUrlError,
+    DEFAULT_NAME,
 };
-pub use webhook::{EventType, Secret, WebhookConfig, WebhookRule, WebhookUrl};
+pub use webhook::{EventType, Secret, WebhookConfig, WebhookRule};
 
 /// A configuration that could not be used; the text says which key and where.
 #[derive(Debug, thiserror::Error)]

@@ -19,7 +19,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
 use super::sign::HEADER;
-use crate::config::{WebhookConfig, WebhookUrl};
+use crate::config::{HttpUrl, WebhookConfig};
 
 /// Why a POST did not get a 2xx.
 #[derive(Debug, thiserror::Error)]
@@ -57,7 +57,7 @@ const MAX_RESPONSE_BYTES: usize = 64 * 1024;
 /// What a webhook's POSTs go with.
 pub struct Poster {
     config: WebhookConfig,
-    url: WebhookUrl,
+    url: HttpUrl,
     tls: TlsConnector,
     /// The connection of the last POST, while the receiver keeps it open.
     open: tokio::sync::Mutex<Option<Open>>,

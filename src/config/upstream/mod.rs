@@ -25,7 +25,7 @@ pub use file::FileUpstream;
 pub use kind::UpstreamKind;
 pub use mx::{MxKeys, MxUpstream};
 pub use oauth::{
-    mailbox_allowed, Mailbox, OauthConfig, OauthKeyError, OauthProvider, TokenUrl, UpstreamAuth,
+    mailbox_allowed, Mailbox, OauthConfig, OauthKeyError, OauthProvider, UpstreamAuth,
 };
 pub use ses::{ses_name, SesKeys, SesUpstream};
 pub use smtp::{SmtpCredentials, SmtpUpstream};

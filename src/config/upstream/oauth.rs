@@ -9,6 +9,8 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
+use crate::config::HttpUrl;
+
 /// How the relay logs in upstream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
@@ -111,64 +113,15 @@ pub enum Mailbox<'a> {
 /// What `username` says to log in as each message's envelope sender.
 pub const SENDER_MAILBOX: &str = "{sender}";
 
-/// A token endpoint's URL, split.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TokenUrl {
-    pub https: bool,
-    /// The host as written, without brackets around an IPv6 address.
-    pub host: String,
-    pub port: u16,
-    /// The path and query, `/` at least.
-    pub path: String,
-}
-
-impl TokenUrl {
-    /// `url` when it is `https://`, or `http://` to a loopback address (tests, a local
-    /// token broker); never a password in it.
-    pub fn parse(url: &str) -> Result<TokenUrl, OauthKeyError> {
-        let bad = || OauthKeyError::TokenUrl(url.to_string());
-        let uri: http::Uri = url.parse().map_err(|_| bad())?;
-        let https = match uri.scheme_str() {
-            Some("https") => true,
-            Some("http") => false,
-            _ => return Err(bad()),
-        };
-        let authority = uri.authority().ok_or_else(bad)?;
-        if authority.as_str().contains('@') {
-            return Err(bad());
-        }
-        let host = authority
-            .host()
-            .trim_start_matches('[')
-            .trim_end_matches(']');
-        let loopback = host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback());
-        if host.is_empty() || (!https && !loopback) {
-            return Err(bad());
-        }
-        Ok(TokenUrl {
-            https,
-            host: host.to_string(),
-            port: authority.port_u16().unwrap_or(if https { 443 } else { 80 }),
-            path: uri.path_and_query().map_or("/", |p| p.as_str()).to_string(),
-        })
-    }
-}
-
-impl std::fmt::Display for TokenUrl {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let (scheme, default_port) = if self.https {
-            ("https", 443)
-        } else {
-            ("http", 80)
-        };
-        match self.host.contains(':') {
-            true => write!(f, "{scheme}://[{}]", self.host)?,
-            false => write!(f, "{scheme}://{}", self.host)?,
-        }
-        if self.port != default_port {
-            write!(f, ":{}", self.port)?;
-        }
-        f.write_str(&self.path)
+/// A token endpoint's URL: `https://`, or `http://` to a loopback address (tests, a local
+/// token broker); never a password in it.
+pub fn token_url(url: &str) -> Result<HttpUrl, OauthKeyError> {
+    let bad = || OauthKeyError::TokenUrl(url.to_string());
+    let split = HttpUrl::parse(url).ok_or_else(bad)?;
+    let loopback = (split.host.parse::<IpAddr>()).is_ok_and(|ip| ip.is_loopback());
+    match split.https || loopback {
+        true => Ok(split),
+        false => Err(bad()),
     }
 }
 
@@ -207,11 +160,11 @@ impl OauthConfig {
     }
 
     /// The token endpoint, split.
-    pub fn token_url(&self) -> Result<TokenUrl, OauthKeyError> {
+    pub fn token_url(&self) -> Result<HttpUrl, OauthKeyError> {
         let url = self
             .token_url_text()
             .ok_or_else(|| self.missing("token_url"))?;
-        TokenUrl::parse(&url)
+        token_url(&url)
     }
 
     /// The scope asked for: `scope`, else the provider's.
@@ -316,8 +269,8 @@ mod tests {
 
     #[test]
     fn a_token_url_is_https_or_plain_http_to_loopback() {
-        assert!(TokenUrl::parse("https://login.example/t/token").is_ok());
-        let local = TokenUrl::parse("http://127.0.0.1:8080/token").unwrap();
+        assert!(token_url("https://login.example/t/token").is_ok());
+        let local = token_url("http://127.0.0.1:8080/token").unwrap();
         assert_eq!(
             (local.https, local.port, local.path.as_str()),
             (false, 8080, "/token")
@@ -328,7 +281,7 @@ mod tests {
             "ftp://x/",
             "https://user:pw@login.example/",
         ] {
-            assert!(TokenUrl::parse(bad).is_err(), "{bad}");
+            assert!(token_url(bad).is_err(), "{bad}");
         }
     }
 

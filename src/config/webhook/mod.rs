@@ -14,7 +14,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::network::{canonical, internal};
-use super::{BrokenRule, Config};
+use super::{BrokenRule, Config, HttpUrl};
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -153,20 +153,9 @@ fn default_retry_window_ms() -> NonZeroU64 {
     NonZeroU64::new(3_600_000).unwrap()
 }
 
-/// A webhook's URL, split: what the delivery connects to and asks for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WebhookUrl {
-    pub https: bool,
-    /// The host as written, without brackets around an IPv6 address.
-    pub host: String,
-    pub port: u16,
-    /// The path and query, `/` at least.
-    pub path: String,
-}
-
 impl WebhookConfig {
     /// Its URL, split (checked at load, so it parses).
-    pub fn target(&self) -> Result<WebhookUrl, WebhookRule> {
+    pub fn target(&self) -> Result<HttpUrl, WebhookRule> {
         parse_url(self.url.get_ref())
     }
 
@@ -200,31 +189,8 @@ pub enum WebhookRule {
 }
 
 /// Splits `url`: `https://host[:port][/path]` (or `http://`).
-fn parse_url(url: &str) -> Result<WebhookUrl, WebhookRule> {
-    let bad = || WebhookRule::NotUrl(url.to_string());
-    let uri: http::Uri = url.parse().map_err(|_| bad())?;
-    let https = match uri.scheme_str() {
-        Some("https") => true,
-        Some("http") => false,
-        _ => return Err(bad()),
-    };
-    let authority = uri.authority().ok_or_else(bad)?;
-    if authority.as_str().contains('@') {
-        return Err(bad());
-    }
-    let host = authority
-        .host()
-        .trim_start_matches('[')
-        .trim_end_matches(']');
-    if host.is_empty() {
-        return Err(bad());
-    }
-    Ok(WebhookUrl {
-        https,
-        host: host.to_string(),
-        port: authority.port_u16().unwrap_or(if https { 443 } else { 80 }),
-        path: uri.path_and_query().map_or("/", |p| p.as_str()).to_string(),
-    })
+fn parse_url(url: &str) -> Result<HttpUrl, WebhookRule> {
+    HttpUrl::parse(url).ok_or_else(|| WebhookRule::NotUrl(url.to_string()))
 }
 
 /// The addresses a host name stands for without asking DNS: an address literal, or

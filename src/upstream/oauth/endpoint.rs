@@ -11,7 +11,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
 use super::TokenError;
-use crate::config::TokenUrl;
+use crate::config::HttpUrl;
 use crate::upstream::client::Tls;
 
 /// The most of an answer read: a token endpoint's JSON is a few kilobytes.
@@ -19,7 +19,7 @@ const MAX_ANSWER_BYTES: usize = 64 * 1024;
 
 /// Where tokens are asked for.
 pub(super) struct Endpoint {
-    pub url: TokenUrl,
+    pub url: HttpUrl,
     /// `None` for `http://` (loopback only).
     tls: Option<Tls>,
 }
@@ -41,7 +41,7 @@ struct Answer {
 }
 
 impl Endpoint {
-    pub fn new(url: TokenUrl) -> Result<Endpoint, crate::upstream::client::ClientTlsError> {
+    pub fn new(url: HttpUrl) -> Result<Endpoint, crate::upstream::client::ClientTlsError> {
         let tls = match url.https {
             true => Some(Tls::verified(&url.host)?),
             false => None,
