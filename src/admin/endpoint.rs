@@ -71,10 +71,14 @@ fn read_upstream(metrics: &Metrics, ctx: &Context) {
         (aggregate, s.impact.as_deref().unwrap_or("NONE"))
     }));
     for upstream in ctx.setup.upstreams.iter() {
-        metrics.upstream_paused(upstream.name(), upstream.pause.is_paused());
-        metrics.upstream_breaker(upstream.name(), upstream.breaker.failing_since());
+        metrics
+            .upstreams()
+            .paused(upstream.name(), upstream.pause.is_paused());
+        metrics
+            .upstreams()
+            .breaker(upstream.name(), upstream.breaker.failing_since());
         if let Some(up) = upstream.last_check_ok() {
-            metrics.upstream_up(upstream.name(), up);
+            metrics.upstreams().up(upstream.name(), up);
         }
         let crowded = upstream.forwarder.offers().crowded;
         let crowded = crowded.map_or(0, |c| c.load(std::sync::atomic::Ordering::Relaxed));

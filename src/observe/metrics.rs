@@ -16,6 +16,7 @@ use super::activity::Activities;
 use super::ses_metrics::SesMetrics;
 use super::spool_metrics::SpoolMetrics;
 use super::token_metrics::TokenMetrics;
+use super::upstream_states::UpstreamStates;
 use super::webhooks::WebhookFamilies;
 use crate::config::OnError;
 use crate::message::Outcome;
@@ -103,10 +104,7 @@ pub struct Metrics {
     webhooks: WebhookFamilies,
     layer_limit: Family<LayerLabel, Gauge>,
     upstream_throttled: Family<ReasonLabel, Counter>,
-    upstream_paused: Family<UpstreamLabel, Gauge>,
-    upstream_up: Family<UpstreamLabel, Gauge>,
-    breaker_open: Family<UpstreamLabel, Gauge>,
-    failing_since: Family<UpstreamLabel, Gauge>,
+    upstreams: UpstreamStates,
     listening: Gauge,
     spool: SpoolMetrics,
     /// Each forwarder's count of "too many connections" last added (see `upstream_crowded`).
@@ -192,28 +190,7 @@ impl Metrics {
             webhooks: WebhookFamilies::register(r),
             layer_limit: add(r, "layer_limit", layer),
             upstream_throttled: add(r, "upstream_throttled", by_reason),
-            upstream_paused: add(
-                r,
-                "upstream_paused",
-                "1 while upstream is paused after a quota reply",
-            ),
-            upstream_up: add(
-                r,
-                "upstream_up",
-                "1 when the upstream's last readiness check (by /readyz or the status page) \
-                 found it reachable, 0 when not",
-            ),
-            breaker_open: add(
-                r,
-                "upstream_breaker_open",
-                "1 while the upstream's breaker is open (it failed: hold-mode messages for it are \
-                 held at once)",
-            ),
-            failing_since: add(
-                r,
-                "upstream_failing_since_seconds",
-                "When the upstream's breaker opened (Unix seconds); 0 while it answers",
-            ),
+            upstreams: UpstreamStates::register(r),
             listening: add(
                 r,
                 "listening",
@@ -326,35 +303,9 @@ impl Metrics {
         (self.store_errors.get_or_create(&label)).inc_by(new);
     }
 
-    /// Whether an upstream is paused (read when the metrics are served).
-    pub fn upstream_paused(&self, upstream: &str, paused: bool) {
-        let label = UpstreamLabel {
-            upstream: upstream.to_string(),
-        };
-        self.upstream_paused
-            .get_or_create(&label)
-            .set(i64::from(paused));
-    }
-
-    /// Whether an upstream's last readiness check found it reachable.
-    pub fn upstream_up(&self, upstream: &str, up: bool) {
-        let label = UpstreamLabel {
-            upstream: upstream.to_string(),
-        };
-        self.upstream_up.get_or_create(&label).set(i64::from(up));
-    }
-
-    /// Whether an upstream is failing (its breaker open), and since when (read when the
-    /// metrics are served).
-    pub fn upstream_breaker(&self, upstream: &str, failing_since: Option<std::time::SystemTime>) {
-        let label = UpstreamLabel {
-            upstream: upstream.to_string(),
-        };
-        let since = failing_since
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .map_or(0, |d| d.as_secs() as i64);
-        (self.breaker_open.get_or_create(&label)).set(i64::from(failing_since.is_some()));
-        self.failing_since.get_or_create(&label).set(since);
+    /// Each upstream's state: paused, reachable, failing (read when the metrics are served).
+    pub fn upstreams(&self) -> &UpstreamStates {
+        &self.upstreams
     }
 
     /// Whether the SMTP listeners accept connections now.

@@ -4,7 +4,8 @@
 //! - `activity`: what the sessions are doing now, counted per activity.
 //! - `cause`: an error's cause in a few words (never an SDK's debug dump).
 //! - `metrics`: the Prometheus registry and what is counted; `spool_metrics` the spool's,
-//!   `ses_metrics` SES tenants', `token_metrics` the XOAUTH2 upstreams' token requests.
+//!   `ses_metrics` SES tenants', `token_metrics` the XOAUTH2 upstreams' token requests,
+//!   `upstream_states` each upstream's state (paused, reachable, failing).
 //! - `recent`: the last refusals, and refusals per layer in the last minute (status page).
 //! - `log_format`: the human log format's fields, client-supplied values quoted and escaped.
 //! - `traces`: OpenTelemetry spans of the messages, exported over OTLP (`[telemetry]`).
@@ -19,4 +20,5 @@ pub mod ses_metrics;
 pub mod spool_metrics;
 pub mod token_metrics;
 pub mod traces;
+pub mod upstream_states;
 pub mod webhooks;
