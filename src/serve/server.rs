@@ -63,14 +63,14 @@ pub async fn run(listeners: impl Into<Listeners>, deps: Deps, shutdown: Shutdown
     // The admin endpoint outlives the listeners, so a load balancer sees `/readyz` say 503
     // during the drain (not a refused connection it might retry); it stops when `run` ends.
     let (admin_stop, admin_shutdown) = crate::state::shutdown::channel();
-    if let Some(listener) = listeners.admin {
+    let admin = listeners.admin.map(|listener| {
         let (admin, shutdown) = (Admin::new(&deps), admin_shutdown);
         tokio::spawn(async move {
             if let Err(e) = crate::admin::endpoint::serve(listener, admin, shutdown).await {
                 tracing::error!(error = %e, "admin endpoint failed");
             }
-        });
-    }
+        })
+    });
     let bound: Vec<SocketAddr> = (listeners.smtp.iter())
         .chain(&listeners.implicit_tls)
         .filter_map(|l| l.local_addr().ok())
@@ -127,14 +127,17 @@ pub async fn run(listeners: impl Into<Listeners>, deps: Deps, shutdown: Shutdown
         live.dispose();
         let _ = tokio::time::timeout(LAST_WORDS, sessions.wait()).await;
     }
-    accounts.abort();
-    for task in events.into_iter().chain(ses_sync).chain(webhooks) {
+    // Gone before `run` returns, with what they hold (the spool and its lock among it): a
+    // relay started again in this process finds the spool free.
+    let tasks = [accounts].into_iter().chain(events).chain(ses_sync);
+    for task in tasks.chain(webhooks).chain(releaser) {
         task.abort();
-    }
-    if let Some(releaser) = releaser {
-        releaser.abort();
+        let _ = task.await;
     }
     admin_stop.trigger();
+    if let Some(admin) = admin {
+        let _ = tokio::time::timeout(LAST_WORDS, admin).await;
+    }
 }
 
 /// What one accept loop shares with the sessions it starts.
