@@ -34,6 +34,9 @@ pub struct Relay {
     pub live: Arc<mailsluice::state::context::Live>,
     trigger: ShutdownTrigger,
     task: JoinHandle<()>,
+    /// The in-memory sessions, which `run` does not start: [`Relay::stop`] waits for them too,
+    /// so nothing of this relay (its spool's lock among it) outlives the stop.
+    memory_sessions: std::sync::Mutex<Vec<JoinHandle<()>>>,
 }
 
 /// The config most tests start from ([`TestConfig::new`]): `extra_smtp` added to `[smtp]`, one
@@ -142,13 +145,19 @@ impl Relay {
             live,
             trigger,
             task,
+            memory_sessions: Default::default(),
         }
     }
 
-    /// Fires the shutdown and waits for `run` to return.
+    /// Fires the shutdown and waits for `run` to return, and for the in-memory sessions.
     pub async fn stop(self) {
         self.trigger.trigger();
         self.task.await.unwrap();
+        let sessions = std::mem::take(&mut *self.memory_sessions.lock().unwrap());
+        // Bounded: a session a test left stuck is not the stop's to wait for.
+        for session in sessions {
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(10), session).await;
+        }
     }
 
     /// Whether `run` is still running (it returns only after a shutdown, or on a fatal error).
@@ -222,13 +231,16 @@ impl Relay {
         let (ours, theirs) = tokio::io::duplex(64 * 1024);
         let peer: SocketAddr = "127.0.0.1:50000".parse().unwrap();
         let shutdown = self.trigger.subscribe();
-        tokio::spawn(mailsluice::smtp::serve(
+        let session = tokio::spawn(mailsluice::smtp::serve(
             self.ctx.clone(),
             Box::new(theirs),
             peer,
             shutdown,
             false,
         ));
+        let mut sessions = self.memory_sessions.lock().unwrap();
+        sessions.retain(|s| !s.is_finished());
+        sessions.push(session);
         Client {
             stream: BufReader::new(Box::new(ours)),
         }
