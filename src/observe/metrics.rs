@@ -16,7 +16,7 @@ use super::activity::Activities;
 use super::ses_metrics::SesMetrics;
 use super::spool_metrics::SpoolMetrics;
 use super::token_metrics::TokenMetrics;
-use super::upstream_states::UpstreamStates;
+use super::upstream_states::{UpstreamLabel, UpstreamStates};
 use super::webhooks::WebhookFamilies;
 use crate::config::OnError;
 use crate::message::Outcome;
@@ -53,12 +53,6 @@ pub struct ReasonLabel {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OnErrorLabel {
     pub on_error: &'static str,
-}
-
-/// Which upstream (names come from the config, so the label set is bounded).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct UpstreamLabel {
-    pub upstream: String,
 }
 
 /// What an SES event was: `bounce`, `complaint`, `ignored` or `malformed`.

@@ -4,11 +4,16 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use super::metrics::UpstreamLabel;
+/// Which upstream (names come from the config, so the label set is bounded).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UpstreamLabel {
+    pub upstream: String,
+}
 
 pub struct UpstreamStates {
     paused: Family<UpstreamLabel, Gauge>,
