@@ -86,8 +86,8 @@ pub(super) fn choose_early(
 fn built(route: &RouteConfig, key: &str, tenant: Option<&str>) -> Route {
     let named = (route.ses_tenant.as_ref()).and_then(|t| upstream_tenant(t.get_ref(), key, tenant));
     let (upstream_tenant, unfit_tenant) = match named {
-        Some(Ok(name)) => (Some(name), None),
-        Some(Err(unfit)) => (None, Some(unfit)),
+        Some(TenantName::Fit(name)) => (Some(name), None),
+        Some(TenantName::Unfit(shown)) => (None, Some(shown)),
         None => (None, None),
     };
     Route {
@@ -102,14 +102,17 @@ fn built(route: &RouteConfig, key: &str, tenant: Option<&str>) -> Route {
 /// The longest unfit tenant name shown.
 const UNFIT_SHOWN: usize = 80;
 
+/// An SES tenant's name as a route renders it.
+enum TenantName {
+    /// SES takes it as it is.
+    Fit(String),
+    /// SES would not take it: made printable (and cut) to be shown in the refusal.
+    Unfit(String),
+}
+
 /// `ses_tenant` with `{key}` and `{tenant}` replaced; `None` when it needs one that is empty
-/// or not known; `Err` with the name made printable (and cut) when SES does not take it as it
-/// is.
-fn upstream_tenant(
-    template: &str,
-    key: &str,
-    tenant: Option<&str>,
-) -> Option<Result<String, String>> {
+/// or not known.
+fn upstream_tenant(template: &str, key: &str, tenant: Option<&str>) -> Option<TenantName> {
     if template.contains("{key}") && key.is_empty() {
         return None;
     }
@@ -119,11 +122,11 @@ fn upstream_tenant(
         name = name.replace("{tenant}", tenant);
     }
     if ses_name(&name) {
-        return Some(Ok(name));
+        return Some(TenantName::Fit(name));
     }
     let mut shown = safe_key("x-other", &name);
     shown.truncate(UNFIT_SHOWN);
-    Some(Err(shown))
+    Some(TenantName::Unfit(shown))
 }
 
 /// The route's `add_headers` with `{key}` replaced. A field whose value needs the key is left
