@@ -38,7 +38,7 @@ pub async fn attempt(ctx: &Context, spool: &Spool, ticket: Ticket, bell: Arc<Bel
         }
     };
     attempted.rcpts = held.meta.rcpts.len();
-    if held_ms >= spool.config().max_hold_ms.get() {
+    if held_ms >= spool.config().max_hold_ms.get_ref().get() {
         let last = spool
             .get(&ticket.id)
             .and_then(|(_, e)| e.last.map(String::from));
@@ -68,7 +68,12 @@ pub async fn attempt(ctx: &Context, spool: &Spool, ticket: Ticket, bell: Arc<Bel
                 Later::NotBefore(wait) => backoff(ticket.attempt, spool.config()).max(wait),
             };
             // Not past its time: given up then, not at the attempt after.
-            let left = spool.config().max_hold_ms.get().saturating_sub(held_ms);
+            let left = spool
+                .config()
+                .max_hold_ms
+                .get_ref()
+                .get()
+                .saturating_sub(held_ms);
             let wait = wait.min(Duration::from_millis(left));
             let at = spool.clock().now() + nanos(wait);
             match failing_upstream(ctx, &judged) {

@@ -17,6 +17,9 @@ pub enum SpoolError {
     Locked { dir: PathBuf, pid: Option<String> },
     #[error(transparent)]
     Stopped(#[from] StoppedUnreadable),
+    /// `Spool::open` was given a `store = "s3"` config: the s3 store opens apart.
+    #[error("spool.store is not \"dir\": no directory to open")]
+    NotADirectory,
 }
 
 /// The keys an operator stopped (`DIR/stopped`) are there but cannot be read.

@@ -115,16 +115,17 @@ impl Spool {
     /// Opens (creating) the spool of `config`, locked for this process, read back. Must be
     /// called within a tokio runtime (its directory syncs run on it).
     pub fn open(config: &SpoolConfig, clock: Arc<dyn Clock>) -> Result<Arc<Spool>, SpoolError> {
+        let dir = config.dir().ok_or(SpoolError::NotADirectory)?;
         let open::Opened {
             layout,
             lock,
             low_space,
-        } = open::open_dir(config)?;
+        } = open::open_dir(dir, config)?;
         if let Some(low) = low_space {
             warn_low_space(&layout, &low);
         }
         let io = |error| SpoolError::Io {
-            dir: config.dir.clone(),
+            dir: dir.to_path_buf(),
             error,
         };
         let mut index = Index::default();
@@ -160,7 +161,10 @@ impl Spool {
     /// What the start would find opening the spool of `config` (`check`): an error that stops
     /// it, or the warning it would log. Takes the lock and lets it go.
     pub fn check(config: &SpoolConfig) -> Result<Option<String>, SpoolError> {
-        let opened = open::open_dir(config)?;
+        let Some(dir) = config.dir() else {
+            return Ok(None);
+        };
+        let opened = open::open_dir(dir, config)?;
         Ok(opened
             .low_space
             .map(|low| low_space_text(&opened.layout, &low)))

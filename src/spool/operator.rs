@@ -39,7 +39,9 @@ pub struct Summary {
 impl Spool {
     /// The failed messages held past `max_hold_ms`.
     pub fn failed_expired(&self) -> Vec<Box<str>> {
-        let before = self.wall_ms().saturating_sub(self.config.max_hold_ms.get());
+        let before = self
+            .wall_ms()
+            .saturating_sub(self.config.max_hold_ms.get_ref().get());
         let failed = self.index().failed_before(before);
         failed.into_iter().map(|(_, e)| e.id).collect()
     }
