@@ -14,7 +14,7 @@ use super::BrokenRule;
 /// every replica.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum StoreKind {
+pub enum SpoolStore {
     #[default]
     Dir,
     S3,
@@ -25,7 +25,7 @@ pub enum StoreKind {
 pub struct SpoolConfig {
     /// `dir` (the default) or `s3`.
     #[serde(default = "default_store")]
-    pub store: Spanned<StoreKind>,
+    pub store: Spanned<SpoolStore>,
     /// The spool's directory (created when absent); one relay process per directory. Only
     /// with `store = "dir"`, where it is required.
     pub dir: Option<Spanned<PathBuf>>,
@@ -99,7 +99,7 @@ impl SpoolConfig {
 
     /// The settings of `store = "s3"`; `None` with `store = "dir"`.
     pub fn s3(&self) -> Option<S3Settings> {
-        if *self.store.get_ref() != StoreKind::S3 {
+        if *self.store.get_ref() != SpoolStore::S3 {
             return None;
         }
         let text = |v: &Option<Spanned<String>>| v.as_ref().map(|v| v.get_ref().clone());
@@ -214,7 +214,7 @@ fn validate_store(spool: &SpoolConfig, text: &str) -> Result<(), BrokenRule> {
     ];
     let at = |span, key, rule: SpoolRule| BrokenRule::at(text, span, key, rule);
     match spool.store.get_ref() {
-        StoreKind::Dir => {
+        SpoolStore::Dir => {
             if let Some((key, Some(span))) = s3_keys.into_iter().find(|(_, s)| s.is_some()) {
                 let name = key.trim_start_matches("spool.");
                 return Err(at(span, key, SpoolRule::OtherStore(name, "s3")));
@@ -227,7 +227,7 @@ fn validate_store(spool: &SpoolConfig, text: &str) -> Result<(), BrokenRule> {
                 });
             }
         }
-        StoreKind::S3 => {
+        SpoolStore::S3 => {
             if let Some(dir) = &spool.dir {
                 let rule = SpoolRule::OtherStore("dir", "dir");
                 return Err(at(dir.span(), "spool.dir", rule));
@@ -286,8 +286,8 @@ fn plain_address(address: &str) -> bool {
     }
 }
 
-fn default_store() -> Spanned<StoreKind> {
-    Spanned::new(0..0, StoreKind::Dir)
+fn default_store() -> Spanned<SpoolStore> {
+    Spanned::new(0..0, SpoolStore::Dir)
 }
 fn default_max_bytes() -> u64 {
     10 << 30
