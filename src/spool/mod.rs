@@ -156,7 +156,8 @@ pub struct Spool {
     store: Store,
 }
 
-/// Where the held messages are kept.
+/// Where the held messages are kept. One per process: the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
 enum Store {
     Dir(DirStore),
     S3(s3::S3Store),
