@@ -17,6 +17,7 @@
 //! | `reputation.rs` | `[reputation]`: bounce and complaint rates per tenant, SES's events |
 //! | `admin.rs` | `[admin]`, the admin HTTP endpoint and its bounds |
 //! | `spool.rs` | `[spool]`: where hold-mode layers keep the messages they hold |
+//! | `spool_store.rs` | `[spool]`'s store: a directory, or S3 and SQS (its keys and their rules) |
 //! | `webhook.rs` | `[[webhook]]`: a tenant's events posted to its URL, signed |
 //! | `network.rs` | which addresses are internal (refused to MX hosts and webhooks unless allowed) |
 //!
@@ -41,6 +42,7 @@ mod security;
 mod senders;
 mod smtp;
 mod spool;
+mod spool_store;
 mod telemetry;
 mod tenant;
 mod throttle;
@@ -59,7 +61,8 @@ pub use route::{RouteConfig, RouteKey, RouteRule};
 pub use security::{AuthConfig, PasswordHashError, SecurityRule, TlsConfig, UserConfig};
 pub use senders::{BadSenderPattern, SenderPattern, Senders};
 pub use smtp::{SmtpConfig, SmtpRule};
-pub use spool::{SpoolConfig, SpoolRule};
+pub use spool::{SpoolConfig, SpoolRule, SpoolStore};
+pub use spool_store::S3Settings;
 pub use telemetry::TelemetryConfig;
 pub use tenant::{BadTenantKey, TenantConfig, TenantKey, TenantRule};
 pub use throttle::{

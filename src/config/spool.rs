@@ -10,11 +10,43 @@ use toml::Spanned;
 
 use super::BrokenRule;
 
+/// Where held messages are kept (`spool_store`): a directory of this process, or S3 and SQS shared by
+/// every replica.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SpoolStore {
+    #[default]
+    Dir,
+    S3,
+}
+
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SpoolConfig {
-    /// The spool's directory (created when absent); one relay process per directory.
-    pub dir: PathBuf,
+    /// `dir` (the default) or `s3`.
+    #[serde(default = "default_store")]
+    pub store: Spanned<SpoolStore>,
+    /// The spool's directory (created when absent); one relay process per directory. Only
+    /// with `store = "dir"`, where it is required.
+    pub dir: Option<Spanned<PathBuf>>,
+    /// `store = "s3"`: the bucket of the held messages' objects.
+    pub bucket: Option<Spanned<String>>,
+    /// `store = "s3"`: the objects' names start with it.
+    pub prefix: Option<Spanned<String>>,
+    /// `store = "s3"`: the SQS standard queue of the held messages' entries.
+    pub queue_url: Option<Spanned<String>>,
+    /// `store = "s3"`: the AWS region of the bucket and the queue.
+    pub region: Option<Spanned<String>>,
+    /// `store = "s3"`: one endpoint for S3 and SQS (an S3- and SQS-compatible server).
+    pub endpoint_url: Option<Spanned<String>>,
+    /// `store = "s3"`: every S3 and SQS call is bounded by it.
+    pub timeout_ms: Option<Spanned<NonZeroU64>>,
+    /// `store = "s3"`: how long a received entry stays invisible to the other replicas.
+    pub visibility_ms: Option<Spanned<u64>>,
+    /// `store = "s3"`: the most entries this replica holds received at once.
+    pub receive_max: Option<Spanned<NonZeroU64>>,
+    /// `store = "s3"`: the held messages past which a message is refused `452 4.3.1`.
+    pub max_messages: Option<Spanned<NonZeroU64>>,
     /// The bytes of held messages past which a message is refused `452 4.3.1`.
     #[serde(default = "default_max_bytes")]
     pub max_bytes: u64,
@@ -30,7 +62,7 @@ pub struct SpoolConfig {
     /// A message held longer is given up (the sender gets a report). Postfix's
     /// `maximal_queue_lifetime`.
     #[serde(default = "default_max_hold_ms")]
-    pub max_hold_ms: NonZeroU64,
+    pub max_hold_ms: Spanned<NonZeroU64>,
     /// The first wait after a temporary refusal at release; each next one doubles.
     #[serde(default = "default_retry_min_ms")]
     pub retry_min_ms: Spanned<NonZeroU64>,
@@ -43,6 +75,11 @@ pub struct SpoolConfig {
 }
 
 impl SpoolConfig {
+    /// The directory of `store = "dir"`; `None` with `store = "s3"`.
+    pub fn dir(&self) -> Option<&std::path::Path> {
+        self.dir.as_ref().map(|d| d.get_ref().as_path())
+    }
+
     /// The bytes one key may hold while other keys hold messages (`max_key_share` of
     /// `max_bytes`).
     pub fn key_share_bytes(&self) -> u64 {
@@ -63,9 +100,22 @@ pub enum SpoolRule {
     HoldWithoutSpool,
     #[error("`action = \"hold\"` keeps a paused tenant's messages in the spool: add a `[spool]` section")]
     ReputationHoldWithoutSpool,
+    #[error("`spool.{0}` is for `store = \"{1}\"`")]
+    OtherStore(&'static str, &'static str),
+    #[error("`store = \"{1}\"` needs `spool.{0}`")]
+    Missing(&'static str, &'static str),
+    #[error("`{0}` is not an http:// or https:// URL")]
+    NotAnEndpoint(String),
+    #[error("{0} is below 1000 ms")]
+    VisibilityTooShort(u64),
+    #[error(
+        "{0} ms is past SQS's longest retention (14 days = 1209600000 ms) with `store = \"s3\"`"
+    )]
+    PastRetention(u64),
 }
 
 pub(super) fn validate(spool: &SpoolConfig, text: &str) -> Result<(), BrokenRule> {
+    super::spool_store::validate_store(spool, text)?;
     if spool.retry_min_ms.get_ref().get() > spool.retry_max_ms.get() {
         return Err(BrokenRule::at(
             text,
@@ -113,6 +163,9 @@ fn plain_address(address: &str) -> bool {
     }
 }
 
+fn default_store() -> Spanned<SpoolStore> {
+    Spanned::new(0..0, SpoolStore::Dir)
+}
 fn default_max_bytes() -> u64 {
     10 << 30
 }
@@ -122,8 +175,8 @@ fn default_max_key_share() -> Spanned<f64> {
 fn default_min_free_bytes() -> u64 {
     1 << 30
 }
-fn default_max_hold_ms() -> NonZeroU64 {
-    NonZeroU64::new(5 * 86_400_000).unwrap()
+fn default_max_hold_ms() -> Spanned<NonZeroU64> {
+    Spanned::new(0..0, NonZeroU64::new(5 * 86_400_000).unwrap())
 }
 fn default_retry_min_ms() -> Spanned<NonZeroU64> {
     Spanned::new(0..0, NonZeroU64::new(60_000).unwrap())
@@ -187,7 +240,7 @@ mod tests {
             (
                 spool.max_bytes,
                 spool.min_free_bytes,
-                spool.max_hold_ms.get()
+                spool.max_hold_ms.get_ref().get()
             ),
             (10 << 30, 1 << 30, 432_000_000)
         );

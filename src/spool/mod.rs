@@ -1,6 +1,12 @@
 //! The spool: where a hold-mode layer keeps the messages it answered `250` for and has not
 //! forwarded yet. Without `[spool]` there is none, and the relay never owns a message.
 //!
+//! Two stores behind [`Spool`] (`store`): a directory of this process (`store = "dir"`, the
+//! files below), or S3 and SQS shared by every replica (`store = "s3"`, `s3/`: one object per
+//! message, one entry per message in a queue). Callers see one `Spool` either way; the index
+//! in memory holds, with a directory, every message held, and with S3 and SQS the entries
+//! this replica received.
+//!
 //! Files, one concept each:
 //! - `layout`: the directory (`tmp/`, `held/`, `failed/`, `damaged/`, `lock`) and the file
 //!   names; why one file per message.
@@ -19,12 +25,24 @@
 //! - `stopped`: the keys an operator stopped, kept across restarts.
 //! - `error`: why it would not open, hold, or read back.
 //! - `sync_log`: (the crate's tests only) each sync, in order, for the tests of the `250`.
+//! - `s3`: the store on S3 and SQS (its own module doc lists its files).
 //!
-//! **What a `250` promises.** [`Spool::hold`] returns only once the message's file is synced
-//! and renamed into `held/` and that directory is synced: a crash at any instant after loses
-//! nothing that got `250`, and a file that is not whole is never in `held/` (and its digest
-//! would refuse it). The one duplicate: upstream took a released message and the relay died
-//! before it removed the file; the restart sends it again.
+//! **What a `250` promises, with a directory.** [`Spool::hold`] returns only once the
+//! message's file is synced and renamed into `held/` and that directory is synced: a crash at
+//! any instant after loses nothing that got `250`, and a file that is not whole is never in
+//! `held/` (and its digest would refuse it). The one duplicate: upstream took a released
+//! message and the relay died before it removed the file; the restart sends it again. What is
+//! held is on this replica's disk: while it is down, so is its mail.
+//!
+//! **What a `250` promises, with S3 and SQS.** [`Spool::hold`] returns only once the message's
+//! object is written (S3 checked its SHA-256; never over another) and its entry is in the
+//! queue: it outlives the replica, and any replica releases it. Either call failing or past
+//! `timeout_ms` is `452 4.3.1`, the object deleted; an entry whose object is gone is dropped
+//! unsent. Duplicates: a replica killed (or stalled past `visibility_ms`) while releasing; its
+//! entries come back to the others, and those it had with upstream may go twice (at most
+//! `receive_max`, and at most the releaser's 64 in flight). Order per key is the accept order
+//! as the replicas' clocks allow (`seq` = `accepted_ms * 1000 + n`), kept among the entries one
+//! replica has received; a standard queue does not keep it across them.
 //!
 //! This module only stores: the releaser (`release/`) decides when a message goes, and the
 //! pipeline (`pipeline/hold.rs`, for a session) when one is held.
@@ -40,6 +58,7 @@ mod record;
 mod recover;
 mod releasing;
 mod room;
+mod s3;
 mod stopped;
 #[cfg(test)]
 mod sync_log;
@@ -50,7 +69,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
 
-pub use error::{Damaged, Refusal, SpoolError, Storage};
+pub use error::{Damaged, Refusal, SpoolError, Storage, Unread};
 use index::Bounds;
 pub use index::{Entry, State, Ticket};
 pub use record::{Held, HeldKey, Meta, Origin};
@@ -93,19 +112,62 @@ pub struct ToHold<'a> {
     pub report: bool,
 }
 
-/// The spool, its directory locked for this process.
+impl ToHold<'_> {
+    /// Its bytes: our field, the identity's fields and the message.
+    fn bytes(&self) -> u64 {
+        [self.received, self.key_fields, self.body]
+            .iter()
+            .map(|r| r.len() as u64)
+            .sum()
+    }
+
+    /// Its meta and its record (`record::encode`), `seq`-th in arrival order, held at
+    /// `accepted_ms`.
+    fn record(self, seq: u64, accepted_ms: u64) -> (Meta, Vec<u8>) {
+        let mut meta = Meta {
+            id: self.id.to_string(),
+            seq,
+            accepted_ms,
+            key: self.key,
+            from: self.envelope.from.clone(),
+            rcpts: self.envelope.rcpts.clone(),
+            smtputf8: self.envelope.smtputf8,
+            body_8bit: self.envelope.body_8bit,
+            origin: self.origin,
+            report: self.report,
+            lens: [0; 3],
+        };
+        let file = record::encode(&mut meta, [self.received, self.key_fields, self.body]);
+        (meta, file)
+    }
+}
+
+/// The spool: its store, and in memory the messages this process may release (with a
+/// directory: every one held; with S3 and SQS: the entries this replica received).
 pub struct Spool {
-    layout: Layout,
     config: SpoolConfig,
     index: Mutex<Index>,
-    held_sync: DirSync,
-    failed_sync: DirSync,
     /// The queues' clock; a message's age is read on it too (tokio's paused time in tests).
     clock: Arc<dyn Clock>,
     /// The last write succeeded (`/readyz`).
     writable: AtomicBool,
     /// A message became due, or the releaser should look again.
     changed: Notify,
+    store: Store,
+}
+
+/// Where the held messages are kept. One per process: the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
+enum Store {
+    Dir(DirStore),
+    S3(s3::S3Store),
+}
+
+/// The directory store: this process's directory, locked for it.
+struct DirStore {
+    layout: Layout,
+    held_sync: DirSync,
+    failed_sync: DirSync,
     /// Held while the stopped keys are written: the last write has the last change.
     stopped_file: tokio::sync::Mutex<()>,
     _lock: DirLock,
@@ -115,16 +177,17 @@ impl Spool {
     /// Opens (creating) the spool of `config`, locked for this process, read back. Must be
     /// called within a tokio runtime (its directory syncs run on it).
     pub fn open(config: &SpoolConfig, clock: Arc<dyn Clock>) -> Result<Arc<Spool>, SpoolError> {
+        let dir = config.dir().ok_or(SpoolError::NotADirectory)?;
         let open::Opened {
             layout,
             lock,
             low_space,
-        } = open::open_dir(config)?;
+        } = open::open_dir(dir, config)?;
         if let Some(low) = low_space {
             warn_low_space(&layout, &low);
         }
         let io = |error| SpoolError::Io {
-            dir: config.dir.clone(),
+            dir: dir.to_path_buf(),
             error,
         };
         let mut index = Index::default();
@@ -143,24 +206,47 @@ impl Spool {
             stopped_keys = stopped.len(),
             "spool opened"
         );
-        Ok(Arc::new(Spool {
+        let store = Store::Dir(DirStore {
             held_sync: DirSync::start(layout.held.clone()),
             failed_sync: DirSync::start(layout.failed.clone()),
             layout,
+            stopped_file: tokio::sync::Mutex::new(()),
+            _lock: lock,
+        });
+        Ok(Spool::with_store(config, clock, index, store))
+    }
+
+    fn with_store(
+        config: &SpoolConfig,
+        clock: Arc<dyn Clock>,
+        index: Index,
+        store: Store,
+    ) -> Arc<Spool> {
+        Arc::new(Spool {
             config: config.clone(),
             index: Mutex::new(index),
             clock,
             writable: AtomicBool::new(true),
             changed: Notify::new(),
-            stopped_file: tokio::sync::Mutex::new(()),
-            _lock: lock,
-        }))
+            store,
+        })
+    }
+
+    /// The directory store, when the spool is one.
+    fn dir_store(&self) -> Option<&DirStore> {
+        match &self.store {
+            Store::Dir(dir) => Some(dir),
+            Store::S3(_) => None,
+        }
     }
 
     /// What the start would find opening the spool of `config` (`check`): an error that stops
     /// it, or the warning it would log. Takes the lock and lets it go.
     pub fn check(config: &SpoolConfig) -> Result<Option<String>, SpoolError> {
-        let opened = open::open_dir(config)?;
+        let Some(dir) = config.dir() else {
+            return Ok(None);
+        };
+        let opened = open::open_dir(dir, config)?;
         Ok(opened
             .low_space
             .map(|low| low_space_text(&opened.layout, &low)))
@@ -186,34 +272,25 @@ impl Spool {
     /// Holds a message: on stable storage when this returns `Ok` (see the module doc), due for
     /// release at once (behind its key's earlier messages).
     pub async fn hold(&self, message: ToHold<'_>) -> Result<(), Refusal> {
+        let dir = match &self.store {
+            Store::Dir(dir) => dir,
+            // Boxed: the SDK's futures are deep types, kept out of the sessions' own.
+            Store::S3(s3) => return Box::pin(s3.hold(self, message)).await,
+        };
         let accepted_ms = self.wall_ms();
-        let runs = [message.received, message.key_fields, message.body];
-        let bytes: u64 = runs.iter().map(|r| r.len() as u64).sum();
+        let (id, report, bytes) = (message.id, message.report, message.bytes());
         let bounds = Bounds {
             max_held: message.max_held,
-            share: (!message.report).then(|| self.config.key_share_bytes()),
+            share: (!report).then(|| self.config.key_share_bytes()),
             max_bytes: self.config.max_bytes,
         };
-        let seq = (self.index()).reserve(&message.key, message.id, bytes, accepted_ms, bounds)?;
-        let mut meta = Meta {
-            id: message.id.to_string(),
-            seq,
-            accepted_ms,
-            key: message.key,
-            from: message.envelope.from.clone(),
-            rcpts: message.envelope.rcpts.clone(),
-            smtputf8: message.envelope.smtputf8,
-            body_8bit: message.envelope.body_8bit,
-            origin: message.origin,
-            report: message.report,
-            lens: [0; 3],
-        };
-        let file = record::encode(&mut meta, runs);
-        let name = file_name(seq, message.id);
-        match self.write(name, file).await {
+        let seq = (self.index()).reserve(&message.key, id, bytes, accepted_ms, bounds)?;
+        let (_, file) = message.record(seq, accepted_ms);
+        let name = file_name(seq, id);
+        match self.write(dir, name, file).await {
             Ok(()) => {
                 self.writable.store(true, Ordering::Relaxed);
-                (self.index()).written(message.id, message.report, self.clock.now());
+                (self.index()).written(id, report, self.clock.now());
                 self.changed.notify_one();
                 Ok(())
             }
@@ -222,12 +299,12 @@ impl Spool {
                     self.writable.store(false, Ordering::Relaxed);
                     tracing::error!(
                         target: "mailsluice::spool",
-                        dir = %self.layout.root.display(),
+                        dir = %dir.layout.root.display(),
                         error = %storage,
                         "spool.unwritable"
                     );
                 }
-                self.index().remove(message.id);
+                self.index().remove(id);
                 Err(Refusal::Storage(storage))
             }
         }
@@ -235,8 +312,8 @@ impl Spool {
 
     /// Writes `file` as `held/<name>`: its free space checked, written in `tmp/`, synced,
     /// renamed, and `held/` synced (with whoever else wrote meanwhile).
-    async fn write(&self, name: String, file: Vec<u8>) -> Result<(), Storage> {
-        let (layout, min_free) = (self.layout.clone(), self.config.min_free_bytes);
+    async fn write(&self, dir: &DirStore, name: String, file: Vec<u8>) -> Result<(), Storage> {
+        let (layout, min_free) = (dir.layout.clone(), self.config.min_free_bytes);
         let to = layout.held.join(&name);
         let target = to.clone();
         let written = tokio::task::spawn_blocking(move || {
@@ -255,7 +332,7 @@ impl Spool {
         written
             .await
             .unwrap_or_else(|e| Err(Storage::Unwritable(e.to_string())))?;
-        if let Err(e) = self.held_sync.sync().await {
+        if let Err(e) = dir.held_sync.sync().await {
             // Not durable, so not answered `250`: it must not be sent after a restart either.
             let _ = std::fs::remove_file(target);
             return Err(Storage::Unwritable(e.to_string()));
@@ -274,7 +351,10 @@ impl Spool {
         if self.writable.load(Ordering::Relaxed) {
             return true;
         }
-        let tmp = self.layout.tmp.join("probe");
+        let Some(dir) = self.dir_store() else {
+            return false;
+        };
+        let tmp = dir.layout.tmp.join("probe");
         let ok = tokio::task::spawn_blocking(move || {
             let ok = write_synced(&tmp, b"probe").is_ok();
             let _ = std::fs::remove_file(&tmp);

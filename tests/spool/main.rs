@@ -6,7 +6,7 @@
 //! counted and logged of held and released messages; hostile input against the reports and
 //! the spool's directories; every temporary failure of upstream held,
 //! and a failing upstream's breaker; and, with the binary as a process of its own, a crash
-//! and a full filesystem.
+//! and a full filesystem. The spool on S3 and SQS against moto's server (`s3_store`).
 
 use mailsluice_test_support as support;
 
@@ -20,5 +20,6 @@ mod head_of_line;
 mod hold;
 mod hostile;
 mod release;
+mod s3_store;
 mod share;
 mod upstream_fails;
