@@ -28,7 +28,8 @@ pub enum SpoolError {
     S3 {
         bucket: String,
         queue: String,
-        why: super::s3::ProbeFailed,
+        /// The probe's error (S3's or SQS's, naming what it wrote or read).
+        why: String,
     },
 }
 

@@ -265,7 +265,7 @@ impl Spool {
         checked.map_err(|why| SpoolError::S3 {
             bucket: settings.bucket,
             queue: settings.queue_url,
-            why,
+            why: why.to_string(),
         })
     }
 

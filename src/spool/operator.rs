@@ -8,7 +8,6 @@
 use super::index::{Entry, KeyCount, State};
 use super::layout::file_name;
 use super::record::{self, HeldKey, Meta};
-use super::s3::CallFailed;
 use super::{recover, stopped, Spool, Store};
 
 /// Messages listed at most in one answer: the list is built in memory.
@@ -74,9 +73,10 @@ pub enum OperatorError {
     /// The directory store's file could not be moved.
     #[error("{0}")]
     Io(#[from] std::io::Error),
-    /// S3 or SQS failed, or did not answer within `timeout_ms`.
+    /// S3 or SQS failed, or did not answer within `timeout_ms` (a call's error, in a few
+    /// words).
     #[error("S3 or SQS: {0}")]
-    Store(#[from] CallFailed),
+    Store(String),
 }
 
 impl Spool {

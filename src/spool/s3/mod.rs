@@ -88,7 +88,7 @@ pub struct S3Store {
     /// The receiver stopped (shutdown): the heartbeat ends once no entry is held here.
     stopping: AtomicBool,
     /// The operators' last listing of the bucket.
-    listings: operator::Listings,
+    listings: Box<operator::Listings>,
 }
 
 impl S3Store {
@@ -115,7 +115,7 @@ impl S3Store {
             counter: AtomicU64::new(0),
             count: Arc::new(Count::default()),
             stopping: AtomicBool::new(false),
-            listings: operator::Listings::default(),
+            listings: Box::default(),
         };
         match store.entries.count(&store.clients).await {
             Ok(n) => store.count.queued.store(n, Ordering::Relaxed),

@@ -21,7 +21,7 @@ use super::{CallFailed, S3Store};
 use crate::clock::Nanos;
 use crate::observe::cause;
 use crate::spool::index::{Entry, State};
-use crate::spool::operator::{Listed, Removed, Summary, MAX_LISTED};
+use crate::spool::operator::{Listed, OperatorError, Removed, Summary, MAX_LISTED};
 use crate::spool::record::{self, HeldKey, Meta, MAX_META};
 use crate::spool::Spool;
 
@@ -67,6 +67,12 @@ pub struct Found {
     pub entry: Entry,
     pub meta: Meta,
     place: Place,
+}
+
+impl From<CallFailed> for OperatorError {
+    fn from(failed: CallFailed) -> OperatorError {
+        OperatorError::Store(failed.0)
+    }
 }
 
 impl S3Store {
