@@ -253,22 +253,6 @@ impl Spool {
             .map(|low| low_space_text(&opened.layout, &low)))
     }
 
-    /// As [`Spool::check`] for `store = "s3"`: a probe object written and deleted in the
-    /// bucket and the queue's attributes read, with the SDK's default credentials; an error
-    /// names the bucket or the queue. Nothing without the s3 store's settings.
-    pub async fn check_s3(config: &SpoolConfig) -> Result<(), SpoolError> {
-        let Some(settings) = config.s3() else {
-            return Ok(());
-        };
-        let metrics = SpoolStoreMetrics::register(&mut Default::default());
-        let checked = s3::S3Store::check(&settings, metrics).await;
-        checked.map_err(|why| SpoolError::S3 {
-            bucket: settings.bucket,
-            queue: settings.queue_url,
-            why: why.to_string(),
-        })
-    }
-
     fn index(&self) -> MutexGuard<'_, Index> {
         self.index.lock().unwrap_or_else(|e| e.into_inner())
     }

@@ -9,7 +9,10 @@ use aws_sdk_s3::primitives::ByteStream;
 use super::client::Clients;
 use super::entries::Entries;
 use super::objects::Objects;
-use super::CallFailed;
+use super::{CallFailed, S3Store};
+use crate::config::SpoolConfig;
+use crate::observe::spool_store_metrics::SpoolStoreMetrics;
+use crate::spool::{Spool, SpoolError};
 
 /// Why the probe failed: S3 or SQS, naming the bucket or the queue.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -52,4 +55,22 @@ pub async fn probe(c: &Clients, objects: &Objects, entries: &Entries) -> Result<
         why,
     })?;
     Ok(())
+}
+
+impl Spool {
+    /// As [`Spool::check`] for `store = "s3"`: the probe, with the SDK's default credentials
+    /// and no store opened; an error names the bucket and the queue. Nothing without the s3
+    /// store's settings.
+    pub async fn check_s3(config: &SpoolConfig) -> Result<(), SpoolError> {
+        let Some(settings) = config.s3() else {
+            return Ok(());
+        };
+        let metrics = SpoolStoreMetrics::register(&mut Default::default());
+        let checked = S3Store::check(&settings, metrics).await;
+        checked.map_err(|why| SpoolError::S3 {
+            bucket: settings.bucket,
+            queue: settings.queue_url,
+            why: why.to_string(),
+        })
+    }
 }
