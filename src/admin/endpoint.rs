@@ -309,6 +309,10 @@ async fn status_page(State(admin): State<Arc<Admin>>) -> Response {
             Some(spool) => Some(spool_writable(spool).await),
             None => None,
         },
+        spool_unlisted: match &admin.services.spool {
+            Some(spool) => spool.refresh().await.err().map(|e| e.to_string()),
+            None => None,
+        },
     };
     let page = status_page::render(
         &ctx,

@@ -8,6 +8,8 @@
 //! as `postsuper -r`), stop or let go a whole key (`POST /spool/keys/{layer}/{key}/hold`,
 //! `.../release`, as `postsuper -h` and `-H`; a stop is kept across restarts).
 //! 404 when the relay has no spool. Writes need `[admin] password_hash` (see `guard`).
+//! With `spool.store = "s3"` the same on the shared bucket and queue, but trying now and
+//! stopping a key, refused with 409 (`NotWithS3`); S3 or SQS failing is a 503.
 
 use std::sync::Arc;
 
@@ -18,7 +20,7 @@ use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use serde_json::json;
 
-use crate::spool::{Entry, HeldKey, Spool, State as Held};
+use crate::spool::{Entry, HeldKey, NotWithS3, OperatorError, RemovedOne, Spool, State as Held};
 use crate::state::context::Live;
 
 /// These routes, on the live context (the endpoint merges them).
@@ -50,11 +52,34 @@ fn answer(status: StatusCode, error: &str) -> Response {
     (status, Json(json!({ "error": error }))).into_response()
 }
 
-/// `GET /spool`: messages, bytes, the oldest's age, and each key's.
+/// An operator's request not done: 409 for what the store cannot do, 503 when S3 or SQS
+/// failed, 500 for a file of the directory that would not move (`doing` says what).
+fn refused(error: &OperatorError, doing: &str) -> Response {
+    let status = match error {
+        OperatorError::NotWithS3(_) => StatusCode::CONFLICT,
+        OperatorError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
+        OperatorError::Io(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    let why = match error {
+        OperatorError::NotWithS3(e) => e.to_string(),
+        _ => format!("{doing}: {error}"),
+    };
+    answer(status, &why)
+}
+
+fn not_with_s3(refused: NotWithS3) -> Response {
+    answer(StatusCode::CONFLICT, &refused.to_string())
+}
+
+/// `GET /spool`: messages, bytes, the oldest's age, and each key's (with S3: the keys of
+/// the entries this replica has received).
 async fn summary(State(live): State<Arc<Live>>) -> Response {
     let Some(spool) = spool(&live) else {
         return off();
     };
+    if let Err(e) = spool.refresh().await {
+        return refused(&e, "listing the spool");
+    }
     let s = spool.summary();
     let now = spool.wall_ms();
     let keys: Vec<_> = (spool.keys().into_iter())
@@ -84,8 +109,10 @@ async fn message(State(live): State<Arc<Live>>, Path(id): Path<String>) -> Respo
     let Some(spool) = spool(&live) else {
         return off();
     };
-    let (Some((key, entry)), Some(meta)) = (spool.get(&id), spool.meta(&id).await) else {
-        return answer(StatusCode::NOT_FOUND, "no such message in the spool");
+    let (key, entry, meta) = match spool.message(&id).await {
+        Ok(Some(found)) => found,
+        Ok(None) => return answer(StatusCode::NOT_FOUND, "no such message in the spool"),
+        Err(e) => return refused(&e, "reading it"),
     };
     let mut body = entry_json(&key, &entry, spool.wall_ms());
     body["stopped"] = spool.is_stopped(&key).into();
@@ -101,6 +128,9 @@ async fn release(State(live): State<Arc<Live>>, Path(id): Path<String>) -> Respo
     let Some(spool) = spool(&live) else {
         return off();
     };
+    if let Err(refused) = spool.not_with_s3(NotWithS3::Release) {
+        return not_with_s3(refused);
+    }
     let Some((_, entry)) = spool.get(&id) else {
         return answer(StatusCode::NOT_FOUND, "no such message in the spool");
     };
@@ -108,10 +138,7 @@ async fn release(State(live): State<Arc<Live>>, Path(id): Path<String>) -> Respo
         return match spool.requeue(&id).await {
             Ok(true) => Json(json!({ "released": id, "requeued": true })).into_response(),
             Ok(false) => answer(StatusCode::CONFLICT, "it is being put back already"),
-            Err(e) => {
-                let why = format!("moving it back to held/: {e}");
-                answer(StatusCode::INTERNAL_SERVER_ERROR, &why)
-            }
+            Err(e) => refused(&e, "moving it back to held/"),
         };
     }
     if spool.release_now(&id) {
@@ -132,16 +159,14 @@ async fn remove(State(live): State<Arc<Live>>, Path(id): Path<String>) -> Respon
     let Some(spool) = spool(&live) else {
         return off();
     };
-    match spool.get(&id).map(|(_, e)| e.state) {
-        None => answer(StatusCode::NOT_FOUND, "no such message in the spool"),
-        Some(Held::Releasing | Held::Writing) => {
-            answer(StatusCode::CONFLICT, "it is being written or released now")
-        }
-        Some(_) => {
-            spool.remove(&id).await;
+    match spool.remove_one(&id).await {
+        Ok(RemovedOne::NotFound) => answer(StatusCode::NOT_FOUND, "no such message in the spool"),
+        Ok(RemovedOne::Busy) => answer(StatusCode::CONFLICT, "it is being written or released now"),
+        Ok(RemovedOne::Removed) => {
             tracing::warn!(target: "mailsluice::spool", id, "spool.removed by an operator");
             Json(json!({ "removed": id })).into_response()
         }
+        Err(e) => refused(&e, "removing it"),
     }
 }
 
@@ -159,6 +184,9 @@ async fn stop(live: &Live, (layer, key): (String, String), stopped: bool) -> Res
     let Some(spool) = spool(live) else {
         return off();
     };
+    if let Err(refused) = spool.not_with_s3(NotWithS3::StopKey) {
+        return not_with_s3(refused);
+    }
     let key = HeldKey { layer, key };
     let kept = spool.stop_key(&key, stopped).await;
     tracing::info!(
@@ -178,7 +206,7 @@ async fn stop(live: &Live, (layer, key): (String, String), stopped: bool) -> Res
 
 /// `GET /spool/messages[?failed]`: every message (see `listed`).
 async fn list_all(State(live): State<Arc<Live>>, RawQuery(query): RawQuery) -> Response {
-    listed(&live, None, query)
+    listed(&live, None, query).await
 }
 
 /// `GET /spool/keys/{layer}/{key}/messages[?failed]`: the key's messages.
@@ -187,12 +215,12 @@ async fn list_key(
     Path((layer, key)): Path<(String, String)>,
     RawQuery(query): RawQuery,
 ) -> Response {
-    listed(&live, Some(HeldKey { layer, key }), query)
+    listed(&live, Some(HeldKey { layer, key }), query).await
 }
 
 /// The messages of `key` (or all): held ones by key in their order, then failed ones; only
 /// the failed with `?failed`. At most `MAX_LISTED` of them, with the total and `truncated`.
-fn listed(live: &Live, key: Option<HeldKey>, query: Option<String>) -> Response {
+async fn listed(live: &Live, key: Option<HeldKey>, query: Option<String>) -> Response {
     let Some(spool) = spool(live) else {
         return off();
     };
@@ -201,7 +229,10 @@ fn listed(live: &Live, key: Option<HeldKey>, query: Option<String>) -> Response 
         Some("failed" | "failed=true") => true,
         Some(_) => return answer(StatusCode::BAD_REQUEST, "the only query is ?failed"),
     };
-    let listed = spool.list(key.as_ref(), failed_only);
+    let listed = match spool.list(key.as_ref(), failed_only).await {
+        Ok(listed) => listed,
+        Err(e) => return refused(&e, "listing the spool"),
+    };
     let now = spool.wall_ms();
     let messages: Vec<_> = (listed.messages.iter())
         .map(|(key, entry)| {
@@ -213,7 +244,7 @@ fn listed(live: &Live, key: Option<HeldKey>, query: Option<String>) -> Response 
     let body = json!({
         "messages": messages,
         "total": listed.total,
-        "truncated": listed.total > messages.len(),
+        "truncated": listed.truncated,
     });
     Json(body).into_response()
 }
@@ -238,6 +269,9 @@ async fn release_all(State(live): State<Arc<Live>>) -> Response {
     let Some(spool) = spool(&live) else {
         return off();
     };
+    if let Err(refused) = spool.not_with_s3(NotWithS3::Release) {
+        return not_with_s3(refused);
+    }
     let released = spool.release_waiting(None);
     tracing::info!(target: "mailsluice::spool", released, "spool.released by an operator");
     Json(json!({ "released": released })).into_response()
@@ -253,7 +287,10 @@ async fn remove_key(
         return off();
     };
     let key = HeldKey { layer, key };
-    let done = spool.remove_key(&key).await;
+    let done = match spool.remove_key(&key).await {
+        Ok(done) => done,
+        Err(e) => return refused(&e, "removing the key's messages"),
+    };
     tracing::warn!(
         target: "mailsluice::spool",
         layer = key.layer.as_str(),
@@ -277,8 +314,10 @@ async fn requeue(State(live): State<Arc<Live>>, Path(id): Path<String>) -> Respo
     let Some(spool) = spool(&live) else {
         return off();
     };
-    let Some((_, entry)) = spool.get(&id) else {
-        return answer(StatusCode::NOT_FOUND, "no such message in the spool");
+    let entry = match spool.message(&id).await {
+        Ok(Some((_, entry, _))) => entry,
+        Ok(None) => return answer(StatusCode::NOT_FOUND, "no such message in the spool"),
+        Err(e) => return refused(&e, "reading it"),
     };
     if entry.state != Held::Failed {
         let why = "it is not a failed message: it is held, release it instead";
@@ -287,10 +326,7 @@ async fn requeue(State(live): State<Arc<Live>>, Path(id): Path<String>) -> Respo
     match spool.requeue(&id).await {
         Ok(true) => Json(json!({ "requeued": 1 })).into_response(),
         Ok(false) => answer(StatusCode::CONFLICT, "it is being put back already"),
-        Err(e) => {
-            let why = format!("moving it back to held/: {e}");
-            answer(StatusCode::INTERNAL_SERVER_ERROR, &why)
-        }
+        Err(e) => refused(&e, "moving it back to held/"),
     }
 }
 
@@ -304,9 +340,6 @@ async fn requeue_all(State(live): State<Arc<Live>>) -> Response {
             tracing::info!(target: "mailsluice::spool", requeued, "spool.requeued by an operator");
             Json(json!({ "requeued": requeued })).into_response()
         }
-        Err(e) => {
-            let why = format!("moving a failed message back to held/: {e}");
-            answer(StatusCode::INTERNAL_SERVER_ERROR, &why)
-        }
+        Err(e) => refused(&e, "moving a failed message back to held/"),
     }
 }

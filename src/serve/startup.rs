@@ -4,8 +4,8 @@
 //! rustls takes: an RSA key under 2048 bits is refused). One function, run by `serve` and by
 //! `check`, so that a config `check` passes is one that starts: only binding the sockets and
 //! reaching upstream, Redis and SQS are left to the start. `check` also opens `[spool]` as
-//! the start will ([`check_spool`]: made, locked, written, its free space), in the start's
-//! words; the start opens it for good inside its runtime.
+//! the start will ([`check_spool`]: made, locked, written, its free space; on S3 and SQS a
+//! probe written), in the start's words; the start opens it for good inside its runtime.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -39,6 +39,9 @@ pub enum StartupError {
     /// The start's own words (`main`'s context for the same error).
     #[error("opening [spool]: {0}")]
     Spool(SpoolError),
+    /// `check`'s runtime for the s3 store's probe.
+    #[error("starting the async runtime: {0}")]
+    Runtime(std::io::Error),
 }
 
 /// Reads the config at `path` and everything starting builds from it that needs no network.
@@ -58,10 +61,21 @@ pub fn prepare(path: &Path) -> Result<Prepared, StartupError> {
 }
 
 /// Opens `config`'s `[spool]`, if any, as the start will and lets it go: the warning the start
-/// would log of it, if any.
+/// would log of it, if any. On S3 and SQS: a probe object written and deleted, the queue read
+/// (the start itself only logs a store that does not answer: `/readyz` says it).
 pub fn check_spool(config: &Config) -> Result<Option<String>, StartupError> {
     let Some(spool) = &config.spool else {
         return Ok(None);
     };
+    if spool.s3().is_some() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(StartupError::Runtime)?;
+        runtime
+            .block_on(Spool::check_s3(spool))
+            .map_err(StartupError::Spool)?;
+        return Ok(None);
+    }
     Spool::check(spool).map_err(StartupError::Spool)
 }

@@ -23,6 +23,14 @@ pub enum SpoolError {
     /// `Spool::open_s3` was given a config without the s3 store's settings.
     #[error("spool.store is not \"s3\"")]
     NotS3,
+    /// The s3 store's probe failed (`mailsluice check`).
+    #[error("spool on bucket {bucket} and queue {queue} cannot be written: {why}")]
+    S3 {
+        bucket: String,
+        queue: String,
+        /// The probe's error (S3's or SQS's, naming what it wrote or read).
+        why: String,
+    },
 }
 
 /// The keys an operator stopped (`DIR/stopped`) are there but cannot be read.

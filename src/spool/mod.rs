@@ -21,7 +21,8 @@
 //! - `recover`: the spool read back at start; damaged files set aside.
 //! - `releasing`: the releaser's side: messages taken, read back, and put back in their place
 //!   after an attempt (removed, stepped aside, failed, set aside).
-//! - `operator`: what the operators read and do (counts, lists, one message, a key stopped).
+//! - `operator`: what the operators read and do (counts, lists, one message, a key stopped);
+//!   with S3 and SQS in `s3::operator`.
 //! - `stopped`: the keys an operator stopped, kept across restarts.
 //! - `error`: why it would not open, hold, or read back.
 //! - `sync_log`: (the crate's tests only) each sync, in order, for the tests of the `250`.
@@ -72,6 +73,7 @@ use tokio::sync::Notify;
 pub use error::{Damaged, Refusal, SpoolError, Storage, Unread};
 use index::Bounds;
 pub use index::{Entry, State, Ticket};
+pub use operator::{NotWithS3, OperatorError, RemovedOne};
 pub use record::{Held, HeldKey, Meta, Origin};
 
 use crate::clock::Clock;
@@ -346,13 +348,22 @@ impl Spool {
     }
 
     /// Whether the last write succeeded; when it did not, tries one now (a probe file written,
-    /// synced and removed), so that `/readyz` sees the spool come back.
+    /// synced and removed; with S3 and SQS a probe object put and deleted and the queue read),
+    /// so that `/readyz` sees the spool come back.
     pub async fn writable(&self) -> bool {
         if self.writable.load(Ordering::Relaxed) {
             return true;
         }
-        let Some(dir) = self.dir_store() else {
-            return false;
+        let dir = match &self.store {
+            Store::Dir(dir) => dir,
+            Store::S3(s3) => {
+                let probed = s3.probe().await;
+                if let Err(e) = &probed {
+                    tracing::warn!(target: "mailsluice::spool", error = %e, "spool.probe_failed: the spool cannot be written");
+                }
+                self.writable.store(probed.is_ok(), Ordering::Relaxed);
+                return probed.is_ok();
+            }
         };
         let tmp = dir.layout.tmp.join("probe");
         let ok = tokio::task::spawn_blocking(move || {

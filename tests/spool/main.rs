@@ -6,7 +6,8 @@
 //! counted and logged of held and released messages; hostile input against the reports and
 //! the spool's directories; every temporary failure of upstream held,
 //! and a failing upstream's breaker; and, with the binary as a process of its own, a crash
-//! and a full filesystem. The spool on S3 and SQS against moto's server (`s3_store`).
+//! and a full filesystem. The spool on S3 and SQS against moto's server (`s3_store`), and its
+//! operators (`s3_operators`).
 
 use mailsluice_test_support as support;
 
@@ -20,6 +21,7 @@ mod head_of_line;
 mod hold;
 mod hostile;
 mod release;
+mod s3_operators;
 mod s3_store;
 mod share;
 mod upstream_fails;

@@ -19,19 +19,19 @@ use crate::support::moto::{self, MotoServer};
 use crate::support::relay::{config_text, Relay};
 
 const SEC: Duration = Duration::from_secs(1);
-const BUCKET: &str = "held-mail";
+pub const BUCKET: &str = "held-mail";
 
 /// moto with a bucket and a queue, and the test's own clients of them.
-struct Store {
-    moto: MotoServer,
-    s3: aws_sdk_s3::Client,
-    sqs: aws_sdk_sqs::Client,
-    queue_url: String,
+pub struct Store {
+    pub moto: MotoServer,
+    pub s3: aws_sdk_s3::Client,
+    pub sqs: aws_sdk_sqs::Client,
+    pub queue_url: String,
 }
 
 impl Store {
     /// `None` (skipped through `host::skip`) without `moto_server`.
-    async fn start() -> Option<Store> {
+    pub async fn start() -> Option<Store> {
         let Some(moto) = MotoServer::spawn().await else {
             crate::support::host::skip("moto_server is not installed");
             return None;
@@ -60,7 +60,7 @@ impl Store {
 
     /// `[spool]` on this bucket and queue, retries after 1 s doubling to 5 s, calls bounded by
     /// 20 s (moto on a loaded machine is slow; no test here waits for a bound), and `extra`.
-    fn section(&self, extra: &str) -> String {
+    pub fn section(&self, extra: &str) -> String {
         format!(
             "[spool]\nstore = \"s3\"\nbucket = \"{BUCKET}\"\nqueue_url = \"{}\"\n\
              region = \"us-east-1\"\nendpoint_url = \"{}\"\nretry_min_ms = 1000\n\
@@ -71,7 +71,7 @@ impl Store {
     }
 
     /// The queue's entries: (visible, received by someone and invisible).
-    async fn entries(&self) -> (u64, u64) {
+    pub async fn entries(&self) -> (u64, u64) {
         let got = (self.sqs.get_queue_attributes())
             .queue_url(&self.queue_url)
             .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
@@ -88,7 +88,7 @@ impl Store {
     }
 
     /// The names of the objects under `prefix`.
-    async fn objects(&self, prefix: &str) -> Vec<String> {
+    pub async fn objects(&self, prefix: &str) -> Vec<String> {
         let listed = (self.s3.list_objects_v2())
             .bucket(BUCKET)
             .prefix(prefix)
@@ -107,7 +107,7 @@ impl Store {
 }
 
 /// Waits (real time, moto's) until `cond` holds, at most `limit`.
-async fn wait_until<F: std::future::Future<Output = bool>>(
+pub async fn wait_until<F: std::future::Future<Output = bool>>(
     what: &str,
     limit: Duration,
     mut cond: impl FnMut() -> F,
@@ -280,10 +280,10 @@ async fn max_messages_reached_refuses_452() {
 
 /// Upstream that keeps every message whose subject is `slow` until it is let go.
 #[derive(Default)]
-struct Gate {
-    open: AtomicBool,
-    waiting: AtomicUsize,
-    got: Mutex<Vec<String>>,
+pub struct Gate {
+    pub open: AtomicBool,
+    pub waiting: AtomicUsize,
+    pub got: Mutex<Vec<String>>,
 }
 
 impl Forwarder for Gate {

@@ -40,6 +40,8 @@ pub struct Checks {
     pub ses_tenants: Vec<SesTenantView>,
     /// Whether the spool can be written, `None` without one.
     pub spool: Option<Result<(), &'static str>>,
+    /// Why the spool's summary could not be read (S3's listing failed), if so.
+    pub spool_unlisted: Option<String>,
 }
 
 /// What the status page shows of the reputation guard, read by the caller.
@@ -72,7 +74,7 @@ pub fn render(ctx: &Context, health: &Health, recent: &Recent, checks: &Checks) 
     layers(&mut html, ctx, recent);
     reputation(&mut html, checks.reputation.as_ref());
     ses_tenants(&mut html, &checks.ses_tenants);
-    spool(&mut html, ctx);
+    spool(&mut html, ctx, checks.spool_unlisted.as_deref());
     webhooks(&mut html, ctx);
     most_waiting(&mut html, ctx);
     refusals(&mut html, recent);
@@ -309,21 +311,38 @@ fn ses_tenants(html: &mut String, tenants: &[SesTenantView]) {
     html.push_str("</table>");
 }
 
-/// The spool: what it holds, and the keys holding the most.
-fn spool(html: &mut String, ctx: &Context) {
+/// The spool: what it holds, and the keys holding the most. With S3 and SQS: the shared
+/// spool's counts (approximate), and the keys of the entries this replica has received.
+fn spool(html: &mut String, ctx: &Context, unlisted: Option<&str>) {
     let Some(spool) = &ctx.services.spool else {
         return;
     };
     let s = spool.summary();
+    let shared = match spool.shared() {
+        true => " on S3 and SQS, shared by every replica (approximate)",
+        false => "",
+    };
     let _ = write!(
         html,
-        "<h2>Spool</h2><p>{} messages held ({} bytes), the oldest {} s; {} failed</p>\
-         <table><tr><th>layer</th><th>key</th><th class=\"num\">held</th>\
-         <th class=\"num\">oldest (s)</th><th>released</th></tr>",
+        "<h2>Spool</h2><p>{} messages held{shared} ({} bytes), the oldest {} s; {} failed</p>",
         s.messages,
         s.bytes,
         s.oldest_ms / 1000,
         s.failed,
+    );
+    if let Some(why) = unlisted {
+        let _ = write!(
+            html,
+            "<p class=\"bad any\">the bucket could not be listed: {}</p>",
+            escape(why)
+        );
+    }
+    if spool.shared() {
+        html.push_str("<p>Received by this replica:</p>");
+    }
+    html.push_str(
+        "<table><tr><th>layer</th><th>key</th><th class=\"num\">held</th>\
+         <th class=\"num\">oldest (s)</th><th>released</th></tr>",
     );
     let mut keys = spool.keys();
     keys.sort_by(|a, b| b.messages.cmp(&a.messages).then_with(|| a.key.cmp(&b.key)));

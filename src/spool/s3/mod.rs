@@ -9,6 +9,9 @@
 //! - `entries`: the entry's JSON, its group (the held key), and the SQS calls.
 //! - `receive`: the receiver (long polls while this replica holds fewer than
 //!   `receive_max`) and the heartbeat; at shutdown the entries not started are put back.
+//! - `operator`: what the operators read and do (the summary, lists, one message, removing,
+//!   putting failed ones back), and what that costs in requests.
+//! - `probe`: whether it can be written (`/readyz`, `mailsluice check`).
 //!
 //! **What a `250` promises.** [`S3Store::hold`] returns `Ok` only once the object is written
 //! (S3 checked its checksum) and its entry sent. Either failing: `452 4.3.1`, and the object
@@ -19,6 +22,8 @@
 mod client;
 mod entries;
 mod objects;
+pub mod operator;
+mod probe;
 pub mod receive;
 
 use std::collections::HashMap;
@@ -42,6 +47,7 @@ use crate::observe::spool_store_metrics::SpoolStoreMetrics;
 use client::Clients;
 use entries::{Entries, EntryBody};
 use objects::{Objects, Place};
+pub use probe::ProbeFailed;
 
 /// How often the queue's count (`max_messages`) is read.
 const COUNT_EVERY: Duration = Duration::from_secs(5);
@@ -131,6 +137,8 @@ pub struct S3Store {
     /// Held while visibilities change: a heartbeat's extension never lands after a put-back
     /// made since it read the entries held here.
     visibility: tokio::sync::Mutex<()>,
+    /// The operators' last listing of the bucket.
+    listings: Box<operator::Listings>,
 }
 
 impl S3Store {
@@ -158,6 +166,7 @@ impl S3Store {
             count: Arc::new(Count::default()),
             stopping: AtomicBool::new(false),
             visibility: tokio::sync::Mutex::new(()),
+            listings: Box::default(),
         };
         match store.entries.count(&store.clients).await {
             Ok(n) => store.count.queued.store(n, Ordering::Relaxed),
@@ -177,6 +186,27 @@ impl S3Store {
         );
         store.count_every(COUNT_EVERY);
         store
+    }
+
+    /// Whether a write can be made now (see `probe`).
+    pub async fn probe(&self) -> Result<(), ProbeFailed> {
+        probe::probe(&self.clients, &self.objects, &self.entries).await
+    }
+
+    /// The probe of `settings`'s bucket and queue, with no store opened (`mailsluice check`).
+    pub async fn check(
+        settings: &S3Settings,
+        metrics: SpoolStoreMetrics,
+    ) -> Result<(), ProbeFailed> {
+        let clients = Clients::build(settings, None, metrics).await;
+        let objects = Objects {
+            bucket: settings.bucket.clone(),
+            prefix: settings.prefix.clone(),
+        };
+        let entries = Entries {
+            queue_url: settings.queue_url.clone(),
+        };
+        probe::probe(&clients, &objects, &entries).await
     }
 
     /// Reads the queue's count every `every` while the store lives.
