@@ -6,7 +6,8 @@
 //! counted and logged of held and released messages; hostile input against the reports and
 //! the spool's directories; every temporary failure of upstream held,
 //! and a failing upstream's breaker; and, with the binary as a process of its own, a crash
-//! and a full filesystem.
+//! and a full filesystem; and the spool on S3 and SQS (`s3/`): two replicas, one killed
+//! while releasing, S3 or SQS down, one tenant's burst ahead of another's.
 
 use mailsluice_test_support as support;
 
@@ -20,5 +21,6 @@ mod head_of_line;
 mod hold;
 mod hostile;
 mod release;
+mod s3;
 mod share;
 mod upstream_fails;
