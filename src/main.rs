@@ -152,7 +152,7 @@ async fn serve_async(prepared: Prepared, path: &std::path::Path) -> anyhow::Resu
     let config = prepared.config.clone();
     let mut deps = mailsluice::Deps::new(prepared.config, prepared.upstreams);
     deps.setup.tls = prepared.tls.map(Arc::new);
-    let deps = deps.with_spool().context("opening [spool]")?;
+    let deps = deps.with_spool().await.context("opening [spool]")?;
     let mut listeners = mailsluice::Listeners {
         smtp: bind(&config.smtp.listen, "SMTP").await?,
         implicit_tls: bind(&config.smtp.tls_listen, "SMTP over implicit TLS").await?,

@@ -59,7 +59,7 @@ pub use route::{RouteConfig, RouteKey, RouteRule};
 pub use security::{AuthConfig, PasswordHashError, SecurityRule, TlsConfig, UserConfig};
 pub use senders::{BadSenderPattern, SenderPattern, Senders};
 pub use smtp::{SmtpConfig, SmtpRule};
-pub use spool::{SpoolConfig, SpoolRule};
+pub use spool::{S3Settings, SpoolConfig, SpoolRule, SpoolStore};
 pub use telemetry::TelemetryConfig;
 pub use tenant::{BadTenantKey, TenantConfig, TenantKey, TenantRule};
 pub use throttle::{

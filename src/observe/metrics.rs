@@ -15,6 +15,7 @@ use prometheus_client::registry::{Metric, Registry};
 use super::activity::Activities;
 use super::ses_metrics::SesMetrics;
 use super::spool_metrics::SpoolMetrics;
+use super::spool_store_metrics::SpoolStoreMetrics;
 use super::token_metrics::TokenMetrics;
 use super::upstream_states::{UpstreamLabel, UpstreamStates};
 use super::webhooks::WebhookFamilies;
@@ -101,6 +102,7 @@ pub struct Metrics {
     upstreams: UpstreamStates,
     listening: Gauge,
     spool: SpoolMetrics,
+    spool_store: SpoolStoreMetrics,
     /// Each forwarder's count of "too many connections" last added (see `upstream_crowded`).
     crowded_seen: std::sync::Mutex<std::collections::HashMap<String, u64>>,
     store_errors: Family<OnErrorLabel, Counter>,
@@ -203,6 +205,7 @@ impl Metrics {
             ses: SesMetrics::register(r),
             tokens: TokenMetrics::register(r),
             spool: SpoolMetrics::register(r),
+            spool_store: SpoolStoreMetrics::register(r),
             reputation_events: add_metric(
                 r,
                 "reputation_events",
@@ -366,6 +369,11 @@ impl Metrics {
     /// The spool's metrics.
     pub fn spool(&self) -> &SpoolMetrics {
         &self.spool
+    }
+
+    /// The s3 store's calls (a handle the store keeps).
+    pub fn spool_store(&self) -> SpoolStoreMetrics {
+        self.spool_store.clone()
     }
 
     /// What the sessions are doing (each session holds its place, see `activity`).

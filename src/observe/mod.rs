@@ -4,8 +4,9 @@
 //! - `activity`: what the sessions are doing now, counted per activity.
 //! - `cause`: an error's cause in a few words (never an SDK's debug dump).
 //! - `metrics`: the Prometheus registry and what is counted; `spool_metrics` the spool's,
-//!   `ses_metrics` SES tenants', `token_metrics` the XOAUTH2 upstreams' token requests,
-//!   `upstream_states` each upstream's state (paused, reachable, failing).
+//!   `spool_store_metrics` the s3 store's calls, `ses_metrics` SES tenants', `token_metrics`
+//!   the XOAUTH2 upstreams' token requests, `upstream_states` each upstream's state (paused,
+//!   reachable, failing).
 //! - `recent`: the last refusals, and refusals per layer in the last minute (status page).
 //! - `log_format`: the human log format's fields, client-supplied values quoted and escaped.
 //! - `traces`: OpenTelemetry spans of the messages, exported over OTLP (`[telemetry]`).
@@ -18,6 +19,7 @@ pub mod metrics;
 pub mod recent;
 pub mod ses_metrics;
 pub mod spool_metrics;
+pub mod spool_store_metrics;
 pub mod token_metrics;
 pub mod traces;
 pub mod upstream_states;

@@ -19,7 +19,7 @@ use crate::message::Envelope;
 use crate::pipeline::{self, Fate, Intake, Judged, Later, Received, Refuser, Submitter};
 use crate::policy;
 use crate::reply::Reply;
-use crate::spool::{Held, Spool, Ticket, ToHold};
+use crate::spool::{Held, Spool, Ticket, ToHold, Unread};
 use crate::state::context::Context;
 use crate::state::grace_over::Bell;
 
@@ -31,14 +31,22 @@ pub async fn attempt(ctx: &Context, spool: &Spool, ticket: Ticket, bell: Arc<Bel
     let mut attempted = Attempted::new(&ticket, held_ms);
     let held = match spool.read(&ticket).await {
         Ok(held) => held,
-        Err(damaged) => {
+        Err(Unread::Damaged(damaged)) => {
             spool.set_aside(&ticket, &damaged.0).await;
             let next = Next::GaveUp(Failure::Rejected(damaged.0), Reported::Damaged);
             return report::attempt(ctx, &attempted, &next, started.elapsed());
         }
+        // Never answered `250` or removed by an operator: dropped by the spool, not an attempt.
+        Err(Unread::Gone) => return,
+        Err(unavailable @ Unread::Unavailable(_)) => {
+            let wait = backoff(ticket.attempt, spool.config());
+            let at = spool.clock().now() + nanos(wait);
+            spool.retry(&ticket, at, unavailable.to_string()).await;
+            return report::attempt(ctx, &attempted, &Next::Retry(wait), started.elapsed());
+        }
     };
     attempted.rcpts = held.meta.rcpts.len();
-    if held_ms >= spool.config().max_hold_ms.get() {
+    if held_ms >= spool.config().max_hold_ms.get_ref().get() {
         let last = spool
             .get(&ticket.id)
             .and_then(|(_, e)| e.last.map(String::from));
@@ -68,12 +76,17 @@ pub async fn attempt(ctx: &Context, spool: &Spool, ticket: Ticket, bell: Arc<Bel
                 Later::NotBefore(wait) => backoff(ticket.attempt, spool.config()).max(wait),
             };
             // Not past its time: given up then, not at the attempt after.
-            let left = spool.config().max_hold_ms.get().saturating_sub(held_ms);
+            let left = spool
+                .config()
+                .max_hold_ms
+                .get_ref()
+                .get()
+                .saturating_sub(held_ms);
             let wait = wait.min(Duration::from_millis(left));
             let at = spool.clock().now() + nanos(wait);
             match failing_upstream(ctx, &judged) {
-                Some(upstream) => spool.wait_for_upstream(&ticket, at, answer(), upstream),
-                None => spool.retry(&ticket, at, answer()),
+                Some(upstream) => (spool.wait_for_upstream(&ticket, at, answer(), upstream)).await,
+                None => spool.retry(&ticket, at, answer()).await,
             }
             Next::Retry(wait)
         }

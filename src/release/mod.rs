@@ -10,7 +10,8 @@
 //!   queues with the live clients, so held messages and live clients share the buckets (and
 //!   `fair_by` shares them between tenants) and neither starves the other. At shutdown it
 //!   stops taking messages; those in flight finish within the grace, the rest stay held for
-//!   the next start.
+//!   the next start (with S3 and SQS: put back at once for the other replicas). With S3 and
+//!   SQS the spool's receiver, started here, fills the index from the shared queue.
 //! - `turns`: a key's messages out at once take their tokens in the order they were taken.
 //! - `client`: the pipeline's client for a message nobody waits on.
 //! - `probe`: while an upstream's breaker is open, one message waiting for it made due per
@@ -55,6 +56,9 @@ pub async fn run(live: Arc<Live>, spool: Arc<Spool>, mut shutdown: Shutdown, tas
     let mut sweep = tokio::time::interval(SWEEP);
     let mut turns = Turns::default();
     let mut probes = probe::Probes::default();
+    // With S3 and SQS, the entries this replica releases are received from the shared queue.
+    let mut stop = shutdown.clone();
+    let receiving = spool.start_receiving(async move { stop.wait().await });
     loop {
         let Some(ctx) = live.current() else {
             return;
@@ -85,7 +89,7 @@ pub async fn run(live: Arc<Live>, spool: Arc<Spool>, mut shutdown: Shutdown, tas
             }
         };
         tokio::select! {
-            _ = shutdown.wait() => return,
+            _ = shutdown.wait() => break,
             _ = probe => {}
             // An attempt ended, a message was held, an operator let one go.
             _ = spool.changed() => {}
@@ -98,4 +102,8 @@ pub async fn run(live: Arc<Live>, spool: Arc<Spool>, mut shutdown: Shutdown, tas
             }
         }
     }
+    if let Some(receiving) = receiving {
+        let _ = receiving.await;
+    }
+    spool.put_back_unstarted().await;
 }

@@ -17,6 +17,12 @@ pub enum SpoolError {
     Locked { dir: PathBuf, pid: Option<String> },
     #[error(transparent)]
     Stopped(#[from] StoppedUnreadable),
+    /// `Spool::open` was given a `store = "s3"` config: the s3 store opens apart.
+    #[error("spool.store is not \"dir\": no directory to open")]
+    NotADirectory,
+    /// `Spool::open_s3` was given a config without the s3 store's settings.
+    #[error("spool.store is not \"s3\"")]
+    NotS3,
 }
 
 /// The keys an operator stopped (`DIR/stopped`) are there but cannot be read.
@@ -49,9 +55,13 @@ pub enum Storage {
     MaxBytes { max: u64 },
     #[error("the spool's filesystem would keep less than min_free_bytes ({min} bytes) free")]
     MinFree { min: u64 },
-    /// Writing or syncing failed (a full disk, a read-only filesystem, an I/O error).
+    /// Writing or syncing failed (a full disk, a read-only filesystem, an I/O error; S3 or
+    /// SQS failing or past `timeout_ms`).
     #[error("the spool cannot be written: {0}")]
     Unwritable(String),
+    /// The s3 store holds `max_messages` already (its queue's approximate count).
+    #[error("the spool would pass its max_messages ({max} messages)")]
+    MaxMessages { max: u64 },
 }
 
 /// A directory sync did not happen: what was renamed into the directory may not last.
@@ -63,6 +73,21 @@ pub enum SyncFailed {
     /// Opening or syncing the directory failed; shared by every caller the sync answers.
     #[error("{0}")]
     Io(Arc<std::io::Error>),
+}
+
+/// Why a held message was not read back for its attempt.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unread {
+    /// Not whole or not ours: set aside.
+    #[error(transparent)]
+    Damaged(#[from] Damaged),
+    /// Its object is gone (an entry whose hold was answered `452`, or removed by an
+    /// operator): its entry is dropped already, it is never sent.
+    #[error("its object is gone")]
+    Gone,
+    /// The store did not answer: tried again later.
+    #[error("the spool cannot be read: {0}")]
+    Unavailable(String),
 }
 
 /// A held message's file could not be read back whole: set aside.

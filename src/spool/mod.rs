@@ -40,6 +40,7 @@ mod record;
 mod recover;
 mod releasing;
 mod room;
+mod s3;
 mod stopped;
 #[cfg(test)]
 mod sync_log;
@@ -50,14 +51,17 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
 
-pub use error::{Damaged, Refusal, SpoolError, Storage};
+pub use error::{Damaged, Refusal, SpoolError, Storage, Unread};
 use index::Bounds;
 pub use index::{Entry, State, Ticket};
 pub use record::{Held, HeldKey, Meta, Origin};
 
+use aws_credential_types::provider::SharedCredentialsProvider;
+
 use crate::clock::Clock;
 use crate::config::SpoolConfig;
 use crate::message::Envelope;
+use crate::observe::spool_store_metrics::SpoolStoreMetrics;
 use commit::DirSync;
 use index::Index;
 use layout::{file_name, Layout};
@@ -93,19 +97,31 @@ pub struct ToHold<'a> {
     pub report: bool,
 }
 
-/// The spool, its directory locked for this process.
+/// The spool: its store, and in memory the messages this process may release (with a
+/// directory: every one held; with S3 and SQS: the entries this replica received).
 pub struct Spool {
-    layout: Layout,
     config: SpoolConfig,
     index: Mutex<Index>,
-    held_sync: DirSync,
-    failed_sync: DirSync,
     /// The queues' clock; a message's age is read on it too (tokio's paused time in tests).
     clock: Arc<dyn Clock>,
     /// The last write succeeded (`/readyz`).
     writable: AtomicBool,
     /// A message became due, or the releaser should look again.
     changed: Notify,
+    store: Store,
+}
+
+/// Where the held messages are kept.
+enum Store {
+    Dir(DirStore),
+    S3(s3::S3Store),
+}
+
+/// The directory store: this process's directory, locked for it.
+struct DirStore {
+    layout: Layout,
+    held_sync: DirSync,
+    failed_sync: DirSync,
     /// Held while the stopped keys are written: the last write has the last change.
     stopped_file: tokio::sync::Mutex<()>,
     _lock: DirLock,
@@ -115,16 +131,17 @@ impl Spool {
     /// Opens (creating) the spool of `config`, locked for this process, read back. Must be
     /// called within a tokio runtime (its directory syncs run on it).
     pub fn open(config: &SpoolConfig, clock: Arc<dyn Clock>) -> Result<Arc<Spool>, SpoolError> {
+        let dir = config.dir().ok_or(SpoolError::NotADirectory)?;
         let open::Opened {
             layout,
             lock,
             low_space,
-        } = open::open_dir(config)?;
+        } = open::open_dir(dir, config)?;
         if let Some(low) = low_space {
             warn_low_space(&layout, &low);
         }
         let io = |error| SpoolError::Io {
-            dir: config.dir.clone(),
+            dir: dir.to_path_buf(),
             error,
         };
         let mut index = Index::default();
@@ -143,24 +160,92 @@ impl Spool {
             stopped_keys = stopped.len(),
             "spool opened"
         );
-        Ok(Arc::new(Spool {
+        let store = Store::Dir(DirStore {
             held_sync: DirSync::start(layout.held.clone()),
             failed_sync: DirSync::start(layout.failed.clone()),
             layout,
+            stopped_file: tokio::sync::Mutex::new(()),
+            _lock: lock,
+        });
+        Ok(Spool::with_store(config, clock, index, store))
+    }
+
+    fn with_store(
+        config: &SpoolConfig,
+        clock: Arc<dyn Clock>,
+        index: Index,
+        store: Store,
+    ) -> Arc<Spool> {
+        Arc::new(Spool {
             config: config.clone(),
             index: Mutex::new(index),
             clock,
             writable: AtomicBool::new(true),
             changed: Notify::new(),
-            stopped_file: tokio::sync::Mutex::new(()),
-            _lock: lock,
-        }))
+            store,
+        })
+    }
+
+    /// Opens the spool of `config` (`store = "s3"`): its clients built, its bucket and queue
+    /// tried (an error names them). `credentials` when given (tests), else the SDK's chain.
+    pub async fn open_s3(
+        config: &SpoolConfig,
+        clock: Arc<dyn Clock>,
+        metrics: SpoolStoreMetrics,
+        credentials: Option<SharedCredentialsProvider>,
+    ) -> Result<Arc<Spool>, SpoolError> {
+        let settings = config.s3().ok_or(SpoolError::NotS3)?;
+        let store = s3::S3Store::open(settings, metrics, credentials).await;
+        Ok(Spool::with_store(
+            config,
+            clock,
+            Index::default(),
+            Store::S3(store),
+        ))
+    }
+
+    /// The s3 store, when the spool is one.
+    fn s3_store(&self) -> Option<&s3::S3Store> {
+        match &self.store {
+            Store::Dir(_) => None,
+            Store::S3(s3) => Some(s3),
+        }
+    }
+
+    /// With S3 and SQS: starts receiving entries (and extending their visibility) until
+    /// `stop` completes; the task ends then. With a directory, nothing to receive: `None`.
+    pub fn start_receiving(
+        self: &Arc<Self>,
+        stop: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        self.s3_store()?;
+        Some(s3::receive::start(self.clone(), stop))
+    }
+
+    /// At shutdown, once no longer receiving: with S3 and SQS, the entries received and not
+    /// started are made visible at once for the other replicas. With a directory they stay
+    /// held for the next start: nothing to do.
+    pub async fn put_back_unstarted(&self) {
+        if let Some(s3) = self.s3_store() {
+            s3.put_back_unstarted(self).await;
+        }
+    }
+
+    /// The directory store, when the spool is one.
+    fn dir_store(&self) -> Option<&DirStore> {
+        match &self.store {
+            Store::Dir(dir) => Some(dir),
+            Store::S3(_) => None,
+        }
     }
 
     /// What the start would find opening the spool of `config` (`check`): an error that stops
     /// it, or the warning it would log. Takes the lock and lets it go.
     pub fn check(config: &SpoolConfig) -> Result<Option<String>, SpoolError> {
-        let opened = open::open_dir(config)?;
+        let Some(dir) = config.dir() else {
+            return Ok(None);
+        };
+        let opened = open::open_dir(dir, config)?;
         Ok(opened
             .low_space
             .map(|low| low_space_text(&opened.layout, &low)))
@@ -186,6 +271,10 @@ impl Spool {
     /// Holds a message: on stable storage when this returns `Ok` (see the module doc), due for
     /// release at once (behind its key's earlier messages).
     pub async fn hold(&self, message: ToHold<'_>) -> Result<(), Refusal> {
+        let dir = match &self.store {
+            Store::Dir(dir) => dir,
+            Store::S3(s3) => return s3.hold(self, message).await,
+        };
         let accepted_ms = self.wall_ms();
         let runs = [message.received, message.key_fields, message.body];
         let bytes: u64 = runs.iter().map(|r| r.len() as u64).sum();
@@ -210,7 +299,7 @@ impl Spool {
         };
         let file = record::encode(&mut meta, runs);
         let name = file_name(seq, message.id);
-        match self.write(name, file).await {
+        match self.write(dir, name, file).await {
             Ok(()) => {
                 self.writable.store(true, Ordering::Relaxed);
                 (self.index()).written(message.id, message.report, self.clock.now());
@@ -222,7 +311,7 @@ impl Spool {
                     self.writable.store(false, Ordering::Relaxed);
                     tracing::error!(
                         target: "mailsluice::spool",
-                        dir = %self.layout.root.display(),
+                        dir = %dir.layout.root.display(),
                         error = %storage,
                         "spool.unwritable"
                     );
@@ -235,8 +324,8 @@ impl Spool {
 
     /// Writes `file` as `held/<name>`: its free space checked, written in `tmp/`, synced,
     /// renamed, and `held/` synced (with whoever else wrote meanwhile).
-    async fn write(&self, name: String, file: Vec<u8>) -> Result<(), Storage> {
-        let (layout, min_free) = (self.layout.clone(), self.config.min_free_bytes);
+    async fn write(&self, dir: &DirStore, name: String, file: Vec<u8>) -> Result<(), Storage> {
+        let (layout, min_free) = (dir.layout.clone(), self.config.min_free_bytes);
         let to = layout.held.join(&name);
         let target = to.clone();
         let written = tokio::task::spawn_blocking(move || {
@@ -255,7 +344,7 @@ impl Spool {
         written
             .await
             .unwrap_or_else(|e| Err(Storage::Unwritable(e.to_string())))?;
-        if let Err(e) = self.held_sync.sync().await {
+        if let Err(e) = dir.held_sync.sync().await {
             // Not durable, so not answered `250`: it must not be sent after a restart either.
             let _ = std::fs::remove_file(target);
             return Err(Storage::Unwritable(e.to_string()));
@@ -274,7 +363,10 @@ impl Spool {
         if self.writable.load(Ordering::Relaxed) {
             return true;
         }
-        let tmp = self.layout.tmp.join("probe");
+        let Some(dir) = self.dir_store() else {
+            return false;
+        };
+        let tmp = dir.layout.tmp.join("probe");
         let ok = tokio::task::spawn_blocking(move || {
             let ok = write_synced(&tmp, b"probe").is_ok();
             let _ = std::fs::remove_file(&tmp);

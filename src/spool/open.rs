@@ -21,11 +21,11 @@ pub struct Opened {
     pub low_space: Option<Storage>,
 }
 
-/// Makes, locks and tries a write in the spool directory of `config`.
-pub fn open_dir(config: &SpoolConfig) -> Result<Opened, SpoolError> {
-    let layout = Layout::new(&config.dir);
+/// Makes, locks and tries a write in the spool directory `dir` of `config`.
+pub fn open_dir(dir: &Path, config: &SpoolConfig) -> Result<Opened, SpoolError> {
+    let layout = Layout::new(dir);
     let io = |error| SpoolError::Io {
-        dir: config.dir.clone(),
+        dir: dir.to_path_buf(),
         error,
     };
     layout.create().map_err(io)?;

@@ -39,7 +39,9 @@ pub struct Summary {
 impl Spool {
     /// The failed messages held past `max_hold_ms`.
     pub fn failed_expired(&self) -> Vec<Box<str>> {
-        let before = self.wall_ms().saturating_sub(self.config.max_hold_ms.get());
+        let before = self
+            .wall_ms()
+            .saturating_sub(self.config.max_hold_ms.get_ref().get());
         let failed = self.index().failed_before(before);
         failed.into_iter().map(|(_, e)| e.id).collect()
     }
@@ -52,9 +54,10 @@ impl Spool {
     /// The meta of message `id` (its envelope and origin), read from its file.
     pub async fn meta(&self, id: &str) -> Option<Meta> {
         let (_, entry) = self.get(id)?;
+        let layout = &self.dir_store()?.layout;
         let dir = match entry.state {
-            State::Failed => &self.layout.failed,
-            _ => &self.layout.held,
+            State::Failed => &layout.failed,
+            _ => &layout.held,
         };
         let path = dir.join(file_name(entry.seq, id));
         let head = tokio::task::spawn_blocking(move || recover::read_head(&path)).await;
@@ -73,18 +76,21 @@ impl Spool {
     /// Puts failed message `id` back in its key's queue, to be tried now, as `postsuper -r`
     /// does: its file moved back to `held/`. Whether it was a failed message.
     pub async fn requeue(&self, id: &str) -> std::io::Result<bool> {
+        let Some(dir) = self.dir_store() else {
+            return Ok(false);
+        };
         let Some((key, entry)) = self.index().take_failed(id) else {
             return Ok(false);
         };
         let name = file_name(entry.seq, id);
-        let (from, to) = (self.layout.failed.join(&name), self.layout.held.join(&name));
+        let (from, to) = (dir.layout.failed.join(&name), dir.layout.held.join(&name));
         let moved = tokio::task::spawn_blocking(move || std::fs::rename(from, to)).await;
         if let Err(e) = moved.map_err(std::io::Error::other).and_then(|moved| moved) {
             self.index().put_failed(key, entry);
             return Err(e);
         }
-        let _ = self.held_sync.sync().await;
-        let _ = self.failed_sync.sync().await;
+        let _ = dir.held_sync.sync().await;
+        let _ = dir.failed_sync.sync().await;
         let now = self.clock.now();
         self.index().requeue(&key, entry, now);
         self.changed.notify_one();
@@ -98,10 +104,13 @@ impl Spool {
         let now = self.clock.now();
         self.index().stop(key, stop, now);
         self.changed.notify_one();
-        let _writing = self.stopped_file.lock().await;
+        let Some(dir) = self.dir_store() else {
+            return Ok(());
+        };
+        let _writing = dir.stopped_file.lock().await;
         // Read under the lock: whichever write comes last has every change made before it.
         let keys = self.index().stopped_keys();
-        let layout = self.layout.clone();
+        let layout = dir.layout.clone();
         let written = tokio::task::spawn_blocking(move || stopped::write(&layout, &keys)).await;
         written.map_err(std::io::Error::other)?
     }

@@ -7,7 +7,7 @@ use std::io::Read;
 use super::index::State;
 use super::layout::file_name;
 use super::record::{self, Held, HeldKey};
-use super::{recover, Damaged, Spool, Ticket};
+use super::{recover, Damaged, Spool, Store, Ticket, Unread};
 use crate::clock::Nanos;
 
 impl Spool {
@@ -30,8 +30,12 @@ impl Spool {
     }
 
     /// The message of `ticket`, read back whole and its digest checked.
-    pub async fn read(&self, ticket: &Ticket) -> Result<Held, Damaged> {
-        let path = self.layout.held.join(file_name(ticket.seq, &ticket.id));
+    pub async fn read(&self, ticket: &Ticket) -> Result<Held, Unread> {
+        let dir = match &self.store {
+            Store::Dir(dir) => dir,
+            Store::S3(s3) => return s3.read(self, ticket).await,
+        };
+        let path = dir.layout.held.join(file_name(ticket.seq, &ticket.id));
         let read = tokio::task::spawn_blocking(move || {
             let mut bytes = Vec::new();
             recover::open_regular(&path)?.read_to_end(&mut bytes)?;
@@ -40,23 +44,32 @@ impl Spool {
         .await;
         let bytes = (read.map_err(|e| Damaged(e.to_string()))?)
             .map_err(|e| Damaged(format!("cannot be read: {e}")))?;
-        let held = record::decode(bytes)?;
-        if held.meta.id != *ticket.id || held.meta.seq != ticket.seq {
-            return Err(Damaged("its meta names another message".into()));
-        }
-        Ok(held)
+        Ok(check_names(record::decode(bytes)?, ticket)?)
     }
 
     /// The attempt of `ticket` did not end it: it steps aside and may go again at `at`; its
     /// key's other messages go on meanwhile.
-    pub fn retry(&self, ticket: &Ticket, at: Nanos, answer: String) {
+    pub async fn retry(&self, ticket: &Ticket, at: Nanos, answer: String) {
+        if let Store::S3(s3) = &self.store {
+            return s3.put_back(self, ticket, at).await;
+        }
         self.index().retry(&ticket.id, at, answer);
         self.changed.notify_one();
     }
 
     /// As [`Spool::retry`], for a message kept back by `upstream`'s failure, not its own: it
     /// goes again at `at`, or as soon as [`Spool::upstream_back`] says that upstream answers.
-    pub fn wait_for_upstream(&self, ticket: &Ticket, at: Nanos, answer: String, upstream: &str) {
+    /// With S3 and SQS the entry is put back as by a retry: another replica may take it.
+    pub async fn wait_for_upstream(
+        &self,
+        ticket: &Ticket,
+        at: Nanos,
+        answer: String,
+        upstream: &str,
+    ) {
+        if let Store::S3(s3) = &self.store {
+            return s3.put_back(self, ticket, at).await;
+        }
         self.index().wait_for(&ticket.id, at, answer, upstream);
         self.changed.notify_one();
     }
@@ -82,13 +95,17 @@ impl Spool {
     /// directory synced (with other removals): until that sync a restart would send it again
     /// (the duplicate window, which the sync closes).
     pub async fn remove(&self, id: &str) -> bool {
+        let dir = match &self.store {
+            Store::Dir(dir) => dir,
+            Store::S3(s3) => return s3.remove(self, id).await,
+        };
         let Some((_, entry)) = self.index().remove(id) else {
             return false;
         };
         self.changed.notify_one();
         let (dir, sync) = match entry.state {
-            State::Failed => (&self.layout.failed, &self.failed_sync),
-            _ => (&self.layout.held, &self.held_sync),
+            State::Failed => (&dir.layout.failed, &dir.failed_sync),
+            _ => (&dir.layout.held, &dir.held_sync),
         };
         let path = dir.join(file_name(entry.seq, id));
         let removed = tokio::task::spawn_blocking(move || std::fs::remove_file(path)).await;
@@ -101,19 +118,27 @@ impl Spool {
 
     /// Moves `ticket`'s message to `failed/`, kept for the operator (no report could be sent).
     pub async fn fail(&self, ticket: &Ticket, answer: String) {
+        let dir = match &self.store {
+            Store::Dir(dir) => dir,
+            Store::S3(s3) => return s3.set_apart(self, ticket, true).await,
+        };
         let name = file_name(ticket.seq, &ticket.id);
-        let (from, to) = (self.layout.held.join(&name), self.layout.failed.join(&name));
+        let (from, to) = (dir.layout.held.join(&name), dir.layout.failed.join(&name));
         let _ = tokio::task::spawn_blocking(move || std::fs::rename(from, to)).await;
-        let _ = self.failed_sync.sync().await;
-        let _ = self.held_sync.sync().await;
+        let _ = dir.failed_sync.sync().await;
+        let _ = dir.held_sync.sync().await;
         self.index().failed(&ticket.id, answer);
         self.changed.notify_one();
     }
 
     /// Sets `ticket`'s file aside in `damaged/` (logged) and forgets the message.
     pub async fn set_aside(&self, ticket: &Ticket, why: &str) {
+        let dir = match &self.store {
+            Store::Dir(dir) => dir,
+            Store::S3(s3) => return s3.set_apart(self, ticket, false).await,
+        };
         let (layout, name, why2) = (
-            self.layout.clone(),
+            dir.layout.clone(),
             file_name(ticket.seq, &ticket.id),
             why.to_string(),
         );
@@ -124,4 +149,12 @@ impl Spool {
         self.index().remove(&ticket.id);
         self.changed.notify_one();
     }
+}
+
+/// A message read back is the one its ticket names.
+pub(super) fn check_names(held: Held, ticket: &Ticket) -> Result<Held, Damaged> {
+    if held.meta.id != *ticket.id || held.meta.seq != ticket.seq {
+        return Err(Damaged("its meta names another message".into()));
+    }
+    Ok(held)
 }

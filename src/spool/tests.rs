@@ -171,7 +171,9 @@ async fn damaged_files_are_set_aside_and_the_rest_kept() {
     assert_eq!(std::fs::read_dir(dir.join("tmp")).unwrap().count(), 0);
     let ticket = spool.take_due(1).remove(0);
     assert_eq!(&*ticket.id, "c000000000000002");
-    let err = spool.read(&ticket).await.err().unwrap();
+    let Unread::Damaged(err) = spool.read(&ticket).await.err().unwrap() else {
+        panic!("damaged")
+    };
     assert!(err.0.contains("digest"), "{err}");
     spool.set_aside(&ticket, &err.0).await;
     assert_eq!(std::fs::read_dir(dir.join("damaged")).unwrap().count(), 2);

@@ -35,6 +35,7 @@ use crate::spool::{Spool, SpoolError};
 use crate::throttle::Throttle;
 use crate::upstream::Upstreams;
 use crate::webhook::Webhooks;
+use aws_credential_types::provider::SharedCredentialsProvider;
 
 use super::grace_over::{Bell, GraceOver};
 use super::health::Health;
@@ -75,13 +76,33 @@ impl Deps {
         Ok(self)
     }
 
-    /// Opens `[spool]`'s directory (locked for this process, read back); a spool that cannot
-    /// be opened is a startup error. Must run within the tokio runtime.
-    pub fn with_spool(mut self) -> Result<Deps, SpoolError> {
+    /// Opens `[spool]`: its directory (locked for this process, read back), or its S3 and
+    /// SQS clients (credentials from the SDK's default chain); a spool that cannot be opened
+    /// is a startup error. Must run within the tokio runtime.
+    pub async fn with_spool(self) -> Result<Deps, SpoolError> {
+        self.with_spool_using(None).await
+    }
+
+    /// As [`Deps::with_spool`], an s3 store with `credentials` when given (tests).
+    pub async fn with_spool_using(
+        mut self,
+        credentials: Option<SharedCredentialsProvider>,
+    ) -> Result<Deps, SpoolError> {
         let Some(config) = &self.setup.config.spool else {
             return Ok(self);
         };
-        let spool = Spool::open(config, self.services.clock.clone())?;
+        let clock = self.services.clock.clone();
+        let spool = match config.s3() {
+            None => Spool::open(config, clock)?,
+            Some(_) => {
+                let metrics = self.services.metrics.spool_store();
+                // Boxed: the SDK's futures are deep types, kept out of the start's own.
+                let open = Spool::open_s3(config, clock, metrics, credentials);
+                let open: std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send + '_>> =
+                    Box::pin(open);
+                open.await?
+            }
+        };
         let services = Arc::get_mut(&mut self.services).expect("services not shared yet");
         services.spool = Some(spool);
         Ok(self)

@@ -125,6 +125,7 @@ impl Relay {
             .with_tls()
             .expect("test certificate loads")
             .with_spool()
+            .await
             .expect("the test's spool opens");
         if let Some(sns) = sns {
             deps = deps.with_sns(sns);

@@ -1,0 +1,350 @@
+//! The spool on S3 and SQS (`store = "s3"`), shared by every replica: a held message is an
+//! object in S3 (`objects`), its place in line an entry in an SQS standard queue
+//! (`entries`). Any replica receives entries (`receive`), keeps them invisible to the others
+//! while it has them (a heartbeat extends their visibility), releases them through the same
+//! index and releaser as the directory store, and deletes entry then object once done.
+//!
+//! - `client`: the S3 and SQS clients, every call bounded by `timeout_ms` and counted.
+//! - `objects`: `<prefix>held/<id>` (the record of `record::encode`), `failed/`, `damaged/`.
+//! - `entries`: the entry's JSON, its group (the held key), and the SQS calls.
+//! - `receive`: the receiver (long polls while this replica holds fewer than
+//!   `receive_max`) and the heartbeat; at shutdown the entries not started are put back.
+//!
+//! **What a `250` promises.** [`S3Store::hold`] returns `Ok` only once the object is written
+//! (S3 checked its checksum) and its entry sent. Either failing: `452 4.3.1`, and the object
+//! deleted; an entry SQS kept although its answer was lost finds no object when received and
+//! is dropped, never sent. A replica killed while releasing: its entries come back to the
+//! others after `visibility_ms`; the ones it had with upstream then may go twice.
+
+mod client;
+mod entries;
+mod objects;
+pub mod receive;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aws_credential_types::provider::SharedCredentialsProvider;
+use tokio::sync::Notify;
+
+use super::error::{Refusal, Storage, Unread};
+use super::index::Entry;
+use super::index::State;
+use super::record::{self, Held, Meta};
+use super::releasing::check_names;
+use super::{Spool, Ticket, ToHold};
+use crate::clock::Nanos;
+use crate::config::S3Settings;
+use crate::observe::cause;
+use crate::observe::spool_store_metrics::SpoolStoreMetrics;
+use client::Clients;
+use entries::{Entries, EntryBody};
+use objects::{Objects, Place};
+
+/// How often the queue's count (`max_messages`) is read.
+const COUNT_EVERY: Duration = Duration::from_secs(5);
+
+/// An S3 or SQS call that failed or passed `timeout_ms`, in a few words.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct CallFailed(pub String);
+
+impl CallFailed {
+    fn of(error: &(dyn std::error::Error + 'static)) -> CallFailed {
+        CallFailed(cause::short(error))
+    }
+}
+
+/// The held messages, as this replica counts them against `max_messages`.
+#[derive(Default)]
+struct Count {
+    /// The queue's approximate count at its last read.
+    queued: AtomicU64,
+    /// This replica's holds since.
+    since: AtomicU64,
+}
+
+/// The s3 store of one replica.
+pub struct S3Store {
+    clients: Clients,
+    settings: S3Settings,
+    objects: Objects,
+    entries: Entries,
+    /// The receipt handle of each entry this replica holds received, by message id.
+    received: Mutex<HashMap<Box<str>, String>>,
+    /// An entry this replica held is gone: the receiver may take more.
+    freed: Notify,
+    /// Makes each `seq` of this process unique within a millisecond.
+    counter: AtomicU64,
+    count: Arc<Count>,
+    /// The receiver stopped (shutdown): the heartbeat ends once no entry is held here.
+    stopping: AtomicBool,
+}
+
+impl S3Store {
+    /// The store of `settings`; its queue's count is read now and every [`COUNT_EVERY`]
+    /// (a bucket or queue that does not answer is logged, not fatal: `/readyz` says it).
+    pub async fn open(
+        settings: S3Settings,
+        metrics: SpoolStoreMetrics,
+        credentials: Option<SharedCredentialsProvider>,
+    ) -> S3Store {
+        let clients = Clients::build(&settings, credentials, metrics).await;
+        let store = S3Store {
+            objects: Objects {
+                bucket: settings.bucket.clone(),
+                prefix: settings.prefix.clone(),
+            },
+            entries: Entries {
+                queue_url: settings.queue_url.clone(),
+            },
+            clients,
+            settings,
+            received: Mutex::new(HashMap::new()),
+            freed: Notify::new(),
+            counter: AtomicU64::new(0),
+            count: Arc::new(Count::default()),
+            stopping: AtomicBool::new(false),
+        };
+        match store.entries.count(&store.clients).await {
+            Ok(n) => store.count.queued.store(n, Ordering::Relaxed),
+            Err(e) => tracing::warn!(
+                target: "mailsluice::spool",
+                queue = store.settings.queue_url.as_str(),
+                error = %e,
+                "spool.s3_unreachable: the queue's count could not be read at start"
+            ),
+        }
+        tracing::info!(
+            target: "mailsluice::spool",
+            bucket = store.settings.bucket.as_str(),
+            prefix = store.settings.prefix.as_str(),
+            queue = store.settings.queue_url.as_str(),
+            "spool opened on S3 and SQS"
+        );
+        store.count_every(COUNT_EVERY);
+        store
+    }
+
+    /// Reads the queue's count every `every` while the store lives.
+    fn count_every(&self, every: Duration) {
+        let (count, clients) = (Arc::downgrade(&self.count), self.clients.clone());
+        let entries = Entries {
+            queue_url: self.settings.queue_url.clone(),
+        };
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(count) = count.upgrade() else {
+                    return;
+                };
+                if let Ok(n) = entries.count(&clients).await {
+                    count.queued.store(n, Ordering::Relaxed);
+                    count.since.store(0, Ordering::Relaxed);
+                }
+            }
+        });
+    }
+
+    fn received(&self) -> std::sync::MutexGuard<'_, HashMap<Box<str>, String>> {
+        self.received.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Holds a message: its object written, then its entry sent (see the module doc).
+    pub async fn hold(&self, spool: &Spool, message: ToHold<'_>) -> Result<(), Refusal> {
+        let max = self.settings.max_messages;
+        let held =
+            self.count.queued.load(Ordering::Relaxed) + self.count.since.load(Ordering::Relaxed);
+        if held >= max {
+            return Err(Refusal::Storage(Storage::MaxMessages { max }));
+        }
+        let accepted_ms = spool.wall_ms();
+        let seq = accepted_ms * 1000 + self.counter.fetch_add(1, Ordering::Relaxed) % 1000;
+        let runs = [message.received, message.key_fields, message.body];
+        let mut meta = Meta {
+            id: message.id.to_string(),
+            seq,
+            accepted_ms,
+            key: message.key,
+            from: message.envelope.from.clone(),
+            rcpts: message.envelope.rcpts.clone(),
+            smtputf8: message.envelope.smtputf8,
+            body_8bit: message.envelope.body_8bit,
+            origin: message.origin,
+            report: message.report,
+            lens: [0; 3],
+        };
+        let file = record::encode(&mut meta, runs);
+        let entry = EntryBody {
+            id: meta.id.clone(),
+            seq,
+            accepted_ms,
+            layer: meta.key.layer.clone(),
+            key: meta.key.key.clone(),
+            bytes: runs.iter().map(|r| r.len() as u64).sum(),
+            report: meta.report,
+        };
+        let name = self.objects.name(Place::Held, message.id);
+        let c = &self.clients;
+        let written = match self.objects.put_new(c, &name, file).await {
+            Ok(()) => match self.entries.send(c, &entry, &meta.key).await {
+                Ok(()) => Ok(()),
+                Err(e) => {
+                    // Nothing of it may be sent: its entry, if SQS kept it, finds no object.
+                    let _ = self.objects.delete(c, &name).await;
+                    Err(format!("SQS: {e}"))
+                }
+            },
+            Err(e) => Err(format!("S3: {e}")),
+        };
+        match written {
+            Ok(()) => {
+                spool.writable.store(true, Ordering::Relaxed);
+                self.count.since.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(why) => {
+                spool.writable.store(false, Ordering::Relaxed);
+                tracing::error!(
+                    target: "mailsluice::spool",
+                    bucket = self.settings.bucket.as_str(),
+                    queue = self.settings.queue_url.as_str(),
+                    error = why.as_str(),
+                    "spool.unwritable"
+                );
+                Err(Refusal::Storage(Storage::Unwritable(why)))
+            }
+        }
+    }
+
+    /// The message of `ticket`, read from its object; an entry whose object is gone is
+    /// deleted here (logged `spool.object_gone`) and never sent.
+    pub async fn read(&self, spool: &Spool, ticket: &Ticket) -> Result<Held, Unread> {
+        let name = self.objects.name(Place::Held, &ticket.id);
+        let got = self.objects.get(&self.clients, &name).await;
+        let bytes = match got {
+            Ok(Some(bytes)) => bytes,
+            Ok(None) => {
+                tracing::info!(target: "mailsluice::spool", id = &*ticket.id, "spool.object_gone: an entry without its object is dropped");
+                if let Some(receipt) = self.forget(spool, &ticket.id) {
+                    let _ = self.entries.delete(&self.clients, &receipt).await;
+                }
+                return Err(Unread::Gone);
+            }
+            Err(e) => return Err(Unread::Unavailable(e.0)),
+        };
+        Ok(check_names(record::decode(bytes)?, ticket)?)
+    }
+
+    /// Forgets message `id` here (its index entry and receipt); its receipt, if it had one.
+    fn forget(&self, spool: &Spool, id: &str) -> Option<String> {
+        spool.index().remove(id);
+        let receipt = self.received().remove(id);
+        spool.changed.notify_one();
+        self.freed.notify_one();
+        receipt
+    }
+
+    /// The attempt of `ticket` did not end it: its entry is made visible again at `at` (to
+    /// any replica) and forgotten here.
+    pub async fn put_back(&self, spool: &Spool, ticket: &Ticket, at: Nanos) {
+        let Some(receipt) = self.forget(spool, &ticket.id) else {
+            return;
+        };
+        let wait = at.saturating_sub(spool.clock.now());
+        let secs = wait.div_ceil(1_000_000_000);
+        if let Err(e) = self.entries.show_in(&self.clients, &receipt, secs).await {
+            tracing::warn!(target: "mailsluice::spool", id = &*ticket.id, error = %e, "spool.put_back_failed: it comes back after visibility_ms");
+        }
+    }
+
+    /// Removes message `id`: its entry (when received here), then its object (a crash
+    /// between leaves an object without an entry, never a message sent twice). Whether it
+    /// was held here.
+    pub async fn remove(&self, spool: &Spool, id: &str) -> bool {
+        let was_here = spool.index().get(id).is_some();
+        if let Some(receipt) = self.forget(spool, id) {
+            if let Err(e) = self.entries.delete(&self.clients, &receipt).await {
+                tracing::error!(target: "mailsluice::spool", id, error = %e, "spool.remove_failed");
+                return was_here;
+            }
+        }
+        let name = self.objects.name(Place::Held, id);
+        if let Err(e) = self.objects.delete(&self.clients, &name).await {
+            tracing::error!(target: "mailsluice::spool", id, error = %e, "spool.remove_failed");
+        }
+        was_here
+    }
+
+    /// Copies `ticket`'s object to `failed/` (given up, no report) or `damaged/`, then
+    /// removes it. A copy that fails leaves it held: it comes back after `retry_min_ms`.
+    pub async fn set_apart(&self, spool: &Spool, ticket: &Ticket, failed: bool) {
+        let to = if failed {
+            Place::Failed
+        } else {
+            Place::Damaged
+        };
+        let from = self.objects.name(Place::Held, &ticket.id);
+        let to = self.objects.name(to, &ticket.id);
+        if let Err(e) = self.objects.copy(&self.clients, &from, &to).await {
+            tracing::error!(target: "mailsluice::spool", id = &*ticket.id, error = %e, "spool.set_apart_failed: kept held");
+            let again = spool.config.retry_min_ms.get_ref().get() * 1_000_000;
+            return self
+                .put_back(spool, ticket, spool.clock.now() + again)
+                .await;
+        }
+        self.remove(spool, &ticket.id).await;
+    }
+
+    /// An entry received: into the index (due now), its receipt kept. One received again
+    /// (its visibility lapsed) keeps its place and takes the new receipt.
+    fn take_in(&self, spool: &Spool, received: entries::Received) {
+        let body = received.body;
+        let id: Box<str> = body.id.as_str().into();
+        let mut index = spool.index();
+        if index.get(&id).is_none() {
+            let entry = Entry {
+                id: id.clone(),
+                seq: body.seq,
+                bytes: body.bytes,
+                accepted_ms: body.accepted_ms,
+                state: State::Held,
+                attempts: received.receive_count.saturating_sub(1),
+                next: 0,
+                last: None,
+                report: body.report,
+                waits_for: None,
+            };
+            index.recovered(&body.held_key(), entry);
+        }
+        drop(index);
+        self.received().insert(id, received.receipt);
+        spool.changed.notify_one();
+    }
+
+    /// The entries received and not started (waiting their turn): forgotten here and made
+    /// visible at once, for another replica (at shutdown).
+    pub async fn put_back_unstarted(&self, spool: &Spool) {
+        let waiting: Vec<Box<str>> = {
+            let index = spool.index();
+            let received = self.received();
+            (received.keys())
+                .filter(|id| index.get(id).is_some_and(|(_, e)| e.state == State::Held))
+                .cloned()
+                .collect()
+        };
+        let receipts: Vec<String> = (waiting.iter())
+            .filter_map(|id| self.forget(spool, id))
+            .collect();
+        for batch in receipts.chunks(entries::BATCH) {
+            if let Err(e) = self.entries.show_all_in(&self.clients, batch, 0).await {
+                tracing::warn!(target: "mailsluice::spool", error = %e, "spool.put_back_failed: they come back after visibility_ms");
+            }
+        }
+        if !receipts.is_empty() {
+            tracing::info!(target: "mailsluice::spool", entries = receipts.len(), "spool: entries not started put back for the other replicas");
+        }
+    }
+}
