@@ -10,6 +10,17 @@ use std::time::Duration;
 
 use super::host::{free_port, have_program};
 
+/// The credentials a test's AWS clients give moto (it takes any): explicit, so that no SDK
+/// client of a test reads the machine's chain; the instance metadata lookup is off too.
+pub fn credentials() -> aws_credential_types::provider::SharedCredentialsProvider {
+    if std::env::var("AWS_EC2_METADATA_DISABLED").as_deref() != Ok("true") {
+        std::env::set_var("AWS_EC2_METADATA_DISABLED", "true");
+    }
+    let credentials =
+        aws_credential_types::Credentials::new("testing", "testing", None, None, "moto");
+    aws_credential_types::provider::SharedCredentialsProvider::new(credentials)
+}
+
 pub struct MotoServer {
     pub port: u16,
     child: Child,

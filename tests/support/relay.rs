@@ -121,10 +121,13 @@ impl Relay {
             listeners.implicit_tls.push(implicit);
         }
         let (trigger, shutdown) = shutdown::channel();
+        // A spool on S3 and SQS in a test is moto's: its credentials, never the machine's.
+        let s3 = (config.spool.as_ref()).is_some_and(|s| s.s3().is_some());
+        let credentials = s3.then(super::moto::credentials);
         let mut deps = mailsluice::Deps::new(config, upstreams)
             .with_tls()
             .expect("test certificate loads")
-            .with_spool()
+            .with_spool_using(credentials)
             .await
             .expect("the test's spool opens");
         if let Some(sns) = sns {

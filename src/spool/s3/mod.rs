@@ -348,3 +348,6 @@ impl S3Store {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
