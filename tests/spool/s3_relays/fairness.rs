@@ -35,7 +35,9 @@ fn ids(tenant: &str, n: usize) -> Vec<String> {
 /// 100 of tenant `a` held, then 10 of `b` behind them; the releasing replica receives all
 /// (its `receive_max`, 256, is above the backlog) and releases them. In upstream's arrival
 /// order, `b`'s ten are within 2 x 10 + 4 of `b`'s first, and at least half of `a`'s burst
-/// comes after `b`'s last: `b` did not wait for `a`'s burst.
+/// comes after `b`'s last: `b` did not wait for `a`'s burst. With `receive_max` below the
+/// backlog (20, say) `b`'s entries are received only once most of `a`'s burst has gone: the
+/// relay orders what it has received, and moto has no fair queues to hand `b`'s out sooner.
 #[tokio::test]
 async fn a_tenants_burst_does_not_hold_back_another_tenants_messages_behind_it() {
     let Some(store) = SpoolOnMoto::start().await else {
