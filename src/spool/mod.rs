@@ -74,12 +74,9 @@ use index::Bounds;
 pub use index::{Entry, State, Ticket};
 pub use record::{Held, HeldKey, Meta, Origin};
 
-use aws_credential_types::provider::SharedCredentialsProvider;
-
 use crate::clock::Clock;
 use crate::config::SpoolConfig;
 use crate::message::Envelope;
-use crate::observe::spool_store_metrics::SpoolStoreMetrics;
 use commit::DirSync;
 use index::Index;
 use layout::{file_name, Layout};
@@ -115,6 +112,36 @@ pub struct ToHold<'a> {
     pub report: bool,
 }
 
+impl ToHold<'_> {
+    /// Its bytes: our field, the identity's fields and the message.
+    fn bytes(&self) -> u64 {
+        [self.received, self.key_fields, self.body]
+            .iter()
+            .map(|r| r.len() as u64)
+            .sum()
+    }
+
+    /// Its meta and its record (`record::encode`), `seq`-th in arrival order, held at
+    /// `accepted_ms`.
+    fn record(self, seq: u64, accepted_ms: u64) -> (Meta, Vec<u8>) {
+        let mut meta = Meta {
+            id: self.id.to_string(),
+            seq,
+            accepted_ms,
+            key: self.key,
+            from: self.envelope.from.clone(),
+            rcpts: self.envelope.rcpts.clone(),
+            smtputf8: self.envelope.smtputf8,
+            body_8bit: self.envelope.body_8bit,
+            origin: self.origin,
+            report: self.report,
+            lens: [0; 3],
+        };
+        let file = record::encode(&mut meta, [self.received, self.key_fields, self.body]);
+        (meta, file)
+    }
+}
+
 /// The spool: its store, and in memory the messages this process may release (with a
 /// directory: every one held; with S3 and SQS: the entries this replica received).
 pub struct Spool {
@@ -129,7 +156,8 @@ pub struct Spool {
     store: Store,
 }
 
-/// Where the held messages are kept.
+/// Where the held messages are kept. One per process: the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
 enum Store {
     Dir(DirStore),
     S3(s3::S3Store),
@@ -204,51 +232,6 @@ impl Spool {
         })
     }
 
-    /// Opens the spool of `config` (`store = "s3"`): its clients built, its bucket and queue
-    /// tried (an error names them). `credentials` when given (tests), else the SDK's chain.
-    pub async fn open_s3(
-        config: &SpoolConfig,
-        clock: Arc<dyn Clock>,
-        metrics: SpoolStoreMetrics,
-        credentials: Option<SharedCredentialsProvider>,
-    ) -> Result<Arc<Spool>, SpoolError> {
-        let settings = config.s3().ok_or(SpoolError::NotS3)?;
-        let store = s3::S3Store::open(settings, metrics, credentials).await;
-        Ok(Spool::with_store(
-            config,
-            clock,
-            Index::default(),
-            Store::S3(store),
-        ))
-    }
-
-    /// The s3 store, when the spool is one.
-    fn s3_store(&self) -> Option<&s3::S3Store> {
-        match &self.store {
-            Store::Dir(_) => None,
-            Store::S3(s3) => Some(s3),
-        }
-    }
-
-    /// With S3 and SQS: starts receiving entries (and extending their visibility) until
-    /// `stop` completes; the task ends then. With a directory, nothing to receive: `None`.
-    pub fn start_receiving(
-        self: &Arc<Self>,
-        stop: impl std::future::Future<Output = ()> + Send + 'static,
-    ) -> Option<tokio::task::JoinHandle<()>> {
-        self.s3_store()?;
-        Some(s3::receive::start(self.clone(), stop))
-    }
-
-    /// At shutdown, once no longer receiving: with S3 and SQS, the entries received and not
-    /// started are made visible at once for the other replicas. With a directory they stay
-    /// held for the next start: nothing to do.
-    pub async fn put_back_unstarted(&self) {
-        if let Some(s3) = self.s3_store() {
-            s3.put_back_unstarted(self).await;
-        }
-    }
-
     /// The directory store, when the spool is one.
     fn dir_store(&self) -> Option<&DirStore> {
         match &self.store {
@@ -291,36 +274,23 @@ impl Spool {
     pub async fn hold(&self, message: ToHold<'_>) -> Result<(), Refusal> {
         let dir = match &self.store {
             Store::Dir(dir) => dir,
-            Store::S3(s3) => return s3.hold(self, message).await,
+            // Boxed: the SDK's futures are deep types, kept out of the sessions' own.
+            Store::S3(s3) => return Box::pin(s3.hold(self, message)).await,
         };
         let accepted_ms = self.wall_ms();
-        let runs = [message.received, message.key_fields, message.body];
-        let bytes: u64 = runs.iter().map(|r| r.len() as u64).sum();
+        let (id, report, bytes) = (message.id, message.report, message.bytes());
         let bounds = Bounds {
             max_held: message.max_held,
-            share: (!message.report).then(|| self.config.key_share_bytes()),
+            share: (!report).then(|| self.config.key_share_bytes()),
             max_bytes: self.config.max_bytes,
         };
-        let seq = (self.index()).reserve(&message.key, message.id, bytes, accepted_ms, bounds)?;
-        let mut meta = Meta {
-            id: message.id.to_string(),
-            seq,
-            accepted_ms,
-            key: message.key,
-            from: message.envelope.from.clone(),
-            rcpts: message.envelope.rcpts.clone(),
-            smtputf8: message.envelope.smtputf8,
-            body_8bit: message.envelope.body_8bit,
-            origin: message.origin,
-            report: message.report,
-            lens: [0; 3],
-        };
-        let file = record::encode(&mut meta, runs);
-        let name = file_name(seq, message.id);
+        let seq = (self.index()).reserve(&message.key, id, bytes, accepted_ms, bounds)?;
+        let (_, file) = message.record(seq, accepted_ms);
+        let name = file_name(seq, id);
         match self.write(dir, name, file).await {
             Ok(()) => {
                 self.writable.store(true, Ordering::Relaxed);
-                (self.index()).written(message.id, message.report, self.clock.now());
+                (self.index()).written(id, report, self.clock.now());
                 self.changed.notify_one();
                 Ok(())
             }
@@ -334,7 +304,7 @@ impl Spool {
                         "spool.unwritable"
                     );
                 }
-                self.index().remove(message.id);
+                self.index().remove(id);
                 Err(Refusal::Storage(storage))
             }
         }

@@ -58,12 +58,13 @@ impl Store {
         })
     }
 
-    /// `[spool]` on this bucket and queue, retries after 1 s doubling to 5 s, and `extra`.
+    /// `[spool]` on this bucket and queue, retries after 1 s doubling to 5 s, calls bounded by
+    /// 20 s (moto on a loaded machine is slow; no test here waits for a bound), and `extra`.
     fn section(&self, extra: &str) -> String {
         format!(
             "[spool]\nstore = \"s3\"\nbucket = \"{BUCKET}\"\nqueue_url = \"{}\"\n\
              region = \"us-east-1\"\nendpoint_url = \"{}\"\nretry_min_ms = 1000\n\
-             retry_max_ms = 5000\n{extra}\n",
+             retry_max_ms = 5000\ntimeout_ms = 20000\n{extra}\n",
             self.queue_url,
             self.moto.url()
         )

@@ -30,13 +30,13 @@ use aws_credential_types::provider::SharedCredentialsProvider;
 use tokio::sync::Notify;
 
 use super::error::{Refusal, Storage, Unread};
-use super::index::Entry;
-use super::index::State;
+use super::index::{Entry, Index, State};
 use super::record::{self, Held, Meta};
 use super::releasing::check_names;
-use super::{Spool, Ticket, ToHold};
+use super::{Spool, SpoolError, Store, Ticket, ToHold};
+use crate::clock::Clock;
 use crate::clock::Nanos;
-use crate::config::S3Settings;
+use crate::config::{S3Settings, SpoolConfig};
 use crate::observe::cause;
 use crate::observe::spool_store_metrics::SpoolStoreMetrics;
 use client::Clients;
@@ -45,6 +45,53 @@ use objects::{Objects, Place};
 
 /// How often the queue's count (`max_messages`) is read.
 const COUNT_EVERY: Duration = Duration::from_secs(5);
+
+impl Spool {
+    /// Opens the spool of `config` (`store = "s3"`): its clients built, the queue's count
+    /// read. `credentials` when given (tests), else the SDK's default chain.
+    pub async fn open_s3(
+        config: &SpoolConfig,
+        clock: Arc<dyn Clock>,
+        metrics: SpoolStoreMetrics,
+        credentials: Option<SharedCredentialsProvider>,
+    ) -> Result<Arc<Spool>, SpoolError> {
+        let settings = config.s3().ok_or(SpoolError::NotS3)?;
+        let store = S3Store::open(settings, metrics, credentials).await;
+        Ok(Spool::with_store(
+            config,
+            clock,
+            Index::default(),
+            Store::S3(store),
+        ))
+    }
+
+    /// The s3 store, when the spool is one.
+    fn s3_store(&self) -> Option<&S3Store> {
+        match &self.store {
+            Store::Dir(_) => None,
+            Store::S3(s3) => Some(s3),
+        }
+    }
+
+    /// With S3 and SQS: starts receiving entries (and extending their visibility) until
+    /// `stop` completes; the task ends then. With a directory, nothing to receive: `None`.
+    pub fn start_receiving(
+        self: &Arc<Self>,
+        stop: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        self.s3_store()?;
+        Some(receive::start(self.clone(), stop))
+    }
+
+    /// At shutdown, once no longer receiving: with S3 and SQS, the entries received and not
+    /// started are made visible at once for the other replicas. With a directory they stay
+    /// held for the next start: nothing to do.
+    pub async fn put_back_unstarted(&self) {
+        if let Some(s3) = self.s3_store() {
+            s3.put_back_unstarted(self).await;
+        }
+    }
+}
 
 /// An S3 or SQS call that failed or passed `timeout_ms`, in a few words.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -81,6 +128,9 @@ pub struct S3Store {
     count: Arc<Count>,
     /// The receiver stopped (shutdown): the heartbeat ends once no entry is held here.
     stopping: AtomicBool,
+    /// Held while visibilities change: a heartbeat's extension never lands after a put-back
+    /// made since it read the entries held here.
+    visibility: tokio::sync::Mutex<()>,
 }
 
 impl S3Store {
@@ -107,6 +157,7 @@ impl S3Store {
             counter: AtomicU64::new(0),
             count: Arc::new(Count::default()),
             stopping: AtomicBool::new(false),
+            visibility: tokio::sync::Mutex::new(()),
         };
         match store.entries.count(&store.clients).await {
             Ok(n) => store.count.queued.store(n, Ordering::Relaxed),
@@ -162,44 +213,9 @@ impl S3Store {
         }
         let accepted_ms = spool.wall_ms();
         let seq = accepted_ms * 1000 + self.counter.fetch_add(1, Ordering::Relaxed) % 1000;
-        let runs = [message.received, message.key_fields, message.body];
-        let mut meta = Meta {
-            id: message.id.to_string(),
-            seq,
-            accepted_ms,
-            key: message.key,
-            from: message.envelope.from.clone(),
-            rcpts: message.envelope.rcpts.clone(),
-            smtputf8: message.envelope.smtputf8,
-            body_8bit: message.envelope.body_8bit,
-            origin: message.origin,
-            report: message.report,
-            lens: [0; 3],
-        };
-        let file = record::encode(&mut meta, runs);
-        let entry = EntryBody {
-            id: meta.id.clone(),
-            seq,
-            accepted_ms,
-            layer: meta.key.layer.clone(),
-            key: meta.key.key.clone(),
-            bytes: runs.iter().map(|r| r.len() as u64).sum(),
-            report: meta.report,
-        };
-        let name = self.objects.name(Place::Held, message.id);
-        let c = &self.clients;
-        let written = match self.objects.put_new(c, &name, file).await {
-            Ok(()) => match self.entries.send(c, &entry, &meta.key).await {
-                Ok(()) => Ok(()),
-                Err(e) => {
-                    // Nothing of it may be sent: its entry, if SQS kept it, finds no object.
-                    let _ = self.objects.delete(c, &name).await;
-                    Err(format!("SQS: {e}"))
-                }
-            },
-            Err(e) => Err(format!("S3: {e}")),
-        };
-        match written {
+        let bytes = message.bytes();
+        let (meta, file) = message.record(seq, accepted_ms);
+        match self.write(&meta, bytes, file).await {
             Ok(()) => {
                 spool.writable.store(true, Ordering::Relaxed);
                 self.count.since.fetch_add(1, Ordering::Relaxed);
@@ -217,6 +233,28 @@ impl S3Store {
                 Err(Refusal::Storage(Storage::Unwritable(why)))
             }
         }
+    }
+
+    /// Writes the object of `meta`'s message, then sends its entry; when the entry is not
+    /// sent the object is deleted (its entry, if SQS kept it, finds no object). Why not.
+    async fn write(&self, meta: &Meta, bytes: u64, file: Vec<u8>) -> Result<(), String> {
+        let entry = EntryBody {
+            id: meta.id.clone(),
+            seq: meta.seq,
+            accepted_ms: meta.accepted_ms,
+            layer: meta.key.layer.clone(),
+            key: meta.key.key.clone(),
+            bytes,
+            report: meta.report,
+        };
+        let name = self.objects.name(Place::Held, &meta.id);
+        let c = &self.clients;
+        (self.objects.put_new(c, &name, file).await).map_err(|e| format!("S3: {e}"))?;
+        if let Err(e) = self.entries.send(c, &entry, &meta.key).await {
+            let _ = self.objects.delete(c, &name).await;
+            return Err(format!("SQS: {e}"));
+        }
+        Ok(())
     }
 
     /// The message of `ticket`, read from its object; an entry whose object is gone is
@@ -250,6 +288,7 @@ impl S3Store {
     /// The attempt of `ticket` did not end it: its entry is made visible again at `at` (to
     /// any replica) and forgotten here.
     pub async fn put_back(&self, spool: &Spool, ticket: &Ticket, at: Nanos) {
+        let _changing = self.visibility.lock().await;
         let Some(receipt) = self.forget(spool, &ticket.id) else {
             return;
         };
@@ -327,6 +366,7 @@ impl S3Store {
     /// The entries received and not started (waiting their turn): forgotten here and made
     /// visible at once, for another replica (at shutdown).
     pub async fn put_back_unstarted(&self, spool: &Spool) {
+        let _changing = self.visibility.lock().await;
         let waiting: Vec<Box<str>> = {
             let index = spool.index();
             let received = self.received();

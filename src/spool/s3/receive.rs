@@ -101,6 +101,7 @@ async fn heartbeat(spool: Weak<Spool>) {
         let Some(s3) = spool.s3_store() else {
             return;
         };
+        let _changing = s3.visibility.lock().await;
         let receipts: Vec<String> = s3.received().values().cloned().collect();
         if receipts.is_empty() && s3.stopping.load(Ordering::Relaxed) {
             return;
