@@ -12,9 +12,13 @@
 //! - `ses_events`: SES's bounce and complaint events as the reputation guard reads them.
 //! - `ses`: a fake SESv2 HTTP endpoint with injected answers (`FakeSes`), and its SES tenants
 //!   (`ses_tenants`: identities, reputation entities, suppressions); `moto`: moto's
-//!   server as SES's API stand-in (`MotoServer::spawn`, a skip without it).
+//!   server as SES's API stand-in (`MotoServer::spawn`, a skip without it), and as S3 and
+//!   SQS for the spool's `store = "s3"` (`spool_s3`: a bucket, a queue, the `[spool]` table).
+//! - `aws_fault`: a proxy in front of moto that takes S3 or SQS (or one operation) down, or
+//!   loses an answer after the call was made, and counts the calls per service and operation.
 //! - `upstream`: the test upstream SMTP server, with injected faults, SES's hidden sending rate
-//!   (`set_hidden_rate`) and connection bound (`set_max_connections`).
+//!   (`set_hidden_rate`) and connection bound (`set_max_connections`); what it got, and each
+//!   message's `Message-ID` (`message_ids`).
 //! - `process`: the `mailsluice` binary as a process of its own (signals, exit, memory).
 //! - `redis`: a private `redis-server` (`RedisServer::start`) and a three-node cluster.
 //! - `throttle`: a throttle on tokio's paused clock, spawned acquires, recorded events.
@@ -30,7 +34,8 @@
 //!   unless `MAILSLUICE_ALLOW_SKIP=1`.
 //! - `proxy`: PROXY protocol headers (v1, v2) written by hand, and connecting from a chosen
 //!   loopback address (`127.0.0.2`, ...).
-//! - `wait`: `until`, polling a condition in real time (at most 30 s).
+//! - `wait`: `until`, polling a condition in real time (at most 30 s); `within`, for a
+//!   bound of the test's own, telling whether it held.
 //! - `clock`: tokio's paused clock held still while the test waits on real sockets.
 //! - `replies`: docs/replies.md's rows, and a reply matched against a row's full text.
 //! - `token_endpoint`: an OAuth 2.0 token endpoint on 127.0.0.1 for XOAUTH2 upstreams (client
@@ -40,6 +45,7 @@
 //!   or hangs), and the receiver's signature check of docs/webhooks.md.
 
 pub mod auth;
+pub mod aws_fault;
 pub mod campaign;
 pub mod campaign_check;
 pub mod clock;
@@ -62,6 +68,7 @@ pub mod ses;
 pub mod ses_events;
 pub mod ses_like;
 pub mod ses_tenants;
+pub mod spool_s3;
 pub mod throttle;
 pub mod tls;
 pub mod token_endpoint;
