@@ -65,6 +65,32 @@ pub async fn request(
     answer.await.expect("an HTTP answer")
 }
 
+/// Status and body of `METHOD http://{addr}{path}` with `headers` and `body`, as an API's
+/// client sends it (moto's S3 and SQS, say).
+pub async fn call(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Vec<u8>,
+) -> (u16, String) {
+    let url = format!("http://{addr}{path}");
+    let method = method.to_string();
+    let headers: Vec<(String, String)> = (headers.iter())
+        .map(|(n, v)| (n.to_string(), v.to_string()))
+        .collect();
+    let answer = exchange(move |agent| {
+        let mut request = ureq::http::Request::builder()
+            .method(method.as_str())
+            .uri(&url);
+        for (name, value) in &headers {
+            request = request.header(name, value);
+        }
+        agent.run(request.body(body).unwrap())
+    });
+    answer.await.expect("an HTTP answer")
+}
+
 /// Status and body of `POST http://{addr}{path}` with `body` (JSON, as SNS posts it).
 pub async fn post(addr: SocketAddr, path: &str, body: Vec<u8>) -> (u16, String) {
     let url = format!("http://{addr}{path}");

@@ -12,9 +12,13 @@
 //! - `ses_events`: SES's bounce and complaint events as the reputation guard reads them.
 //! - `ses`: a fake SESv2 HTTP endpoint with injected answers (`FakeSes`), and its SES tenants
 //!   (`ses_tenants`: identities, reputation entities, suppressions); `moto`: moto's
-//!   server as SES's API stand-in (`MotoServer::spawn`, a skip without it).
+//!   server as SES's API stand-in (`MotoServer::spawn`, a skip without it), and as S3 and
+//!   SQS for the spool's `store = "s3"` (`spool_s3`: a bucket, a queue, the `[spool]` table).
+//! - `aws_fault`: a proxy in front of moto that takes S3 or SQS (or one operation) down, or
+//!   loses an answer after the call was made, and counts the calls per service and operation.
 //! - `upstream`: the test upstream SMTP server, with injected faults, SES's hidden sending rate
-//!   (`set_hidden_rate`) and connection bound (`set_max_connections`).
+//!   (`set_hidden_rate`) and connection bound (`set_max_connections`); what it got, and each
+//!   message's `Message-ID` (`message_ids`).
 //! - `process`: the `mailsluice` binary as a process of its own (signals, exit, memory).
 //! - `redis`: a private `redis-server` (`RedisServer::start`) and a three-node cluster.
 //! - `throttle`: a throttle on tokio's paused clock, spawned acquires, recorded events.
@@ -40,6 +44,7 @@
 //!   or hangs), and the receiver's signature check of docs/webhooks.md.
 
 pub mod auth;
+pub mod aws_fault;
 pub mod campaign;
 pub mod campaign_check;
 pub mod clock;
@@ -62,6 +67,7 @@ pub mod ses;
 pub mod ses_events;
 pub mod ses_like;
 pub mod ses_tenants;
+pub mod spool_s3;
 pub mod throttle;
 pub mod tls;
 pub mod token_endpoint;

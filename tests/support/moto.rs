@@ -1,7 +1,9 @@
 //! moto's server (`pip install "moto[server]"`), a stand-in for SES's real API: started by
 //! the test on a free port of 127.0.0.1 and killed when dropped. What it stored is read from
 //! its `/moto-api/data.json`. Without `moto_server` the test is skipped through `host::skip`
-//! (a failure unless skips are allowed).
+//! (a failure unless skips are allowed). It serves S3 and SQS as well, for the spool's
+//! `store = "s3"`: a bucket and a queue made, objects listed, a queue's counts read, each
+//! straight to moto (not through a test's `AwsFault`).
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -80,6 +82,83 @@ impl MotoServer {
                 raw: text(&m["raw_data"]),
             })
             .collect()
+    }
+}
+
+/// The region the spool's tests use (moto keeps each region's queues apart).
+pub const REGION: &str = "us-east-1";
+
+/// An `Authorization` header naming `service`: moto checks no signature, and picks the
+/// service of a request from this header's credential scope.
+fn scope(service: &str) -> String {
+    format!(
+        "AWS4-HMAC-SHA256 Credential=AKIDTEST/20260101/{REGION}/{service}/aws4_request, \
+         SignedHeaders=host, Signature=0"
+    )
+}
+
+impl MotoServer {
+    fn addr(&self) -> std::net::SocketAddr {
+        format!("127.0.0.1:{}", self.port).parse().unwrap()
+    }
+
+    /// Makes the S3 bucket `bucket`.
+    pub async fn create_bucket(&self, bucket: &str) {
+        let auth = scope("s3");
+        let headers = [("authorization", auth.as_str())];
+        let path = format!("/{bucket}");
+        let (status, body) = super::http::call(self.addr(), "PUT", &path, &headers, vec![]).await;
+        assert_eq!(status, 200, "moto's CreateBucket: {body}");
+    }
+
+    /// The keys of the objects of `bucket` under `prefix` (up to 1000).
+    pub async fn keys(&self, bucket: &str, prefix: &str) -> Vec<String> {
+        let auth = scope("s3");
+        let headers = [("authorization", auth.as_str())];
+        let path = format!("/{bucket}?list-type=2&prefix={prefix}");
+        let (status, body) = super::http::call(self.addr(), "GET", &path, &headers, vec![]).await;
+        assert_eq!(status, 200, "moto's ListObjectsV2: {body}");
+        (body.split("<Key>").skip(1))
+            .filter_map(|rest| rest.split("</Key>").next())
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// SQS's `operation` (its JSON protocol) with `input`; moto's answer as JSON.
+    pub async fn sqs(&self, operation: &str, input: serde_json::Value) -> serde_json::Value {
+        let auth = scope("sqs");
+        let target = format!("AmazonSQS.{operation}");
+        let headers = [
+            ("authorization", auth.as_str()),
+            ("x-amz-target", target.as_str()),
+            ("content-type", "application/x-amz-json-1.0"),
+        ];
+        let body = input.to_string().into_bytes();
+        let (status, body) = super::http::call(self.addr(), "POST", "/", &headers, body).await;
+        assert_eq!(status, 200, "moto's {operation}: {body}");
+        serde_json::from_str(&body).expect("moto's JSON")
+    }
+
+    /// Makes the standard queue `name` with `attributes` (e.g. `VisibilityTimeout`); its URL.
+    pub async fn create_queue(&self, name: &str, attributes: serde_json::Value) -> String {
+        let input = serde_json::json!({"QueueName": name, "Attributes": attributes});
+        let answer = self.sqs("CreateQueue", input).await;
+        answer["QueueUrl"].as_str().expect("a QueueUrl").to_string()
+    }
+
+    /// The entries of the queue at `url`, visible or not (its approximate counts, which moto
+    /// keeps exact).
+    pub async fn queued(&self, url: &str) -> u64 {
+        let input = serde_json::json!({"QueueUrl": url, "AttributeNames": ["All"]});
+        let answer = self.sqs("GetQueueAttributes", input).await;
+        let count = |name: &str| {
+            (answer["Attributes"][name].as_str())
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        count("ApproximateNumberOfMessages")
+            + count("ApproximateNumberOfMessagesNotVisible")
+            + count("ApproximateNumberOfMessagesDelayed")
     }
 }
 

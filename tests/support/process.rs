@@ -52,6 +52,20 @@ impl RelayProcess {
     /// As [`RelayProcess::start`], the binary run by `wrapper` (a program and its arguments,
     /// to which the binary and its own arguments are appended: `unshare`, say).
     pub fn start_with(config: &str, rust_log: &str, wrapper: &[&str]) -> RelayProcess {
+        RelayProcess::launch(config, rust_log, wrapper, &[])
+    }
+
+    /// As [`RelayProcess::start`], with `env` added to its environment (credentials, say).
+    pub fn start_env(config: &str, rust_log: &str, env: &[(&str, &str)]) -> RelayProcess {
+        RelayProcess::launch(config, rust_log, &[], env)
+    }
+
+    fn launch(
+        config: &str,
+        rust_log: &str,
+        wrapper: &[&str],
+        env: &[(&str, &str)],
+    ) -> RelayProcess {
         let dir = scratch_path("proc");
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("relay.toml");
@@ -69,6 +83,7 @@ impl RelayProcess {
             .arg(&path)
             .current_dir(&dir)
             .env("RUST_LOG", rust_log)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -369,6 +369,13 @@ impl TestUpstream {
         self.shared.messages.lock().unwrap().clone()
     }
 
+    /// The `Message-ID` of every accepted message, in order (`""` for one without).
+    pub fn message_ids(&self) -> Vec<String> {
+        (self.shared.messages.lock().unwrap().iter())
+            .map(|m| message_id(&m.data))
+            .collect()
+    }
+
     /// Every command line received (without CRLF), over all connections, in order.
     pub fn commands(&self) -> Vec<String> {
         self.shared.commands.lock().unwrap().clone()
@@ -505,4 +512,16 @@ impl Refusing {
 
 pub fn refusing_addr() -> Refusing {
     Refusing(hold("127.0.0.1:0".parse().unwrap()))
+}
+
+/// The value of a message's `Message-ID:` field (its header section only), trimmed.
+pub fn message_id(data: &[u8]) -> String {
+    let text = String::from_utf8_lossy(data);
+    (text.split("\r\n\r\n").next().unwrap_or_default().lines())
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("message-id")
+                .then(|| value.trim().to_string())
+        })
+        .unwrap_or_default()
 }
