@@ -25,6 +25,20 @@ pub struct OperationLabel {
     pub operation: &'static str,
 }
 
+/// The calls the s3 store makes, by service.
+pub const CALLS: [(&str, &str); 10] = [
+    ("s3", "PutObject"),
+    ("s3", "GetObject"),
+    ("s3", "CopyObject"),
+    ("s3", "DeleteObject"),
+    ("sqs", "SendMessage"),
+    ("sqs", "ReceiveMessage"),
+    ("sqs", "DeleteMessage"),
+    ("sqs", "ChangeMessageVisibility"),
+    ("sqs", "ChangeMessageVisibilityBatch"),
+    ("sqs", "GetQueueAttributes"),
+];
+
 #[derive(Clone)]
 pub struct SpoolStoreMetrics {
     calls: Family<CallLabel, Counter>,
@@ -42,6 +56,20 @@ impl SpoolStoreMetrics {
             calls: Family::default(),
             seconds: Family::new_with_constructor(call_histogram as fn() -> Histogram),
         };
+        // Every call from 0, so that rates and alerts work before the first.
+        for (service, operation) in CALLS {
+            for outcome in ["ok", "error"] {
+                let label = CallLabel {
+                    service,
+                    operation,
+                    outcome,
+                };
+                m.calls.get_or_create(&label).inc_by(0);
+            }
+            let _ = m
+                .seconds
+                .get_or_create(&OperationLabel { service, operation });
+        }
         let calls = "Calls of the spool's s3 store to S3 and SQS, by service, operation and \
                      outcome";
         r.register("spool_store_calls", calls, m.calls.clone());

@@ -1,6 +1,12 @@
 //! The spool: where a hold-mode layer keeps the messages it answered `250` for and has not
 //! forwarded yet. Without `[spool]` there is none, and the relay never owns a message.
 //!
+//! Two stores behind [`Spool`] (`store`): a directory of this process (`store = "dir"`, the
+//! files below), or S3 and SQS shared by every replica (`store = "s3"`, `s3/`: one object per
+//! message, one entry per message in a queue). Callers see one `Spool` either way; the index
+//! in memory holds, with a directory, every message held, and with S3 and SQS the entries
+//! this replica received.
+//!
 //! Files, one concept each:
 //! - `layout`: the directory (`tmp/`, `held/`, `failed/`, `damaged/`, `lock`) and the file
 //!   names; why one file per message.
@@ -19,12 +25,24 @@
 //! - `stopped`: the keys an operator stopped, kept across restarts.
 //! - `error`: why it would not open, hold, or read back.
 //! - `sync_log`: (the crate's tests only) each sync, in order, for the tests of the `250`.
+//! - `s3`: the store on S3 and SQS (its own module doc lists its files).
 //!
-//! **What a `250` promises.** [`Spool::hold`] returns only once the message's file is synced
-//! and renamed into `held/` and that directory is synced: a crash at any instant after loses
-//! nothing that got `250`, and a file that is not whole is never in `held/` (and its digest
-//! would refuse it). The one duplicate: upstream took a released message and the relay died
-//! before it removed the file; the restart sends it again.
+//! **What a `250` promises, with a directory.** [`Spool::hold`] returns only once the
+//! message's file is synced and renamed into `held/` and that directory is synced: a crash at
+//! any instant after loses nothing that got `250`, and a file that is not whole is never in
+//! `held/` (and its digest would refuse it). The one duplicate: upstream took a released
+//! message and the relay died before it removed the file; the restart sends it again. What is
+//! held is on this replica's disk: while it is down, so is its mail.
+//!
+//! **What a `250` promises, with S3 and SQS.** [`Spool::hold`] returns only once the message's
+//! object is written (S3 checked its SHA-256; never over another) and its entry is in the
+//! queue: it outlives the replica, and any replica releases it. Either call failing or past
+//! `timeout_ms` is `452 4.3.1`, the object deleted; an entry whose object is gone is dropped
+//! unsent. Duplicates: a replica killed (or stalled past `visibility_ms`) while releasing; its
+//! entries come back to the others, and those it had with upstream may go twice (at most
+//! `receive_max`, and at most the releaser's 64 in flight). Order per key is the accept order
+//! as the replicas' clocks allow (`seq` = `accepted_ms * 1000 + n`), kept among the entries one
+//! replica has received; a standard queue does not keep it across them.
 //!
 //! This module only stores: the releaser (`release/`) decides when a message goes, and the
 //! pipeline (`pipeline/hold.rs`, for a session) when one is held.
