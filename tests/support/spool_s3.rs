@@ -40,12 +40,13 @@ impl SpoolOnMoto {
         })
     }
 
-    /// `[spool]` on this store, every call through the proxy, bounded by 2 s, retries after
-    /// 1 s doubling to 2 s, and `extra` (keys of `[spool]`).
+    /// `[spool]` on this store, every call through the proxy, bounded by 10 s (moto on a
+    /// loaded test machine is slow; the faults the tests inject are answered at once),
+    /// retries after 1 s doubling to 2 s, and `extra` (keys of `[spool]`).
     pub fn section(&self, extra: &str) -> String {
         format!(
             "[spool]\nstore = \"s3\"\nbucket = \"{BUCKET}\"\nqueue_url = \"{}\"\n\
-             region = \"{REGION}\"\nendpoint_url = \"{}\"\ntimeout_ms = 2000\n\
+             region = \"{REGION}\"\nendpoint_url = \"{}\"\ntimeout_ms = 10000\n\
              retry_min_ms = 1000\nretry_max_ms = 2000\n{extra}\n",
             self.queue_url,
             self.aws.url()

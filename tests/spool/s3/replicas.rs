@@ -83,6 +83,10 @@ async fn two_replicas_one_sigkilled_while_releasing_every_250_reaches_upstream()
     let mut killed = killed;
     killed.reap();
     let at_kill = up.messages().len();
+    let delivered_by_killed = (killed.logs().iter())
+        .filter(|l| l.contains("mailsluice::release") && l.contains("outcome=delivered"))
+        .count();
+    assert!(delivered_by_killed > 0, "the killed replica was releasing");
     assert!(
         at_kill < MESSAGES,
         "killed while releasing ({at_kill} upstream)"
@@ -102,7 +106,8 @@ async fn two_replicas_one_sigkilled_while_releasing_every_250_reaches_upstream()
     }
     let duplicates: usize = seen.values().map(|n| n - 1).sum();
     eprintln!(
-        "killed with {at_kill} of {MESSAGES} upstream; {duplicates} sent twice \
+        "killed with {at_kill} of {MESSAGES} upstream ({delivered_by_killed} by it); \
+         {duplicates} sent twice \
          (bound: receive_max {RECEIVE_MAX}); {orphans} objects left in held/"
     );
     assert!(
