@@ -13,8 +13,8 @@
 #    REPLICA_HELD messages (default 500): the rate, and the most that reached upstream in any
 #    1 s window against limit + burst.
 # Needs moto_server and redis-server.
-# Usage: bench/spool_store.sh   (env: HELD SESSIONS LIMIT BURST REPLICA_HELD;
-#   PROFILE=debug, or release for the optimized build)
+# Usage: bench/spool_store.sh   (env: HELD SESSIONS LIMIT BURST REPLICA_HELD; STORES="dir s3"
+#   for part 1, empty for part 2 alone; PROFILE=debug, or release for the optimized build)
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 need_tools "pip install 'moto[server]'; apt-get install redis-server" moto_server redis-server
@@ -23,13 +23,14 @@ SESSIONS=${SESSIONS:-20}
 LIMIT=${LIMIT:-50}
 BURST=${BURST:-1}
 REPLICA_HELD=${REPLICA_HELD:-500}
+STORES=${STORES-"dir s3"}
 PROFILE=${PROFILE:-debug}
 flag=""; [ "$PROFILE" = release ] && flag="--release"
 cargo build -q $flag --example spool_store
 echo "commit $(git rev-parse --short HEAD), $(nproc) cores, $PROFILE build, load $(cut -d' ' -f1-3 /proc/loadavg)"
 bin=$target/$PROFILE/examples/spool_store
 export AWS_EC2_METADATA_DISABLED=true
-for store in dir s3; do
+for store in $STORES; do
   "$bin" store "$store" "$HELD" "$SESSIONS"
 done
 "$bin" replicas "$LIMIT" "$BURST" "$REPLICA_HELD"
