@@ -6,9 +6,9 @@
 //! counted and logged of held and released messages; hostile input against the reports and
 //! the spool's directories; every temporary failure of upstream held,
 //! and a failing upstream's breaker; and, with the binary as a process of its own, a crash
-//! and a full filesystem; and the spool on S3 and SQS against moto's server: the store's own
-//! behaviour (`s3_store`), and (`s3/`) two replicas, one killed while releasing, S3 or SQS
-//! down, one tenant's burst ahead of another's.
+//! and a full filesystem. The spool on S3 and SQS against moto's server (`s3_store`), and
+//! relay processes on it (`s3_relays/`): two replicas, one killed while releasing, S3 or
+//! SQS down, one tenant's burst ahead of another's.
 
 use mailsluice_test_support as support;
 
@@ -22,7 +22,7 @@ mod head_of_line;
 mod hold;
 mod hostile;
 mod release;
-mod s3;
+mod s3_relays;
 mod s3_store;
 mod share;
 mod upstream_fails;

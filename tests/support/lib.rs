@@ -34,7 +34,8 @@
 //!   unless `MAILSLUICE_ALLOW_SKIP=1`.
 //! - `proxy`: PROXY protocol headers (v1, v2) written by hand, and connecting from a chosen
 //!   loopback address (`127.0.0.2`, ...).
-//! - `wait`: `until`, polling a condition in real time (at most 30 s).
+//! - `wait`: `until`, polling a condition in real time (at most 30 s); `within`, for a
+//!   bound of the test's own, telling whether it held.
 //! - `clock`: tokio's paused clock held still while the test waits on real sockets.
 //! - `replies`: docs/replies.md's rows, and a reply matched against a row's full text.
 //! - `token_endpoint`: an OAuth 2.0 token endpoint on 127.0.0.1 for XOAUTH2 upstreams (client
