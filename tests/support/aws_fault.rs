@@ -8,6 +8,7 @@
 //! aws.lose_answer(Service::Sqs, "SendMessage");    // forwarded, then answered 500
 //! aws.heal();                                      // everything forwarded again
 //! aws.count(Service::Sqs, "SendMessage");          // calls seen, failed ones included
+//! aws.answered();                                  // each forwarded call: when, moto's time
 //! ```
 //!
 //! A request is SQS's when it names its operation as SQS's protocols do: the JSON protocol in
@@ -18,6 +19,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -59,6 +61,18 @@ impl Rule {
     }
 }
 
+/// One call forwarded to moto: when it reached the proxy, how long moto took to answer it
+/// (from the proxy's connect to the answer read whole), and the answer body's size (a long
+/// poll that found nothing is the smallest of SQS's `ReceiveMessage` answers).
+#[derive(Clone, Debug)]
+pub struct Answered {
+    pub service: Service,
+    pub operation: String,
+    pub at: Instant,
+    pub took: Duration,
+    pub bytes: usize,
+}
+
 #[derive(Default)]
 struct Shared {
     rules: Mutex<Vec<Rule>>,
@@ -66,6 +80,8 @@ struct Shared {
     seen: Mutex<BTreeMap<(Service, String), u64>>,
     /// Requests a rule failed, per service and operation.
     failed: Mutex<BTreeMap<(Service, String), u64>>,
+    /// Every call forwarded to moto, in the order answered.
+    answered: Mutex<Vec<Answered>>,
 }
 
 pub struct AwsFault {
@@ -145,6 +161,12 @@ impl AwsFault {
     pub fn counts(&self) -> BTreeMap<(Service, String), u64> {
         self.shared.seen.lock().unwrap().clone()
     }
+
+    /// Every call forwarded to moto so far and answered, with moto's time: what a bench
+    /// tells apart from the relay's own.
+    pub fn answered(&self) -> Vec<Answered> {
+        self.shared.answered.lock().unwrap().clone()
+    }
 }
 
 impl Drop for AwsFault {
@@ -166,6 +188,7 @@ async fn handle(
         Ok(collected) => collected.to_bytes(),
         Err(e) => return error(Service::S3, 400, "BadRequest", &e.to_string()),
     };
+    let at = Instant::now();
     let (service, operation) = operation_of(&head, &body);
     let key = (service, operation.clone());
     *shared.seen.lock().unwrap().entry(key.clone()).or_default() += 1;
@@ -181,9 +204,23 @@ async fn handle(
             let _ = forward(target, head, body).await;
             error(service, 500, "InternalError", "answer lost by the test")
         }
-        None => forward(target, head, body)
-            .await
-            .unwrap_or_else(|e| error(service, 502, "BadGateway", &e)),
+        None => {
+            let sent = Instant::now();
+            let answer = forward(target, head, body).await;
+            let answer = answer.unwrap_or_else(|e| error(service, 502, "BadGateway", &e));
+            let bytes = hyper::body::Body::size_hint(answer.body())
+                .exact()
+                .unwrap_or(0) as usize;
+            let took = sent.elapsed();
+            shared.answered.lock().unwrap().push(Answered {
+                service,
+                operation,
+                at,
+                took,
+                bytes,
+            });
+            answer
+        }
     }
 }
 
