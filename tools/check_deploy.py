@@ -28,6 +28,7 @@ kustomize renders the manifests).
 
 import argparse
 import glob
+import importlib.util
 import ipaddress
 import json
 import os
@@ -52,7 +53,7 @@ DOCS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs")
 VARIANTS = ("kubernetes", "eks", "hold", "hold-s3")
 # Broader than this, a network is no apps' CIDR.
 WIDEST = {4: 16, 6: 48}
-# The calls of the spool on S3 and SQS (docs/spool-s3.md, "IAM"), and no others: CopyObject
+# The calls of the spool on S3 and SQS (docs/spool-s3.md, "On Kubernetes"), and no others: CopyObject
 # (to failed/, damaged/, back to held/) is a GetObject of its source and a PutObject of its
 # copy, a ranged read a GetObject, and each batch call is allowed by its single action.
 SPOOL_ACTIONS = [
@@ -108,10 +109,15 @@ class MotoStandIn:
                 time.sleep(0.1)
         region = spool["region"]
         keys = {"aws_access_key_id": "check-deploy", "aws_secret_access_key": "check-deploy", "region_name": region, "endpoint_url": self.url}
-        s3 = boto3.client("s3", config=Config(s3={"addressing_style": "path"}), **keys)
-        place = {} if region == "us-east-1" else {"CreateBucketConfiguration": {"LocationConstraint": region}}
-        s3.create_bucket(Bucket=spool["bucket"], **place)
-        self.queue_url = boto3.client("sqs", **keys).create_queue(QueueName=spool["queue_url"].rstrip("/").rsplit("/", 1)[1])["QueueUrl"]
+        try:
+            s3 = boto3.client("s3", config=Config(s3={"addressing_style": "path"}), **keys)
+            place = {} if region == "us-east-1" else {"CreateBucketConfiguration": {"LocationConstraint": region}}
+            s3.create_bucket(Bucket=spool["bucket"], **place)
+            name = spool["queue_url"].rstrip("/").rsplit("/", 1)[1]
+            self.queue_url = boto3.client("sqs", **keys).create_queue(QueueName=name)["QueueUrl"]
+        except Exception:
+            self.close()
+            raise
 
     def config(self, text):
         """`text` with its [spool] pointed at moto: queue_url moto's, endpoint_url set."""
@@ -135,12 +141,8 @@ def mailsluice_check(binary, config, where):
     stand_in = None
     s3_spool = tomllib.loads(config).get("spool", {})
     if s3_spool.get("store") == "s3":
-        try:
-            import boto3  # noqa: F401
-        except ImportError:
-            boto3 = None
-        if shutil.which("moto_server") is None or boto3 is None:
-            shutil.rmtree(spool, ignore_errors=True)
+        shutil.rmtree(spool, ignore_errors=True)
+        if shutil.which("moto_server") is None or importlib.util.find_spec("boto3") is None:
             if skip_or_fail(f"{where}: `mailsluice check` of a spool on S3 and SQS needs moto_server and boto3 (pip install \"moto[server]\")"):
                 return
         stand_in = MotoStandIn(s3_spool)
