@@ -6,8 +6,10 @@ would, hold what they promise.
     python3 tools/check_deploy.py --mailsluice PATH [--deploy DIR] [--kubectl PATH]
 
 DIR (default: deploy/) holds compose.yaml, kubernetes/ (the base, with its components nlb/,
-monitoring/, hold/ and image/), eks/ (the base with nlb/ and monitoring/) and hold/ (the base in
-hold mode). Prints one line per check and exits 1 at the first that fails, naming it.
+monitoring/, hold/, hold-s3/ and image/), eks/ (the base with nlb/ and monitoring/), hold/ (the
+base in hold mode, a spool on each pod's volume) and hold-s3/ (the base in hold mode with the
+spool on S3 and SQS, and in hold-s3/aws/ the queue's and bucket's template and the pods' IAM
+policy). Prints one line per check and exits 1 at the first that fails, naming it.
 
 The image: every workload's image carries a tag (or a digest), and every relay workload of every
 variant runs the image kubernetes/image/ sets, the one place to set it; on a copy of DIR with
@@ -15,19 +17,28 @@ another image set there (the edit `kustomize edit set image` makes), every varia
 one. The hold variant's pods each have a DNS name of their own (a headless Service named as the
 StatefulSet's serviceName), and the Service taking mail selects a label the set does not, so a pod
 relabelled out of it (docs/hold.md, "Emptying one pod's spool") stays the set's, reachable by
-the name that page uses. Needs PyYAML (Debian: python3-yaml) and kubectl (its
-built-in kustomize renders the manifests).
+the name that page uses. The hold-s3 variant keeps nothing in its pods (a Deployment with its
+autoscaler, no volume), and its AWS side matches its config: the IAM policy allows exactly the
+calls the spool makes, on the bucket's prefix and the queue only; the queue keeps an entry past
+max_hold_ms and has no redrive policy; the bucket expires the prefix only after that. Its
+config's `mailsluice check` runs against moto's S3 and SQS (`moto_server`, with boto3 to make
+the bucket and the queue there). Needs PyYAML (Debian: python3-yaml) and kubectl (its built-in
+kustomize renders the manifests).
 """
 
 import argparse
 import glob
+import importlib.util
 import ipaddress
+import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 import tomllib
 
 import yaml
@@ -38,8 +49,20 @@ PROBE_PATHS = {"/healthz", "/readyz"}
 PLACEHOLDER = re.compile(r"replace|change|example|placeholder|todo|xxx|secret|password|^\.*$|^<.*>$", re.I)
 # The pages the checks hold the manifests to (the repository's, whichever DIR is checked).
 DOCS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs")
+# The kustomizations of DIR an operator applies.
+VARIANTS = ("kubernetes", "eks", "hold", "hold-s3")
 # Broader than this, a network is no apps' CIDR.
 WIDEST = {4: 16, 6: 48}
+# The calls of the spool on S3 and SQS (docs/spool-s3.md, "On Kubernetes"), and no others: CopyObject
+# (to failed/, damaged/, back to held/) is a GetObject of its source and a PutObject of its
+# copy, a ranged read a GetObject, and each batch call is allowed by its single action.
+SPOOL_ACTIONS = [
+    "s3:PutObject", "s3:GetObject", "s3:DeleteObject", "s3:ListBucket",
+    "sqs:SendMessage", "sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility",
+    "sqs:GetQueueAttributes",
+]
+# [spool]'s defaults (docs/configuration.md) the AWS side is checked against.
+SPOOL_DEFAULTS = {"prefix": "mailsluice/", "max_hold_ms": 432000000, "retry_max_ms": 3600000, "visibility_ms": 60000}
 
 
 class Failed(Exception):
@@ -52,12 +75,81 @@ def need(ok, what):
     print(f"check_deploy: ok: {what}")
 
 
+def skip_or_fail(why):
+    """As the tests' `support::host::skip`: a failure under CI, a skip only when
+    MAILSLUICE_ALLOW_SKIP=1 allows it."""
+    if os.environ.get("CI") != "true" and os.environ.get("MAILSLUICE_ALLOW_SKIP") == "1":
+        print(f"check_deploy: SKIPPED: {why}")
+        return True
+    raise Failed(f"{why} (MAILSLUICE_ALLOW_SKIP=1 skips it outside CI)")
+
+
+class MotoStandIn:
+    """moto's server on a free port of 127.0.0.1, holding the bucket and the queue a `store =
+    "s3"` config names: `check` writes its probe there as it would in AWS."""
+
+    def __init__(self, spool):
+        import boto3
+        from botocore.config import Config
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        self.process = subprocess.Popen(["moto_server", "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or self.process.poll() is not None:
+                    self.close()
+                    raise Failed(f"moto_server did not answer on port {port}")
+                time.sleep(0.1)
+        region = spool["region"]
+        keys = {"aws_access_key_id": "check-deploy", "aws_secret_access_key": "check-deploy", "region_name": region, "endpoint_url": self.url}
+        try:
+            s3 = boto3.client("s3", config=Config(s3={"addressing_style": "path"}), **keys)
+            place = {} if region == "us-east-1" else {"CreateBucketConfiguration": {"LocationConstraint": region}}
+            s3.create_bucket(Bucket=spool["bucket"], **place)
+            name = spool["queue_url"].rstrip("/").rsplit("/", 1)[1]
+            self.queue_url = boto3.client("sqs", **keys).create_queue(QueueName=name)["QueueUrl"]
+        except Exception:
+            self.close()
+            raise
+
+    def config(self, text):
+        """`text` with its [spool] pointed at moto: queue_url moto's, endpoint_url set."""
+        text = re.sub(r'^queue_url = "[^"]*"', f'queue_url = "{self.queue_url}"', text, flags=re.M)
+        text = re.sub(r'^endpoint_url = "[^"]*"\n', "", text, flags=re.M)
+        return re.sub(r"^\[spool\]\n", f'[spool]\nendpoint_url = "{self.url}"\n', text, flags=re.M)
+
+    def close(self):
+        self.process.kill()
+        self.process.wait()
+
+
 def mailsluice_check(binary, config, where):
     """`mailsluice check` on `config`, its `*_env` variables set as the pod's Secrets would. A
-    `[spool]` is put in a scratch directory: `check` opens it as the start does (making it)."""
+    `[spool]` on disk is put in a scratch directory: `check` opens it as the start does (making
+    it). A spool on S3 and SQS is put on moto's server (`MotoStandIn`), with credentials for it
+    in the environment: `check` writes its probe there."""
     spool = tempfile.mkdtemp(prefix="check-deploy-spool-")
     config = re.sub(r'^dir = "[^"]*"', f'dir = "{spool}/spool"', config, flags=re.M)
     env = dict(os.environ)
+    stand_in = None
+    s3_spool = tomllib.loads(config).get("spool", {})
+    if s3_spool.get("store") == "s3":
+        shutil.rmtree(spool, ignore_errors=True)
+        if shutil.which("moto_server") is None or importlib.util.find_spec("boto3") is None:
+            if skip_or_fail(f"{where}: `mailsluice check` of a spool on S3 and SQS needs moto_server and boto3 (pip install \"moto[server]\")"):
+                return
+        stand_in = MotoStandIn(s3_spool)
+        config = stand_in.config(config)
+        for var in ("AWS_PROFILE", "AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_SESSION_TOKEN"):
+            env.pop(var, None)
+        env.update(AWS_ACCESS_KEY_ID="check-deploy", AWS_SECRET_ACCESS_KEY="check-deploy", AWS_EC2_METADATA_DISABLED="true")
     for key, var in re.findall(r"^\s*(\w+_env)\s*=\s*\"([^\"]+)\"", config, re.M):
         if key == "password_hash_env":
             hashed = subprocess.run([binary, "hash-password"], input="check-deploy\n", capture_output=True, text=True)
@@ -72,6 +164,8 @@ def mailsluice_check(binary, config, where):
     finally:
         os.unlink(path)
         shutil.rmtree(spool, ignore_errors=True)
+        if stand_in:
+            stand_in.close()
     need(run.returncode == 0, f"{where}: `mailsluice check` passes ({run.stdout}{run.stderr}".strip() + ")")
 
 
@@ -204,11 +298,18 @@ def check_render(objects, binary, where):
     config = tomllib.loads(config_text)
     mailsluice_check(binary, config_text, f"{where} ConfigMap")
 
-    # A spool outlives its pod only on a volume of that pod's own: a StatefulSet's claim, kept
-    # when the set scales down (its messages wait for the pod to come back).
+    # A spool on disk outlives its pod only on a volume of that pod's own: a StatefulSet's
+    # claim, kept when the set scales down (its messages wait for the pod to come back). A spool
+    # on S3 and SQS is every replica's: the pods keep nothing, and scale freely.
     spool = config.get("spool")
-    need((spool is not None) == (stateful is not None), f"{where}: a StatefulSet if and only if the config has a [spool]")
-    if spool:
+    on_disk = spool is not None and spool.get("store", "dir") == "dir"
+    need(on_disk == (stateful is not None), f"{where}: a StatefulSet if and only if the config has a [spool] on disk")
+    if spool and not on_disk:
+        need(spool["store"] == "s3", f"{where}: [spool] store is \"dir\" or \"s3\"")
+        kept = [v["name"] for v in pod["volumes"] if {"persistentVolumeClaim", "ephemeral", "emptyDir", "hostPath"} & set(v)]
+        need(not by_kind(objects, "PersistentVolumeClaim") and not kept, f"{where}: no PersistentVolumeClaim nor any volume for the spool (store = \"s3\": the pods keep nothing)")
+        need(len(by_kind(objects, "HorizontalPodAutoscaler")) == 1, f"{where}: an autoscaler (store = \"s3\": a scale-down strands no held mail)")
+    if on_disk:
         claims = {c["metadata"]["name"] for c in stateful["spec"].get("volumeClaimTemplates", [])}
         holds = [m for m in relay["volumeMounts"] if (spool["dir"] + "/").startswith(m["mountPath"].rstrip("/") + "/")]
         need(len(holds) == 1 and holds[0]["name"] in claims and not holds[0].get("readOnly"), f"{where}: the spool {spool['dir']} is on the pod's own PersistentVolumeClaim")
@@ -315,6 +416,70 @@ def check_render(objects, binary, where):
     need(selects(pdb["spec"]["selector"]["matchLabels"], labels), f"{where}: the PDB selects the relay")
     (account,) = by_kind(objects, "ServiceAccount")
     need("eks.amazonaws.com/role-arn" in account["metadata"].get("annotations", {}) and pod["serviceAccountName"] == account["metadata"]["name"], f"{where}: the relay runs as a service account with an IRSA role")
+    return config
+
+
+def as_list(value):
+    return value if isinstance(value, list) else [value]
+
+
+def queue_arn(url):
+    """The ARN of the queue at `url` (https://sqs.REGION.amazonaws.com/ACCOUNT/NAME)."""
+    m = re.fullmatch(r"https://sqs\.([a-z0-9-]+)\.amazonaws\.com/(\d{12})/([\w-]+)", url)
+    need(m is not None, f"the queue_url {url} is an SQS queue's URL")
+    return f"arn:aws:sqs:{m[1]}:{m[2]}:{m[3]}"
+
+
+def check_spool_policy(path, spool, where):
+    """The pods' IAM policy: the spool's calls, and only on the bucket's prefix and the queue."""
+    with open(path, encoding="utf-8") as f:
+        statements = json.load(f)["Statement"]
+    actions = [a for s in statements for a in as_list(s["Action"])]
+    beyond, missing = sorted(set(actions) - set(SPOOL_ACTIONS)), sorted(set(SPOOL_ACTIONS) - set(actions))
+    differs = f" (beyond them: {', '.join(beyond) or 'none'}; missing: {', '.join(missing) or 'none'})" if beyond or missing else ""
+    exact = all(s["Effect"] == "Allow" for s in statements) and sorted(actions) == sorted(SPOOL_ACTIONS)
+    need(exact, f"{where}: the IAM policy allows exactly {', '.join(SPOOL_ACTIONS)}{differs}")
+    bucket, prefix, queue = spool["bucket"], spool.get("prefix", SPOOL_DEFAULTS["prefix"]), queue_arn(spool["queue_url"])
+    for s in statements:
+        resources, acts = as_list(s["Resource"]), as_list(s["Action"])
+        if acts == ["s3:ListBucket"]:
+            ok = resources == [f"arn:aws:s3:::{bucket}"] and s.get("Condition") == {"StringLike": {"s3:prefix": f"{prefix}*"}}
+            need(ok, f"{where}: the IAM policy lists bucket {bucket} only under {prefix} (s3:prefix)")
+        elif all(a.startswith("s3:") and a != "s3:ListBucket" for a in acts):
+            need(resources == [f"arn:aws:s3:::{bucket}/{prefix}*"] and "Condition" not in s, f"{where}: the IAM policy's {', '.join(acts)} on {bucket}/{prefix}* only")
+        else:
+            need(all(a.startswith("sqs:") for a in acts) and resources == [queue], f"{where}: the IAM policy's {', '.join(acts)} on the queue {queue} only")
+
+
+def check_spool_stack(path, spool, where):
+    """The queue's and the bucket's settings (a CloudFormation template) against the config."""
+    with open(path, encoding="utf-8") as f:
+        stack = yaml.safe_load(f)
+    params = stack.get("Parameters", {})
+
+    def value(v):
+        return params[v["Ref"]].get("Default") if isinstance(v, dict) and "Ref" in v else v
+
+    def resources(kind):
+        return [r.get("Properties", {}) for r in stack["Resources"].values() if r["Type"] == kind]
+
+    (queue,) = resources("AWS::SQS::Queue")
+    name = spool["queue_url"].rstrip("/").rsplit("/", 1)[1]
+    need(value(queue.get("QueueName")) == name and not queue.get("FifoQueue"), f"{where}: the template makes the standard queue {name} of queue_url")
+    retention = int(queue.get("MessageRetentionPeriod", 345600))
+    hold, retry = (spool.get(k, SPOOL_DEFAULTS[k]) for k in ("max_hold_ms", "retry_max_ms"))
+    need(retention * 1000 >= hold + retry, f"{where}: the queue keeps an entry {retention} s, past max_hold_ms ({hold} ms) and a last retry_max_ms ({retry} ms)")
+    need("RedrivePolicy" not in queue, f"{where}: the queue has no redrive policy (the relay gives up at max_hold_ms itself, with a report)")
+    visibility = spool.get("visibility_ms", SPOOL_DEFAULTS["visibility_ms"])
+    need(int(queue.get("VisibilityTimeout", 30)) * 1000 == visibility, f"{where}: the queue's visibility timeout is visibility_ms ({visibility} ms)")
+    (bucket,) = resources("AWS::S3::Bucket")
+    prefix = spool.get("prefix", SPOOL_DEFAULTS["prefix"])
+    rules = [r for r in bucket.get("LifecycleConfiguration", {}).get("Rules", []) if r.get("Status") == "Enabled"]
+    expiring = [r for r in rules if "ExpirationInDays" in r and prefix.startswith(value(r.get("Prefix", "")) or "")]
+    need(expiring and all(int(r["ExpirationInDays"]) * 86400 > retention for r in expiring), f"{where}: the bucket expires what lies under {prefix} (orphans, failed/, damaged/), and only after the queue's retention ({retention} s)")
+    blocked = bucket.get("PublicAccessBlockConfiguration", {})
+    need(all(blocked.get(k) is True for k in ("BlockPublicAcls", "BlockPublicPolicy", "IgnorePublicAcls", "RestrictPublicBuckets")), f"{where}: the bucket blocks public access")
+    need(bool(bucket.get("BucketEncryption")) and queue.get("SqsManagedSseEnabled") is True, f"{where}: the bucket and the queue are encrypted at rest")
 
 
 def workloads(objects):
@@ -385,16 +550,18 @@ def check_image_set_once(deploy, kubectl):
         k["images"] = [{"name": "mailsluice", "newName": want.rsplit(":", 1)[0], "newTag": want.rsplit(":", 1)[1]}]
         with open(path, "w", encoding="utf-8") as f:
             yaml.safe_dump(k, f)
-        for variant in ("kubernetes", "eks", "hold"):
+        for variant in VARIANTS:
             relays = [c["image"] for w in workloads(render(kubectl, os.path.join(copy, variant))) if w["metadata"]["name"] == "mailsluice" for c in w["spec"]["template"]["spec"]["containers"]]
             need(relays and all(i == want for i in relays), f"{variant}: with another image set in kubernetes/image/, the relay runs it ({', '.join(relays)})")
 
 
 def check_values(deploy):
-    """VALUES.md's checklist: every file under DIR holding a value of a row is named in it."""
+    """VALUES.md's checklist: every file under DIR's kubernetes/ and hold-s3/ (its AWS side too)
+    holding a value of a row is named in it."""
     with open(os.path.join(deploy, "VALUES.md"), encoding="utf-8") as f:
         rows = [line for line in f if line.startswith("| ") and "`" in line]
-    files = [p for p in glob.glob(os.path.join(deploy, "kubernetes", "**", "*"), recursive=True) if p.endswith((".yaml", ".toml"))]
+    found = [p for folder in ("kubernetes", "hold-s3") for p in glob.glob(os.path.join(deploy, folder, "**", "*"), recursive=True)]
+    files = [p for p in found if p.endswith((".yaml", ".toml", ".json"))]
     for row in rows:
         cells = row.split("|")
         shipped = re.findall(r"`([^`]+)`", cells[2])
@@ -413,14 +580,19 @@ def check_kubernetes(deploy, binary, kubectl):
     base = os.path.join(deploy, "kubernetes")
     check_values(deploy)
     check_listed(base, "kubernetes")
-    for component in ("nlb", "monitoring", "hold", "image"):
+    for component in ("nlb", "monitoring", "hold", "hold-s3", "image"):
         check_listed(os.path.join(base, component), f"kubernetes/{component}")
     want = image_set(deploy)
-    for variant in ("kubernetes", "eks", "hold"):
+    for variant in VARIANTS:
         objects = render(kubectl, os.path.join(deploy, variant))
-        check_render(objects, binary, variant)
+        config = check_render(objects, binary, variant)
         check_images(objects, want, variant)
         check_pods_by_name(objects, variant)
+        spool = config.get("spool", {})
+        if spool.get("store") == "s3":
+            # The AWS side beside the variant: what the operator applies before it.
+            check_spool_policy(os.path.join(deploy, variant, "aws", "spool-policy.json"), spool, variant)
+            check_spool_stack(os.path.join(deploy, variant, "aws", "spool-stack.yaml"), spool, variant)
     check_image_set_once(deploy, kubectl)
 
 

@@ -1,5 +1,6 @@
 //! The deployment files (`deploy/compose.yaml`, `deploy/kubernetes/` and its components,
-//! `deploy/eks/`, `deploy/hold/`, the checklist `deploy/VALUES.md`) parse, their relay configs pass `mailsluice check`, and the manifests, as
+//! `deploy/eks/`, `deploy/hold/`, `deploy/hold-s3/` with its AWS side, the checklist
+//! `deploy/VALUES.md`) parse, their relay configs pass `mailsluice check`, and the manifests, as
 //! kustomize renders them, hold what they promise (probes on real endpoints, a grace period
 //! above `shutdown_grace_ms` plus the preStop pause, no Secret with a placeholder, seccomp,
 //! no `trusted_networks` wider than the apps' CIDR, ...): `tools/check_deploy.py` checks them;
@@ -7,7 +8,10 @@
 //! refuse. Among them: every variant runs the image set in one place (`kubernetes/image/`),
 //! on the shipped files and with another image set there, and every image names one version;
 //! the hold variant's pods each have a name of their own, and the Service taking mail lets one
-//! go by a label (docs/hold.md's procedure to empty one pod's spool).
+//! go by a label (docs/hold.md's procedure to empty one pod's spool); the hold-s3 variant keeps
+//! nothing in its pods (its autoscaler, no volume), its IAM policy allows exactly the spool's
+//! calls on its prefix and queue, its queue outlives `max_hold_ms` without a redrive policy and
+//! its bucket expires the prefix only after that (its `mailsluice check` runs against moto).
 //! `.ci/kube-play` runs the manifests themselves under `podman kube play`.
 
 use std::path::Path;
@@ -94,6 +98,12 @@ fn shipped_deployment_files_pass_their_checks() {
         "ok: eks: with another image set in kubernetes/image/, the relay runs it",
         "ok: hold: the StatefulSet's serviceName mailsluice-pods is a headless Service selecting every pod of the set",
         "ok: hold: docs/hold.md reaches a pod by its name as the manifests make it (mailsluice-1.mailsluice-pods.mailsluice.svc)",
+        "ok: hold-s3 ConfigMap: `mailsluice check` passes",
+        "ok: hold-s3: no PersistentVolumeClaim nor any volume for the spool",
+        "ok: hold-s3: an HPA of at least 2 replicas",
+        "ok: hold-s3: the IAM policy allows exactly s3:PutObject, s3:GetObject, s3:DeleteObject, s3:ListBucket, sqs:SendMessage, sqs:ReceiveMessage, sqs:DeleteMessage, sqs:ChangeMessageVisibility, sqs:GetQueueAttributes",
+        "ok: hold-s3: the queue keeps an entry 1209600 s, past max_hold_ms (432000000 ms)",
+        "ok: hold-s3: with another image set in kubernetes/image/, the relay runs it",
         "check_deploy: all ok",
     ] {
         assert!(text.contains(line), "{line:?} in {text}");
@@ -258,6 +268,78 @@ fn a_broken_deployment_file_is_refused() {
             "selector: { app.kubernetes.io/name: mailsluice, mailsluice.io/serving: \"true\" }",
             "selector: { app.kubernetes.io/name: mailsluice }",
             "hold: Service mailsluice selects a label the StatefulSet does not",
+        ),
+        // The spool on S3 and SQS: the pods keep nothing, and the AWS side fits the config.
+        (
+            "hold-s3/kustomization.yaml",
+            "  - ../kubernetes/hold-s3\n",
+            "  - ../kubernetes/hold\n  - ../kubernetes/hold-s3\n",
+            "hold-s3: a StatefulSet if and only if the config has a [spool] on disk",
+        ),
+        (
+            "kubernetes/hold-s3/kustomization.yaml",
+            "patches:\n",
+            "patches:\n  - target: { kind: Deployment, name: mailsluice }\n    patch: |\n      \
+             - { op: add, path: /spec/template/spec/volumes/-, value: { name: spool, emptyDir: {} } }\n",
+            "hold-s3: no PersistentVolumeClaim nor any volume for the spool",
+        ),
+        (
+            "kubernetes/hold-s3/kustomization.yaml",
+            "patches:\n",
+            "patches:\n  - target: { kind: HorizontalPodAutoscaler, name: mailsluice }\n    \
+             patch: |\n      $patch: delete\n      apiVersion: autoscaling/v2\n      \
+             kind: HorizontalPodAutoscaler\n      metadata: { name: mailsluice }\n",
+            "hold-s3: an autoscaler",
+        ),
+        (
+            "hold-s3/aws/spool-policy.json",
+            r#""s3:DeleteObject"]"#,
+            r#""s3:DeleteObject", "s3:PutObjectAcl"]"#,
+            "hold-s3: the IAM policy allows exactly",
+        ),
+        (
+            "hold-s3/aws/spool-policy.json",
+            r#"123456789012/mailsluice/*""#,
+            r#"123456789012/*""#,
+            "hold-s3: the IAM policy's s3:PutObject, s3:GetObject, s3:DeleteObject on \
+             mailsluice-held-123456789012/mailsluice/* only",
+        ),
+        (
+            "hold-s3/aws/spool-policy.json",
+            ",\n      \"Condition\": { \"StringLike\": { \"s3:prefix\": \"mailsluice/*\" } }",
+            "",
+            "hold-s3: the IAM policy lists bucket mailsluice-held-123456789012 only under mailsluice/",
+        ),
+        (
+            "hold-s3/aws/spool-stack.yaml",
+            "MessageRetentionPeriod: 1209600",
+            "MessageRetentionPeriod: 345600",
+            "hold-s3: the queue keeps an entry 345600 s, past max_hold_ms",
+        ),
+        (
+            "hold-s3/aws/spool-stack.yaml",
+            "      SqsManagedSseEnabled: true\n",
+            "      SqsManagedSseEnabled: true\n      \
+             RedrivePolicy: { deadLetterTargetArn: arn, maxReceiveCount: 5 }\n",
+            "hold-s3: the queue has no redrive policy",
+        ),
+        (
+            "hold-s3/aws/spool-stack.yaml",
+            "VisibilityTimeout: 60",
+            "VisibilityTimeout: 30",
+            "hold-s3: the queue's visibility timeout is visibility_ms",
+        ),
+        (
+            "hold-s3/aws/spool-stack.yaml",
+            "ExpirationInDays: 16",
+            "ExpirationInDays: 7",
+            "hold-s3: the bucket expires what lies under mailsluice/",
+        ),
+        (
+            "VALUES.md",
+            ", `hold-s3/aws/spool-policy.json` (its ARN)",
+            "",
+            "VALUES.md: every file holding mailsluice-held-123456789012 is listed",
         ),
     ];
     for (file, from, to, named) in cases {
