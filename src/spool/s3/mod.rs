@@ -19,7 +19,7 @@
 mod client;
 mod entries;
 mod objects;
-pub mod receive;
+mod receive;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
