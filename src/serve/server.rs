@@ -127,6 +127,17 @@ pub async fn run(listeners: impl Into<Listeners>, deps: Deps, shutdown: Shutdown
         live.dispose();
         let _ = tokio::time::timeout(LAST_WORDS, sessions.wait()).await;
     }
+    // The releaser ends on its own at shutdown; with S3 and SQS it first puts back the entries
+    // it received and did not start, bounded by the store's calls: it is given that long.
+    let releaser = match releaser {
+        Some(mut releaser) => {
+            let s3 = (ctx.setup.config.spool.as_ref()).and_then(|spool| spool.s3());
+            let bound = s3.map_or(LAST_WORDS, |s3| 2 * s3.timeout + LAST_WORDS);
+            let ended = tokio::time::timeout(bound, &mut releaser).await.is_ok();
+            (!ended).then_some(releaser)
+        }
+        None => None,
+    };
     // Gone before `run` returns, with what they hold (the spool and its lock among it): a
     // relay started again in this process finds the spool free.
     let tasks = [accounts].into_iter().chain(events).chain(ses_sync);

@@ -334,7 +334,7 @@ async fn shutdown_puts_the_entries_not_started_back_visible_at_once() {
     relay.trigger_shutdown();
     let start = std::time::Instant::now();
     let mut entries = store.entries().await;
-    while entries != (received - 1, 1) && start.elapsed() < 30 * SEC {
+    while entries != (received - 1, 1) && start.elapsed() < 60 * SEC {
         tokio::time::sleep(Duration::from_millis(100)).await;
         entries = store.entries().await;
     }

@@ -24,7 +24,7 @@ mod entries;
 mod objects;
 pub mod operator;
 mod probe;
-pub mod receive;
+mod receive;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -1,7 +1,7 @@
 //! The receiver and the heartbeat of one replica. The receiver long-polls the queue (20 s,
 //! batches of 10) while this replica holds fewer than `receive_max` entries, and puts each
 //! into the index (which keeps a key's order by `seq` among those it has), until it is told
-//! to stop. The heartbeat extends every held entry's visibility every third of
+//! to stop (a receive in flight then answers first, within `timeout_ms`). The heartbeat extends every held entry's visibility every third of
 //! `visibility_ms`, so that no other replica takes one while this one has it, and it goes on
 //! after the stop for the entries still with upstream.
 
@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use super::entries::BATCH;
+use super::entries::{Batch, BATCH};
 use super::S3Store;
 use crate::spool::Spool;
 
@@ -29,42 +29,48 @@ pub fn start(
         let Some(s3) = spool.s3_store() else {
             return;
         };
-        tokio::select! {
-            _ = stop => {}
-            _ = receive(&spool, s3) => {}
-        }
+        receive(&spool, s3, stop).await;
         s3.stopping.store(true, Ordering::Relaxed);
     })
 }
 
-/// Receives while there is room, for ever.
-async fn receive(spool: &Spool, s3: &S3Store) {
+/// Receives while there is room, until `stop`. A receive in flight then is given up to
+/// `timeout_ms` to answer: the entries of an answer on its way are invisible to the others
+/// already, and taken in here they are put back at once rather than after `visibility_ms`.
+async fn receive(spool: &Spool, s3: &S3Store, stop: impl Future<Output = ()>) {
+    tokio::pin!(stop);
     let visibility = s3.settings.visibility.as_millis().div_ceil(1000) as u64;
     let mut backoff = Duration::from_secs(1);
     loop {
         let room = s3.settings.receive_max.saturating_sub(s3.received().len());
         if room == 0 {
-            s3.freed.notified().await;
-            continue;
+            tokio::select! {
+                _ = s3.freed.notified() => continue,
+                _ = &mut stop => return,
+            }
         }
         let c = &s3.clients;
-        let receive = s3.entries.receive(
+        let receive = (s3.entries).receive(
             c,
             room.min(BATCH),
             LONG_POLL_SECS,
             visibility,
             s3.settings.timeout,
         );
-        match receive.await {
+        tokio::pin!(receive);
+        let received = tokio::select! {
+            received = &mut receive => received,
+            _ = &mut stop => {
+                if let Ok(Ok(batch)) = tokio::time::timeout(s3.settings.timeout, receive).await {
+                    take_in(spool, s3, batch).await;
+                }
+                return;
+            }
+        };
+        match received {
             Ok(batch) => {
                 backoff = Duration::from_secs(1);
-                for receipt in batch.malformed {
-                    tracing::warn!(target: "mailsluice::spool", queue = s3.settings.queue_url.as_str(), "spool.entry_malformed: a message of the queue that is not an entry is deleted");
-                    let _ = s3.entries.delete(c, &receipt).await;
-                }
-                for received in batch.entries {
-                    s3.take_in(spool, received);
-                }
+                take_in(spool, s3, batch).await;
             }
             Err(e) => {
                 tracing::warn!(
@@ -74,10 +80,24 @@ async fn receive(spool: &Spool, s3: &S3Store) {
                     retry_in_s = backoff.as_secs(),
                     "spool.receive_failed"
                 );
-                tokio::time::sleep(backoff).await;
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = &mut stop => return,
+                }
                 backoff = (backoff * 2).min(MAX_BACKOFF);
             }
         }
+    }
+}
+
+/// One receive's entries into the index; what is not an entry deleted.
+async fn take_in(spool: &Spool, s3: &S3Store, batch: Batch) {
+    for receipt in batch.malformed {
+        tracing::warn!(target: "mailsluice::spool", queue = s3.settings.queue_url.as_str(), "spool.entry_malformed: a message of the queue that is not an entry is deleted");
+        let _ = s3.entries.delete(&s3.clients, &receipt).await;
+    }
+    for received in batch.entries {
+        s3.take_in(spool, received);
     }
 }
 
