@@ -74,6 +74,8 @@ pub async fn attempt(ctx: &Context, spool: &Spool, ticket: Ticket, bell: Arc<Bel
                 // Our own layers: not its turn yet, and the bucket says when it is.
                 Later::Turn(wait) => wait,
                 Later::NotBefore(wait) => backoff(ticket.attempt, spool.config()).max(wait),
+                // Not its failure: the next start, or another replica, takes it at once.
+                Later::Stopping => Duration::ZERO,
             };
             // Not past its time: given up then, not at the attempt after.
             let left = spool

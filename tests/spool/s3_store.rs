@@ -352,6 +352,59 @@ async fn shutdown_puts_the_entries_not_started_back_visible_at_once() {
 /// line with its digest, its meta, our `Received:` field and the message), written with a
 /// SHA-256 checksum; and one entry, the small JSON of the design, grouped by the held key.
 /// (`receive_max = 1`: the relay holds the slow one, so the next one's entry stays visible.)
+/// An entry whose release waits for its tokens when the relay stops is not its failure: it is
+/// put back visible at once, not after its backoff (`retry_min_ms`, ten minutes here), so
+/// another replica takes it without waiting.
+#[tokio::test]
+async fn shutdown_puts_an_entry_waiting_for_its_tokens_back_at_once() {
+    let Some(store) = Store::start().await else {
+        return;
+    };
+    // One token per ten minutes: the second message is held at once (`max_wait_ms = 0`), and
+    // its release waits for its token in the layer's queue (a release waits past
+    // `max_wait_ms`), past the shutdown's grace.
+    let layer = "[[throttle]]\nname = \"tenant\"\nkey = \"header:X-Tenant\"\n\
+                 limit = 1\ninterval_ms = 600000\nburst = 1\nmode = \"hold\"\n\
+                 max_wait_ms = 0\n";
+    let section = store.section("visibility_ms = 60000").replace(
+        "retry_min_ms = 1000\nretry_max_ms = 5000",
+        "retry_min_ms = 600000\nretry_max_ms = 600000",
+    );
+    let gate = Arc::new(Gate::default());
+    let text = config_text(
+        "file://unused",
+        "shutdown_grace_ms = 1000",
+        &(layer.to_string() + &section),
+    );
+    let relay = Relay::start(&text, gate.clone()).await;
+    let mut c = relay.memory_client().await;
+    for subject in ["first", "waits"] {
+        let (code, text) = c
+            .send_mail(
+                "app@acme.example",
+                &["user@example.net"],
+                &message("acme", subject),
+            )
+            .await;
+        assert_eq!(code, 250, "{subject}: {text}");
+    }
+    wait_until("the held one received and waiting", 60 * SEC, || async {
+        store.entries().await == (0, 1) && gate.got.lock().unwrap().len() == 1
+    })
+    .await;
+    relay.trigger_shutdown();
+    wait_until("the waiting one visible again", 30 * SEC, || async {
+        store.entries().await == (1, 0)
+    })
+    .await;
+    assert_eq!(
+        *gate.got.lock().unwrap(),
+        ["first"],
+        "the waiting one did not go"
+    );
+    relay.stop().await;
+}
+
 #[tokio::test]
 async fn a_held_message_is_one_object_and_one_small_entry() {
     let Some(store) = Store::start().await else {

@@ -30,6 +30,9 @@ pub enum Later {
     /// Not before this (upstream's pause or slow-down, a pause's time left; zero when nobody
     /// said): the driver's own backoff applies past it.
     NotBefore(Duration),
+    /// The relay stops (its shutdown, its grace's end) before the message's turn: it goes
+    /// again at once, at the next start or (with a shared spool) on another replica.
+    Stopping,
 }
 
 /// Who refused a message for good.
@@ -75,9 +78,12 @@ impl Fate {
                 Unanswered::Paused(left)
                 | Unanswered::UpstreamRate(left)
                 | Unanswered::UpstreamFailing(left) => later(*left),
-                Unanswered::Refused(ThrottleError::Shutdown | ThrottleError::StoreUnavailable)
-                | Unanswered::Abandoned
-                | Unanswered::GraceOver => later(Duration::ZERO),
+                Unanswered::Refused(ThrottleError::Shutdown) | Unanswered::GraceOver => {
+                    Fate::NotNow(Later::Stopping)
+                }
+                Unanswered::Refused(ThrottleError::StoreUnavailable) | Unanswered::Abandoned => {
+                    later(Duration::ZERO)
+                }
             },
             // Only a driver that can hold meets these; a release cannot.
             End::Held(_) | End::NotHeld { .. } => later(Duration::ZERO),

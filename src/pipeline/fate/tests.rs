@@ -17,7 +17,7 @@ use crate::upstream::{Accepted, Feedback, IdentityRefusal, UpstreamError};
 /// What a verdict means for a held message, read as the client would read its reply:
 /// upstream's `250` taken; a `5xx` refused for good (upstream's when its outcome says
 /// so); anything else not now, when the bucket says for our own layers, else after the
-/// backoff or the pause.
+/// backoff or the pause (at once when the relay stops).
 fn by_the_reply(verdict: &Verdict) -> Fate {
     let code = answer(&verdict.end).map_or(0, |r| r.code);
     match verdict.record.outcome {
@@ -29,6 +29,9 @@ fn by_the_reply(verdict: &Verdict) -> Fate {
     let left = match &verdict.end {
         End::Unanswered(Unanswered::Refused(ThrottleError::Limited { retry_after, .. })) => {
             return Fate::NotNow(Later::Turn((*retry_after).max(Duration::from_millis(1))))
+        }
+        End::Unanswered(Unanswered::Refused(ThrottleError::Shutdown) | Unanswered::GraceOver) => {
+            return Fate::NotNow(Later::Stopping)
         }
         End::Unanswered(Unanswered::Paused(left) | Unanswered::UpstreamRate(left)) => *left,
         End::Refused(NotAdmitted::Paused(Paused { left, .. })) => left.unwrap_or_default(),
