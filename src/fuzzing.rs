@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::config::Config;
-use crate::state::context::{Context, Deps};
+use crate::state::context::Context;
+use crate::state::deps::Deps;
 use crate::upstream::{Accepted, ForwardFuture, Forwarder, Outgoing};
 
 /// A forwarder that accepts everything and keeps the messages.

@@ -19,7 +19,8 @@ use crate::admin::status_page::{self, Checks};
 use crate::admin::{browser, guard, host, reputation, spool};
 use crate::observe::metrics::Metrics;
 use crate::spool::Spool;
-use crate::state::context::{Context, Deps, Live, Services};
+use crate::state::context::{Context, Live, Services};
+use crate::state::deps::Deps;
 use crate::state::shutdown::Shutdown;
 use crate::upstream::{Checked, Unready};
 

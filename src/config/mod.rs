@@ -341,6 +341,7 @@ impl Config {
             }
         }
         if let Some(spool) = &self.spool {
+            spool_store::validate_store(spool, text)?;
             spool::validate(spool, text)?;
         }
         redis::validate(self, text)

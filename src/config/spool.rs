@@ -114,8 +114,8 @@ pub enum SpoolRule {
     PastRetention(u64),
 }
 
+/// The common keys' rules; the store's own are `spool_store::validate_store`'s.
 pub(super) fn validate(spool: &SpoolConfig, text: &str) -> Result<(), BrokenRule> {
-    super::spool_store::validate_store(spool, text)?;
     if spool.retry_min_ms.get_ref().get() > spool.retry_max_ms.get() {
         return Err(BrokenRule::at(
             text,

@@ -13,7 +13,8 @@ use crate::config::Config;
 use crate::message::received::Loop;
 use crate::message::{Envelope, Outcome};
 use crate::observe::activity::Activity;
-use crate::state::context::{Context, Deps};
+use crate::state::context::Context;
+use crate::state::deps::Deps;
 use crate::state::grace_over::Bell;
 use crate::upstream::{Accepted, ForwardFuture, Forwarder, Outgoing, Upstreams};
 

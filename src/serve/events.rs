@@ -20,7 +20,7 @@ use crate::config::SqsConfig;
 use crate::observe::cause;
 use crate::observe::metrics::Metrics;
 use crate::reputation::{intake, Reputation};
-use crate::state::context::Deps;
+use crate::state::deps::Deps;
 use crate::state::shutdown::Shutdown;
 
 /// SQS's largest batch.

@@ -15,7 +15,8 @@ use crate::admin::endpoint::Admin;
 use crate::inbound::proxy::{self, Attempt, PeerStream};
 use crate::reply;
 use crate::smtp;
-use crate::state::context::{Context, Deps};
+use crate::state::context::Context;
+use crate::state::deps::Deps;
 use crate::state::shutdown::Shutdown;
 
 /// The sockets `run` serves: plain SMTP (with STARTTLS when `[smtp.tls]` is set), implicit

@@ -9,6 +9,8 @@
 //! - `entries`: the entry's JSON, its group (the held key), and the SQS calls.
 //! - `receive`: the receiver (long polls while this replica holds fewer than
 //!   `receive_max`) and the heartbeat; at shutdown the entries not started are put back.
+//! - `releasing`: the releaser's side: an entry taken in, its object read, and what an
+//!   attempt did to it (deleted, put back, copied to `failed/` or `damaged/`).
 //! - `operator`: what the operators read and do (the summary, lists, one message, removing,
 //!   putting failed ones back), and what that costs in requests.
 //! - `probe`: whether it can be written (`/readyz`, `mailsluice check`).
@@ -25,6 +27,7 @@ mod objects;
 pub mod operator;
 mod probe;
 mod receive;
+mod releasing;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -34,13 +37,11 @@ use std::time::Duration;
 use aws_credential_types::provider::SharedCredentialsProvider;
 use tokio::sync::Notify;
 
-use super::error::{Refusal, Storage, Unread};
-use super::index::{Entry, Index, State};
-use super::record::{self, Held, Meta};
-use super::releasing::check_names;
-use super::{Spool, SpoolError, Store, Ticket, ToHold};
+use super::error::{Refusal, Storage};
+use super::index::Index;
+use super::record::Meta;
+use super::{Spool, SpoolError, Store, ToHold};
 use crate::clock::Clock;
-use crate::clock::Nanos;
 use crate::config::{S3Settings, SpoolConfig};
 use crate::observe::cause;
 use crate::observe::spool_store_metrics::SpoolStoreMetrics;
@@ -108,6 +109,15 @@ impl CallFailed {
     fn of(error: &(dyn std::error::Error + 'static)) -> CallFailed {
         CallFailed(cause::short(error))
     }
+}
+
+/// Why a message could not be held: which of its two writes failed.
+#[derive(Debug, thiserror::Error)]
+enum WriteFailed {
+    #[error("S3: {0}")]
+    Object(CallFailed),
+    #[error("SQS: {0}")]
+    Entry(CallFailed),
 }
 
 /// The held messages, as this replica counts them against `max_messages`.
@@ -257,17 +267,17 @@ impl S3Store {
                     target: "mailsluice::spool",
                     bucket = self.settings.bucket.as_str(),
                     queue = self.settings.queue_url.as_str(),
-                    error = why.as_str(),
+                    error = %why,
                     "spool.unwritable"
                 );
-                Err(Refusal::Storage(Storage::Unwritable(why)))
+                Err(Refusal::Storage(Storage::Unwritable(why.to_string())))
             }
         }
     }
 
     /// Writes the object of `meta`'s message, then sends its entry; when the entry is not
     /// sent the object is deleted (its entry, if SQS kept it, finds no object). Why not.
-    async fn write(&self, meta: &Meta, bytes: u64, file: Vec<u8>) -> Result<(), String> {
+    async fn write(&self, meta: &Meta, bytes: u64, file: Vec<u8>) -> Result<(), WriteFailed> {
         let entry = EntryBody {
             id: meta.id.clone(),
             seq: meta.seq,
@@ -279,143 +289,12 @@ impl S3Store {
         };
         let name = self.objects.name(Place::Held, &meta.id);
         let c = &self.clients;
-        (self.objects.put_new(c, &name, file).await).map_err(|e| format!("S3: {e}"))?;
+        (self.objects.put_new(c, &name, file).await).map_err(WriteFailed::Object)?;
         if let Err(e) = self.entries.send(c, &entry, &meta.key).await {
             let _ = self.objects.delete(c, &name).await;
-            return Err(format!("SQS: {e}"));
+            return Err(WriteFailed::Entry(e));
         }
         Ok(())
-    }
-
-    /// The message of `ticket`, read from its object; an entry whose object is gone is
-    /// deleted here (logged `spool.object_gone`) and never sent.
-    pub async fn read(&self, spool: &Spool, ticket: &Ticket) -> Result<Held, Unread> {
-        let name = self.objects.name(Place::Held, &ticket.id);
-        let got = self.objects.get(&self.clients, &name).await;
-        let bytes = match got {
-            Ok(Some(bytes)) => bytes,
-            Ok(None) => {
-                tracing::info!(target: "mailsluice::spool", id = &*ticket.id, "spool.object_gone: an entry without its object is dropped");
-                if let Some(receipt) = self.forget(spool, &ticket.id) {
-                    let _ = self.entries.delete(&self.clients, &receipt).await;
-                }
-                return Err(Unread::Gone);
-            }
-            Err(e) => return Err(Unread::Unavailable(e.0)),
-        };
-        Ok(check_names(record::decode(bytes)?, ticket)?)
-    }
-
-    /// Forgets message `id` here (its index entry and receipt); its receipt, if it had one.
-    fn forget(&self, spool: &Spool, id: &str) -> Option<String> {
-        spool.index().remove(id);
-        let receipt = self.received().remove(id);
-        spool.changed.notify_one();
-        self.freed.notify_one();
-        receipt
-    }
-
-    /// The attempt of `ticket` did not end it: its entry is made visible again at `at` (to
-    /// any replica) and forgotten here.
-    pub async fn put_back(&self, spool: &Spool, ticket: &Ticket, at: Nanos) {
-        let _changing = self.visibility.lock().await;
-        let Some(receipt) = self.forget(spool, &ticket.id) else {
-            return;
-        };
-        let wait = at.saturating_sub(spool.clock.now());
-        let secs = wait.div_ceil(1_000_000_000);
-        if let Err(e) = self.entries.show_in(&self.clients, &receipt, secs).await {
-            tracing::warn!(target: "mailsluice::spool", id = &*ticket.id, error = %e, "spool.put_back_failed: it comes back after visibility_ms");
-        }
-    }
-
-    /// Removes message `id`: its entry (when received here), then its object (a crash
-    /// between leaves an object without an entry, never a message sent twice). Whether it
-    /// was held here.
-    pub async fn remove(&self, spool: &Spool, id: &str) -> bool {
-        let was_here = spool.index().get(id).is_some();
-        if let Some(receipt) = self.forget(spool, id) {
-            if let Err(e) = self.entries.delete(&self.clients, &receipt).await {
-                tracing::error!(target: "mailsluice::spool", id, error = %e, "spool.remove_failed");
-                return was_here;
-            }
-        }
-        let name = self.objects.name(Place::Held, id);
-        if let Err(e) = self.objects.delete(&self.clients, &name).await {
-            tracing::error!(target: "mailsluice::spool", id, error = %e, "spool.remove_failed");
-        }
-        was_here
-    }
-
-    /// Copies `ticket`'s object to `failed/` (given up, no report) or `damaged/`, then
-    /// removes it. A copy that fails leaves it held: it comes back after `retry_min_ms`.
-    pub async fn set_apart(&self, spool: &Spool, ticket: &Ticket, failed: bool) {
-        let to = if failed {
-            Place::Failed
-        } else {
-            Place::Damaged
-        };
-        let from = self.objects.name(Place::Held, &ticket.id);
-        let to = self.objects.name(to, &ticket.id);
-        if let Err(e) = self.objects.copy(&self.clients, &from, &to).await {
-            tracing::error!(target: "mailsluice::spool", id = &*ticket.id, error = %e, "spool.set_apart_failed: kept held");
-            let again = spool.config.retry_min_ms.get_ref().get() * 1_000_000;
-            return self
-                .put_back(spool, ticket, spool.clock.now() + again)
-                .await;
-        }
-        self.remove(spool, &ticket.id).await;
-    }
-
-    /// An entry received: into the index (due now), its receipt kept. One received again
-    /// (its visibility lapsed) keeps its place and takes the new receipt.
-    fn take_in(&self, spool: &Spool, received: entries::Received) {
-        let body = received.body;
-        let id: Box<str> = body.id.as_str().into();
-        let mut index = spool.index();
-        if index.get(&id).is_none() {
-            let entry = Entry {
-                id: id.clone(),
-                seq: body.seq,
-                bytes: body.bytes,
-                accepted_ms: body.accepted_ms,
-                state: State::Held,
-                attempts: received.receive_count.saturating_sub(1),
-                next: 0,
-                last: None,
-                report: body.report,
-                waits_for: None,
-            };
-            index.recovered(&body.held_key(), entry);
-        }
-        drop(index);
-        self.received().insert(id, received.receipt);
-        spool.changed.notify_one();
-    }
-
-    /// The entries received and not started (waiting their turn): forgotten here and made
-    /// visible at once, for another replica (at shutdown).
-    pub async fn put_back_unstarted(&self, spool: &Spool) {
-        let _changing = self.visibility.lock().await;
-        let waiting: Vec<Box<str>> = {
-            let index = spool.index();
-            let received = self.received();
-            (received.keys())
-                .filter(|id| index.get(id).is_some_and(|(_, e)| e.state == State::Held))
-                .cloned()
-                .collect()
-        };
-        let receipts: Vec<String> = (waiting.iter())
-            .filter_map(|id| self.forget(spool, id))
-            .collect();
-        for batch in receipts.chunks(entries::BATCH) {
-            if let Err(e) = self.entries.show_all_in(&self.clients, batch, 0).await {
-                tracing::warn!(target: "mailsluice::spool", error = %e, "spool.put_back_failed: they come back after visibility_ms");
-            }
-        }
-        if !receipts.is_empty() {
-            tracing::info!(target: "mailsluice::spool", entries = receipts.len(), "spool: entries not started put back for the other replicas");
-        }
     }
 }
 
