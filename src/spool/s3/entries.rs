@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::client::Clients;
 use super::CallFailed;
-use crate::spool::HeldKey;
+use crate::spool::{HeldKey, Meta};
 
 /// SQS's largest batch.
 pub const BATCH: usize = 10;
@@ -30,6 +30,19 @@ pub struct EntryBody {
 }
 
 impl EntryBody {
+    /// The entry of the message of `meta`: the message's bytes are the runs' lengths.
+    pub fn of(meta: &Meta) -> EntryBody {
+        EntryBody {
+            id: meta.id.clone(),
+            seq: meta.seq,
+            accepted_ms: meta.accepted_ms,
+            layer: meta.key.layer.clone(),
+            key: meta.key.key.clone(),
+            bytes: meta.lens.iter().sum(),
+            report: meta.report,
+        }
+    }
+
     pub fn held_key(&self) -> HeldKey {
         HeldKey {
             layer: self.layer.clone(),

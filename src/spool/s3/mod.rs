@@ -253,9 +253,8 @@ impl S3Store {
         }
         let accepted_ms = spool.wall_ms();
         let seq = accepted_ms * 1000 + self.counter.fetch_add(1, Ordering::Relaxed) % 1000;
-        let bytes = message.bytes();
         let (meta, file) = message.record(seq, accepted_ms);
-        match self.write(&meta, bytes, file).await {
+        match self.write(&meta, file).await {
             Ok(()) => {
                 spool.writable.store(true, Ordering::Relaxed);
                 self.count.since.fetch_add(1, Ordering::Relaxed);
@@ -277,16 +276,8 @@ impl S3Store {
 
     /// Writes the object of `meta`'s message, then sends its entry; when the entry is not
     /// sent the object is deleted (its entry, if SQS kept it, finds no object). Why not.
-    async fn write(&self, meta: &Meta, bytes: u64, file: Vec<u8>) -> Result<(), WriteFailed> {
-        let entry = EntryBody {
-            id: meta.id.clone(),
-            seq: meta.seq,
-            accepted_ms: meta.accepted_ms,
-            layer: meta.key.layer.clone(),
-            key: meta.key.key.clone(),
-            bytes,
-            report: meta.report,
-        };
+    async fn write(&self, meta: &Meta, file: Vec<u8>) -> Result<(), WriteFailed> {
+        let entry = EntryBody::of(meta);
         let name = self.objects.name(Place::Held, &meta.id);
         let c = &self.clients;
         (self.objects.put_new(c, &name, file).await).map_err(WriteFailed::Object)?;

@@ -342,15 +342,7 @@ impl S3Store {
         };
         let held = self.objects.name(Place::Held, id);
         self.objects.copy(c, &failed, &held).await?;
-        let entry = EntryBody {
-            id: meta.id.clone(),
-            seq: meta.seq,
-            accepted_ms: meta.accepted_ms,
-            layer: meta.key.layer.clone(),
-            key: meta.key.key.clone(),
-            bytes: meta.lens.iter().sum(),
-            report: meta.report,
-        };
+        let entry = EntryBody::of(&meta);
         if let Err(e) = self.entries.send(c, &entry, &meta.key).await {
             // Still failed: the copy, without an entry, would never go.
             let _ = self.objects.delete(c, &held).await;
