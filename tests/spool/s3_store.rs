@@ -1,8 +1,10 @@
 //! The spool on S3 and SQS (`store = "s3"`) through the relay, against moto's server, which
 //! serves both: what a `250` leaves in the bucket and the queue, release to a scripted
 //! upstream (entry and object gone after), a temporary failure put back with its visibility
-//! and coming back, an entry whose object is gone dropped and never sent, `max_messages`, and
-//! the shutdown's put-back. The bucket and the queue are made by each test with the SDK
+//! and coming back, an entry whose object is gone dropped and never sent, `max_messages`, the
+//! heartbeat keeping an entry invisible while its message is with upstream, and the
+//! shutdown's put-back (of the entries not started, and of one waiting for its tokens). The
+//! bucket and the queue are made by each test with the SDK
 //! (explicit credentials, region and endpoint). What the store writes, call by call, and that
 //! it never overwrites an object: `src/spool/s3/tests.rs`.
 
@@ -352,6 +354,52 @@ async fn shutdown_puts_the_entries_not_started_back_visible_at_once() {
 /// line with its digest, its meta, our `Received:` field and the message), written with a
 /// SHA-256 checksum; and one entry, the small JSON of the design, grouped by the held key.
 /// (`receive_max = 1`: the relay holds the slow one, so the next one's entry stays visible.)
+/// While this replica keeps an entry (its message with upstream), its heartbeat extends the
+/// entry's visibility: three `visibility_ms` later it is still invisible, so no other replica
+/// could have received it (`receive_max = 1`: this one does not receive it again either).
+#[tokio::test]
+async fn the_heartbeat_keeps_an_entry_invisible_while_its_message_is_with_upstream() {
+    let Some(store) = Store::start().await else {
+        return;
+    };
+    let rest = hold_layer(1, 1, 0, "") + &store.section("visibility_ms = 4000\nreceive_max = 1");
+    let gate = Arc::new(Gate::default());
+    let relay = Relay::start(&config_text("file://unused", "", &rest), gate.clone()).await;
+    let mut c = relay.memory_client().await;
+    // The first goes at once (the layer's token); the second is held, and its release waits
+    // at upstream's gate.
+    for subject in ["m0", "slow"] {
+        let (code, text) = c
+            .send_mail(
+                "app@acme.example",
+                &["user@example.net"],
+                &message("acme", subject),
+            )
+            .await;
+        assert_eq!(code, 250, "{subject}: {text}");
+    }
+    wait_until("the slow one with upstream", 60 * SEC, || async {
+        gate.waiting.load(Ordering::Relaxed) == 1
+    })
+    .await;
+    let watch = std::time::Instant::now();
+    while watch.elapsed() < 3 * 4 * SEC {
+        assert_eq!(
+            store.entries().await,
+            (0, 1),
+            "invisible while with upstream"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    gate.open.store(true, Ordering::Relaxed);
+    wait_until("the entry deleted once delivered", 60 * SEC, || async {
+        store.entries().await == (0, 0)
+    })
+    .await;
+    assert_eq!(*gate.got.lock().unwrap(), ["m0", "slow"]);
+    relay.stop().await;
+}
+
 /// An entry whose release waits for its tokens when the relay stops is not its failure: it is
 /// put back visible at once, not after its backoff (`retry_min_ms`, ten minutes here), so
 /// another replica takes it without waiting.
