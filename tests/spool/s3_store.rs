@@ -4,9 +4,9 @@
 //! and coming back, an entry whose object is gone dropped and never sent, `max_messages`, the
 //! heartbeat keeping an entry invisible while its message is with upstream, and the
 //! shutdown's put-back (of the entries not started, and of one waiting for its tokens). The
-//! bucket and the queue are made by each test with the SDK
-//! (explicit credentials, region and endpoint). What the store writes, call by call, and that
-//! it never overwrites an object: `src/spool/s3/tests.rs`.
+//! bucket and the queue are made by each test with the SDK (explicit credentials, region and
+//! endpoint). What the store writes, call by call, and that it never overwrites an object:
+//! `src/spool/s3/tests.rs`.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
