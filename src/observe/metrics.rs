@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -13,6 +12,9 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Metric, Registry};
 
 use super::activity::Activities;
+use super::labels::{
+    KindLabel, LayerLabel, OnErrorLabel, OutcomeLabel, ProxyLabel, ReasonLabel, PROXY_REFUSALS,
+};
 use super::ses_metrics::SesMetrics;
 use super::spool_metrics::SpoolMetrics;
 use super::spool_store_metrics::SpoolStoreMetrics;
@@ -23,16 +25,6 @@ use crate::config::OnError;
 use crate::message::Outcome;
 use crate::throttle::Throttle;
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct OutcomeLabel {
-    pub outcome: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct LayerLabel {
-    pub layer: String,
-}
-
 /// Registers a metric made with `Default` under `name`; the handle kept for recording.
 fn add<M: Metric + Clone + Default>(r: &mut Registry, name: &str, help: &str) -> M {
     add_metric(r, name, help, M::default())
@@ -42,43 +34,6 @@ fn add_metric<M: Metric + Clone>(r: &mut Registry, name: &str, help: &str, metri
     r.register(name, help, metric.clone());
     metric
 }
-
-/// Why upstream throttled: `rate`, `quota` or `connections`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ReasonLabel {
-    pub reason: &'static str,
-    pub upstream: String,
-}
-
-/// What decided a message the shared store could not: `local`, `reject` or `allow`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct OnErrorLabel {
-    pub on_error: &'static str,
-}
-
-/// What an SES event was: `bounce`, `complaint`, `ignored` or `malformed`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct KindLabel {
-    pub kind: &'static str,
-}
-
-/// Why a connection was closed for its PROXY header: `missing`, `malformed`, `truncated`,
-/// `slow`, `local_trusted` (no client named, from a trusted balancer) or `not_allowed` (from
-/// outside `proxy_from`).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ProxyLabel {
-    pub reason: &'static str,
-}
-
-/// Every `reason` of [`ProxyLabel`], each shown from 0.
-pub const PROXY_REFUSALS: [&str; 6] = [
-    "missing",
-    "malformed",
-    "truncated",
-    "slow",
-    "local_trusted",
-    "not_allowed",
-];
 
 pub struct Metrics {
     registry: Registry,

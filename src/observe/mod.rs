@@ -3,6 +3,7 @@
 //!
 //! - `activity`: what the sessions are doing now, counted per activity.
 //! - `cause`: an error's cause in a few words (never an SDK's debug dump).
+//! - `labels`: the label sets of the relay's own metric families.
 //! - `metrics`: the Prometheus registry and what is counted; `spool_metrics` the spool's,
 //!   `spool_store_metrics` the s3 store's calls, `ses_metrics` SES tenants', `token_metrics`
 //!   the XOAUTH2 upstreams' token requests, `upstream_states` each upstream's state (paused,
@@ -14,6 +15,7 @@
 
 pub mod activity;
 pub mod cause;
+pub mod labels;
 pub mod log_format;
 pub mod metrics;
 pub mod recent;

@@ -10,6 +10,7 @@
 //! Files, one concept each:
 //! - `layout`: the directory (`tmp/`, `held/`, `failed/`, `damaged/`, `lock`) and the file
 //!   names; why one file per message.
+//! - `to_hold`: a message to hold as the pipeline hands it over, and its record.
 //! - `record`: one message's file: its meta ([`Meta`]: key, envelope, origin, age) and bytes,
 //!   with a digest.
 //! - `lock`: one process per directory.
@@ -63,6 +64,7 @@ mod s3;
 mod stopped;
 #[cfg(test)]
 mod sync_log;
+mod to_hold;
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -75,10 +77,10 @@ use index::Bounds;
 pub use index::{Entry, State, Ticket};
 pub use operator::{NotWithS3, OperatorError, RemovedOne};
 pub use record::{Held, HeldKey, Meta, Origin};
+pub use to_hold::ToHold;
 
 use crate::clock::Clock;
 use crate::config::SpoolConfig;
-use crate::message::Envelope;
 use commit::DirSync;
 use index::Index;
 use layout::{file_name, Layout};
@@ -95,53 +97,6 @@ fn low_space_text(layout: &Layout, low: &Storage) -> String {
 
 fn warn_low_space(layout: &Layout, low: &Storage) {
     tracing::warn!(target: "mailsluice::spool", "{}", low_space_text(layout, low));
-}
-
-/// A message to hold.
-pub struct ToHold<'a> {
-    pub id: &'a str,
-    pub key: HeldKey,
-    pub envelope: &'a Envelope,
-    pub origin: Origin,
-    /// Our `Received:` field.
-    pub received: &'a [u8],
-    /// Fields read only for the identity at release (a report's: its original's header).
-    pub key_fields: &'a [u8],
-    pub body: &'a [u8],
-    /// The key's `max_held`; `None` for a report, which a full key (or one past its share
-    /// of the spool) still takes.
-    pub max_held: Option<usize>,
-    pub report: bool,
-}
-
-impl ToHold<'_> {
-    /// Its bytes: our field, the identity's fields and the message.
-    fn bytes(&self) -> u64 {
-        [self.received, self.key_fields, self.body]
-            .iter()
-            .map(|r| r.len() as u64)
-            .sum()
-    }
-
-    /// Its meta and its record (`record::encode`), `seq`-th in arrival order, held at
-    /// `accepted_ms`.
-    fn record(self, seq: u64, accepted_ms: u64) -> (Meta, Vec<u8>) {
-        let mut meta = Meta {
-            id: self.id.to_string(),
-            seq,
-            accepted_ms,
-            key: self.key,
-            from: self.envelope.from.clone(),
-            rcpts: self.envelope.rcpts.clone(),
-            smtputf8: self.envelope.smtputf8,
-            body_8bit: self.envelope.body_8bit,
-            origin: self.origin,
-            report: self.report,
-            lens: [0; 3],
-        };
-        let file = record::encode(&mut meta, [self.received, self.key_fields, self.body]);
-        (meta, file)
-    }
 }
 
 /// The spool: its store, and in memory the messages this process may release (with a

@@ -1,6 +1,7 @@
 //! The spool on a real directory: what a `250` leaves on disk, read back after a restart,
 //! bounds, damage, a directory that cannot be written, one process per directory.
 
+use crate::message::Envelope;
 use std::sync::Arc;
 use std::time::Duration;
 

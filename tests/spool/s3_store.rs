@@ -18,7 +18,7 @@ use mailsluice::upstream::{Accepted, ForwardFuture, Forwarder, Outgoing};
 
 use crate::common::*;
 use crate::support::moto::{self, MotoServer};
-use crate::support::relay::{config_text, Relay};
+use crate::support::relay::{config_text, Client, Relay};
 
 const SEC: Duration = Duration::from_secs(1);
 pub const BUCKET: &str = "held-mail";
@@ -108,6 +108,20 @@ impl Store {
     }
 }
 
+/// Sends `subjects` from tenant `acme`, one after the other on `c`, each answered `250`.
+async fn send_each(c: &mut Client, subjects: &[&str]) {
+    for subject in subjects {
+        let (code, text) = c
+            .send_mail(
+                "app@acme.example",
+                &["user@example.net"],
+                &message("acme", subject),
+            )
+            .await;
+        assert_eq!(code, 250, "{subject}: {text}");
+    }
+}
+
 /// Waits (real time, moto's) until `cond` holds, at most `limit`.
 pub async fn wait_until<F: std::future::Future<Output = bool>>(
     what: &str,
@@ -132,16 +146,7 @@ async fn held_messages_are_released_and_their_objects_and_entries_removed() {
     let fwd = Refusing::new(&[]);
     let relay = Relay::start(&config_text("file://unused", "", &rest), fwd.clone()).await;
     let mut c = relay.memory_client().await;
-    for subject in ["m0", "m1", "m2"] {
-        let (code, text) = c
-            .send_mail(
-                "app@acme.example",
-                &["user@example.net"],
-                &message("acme", subject),
-            )
-            .await;
-        assert_eq!(code, 250, "{subject}: {text}");
-    }
+    send_each(&mut c, &["m0", "m1", "m2"]).await;
     let put =
         "mailsluice_spool_store_calls_total{service=\"s3\",operation=\"PutObject\",outcome=\"ok\"}";
     let held = relay.metric("mailsluice_spool_held_total{kind=\"message\"}");
@@ -316,13 +321,7 @@ async fn shutdown_puts_the_entries_not_started_back_visible_at_once() {
     let gate = Arc::new(Gate::default());
     let relay = Relay::start(&config_text("file://unused", "", &rest), gate.clone()).await;
     let mut c = relay.memory_client().await;
-    for subject in ["m0", "slow", "m2", "m3", "m4"] {
-        let msg = message("acme", subject);
-        let (code, text) = c
-            .send_mail("app@acme.example", &["user@example.net"], &msg)
-            .await;
-        assert_eq!(code, 250, "{subject}: {text}");
-    }
+    send_each(&mut c, &["m0", "slow", "m2", "m3", "m4"]).await;
     wait_until(
         "the slow one with upstream, every entry received here",
         60 * SEC,
@@ -350,10 +349,6 @@ async fn shutdown_puts_the_entries_not_started_back_visible_at_once() {
     relay.stop().await;
 }
 
-/// What a `250` leaves: one object `<prefix>held/<id>` holding the spool's record (its format
-/// line with its digest, its meta, our `Received:` field and the message), written with a
-/// SHA-256 checksum; and one entry, the small JSON of the design, grouped by the held key.
-/// (`receive_max = 1`: the relay holds the slow one, so the next one's entry stays visible.)
 /// While this replica keeps an entry (its message with upstream), its heartbeat extends the
 /// entry's visibility: three `visibility_ms` later it is still invisible, so no other replica
 /// could have received it (`receive_max = 1`: this one does not receive it again either).
@@ -368,16 +363,7 @@ async fn the_heartbeat_keeps_an_entry_invisible_while_its_message_is_with_upstre
     let mut c = relay.memory_client().await;
     // The first goes at once (the layer's token); the second is held, and its release waits
     // at upstream's gate.
-    for subject in ["m0", "slow"] {
-        let (code, text) = c
-            .send_mail(
-                "app@acme.example",
-                &["user@example.net"],
-                &message("acme", subject),
-            )
-            .await;
-        assert_eq!(code, 250, "{subject}: {text}");
-    }
+    send_each(&mut c, &["m0", "slow"]).await;
     wait_until("the slow one with upstream", 60 * SEC, || async {
         gate.waiting.load(Ordering::Relaxed) == 1
     })
@@ -426,16 +412,7 @@ async fn shutdown_puts_an_entry_waiting_for_its_tokens_back_at_once() {
     );
     let relay = Relay::start(&text, gate.clone()).await;
     let mut c = relay.memory_client().await;
-    for subject in ["first", "waits"] {
-        let (code, text) = c
-            .send_mail(
-                "app@acme.example",
-                &["user@example.net"],
-                &message("acme", subject),
-            )
-            .await;
-        assert_eq!(code, 250, "{subject}: {text}");
-    }
+    send_each(&mut c, &["first", "waits"]).await;
     wait_until("the held one received and waiting", 60 * SEC, || async {
         store.entries().await == (0, 1) && gate.got.lock().unwrap().len() == 1
     })
@@ -453,6 +430,10 @@ async fn shutdown_puts_an_entry_waiting_for_its_tokens_back_at_once() {
     relay.stop().await;
 }
 
+/// What a `250` leaves: one object `<prefix>held/<id>` holding the spool's record (its format
+/// line with its digest, its meta, our `Received:` field and the message), written with a
+/// SHA-256 checksum; and one entry, the small JSON of the design, grouped by the held key.
+/// (`receive_max = 1`: the relay holds the slow one, so the next one's entry stays visible.)
 #[tokio::test]
 async fn a_held_message_is_one_object_and_one_small_entry() {
     let Some(store) = Store::start().await else {
@@ -462,13 +443,7 @@ async fn a_held_message_is_one_object_and_one_small_entry() {
     let gate = Arc::new(Gate::default());
     let relay = Relay::start(&config_text("file://unused", "", &rest), gate.clone()).await;
     let mut c = relay.memory_client().await;
-    for subject in ["m0", "slow", "m2"] {
-        let msg = message("acme", subject);
-        let (code, text) = c
-            .send_mail("app@acme.example", &["user@example.net"], &msg)
-            .await;
-        assert_eq!(code, 250, "{subject}: {text}");
-    }
+    send_each(&mut c, &["m0", "slow", "m2"]).await;
     wait_until(
         "the slow one with upstream, m2 waiting in the queue",
         60 * SEC,

@@ -14,6 +14,7 @@ use crate::state::health::Health;
 use crate::throttle::{KeyWaiting, StoreUnreachable};
 use crate::upstream::{Checked, Upstream};
 use refusals::refusals;
+use spool::spool;
 use text::{duration_text, escape, millis_text};
 use webhooks::webhooks;
 
@@ -311,63 +312,6 @@ fn ses_tenants(html: &mut String, tenants: &[SesTenantView]) {
     html.push_str("</table>");
 }
 
-/// The spool: what it holds, and the keys holding the most. With S3 and SQS: the shared
-/// spool's counts (approximate), and the keys of the entries this replica has received.
-fn spool(html: &mut String, ctx: &Context, unlisted: Option<&str>) {
-    let Some(spool) = &ctx.services.spool else {
-        return;
-    };
-    let s = spool.summary();
-    let shared = match spool.shared() {
-        true => " on S3 and SQS, shared by every replica (approximate)",
-        false => "",
-    };
-    let _ = write!(
-        html,
-        "<h2>Spool</h2><p>{} messages held{shared} ({} bytes), the oldest {} s; {} failed</p>",
-        s.messages,
-        s.bytes,
-        s.oldest_ms / 1000,
-        s.failed,
-    );
-    if let Some(why) = unlisted {
-        let _ = write!(
-            html,
-            "<p class=\"bad any\">the bucket could not be listed: {}</p>",
-            escape(why)
-        );
-    }
-    if spool.shared() {
-        html.push_str("<p>Received by this replica:</p>");
-    }
-    html.push_str(
-        "<table><tr><th>layer</th><th>key</th><th class=\"num\">held</th>\
-         <th class=\"num\">oldest (s)</th><th>released</th></tr>",
-    );
-    let mut keys = spool.keys();
-    keys.sort_by(|a, b| b.messages.cmp(&a.messages).then_with(|| a.key.cmp(&b.key)));
-    let now = spool.wall_ms();
-    for k in keys.iter().take(TOP_KEYS) {
-        let released = match spool.is_stopped(&k.key) {
-            true => "<td class=\"bad\">stopped by an operator</td>",
-            false => "<td>in turn</td>",
-        };
-        let _ = write!(
-            html,
-            "<tr><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
-             {released}</tr>",
-            escape(&k.key.layer),
-            escape(&k.key.key),
-            k.messages,
-            now.saturating_sub(k.oldest_ms) / 1000,
-        );
-    }
-    if keys.is_empty() {
-        html.push_str("<tr><td colspan=\"5\">nothing held</td></tr>");
-    }
-    html.push_str("</table>");
-}
-
 fn most_waiting(html: &mut String, ctx: &Context) {
     let throttle = &ctx.setup.throttle;
     let mut keys: Vec<(usize, KeyWaiting)> = (0..throttle.specs().len())
@@ -397,5 +341,6 @@ fn most_waiting(html: &mut String, ctx: &Context) {
 }
 
 mod refusals;
+mod spool;
 mod text;
 mod webhooks;
