@@ -49,8 +49,10 @@ use crate::clock::{Clock, Nanos};
 use crate::config::{Mode, OnError};
 use crate::redis::Outage;
 use ending::Ending;
+use giving_back::GiveBack;
 
 mod ending;
+mod giving_back;
 mod reading;
 
 pub use reading::StoreUnreachable;
@@ -142,20 +144,6 @@ async fn enter_gates<'a>(
         );
     }
     Ok(gates)
-}
-
-/// Gives shared charges back when dropped armed (a reservation given up).
-struct GiveBack<'a> {
-    shared: &'a Shared,
-    taken: Option<SharedTaken>,
-}
-
-impl Drop for GiveBack<'_> {
-    fn drop(&mut self) {
-        if let Some(taken) = self.taken.take() {
-            self.shared.give_back(taken);
-        }
-    }
 }
 
 impl Shared {
@@ -346,35 +334,6 @@ impl Shared {
             }
         }
     }
-
-    /// Returns tokens to whoever granted them, in the background (callers are sync: a drop,
-    /// `Permit::upstream_failed`).
-    pub(crate) fn give_back(&self, taken: SharedTaken) {
-        let Some(store) = self.granter(&taken) else {
-            return;
-        };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        runtime.spawn(async move { return_tokens(&*store, &taken.charges).await });
-    }
-
-    /// Returns tokens to whoever granted them, now.
-    async fn give_back_now(&self, taken: SharedTaken) {
-        if let Some(store) = self.granter(&taken) {
-            return_tokens(&*store, &taken.charges).await;
-        }
-    }
-
-    /// Who granted `taken`; `None` when nothing is to be given back.
-    fn granter(&self, taken: &SharedTaken) -> Option<Arc<dyn Store>> {
-        match taken.source {
-            _ if taken.charges.is_empty() => None,
-            Source::Allowed => None,
-            Source::Fallback => Some(self.fallback.clone()),
-            Source::Store => Some(self.store.clone()),
-        }
-    }
 }
 
 /// A charge whose cost is more than its bucket can ever hold.
@@ -384,13 +343,6 @@ fn over_capacity(layers: &[Arc<Layer>], charges: &[Charge], i: usize, burst: u64
         layer: layers[c.layer].spec().name.clone(),
         cost: c.cost,
         burst,
-    }
-}
-
-/// One give-back call; a failure is logged (`ratelimit.give_back_failed`), the quota is lost.
-async fn return_tokens(store: &dyn Store, charges: &[Charge]) {
-    if let Err(e) = store.give_back(&store_charges(charges, &[])).await {
-        tracing::warn!(target: "ratelimit", error = %e, "ratelimit.give_back_failed");
     }
 }
 
