@@ -128,8 +128,9 @@ async fn release(State(live): State<Arc<Live>>, Path(id): Path<String>) -> Respo
     let Some(spool) = spool(&live) else {
         return off();
     };
-    if let Err(refused) = spool.not_with_s3(NotWithS3::Release) {
-        return not_with_s3(refused);
+    // Refused before the lookup: with S3 this replica's index has only what it received.
+    if spool.shared() {
+        return not_with_s3(NotWithS3::Release);
     }
     let Some((_, entry)) = spool.get(&id) else {
         return answer(StatusCode::NOT_FOUND, "no such message in the spool");
@@ -141,8 +142,10 @@ async fn release(State(live): State<Arc<Live>>, Path(id): Path<String>) -> Respo
             Err(e) => refused(&e, "moving it back to held/"),
         };
     }
-    if spool.release_now(&id) {
-        return Json(json!({ "released": id })).into_response();
+    match spool.release_now(&id) {
+        Ok(true) => return Json(json!({ "released": id })).into_response(),
+        Ok(false) => {}
+        Err(refused) => return not_with_s3(refused),
     }
     let why = match entry.state {
         Held::Releasing => "it is being released now",
@@ -184,11 +187,11 @@ async fn stop(live: &Live, (layer, key): (String, String), stopped: bool) -> Res
     let Some(spool) = spool(live) else {
         return off();
     };
-    if let Err(refused) = spool.not_with_s3(NotWithS3::StopKey) {
-        return not_with_s3(refused);
-    }
     let key = HeldKey { layer, key };
-    let kept = spool.stop_key(&key, stopped).await;
+    let kept = match spool.stop_key(&key, stopped).await {
+        Err(OperatorError::NotWithS3(refused)) => return not_with_s3(refused),
+        kept => kept,
+    };
     tracing::info!(
         target: "mailsluice::spool",
         layer = key.layer.as_str(),
@@ -269,10 +272,10 @@ async fn release_all(State(live): State<Arc<Live>>) -> Response {
     let Some(spool) = spool(&live) else {
         return off();
     };
-    if let Err(refused) = spool.not_with_s3(NotWithS3::Release) {
-        return not_with_s3(refused);
-    }
-    let released = spool.release_waiting(None);
+    let released = match spool.release_waiting(None) {
+        Ok(released) => released,
+        Err(refused) => return not_with_s3(refused),
+    };
     tracing::info!(target: "mailsluice::spool", released, "spool.released by an operator");
     Json(json!({ "released": released })).into_response()
 }

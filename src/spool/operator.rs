@@ -125,7 +125,7 @@ impl Spool {
     }
 
     /// `refused` with `store = "s3"` (see [`NotWithS3`]).
-    pub fn not_with_s3(&self, refused: NotWithS3) -> Result<(), NotWithS3> {
+    fn dir_only(&self, refused: NotWithS3) -> Result<(), NotWithS3> {
         match &self.store {
             Store::Dir(_) => Ok(()),
             Store::S3(_) => Err(refused),
@@ -133,12 +133,13 @@ impl Spool {
     }
 
     /// Lets message `id` go now (an operator's release); whether it was waiting at its key's
-    /// head.
-    pub fn release_now(&self, id: &str) -> bool {
+    /// head. Refused with S3 and SQS.
+    pub fn release_now(&self, id: &str) -> Result<bool, NotWithS3> {
+        self.dir_only(NotWithS3::Release)?;
         let now = self.clock.now();
         let moved = self.index().now(id, now);
         self.changed.notify_one();
-        moved
+        Ok(moved)
     }
 
     /// Puts failed message `id` back in its key's queue, to be tried now, as `postsuper -r`
@@ -169,8 +170,10 @@ impl Spool {
 
     /// Stops releasing `key`'s messages, or lets them go again (an operator's hold), and
     /// writes the keys stopped to the spool's directory, so that a restart keeps them; an
-    /// error when that write failed (the change holds until the relay stops).
-    pub async fn stop_key(&self, key: &HeldKey, stop: bool) -> std::io::Result<()> {
+    /// error when that write failed (the change holds until the relay stops). Refused with S3
+    /// and SQS.
+    pub async fn stop_key(&self, key: &HeldKey, stop: bool) -> Result<(), OperatorError> {
+        self.dir_only(NotWithS3::StopKey)?;
         let now = self.clock.now();
         self.index().stop(key, stop, now);
         self.changed.notify_one();
@@ -182,7 +185,7 @@ impl Spool {
         let keys = self.index().stopped_keys();
         let layout = dir.layout.clone();
         let written = tokio::task::spawn_blocking(move || stopped::write(&layout, &keys)).await;
-        written.map_err(std::io::Error::other)?
+        Ok(written.map_err(std::io::Error::other)??)
     }
 
     /// The first [`MAX_LISTED`] messages of `key` (every key when `None`): held ones by key
@@ -205,8 +208,10 @@ impl Spool {
     }
 
     /// Lets the messages of `key` (every key when `None`) that wait out a backoff go now,
-    /// as `postqueue -f` does; a stopped key's stay. How many were made due.
-    pub fn release_waiting(&self, key: Option<&HeldKey>) -> usize {
+    /// as `postqueue -f` does; a stopped key's stay. How many were made due. Refused with S3
+    /// and SQS.
+    pub fn release_waiting(&self, key: Option<&HeldKey>) -> Result<usize, NotWithS3> {
+        self.dir_only(NotWithS3::Release)?;
         let now = self.clock.now();
         let mut index = self.index();
         let (held, _) = index.list(key, false, usize::MAX);
@@ -215,7 +220,7 @@ impl Spool {
             .count();
         drop(index);
         self.changed.notify_one();
-        released
+        Ok(released)
     }
 
     /// Removes message `id`, held or failed, as `postsuper -d` does; not one being written or
